@@ -1,0 +1,32 @@
+//! # halyard-proto: the wire between Halyard's processes
+//!
+//! Everything that crosses NATS is defined here and nothing else: no tokio, no IO.
+//!
+//! ## Layout
+//! - [`id`]: [`JobId`], the content hash of everything that determines a job's result.
+//! - [`job`]: [`Job`] (what a worker receives) and the request it carries.
+//! - [`result`]: [`JobResult`] (what a worker publishes back), outcomes and failures.
+//! - [`subjects`]: stream, subject and consumer names, and pool-name encoding.
+//! - [`codec`]: MessagePack (rmp-serde, named fields) with a version check.
+//!
+//! ## Why content hashes
+//! A job id is a hash of pipeline, stage and stage version, model reference, full
+//! messages, sampling parameters and sample index. The same inputs give the same id in
+//! any run, so a worker's checkpoint answers a repeated job without calling the model,
+//! and JetStream's `Nats-Msg-Id` de-duplication drops re-published jobs. Anything that
+//! must produce a *new* call (a repeated sample, a judge retry after unusable output)
+//! changes the sample index, hence the id.
+
+pub mod codec;
+pub mod id;
+pub mod job;
+pub mod result;
+pub mod subjects;
+
+pub use codec::{decode, encode, CodecError};
+pub use id::JobId;
+pub use job::{ChatMessage, Job, JobKey, ModelRef, Role, Sampling};
+pub use result::{Completion, Failure, FailureKind, JobResult, Outcome, Usage};
+
+/// Version of the wire format. A process refuses messages of another major version.
+pub const WIRE_VERSION: u16 = 1;

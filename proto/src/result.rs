@@ -1,0 +1,61 @@
+//! What a worker publishes back: a [`JobResult`].
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::id::JobId;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// A successful model call, as checkpointed by the worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub text: String,
+    pub usage: Usage,
+    pub latency_ms: u64,
+    pub finish_reason: Option<String>,
+    /// HTTP attempts (or engine calls) spent to obtain it, retries included.
+    pub calls: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The request can never succeed (HTTP 400/401/403/404/422, unknown model...).
+    Permanent,
+    /// Transient failures until the delivery budget (`max_deliver`) ran out.
+    Exhausted,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub error: String,
+    pub http_status: Option<u16>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Done(Completion),
+    /// A dead letter: the job is terminal without a completion.
+    Failed(Failure),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobResult {
+    pub v: u16,
+    pub job: JobId,
+    pub run: Uuid,
+    pub outcome: Outcome,
+    /// JetStream deliveries of the job when this result was produced.
+    pub deliveries: u64,
+    /// Which worker produced it.
+    pub worker: String,
+    /// True when served from the worker's checkpoint (no model call).
+    pub cached: bool,
+}

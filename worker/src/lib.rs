@@ -1,0 +1,1 @@
+//! halyard-worker
