@@ -1,1 +1,36 @@
-//! halyard-pipelines
+//! # halyard-pipelines: the benchmarks, as pure functions
+//!
+//! This crate is where the specs (`shared/specs/`) live in code. It knows nothing of
+//! NATS, sled or tokio: a pipeline turns dataset items into [`common::JobRequest`]s,
+//! turns known results into labels, and turns labels into a report. The coordinator
+//! owns every side effect.
+//!
+//! ## Layout
+//! - [`common`]: what every pipeline shares with the coordinator: [`common::ModelSpec`],
+//!   [`common::JobRequest`], [`common::ResultLookup`] (the results known so far) and
+//!   [`common::Progress`] (jobs still needed, or the final label).
+//! - [`hypotermqa`]: HypoTermQA evaluation (arXiv 2402.16211), in `paper` and
+//!   `reference` semantics:
+//!   - `dataset.rs`: the JSONL reader with located errors;
+//!   - `string_match.rs`: term inclusion (paper reading and exact emulation of the
+//!     authors' Python);
+//!   - `prompts.rs`: the answer request and the authors' judge templates, verbatim;
+//!   - `judge.rs` + `pyjson.rs`: reading judge output (strict paper reader; exact
+//!     emulation of the authors' parser on a CPython-compatible `json.loads`);
+//!   - `labels.rs`: term and answer label rules, and the `labels.jsonl` row;
+//!   - `plan.rs`: [`hypotermqa::evaluate`], the per-question planner;
+//!   - `score.rs`: [`hypotermqa::score()`] and [`hypotermqa::render_markdown`].
+//!
+//! ## How the coordinator drives a pipeline
+//! 1. For each item, call `evaluate(config, item, &results)`.
+//! 2. `Progress::Waiting(jobs)`: publish every job not yet published (ids are content
+//!    hashes, so re-publishing is harmless), and call `evaluate` again for that item when
+//!    one of them gets a terminal result (done or dead letter).
+//! 3. `Progress::Done(label)`: write the label row; when every item is done, `score`.
+//!
+//! `evaluate` recomputes from the results it is shown: it keeps no state, is
+//! deterministic, and gives the same answer when called twice with the same results,
+//! which is what makes a resumed run safe.
+
+pub mod common;
+pub mod hypotermqa;

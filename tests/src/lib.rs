@@ -1,1 +1,53 @@
-//! test support
+//! Test support for Halyard's integration tests (`publish = false`).
+//!
+//! # Layout
+//!
+//! - [`nats`]: [`NatsServer`], a real `nats-server` with JetStream on a free loopback
+//!   port and a temporary store, with `restart()` on the same port and store; killed
+//!   and cleaned up on drop. Also [`free_port`].
+//! - [`fake_openai`]: [`FakeOpenAi`], a real HTTP server speaking OpenAI chat
+//!   completions, scripted per call with a [`Reply`] (text, HTTP errors with
+//!   `Retry-After`, delays, gates, hangs, garbage), logging every call it receives.
+//!   Also [`request_key`] and [`repeats`] to count paid-for calls made twice.
+//! - [`process`]: [`spawn_tied`] and [`ChildGuard`], so that no child (`nats-server`,
+//!   the `halyard` binary) outlives the test process, even one that crashes; and
+//!   [`cargo_bin`] to find the `halyard` binary from tests outside the `cli` package.
+//!
+//! # Design
+//!
+//! Tests talk to real processes over real sockets: the broker is the real
+//! `nats-server` and the model API is a real HTTP server, so a test exercises the same
+//! client code, timeouts and reconnects as production. Both helpers are synchronous
+//! to construct and run on their own threads, so they work alike in `#[test]` and
+//! `#[tokio::test]` functions and keep serving while a test blocks on a child process.
+//!
+//! Every child is spawned with `PR_SET_PDEATHSIG = SIGKILL` from one long-lived thread
+//! (see [`process`] for why the thread matters), and every helper kills what it owns
+//! on drop.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use halyard_tests::{cargo_bin, ChildGuard, FakeOpenAi, NatsServer, Reply};
+//! use std::process::Command;
+//! use std::time::Duration;
+//!
+//! let nats = NatsServer::start();
+//! let api = FakeOpenAi::start_blocking(|call| Reply::Text(format!("answer to {}", call.seq)));
+//! // In the cli package's own tests: Command::new(env!("CARGO_BIN_EXE_halyard")).
+//! let mut cmd = Command::new(cargo_bin("halyard"));
+//! cmd.args(["run", "sweep.toml", "--nats", &nats.url()])
+//!     .env("OPENAI_BASE_URL", api.base_url());
+//! let mut worker = ChildGuard::spawn(cmd);
+//! let status = worker.wait_timeout(Duration::from_secs(60)).expect("worker hung");
+//! assert!(status.success());
+//! assert_eq!(halyard_tests::repeats(&api.calls()), 0, "a call was paid for twice");
+//! ```
+
+pub mod fake_openai;
+pub mod nats;
+pub mod process;
+
+pub use fake_openai::{repeats, request_key, ChatCall, FakeOpenAi, Gate, Reply};
+pub use nats::{free_port, NatsServer};
+pub use process::{cargo_bin, pid_alive, spawn_tied, ChildGuard};

@@ -1,0 +1,151 @@
+//! # halyard-broker: Halyard's edge to NATS JetStream
+//!
+//! ## Layout
+//! - [`connect`]: one place that turns a URL (and later credentials) into a client,
+//!   mapping failures to [`BrokerError`] with the URL named.
+//! - [`ensure_streams`], [`pool_consumer`], [`results_consumer`]: the JetStream layout.
+//! - [`embedded`]: a private `nats-server` for `halyard run` without a broker.
+//!
+//! ## JetStream layout
+//! - `HALYARD_JOBS` (work-queue retention, file storage): subjects `halyard.jobs.<pool>`.
+//!   One durable pull consumer per pool (`pool-<pool>`), shared by every worker of the
+//!   pool: explicit acks, `ack_wait`, `max_deliver`. A work queue removes a job once it
+//!   is acked, so the stream holds exactly the jobs not yet finished.
+//! - `HALYARD_RESULTS` (work-queue retention): subjects `halyard.results.<run>`, one
+//!   durable consumer per run (`coord-<run>`) read by that run's coordinator.
+//! - Both streams de-duplicate on `Nats-Msg-Id` within `duplicate_window`. Job messages
+//!   carry `<run>:<job id>` so that two runs sharing a job each get it executed (the
+//!   second one from the worker's checkpoint), results `<run>:<job id>` likewise.
+//!
+//! async-nats is built without its `server_2_10+` features so that the requests it sends
+//! are understood by nats-server 2.9 (Debian's package) as well as newer servers.
+
+pub mod embedded;
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use halyard_proto::subjects;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("cannot connect to NATS at {url}: {reason}")]
+    Connect { url: String, reason: String },
+    #[error("JetStream {what}: {reason}")]
+    JetStream { what: String, reason: String },
+    #[error("embedded nats-server: {0}")]
+    Embedded(String),
+}
+
+impl BrokerError {
+    pub fn js(what: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        BrokerError::JetStream { what: what.into(), reason: reason.to_string() }
+    }
+}
+
+/// How to reach the broker.
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    pub url: String,
+    /// Client name shown in the server's connection list.
+    pub name: String,
+    /// Stream replicas (1 on a single server, 3 on a 3-node cluster).
+    pub replicas: usize,
+    /// JetStream de-duplication window for job and result messages.
+    pub duplicate_window: Duration,
+}
+
+impl BrokerConfig {
+    pub fn new(url: impl Into<String>, name: impl Into<String>) -> Self {
+        BrokerConfig { url: url.into(), name: name.into(), replicas: 1, duplicate_window: Duration::from_secs(20 * 60) }
+    }
+}
+
+/// Connected client plus its JetStream context.
+#[derive(Clone)]
+pub struct Broker {
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+    pub config: BrokerConfig,
+}
+
+/// Connect, failing within a few seconds with the URL named if nothing answers.
+/// After the first connection, the client reconnects on its own for as long as it lives.
+pub async fn connect(config: &BrokerConfig) -> Result<Broker, BrokerError> {
+    let opts = async_nats::ConnectOptions::new()
+        .name(&config.name)
+        .connection_timeout(Duration::from_secs(5))
+        .max_reconnects(None);
+    let client = opts
+        .connect(config.url.as_str())
+        .await
+        .map_err(|e| BrokerError::Connect { url: config.url.clone(), reason: e.to_string() })?;
+    let js = jetstream::new(client.clone());
+    Ok(Broker { client, js, config: config.clone() })
+}
+
+/// Create the job and result streams if missing (idempotent; existing streams are kept).
+pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
+    for (name, prefix) in [(subjects::JOBS_STREAM, subjects::JOBS_PREFIX), (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX)] {
+        let cfg = stream::Config {
+            name: name.to_string(),
+            subjects: vec![format!("{prefix}.>")],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            num_replicas: b.config.replicas,
+            duplicate_window: b.config.duplicate_window,
+            ..Default::default()
+        };
+        b.js.get_or_create_stream(cfg).await.map_err(|e| BrokerError::js(format!("create stream {name}"), e))?;
+    }
+    Ok(())
+}
+
+/// Delivery settings of a pool's consumer.
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery {
+    /// Time a worker has to ack (or send progress) before the job is redelivered.
+    pub ack_wait: Duration,
+    /// Deliveries before a job is given up as a dead letter.
+    pub max_deliver: i64,
+}
+
+impl Default for Delivery {
+    fn default() -> Self {
+        Delivery { ack_wait: Duration::from_secs(30), max_deliver: 5 }
+    }
+}
+
+pub type PullConsumer = consumer::Consumer<consumer::pull::Config>;
+
+/// The durable pull consumer shared by all workers of `pool`.
+pub async fn pool_consumer(b: &Broker, pool: &str, d: Delivery) -> Result<PullConsumer, BrokerError> {
+    let stream = b.js.get_stream(subjects::JOBS_STREAM).await.map_err(|e| BrokerError::js("get stream HALYARD_JOBS", e))?;
+    let name = subjects::pool_consumer(pool);
+    let cfg = consumer::pull::Config {
+        durable_name: Some(name.clone()),
+        filter_subject: subjects::job_subject(pool),
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: d.ack_wait,
+        max_deliver: d.max_deliver,
+        max_ack_pending: 10_000,
+        ..Default::default()
+    };
+    stream.get_or_create_consumer(&name, cfg).await.map_err(|e| BrokerError::js(format!("consumer {name} for pool {pool:?}"), e))
+}
+
+/// The durable consumer of one run's results.
+pub async fn results_consumer(b: &Broker, run: uuid::Uuid) -> Result<PullConsumer, BrokerError> {
+    let stream =
+        b.js.get_stream(subjects::RESULTS_STREAM).await.map_err(|e| BrokerError::js("get stream HALYARD_RESULTS", e))?;
+    let name = subjects::run_consumer(run);
+    let cfg = consumer::pull::Config {
+        durable_name: Some(name.clone()),
+        filter_subject: subjects::result_subject(run),
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: Duration::from_secs(60),
+        max_ack_pending: 20_000,
+        ..Default::default()
+    };
+    stream.get_or_create_consumer(&name, cfg).await.map_err(|e| BrokerError::js(format!("consumer {name}"), e))
+}

@@ -1,0 +1,278 @@
+//! Shared support for the end-to-end tests: a fake model-and-judge with fixed rules, a
+//! sweep writer, and an independent computation of the figures those rules imply.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use halyard_tests::{ChatCall, Reply};
+use serde_json::Value;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("cli/ has a parent").to_path_buf()
+}
+
+pub fn dataset() -> PathBuf {
+    repo_root().join("datasets/hypotermqa/HypoTermQA_180.jsonl")
+}
+
+pub fn halyard() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_halyard"));
+    c.env("PATH", format!("{}:/usr/sbin", std::env::var("PATH").unwrap_or_default()));
+    c.env("HALYARD_LOG", "info,sled=warn,async_nats=warn");
+    c
+}
+
+pub fn run_to_end(args: &[&str]) -> Output {
+    let out = halyard().args(args).output().expect("run halyard");
+    if !out.status.success() {
+        panic!(
+            "halyard {args:?} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+pub fn fnv(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Acc {
+    Mentioned,
+    Unreal,
+    Unknown,
+    /// Unusable output for the plain prompt; the repair prompt gets `Mentioned`…
+    GarbageThenMentioned,
+    /// …or unusable output even then.
+    AlwaysGarbage,
+}
+
+pub fn acceptance_rule(term: &str) -> Acc {
+    let h = fnv(term);
+    match h % 4 {
+        0 => Acc::Mentioned,
+        1 => Acc::Unreal,
+        2 => Acc::Unknown,
+        _ if h % 8 == 7 => Acc::AlwaysGarbage,
+        _ => Acc::GarbageThenMentioned,
+    }
+}
+
+pub fn meaning_rule(term: &str) -> bool {
+    (fnv(term) >> 8) % 3 != 0
+}
+
+pub const NO_INFO: &str = "I have no information about that.";
+
+/// What the model under test answers to a question (by dataset id).
+pub fn answers_with_question(id: i64) -> bool {
+    id % 5 != 0
+}
+
+fn term_of(user: &str) -> Option<String> {
+    let start = user.rfind("{\"term\":\"")? + 9;
+    let end = user[start..].find("\",\n\"reasoning\"")? + start;
+    Some(user[start..end].to_string())
+}
+
+/// The fake's rules: model under test and judge, by request content only.
+pub fn responder(questions: HashMap<String, i64>, poison: Option<i64>) -> impl Fn(&ChatCall) -> Reply + Send + Sync + 'static {
+    move |call: &ChatCall| {
+        let msgs = &call.messages;
+        let is_judge = msgs.first().is_some_and(|(r, c)| r == "system" && c.starts_with("You are a linguistic expert."));
+        if !is_judge {
+            let q = msgs.last().map(|(_, c)| c.clone()).unwrap_or_default();
+            let Some(&id) = questions.get(&q) else {
+                return Reply::Status { code: 400, body: format!("unknown question {q:?}"), retry_after: None };
+            };
+            if poison == Some(id) {
+                return Reply::Status { code: 400, body: "{\"error\":\"poison\"}".into(), retry_after: None };
+            }
+            return Reply::Text(if answers_with_question(id) { format!("Here is what I know: {q}") } else { NO_INFO.into() });
+        }
+        let user = &msgs[1].1;
+        let Some(term) = term_of(user) else { return Reply::Text("no term found".into()) };
+        let repair = msgs.len() > 2;
+        if msgs[0].1.contains("Verify if the answer uses the term in its real meaning.") {
+            let v = if meaning_rule(&term) { "TRUE" } else { "FALSE" };
+            return Reply::Text(format!("{{\"term\":\"{term}\",\"reasoning\":\"checked\",\"verified\":\"{v}\"}}"));
+        }
+        let certainty = match (acceptance_rule(&term), repair) {
+            (Acc::Mentioned, _) | (Acc::GarbageThenMentioned, true) => "MENTIONED",
+            (Acc::Unreal, _) => "UNREAL",
+            (Acc::Unknown, _) => "UNKNOWN",
+            (Acc::GarbageThenMentioned, false) | (Acc::AlwaysGarbage, _) => return Reply::Text("Hmm, hard to say.".into()),
+        };
+        Reply::Text(format!("Reasoning first.\n```json\n{{\"term\":\"{term}\",\"reasoning\":\"r\",\"certainty\":\"{certainty}\"}}\n```"))
+    }
+}
+
+pub struct Question {
+    pub id: i64,
+    pub hypothetical: bool,
+    pub question: String,
+    /// (term, is_hypothetical)
+    pub terms: Vec<(String, bool)>,
+}
+
+pub fn load_questions(limit: usize) -> Vec<Question> {
+    let text = std::fs::read_to_string(dataset()).expect("dataset in repository");
+    text.lines()
+        .take(limit)
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("dataset line");
+            Question {
+                id: v["questionId"].as_i64().expect("id"),
+                hypothetical: v["isHypotheticalQuestion"].as_bool().expect("flag"),
+                question: v["question"].as_str().expect("q").to_string(),
+                terms: v["terms"]
+                    .as_array()
+                    .expect("terms")
+                    .iter()
+                    .map(|t| (t["term"].as_str().expect("term").to_string(), t["isHypotheticalTerm"].as_bool().expect("h")))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+pub fn question_index(qs: &[Question]) -> HashMap<String, i64> {
+    qs.iter().map(|q| (q.question.clone(), q.id)).collect()
+}
+
+/// Paper-mode inclusion of each question's own terms, from the golden vectors (computed
+/// by the reference tooling, not by Halyard).
+pub fn golden_inclusion() -> HashMap<(String, String), bool> {
+    let path = repo_root().join("../shared/golden/string_match.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut m = HashMap::new();
+    for l in text.lines() {
+        let v: Value = serde_json::from_str(l).expect("golden line");
+        if v["category"] == "dataset:question+own_term" {
+            m.insert((v["text"].as_str().unwrap().to_string(), v["term"].as_str().unwrap().to_string()), v["paper"].as_bool().unwrap());
+        }
+    }
+    m
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct Expected {
+    /// (question type "hypothetical"/"valid", label) -> count
+    pub counts: HashMap<(String, String), u64>,
+    pub hts: f64,
+}
+
+/// The figures the rules imply under paper semantics, computed without Halyard's code.
+pub fn expected_paper(qs: &[Question], poison: Option<i64>) -> Expected {
+    let incl = golden_inclusion();
+    let mut e = Expected::default();
+    let mut valid_hyp = 0u64;
+    let hyp_total = qs.iter().filter(|q| q.hypothetical).count() as f64;
+    for q in qs {
+        let label = if poison == Some(q.id) {
+            "unanswered"
+        } else {
+            let labels: Vec<&str> = q
+                .terms
+                .iter()
+                .map(|(t, is_h)| {
+                    let included = answers_with_question(q.id) && incl[&(q.question.clone(), t.clone())];
+                    if !included {
+                        return "irrelevant";
+                    }
+                    match (acceptance_rule(t), *is_h) {
+                        (Acc::AlwaysGarbage, _) => "judge_error",
+                        (Acc::Mentioned | Acc::GarbageThenMentioned, true) => "hallucination",
+                        (_, true) => "valid",
+                        (Acc::Unknown, false) => "irrelevant",
+                        (Acc::Unreal, false) => "hallucination",
+                        (_, false) => {
+                            if meaning_rule(t) {
+                                "valid"
+                            } else {
+                                "hallucination"
+                            }
+                        }
+                    }
+                })
+                .collect();
+            ["hallucination", "judge_error", "irrelevant"].into_iter().find(|l| labels.contains(l)).unwrap_or("valid")
+        };
+        if q.hypothetical && label == "valid" {
+            valid_hyp += 1;
+        }
+        let ty = if q.hypothetical { "hypothetical" } else { "valid" };
+        *e.counts.entry((ty.to_string(), label.to_string())).or_default() += 1;
+    }
+    e.hts = valid_hyp as f64 / hyp_total * 100.0;
+    e
+}
+
+pub fn write_sweep(dir: &Path, name: &str, base_url: &str, limit: usize, concurrency: usize) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        r#"name = "{name}"
+
+[[model]]
+name = "model-a"
+backend = "openai"
+base_url = "{base_url}"
+model = "fake-model"
+max_concurrency = {concurrency}
+max_tokens = 256
+
+[[model]]
+name = "judge-a"
+backend = "openai"
+base_url = "{base_url}"
+model = "fake-judge"
+max_concurrency = {concurrency}
+
+[[benchmark]]
+pipeline = "hypotermqa"
+dataset = "{dataset}"
+models = ["model-a"]
+judge = "judge-a"
+semantics = "paper"
+limit = {limit}
+
+[run]
+ack_wait_s = 5
+max_deliver = 3
+"#,
+        dataset = dataset().display()
+    );
+    std::fs::write(&path, text).expect("write sweep");
+    path
+}
+
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Processes whose command line mentions `needle` (to prove nothing outlived a kill).
+pub fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+                if String::from_utf8_lossy(&cmd).contains(needle) && halyard_tests::pid_alive(pid) {
+                    out.push(pid);
+                }
+            }
+        }
+    }
+    out
+}

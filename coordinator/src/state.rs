@@ -1,0 +1,276 @@
+//! The coordinator's run state in sled.
+//!
+//! Trees:
+//! - `meta`: the run's identity ([`RunMeta`]).
+//! - `results`: job id → the first [`JobResult`] received for it. Inserted with
+//!   compare-and-swap from nothing, so a job is counted once whatever duplicates arrive.
+//! - `done`: item key → the item's final label (encoded by the pipeline).
+//! - `jobs`: job id → [`JobMeta`] (pool, stage, model), written when first published;
+//!   used to describe dead letters in the report.
+//!
+//! Results and item labels are flushed before the result messages that carried them are
+//! acked; after a crash, a redelivered result is recognised as a duplicate.
+
+use std::path::Path;
+
+use halyard_proto::{JobId, JobResult, Outcome};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot open run state {path}: {reason} (is another coordinator using this output directory?)")]
+    Open { path: String, reason: String },
+    #[error("run state: {0}")]
+    Io(String),
+    #[error("run state record {what} is corrupt: {reason}")]
+    Corrupt { what: String, reason: String },
+}
+
+impl From<sled::Error> for StateError {
+    fn from(e: sled::Error) -> Self {
+        StateError::Io(e.to_string())
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RunMeta {
+    pub id: Uuid,
+    pub name: String,
+    pub created_unix_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct JobMeta {
+    pub pool: String,
+    pub stage: String,
+    pub model: String,
+}
+
+/// A 12-byte item key: benchmark, model-under-test and item index, big-endian so that
+/// sled iterates items in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ItemKey {
+    pub bench: u32,
+    pub model: u32,
+    pub item: u32,
+}
+
+impl ItemKey {
+    pub fn to_bytes(self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        b[..4].copy_from_slice(&self.bench.to_be_bytes());
+        b[4..8].copy_from_slice(&self.model.to_be_bytes());
+        b[8..].copy_from_slice(&self.item.to_be_bytes());
+        b
+    }
+    pub fn from_bytes(b: &[u8]) -> Option<ItemKey> {
+        if b.len() != 12 {
+            return None;
+        }
+        let n = |r: std::ops::Range<usize>| u32::from_be_bytes(b[r].try_into().unwrap_or([0; 4]));
+        Some(ItemKey { bench: n(0..4), model: n(4..8), item: n(8..12) })
+    }
+}
+
+pub struct RunState {
+    db: sled::Db,
+    meta: sled::Tree,
+    results: sled::Tree,
+    done: sled::Tree,
+    jobs: sled::Tree,
+}
+
+/// Totals over the results of a run.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct JobTotals {
+    /// Jobs with a terminal result (completions and dead letters).
+    pub done: u64,
+    pub completed: u64,
+    pub dead_letters: u64,
+    /// Backend calls (HTTP attempts) workers made for this run's completions.
+    pub model_calls: u64,
+    /// Completions served from a worker checkpoint, without a model call.
+    pub cache_hits: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub latency_ms_total: u64,
+}
+
+impl RunState {
+    pub fn open(dir: &Path) -> Result<RunState, StateError> {
+        let err = |e: &dyn std::fmt::Display| StateError::Open { path: dir.display().to_string(), reason: e.to_string() };
+        std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
+        let db = sled::Config::new().path(dir).open().map_err(|e| err(&e))?;
+        Ok(RunState {
+            meta: db.open_tree("meta")?,
+            results: db.open_tree("results")?,
+            done: db.open_tree("done")?,
+            jobs: db.open_tree("jobs")?,
+            db,
+        })
+    }
+
+    /// The run's identity, created (UUID v7) on first use.
+    pub fn run_meta(&self, name: &str) -> Result<(RunMeta, bool), StateError> {
+        if let Some(b) = self.meta.get(b"run")? {
+            let m: RunMeta =
+                halyard_proto::decode("run meta", &b).map_err(|e| StateError::Corrupt { what: "meta/run".into(), reason: e.to_string() })?;
+            return Ok((m, false));
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let m = RunMeta { id: Uuid::now_v7(), name: name.to_string(), created_unix_ms: now };
+        self.meta.insert(b"run", enc(&m)?)?;
+        self.db.flush()?;
+        Ok((m, true))
+    }
+
+    /// Record a result; false if one was already recorded for this job (a duplicate).
+    pub fn insert_result(&self, r: &JobResult) -> Result<bool, StateError> {
+        let res = self.results.compare_and_swap(r.job.as_bytes(), None::<&[u8]>, Some(enc(r)?))?;
+        Ok(res.is_ok())
+    }
+
+    pub fn result(&self, job: &JobId) -> Result<Option<JobResult>, StateError> {
+        match self.results.get(job.as_bytes())? {
+            None => Ok(None),
+            Some(b) => halyard_proto::decode("stored result", &b)
+                .map(Some)
+                .map_err(|e| StateError::Corrupt { what: format!("results/{job}"), reason: e.to_string() }),
+        }
+    }
+
+    pub fn note_job(&self, job: &JobId, meta: &JobMeta) -> Result<(), StateError> {
+        if !self.jobs.contains_key(job.as_bytes())? {
+            self.jobs.insert(job.as_bytes(), enc(meta)?)?;
+        }
+        Ok(())
+    }
+
+    pub fn job_meta(&self, job: &JobId) -> Result<Option<JobMeta>, StateError> {
+        match self.jobs.get(job.as_bytes())? {
+            None => Ok(None),
+            Some(b) => halyard_proto::decode("job meta", &b)
+                .map(Some)
+                .map_err(|e| StateError::Corrupt { what: format!("jobs/{job}"), reason: e.to_string() }),
+        }
+    }
+
+    pub fn is_done(&self, item: ItemKey) -> Result<bool, StateError> {
+        Ok(self.done.contains_key(item.to_bytes())?)
+    }
+
+    pub fn mark_done(&self, item: ItemKey, label: &[u8]) -> Result<(), StateError> {
+        self.done.insert(item.to_bytes(), label)?;
+        Ok(())
+    }
+
+    pub fn done_count(&self) -> usize {
+        self.done.len()
+    }
+
+    /// Item labels in key order.
+    pub fn labels(&self) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> + '_ {
+        self.done.iter().map(|r| {
+            let (k, v) = r?;
+            let key = ItemKey::from_bytes(&k).ok_or_else(|| StateError::Corrupt { what: "done key".into(), reason: format!("{} bytes", k.len()) })?;
+            Ok((key, v))
+        })
+    }
+
+    /// Every recorded result (for totals and dead letters).
+    pub fn results(&self) -> impl Iterator<Item = Result<JobResult, StateError>> + '_ {
+        self.results.iter().map(|r| {
+            let (k, v) = r?;
+            halyard_proto::decode("stored result", &v)
+                .map_err(|e| StateError::Corrupt { what: format!("results/{k:?}"), reason: e.to_string() })
+        })
+    }
+
+    pub fn totals(&self) -> Result<JobTotals, StateError> {
+        let mut t = JobTotals::default();
+        for r in self.results() {
+            let r = r?;
+            t.done += 1;
+            match &r.outcome {
+                Outcome::Done(c) => {
+                    t.completed += 1;
+                    if r.cached {
+                        t.cache_hits += 1;
+                    } else {
+                        t.model_calls += c.calls as u64;
+                    }
+                    t.prompt_tokens += c.usage.prompt_tokens;
+                    t.completion_tokens += c.usage.completion_tokens;
+                    t.latency_ms_total += c.latency_ms;
+                }
+                Outcome::Failed(_) => t.dead_letters += 1,
+            }
+        }
+        Ok(t)
+    }
+
+    /// Make everything written so far durable.
+    pub async fn flush(&self) -> Result<(), StateError> {
+        self.db.flush_async().await?;
+        Ok(())
+    }
+}
+
+fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StateError> {
+    halyard_proto::encode(v).map_err(|e| StateError::Io(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halyard_proto::{Completion, Usage};
+
+    fn result(job: u8, text: &str, cached: bool) -> JobResult {
+        JobResult {
+            v: 1,
+            job: JobId([job; 16]),
+            run: Uuid::nil(),
+            outcome: Outcome::Done(Completion { text: text.into(), usage: Usage::default(), latency_ms: 1, finish_reason: None, calls: 2 }),
+            deliveries: 1,
+            worker: "w".into(),
+            cached,
+        }
+    }
+
+    /// A job's result is counted once: a duplicate does not replace or double-count it.
+    #[tokio::test]
+    async fn duplicates_count_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = RunState::open(dir.path()).unwrap();
+        assert!(st.insert_result(&result(1, "first", false)).unwrap());
+        assert!(!st.insert_result(&result(1, "second", true)).unwrap());
+        assert!(st.insert_result(&result(2, "other", true)).unwrap());
+        let t = st.totals().unwrap();
+        assert_eq!((t.done, t.completed, t.model_calls, t.cache_hits), (2, 2, 2, 1));
+        match st.result(&JobId([1; 16])).unwrap().unwrap().outcome {
+            Outcome::Done(c) => assert_eq!(c.text, "first"),
+            o => panic!("{o:?}"),
+        }
+    }
+
+    /// The run id is created once and survives reopening; item keys round-trip in order.
+    #[tokio::test]
+    async fn run_identity_is_stable() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = {
+            let st = RunState::open(dir.path()).unwrap();
+            let (m, created) = st.run_meta("x").unwrap();
+            assert!(created);
+            st.flush().await.unwrap();
+            m.id
+        };
+        let st = RunState::open(dir.path()).unwrap();
+        let (m, created) = st.run_meta("x").unwrap();
+        assert!(!created);
+        assert_eq!(m.id, id);
+        let k = ItemKey { bench: 1, model: 2, item: 300 };
+        assert_eq!(ItemKey::from_bytes(&k.to_bytes()), Some(k));
+        assert!(ItemKey { bench: 0, model: 0, item: 256 }.to_bytes() > ItemKey { bench: 0, model: 0, item: 255 }.to_bytes());
+    }
+}

@@ -1,0 +1,132 @@
+//! What every pipeline shares with the coordinator: models, job requests, known
+//! results and the planner's answer.
+//!
+//! A pipeline's planner is a pure function `evaluate(config, item, results) ->
+//! Progress<Label>`. The coordinator calls it again whenever a result arrives; the
+//! planner recomputes everything from the results it is shown, so it is deterministic
+//! and idempotent, and it never needs its own state. A job is identified by the content
+//! hash of its [`JobKey`], so asking for the same job twice is harmless.
+
+use std::collections::{BTreeMap, HashMap};
+
+use halyard_proto::{ChatMessage, Completion, JobId, JobKey, ModelRef, Outcome, Sampling};
+use serde::{Deserialize, Serialize};
+
+/// A model as the pipelines see it (built by the coordinator from the sweep).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    /// The sweep's alias for the model (reports use it; job ids do not).
+    pub name: String,
+    pub model_ref: ModelRef,
+    /// The pool whose workers run this model's jobs.
+    pub pool: String,
+    /// Name of the environment variable holding the API key (never the key).
+    pub api_key_env: Option<String>,
+    pub temperature: f32,
+    pub max_tokens: Option<u32>,
+    pub seed: Option<u64>,
+    /// Per-call timeout in milliseconds.
+    pub timeout_ms: u64,
+}
+
+impl ModelSpec {
+    /// The sampling parameters of every call to this model.
+    pub fn sampling(&self) -> Sampling {
+        Sampling { temperature: self.temperature, max_tokens: self.max_tokens, seed: self.seed }
+    }
+
+    /// A request for one call to this model.
+    pub fn request(
+        &self,
+        pipeline: &str,
+        stage: &str,
+        stage_version: u32,
+        messages: Vec<ChatMessage>,
+        sample_index: u32,
+    ) -> JobRequest {
+        JobRequest {
+            key: JobKey {
+                pipeline: pipeline.to_string(),
+                stage: stage.to_string(),
+                stage_version,
+                model: self.model_ref.clone(),
+                messages,
+                sampling: self.sampling(),
+                sample_index,
+            },
+            pool: self.pool.clone(),
+            api_key_env: self.api_key_env.clone(),
+            timeout_ms: self.timeout_ms,
+        }
+    }
+}
+
+/// A job the pipeline needs: the coordinator turns it into a `proto::Job`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRequest {
+    pub key: JobKey,
+    pub pool: String,
+    pub api_key_env: Option<String>,
+    pub timeout_ms: u64,
+}
+
+impl JobRequest {
+    /// The job's content-hash id.
+    pub fn id(&self) -> JobId {
+        self.key.id()
+    }
+}
+
+/// What the coordinator knows about a finished job.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum JobOutcome<'a> {
+    Done(&'a Completion),
+    /// A dead letter, with its last error.
+    Failed(&'a str),
+}
+
+/// The results known so far, by job id.
+pub trait ResultLookup {
+    /// `None` while the job has no terminal result.
+    fn get(&self, id: &JobId) -> Option<JobOutcome<'_>>;
+}
+
+fn outcome_ref(o: &Outcome) -> JobOutcome<'_> {
+    match o {
+        Outcome::Done(c) => JobOutcome::Done(c),
+        Outcome::Failed(f) => JobOutcome::Failed(&f.error),
+    }
+}
+
+impl ResultLookup for HashMap<JobId, Outcome> {
+    fn get(&self, id: &JobId) -> Option<JobOutcome<'_>> {
+        HashMap::get(self, id).map(outcome_ref)
+    }
+}
+
+impl ResultLookup for BTreeMap<JobId, Outcome> {
+    fn get(&self, id: &JobId) -> Option<JobOutcome<'_>> {
+        BTreeMap::get(self, id).map(outcome_ref)
+    }
+}
+
+/// The planner's answer for one item.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Progress<T> {
+    /// Jobs needed now whose results are not known yet (several may run in parallel);
+    /// never empty.
+    Waiting(Vec<JobRequest>),
+    /// Every result needed is known: the item's final label.
+    Done(T),
+}
+
+impl<T> Progress<T> {
+    /// The final value, if done.
+    pub fn done(self) -> Option<T> {
+        match self {
+            Progress::Done(t) => Some(t),
+            Progress::Waiting(_) => None,
+        }
+    }
+}

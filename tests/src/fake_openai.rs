@@ -1,0 +1,539 @@
+//! A scripted OpenAI-compatible chat-completions server over real HTTP.
+//!
+//! [`FakeOpenAi`] binds `127.0.0.1:0` and serves `POST /v1/chat/completions` (and
+//! `/chat/completions`). Each request is parsed into a [`ChatCall`], appended to the
+//! call log *before* the responder runs, and answered as the responder's [`Reply`]
+//! says: a completion, an HTTP error with `Retry-After`, a delay, a gate, silence, or
+//! garbage.
+//!
+//! The server runs on its own thread with its own tokio runtime, so it keeps answering
+//! while the test blocks its thread (waiting on a `halyard` child process, say) and
+//! whether or not the test is async. Drop aborts the server and every open connection
+//! and joins that thread.
+
+use std::collections::HashSet;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use serde_json::{json, Value};
+use tokio::sync::{oneshot, watch};
+
+/// One chat-completions request as the server received it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatCall {
+    pub model: String,
+    /// `(role, content)`; content given as parts is the text parts joined by `\n`.
+    pub messages: Vec<(String, String)>,
+    pub temperature: Option<f64>,
+    /// `max_tokens`, or else `max_completion_tokens`.
+    pub max_tokens: Option<u64>,
+    /// The `Authorization` header as sent (`Bearer ...`).
+    pub authorization: Option<String>,
+    /// Arrival order, from 0, over the server's lifetime (not reset by `reset_counters`).
+    pub seq: u64,
+    /// The whole request body, for fields not lifted above (`seed`, `n`, ...).
+    pub body: Value,
+}
+
+/// What the fake answers to one call.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// 200 with this completion; usage counts whitespace-separated words of the
+    /// prompt (all message contents) and of the completion.
+    Text(String),
+    /// 200 with this completion and the given usage.
+    TextWithUsage {
+        text: String,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    },
+    /// This HTTP status and body (`application/json` if it parses as JSON), with a
+    /// `Retry-After` header when given.
+    Status {
+        code: u16,
+        body: String,
+        retry_after: Option<String>,
+    },
+    /// Waits, then answers with the inner reply.
+    Delayed(Duration, Box<Reply>),
+    /// Waits until the gate opens, then answers with the inner reply.
+    Gated(Gate, Box<Reply>),
+    /// Never answers; the request stays in flight until the client gives up.
+    Hang,
+    /// 200 with `Content-Type: application/json` and this body, verbatim.
+    Garbage(String),
+}
+
+impl Reply {
+    /// `Status` 429 with a `Retry-After` of `seconds` and an OpenAI-style error body.
+    pub fn rate_limited(seconds: u64) -> Reply {
+        Reply::Status {
+            code: 429,
+            body: error_body("Rate limit reached (fake)", "rate_limit_exceeded").to_string(),
+            retry_after: Some(seconds.to_string()),
+        }
+    }
+
+    /// This reply after `delay`.
+    pub fn after(self, delay: Duration) -> Reply {
+        Reply::Delayed(delay, Box::new(self))
+    }
+
+    /// This reply once `gate` is open.
+    pub fn behind(self, gate: &Gate) -> Reply {
+        Reply::Gated(gate.clone(), Box::new(self))
+    }
+}
+
+/// A latch that holds [`Reply::Gated`] requests until opened; clones share it.
+///
+/// Lets a test keep exactly N calls in flight (then kill a worker, say) without
+/// guessing delays.
+#[derive(Clone)]
+pub struct Gate(Arc<watch::Sender<bool>>);
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate(Arc::new(watch::channel(false).0))
+    }
+
+    /// Releases every waiting request and lets later ones through.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Holds later requests again; ones already released stay released.
+    pub fn close(&self) {
+        self.0.send_replace(false);
+    }
+
+    pub fn is_open(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        // Cannot fail: `self` keeps the sender alive.
+        let _ = rx.wait_for(|open| *open).await;
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate::new()
+    }
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("open", &self.is_open())
+            .finish()
+    }
+}
+
+type Responder = Box<dyn Fn(&ChatCall) -> Reply + Send + Sync>;
+
+struct Shared {
+    responder: Responder,
+    calls: Mutex<Vec<ChatCall>>,
+    next_seq: AtomicU64,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+impl Shared {
+    fn calls(&self) -> MutexGuard<'_, Vec<ChatCall>> {
+        // A panic while holding the lock cannot leave the Vec half-written.
+        self.calls
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Logs the call and counts it in flight, under one lock so that a test that saw
+    /// `in_flight() == n` also sees those n calls in `calls()`.
+    fn enter(self: &Arc<Self>, mut call: ChatCall) -> (ChatCall, InFlight) {
+        let mut calls = self.calls();
+        call.seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        calls.push(call.clone());
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        (call, InFlight(Arc::clone(self)))
+    }
+}
+
+/// Counts one request in flight until dropped (answered, or the connection went away).
+struct InFlight(Arc<Shared>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The fake server; see the module docs.
+pub struct FakeOpenAi {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeOpenAi {
+    /// Starts the server from an async test. It does not run on the caller's runtime.
+    pub async fn start<F>(responder: F) -> FakeOpenAi
+    where
+        F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
+    {
+        FakeOpenAi::start_blocking(responder)
+    }
+
+    /// Starts the server from any thread, async runtime or not; returns once it listens.
+    pub fn start_blocking<F>(responder: F) -> FakeOpenAi
+    where
+        F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
+    {
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap_or_else(|e| panic!("fake OpenAI: bind 127.0.0.1:0: {e}"));
+        listener
+            .set_nonblocking(true)
+            .unwrap_or_else(|e| panic!("fake OpenAI: set_nonblocking: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("fake OpenAI: local_addr: {e}"));
+        let shared = Arc::new(Shared {
+            responder: Box::new(responder),
+            calls: Mutex::new(Vec::new()),
+            next_seq: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+        });
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let app = router(Arc::clone(&shared));
+        let thread = std::thread::Builder::new()
+            .name(format!("fake-openai-{}", addr.port()))
+            .spawn(move || serve(listener, app, stop_rx, ready_tx))
+            .unwrap_or_else(|e| panic!("fake OpenAI: spawn server thread: {e}"));
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(msg)) => panic!("fake OpenAI: {msg}"),
+            Err(_) => panic!("fake OpenAI: server thread died while starting"),
+        }
+        FakeOpenAi {
+            shared,
+            addr,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the base URL an OpenAI client expects.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Every request received since start (or `reset_counters`), in arrival order,
+    /// including ones never answered.
+    pub fn calls(&self) -> Vec<ChatCall> {
+        self.shared.calls().clone()
+    }
+
+    pub fn call_count(&self) -> usize {
+        self.shared.calls().len()
+    }
+
+    /// Requests received and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most requests ever in flight at once since start (or `reset_counters`).
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Clears the call log and sets the high-water mark to the current in-flight count.
+    /// `seq` keeps counting.
+    pub fn reset_counters(&self) {
+        let mut calls = self.shared.calls();
+        calls.clear();
+        let now = self.shared.in_flight.load(Ordering::SeqCst);
+        self.shared.max_in_flight.store(now, Ordering::SeqCst);
+    }
+}
+
+impl Drop for FakeOpenAi {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for FakeOpenAi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeOpenAi")
+            .field("addr", &self.addr)
+            .field("calls", &self.call_count())
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+/// The server thread: its own runtime, the axum server as an owned task, until `stop`.
+fn serve(
+    listener: std::net::TcpListener,
+    app: Router,
+    stop: oneshot::Receiver<()>,
+    ready: mpsc::Sender<Result<(), String>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("fake-openai-rt")
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = ready.send(Err(format!("build tokio runtime: {e}")));
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => listener,
+            Err(e) => {
+                let _ = ready.send(Err(format!("register listener with tokio: {e}")));
+                return;
+            }
+        };
+        let mut server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let _ = ready.send(Ok(()));
+        tokio::select! {
+            // Sent by Drop, or the sender dropped: either way, stop.
+            _ = stop => server.abort(),
+            ended = &mut server => eprintln!("fake OpenAI server ended early: {ended:?}"),
+        }
+    });
+    // Dropping the runtime cancels every connection task, hanging ones included.
+    drop(runtime);
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/chat/completions", post(chat_completions))
+        .with_state(shared)
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(value) => value,
+        Err(e) => {
+            let body = error_body(&format!("request body is not JSON: {e}"), "invalid_json");
+            return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+        }
+    };
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let (call, _in_flight) = shared.enter(parse_call(value, authorization));
+    let reply = match catch_unwind(AssertUnwindSafe(|| (shared.responder)(&call))) {
+        Ok(reply) => reply,
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic".into());
+            eprintln!("fake OpenAI responder panicked on call {}: {msg}", call.seq);
+            Reply::Status {
+                code: 500,
+                body: error_body(
+                    &format!("fake responder panicked: {msg}"),
+                    "responder_panic",
+                )
+                .to_string(),
+                retry_after: None,
+            }
+        }
+    };
+    respond(reply, &call).await
+}
+
+/// Lenient: missing or odd fields become empty/`None`, so the call is always logged.
+fn parse_call(body: Value, authorization: Option<String>) -> ChatCall {
+    let messages = body["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .map(|m| {
+                    let role = m["role"].as_str().unwrap_or_default().to_string();
+                    (role, content_text(&m["content"]))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ChatCall {
+        model: body["model"].as_str().unwrap_or_default().to_string(),
+        messages,
+        temperature: body["temperature"].as_f64(),
+        max_tokens: body["max_tokens"]
+            .as_u64()
+            .or_else(|| body["max_completion_tokens"].as_u64()),
+        authorization,
+        seq: 0,
+        body,
+    }
+}
+
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+async fn respond(mut reply: Reply, call: &ChatCall) -> Response {
+    loop {
+        reply = match reply {
+            Reply::Delayed(delay, inner) => {
+                tokio::time::sleep(delay).await;
+                *inner
+            }
+            Reply::Gated(gate, inner) => {
+                gate.wait().await;
+                *inner
+            }
+            Reply::Hang => std::future::pending::<Reply>().await,
+            Reply::Text(text) => {
+                let prompt = call.messages.iter().map(|(_, c)| words(c)).sum();
+                let completion = words(&text);
+                return completion_response(call, &text, prompt, completion);
+            }
+            Reply::TextWithUsage {
+                text,
+                prompt_tokens,
+                completion_tokens,
+            } => return completion_response(call, &text, prompt_tokens, completion_tokens),
+            Reply::Status {
+                code,
+                body,
+                retry_after,
+            } => return status_response(code, body, retry_after),
+            Reply::Garbage(body) => {
+                return (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    body,
+                )
+                    .into_response()
+            }
+        }
+    }
+}
+
+fn words(text: &str) -> u64 {
+    text.split_whitespace().count() as u64
+}
+
+fn completion_response(call: &ChatCall, text: &str, prompt: u64, completion: u64) -> Response {
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let body = json!({
+        "id": format!("chatcmpl-fake-{}", call.seq),
+        "object": "chat.completion",
+        "created": created,
+        "model": call.model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "stop",
+        }],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    });
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+fn status_response(code: u16, body: String, retry_after: Option<String>) -> Response {
+    let Ok(status) = StatusCode::from_u16(code) else {
+        let msg = format!("fake responder asked for invalid HTTP status {code}");
+        return (StatusCode::INTERNAL_SERVER_ERROR, msg).into_response();
+    };
+    let content_type = if serde_json::from_str::<Value>(&body).is_ok() {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    let mut response = (status, [(header::CONTENT_TYPE, content_type)], body).into_response();
+    if let Some(retry_after) = retry_after {
+        match HeaderValue::from_str(&retry_after) {
+            Ok(value) => {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            Err(_) => eprintln!("fake OpenAI: Retry-After {retry_after:?} is not a header value"),
+        }
+    }
+    response
+}
+
+fn error_body(message: &str, code: &str) -> Value {
+    json!({"error": {"message": message, "type": "fake_error", "param": null, "code": code}})
+}
+
+/// A key equal for calls with the same model and messages (roles and contents).
+pub fn request_key(call: &ChatCall) -> String {
+    // JSON keeps the parts unambiguous whatever characters the contents hold.
+    let key = json!([call.model, call.messages]);
+    format!("{}\u{0}{}", call.model, key)
+}
+
+/// How many calls repeat the model and messages of an earlier call.
+pub fn repeats(calls: &[ChatCall]) -> usize {
+    let mut seen = HashSet::new();
+    calls
+        .iter()
+        .filter(|c| !seen.insert(request_key(c)))
+        .count()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,90 @@
+//! A job delivered twice (as after a lost ack) calls the model once per worker: the
+//! second delivery is answered from the sled checkpoint. Real nats-server, real sled,
+//! real HTTP.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use halyard_broker::{BrokerConfig, Delivery};
+use halyard_proto::{subjects, ChatMessage, Job, JobKey, JobResult, ModelRef, Outcome, Sampling};
+use halyard_tests::{FakeOpenAi, NatsServer, Reply};
+use halyard_worker::{PoolSpec, WorkerConfig};
+
+fn job(base_url: &str, run: uuid::Uuid, text: &str) -> Job {
+    let key = JobKey {
+        pipeline: "test".into(),
+        stage: "answer".into(),
+        stage_version: 1,
+        model: ModelRef { backend: "openai".into(), endpoint: base_url.into(), model: "m".into() },
+        messages: vec![ChatMessage::user(text)],
+        sampling: Sampling::default(),
+        sample_index: 0,
+    };
+    Job::new(run, "pool-a", key, None, 10_000)
+}
+
+async fn publish(js: &jetstream::Context, job: &Job, msg_id: &str) {
+    let payload = bytes::Bytes::from(halyard_proto::encode(job).unwrap());
+    let m = jetstream::message::PublishMessage::build().payload(payload).message_id(msg_id);
+    js.send_publish(subjects::job_subject(&job.pool), m).await.unwrap().await.unwrap();
+}
+
+/// Two deliveries of one job: one model call, two results, the second from the checkpoint;
+/// and a checkpoint hit survives a worker restart on the same store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_delivery_calls_model_once_per_worker() {
+    let nats = NatsServer::start();
+    // Slow enough that both copies are in flight together with 4 slots.
+    let fake = FakeOpenAi::start(|_| Reply::Delayed(Duration::from_millis(300), Box::new(Reply::Text("an answer".into())))).await;
+    let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
+    halyard_broker::ensure_streams(&broker).await.unwrap();
+    let run = uuid::Uuid::now_v7();
+    let j = job(&fake.base_url(), run, "What is a flux capacitor?");
+    // Two copies under different message ids, so JetStream's de-duplication keeps both.
+    publish(&broker.js, &j, "copy-1").await;
+    publish(&broker.js, &j, "copy-2").await;
+
+    let state = tempfile::tempdir().unwrap();
+    let mut cfg = WorkerConfig::new(vec![PoolSpec { name: "pool-a".into(), concurrency: 4 }], state.path().to_path_buf());
+    cfg.delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let b = broker.clone();
+    let c = cfg.clone();
+    let worker = tokio::spawn(async move { halyard_worker::run(b, c, async move { let _ = stop_rx.wait_for(|v| *v).await; }).await });
+
+    let results = collect_results(&broker, run, 2).await;
+    stop_tx.send(true).unwrap();
+    let stats = worker.await.unwrap().unwrap();
+    assert_eq!(fake.call_count(), 1, "the model was called for a duplicate delivery");
+    assert_eq!(results.len(), 2);
+    assert_eq!(results.iter().filter(|r| r.cached).count(), 1);
+    assert!(results.iter().all(|r| r.job == j.id && matches!(&r.outcome, Outcome::Done(c) if c.text == "an answer")));
+    assert_eq!((stats.completed.get(), stats.replayed.get()), (1, 1));
+
+    // A new worker process on the same checkpoint answers a third copy without calling.
+    publish(&broker.js, &j, "copy-3").await;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let b = broker.clone();
+    let worker = tokio::spawn(async move { halyard_worker::run(b, cfg, async move { let _ = stop_rx.wait_for(|v| *v).await; }).await });
+    let more = collect_results(&broker, run, 1).await;
+    stop_tx.send(true).unwrap();
+    worker.await.unwrap().unwrap();
+    assert!(more[0].cached);
+    assert_eq!(fake.call_count(), 1);
+}
+
+async fn collect_results(broker: &halyard_broker::Broker, run: uuid::Uuid, n: usize) -> Vec<JobResult> {
+    let consumer = halyard_broker::results_consumer(broker, run).await.unwrap();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while out.len() < n {
+        assert!(tokio::time::Instant::now() < deadline, "only {} of {n} results arrived", out.len());
+        let mut batch = consumer.fetch().max_messages(n - out.len()).expires(Duration::from_millis(500)).messages().await.unwrap();
+        while let Some(Ok(m)) = batch.next().await {
+            out.push(halyard_proto::decode::<JobResult>("result", &m.payload).unwrap());
+            m.ack().await.unwrap();
+        }
+    }
+    out
+}

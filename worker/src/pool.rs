@@ -1,0 +1,300 @@
+//! One pool's work loop: fetch as many jobs as there are free slots, run each through
+//! the [`Lifecycle`] state machine, carry out its effects.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use futures::StreamExt;
+use halyard_broker::{Broker, PullConsumer};
+use halyard_proto::{subjects, Failure, FailureKind, Job, JobId, JobResult, Outcome};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn, Instrument};
+
+use crate::backend::{openai::OpenAi, Backend, CallError};
+use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State};
+use crate::retry::{call_with_retry, RetryPolicy};
+use crate::{Checkpoint, Stats};
+
+pub(crate) struct PoolCtx {
+    pub broker: Broker,
+    pub checkpoint: Checkpoint,
+    pub http: OpenAi,
+    pub stats: Arc<Stats>,
+    pub worker_id: String,
+    pub retry: RetryPolicy,
+    pub max_deliver: u64,
+    pub ack_wait: Duration,
+    /// Flips to true when in-flight calls must be abandoned (grace period over).
+    pub hard_stop: watch::Receiver<bool>,
+    /// Jobs being run by this worker: a second delivery of the same job (a lost ack, a
+    /// duplicate publish) waits for the first and is then answered from the checkpoint.
+    pub running: std::sync::Mutex<HashMap<JobId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl PoolCtx {
+    fn job_lock(&self, id: JobId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(id).or_default().clone()
+    }
+
+    fn release(&self, id: JobId, lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut m = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        // Two references: ours and the map's. Anyone else still waiting keeps it alive.
+        if Arc::strong_count(&lock) <= 2 {
+            m.remove(&id);
+        }
+    }
+}
+
+/// Pull and run `pool`'s jobs until `shutdown` flips, then wait for in-flight jobs
+/// (they finish, or are nak'd once `hard_stop` flips).
+pub(crate) async fn run_pool(
+    ctx: Arc<PoolCtx>,
+    pool: String,
+    consumer: PullConsumer,
+    concurrency: usize,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+    let mut tasks = JoinSet::new();
+    info!(pool, concurrency, "pool loop started");
+    'outer: loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        // Wait for at least one free slot, then ask for as many jobs as slots are free.
+        let first = tokio::select! {
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = shutdown.changed() => break,
+        };
+        let want = slots.available_permits() + 1;
+        let batch = consumer.fetch().max_messages(want).expires(Duration::from_secs(2)).messages().await;
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(pool, error = %e, "fetch failed; retrying");
+                drop(first);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                    _ = shutdown.changed() => break,
+                }
+            }
+        };
+        let mut first = Some(first);
+        loop {
+            let next = tokio::select! {
+                m = batch.next() => m,
+                _ = shutdown.changed() => break 'outer,
+            };
+            let Some(msg) = next else { break };
+            let msg = match msg {
+                Ok(m) => m,
+                Err(e) => {
+                    debug!(pool, error = %e, "fetch batch ended");
+                    break;
+                }
+            };
+            let permit = match first.take() {
+                Some(p) => p,
+                None => match slots.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => break 'outer,
+                },
+            };
+            let ctx = ctx.clone();
+            tasks.spawn(async move {
+                handle(ctx, msg).await;
+                drop(permit);
+            });
+            // Reap finished tasks so the set does not grow.
+            while tasks.try_join_next().is_some() {}
+        }
+    }
+    info!(pool, in_flight = tasks.len(), "pool loop stopping; waiting for in-flight jobs");
+    while tasks.join_next().await.is_some() {}
+}
+
+async fn handle(ctx: Arc<PoolCtx>, msg: jetstream::Message) {
+    let (delivered, seq) = match msg.info() {
+        Ok(i) => (i.delivered.max(1) as u64, i.stream_sequence),
+        Err(e) => {
+            warn!(error = %e, "job message without JetStream metadata; ignoring");
+            return;
+        }
+    };
+    let job: Job = match halyard_proto::decode("job", &msg.payload)
+        .and_then(|j: Job| halyard_proto::codec::check_version("job", j.v).map(|_| j))
+    {
+        Ok(j) => j,
+        Err(e) => {
+            // Undecodable: nobody can ever run it. Terminate it so it does not loop.
+            warn!(stream_seq = seq, error = %e, "terminating undecodable job message");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let span = tracing::info_span!("job", job = %job.id, run = %job.run, pool = %job.pool, delivery = delivered);
+    run_job(ctx, msg, job, delivered).instrument(span).await
+}
+
+async fn run_job(ctx: Arc<PoolCtx>, msg: jetstream::Message, job: Job, delivered: u64) {
+    let lock = ctx.job_lock(job.id);
+    let guard = lock.lock().await;
+    run_job_locked(&ctx, msg, &job, delivered).await;
+    drop(guard);
+    ctx.release(job.id, lock);
+}
+
+async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, delivered: u64) {
+    let mut lc = Lifecycle::new(delivered, ctx.max_deliver);
+    let cached = match ctx.checkpoint.get(&job.id) {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "unreadable checkpoint record; calling the model again");
+            None
+        }
+    };
+    let mut completion = cached;
+    let mut last_error: Option<CallError> = None;
+    let mut pending: std::collections::VecDeque<Effect> = lc.step(Event::Start { checkpoint_hit: completion.is_some() }).into();
+    while let Some(effect) = pending.pop_front() {
+        let event = match effect {
+            Effect::CallBackend => match call(ctx, &msg, &job).await {
+                CallOutcome::Done(c) => {
+                    ctx.stats.add_calls(c.calls as u64);
+                    completion = Some(c);
+                    Event::CallSucceeded
+                }
+                CallOutcome::Failed(e, calls) => {
+                    ctx.stats.add_calls(calls as u64);
+                    warn!(error = %e.message, status = ?e.status, permanent = e.is_permanent(), "model call failed");
+                    let ev = Event::CallFailed { permanent: e.is_permanent(), retry_after: e.retry_after };
+                    last_error = Some(e);
+                    ev
+                }
+                CallOutcome::Abandoned => Event::Shutdown,
+            },
+            Effect::Persist => {
+                let Some(c) = completion.as_ref() else { break };
+                match ctx.checkpoint.put(job.id, c).await {
+                    Ok(()) => Event::Persisted,
+                    Err(e) => {
+                        warn!(error = %e, "checkpoint write failed; job goes back to the queue");
+                        Event::PersistFailed
+                    }
+                }
+            }
+            Effect::PublishResult => {
+                let Some(c) = completion.clone() else { break };
+                let replay = matches!(lc.state(), State::Publishing { replay: true, .. });
+                publish(ctx, &job, Outcome::Done(c), delivered, replay).await
+            }
+            Effect::PublishDeadLetter => {
+                let e = last_error.clone().unwrap_or_else(|| CallError::transient("unknown error"));
+                let kind = if e.is_permanent() { FailureKind::Permanent } else { FailureKind::Exhausted };
+                let error = if kind == FailureKind::Exhausted {
+                    format!("gave up after {delivered} deliveries: {}", e.message)
+                } else {
+                    e.message.clone()
+                };
+                publish(ctx, &job, Outcome::Failed(Failure { kind, error, http_status: e.status }), delivered, false).await
+            }
+            Effect::Ack => match msg.double_ack().await {
+                Ok(()) => Event::Acked,
+                Err(e) => {
+                    // The result is durable and published; a redelivery will replay it.
+                    warn!(error = %e, "ack not confirmed; a redelivery will be answered from the checkpoint");
+                    break;
+                }
+            },
+            Effect::Nak(delay) => {
+                if let Err(e) = msg.ack_with(AckKind::Nak(Some(delay))).await {
+                    warn!(error = %e, "nak failed; the job will be redelivered after ack_wait");
+                }
+                break;
+            }
+        };
+        pending.extend(lc.step(event));
+    }
+    match lc.state() {
+        State::Finished(Disposition::Completed) => ctx.stats.completed.inc(),
+        State::Finished(Disposition::Replayed) => ctx.stats.replayed.inc(),
+        State::Finished(Disposition::DeadLetter) => ctx.stats.dead_letters.inc(),
+        _ => ctx.stats.retried.inc(),
+    }
+}
+
+enum CallOutcome {
+    Done(halyard_proto::Completion),
+    Failed(CallError, u32),
+    Abandoned,
+}
+
+/// Run the call with retries, sending in-progress acks while it lasts longer than a
+/// fraction of `ack_wait`, and abandoning it when the hard stop comes.
+async fn call(ctx: &PoolCtx, msg: &jetstream::Message, job: &Job) -> CallOutcome {
+    let backend = match Backend::for_kind(&job.key.model.backend, &ctx.http) {
+        Ok(b) => b,
+        Err(e) => return CallOutcome::Failed(e, 0),
+    };
+    let fut = call_with_retry(&backend, job, ctx.retry);
+    tokio::pin!(fut);
+    let period = (ctx.ack_wait / 3).max(Duration::from_millis(200));
+    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut hard_stop = ctx.hard_stop.clone();
+    loop {
+        tokio::select! {
+            (res, n) = &mut fut => return match res {
+                Ok(c) => CallOutcome::Done(c),
+                Err(e) => CallOutcome::Failed(e, n),
+            },
+            _ = progress.tick() => {
+                if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                    debug!(error = %e, "progress ack failed");
+                }
+            }
+            stopped = async { hard_stop.wait_for(|s| *s).await.is_ok() } => {
+                if stopped { return CallOutcome::Abandoned; }
+                // The sender is gone: no hard stop can come any more; keep calling.
+                return match (&mut fut).await { (Ok(c), _) => CallOutcome::Done(c), (Err(e), n) => CallOutcome::Failed(e, n) };
+            }
+        }
+    }
+}
+
+/// Publish a result and wait for the broker's ack; retry a few times on broker trouble.
+async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, cached: bool) -> Event {
+    let result = JobResult {
+        v: halyard_proto::WIRE_VERSION,
+        job: job.id,
+        run: job.run,
+        outcome,
+        deliveries,
+        worker: ctx.worker_id.clone(),
+        cached,
+    };
+    let payload = match halyard_proto::encode(&result) {
+        Ok(p) => bytes::Bytes::from(p),
+        Err(e) => {
+            warn!(error = %e, "cannot encode result");
+            return Event::PublishFailed;
+        }
+    };
+    let subject = subjects::result_subject(job.run);
+    let msg_id = subjects::result_msg_id(job.run, &job.id);
+    for attempt in 0..5u32 {
+        let publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(&msg_id);
+        match ctx.broker.js.send_publish(subject.clone(), publish).await {
+            Ok(ack) => match ack.await {
+                Ok(_) => return Event::Published,
+                Err(e) => warn!(attempt, error = %e, "result publish not acknowledged"),
+            },
+            Err(e) => warn!(attempt, error = %e, "result publish failed"),
+        }
+        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+    }
+    Event::PublishFailed
+}
