@@ -61,18 +61,19 @@ fn full_run_matches_independent_computation() {
 fn kill_and_resume_loses_nothing_and_repeats_at_most_in_flight() {
     let qs = load_questions(180);
     let concurrency = 4;
-    // Uninterrupted reference run.
-    let fake_ref = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
-    let dir = tempfile::tempdir().unwrap();
-    let sweep_ref = write_sweep(dir.path(), "ref", &fake_ref.base_url(), 180, concurrency);
-    let out_ref = dir.path().join("runs-ref");
-    run_to_end(&["run", sweep_ref.to_str().unwrap(), "--out", out_ref.to_str().unwrap()]);
-    let calls_ref = fake_ref.call_count();
-
-    // Interrupted run: slow calls, so the kill lands mid-run.
+    // One fake for both runs (the endpoint is part of every job id); slow calls, so that
+    // the kill lands mid-run.
     let rules = responder(question_index(&qs), None);
     let fake = FakeOpenAi::start_blocking(move |c| Reply::Delayed(Duration::from_millis(15), Box::new(rules(c))));
+    let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "ref", &fake.base_url(), 180, concurrency);
+    // Uninterrupted reference run.
+    let out_ref = dir.path().join("runs-ref");
+    run_to_end(&["run", sweep.to_str().unwrap(), "--out", out_ref.to_str().unwrap()]);
+    let calls_ref = fake.call_count();
+    fake.reset_counters();
+
+    // Interrupted run, in its own output directory (own broker store and checkpoint).
     let out = dir.path().join("runs-killed");
     let mut cmd = halyard();
     cmd.args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
@@ -85,6 +86,8 @@ fn kill_and_resume_loses_nothing_and_repeats_at_most_in_flight() {
     }
     let in_flight_at_kill = fake.in_flight();
     child.kill();
+    // Calls answered by the fake but not yet checkpointed count as in flight too, so the
+    // bound is the slots: two pools (model, judge) of `concurrency` each.
     let calls_before = fake.call_count();
     // Nothing started by `halyard run` outlives it (nats-server gets PDEATHSIG).
     let needle = out.to_str().unwrap().to_string();

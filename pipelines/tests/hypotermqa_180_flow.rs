@@ -175,13 +175,9 @@ fn check_report(labels: &[ItemLabel], semantics: Semantics) -> halyard_pipelines
     let r = score(&meta, &totals, labels);
     assert_eq!((r.hypothetical_questions, r.questions, r.items_labelled, r.items_ignored), (60, 180, 180, 0));
     let h = &r.answer_labels.hypothetical;
-    let sum = h.valid.numerator
-        + h.hallucination.numerator
-        + h.irrelevant.numerator
-        + h.judge_error.numerator
-        + h.unanswered.numerator;
+    let sum = h.valid + h.hallucination + h.irrelevant + h.judge_error + h.unanswered;
     assert_eq!(sum, 60);
-    assert_eq!(r.answer_labels.valid.valid.denominator, 120);
+    assert_eq!(r.by_question_type.valid.valid.denominator, 120);
     assert!((r.hts - 100.0 * r.valid_answers_to_hypothetical as f64 / 60.0).abs() < 1e-9);
     assert_eq!(
         r.rows_by_check_type.code_check.count as usize,

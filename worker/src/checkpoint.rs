@@ -9,7 +9,10 @@
 use std::path::Path;
 
 use halyard_proto::{Completion, JobId};
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -30,6 +33,7 @@ type WriteReq = (JobId, Vec<u8>, oneshot::Sender<Result<(), CheckpointError>>);
 pub struct Checkpoint {
     tree: sled::Tree,
     tx: mpsc::Sender<WriteReq>,
+    writer: Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
 }
 
 /// Largest number of writes committed by one flush.
@@ -56,8 +60,8 @@ impl Checkpoint {
     fn from_db(db: sled::Db) -> Result<Checkpoint, sled::Error> {
         let tree = db.open_tree("completions")?;
         let (tx, rx) = mpsc::channel(4096);
-        tokio::spawn(Writer { db, tree: tree.clone(), rx }.run());
-        Ok(Checkpoint { tree, tx })
+        let writer = tokio::spawn(Writer { db, tree: tree.clone(), rx }.run());
+        Ok(Checkpoint { tree, tx, writer: Arc::new(std::sync::Mutex::new(Some(writer))) })
     }
 
     /// The stored completion for `job`, if any.
@@ -76,6 +80,17 @@ impl Checkpoint {
         let (tx, rx) = oneshot::channel();
         self.tx.send((job, bytes, tx)).await.map_err(|_| CheckpointError::Stopped)?;
         rx.await.map_err(|_| CheckpointError::Stopped)?
+    }
+
+    /// Flush and release the store (its file lock included), so that another process or
+    /// worker can open it at once. Waits until every other clone of this handle is gone.
+    pub async fn close(self) {
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(self.tx);
+        drop(self.tree);
+        if let Some(w) = writer {
+            let _ = w.await;
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -119,6 +134,8 @@ impl Writer {
         }
         // All handles dropped: make sure everything is on disk before the db closes.
         let _ = self.db.flush_async().await;
+        drop(self.tree);
+        drop(self.db);
     }
 }
 
@@ -136,24 +153,14 @@ mod tests {
     async fn put_is_durable_across_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let id = JobId([7; 16]);
-        {
-            let cp = Checkpoint::open(dir.path()).unwrap();
-            assert_eq!(cp.get(&id).unwrap(), None);
-            cp.put(id, &completion("hello")).await.unwrap();
-            assert_eq!(cp.get(&id).unwrap().unwrap().text, "hello");
-        }
-        // Wait for the writer task to release the db lock after the handle dropped.
-        let mut reopened = None;
-        for _ in 0..100 {
-            match Checkpoint::open(dir.path()) {
-                Ok(c) => {
-                    reopened = Some(c);
-                    break;
-                }
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-            }
-        }
-        let cp = reopened.expect("store reopens");
+        let cp = Checkpoint::open(dir.path()).unwrap();
+        assert_eq!(cp.get(&id).unwrap(), None);
+        cp.put(id, &completion("hello")).await.unwrap();
+        assert_eq!(cp.get(&id).unwrap().unwrap().text, "hello");
+        // While open, the store is locked against a second opener.
+        assert!(Checkpoint::open(dir.path()).is_err());
+        cp.close().await;
+        let cp = Checkpoint::open(dir.path()).expect("store reopens at once after close");
         assert_eq!(cp.get(&id).unwrap().unwrap().text, "hello");
     }
 

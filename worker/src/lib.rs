@@ -178,6 +178,8 @@ pub async fn run_with_checkpoint(
     while loops.join_next().await.is_some() {}
     // Drain the client's pending acks/publishes before the connection goes away.
     let _ = broker.client.flush().await;
+    drop(ctx);
+    checkpoint.close().await;
     info!(
         calls = stats.calls.get(),
         completed = stats.completed.get(),

@@ -104,17 +104,43 @@ pub struct LabelShares {
     pub judge_error: Share,
 }
 
+/// Answer-label counts of a group of questions (the shares are in [`ByQuestionType`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerCounts {
+    pub valid: u64,
+    pub hallucination: u64,
+    pub irrelevant: u64,
+    pub judge_error: u64,
+    pub unanswered: u64,
+    pub not_labelled: u64,
+}
+
+impl From<&AnswerShares> for AnswerCounts {
+    fn from(a: &AnswerShares) -> Self {
+        AnswerCounts {
+            valid: a.valid.numerator,
+            hallucination: a.hallucination.numerator,
+            irrelevant: a.irrelevant.numerator,
+            judge_error: a.judge_error.numerator,
+            unanswered: a.unanswered.numerator,
+            not_labelled: a.not_labelled.numerator,
+        }
+    }
+}
+
 /// The headline table: hypothetical versus valid (programmatic + fresh) questions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AnswerLabelTable {
-    pub hypothetical: AnswerShares,
-    pub valid: AnswerShares,
+    pub hypothetical: AnswerCounts,
+    pub valid: AnswerCounts,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ByQuestionType {
     pub all: AnswerShares,
     pub hypothetical: AnswerShares,
+    /// Programmatic and fresh together.
+    pub valid: AnswerShares,
     pub valid_programmatic: AnswerShares,
     pub valid_fresh: AnswerShares,
 }
@@ -304,6 +330,7 @@ pub fn score<'a>(meta: &ScoreMeta, totals: &QuestionCounts, labels: impl IntoIte
     let valid_all = prog.merge(fresh);
     let group = |m: &BTreeMap<&'static str, Tally>, k: &str| m.get(k).unwrap_or(&empty).labels();
     let hypothetical = hyp.answers(totals.hypothetical);
+    let valid = valid_all.answers(totals.valid_programmatic + totals.valid_fresh);
     let hts_share = hypothetical.valid;
     let judge_answers = hyp.merge(&valid_all);
     let questions = totals.hypothetical + totals.valid_programmatic + totals.valid_fresh;
@@ -321,13 +348,11 @@ pub fn score<'a>(meta: &ScoreMeta, totals: &QuestionCounts, labels: impl IntoIte
         questions: questions.max(items.len() as u64),
         items_labelled: items.len() as u64,
         items_ignored: ignored,
-        answer_labels: AnswerLabelTable {
-            hypothetical: hypothetical.clone(),
-            valid: valid_all.answers(totals.valid_programmatic + totals.valid_fresh),
-        },
+        answer_labels: AnswerLabelTable { hypothetical: (&hypothetical).into(), valid: (&valid).into() },
         by_question_type: ByQuestionType {
             all: judge_answers.answers(questions),
             hypothetical,
+            valid,
             valid_programmatic: prog.answers(totals.valid_programmatic),
             valid_fresh: fresh.answers(totals.valid_fresh),
         },
@@ -426,7 +451,7 @@ pub fn render_markdown(r: &Report) -> String {
     for (name, a) in [
         ("all", &q.all),
         ("hypothetical", &q.hypothetical),
-        ("valid (programmatic + fresh)", &r.answer_labels.valid),
+        ("valid (programmatic + fresh)", &q.valid),
         ("valid, programmatic", &q.valid_programmatic),
         ("valid, fresh", &q.valid_fresh),
     ] {

@@ -96,11 +96,9 @@ fn hts_and_shares() {
     assert_eq!(r.hts_labelled_only, None);
     assert_eq!((r.items_labelled, r.items_ignored, r.questions), (5, 1, 15));
     let h = &r.answer_labels.hypothetical;
-    assert_eq!(
-        (h.hallucination.numerator, h.irrelevant.numerator, h.unanswered.numerator, h.not_labelled.numerator),
-        (1, 1, 1, 1)
-    );
-    assert_eq!(r.answer_labels.valid.valid, Share::new(1, 10));
+    assert_eq!((h.hallucination, h.irrelevant, h.unanswered, h.not_labelled), (1, 1, 1, 1));
+    assert_eq!(r.by_question_type.valid.valid, Share::new(1, 10));
+    assert_eq!(r.answer_labels.valid.valid, 1);
     assert_eq!(r.rows_by_term_type.hypothetical.count, 5);
     assert_eq!(r.rows_by_term_type.hypothetical.hallucination, Share::new(1, 5));
     assert_eq!(r.rows_by_check_type.meaning.count, 4);
@@ -123,5 +121,6 @@ fn reference_adds_labelled_only_hts() {
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(json["pipeline"], "hypotermqa");
     assert_eq!(json["semantics"], "reference");
-    assert_eq!(json["answer_labels"]["hypothetical"]["valid"]["denominator"], 4);
+    assert_eq!(json["answer_labels"]["hypothetical"]["valid"], 1);
+    assert_eq!(json["by_question_type"]["hypothetical"]["valid"]["denominator"], 4);
 }
