@@ -144,7 +144,8 @@ mod tests {
     fn id_is_a_content_hash() {
         let a = key();
         assert_eq!(a.id(), key().id());
-        let variants: Vec<Box<dyn Fn(&mut JobKey)>> = vec![
+        type Mutation = Box<dyn Fn(&mut JobKey)>;
+        let variants: Vec<Mutation> = vec![
             Box::new(|k| k.pipeline.push('x')),
             Box::new(|k| k.stage.push('x')),
             Box::new(|k| k.stage_version += 1),

@@ -162,7 +162,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
     let mut pending: std::collections::VecDeque<Effect> = lc.step(Event::Start { checkpoint_hit: completion.is_some() }).into();
     while let Some(effect) = pending.pop_front() {
         let event = match effect {
-            Effect::CallBackend => match call(ctx, &msg, &job).await {
+            Effect::CallBackend => match call(ctx, &msg, job).await {
                 CallOutcome::Done(c) => {
                     ctx.stats.add_calls(c.calls as u64);
                     completion = Some(c);
@@ -190,7 +190,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
             Effect::PublishResult => {
                 let Some(c) = completion.clone() else { break };
                 let replay = matches!(lc.state(), State::Publishing { replay: true, .. });
-                publish(ctx, &job, Outcome::Done(c), delivered, replay).await
+                publish(ctx, job, Outcome::Done(c), delivered, replay).await
             }
             Effect::PublishDeadLetter => {
                 let e = last_error.clone().unwrap_or_else(|| CallError::transient("unknown error"));
@@ -200,7 +200,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
                 } else {
                     e.message.clone()
                 };
-                publish(ctx, &job, Outcome::Failed(Failure { kind, error, http_status: e.status }), delivered, false).await
+                publish(ctx, job, Outcome::Failed(Failure { kind, error, http_status: e.status }), delivered, false).await
             }
             Effect::Ack => match msg.double_ack().await {
                 Ok(()) => Event::Acked,
