@@ -48,6 +48,13 @@ struct RawModel {
     max_tokens: Option<i64>,
     seed: Option<u64>,
     timeout_s: Option<f64>,
+    // gguf backend
+    model_path: Option<String>,
+    gpu: Option<i64>,
+    gpu_layers: Option<i64>,
+    slots: Option<i64>,
+    threads: Option<i64>,
+    ctx_size: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,6 +81,52 @@ struct RawRun {
 pub struct Model {
     pub spec: ModelSpec,
     pub max_concurrency: usize,
+    /// For `backend = "gguf"`: the file and how to run it.
+    pub local: Option<LocalModel>,
+}
+
+/// A GGUF model run inside the worker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalModel {
+    pub path: PathBuf,
+    /// GPU index, or None for CPU.
+    pub gpu: Option<u32>,
+    /// Layers offloaded to the GPU (default: all).
+    pub gpu_layers: u32,
+    /// Sequences decoded together in one batch.
+    pub slots: usize,
+    /// CPU threads (0: all available cores).
+    pub threads: usize,
+    /// Context length per slot, in tokens.
+    pub ctx_size: u32,
+}
+
+impl LocalModel {
+    /// `cpu` or `gpuN`: the placement carried in the pool name.
+    pub fn placement(&self) -> String {
+        match self.gpu {
+            None => "cpu".into(),
+            Some(n) => format!("gpu{n}"),
+        }
+    }
+}
+
+/// A location-independent identity of a model file: name, size and a hash of its first
+/// MiB (the GGUF header, metadata and vocabulary). Job ids use it, so workers that keep
+/// the same file under another path share checkpoints and de-duplication.
+pub fn gguf_identity(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let size = f.metadata()?.len();
+    let mut head = Vec::with_capacity(1 << 20);
+    (&mut f).take(1 << 20).read_to_end(&mut head)?;
+    if head.len() < 4 || &head[..4] != b"GGUF" {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a GGUF file (no GGUF magic)"));
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let h = blake3::hash(&head);
+    let hex: String = h.as_bytes()[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("gguf:{name}:{size}:{hex}"))
 }
 
 #[derive(Clone, Debug)]
@@ -160,6 +213,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         if !names.insert(m.name.clone()) {
             return Err(key_err(f, k("name"), format!("duplicate model name {:?}", m.name)));
         }
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut local = None;
         let endpoint = match m.backend.as_str() {
             "openai" => {
                 let url = m.base_url.clone().ok_or_else(|| key_err(f, k("base_url"), "required for backend \"openai\""))?;
@@ -169,20 +224,67 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 url.trim_end_matches('/').to_string()
             }
             "noop" => String::new(),
+            "gguf" => {
+                let rel = m.model_path.clone().ok_or_else(|| key_err(f, k("model_path"), "required for backend \"gguf\""))?;
+                let file = base.join(&rel);
+                let id = gguf_identity(&file).map_err(|e| {
+                    key_err(f, k("model_path"), format!("{}: {e} (fetch the default model with scripts/fetch-model.sh)", file.display()))
+                })?;
+                let int = |v: Option<i64>, key: &str, lo: i64, hi: i64, default: i64| -> Result<i64, SweepError> {
+                    let x = v.unwrap_or(default);
+                    if (lo..=hi).contains(&x) {
+                        Ok(x)
+                    } else {
+                        Err(key_err(f, k(key), format!("{x} is outside {lo}..={hi}")))
+                    }
+                };
+                let gpu = match m.gpu {
+                    None => None,
+                    Some(g) => Some(int(Some(g), "gpu", 0, 63, 0)? as u32),
+                };
+                local = Some(LocalModel {
+                    path: file,
+                    gpu,
+                    gpu_layers: int(m.gpu_layers, "gpu_layers", 0, 100_000, 100_000)? as u32,
+                    slots: int(m.slots, "slots", 1, 256, 4)? as usize,
+                    threads: int(m.threads, "threads", 0, 1024, 0)? as usize,
+                    ctx_size: int(m.ctx_size, "ctx_size", 256, 1 << 20, 4096)? as u32,
+                });
+                id
+            }
             other => {
-                return Err(key_err(f, k("backend"), format!("unknown backend {other:?} (expected \"openai\" or \"noop\")")))
+                return Err(key_err(
+                    f,
+                    k("backend"),
+                    format!("unknown backend {other:?} (expected \"openai\", \"gguf\" or \"noop\")"),
+                ))
             }
         };
+        if m.backend != "gguf" {
+            for (key, set) in [
+                ("model_path", m.model_path.is_some()),
+                ("gpu", m.gpu.is_some()),
+                ("gpu_layers", m.gpu_layers.is_some()),
+                ("slots", m.slots.is_some()),
+                ("threads", m.threads.is_some()),
+                ("ctx_size", m.ctx_size.is_some()),
+            ] {
+                if set {
+                    return Err(key_err(f, k(key), "only applies to backend \"gguf\""));
+                }
+            }
+        }
         let api_model = match (&m.model, m.backend.as_str()) {
             (Some(x), _) => x.clone(),
-            (None, "noop") => m.name.clone(),
+            (None, "noop" | "gguf") => m.name.clone(),
             (None, _) => return Err(key_err(f, k("model"), "required: the model name sent to the API")),
         };
         let temperature = m.temperature.unwrap_or(0.0);
         if !(0.0..=2.0).contains(&temperature) {
             return Err(key_err(f, k("temperature"), format!("{temperature} is outside 0..=2")));
         }
-        let max_concurrency = m.max_concurrency.unwrap_or(4);
+        // A local model serves as many jobs at once as it has slots.
+        let max_concurrency = m.max_concurrency.unwrap_or(local.as_ref().map_or(4, |l| l.slots as i64));
         if !(1..=4096).contains(&max_concurrency) {
             return Err(key_err(f, k("max_concurrency"), format!("{max_concurrency} is outside 1..=4096")));
         }
@@ -200,7 +302,14 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 return Err(key_err(f, k("api_key_env"), "must be the NAME of an environment variable"));
             }
         }
-        let pool = m.pool.clone().unwrap_or_else(|| m.name.clone());
+        // A local model's pool carries its placement, so its jobs reach only the worker
+        // that holds the model there.
+        let pool = match (&m.pool, &local) {
+            (Some(p), Some(l)) => format!("{p}@{}", l.placement()),
+            (Some(p), None) => p.clone(),
+            (None, Some(l)) => format!("gguf/{}@{}", m.name, l.placement()),
+            (None, None) => m.name.clone(),
+        };
         if pool.is_empty() {
             return Err(key_err(f, k("pool"), "must not be empty"));
         }
@@ -216,6 +325,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 timeout_ms: (timeout_s * 1000.0) as u64,
             },
             max_concurrency: max_concurrency as usize,
+            local,
         });
     }
     let find = |key: String, name: &str| -> Result<ModelSpec, SweepError> {

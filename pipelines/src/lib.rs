@@ -20,6 +20,8 @@
 //!   - `labels.rs`: term and answer label rules, and the `labels.jsonl` row;
 //!   - `plan.rs`: [`hypotermqa::evaluate`], the per-question planner;
 //!   - `score.rs`: [`hypotermqa::score()`] and [`hypotermqa::render_markdown`].
+//! - [`metrics`]: the metric functions of `shared/specs/metrics.md` (UHGEval, AutoHall,
+//!   ChainPoll/RealHall, SelfCheck-NGram, pseudo-entropy, HVI), pure and typed.
 //!
 //! ## How the coordinator drives a pipeline
 //! 1. For each item, call `evaluate(config, item, &results)`.
@@ -34,3 +36,4 @@
 
 pub mod common;
 pub mod hypotermqa;
+pub mod metrics;

@@ -62,6 +62,8 @@ pub struct WorkerConfig {
     pub retry: retry::RetryPolicy,
     /// Time in-flight calls get to finish after shutdown before they are nak'd.
     pub shutdown_grace: Duration,
+    /// Local GGUF models this worker loads and serves.
+    pub local_models: Vec<backend::GgufSpec>,
 }
 
 impl WorkerConfig {
@@ -73,6 +75,7 @@ impl WorkerConfig {
             delivery: Delivery::default(),
             retry: retry::RetryPolicy::default(),
             shutdown_grace: Duration::from_secs(10),
+            local_models: Vec::new(),
         }
     }
 }
@@ -142,14 +145,18 @@ pub async fn run_with_checkpoint(
         return Err(WorkerError::NoPools);
     }
     halyard_broker::ensure_streams(&broker).await?;
-    let http = backend::openai::OpenAi::new().map_err(|e| WorkerError::Backend(e.message))?;
+    let specs = config.local_models.clone();
+    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&specs))
+        .await
+        .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
+        .map_err(WorkerError::Backend)?;
     let stats = Arc::new(Stats::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (hard_tx, hard_rx) = watch::channel(false);
     let ctx = Arc::new(pool::PoolCtx {
         broker: broker.clone(),
         checkpoint: checkpoint.clone(),
-        http,
+        backends,
         stats: stats.clone(),
         worker_id: config.worker_id.clone(),
         retry: config.retry,

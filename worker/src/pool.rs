@@ -13,7 +13,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::backend::{openai::OpenAi, Backend, CallError};
+use crate::backend::{Backends, CallError};
 use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State};
 use crate::retry::{call_with_retry, RetryPolicy};
 use crate::{Checkpoint, Stats};
@@ -21,7 +21,7 @@ use crate::{Checkpoint, Stats};
 pub(crate) struct PoolCtx {
     pub broker: Broker,
     pub checkpoint: Checkpoint,
-    pub http: OpenAi,
+    pub backends: Backends,
     pub stats: Arc<Stats>,
     pub worker_id: String,
     pub retry: RetryPolicy,
@@ -236,11 +236,7 @@ enum CallOutcome {
 /// Run the call with retries, sending in-progress acks while it lasts longer than a
 /// fraction of `ack_wait`, and abandoning it when the hard stop comes.
 async fn call(ctx: &PoolCtx, msg: &jetstream::Message, job: &Job) -> CallOutcome {
-    let backend = match Backend::for_kind(&job.key.model.backend, &ctx.http) {
-        Ok(b) => b,
-        Err(e) => return CallOutcome::Failed(e, 0),
-    };
-    let fut = call_with_retry(&backend, job, ctx.retry);
+    let fut = call_with_retry(&ctx.backends, job, ctx.retry);
     tokio::pin!(fut);
     let period = (ctx.ack_wait / 3).max(Duration::from_millis(200));
     let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);

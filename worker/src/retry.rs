@@ -9,7 +9,7 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use halyard_proto::{Completion, Job};
 
-use crate::backend::{Backend, CallError, ErrorClass};
+use crate::backend::{Backends, CallError, ErrorClass};
 
 #[derive(Clone, Copy, Debug)]
 pub struct RetryPolicy {
@@ -33,7 +33,7 @@ impl Default for RetryPolicy {
 
 /// Call the backend, retrying transient failures. On success the completion's `calls`
 /// counts every attempt made; on failure the error is the last one.
-pub async fn call_with_retry(backend: &Backend, job: &Job, policy: RetryPolicy) -> (Result<Completion, CallError>, u32) {
+pub async fn call_with_retry(backend: &Backends, job: &Job, policy: RetryPolicy) -> (Result<Completion, CallError>, u32) {
     let attempts = AtomicU32::new(0);
     let backoff = ExponentialBuilder::default()
         .with_min_delay(policy.min_delay)

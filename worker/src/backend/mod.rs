@@ -1,8 +1,12 @@
-//! Model backends. A backend turns a [`Job`]'s request into a [`Completion`] or a
-//! classified [`CallError`]; retries and pacing are the caller's business.
+//! Model backends. [`Backends::call`] turns a [`Job`]'s request into a [`Completion`] or
+//! a classified [`CallError`]; retries and pacing are the caller's business.
 
+#[cfg(feature = "gguf")]
+pub mod gguf;
 pub mod openai;
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use halyard_proto::{Completion, Job};
@@ -39,36 +43,91 @@ impl CallError {
     }
 }
 
-/// The backends a worker can run. An enum rather than a trait object: the set is closed,
-/// and each variant owns its resources (HTTP client pool, loaded model).
-#[derive(Clone)]
-pub enum Backend {
-    OpenAi(openai::OpenAi),
-    /// Answers at once with an empty completion (throughput benchmarks of the job path).
-    Noop,
+/// How to run one local GGUF model (see [`gguf`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GgufSpec {
+    /// The model's identity in job keys (`ModelRef::endpoint`).
+    pub endpoint: String,
+    pub path: PathBuf,
+    /// GPU index, or None for CPU.
+    pub gpu: Option<u32>,
+    pub gpu_layers: u32,
+    /// Parallel sequences decoded in one batch.
+    pub slots: usize,
+    /// CPU threads; 0 = all available cores.
+    pub threads: usize,
+    /// Context per sequence, in tokens.
+    pub ctx_size: u32,
 }
 
-impl Backend {
+/// True when this build runs GGUF models.
+pub const GGUF_SUPPORT: bool = cfg!(feature = "gguf");
+
+/// Everything a worker can call: the shared HTTP client and the local models it holds.
+pub struct Backends {
+    http: openai::OpenAi,
+    #[cfg(feature = "gguf")]
+    local: HashMap<String, gguf::GgufModel>,
+}
+
+impl Backends {
+    /// Build the HTTP client and load every local model (blocking: loading takes seconds).
+    pub fn new(local_models: &[GgufSpec]) -> Result<Backends, String> {
+        let http = openai::OpenAi::new().map_err(|e| e.message)?;
+        #[cfg(feature = "gguf")]
+        {
+            let mut local = HashMap::new();
+            for spec in local_models {
+                let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
+                local.insert(spec.endpoint.clone(), m);
+            }
+            Ok(Backends { http, local })
+        }
+        #[cfg(not(feature = "gguf"))]
+        {
+            if let Some(s) = local_models.first() {
+                return Err(format!(
+                    "model {} needs the `gguf` backend, but this halyard was built without the `gguf` feature",
+                    s.path.display()
+                ));
+            }
+            let _: &HashMap<String, ()> = &HashMap::new();
+            Ok(Backends { http })
+        }
+    }
+
     /// One attempt at the call (no retries).
     pub async fn call(&self, job: &Job) -> Result<Completion, CallError> {
-        match self {
-            Backend::OpenAi(b) => b.call(job).await,
-            Backend::Noop => Ok(Completion {
-                text: String::new(),
-                usage: Default::default(),
-                latency_ms: 0,
-                finish_reason: Some("stop".into()),
-                calls: 1,
-            }),
+        match job.key.model.backend.as_str() {
+            "openai" => self.http.call(job).await,
+            // Answers at once (throughput benchmarks of the job path).
+            "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1 }),
+            "gguf" => self.call_local(job).await,
+            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, noop)"))),
         }
     }
 
-    /// The backend for a job, by the job's `model.backend`.
-    pub fn for_kind(kind: &str, http: &openai::OpenAi) -> Result<Backend, CallError> {
-        match kind {
-            "openai" => Ok(Backend::OpenAi(http.clone())),
-            "noop" => Ok(Backend::Noop),
-            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, noop)"))),
-        }
+    #[cfg(feature = "gguf")]
+    async fn call_local(&self, job: &Job) -> Result<Completion, CallError> {
+        let key = &job.key;
+        let Some(model) = self.local.get(&key.model.endpoint) else {
+            return Err(CallError::permanent(format!(
+                "this worker does not hold local model {} (pool {}); start a worker with that model",
+                key.model.endpoint, job.pool
+            )));
+        };
+        // Reproducible sampling: the request's seed, else one derived from the job id.
+        let seed = key.sampling.seed.map(|s| s as u32).unwrap_or_else(|| {
+            let b = job.id.as_bytes();
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        });
+        model.generate(key.messages.clone(), key.sampling.temperature, key.sampling.max_tokens, seed).await
+    }
+
+    #[cfg(not(feature = "gguf"))]
+    async fn call_local(&self, _job: &Job) -> Result<Completion, CallError> {
+        Err(CallError::permanent("this halyard was built without the `gguf` feature"))
     }
 }
+
+use halyard_proto::Usage;

@@ -1,0 +1,120 @@
+//! Pseudo-entropy (ChainPoll App. A.4, as corrected in spec §3.3).
+//!
+//! At each generated token the API gives the probabilities of the top alternatives
+//! (M = 5 values, 6 when the sampled token is not among them). With `S = Σ p_i` and
+//! `p̃_i = p_i / S`:
+//! - `PPL5 = −Σ p̃_i ln p̃_i` (Shannon entropy of the renormalised top-M),
+//! - `PseudoEntropy = −Σ p̃_i ln p_i = PPL5 − ln S ≥ PPL5`.
+//!
+//! Natural logarithm. Little top-M mass (small S) gives a **higher** value (the seed's
+//! "lower" is a typo). How token values make a completion score is not stated in the
+//! paper; [`completion_pseudo_entropy`] takes the mean over tokens, as the spec says to.
+
+use serde::{Deserialize, Serialize};
+
+use super::{reject_nan, MetricError};
+
+/// The values of one token position.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenPseudoEntropy {
+    /// `S`, the probability mass of the top-M alternatives.
+    pub sum_top: f64,
+    /// `PPL5`, the entropy of the renormalised top-M.
+    pub ppl5: f64,
+    /// `PseudoEntropy = PPL5 − ln S`.
+    pub pseudo_entropy: f64,
+}
+
+/// Pseudo-entropy of one token from its top-M **probabilities** (spec §3.3). A zero
+/// probability contributes 0 to both sums (the limit of `p ln p`).
+/// Errors: `Empty`; `NotANumber`; `OutOfRange` for a value outside [0, 1]; `Undefined`
+/// when every probability is 0.
+pub fn token_pseudo_entropy(top_probs: &[f64]) -> Result<TokenPseudoEntropy, MetricError> {
+    if top_probs.is_empty() {
+        return Err(MetricError::Empty { what: "top-M probabilities" });
+    }
+    reject_nan("top-M probabilities", top_probs)?;
+    if let Some(&value) = top_probs.iter().find(|p| !(0.0..=1.0).contains(*p)) {
+        return Err(MetricError::OutOfRange { what: "top-M probability", value, expected: "a probability in [0, 1]" });
+    }
+    let sum_top: f64 = top_probs.iter().sum();
+    if sum_top <= 0.0 {
+        return Err(MetricError::Undefined { what: "pseudo-entropy", reason: "the top-M probabilities sum to 0" });
+    }
+    let mut ppl5 = 0.0;
+    let mut pseudo_entropy = 0.0;
+    for &p in top_probs.iter().filter(|&&p| p > 0.0) {
+        let q = p / sum_top;
+        ppl5 -= q * q.ln();
+        pseudo_entropy -= q * p.ln();
+    }
+    Ok(TokenPseudoEntropy { sum_top, ppl5, pseudo_entropy })
+}
+
+/// Pseudo-entropy of one token from its top-M **log-probabilities** (natural log, as the
+/// OpenAI API returns them): `p_i = exp(lp_i)`, then [`token_pseudo_entropy`]. `−∞` is a
+/// zero probability. Errors as there, plus `OutOfRange` for a log-probability above 0.
+pub fn token_pseudo_entropy_from_logprobs(top_logprobs: &[f64]) -> Result<TokenPseudoEntropy, MetricError> {
+    reject_nan("top-M log-probabilities", top_logprobs)?;
+    if let Some(&value) = top_logprobs.iter().find(|&&lp| lp > 0.0) {
+        return Err(MetricError::OutOfRange { what: "top-M log-probability", value, expected: "at most 0" });
+    }
+    let probs: Vec<f64> = top_logprobs.iter().map(|lp| lp.exp()).collect();
+    token_pseudo_entropy(&probs)
+}
+
+/// Completion-level pseudo-entropy: the **mean over token positions** of the per-token
+/// pseudo-entropy, each position given by its top-M log-probabilities (spec §3.3: the
+/// paper does not state the aggregation; the mean is this implementation's choice).
+/// Errors: `Empty` for no token, or the first error of a position.
+pub fn completion_pseudo_entropy<T: AsRef<[f64]>>(tokens_top_logprobs: &[T]) -> Result<f64, MetricError> {
+    if tokens_top_logprobs.is_empty() {
+        return Err(MetricError::Empty { what: "token positions" });
+    }
+    let mut sum = 0.0;
+    for position in tokens_top_logprobs {
+        sum += token_pseudo_entropy_from_logprobs(position.as_ref())?.pseudo_entropy;
+    }
+    Ok(sum / tokens_top_logprobs.len() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A single certain token has zero entropy and zero pseudo-entropy.
+    #[test]
+    fn certain_token() {
+        let t = token_pseudo_entropy(&[1.0]).unwrap();
+        assert_eq!((t.ppl5, t.pseudo_entropy), (0.0, 0.0));
+    }
+
+    /// Zero probabilities are skipped, not NaN; all-zero, NaN, >1 and empty are errors.
+    #[test]
+    fn probability_edges() {
+        let t = token_pseudo_entropy(&[0.5, 0.0]).unwrap();
+        assert!((t.pseudo_entropy - 2f64.ln()).abs() < 1e-15 && t.ppl5 == 0.0);
+        assert!(matches!(token_pseudo_entropy(&[0.0, 0.0]), Err(MetricError::Undefined { .. })));
+        assert!(matches!(token_pseudo_entropy(&[f64::NAN]), Err(MetricError::NotANumber { .. })));
+        assert!(matches!(token_pseudo_entropy(&[1.5]), Err(MetricError::OutOfRange { .. })));
+        assert!(matches!(token_pseudo_entropy(&[]), Err(MetricError::Empty { .. })));
+    }
+
+    /// Log-probabilities give the same values as their probabilities; -inf is p = 0; > 0 is rejected.
+    #[test]
+    fn logprob_input() {
+        let lp = [0.5f64.ln(), 0.3f64.ln(), f64::NEG_INFINITY];
+        let a = token_pseudo_entropy_from_logprobs(&lp).unwrap();
+        let b = token_pseudo_entropy(&[0.5, 0.3, 0.0]).unwrap();
+        assert!((a.pseudo_entropy - b.pseudo_entropy).abs() < 1e-15);
+        assert!(token_pseudo_entropy_from_logprobs(&[0.1]).is_err());
+    }
+
+    /// The completion score is the mean of the token values.
+    #[test]
+    fn completion_mean() {
+        let toks = vec![vec![0.0], vec![0.5f64.ln(), 0.5f64.ln()]];
+        assert!((completion_pseudo_entropy(&toks).unwrap() - 2f64.ln() / 2.0).abs() < 1e-15);
+        assert!(completion_pseudo_entropy::<Vec<f64>>(&[]).is_err());
+    }
+}
