@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use halyard_broker::{embedded::EmbeddedNats, BrokerConfig, Delivery};
 use halyard_coordinator::{sweep, CoordinatorConfig, RunOutcome};
+use halyard_worker::backend::GgufSpec;
 use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
 use tokio::sync::watch;
 
@@ -93,6 +94,10 @@ struct WorkerArgs {
     /// Worker name in results and logs.
     #[arg(long)]
     id: Option<String>,
+    /// Serve the sweep's local (gguf) models placed on this GPU (`gpu = N` in the sweep),
+    /// pinned to that device. Needs a build with the `cuda` feature.
+    #[arg(long)]
+    gpu: Option<u32>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -121,7 +126,7 @@ fn main() -> std::process::ExitCode {
 fn init_logs(format: LogFormat, quiet: bool) {
     let default = if quiet { "warn" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("HALYARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},sled=warn,async_nats=warn")));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},sled=warn,async_nats=warn,llama_cpp_2=warn")));
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Human => b.init(),
@@ -181,6 +186,32 @@ fn worker_pools(s: &sweep::Sweep) -> Vec<PoolSpec> {
     s.pools().into_iter().map(|(name, concurrency)| PoolSpec { name, concurrency }).collect()
 }
 
+/// The sweep's local models as the worker loads them.
+fn local_models(s: &sweep::Sweep) -> Vec<GgufSpec> {
+    s.models
+        .iter()
+        .filter_map(|m| {
+            m.local.as_ref().map(|l| GgufSpec {
+                endpoint: m.spec.model_ref.endpoint.clone(),
+                path: l.path.clone(),
+                gpu: l.gpu,
+                gpu_layers: l.gpu_layers,
+                slots: l.slots,
+                threads: l.threads,
+                ctx_size: l.ctx_size,
+            })
+        })
+        .collect()
+}
+
+/// Configure a worker for a whole sweep: every pool, every local model.
+fn sweep_worker(s: &sweep::Sweep, state: PathBuf) -> WorkerConfig {
+    let mut cfg = WorkerConfig::new(worker_pools(s), state);
+    cfg.delivery = delivery(s);
+    cfg.local_models = local_models(s);
+    cfg
+}
+
 fn delivery(s: &sweep::Sweep) -> Delivery {
     Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver }
 }
@@ -202,28 +233,53 @@ async fn run(a: RunArgs) -> Result<u8> {
     };
     let broker = halyard_broker::connect(&BrokerConfig::new(url, "halyard-run")).await?;
     let (workers_stop_tx, workers_stop_rx) = watch::channel(false);
-    let mut worker_task = None;
+    let mut worker_task: Option<tokio::task::JoinHandle<Result<_, halyard_worker::WorkerError>>> = None;
     if !a.no_workers {
         let dir = a.checkpoint.clone().unwrap_or_else(|| run_dir.join("checkpoint"));
         let checkpoint = Checkpoint::open(&dir)?;
-        let mut cfg = WorkerConfig::new(worker_pools(&sweep), dir);
-        cfg.delivery = delivery(&sweep);
+        let cfg = sweep_worker(&sweep, dir);
         let b = broker.clone();
         let stop_rx = workers_stop_rx.clone();
         worker_task = Some(tokio::spawn(async move { halyard_worker::run_with_checkpoint(b, checkpoint, cfg, until(stop_rx)).await }));
     }
-    let outcome = halyard_coordinator::run(broker.clone(), CoordinatorConfig { sweep, run_dir }, None, until(stop.clone())).await;
+    // The coordinator runs until the run completes, a signal comes, or the local worker
+    // fails (a model that cannot load, say): then the run stops with that error instead
+    // of waiting for work nobody will do.
+    let (fail_tx, fail_rx) = watch::channel(false);
+    let coordinator = halyard_coordinator::run(broker.clone(), CoordinatorConfig { sweep, run_dir }, None, async move {
+        tokio::select! { _ = until(stop) => {}, _ = until(fail_rx) => {} }
+    });
+    tokio::pin!(coordinator);
+    let mut worker_error = None;
+    let outcome = loop {
+        tokio::select! {
+            o = &mut coordinator => break o,
+            w = async { worker_task.as_mut().expect("polled only while Some").await }, if worker_task.is_some() => {
+                worker_task = None;
+                let msg = match w {
+                    Ok(Ok(_)) => "local worker stopped unexpectedly".to_string(),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => format!("local worker panicked: {e}"),
+                };
+                worker_error = Some(msg);
+                let _ = fail_tx.send(true);
+            }
+        }
+    };
     let _ = workers_stop_tx.send(true);
     if let Some(t) = worker_task {
         match t.await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "worker failed"),
-            Err(e) => tracing::error!(error = %e, "worker task panicked"),
+            Ok(Err(e)) => worker_error = Some(e.to_string()),
+            Err(e) => worker_error = Some(format!("local worker panicked: {e}")),
         }
     }
     let _ = broker.client.flush().await;
     drop(broker);
     drop(embedded);
+    if let Some(e) = worker_error {
+        anyhow::bail!("local worker failed: {e}");
+    }
     match outcome? {
         RunOutcome::Complete { run, report_dir } => {
             println!("run {run} complete: report in {}", report_dir.join("report.md").display());
@@ -265,17 +321,33 @@ fn parse_pool(s: &str) -> Result<PoolSpec> {
 }
 
 async fn worker(a: WorkerArgs) -> Result<u8> {
-    let (mut pools, mut d) = (Vec::new(), Delivery { ack_wait: Duration::from_secs_f64(a.ack_wait.max(1.0)), max_deliver: a.max_deliver });
+    if a.gpu.is_some() && !halyard_worker::backend::gguf_gpu_support() {
+        anyhow::bail!(
+            "--gpu {}: this halyard was built without the `cuda` feature (rebuild with `cargo build --release --features cuda`, which needs the CUDA toolkit)",
+            a.gpu.unwrap_or_default()
+        );
+    }
+    let mut cfg = WorkerConfig::new(Vec::new(), a.state.clone());
+    cfg.delivery = Delivery { ack_wait: Duration::from_secs_f64(a.ack_wait.max(1.0)), max_deliver: a.max_deliver };
     if let Some(path) = &a.sweep {
         let s = sweep::load(path)?;
-        pools = worker_pools(&s);
-        d = delivery(&s);
+        cfg = sweep_worker(&s, a.state.clone());
+        if let Some(gpu) = a.gpu {
+            // Pinned to one GPU: only the local models placed there, and their pools.
+            cfg.local_models.retain(|m| m.gpu == Some(gpu));
+            let pools: std::collections::HashSet<String> =
+                s.models.iter().filter(|m| m.local.as_ref().is_some_and(|l| l.gpu == Some(gpu))).map(|m| m.spec.pool.clone()).collect();
+            cfg.pools.retain(|p| pools.contains(&p.name));
+            if cfg.pools.is_empty() {
+                anyhow::bail!("--gpu {gpu}: the sweep {} places no gguf model on GPU {gpu} (`gpu = {gpu}`)", path.display());
+            }
+        }
+    } else if a.gpu.is_some() {
+        anyhow::bail!("--gpu needs --sweep: the sweep says which models to load on the GPU");
     }
     for p in &a.pools {
-        pools.push(parse_pool(p)?);
+        cfg.pools.push(parse_pool(p)?);
     }
-    let mut cfg = WorkerConfig::new(pools, a.state);
-    cfg.delivery = d;
     cfg.shutdown_grace = Duration::from_secs_f64(a.grace.max(0.0));
     if let Some(id) = a.id {
         cfg.worker_id = id;

@@ -1,4 +1,12 @@
-//! The coordinator's loop: plan, publish, collect, re-plan, report.
+//! The coordinator's loop: plan a window of items, publish their jobs, collect results,
+//! re-plan, refill the window, report.
+//!
+//! Per batch of results (group commit, as in the worker): store each result (first one
+//! wins), re-evaluate the items that waited on them, publish their next jobs and refill
+//! the window, then flush the run state once, and only then ack the batch's messages.
+//! Job publishes are pipelined: their broker acks are awaited in the background (at most
+//! [`MAX_UNCONFIRMED`] at a time) and only logged; a publish that never reached the
+//! stream is caught by the stall check.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -6,19 +14,26 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures::stream::FuturesUnordered;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use halyard_broker::Broker;
 use halyard_pipelines::common::{JobRequest, Progress as Plan};
-use halyard_pipelines::hypotermqa;
+use halyard_pipelines::{hypotermqa, noop};
 use halyard_proto::{subjects, Failure, FailureKind, Job, JobId, JobResult, Outcome};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
+use crate::latency::LatencyHistogram;
 use crate::state::{ItemKey, JobMeta, RunState};
 use crate::sweep::Benchmark;
+use crate::window::Window;
 use crate::{CoordinatorConfig, CoordinatorError};
+
+/// Job publishes whose broker ack is not yet in (async-nats allows 5,000 by default).
+const MAX_UNCONFIRMED: usize = 4096;
+/// Results taken from the broker at most per group commit.
+const RESULT_BATCH: usize = 2048;
 
 /// Live figures of a run, published on a watch channel.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -30,6 +45,10 @@ pub struct Progress {
     pub duplicates: u64,
     pub dead_letters: u64,
     pub published: u64,
+    /// Items planned and unfinished (bounded by the window).
+    pub active: u64,
+    /// Publish-to-result latency of the jobs this process published.
+    pub latency: LatencyHistogram,
 }
 
 #[derive(Debug, PartialEq)]
@@ -40,18 +59,17 @@ pub enum RunOutcome {
     Interrupted { run: Uuid },
 }
 
+type AckFuture = <jetstream::context::PublishAckFuture as std::future::IntoFuture>::IntoFuture;
+
 struct Engine {
     cfg: CoordinatorConfig,
     broker: Broker,
     state: RunState,
     run: Uuid,
-    /// Items waiting on each outstanding job.
-    waiters: HashMap<JobId, Vec<ItemKey>>,
-    /// Jobs published by this process (a job shared by several items goes out once).
-    published: HashSet<JobId>,
-    /// Outstanding jobs by pool, for the stall check.
-    outstanding: HashMap<JobId, (String, Job)>,
-    acks: FuturesUnordered<<jetstream::context::PublishAckFuture as std::future::IntoFuture>::IntoFuture>,
+    window: Window,
+    acks: FuturesUnordered<AckFuture>,
+    /// Subject of each pool (computing it hashes odd pool names).
+    subjects: HashMap<String, String>,
     progress: Progress,
     progress_tx: watch::Sender<Progress>,
     republish_round: u32,
@@ -70,21 +88,27 @@ pub async fn run(
     halyard_broker::ensure_streams(&broker).await?;
     let consumer = halyard_broker::results_consumer(&broker, meta.id).await?;
     let items_total = cfg.sweep.benchmarks.iter().map(|b| (b.model_count() * b.item_count()) as u64).sum();
+    let shape: Vec<(u32, u32)> = cfg.sweep.benchmarks.iter().map(|b| (b.model_count() as u32, b.item_count() as u32)).collect();
+    let window = Window::new(&shape, cfg.sweep.run.window);
     let progress_tx = progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0);
+    let items_done = state.done_count() as u64;
+    let results = state.result_count();
     let mut e = Engine {
         cfg,
         broker,
         state,
         run: meta.id,
-        waiters: HashMap::new(),
-        published: HashSet::new(),
-        outstanding: HashMap::new(),
+        window,
         acks: FuturesUnordered::new(),
-        progress: Progress { run: Some(meta.id), items_total, ..Default::default() },
+        subjects: HashMap::new(),
+        progress: Progress { run: Some(meta.id), items_total, items_done, results, ..Default::default() },
         progress_tx,
         republish_round: 0,
     };
-    e.plan_all().await?;
+    info!(items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
+    e.fill().await?;
+    e.state.flush().await?;
+    e.publish_progress();
     let advisories = e
         .broker
         .client
@@ -97,30 +121,28 @@ pub async fn run(
 }
 
 impl Engine {
-    fn keys(&self) -> impl Iterator<Item = ItemKey> + '_ {
-        self.cfg.sweep.benchmarks.iter().enumerate().flat_map(|(b, bench)| {
-            (0..bench.model_count()).flat_map(move |m| {
-                (0..bench.item_count()).map(move |i| ItemKey { bench: b as u32, model: m as u32, item: i as u32 })
-            })
-        })
-    }
-
-    /// Evaluate an item against stored results. Pipelines reveal one stage at a time, so
-    /// this fetches the results each round asks for until it is done or truly waiting.
-    fn evaluate(&self, key: ItemKey) -> Result<Plan<Vec<u8>>, CoordinatorError> {
+    /// Evaluate an item against stored results (and `fresh` ones, received in this batch
+    /// and not yet read back from sled). Pipelines reveal one stage at a time, so this
+    /// fetches the results each round asks for until it is done or truly waiting.
+    fn evaluate(&self, key: ItemKey, fresh: &HashMap<JobId, Outcome>) -> Result<Plan<Vec<u8>>, CoordinatorError> {
         let bench = &self.cfg.sweep.benchmarks[key.bench as usize];
         let mut known: HashMap<JobId, Outcome> = HashMap::new();
+        let label_json = |r: serde_json::Result<Vec<u8>>| {
+            r.map_err(|err| CoordinatorError::Report { dir: "<memory>".into(), reason: err.to_string() })
+        };
         loop {
             let plan = match bench {
                 Benchmark::HypoTermQa { config, questions, .. } => {
                     let q = &questions[key.item as usize];
                     match hypotermqa::evaluate(&config[key.model as usize], q, &known) {
-                        Plan::Done(label) => Plan::Done(serde_json::to_vec(&label).map_err(|err| {
-                            CoordinatorError::Report { dir: "<memory>".into(), reason: err.to_string() }
-                        })?),
+                        Plan::Done(label) => Plan::Done(label_json(serde_json::to_vec(&label))?),
                         Plan::Waiting(jobs) => Plan::Waiting(jobs),
                     }
                 }
+                Benchmark::Noop { config, .. } => match noop::evaluate(&config[key.model as usize], key.item as u64, &known) {
+                    Plan::Done(label) => Plan::Done(label_json(serde_json::to_vec(&label))?),
+                    Plan::Waiting(jobs) => Plan::Waiting(jobs),
+                },
             };
             match plan {
                 Plan::Waiting(jobs) => {
@@ -130,8 +152,16 @@ impl Engine {
                         if known.contains_key(&id) {
                             continue;
                         }
-                        if let Some(r) = self.state.result(&id)? {
-                            known.insert(id, r.outcome);
+                        let outcome = match fresh.get(&id) {
+                            Some(o) => Some(o.clone()),
+                            None => self.state.result(&id)?.map(|r| r.outcome),
+                        };
+                        if let Some(o) = outcome {
+                            if matches!(o, Outcome::Failed(_)) {
+                                // Describe the dead letter in the report (rare: not done per job).
+                                self.state.note_job(&id, &job_meta(j))?;
+                            }
+                            known.insert(id, o);
                             learned = true;
                         }
                     }
@@ -144,65 +174,40 @@ impl Engine {
         }
     }
 
-    /// Step 3 of recovery: evaluate every unfinished item and publish what it waits for.
-    async fn plan_all(&mut self) -> Result<(), CoordinatorError> {
-        let keys: Vec<ItemKey> = self.keys().collect();
-        let mut done = 0u64;
-        for key in keys {
+    /// Take items into the window while it has room: skip those finished in an earlier
+    /// process, plan the others and publish what they wait for. On a fresh start this is
+    /// step 3 of recovery; later it keeps the window full as items finish.
+    async fn fill(&mut self) -> Result<(), CoordinatorError> {
+        let none = HashMap::new();
+        while let Some(key) = self.window.next_candidate() {
             if self.state.is_done(key)? {
-                done += 1;
                 continue;
             }
-            if self.advance(key).await? {
-                done += 1;
-            }
-        }
-        self.drain_acks().await;
-        self.state.flush().await?;
-        self.progress.items_done = done;
-        self.progress.results = self.state.totals()?.done;
-        self.publish_progress();
-        info!(items = self.progress.items_total, done, outstanding = self.outstanding.len(), "planned");
-        Ok(())
-    }
-
-    /// Evaluate one item; publish its missing jobs or store its label. True when done.
-    async fn advance(&mut self, key: ItemKey) -> Result<bool, CoordinatorError> {
-        match self.evaluate(key)? {
-            Plan::Done(label) => {
-                self.state.mark_done(key, &label)?;
-                Ok(true)
-            }
-            Plan::Waiting(jobs) => {
-                for j in jobs {
-                    let id = j.id();
-                    let w = self.waiters.entry(id).or_default();
-                    if !w.contains(&key) {
-                        w.push(key);
-                    }
-                    if self.published.insert(id) {
-                        self.publish(j, None).await?;
-                    }
+            match self.evaluate(key, &none)? {
+                Plan::Done(label) => {
+                    self.state.mark_done(key, &label)?;
+                    self.progress.items_done += 1;
                 }
-                Ok(false)
+                Plan::Waiting(jobs) => {
+                    self.window.activate(key);
+                    self.wait_for(key, jobs).await;
+                }
             }
         }
+        self.progress.active = self.window.active_count() as u64;
+        Ok(())
     }
 
-    async fn publish(&mut self, req: JobRequest, suffix: Option<u32>) -> Result<(), CoordinatorError> {
-        let job = Job::new(self.run, req.pool.clone(), req.key, req.api_key_env, req.timeout_ms);
-        self.state.note_job(
-            &job.id,
-            &JobMeta { pool: job.pool.clone(), stage: job.key.stage.clone(), model: job.key.model.model.clone() },
-        )?;
-        self.outstanding.insert(job.id, (job.pool.clone(), job.clone()));
-        self.send(&job, suffix).await;
-        self.progress.published += 1;
-        // Keep the number of unconfirmed publishes bounded.
-        if self.acks.len() >= 4096 {
-            self.drain_acks().await;
+    /// Active item `key` waits on `jobs`: publish those nobody waits on yet.
+    async fn wait_for(&mut self, key: ItemKey, jobs: Vec<JobRequest>) {
+        let now = Instant::now();
+        for j in jobs {
+            if self.window.wait_on(key, j.id(), now) {
+                let job = Job::new(self.run, j.pool, j.key, j.api_key_env, j.timeout_ms);
+                self.send(&job, None).await;
+                self.progress.published += 1;
+            }
         }
-        Ok(())
     }
 
     async fn send(&mut self, job: &Job, suffix: Option<u32>) {
@@ -217,7 +222,11 @@ impl Engine {
         if let Some(n) = suffix {
             msg_id.push_str(&format!(":r{n}"));
         }
-        let subject = subjects::job_subject(&job.pool);
+        let subject = self.subjects.entry(job.pool.clone()).or_insert_with(|| subjects::job_subject(&job.pool)).clone();
+        // Each unconfirmed publish holds one of async-nats's ack permits: keep below its limit.
+        while self.acks.len() >= MAX_UNCONFIRMED {
+            self.reap_one().await;
+        }
         let mut delay = Duration::from_millis(100);
         loop {
             let m = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(&msg_id);
@@ -235,17 +244,31 @@ impl Engine {
         }
     }
 
+    async fn reap_one(&mut self) {
+        if let Some(Err(err)) = self.acks.next().await {
+            // The stall check re-publishes jobs that never reached the stream.
+            warn!(error = %err, "job publish not acknowledged");
+        }
+    }
+
     async fn drain_acks(&mut self) {
-        while let Some(r) = self.acks.next().await {
-            if let Err(err) = r {
-                // The stall check re-publishes jobs that never reached the stream.
-                warn!(error = %err, "job publish not acknowledged");
-            }
+        while !self.acks.is_empty() {
+            self.reap_one().await;
         }
     }
 
     fn publish_progress(&self) {
         let _ = self.progress_tx.send(self.progress.clone());
+    }
+
+    async fn results_stream(consumer: &halyard_broker::PullConsumer) -> Option<jetstream::consumer::pull::Stream> {
+        match consumer.stream().max_messages_per_batch(RESULT_BATCH).messages().await {
+            Ok(s) => Some(s),
+            Err(err) => {
+                warn!(error = %err, "cannot pull results; retrying");
+                None
+            }
+        }
     }
 
     async fn collect(
@@ -258,16 +281,24 @@ impl Engine {
         let mut last_result = Instant::now();
         let mut last_log = Instant::now();
         let stall_after = (self.cfg.sweep.run.ack_wait * 2).max(Duration::from_secs(20));
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut results = None;
         loop {
             if self.progress.items_done >= self.progress.items_total {
                 self.drain_acks().await;
                 self.state.flush().await?;
+                self.progress.active = 0;
+                info!(run = %self.run, results = self.progress.results, "all items done; writing the report");
+                self.publish_progress();
                 let dir = crate::report::write(&self.cfg, &self.state, self.run)?;
                 info!(run = %self.run, report = %dir.display(), "run complete");
-                self.publish_progress();
                 return Ok(RunOutcome::Complete { run: self.run, report_dir: dir });
             }
-            let batch = tokio::select! {
+            if results.is_none() {
+                results = Self::results_stream(&consumer).await;
+            }
+            let mut msgs = Vec::new();
+            tokio::select! {
                 _ = &mut shutdown => {
                     info!(run = %self.run, "coordinator stopping; run can be resumed");
                     self.drain_acks().await;
@@ -279,56 +310,52 @@ impl Engine {
                     }
                     continue;
                 }
-                b = consumer.fetch().max_messages(1024).expires(Duration::from_secs(1)).messages() => b,
-            };
-            let mut msgs = Vec::new();
-            match batch {
-                Ok(mut b) => {
-                    while let Some(m) = b.next().await {
-                        match m {
-                            Ok(m) => msgs.push(m),
-                            Err(err) => {
-                                debug!(error = %err, "result batch ended");
-                                break;
-                            }
-                        }
+                Some(r) = self.acks.next(), if !self.acks.is_empty() => {
+                    if let Err(err) = r {
+                        warn!(error = %err, "job publish not acknowledged");
+                    }
+                    continue;
+                }
+                _ = tick.tick() => {
+                    if last_result.elapsed() > stall_after {
+                        self.check_stall().await?;
+                        last_result = Instant::now();
+                    }
+                    if results.is_none() {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    continue;
+                }
+                m = async { results.as_mut()?.next().await }, if results.is_some() => match m {
+                    Some(Ok(m)) => msgs.push(m),
+                    Some(Err(err)) => {
+                        debug!(error = %err, "result stream");
+                        continue;
+                    }
+                    None => {
+                        results = None;
+                        continue;
+                    }
+                },
+            }
+            // Group commit: everything that has already arrived goes into this batch.
+            if let Some(s) = results.as_mut() {
+                while msgs.len() < RESULT_BATCH {
+                    match s.next().now_or_never() {
+                        Some(Some(Ok(m))) => msgs.push(m),
+                        _ => break,
                     }
                 }
-                Err(err) => {
-                    warn!(error = %err, "result fetch failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-            if msgs.is_empty() {
-                if last_result.elapsed() > stall_after {
-                    self.check_stall().await?;
-                    last_result = Instant::now();
-                }
-                continue;
             }
             last_result = Instant::now();
-            let mut affected: Vec<ItemKey> = Vec::new();
-            for m in &msgs {
-                match halyard_proto::decode::<JobResult>("result", &m.payload) {
-                    Ok(r) if r.run == self.run => self.record(r, &mut affected)?,
-                    Ok(r) => debug!(run = %r.run, "result for another run; ignoring"),
-                    Err(err) => warn!(error = %err, "undecodable result message; dropping it"),
-                }
-            }
-            // Durable before acked.
-            self.state.flush().await?;
-            for m in &msgs {
-                if let Err(err) = m.ack().await {
-                    debug!(error = %err, "result ack failed; it will be redelivered and recognised as a duplicate");
-                }
-            }
-            self.replan(affected).await?;
+            self.on_results(&msgs).await?;
             if last_log.elapsed() > Duration::from_secs(5) {
                 last_log = Instant::now();
                 info!(
                     done = self.progress.items_done,
                     total = self.progress.items_total,
                     results = self.progress.results,
+                    active = self.progress.active,
                     dead_letters = self.progress.dead_letters,
                     "progress"
                 );
@@ -336,35 +363,86 @@ impl Engine {
         }
     }
 
-    fn record(&mut self, r: JobResult, affected: &mut Vec<ItemKey>) -> Result<(), CoordinatorError> {
-        if !self.state.insert_result(&r)? {
+    /// Step 4 of recovery, for one batch: store, re-plan, flush, then ack.
+    async fn on_results(&mut self, msgs: &[jetstream::Message]) -> Result<(), CoordinatorError> {
+        let now = Instant::now();
+        let mut fresh: HashMap<JobId, Outcome> = HashMap::with_capacity(msgs.len());
+        let mut affected: Vec<ItemKey> = Vec::new();
+        for m in msgs {
+            match halyard_proto::decode::<JobResult>("result", &m.payload) {
+                Ok(r) if r.run == self.run => {
+                    let new = self.state.insert_result_raw(&r.job, &m.payload)?;
+                    self.account(r, new, now, &mut affected, &mut fresh);
+                }
+                Ok(r) => debug!(run = %r.run, "result for another run; ignoring"),
+                Err(err) => warn!(error = %err, "undecodable result message; dropping it"),
+            }
+        }
+        self.replan(affected, &fresh).await?;
+        // Durable before acked.
+        self.state.flush().await?;
+        for m in msgs {
+            if let Err(err) = m.ack().await {
+                debug!(error = %err, "result ack failed; it will be redelivered and recognised as a duplicate");
+            }
+        }
+        self.publish_progress();
+        Ok(())
+    }
+
+    /// Count a stored result (`new`) or a duplicate; collect the items it wakes.
+    fn account(&mut self, r: JobResult, new: bool, now: Instant, affected: &mut Vec<ItemKey>, fresh: &mut HashMap<JobId, Outcome>) {
+        let waiter = self.window.on_result(&r.job);
+        if let Some(w) = &waiter {
+            affected.extend(w.items());
+        }
+        if !new {
             self.progress.duplicates += 1;
-            return Ok(());
+            return;
         }
         self.progress.results += 1;
+        if let Some(w) = &waiter {
+            self.progress.latency.record(now.saturating_duration_since(w.published_at));
+        }
         if let Outcome::Failed(f) = &r.outcome {
             self.progress.dead_letters += 1;
             warn!(job = %r.job, error = %f.error, "dead letter");
         }
-        self.outstanding.remove(&r.job);
-        if let Some(w) = self.waiters.remove(&r.job) {
-            affected.extend(w);
-        }
-        Ok(())
+        fresh.insert(r.job, r.outcome);
     }
 
-    async fn replan(&mut self, mut affected: Vec<ItemKey>) -> Result<(), CoordinatorError> {
-        affected.sort_unstable();
-        affected.dedup();
-        for key in affected {
-            if !self.state.is_done(key)? && self.advance(key).await? {
-                self.progress.items_done += 1;
-            }
+    /// Record a result the coordinator made itself (a dead letter), then re-plan and flush.
+    async fn record_own(&mut self, results: Vec<JobResult>) -> Result<(), CoordinatorError> {
+        let now = Instant::now();
+        let mut fresh = HashMap::new();
+        let mut affected = Vec::new();
+        for r in results {
+            let new = self.state.insert_result(&r)?;
+            self.account(r, new, now, &mut affected, &mut fresh);
         }
-        self.drain_acks().await;
+        self.replan(affected, &fresh).await?;
         self.state.flush().await?;
         self.publish_progress();
         Ok(())
+    }
+
+    async fn replan(&mut self, mut affected: Vec<ItemKey>, fresh: &HashMap<JobId, Outcome>) -> Result<(), CoordinatorError> {
+        affected.sort_unstable();
+        affected.dedup();
+        for key in affected {
+            if !self.window.is_active(key) {
+                continue;
+            }
+            match self.evaluate(key, fresh)? {
+                Plan::Done(label) => {
+                    self.state.mark_done(key, &label)?;
+                    self.window.finish(key);
+                    self.progress.items_done += 1;
+                }
+                Plan::Waiting(jobs) => self.wait_for(key, jobs).await,
+            }
+        }
+        self.fill().await
     }
 
     /// A job hit `max_deliver` without any worker publishing a result (e.g. it crashed
@@ -386,23 +464,41 @@ impl Engine {
             return Ok(());
         }
         let _ = stream.delete_message(adv.stream_seq).await;
-        let r = JobResult {
+        self.state.note_job(
+            &job.id,
+            &JobMeta { pool: job.pool.clone(), stage: job.key.stage.clone(), model: job.key.model.model.clone() },
+        )?;
+        let error = format!("delivered {} times without a result (max_deliver reached; did the worker crash on it?)", adv.deliveries);
+        self.record_own(vec![self.own_dead_letter(job.id, error, adv.deliveries)]).await
+    }
+
+    fn own_dead_letter(&self, job: JobId, error: String, deliveries: u64) -> JobResult {
+        JobResult {
             v: halyard_proto::WIRE_VERSION,
-            job: job.id,
+            job,
             run: self.run,
-            outcome: Outcome::Failed(Failure {
-                kind: FailureKind::Exhausted,
-                error: format!("delivered {} times without a result (max_deliver reached; did the worker crash on it?)", adv.deliveries),
-                http_status: None,
-            }),
-            deliveries: adv.deliveries,
+            outcome: Outcome::Failed(Failure { kind: FailureKind::Exhausted, error, http_status: None }),
+            deliveries,
             worker: "coordinator".into(),
             cached: false,
-        };
-        let mut affected = Vec::new();
-        self.record(r, &mut affected)?;
-        self.state.flush().await?;
-        self.replan(affected).await
+        }
+    }
+
+    /// The outstanding jobs, rebuilt from the active items (the window keeps only ids).
+    fn outstanding_jobs(&self) -> Result<Vec<Job>, CoordinatorError> {
+        let none = HashMap::new();
+        let mut jobs: HashMap<JobId, Job> = HashMap::new();
+        for key in self.window.active_items() {
+            if let Plan::Waiting(reqs) = self.evaluate(key, &none)? {
+                for r in reqs {
+                    let id = r.id();
+                    if self.window.is_waited_on(&id) {
+                        jobs.entry(id).or_insert_with(|| Job::new(self.run, r.pool, r.key, r.api_key_env, r.timeout_ms));
+                    }
+                }
+            }
+        }
+        Ok(jobs.into_values().collect())
     }
 
     /// No result for a while: if the broker holds nothing pending or in flight for pools
@@ -410,10 +506,11 @@ impl Engine {
     /// or stranded after max_deliver while no coordinator listened): publish them again
     /// under a fresh message id. After three rounds a job is declared a dead letter.
     async fn check_stall(&mut self) -> Result<(), CoordinatorError> {
-        if self.outstanding.is_empty() {
+        if self.window.outstanding() == 0 {
             return Ok(());
         }
-        let pools: HashSet<String> = self.outstanding.values().map(|(p, _)| p.clone()).collect();
+        let jobs = self.outstanding_jobs()?;
+        let pools: HashSet<String> = jobs.iter().map(|j| j.pool.clone()).collect();
         let Ok(stream) = self.broker.js.get_stream(subjects::JOBS_STREAM).await else { return Ok(()) };
         for pool in &pools {
             let name = subjects::pool_consumer(pool);
@@ -425,28 +522,15 @@ impl Engine {
         }
         self.republish_round += 1;
         let round = self.republish_round;
-        let jobs: Vec<Job> = self.outstanding.values().map(|(_, j)| j.clone()).collect();
         if round > 3 {
             warn!(jobs = jobs.len(), "outstanding jobs vanished three times; recording them as dead letters");
-            let mut affected = Vec::new();
-            for job in jobs {
-                let r = JobResult {
-                    v: halyard_proto::WIRE_VERSION,
-                    job: job.id,
-                    run: self.run,
-                    outcome: Outcome::Failed(Failure {
-                        kind: FailureKind::Exhausted,
-                        error: "job was lost from the queue three times (max_deliver reached without a result)".into(),
-                        http_status: None,
-                    }),
-                    deliveries: 0,
-                    worker: "coordinator".into(),
-                    cached: false,
-                };
-                self.record(r, &mut affected)?;
+            let mut dead = Vec::new();
+            for job in &jobs {
+                self.state.note_job(&job.id, &job_meta_of(job))?;
+                let error = "job was lost from the queue three times (max_deliver reached without a result)".to_string();
+                dead.push(self.own_dead_letter(job.id, error, 0));
             }
-            self.state.flush().await?;
-            return self.replan(affected).await;
+            return self.record_own(dead).await;
         }
         warn!(jobs = jobs.len(), round, "no pending work on the broker for outstanding jobs; publishing them again");
         for job in &jobs {
@@ -455,4 +539,12 @@ impl Engine {
         self.drain_acks().await;
         Ok(())
     }
+}
+
+fn job_meta(j: &JobRequest) -> JobMeta {
+    JobMeta { pool: j.pool.clone(), stage: j.key.stage.clone(), model: j.key.model.model.clone() }
+}
+
+fn job_meta_of(j: &Job) -> JobMeta {
+    JobMeta { pool: j.pool.clone(), stage: j.key.stage.clone(), model: j.key.model.model.clone() }
 }

@@ -4,7 +4,9 @@
 //! - [`sweep`]: the sweep file, parsed and checked (datasets included) before anything
 //!   is published.
 //! - [`state`]: run state in sled (run id, results, finished items, job metadata).
+//! - `window`: the planning window (which items are planned, which jobs they wait on).
 //! - `engine`: the planning and collecting loop.
+//! - [`latency`]: publish-to-result latency histogram, reported in [`Progress`].
 //! - [`report`]: `report.json`, `report.md`, `labels.jsonl`.
 //!
 //! ## Planning is a pure function of known results
@@ -14,23 +16,35 @@
 //! the items waiting on that job and evaluates them again, publishing whatever jobs they
 //! need next (answer → judge checks → retries → label).
 //!
+//! ## Planning is lazy
+//! Items are not all planned up front: per (benchmark, model under test) at most
+//! `[run] window` items are planned and unfinished at a time, and more are planned as
+//! they finish. Memory is bounded by the window, not by the run: a million-item run
+//! holds a few thousand items in memory; results and labels live in sled.
+//!
 //! ## Recovery, in order
 //! 1. Open the run state; the run id (UUID v7) is created once and reused.
 //! 2. Create streams and the run's result consumer if missing (idempotent).
-//! 3. Evaluate every unfinished item against the stored results; publish the jobs they
-//!    wait for (`Nats-Msg-Id` = `<run>:<job>`, so JetStream drops re-publications of
-//!    jobs still queued within its duplicate window).
-//! 4. Consume results: store each (first one wins), flush, then ack the messages;
-//!    re-evaluate the items that waited on them.
+//! 3. Walk the items from the first, skipping finished ones; evaluate each unfinished
+//!    item against the stored results and publish the jobs it waits for
+//!    (`Nats-Msg-Id` = `<run>:<job>`, so JetStream drops re-publications of jobs still
+//!    queued within its duplicate window), until the window is full.
+//! 4. Consume results in batches: store each (first one wins), re-evaluate the items
+//!    that waited on them, refill the window (step 3 continues), flush once, then ack
+//!    the batch's messages.
 //! 5. When every item is finished, write the report.
 //!
 //! A crash at any point loses nothing: a result is acked only after it is flushed, and an
-//! item's follow-up jobs are re-planned from stored results at the next start.
+//! item's follow-up jobs are re-planned from stored results at the next start. A result
+//! that arrives for an item not yet back in the window is stored and found when the
+//! walk reaches the item.
 
 mod engine;
+pub mod latency;
 pub mod report;
 pub mod state;
 pub mod sweep;
+mod window;
 
 use std::path::PathBuf;
 

@@ -1,14 +1,16 @@
 //! Writing a finished run's report: `report.json`, `report.md`, `labels.jsonl`.
 //!
 //! Files are written to a temporary name and renamed, so a reader never sees half a
-//! report. The benchmark figures are a pure function of the stored labels; job
+//! report. `labels.jsonl` is streamed from the run state to its file (a run may have
+//! millions of items); the `noop` pipeline's labels are tallied the same way. The benchmark figures are a pure function of the stored labels; job
 //! accounting (calls, cache hits, tokens, latency) sits apart under `jobs`, since a
 //! resumed run legitimately differs there from an uninterrupted one.
 
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use halyard_pipelines::hypotermqa::{self, ItemLabel};
+use halyard_pipelines::noop;
 use halyard_proto::Outcome;
 use serde::Serialize;
 use uuid::Uuid;
@@ -55,16 +57,59 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CoordinatorE
     std::fs::rename(&tmp, dir.join(name)).map_err(|e| io_err(dir, format!("{name}: {e}")))
 }
 
+/// `labels.jsonl`, written to a temporary file as labels are read, renamed at the end.
+struct LabelsFile {
+    tmp: PathBuf,
+    out: BufWriter<std::fs::File>,
+}
+
+impl LabelsFile {
+    fn create(dir: &Path) -> Result<LabelsFile, CoordinatorError> {
+        let tmp = dir.join(".labels.jsonl.tmp");
+        let f = std::fs::File::create(&tmp).map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))?;
+        Ok(LabelsFile { tmp, out: BufWriter::new(f) })
+    }
+
+    fn row(&mut self, dir: &Path, label: &impl Serialize) -> Result<(), CoordinatorError> {
+        serde_json::to_writer(&mut self.out, label).map_err(|e| io_err(dir, e))?;
+        self.out.write_all(b"\n").map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))
+    }
+
+    fn finish(self, dir: &Path) -> Result<(), CoordinatorError> {
+        let f = self.out.into_inner().map_err(|e| io_err(dir, format!("labels.jsonl: {}", e.error())))?;
+        f.sync_all().map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))?;
+        std::fs::rename(&self.tmp, dir.join("labels.jsonl")).map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))
+    }
+}
+
 /// Labels of one (benchmark, model) in dataset order.
 fn labels_of(state: &RunState, bench: u32, model: u32, dir: &Path) -> Result<Vec<ItemLabel>, CoordinatorError> {
     let mut out = Vec::new();
-    for r in state.labels() {
+    for r in state.labels_of(bench, model) {
         let (k, v) = r?;
-        if k.bench == bench && k.model == model {
-            out.push(serde_json::from_slice(&v).map_err(|e| io_err(dir, format!("stored label {k:?}: {e}")))?);
-        }
+        out.push(serde_json::from_slice(&v).map_err(|e| io_err(dir, format!("stored label {k:?}: {e}")))?);
     }
     Ok(out)
+}
+
+/// Tally one (benchmark, model) of a noop benchmark, streaming its labels to `labels`.
+fn noop_report(
+    state: &RunState,
+    bench: u32,
+    model: u32,
+    c: &noop::Config,
+    items: u64,
+    labels: &mut LabelsFile,
+    dir: &Path,
+) -> Result<noop::Report, CoordinatorError> {
+    let mut tally = noop::Tally::new(&c.model.name, items);
+    for r in state.labels_of(bench, model) {
+        let (k, v) = r?;
+        let l: noop::ItemLabel = serde_json::from_slice(&v).map_err(|e| io_err(dir, format!("stored label {k:?}: {e}")))?;
+        tally.add(&l);
+        labels.row(dir, &l)?;
+    }
+    Ok(tally.finish())
 }
 
 pub fn dead_letters(state: &RunState) -> Result<Vec<DeadLetter>, CoordinatorError> {
@@ -93,15 +138,27 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
     let dir = cfg.run_dir.clone();
     let mut benchmarks = Vec::new();
     let mut md = format!("# Halyard run `{}`\n\nRun id `{run}`, sweep `{}`.\n\n", cfg.sweep.name, cfg.sweep.file.display());
-    let mut labels_jsonl = Vec::new();
+    let mut labels_jsonl = LabelsFile::create(&dir)?;
     for (b, bench) in cfg.sweep.benchmarks.iter().enumerate() {
         match bench {
+            Benchmark::Noop { config, jobs } => {
+                for (m, c) in config.iter().enumerate() {
+                    let report = noop_report(state, b as u32, m as u32, c, *jobs as u64, &mut labels_jsonl, &dir)?;
+                    md.push_str(&format!("## Benchmark {b}: noop, {jobs} jobs per model\n\n"));
+                    md.push_str(&noop::render_markdown(&report));
+                    md.push('\n');
+                    let mut v = serde_json::to_value(&report).map_err(|e| io_err(&dir, e))?;
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("benchmark".into(), b.into());
+                    }
+                    benchmarks.push(v);
+                }
+            }
             Benchmark::HypoTermQa { config, questions, dataset } => {
                 for (m, c) in config.iter().enumerate() {
                     let labels = labels_of(state, b as u32, m as u32, &dir)?;
                     for l in &labels {
-                        serde_json::to_writer(&mut labels_jsonl, l).map_err(|e| io_err(&dir, e))?;
-                        labels_jsonl.push(b'\n');
+                        labels_jsonl.row(&dir, l)?;
                     }
                     let meta = hypotermqa::ScoreMeta { model: c.model.name.clone(), judge: c.judge.name.clone(), semantics: c.semantics };
                     let report = hypotermqa::score(&meta, &hypotermqa::QuestionCounts::from_questions(questions), &labels);
@@ -147,7 +204,7 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
         dead_letters: dead,
     };
     let json = serde_json::to_vec_pretty(&report).map_err(|e| io_err(&dir, e))?;
-    write_atomic(&dir, "labels.jsonl", &labels_jsonl)?;
+    labels_jsonl.finish(&dir)?;
     write_atomic(&dir, "report.md", md.as_bytes())?;
     write_atomic(&dir, "report.json", &json)?;
     Ok(dir)

@@ -5,11 +5,16 @@
 //! - `results`: job id → the first [`JobResult`] received for it. Inserted with
 //!   compare-and-swap from nothing, so a job is counted once whatever duplicates arrive.
 //! - `done`: item key → the item's final label (encoded by the pipeline).
-//! - `jobs`: job id → [`JobMeta`] (pool, stage, model), written when first published;
-//!   used to describe dead letters in the report.
+//! - `jobs`: job id → [`JobMeta`] (pool, stage, model) of jobs that became dead letters,
+//!   written when an item's evaluation meets the dead letter; used to describe dead
+//!   letters in the report. (Not written for every job: that was one more sled write per
+//!   job, for the rare failure.)
 //!
 //! Results and item labels are flushed before the result messages that carried them are
 //! acked; after a crash, a redelivered result is recognised as a duplicate.
+//!
+//! Memory: sled's page cache is capped at [`CACHE_BYTES`] (sled's default is 1 GiB),
+//! so a run of a million results keeps a bounded footprint; the rest stays on disk.
 
 use std::path::Path;
 
@@ -73,6 +78,9 @@ impl ItemKey {
     }
 }
 
+/// sled page cache of the run state.
+pub const CACHE_BYTES: u64 = 64 << 20;
+
 pub struct RunState {
     db: sled::Db,
     meta: sled::Tree,
@@ -101,7 +109,7 @@ impl RunState {
     pub fn open(dir: &Path) -> Result<RunState, StateError> {
         let err = |e: &dyn std::fmt::Display| StateError::Open { path: dir.display().to_string(), reason: e.to_string() };
         std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
-        let db = sled::Config::new().path(dir).open().map_err(|e| err(&e))?;
+        let db = sled::Config::new().path(dir).cache_capacity(CACHE_BYTES).open().map_err(|e| err(&e))?;
         Ok(RunState {
             meta: db.open_tree("meta")?,
             results: db.open_tree("results")?,
@@ -129,6 +137,18 @@ impl RunState {
     pub fn insert_result(&self, r: &JobResult) -> Result<bool, StateError> {
         let res = self.results.compare_and_swap(r.job.as_bytes(), None::<&[u8]>, Some(enc(r)?))?;
         Ok(res.is_ok())
+    }
+
+    /// Record a result as received (its MessagePack encoding, which is what is stored);
+    /// false if one was already recorded for this job. Saves decoding and re-encoding.
+    pub fn insert_result_raw(&self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError> {
+        let res = self.results.compare_and_swap(job.as_bytes(), None::<&[u8]>, Some(encoded))?;
+        Ok(res.is_ok())
+    }
+
+    /// Results recorded (without decoding them).
+    pub fn result_count(&self) -> u64 {
+        self.results.len() as u64
     }
 
     pub fn result(&self, job: &JobId) -> Result<Option<JobResult>, StateError> {
@@ -171,7 +191,19 @@ impl RunState {
 
     /// Item labels in key order.
     pub fn labels(&self) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> + '_ {
-        self.done.iter().map(|r| {
+        Self::decode_labels(self.done.iter())
+    }
+
+    /// Labels of one benchmark and model in item order (a range scan, not a full pass).
+    pub fn labels_of(&self, bench: u32, model: u32) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> + '_ {
+        let mut prefix = [0u8; 8];
+        prefix[..4].copy_from_slice(&bench.to_be_bytes());
+        prefix[4..].copy_from_slice(&model.to_be_bytes());
+        Self::decode_labels(self.done.scan_prefix(prefix))
+    }
+
+    fn decode_labels(it: sled::Iter) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> {
+        it.map(|r| {
             let (k, v) = r?;
             let key = ItemKey::from_bytes(&k).ok_or_else(|| StateError::Corrupt { what: "done key".into(), reason: format!("{} bytes", k.len()) })?;
             Ok((key, v))

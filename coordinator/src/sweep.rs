@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::hypotermqa::{self, Question, Semantics};
+use halyard_pipelines::noop;
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
@@ -61,12 +62,15 @@ struct RawModel {
 #[serde(deny_unknown_fields)]
 struct RawBenchmark {
     pipeline: String,
-    dataset: String,
+    /// Required by `hypotermqa`; `noop` has no dataset.
+    dataset: Option<String>,
     models: Vec<String>,
     judge: Option<String>,
     semantics: Option<String>,
     limit: Option<i64>,
     system_prompt: Option<String>,
+    /// `noop` only: items (one job each) per model under test.
+    jobs: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,6 +78,7 @@ struct RawBenchmark {
 struct RawRun {
     max_deliver: Option<i64>,
     ack_wait_s: Option<f64>,
+    window: Option<i64>,
 }
 
 /// A model of the sweep, checked.
@@ -132,32 +137,45 @@ pub fn gguf_identity(path: &Path) -> std::io::Result<String> {
 #[derive(Clone, Debug)]
 pub enum Benchmark {
     HypoTermQa { config: Vec<hypotermqa::Config>, dataset: PathBuf, questions: Vec<Question> },
+    /// `jobs` items of one free job each per model: measures the job path.
+    Noop { config: Vec<noop::Config>, jobs: u32 },
 }
 
 impl Benchmark {
     pub fn pipeline(&self) -> &'static str {
         match self {
             Benchmark::HypoTermQa { .. } => "hypotermqa",
+            Benchmark::Noop { .. } => noop::PIPELINE,
         }
     }
     /// One configuration per model under test.
     pub fn model_count(&self) -> usize {
         match self {
             Benchmark::HypoTermQa { config, .. } => config.len(),
+            Benchmark::Noop { config, .. } => config.len(),
         }
     }
     pub fn item_count(&self) -> usize {
         match self {
             Benchmark::HypoTermQa { questions, .. } => questions.len(),
+            Benchmark::Noop { jobs, .. } => *jobs as usize,
         }
     }
 }
+
+/// Largest `jobs` of a noop benchmark (item indices are 32-bit in the run state).
+pub const MAX_NOOP_JOBS: i64 = 1_000_000_000;
+/// Default of `[run] window`.
+pub const DEFAULT_WINDOW: usize = 4096;
 
 /// Settings of the run itself.
 #[derive(Clone, Debug)]
 pub struct RunSettings {
     pub max_deliver: i64,
     pub ack_wait: std::time::Duration,
+    /// Unfinished items the coordinator keeps planned at once, per benchmark and model
+    /// under test; it plans more as they finish (`[run] window`).
+    pub window: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -343,11 +361,23 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         let k = |field: &str| format!("benchmark[{i}].{field}");
         match b.pipeline.as_str() {
             "hypotermqa" => {}
-            other => return Err(key_err(f, k("pipeline"), format!("unknown pipeline {other:?} (expected \"hypotermqa\")"))),
+            "noop" => {
+                benchmarks.push(noop_benchmark(f, i, b, &models)?);
+                continue;
+            }
+            other => {
+                return Err(key_err(f, k("pipeline"), format!("unknown pipeline {other:?} (expected \"hypotermqa\" or \"noop\")")))
+            }
         }
         if b.models.is_empty() {
             return Err(key_err(f, k("models"), "needs at least one model under test"));
         }
+        if b.jobs.is_some() {
+            return Err(key_err(f, k("jobs"), "only applies to pipeline \"noop\""));
+        }
+        let Some(dataset_rel) = &b.dataset else {
+            return Err(key_err(f, k("dataset"), "required for pipeline \"hypotermqa\""));
+        };
         let judge_name = b.judge.as_deref().ok_or_else(|| key_err(f, k("judge"), "required for pipeline \"hypotermqa\""))?;
         let judge = find(k("judge"), judge_name)?;
         let semantics = match b.semantics.as_deref().unwrap_or("paper") {
@@ -364,7 +394,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             let model = find(format!("benchmark[{i}].models[{j}]"), name)?;
             config.push(hypotermqa::Config { semantics, model, judge: judge.clone(), system_prompt: b.system_prompt.clone() });
         }
-        let dataset = base.join(&b.dataset);
+        let dataset = base.join(dataset_rel);
         let mut questions = hypotermqa::read_dataset(&dataset).map_err(|e| SweepError::Dataset {
             file: file.clone(),
             key: k("dataset"),
@@ -382,7 +412,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         }
         benchmarks.push(Benchmark::HypoTermQa { config, dataset, questions });
     }
-    let rr = raw.run.unwrap_or(RawRun { max_deliver: None, ack_wait_s: None });
+    let rr = raw.run.unwrap_or(RawRun { max_deliver: None, ack_wait_s: None, window: None });
     let max_deliver = rr.max_deliver.unwrap_or(5);
     if !(1..=100).contains(&max_deliver) {
         return Err(key_err(f, "run.max_deliver", format!("{max_deliver} is outside 1..=100")));
@@ -391,11 +421,65 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
     if !(ack_wait_s.is_finite() && (1.0..=3600.0).contains(&ack_wait_s)) {
         return Err(key_err(f, "run.ack_wait_s", format!("{ack_wait_s} is outside 1..=3600 seconds")));
     }
+    let window = rr.window.unwrap_or(DEFAULT_WINDOW as i64);
+    if !(1..=1_000_000).contains(&window) {
+        return Err(key_err(f, "run.window", format!("{window} is outside 1..=1000000")));
+    }
     Ok(Sweep {
         file: path.to_path_buf(),
         name: raw.name,
         models,
         benchmarks,
-        run: RunSettings { max_deliver, ack_wait: std::time::Duration::from_secs_f64(ack_wait_s) },
+        run: RunSettings { max_deliver, ack_wait: std::time::Duration::from_secs_f64(ack_wait_s), window: window as usize },
     })
 }
+
+/// `pipeline = "noop"`: `jobs` items per model, models with `backend = "noop"`, and
+/// none of the keys that belong to datasets and judges.
+fn noop_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Result<Benchmark, SweepError> {
+    let k = |field: &str| format!("benchmark[{i}].{field}");
+    for (key, set) in [
+        ("dataset", b.dataset.is_some()),
+        ("judge", b.judge.is_some()),
+        ("semantics", b.semantics.is_some()),
+        ("limit", b.limit.is_some()),
+        ("system_prompt", b.system_prompt.is_some()),
+    ] {
+        if set {
+            return Err(key_err(f, k(key), "does not apply to pipeline \"noop\""));
+        }
+    }
+    let jobs = b.jobs.ok_or_else(|| key_err(f, k("jobs"), "required for pipeline \"noop\": the number of jobs per model"))?;
+    if !(1..=MAX_NOOP_JOBS).contains(&jobs) {
+        return Err(key_err(f, k("jobs"), format!("{jobs} is outside 1..={MAX_NOOP_JOBS}")));
+    }
+    if b.models.is_empty() {
+        return Err(key_err(f, k("models"), "needs at least one model under test"));
+    }
+    let mut config = Vec::new();
+    let mut seen = HashSet::new();
+    for (j, name) in b.models.iter().enumerate() {
+        let key = format!("benchmark[{i}].models[{j}]");
+        if !seen.insert(name) {
+            return Err(key_err(f, key, format!("model {name:?} listed twice")));
+        }
+        let Some(m) = models.iter().find(|m| &m.spec.name == name) else {
+            let known: Vec<&str> = models.iter().map(|m| m.spec.name.as_str()).collect();
+            return Err(key_err(f, key, format!("unknown model {name:?} (models in this sweep: {})", known.join(", "))));
+        };
+        // A typo must not turn a million free jobs into a million paid calls.
+        if m.spec.model_ref.backend != "noop" {
+            return Err(key_err(
+                f,
+                key,
+                format!("model {name:?} has backend {:?}; pipeline \"noop\" runs only models with backend \"noop\"", m.spec.model_ref.backend),
+            ));
+        }
+        config.push(noop::Config { model: m.spec.clone() });
+    }
+    Ok(Benchmark::Noop { config, jobs: jobs as u32 })
+}
+
+#[cfg(test)]
+#[path = "sweep_tests.rs"]
+mod tests;

@@ -20,6 +20,8 @@
 //!   - `labels.rs`: term and answer label rules, and the `labels.jsonl` row;
 //!   - `plan.rs`: [`hypotermqa::evaluate`], the per-question planner;
 //!   - `score.rs`: [`hypotermqa::score()`] and [`hypotermqa::render_markdown`].
+//! - [`noop`]: one job per item whose answer is ignored, to measure the job path
+//!   (planning, broker, checkpoint, accounting) with models that answer at once.
 //! - [`metrics`]: the metric functions of `shared/specs/metrics.md` (UHGEval, AutoHall,
 //!   ChainPoll/RealHall, SelfCheck-NGram, pseudo-entropy, HVI), pure and typed.
 //!
@@ -37,3 +39,4 @@
 pub mod common;
 pub mod hypotermqa;
 pub mod metrics;
+pub mod noop;

@@ -5,6 +5,8 @@
 //! - [`checkpoint`]: sled store of completed calls, with group commit.
 //! - [`backend`]: model backends (`openai`, `noop`) and error classification.
 //! - [`retry`]: in-delivery retries with backoff, jitter and `Retry-After`.
+//! - [`failpoint`]: crash points between the durability steps, armed by an environment
+//!   variable, for crash tests.
 //! - `pool`: the fetch loop of one pool and the effects of the state machine.
 //!
 //! ## The life of a job in a worker
@@ -12,9 +14,12 @@
 //! 2. If the checkpoint holds the job's result, publish it and ack: no model call.
 //! 3. Otherwise call the backend (retrying transient failures, honouring `Retry-After`,
 //!    sending in-progress acks while the call runs longer than a third of `ack_wait`).
-//! 4. Write the completion to sled and flush (group commit), publish it to
-//!    `halyard.results.<run>` and await the broker's ack, and only then ack the job
-//!    (double ack: the server confirms it).
+//! 4. Write the completion to sled and flush (group commit: one flush covers every
+//!    result that arrived meanwhile), publish it to `halyard.results.<run>` and await the
+//!    broker's ack (publishes of different jobs are in flight together), and only then
+//!    ack the job. The ack is a plain one, written with the others pending on the
+//!    connection: a lost ack costs a redelivery answered from the checkpoint, never a
+//!    model call, so it is not worth a round trip per job (a double ack).
 //! 5. A permanent error, or a transient one on the last delivery, publishes a dead
 //!    letter and acks; other failures nak with a backoff delay.
 //!
@@ -29,6 +34,7 @@
 
 pub mod backend;
 pub mod checkpoint;
+pub mod failpoint;
 pub mod lifecycle;
 mod pool;
 pub mod retry;
@@ -95,6 +101,8 @@ pub enum WorkerError {
     Backend(String),
     #[error("no pools to serve: give --pool or a sweep file")]
     NoPools,
+    #[error("{0}")]
+    Failpoint(String),
 }
 
 #[derive(Default, Debug)]
@@ -144,6 +152,10 @@ pub async fn run_with_checkpoint(
     if config.pools.is_empty() {
         return Err(WorkerError::NoPools);
     }
+    let failpoints = failpoint::Failpoints::from_env().map_err(WorkerError::Failpoint)?;
+    if let Some((p, n)) = failpoints.armed() {
+        tracing::warn!(point = p.name(), pass = n, "failpoint armed: this worker will abort there");
+    }
     halyard_broker::ensure_streams(&broker).await?;
     let specs = config.local_models.clone();
     let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&specs))
@@ -164,6 +176,7 @@ pub async fn run_with_checkpoint(
         ack_wait: config.delivery.ack_wait,
         hard_stop: hard_rx,
         running: Default::default(),
+        failpoints,
     });
     let mut loops = tokio::task::JoinSet::new();
     for p in &config.pools {

@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::backend::{Backends, CallError};
+use crate::failpoint::{Failpoints, Point};
 use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State};
 use crate::retry::{call_with_retry, RetryPolicy};
 use crate::{Checkpoint, Stats};
@@ -32,7 +33,12 @@ pub(crate) struct PoolCtx {
     /// Jobs being run by this worker: a second delivery of the same job (a lost ack, a
     /// duplicate publish) waits for the first and is then answered from the checkpoint.
     pub running: std::sync::Mutex<HashMap<JobId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Crash points for tests (disarmed unless `HALYARD_FAILPOINT` is set).
+    pub failpoints: Failpoints,
 }
+
+/// How long an open pull request waits for jobs before it is renewed.
+const PULL_WAIT: Duration = Duration::from_millis(500);
 
 impl PoolCtx {
     fn job_lock(&self, id: JobId) -> Arc<tokio::sync::Mutex<()>> {
@@ -66,12 +72,15 @@ pub(crate) async fn run_pool(
             break;
         }
         // Wait for at least one free slot, then ask for as many jobs as slots are free.
+        // The request waits at the broker (up to PULL_WAIT) while the queue is empty,
+        // rather than coming back at once and being sent again in a tight loop; jobs
+        // are handed over one by one as they arrive, so waiting costs no latency.
         let first = tokio::select! {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = shutdown.changed() => break,
         };
         let want = slots.available_permits() + 1;
-        let batch = consumer.fetch().max_messages(want).expires(Duration::from_secs(2)).messages().await;
+        let batch = consumer.batch().max_messages(want).expires(PULL_WAIT).messages().await;
         let mut batch = match batch {
             Ok(b) => b,
             Err(e) => {
@@ -166,6 +175,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
                 CallOutcome::Done(c) => {
                     ctx.stats.add_calls(c.calls as u64);
                     completion = Some(c);
+                    ctx.failpoints.pass(Point::CallPersist);
                     Event::CallSucceeded
                 }
                 CallOutcome::Failed(e, calls) => {
@@ -180,7 +190,10 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
             Effect::Persist => {
                 let Some(c) = completion.as_ref() else { break };
                 match ctx.checkpoint.put(job.id, c).await {
-                    Ok(()) => Event::Persisted,
+                    Ok(()) => {
+                        ctx.failpoints.pass(Point::FlushPublish);
+                        Event::Persisted
+                    }
                     Err(e) => {
                         warn!(error = %e, "checkpoint write failed; job goes back to the queue");
                         Event::PersistFailed
@@ -202,11 +215,17 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
                 };
                 publish(ctx, job, Outcome::Failed(Failure { kind, error, http_status: e.status }), delivered, false).await
             }
-            Effect::Ack => match msg.double_ack().await {
-                Ok(()) => Event::Acked,
+            // A plain ack, not a double ack: the result is durable in sled and in the
+            // results stream, so a lost ack only means a redelivery that the checkpoint
+            // answers without a model call. Acks are not awaited one by one: the client
+            // writes all pending acks in one go (batched on the wire).
+            Effect::Ack => match msg.ack().await {
+                Ok(()) => {
+                    ctx.failpoints.pass(Point::AckFlush);
+                    Event::Acked
+                }
                 Err(e) => {
-                    // The result is durable and published; a redelivery will replay it.
-                    warn!(error = %e, "ack not confirmed; a redelivery will be answered from the checkpoint");
+                    warn!(error = %e, "ack not sent; a redelivery will be answered from the checkpoint");
                     break;
                 }
             },
@@ -284,8 +303,14 @@ async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, ca
     for attempt in 0..5u32 {
         let publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(&msg_id);
         match ctx.broker.js.send_publish(subject.clone(), publish).await {
-            Ok(ack) => match ack.await {
-                Ok(_) => return Event::Published,
+            Ok(ack) => match {
+                ctx.failpoints.pass(Point::PublishConfirm);
+                ack.await
+            } {
+                Ok(_) => {
+                    ctx.failpoints.pass(Point::ConfirmAck);
+                    return Event::Published;
+                }
                 Err(e) => warn!(attempt, error = %e, "result publish not acknowledged"),
             },
             Err(e) => warn!(attempt, error = %e, "result publish failed"),

@@ -156,8 +156,7 @@ pub fn k_ablation(records: &[DetectionRecord], max_k: usize) -> Result<Vec<Ablat
     let truth: Vec<bool> = records.iter().map(|r| r.hallucinated).collect();
     let mut rows = Vec::with_capacity(max_k);
     for k in 1..=max_k {
-        let detections: Vec<Detection> =
-            records.iter().map(|r| detect(&r.conflicts[..k])).collect::<Result<_, _>>()?;
+        let detections: Vec<Detection> = records.iter().map(|r| detect(&r.conflicts[..k])).collect::<Result<_, _>>()?;
         let predicted: Vec<bool> = detections.iter().map(|d| d.hallucinated).collect();
         let confusion = Confusion::from_labels(&truth, &predicted)?;
         let mean_conflicts = |class: bool| {

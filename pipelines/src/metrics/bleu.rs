@@ -2,11 +2,11 @@
 //! [`super::tokenize::jieba_cut`] for UHGEval). Sentence-level, one reference; average
 //! the item scores for a report (it is not corpus BLEU).
 //!
-//! - [`bleu4_paper`] **[paper]**: the HuggingFace-`evaluate` / TF-NMT `compute_bleu`
+//! - [`bleu4_paper`] **\[paper\]**: the HuggingFace-`evaluate` / TF-NMT `compute_bleu`
 //!   (`max_order = 4`, `smooth = False`) **divided by its brevity penalty**, i.e. the
 //!   geometric mean of the 1–4-gram precisions, 0 if any of them is 0. This produced the
 //!   paper's numbers.
-//! - [`bleu4_v2`] **[v2]**: nltk `sentence_bleu([ref], cand)` with default weights, no
+//! - [`bleu4_v2`] **\[v2\]**: nltk `sentence_bleu([ref], cand)` with default weights, no
 //!   smoothing, **with** brevity penalty; a zero precision above order 1 becomes
 //!   `sys.float_info.min`, giving tiny non-zero scores (e.g. 1e-155) instead of 0.
 
@@ -57,7 +57,7 @@ fn clipped_matches<T: Eq + Hash>(candidate: &[T], reference: &[T]) -> [(u64, u64
     out
 }
 
-/// The [paper] BLEU-4 of one candidate (spec §1.6 "BLEU-4 [paper]").
+/// The \[paper\] BLEU-4 of one candidate (spec §1.6 "BLEU-4 \[paper\]").
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Bleu4Paper {
     /// `p_1..p_4`, denominators `max(len(c) − n + 1, 0)`.
@@ -76,14 +76,15 @@ pub struct Bleu4Paper {
     pub score: f64,
 }
 
-/// [paper] BLEU-4 (spec §1.6, §6.1): the geometric mean of the clipped 1–4-gram
+/// \[paper\] BLEU-4 (spec §1.6, §6.1): the geometric mean of the clipped 1–4-gram
 /// precisions without brevity penalty, as UHGEval's `bleu4_score(with_penalty=False)`
 /// computes it through HF `evaluate`'s `bleu` (TF-NMT `compute_bleu`, `smooth=False`).
 /// Never fails: the cases where the Python code raises give `score = 0.0` (UHGEval's
 /// exception fallback), with `brevity_penalty` and `library_bleu` `None`.
 pub fn bleu4_paper<T: Eq + Hash>(candidate: &[T], reference: &[T]) -> Bleu4Paper {
     let counts = clipped_matches(candidate, reference);
-    let precisions = std::array::from_fn(|i| NgramPrecision { order: i + 1, matches: counts[i].0, possible: counts[i].1 });
+    let precisions =
+        std::array::from_fn(|i| NgramPrecision { order: i + 1, matches: counts[i].0, possible: counts[i].1 });
     let values: Vec<f64> = precisions.iter().map(NgramPrecision::value).collect();
     let geo_mean = if values.iter().all(|&p| p > 0.0) {
         // Python: sum((1. / max_order) * math.log(p) for p in precisions), left to right.
@@ -106,7 +107,7 @@ pub fn bleu4_paper<T: Eq + Hash>(candidate: &[T], reference: &[T]) -> Bleu4Paper
     Bleu4Paper { precisions, geo_mean, brevity_penalty, library_bleu, score }
 }
 
-/// The [v2] BLEU-4 of one candidate (spec §1.6 "BLEU-4 [v2]").
+/// The \[v2\] BLEU-4 of one candidate (spec §1.6 "BLEU-4 \[v2\]").
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Bleu4V2 {
     /// `p_1..p_4` with nltk's denominators `max(1, len(c) − n + 1)`.
@@ -118,7 +119,7 @@ pub struct Bleu4V2 {
     pub score: f64,
 }
 
-/// [v2] BLEU-4 (spec §1.6, §6.1): nltk 3.10 `sentence_bleu([reference], candidate)` with
+/// \[v2\] BLEU-4 (spec §1.6, §6.1): nltk 3.10 `sentence_bleu([reference], candidate)` with
 /// weights (¼,¼,¼,¼), smoothing `method0` (none) and brevity penalty. The log terms are
 /// summed with an exactly rounded sum as `math.fsum` does, so values match nltk's to the
 /// last bit in the cases checked. Never fails; empty inputs give 0.

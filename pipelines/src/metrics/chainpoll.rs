@@ -71,18 +71,15 @@ pub fn parse_verdict_first_word(response: &str) -> bool {
 /// and "...\nYES" parse, while "cannot", "nope", "yesterday" are not verdict words.
 /// `None` when the text holds neither word.
 pub fn parse_verdict_final_answer(response: &str) -> Option<bool> {
-    response
-        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .rev()
-        .find_map(|w| {
-            if w.eq_ignore_ascii_case("yes") {
-                Some(true)
-            } else if w.eq_ignore_ascii_case("no") {
-                Some(false)
-            } else {
-                None
-            }
-        })
+    response.split(|c: char| !(c.is_alphanumeric() || c == '_')).rev().find_map(|w| {
+        if w.eq_ignore_ascii_case("yes") {
+            Some(true)
+        } else if w.eq_ignore_ascii_case("no") {
+            Some(false)
+        } else {
+            None
+        }
+    })
 }
 
 /// S10's decision threshold: hallucinated iff `score > 0.5` (spec §3.1 step 3).
@@ -102,7 +99,10 @@ mod tests {
     /// All polls unparseable: undefined when excluded, 0 when counted as "no".
     #[test]
     fn all_unparseable() {
-        assert!(matches!(chainpoll_score_parsed(&[None, None], Unparseable::Exclude), Err(MetricError::Undefined { .. })));
+        assert!(matches!(
+            chainpoll_score_parsed(&[None, None], Unparseable::Exclude),
+            Err(MetricError::Undefined { .. })
+        ));
         assert_eq!(chainpoll_score_parsed(&[None, None], Unparseable::CountAsNo), Ok(0.0));
     }
 

@@ -80,12 +80,7 @@ impl Confusion {
                 expected: "at most the number of factual references",
             });
         }
-        Ok(Confusion {
-            true_pos,
-            false_pos,
-            true_neg: num_factual - false_pos,
-            false_neg: num_hallucinated - true_pos,
-        })
+        Ok(Confusion { true_pos, false_pos, true_neg: num_factual - false_pos, false_neg: num_hallucinated - true_pos })
     }
 
     /// Number of classified items.

@@ -37,7 +37,7 @@
 //!
 //! ## Variants
 //! Where a paper and its code disagree the spec marks the behaviour that produced the
-//! paper's numbers **[paper]** and the later code **[v2]**. Both are offered where the
+//! paper's numbers **\[paper\]** and the later code **\[v2\]**. Both are offered where the
 //! spec gives both (BLEU-4, the UHGEval parsers and validity rules), named `paper` and
 //! `v2`; `paper` is the one to report, `v2` exists for comparison with v2 logs.
 

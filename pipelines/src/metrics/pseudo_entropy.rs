@@ -26,7 +26,8 @@ pub struct TokenPseudoEntropy {
 }
 
 /// Pseudo-entropy of one token from its top-M **probabilities** (spec §3.3). A zero
-/// probability contributes 0 to both sums (the limit of `p ln p`).
+/// probability contributes 0 to both sums (the limit of `p ln p`). `S` is not required to
+/// be at most 1: rounded API values can exceed it slightly.
 /// Errors: `Empty`; `NotANumber`; `OutOfRange` for a value outside [0, 1]; `Undefined`
 /// when every probability is 0.
 pub fn token_pseudo_entropy(top_probs: &[f64]) -> Result<TokenPseudoEntropy, MetricError> {

@@ -1,6 +1,6 @@
 //! ROUGE-L on token lists (spec §1.6), as Google's `rouge_score` 0.1.2 computes it with a
 //! custom tokenizer (UHGEval passes jieba: tokenise with [`super::tokenize::jieba_cut`]).
-//! The same in [paper] (through HF `evaluate`'s `rouge`, one reference) and [v2].
+//! The same in \[paper\] (through HF `evaluate`'s `rouge`, one reference) and \[v2\].
 
 use serde::{Deserialize, Serialize};
 

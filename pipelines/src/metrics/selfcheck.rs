@@ -78,7 +78,8 @@ pub struct SelfCheckNgram {
 impl SelfCheckNgram {
     /// The mean of the sentence averages, the "sentence scores averaged" passage score of
     /// the SelfCheckGPT paper / ChainPoll; differs from [`Self::doc_avg_neg_logprob`]
-    /// when sentences have unequal lengths (spec §3.4 step 4).
+    /// when sentences have unequal lengths (spec §3.4 step 4). NaN only for a value built
+    /// by hand with no sentence ([`selfcheck_unigram`] never returns one).
     pub fn mean_of_sentence_avg(&self) -> f64 {
         self.sent_avg_neg_logprob.iter().sum::<f64>() / self.sent_avg_neg_logprob.len() as f64
     }

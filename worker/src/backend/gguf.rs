@@ -75,7 +75,8 @@ pub struct GgufModel {
     pub spec: GgufSpec,
 }
 
-fn backend() -> Result<&'static LlamaBackend, GgufError> {
+/// The process-wide llama.cpp backend (initialised once; llama.cpp allows one).
+pub fn backend() -> Result<&'static LlamaBackend, GgufError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {

@@ -63,6 +63,11 @@ pub struct GgufSpec {
 /// True when this build runs GGUF models.
 pub const GGUF_SUPPORT: bool = cfg!(feature = "gguf");
 
+/// True when this build can place GGUF models on CUDA GPUs.
+pub fn gguf_gpu_support() -> bool {
+    cfg!(feature = "cuda")
+}
+
 /// Everything a worker can call: the shared HTTP client and the local models it holds.
 pub struct Backends {
     http: openai::OpenAi,

@@ -13,7 +13,7 @@ use crate::metrics::rouge::rouge_l;
 use crate::metrics::tokenize::jieba_cut;
 
 /// The continuation of a raw answer to `continue_writing` (spec §1.6 step 2): its first
-/// sentence (§1.2 rule); [v2] first drops an echoed `query` prefix, [paper] does not.
+/// sentence (§1.2 rule); \[v2\] first drops an echoed `query` prefix, \[paper\] does not.
 pub fn continuation_from_answer<'a>(answer: &'a str, query: &str, variant: UhgVariant) -> &'a str {
     match variant {
         UhgVariant::Paper => first_sentence(answer),
@@ -21,7 +21,7 @@ pub fn continuation_from_answer<'a>(answer: &'a str, query: &str, variant: UhgVa
     }
 }
 
-/// Validity (spec §1.6 step 3): [paper] `continuation.strip() != ""`, [v2]
+/// Validity (spec §1.6 step 3): \[paper\] `continuation.strip() != ""`, \[v2\]
 /// `continuation != ""`.
 pub fn generative_valid(continuation: &str, variant: UhgVariant) -> bool {
     match variant {
@@ -33,7 +33,7 @@ pub fn generative_valid(continuation: &str, variant: UhgVariant) -> bool {
 /// One item's generative metrics (spec §1.6 step 5).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GenerativeItem {
-    /// BLEU-4 of the variant: [paper] [`bleu4_paper`]`.score`, [v2] [`bleu4_v2`]`.score`.
+    /// BLEU-4 of the variant: \[paper\] [`bleu4_paper`]`.score`, \[v2\] [`bleu4_v2`]`.score`.
     pub bleu4: f64,
     /// ROUGE-L F-measure.
     pub rouge_l: f64,

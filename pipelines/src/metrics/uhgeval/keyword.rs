@@ -15,7 +15,7 @@ pub struct KeywordCase {
     pub hallucinated: bool,
 }
 
-/// Splits one [v2] annotation `"<keyword><sep><annotation>"` (spec §1.1). `Malformed`
+/// Splits one \[v2\] annotation `"<keyword><sep><annotation>"` (spec §1.1). `Malformed`
 /// unless it holds exactly one `<sep>` (v2's `kw, j = item.split("<sep>")` raises then).
 pub fn split_annotation(line: &str) -> Result<(&str, &str), MetricError> {
     let mut parts = line.split("<sep>");
@@ -39,7 +39,7 @@ fn balance(hallucinated: Vec<String>, not_hallucinated: Vec<String>) -> Vec<Keyw
     cases
 }
 
-/// [paper] candidate keywords (spec §1.3 steps 1–3): the keys of `allKeywords` in dict
+/// \[paper\] candidate keywords (spec §1.3 steps 1–3): the keys of `allKeywords` in dict
 /// order, minus every keyword listed in `appearedKeywords` (exact match); hallucinated iff
 /// the annotation starts with `不合理`, not hallucinated iff it starts with `合理`; a
 /// keyword whose annotation starts with neither is left out (the paper code files it in
@@ -66,7 +66,7 @@ where
     balance(yes, no)
 }
 
-/// [v2] candidate keywords (spec §1.3 steps 1–3): every entry of `annotations`
+/// \[v2\] candidate keywords (spec §1.3 steps 1–3): every entry of `annotations`
 /// (`"<keyword><sep><annotation>"` lines, no exclusion), hallucinated iff the annotation
 /// starts with `不合理`, otherwise not; then balanced. `Malformed` for a line without
 /// exactly one `<sep>`. Duplicate keywords stay separate entries (v2 keys its predictions
@@ -97,16 +97,24 @@ pub struct KeywordItem {
 
 /// Item accuracy and validity (spec §1.3 steps 6–7) from the kept `cases` and the model's
 /// verdicts on them, in the same order:
-/// - [paper]: `accuracy = #(verdict == label) / 2n` (an invalid verdict never matches);
+/// - \[paper\]: `accuracy = #(verdict == label) / 2n` (an invalid verdict never matches);
 ///   `valid = n > 0 and every verdict is 0 or 1`;
-/// - [v2] (log compatibility only, the spec's "v2 bug"): verdicts become booleans first,
+/// - \[v2\] (log compatibility only, the spec's "v2 bug"): verdicts become booleans first,
 ///   so an invalid verdict counts as "hallucinated"; every item is valid, including
 ///   `n = 0`, whose accuracy is 0.
 ///
 /// `LengthMismatch` if the two lists differ in length.
-pub fn keyword_item(cases: &[KeywordCase], verdicts: &[Judgement], variant: UhgVariant) -> Result<KeywordItem, MetricError> {
+pub fn keyword_item(
+    cases: &[KeywordCase],
+    verdicts: &[Judgement],
+    variant: UhgVariant,
+) -> Result<KeywordItem, MetricError> {
     if cases.len() != verdicts.len() {
-        return Err(MetricError::LengthMismatch { what: "keyword cases vs verdicts", left: cases.len(), right: verdicts.len() });
+        return Err(MetricError::LengthMismatch {
+            what: "keyword cases vs verdicts",
+            left: cases.len(),
+            right: verdicts.len(),
+        });
     }
     let as_bool = |v: Judgement| match variant {
         UhgVariant::Paper => match v {
@@ -175,8 +183,14 @@ mod tests {
     /// Paper: n = 0 is invalid; v2: valid with accuracy 0 (the v2 bug).
     #[test]
     fn no_keywords() {
-        assert_eq!(keyword_item(&[], &[], UhgVariant::Paper).unwrap(), KeywordItem { accuracy: 0.0, num_kws: 0, valid: false });
-        assert_eq!(keyword_item(&[], &[], UhgVariant::V2).unwrap(), KeywordItem { accuracy: 0.0, num_kws: 0, valid: true });
+        assert_eq!(
+            keyword_item(&[], &[], UhgVariant::Paper).unwrap(),
+            KeywordItem { accuracy: 0.0, num_kws: 0, valid: false }
+        );
+        assert_eq!(
+            keyword_item(&[], &[], UhgVariant::V2).unwrap(),
+            KeywordItem { accuracy: 0.0, num_kws: 0, valid: true }
+        );
     }
 
     /// An unparseable verdict invalidates a paper item but counts as "hallucinated" in v2.
@@ -184,8 +198,14 @@ mod tests {
     fn invalid_verdict() {
         let c = cases(&[true, false]);
         let v = [Judgement::Invalid, Judgement::NotHallucinated];
-        assert_eq!(keyword_item(&c, &v, UhgVariant::Paper).unwrap(), KeywordItem { accuracy: 0.5, num_kws: 2, valid: false });
-        assert_eq!(keyword_item(&c, &v, UhgVariant::V2).unwrap(), KeywordItem { accuracy: 1.0, num_kws: 2, valid: true });
+        assert_eq!(
+            keyword_item(&c, &v, UhgVariant::Paper).unwrap(),
+            KeywordItem { accuracy: 0.5, num_kws: 2, valid: false }
+        );
+        assert_eq!(
+            keyword_item(&c, &v, UhgVariant::V2).unwrap(),
+            KeywordItem { accuracy: 1.0, num_kws: 2, valid: true }
+        );
         assert!(keyword_item(&c, &v[..1], UhgVariant::Paper).is_err());
     }
 

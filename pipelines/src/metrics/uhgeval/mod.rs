@@ -1,5 +1,5 @@
 //! UHGEval's rules as pure functions (spec §1; paper-era code S2 `IAAR-Shanghai/UHGEval`
-//! @ c62c2a8 = **[paper]**, the "Eval Suite" rewrite S3 @ affd38e = **[v2]**).
+//! @ c62c2a8 = **\[paper\]**, the "Eval Suite" rewrite S3 @ affd38e = **\[v2\]**).
 //!
 //! ## Layout
 //! - [`parse`]: echo removal, the first-sentence rule, and the keyword-level,
@@ -7,11 +7,11 @@
 //! - [`keyword`]: keyword-level candidates, balancing, item accuracy and validity, and the
 //!   "avg. acc. / avg. #kws / #valid" overall (§1.3);
 //! - [`sentence`]: sentence-level item accuracy, validity and overall (§1.4);
-//! - [`selective`]: option order ([paper] seeded swaps, [v2] length parity), correctness
+//! - [`selective`]: option order (\[paper\] seeded swaps, \[v2\] length parity), correctness
 //!   and overall accuracy (§1.5), with `pyrandom` reproducing CPython's `random`;
 //! - [`generative`]: continuation, validity, BLEU-4 / ROUGE-L / kwPrec / length per item
 //!   and their averages (§1.6);
-//! - [`schedule`]: the [paper] block coverage and the [v2] batch sizes (§1.8).
+//! - [`schedule`]: the \[paper\] block coverage and the \[v2\] batch sizes (§1.8).
 //!
 //! `#valid` (§1.7) is the `num` of every overall: the number of items whose result is
 //! valid under the variant's rule. Per-type breakdowns apply the same overall function to

@@ -1,5 +1,5 @@
 //! Reading UHGEval model answers (spec §1.2–§1.5): echo removal, the first-sentence rule,
-//! and the three verdict parsers, in [paper] and [v2] forms.
+//! and the three verdict parsers, in \[paper\] and \[v2\] forms.
 
 use serde::{Deserialize, Serialize};
 
@@ -7,10 +7,10 @@ use super::UhgVariant;
 use crate::metrics::pystr::py_strip;
 
 /// Removes an echoed prompt from a raw model answer (spec §1.2):
-/// - [paper] (discriminative and selective parsers only): the text after the **last**
+/// - \[paper\] (discriminative and selective parsers only): the text after the **last**
 ///   occurrence of `query` (`res.split(query)[-1]`), the whole answer if it does not
 ///   occur;
-/// - [v2] (every call): the answer without `query` if it **starts** with it.
+/// - \[v2\] (every call): the answer without `query` if it **starts** with it.
 ///
 /// An empty `query` leaves the answer unchanged (Python's `split("")` would raise).
 pub fn strip_echo<'a>(response: &'a str, query: &str, variant: UhgVariant) -> &'a str {
@@ -86,14 +86,14 @@ fn prefix_judgement(response: &str, variant: UhgVariant, yes: &str, no: &str) ->
 }
 
 /// Keyword-level verdict (spec §1.3 step 5), on the answer after echo removal: starts with
-/// `不符合现实` → hallucinated, else starts with `符合现实` → not, else invalid. [v2] strips
-/// surrounding whitespace first; [paper] does not.
+/// `不符合现实` → hallucinated, else starts with `符合现实` → not, else invalid. \[v2\] strips
+/// surrounding whitespace first; \[paper\] does not.
 pub fn parse_keyword_judgement(response: &str, variant: UhgVariant) -> Judgement {
     prefix_judgement(response, variant, "不符合现实", "符合现实")
 }
 
 /// Sentence-level verdict (spec §1.4): starts with `续写不符合现实` → hallucinated, else
-/// `续写符合现实` → not, else invalid; [v2] strips first.
+/// `续写符合现实` → not, else invalid; \[v2\] strips first.
 pub fn parse_sentence_judgement(response: &str, variant: UhgVariant) -> Judgement {
     prefix_judgement(response, variant, "续写不符合现实", "续写符合现实")
 }
@@ -122,7 +122,7 @@ impl Choice {
 }
 
 /// Selective answer (spec §1.5): the text before the first `更符合现实，更准确`, stripped;
-/// [paper] it must be exactly `A` or `B`; [v2] only its first character counts.
+/// \[paper\] it must be exactly `A` or `B`; \[v2\] only its first character counts.
 pub fn parse_selective_choice(response: &str, variant: UhgVariant) -> Choice {
     let head = py_strip(response.split("更符合现实，更准确").next().unwrap_or(response));
     let answer = match variant {

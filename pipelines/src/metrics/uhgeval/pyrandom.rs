@@ -1,4 +1,4 @@
-//! CPython's `random` module, just enough of it for UHGEval's [paper] selective option
+//! CPython's `random` module, just enough of it for UHGEval's \[paper\] selective option
 //! order (spec §1.5): `random.seed(n)` for a non-negative integer and `random.random()`.
 //! MT19937 seeded with `init_by_array` over the 32-bit words of `n`, and 53-bit floats
 //! from two draws, exactly as `Modules/_randommodule.c`.

@@ -1,12 +1,12 @@
-//! The UHGEval runners' work split (spec §1.8), as arithmetic: which items the [paper]
+//! The UHGEval runners' work split (spec §1.8), as arithmetic: which items the \[paper\]
 //! block scheduler ever runs (its coverage bug explains why no paper `#valid` exceeds
-//! 5,130) and the [v2] progress batches.
+//! 5,130) and the \[v2\] progress batches.
 
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::MetricError;
 
-/// What the [paper] `experiment_in_blocks` schedules.
+/// What the \[paper\] `experiment_in_blocks` schedules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockCoverage {
     /// `bs = total // num_blocks`.
@@ -17,7 +17,7 @@ pub struct BlockCoverage {
     pub last_index: Option<usize>,
 }
 
-/// [paper] coverage (spec §1.8 item 4): blocks `idx = start_block ..= num_blocks`
+/// \[paper\] coverage (spec §1.8 item 4): blocks `idx = start_block ..= num_blocks`
 /// (inclusive) cover `[idx·bs, idx·bs + bs)` with `bs = total // num_blocks`, clipped to
 /// the dataset as Python slicing does. From `start_block = 0` that is
 /// `min(total, bs·(num_blocks + 1))` items: 5,141 / 170 → 5,130. `Empty` for
@@ -34,7 +34,7 @@ pub fn paper_block_coverage(total: usize, num_blocks: usize, start_block: usize)
     Ok(BlockCoverage { block_size, items_scheduled, last_index })
 }
 
-/// [v2] `to_batched` sizes (spec §1.8): batches of `ceil(n / num_batches)` items, the last
+/// \[v2\] `to_batched` sizes (spec §1.8): batches of `ceil(n / num_batches)` items, the last
 /// one shorter; fewer than `num_batches` batches when the rounding leaves some empty, none
 /// for `n = 0`. `Empty` for `num_batches = 0`.
 pub fn v2_batch_sizes(n: usize, num_batches: usize) -> Result<Vec<usize>, MetricError> {
@@ -59,7 +59,10 @@ mod tests {
     /// More blocks than items: block size 0, nothing scheduled.
     #[test]
     fn more_blocks_than_items() {
-        assert_eq!(paper_block_coverage(5, 10, 0), Ok(BlockCoverage { block_size: 0, items_scheduled: 0, last_index: None }));
+        assert_eq!(
+            paper_block_coverage(5, 10, 0),
+            Ok(BlockCoverage { block_size: 0, items_scheduled: 0, last_index: None })
+        );
         assert!(paper_block_coverage(5, 0, 0).is_err());
     }
 

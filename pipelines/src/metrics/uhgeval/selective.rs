@@ -17,7 +17,7 @@ pub enum OptionOrder {
     RealFirst,
 }
 
-/// [v2] order (spec §1.5): H is option A iff `len(hallucinatedContinuation)` (code
+/// \[v2\] order (spec §1.5): H is option A iff `len(hallucinatedContinuation)` (code
 /// points) is even.
 pub fn option_order_v2(hallucinated_continuation: &str) -> OptionOrder {
     if py_len(hallucinated_continuation) % 2 == 0 {
@@ -27,20 +27,22 @@ pub fn option_order_v2(hallucinated_continuation: &str) -> OptionOrder {
     }
 }
 
-/// [paper] order (spec §1.5): after `random.seed(seed)` (22 in UHGEval), each scored item
+/// \[paper\] order (spec §1.5): after `random.seed(seed)` (22 in UHGEval), each scored item
 /// draws `random.random()` and the options are swapped (R becomes A) when the draw exceeds
 /// 0.5. This yields that sequence, one order per scored item. The paper's real runs
 /// re-seeded per block of 30 in spawned worker processes, so their order cannot be
 /// reconstructed from this alone (spec §6.7).
 pub fn paper_option_orders(seed: u64) -> impl Iterator<Item = OptionOrder> {
     let mut rng = PyRandom::new(seed);
-    std::iter::repeat_with(move || {
-        if rng.random() > 0.5 {
-            OptionOrder::RealFirst
-        } else {
-            OptionOrder::HallucinatedFirst
-        }
-    })
+    std::iter::repeat_with(
+        move || {
+            if rng.random() > 0.5 {
+                OptionOrder::RealFirst
+            } else {
+                OptionOrder::HallucinatedFirst
+            }
+        },
+    )
 }
 
 /// One item's selective result.
@@ -80,7 +82,10 @@ mod tests {
         assert!(selective_item(Choice::B, OptionOrder::HallucinatedFirst).correct);
         assert!(selective_item(Choice::A, OptionOrder::RealFirst).correct);
         assert!(!selective_item(Choice::A, OptionOrder::HallucinatedFirst).correct);
-        assert_eq!(selective_item(Choice::Invalid, OptionOrder::RealFirst), SelectiveItem { correct: false, valid: false });
+        assert_eq!(
+            selective_item(Choice::Invalid, OptionOrder::RealFirst),
+            SelectiveItem { correct: false, valid: false }
+        );
     }
 
     /// The v2 parity counts code points, not bytes ("é" is 1 code point but 2 bytes).
@@ -94,6 +99,9 @@ mod tests {
     /// No valid answer: accuracy undefined.
     #[test]
     fn overall_without_valid() {
-        assert_eq!(selective_overall(&[SelectiveItem { correct: true, valid: false }]), AccuracyOverall { accuracy: None, num: 0 });
+        assert_eq!(
+            selective_overall(&[SelectiveItem { correct: true, valid: false }]),
+            AccuracyOverall { accuracy: None, num: 0 }
+        );
     }
 }

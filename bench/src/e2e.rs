@@ -1,0 +1,244 @@
+//! (b) Halyard's no-op throughput end to end, and the two roles the benchmark runs as
+//! child processes of itself (`role-coordinator`, `role-worker`).
+//!
+//! The roles do what `halyard coordinator` and `halyard worker --sweep` do (load the
+//! sweep, connect, call the library `run` with the same configuration and the CLI's
+//! default log filter) and print one JSON line of figures when they end. Running them as
+//! processes of their own makes each peak resident set its own.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use halyard_broker::embedded::EmbeddedNats;
+use halyard_broker::{BrokerConfig, Delivery};
+use halyard_coordinator::{sweep, CoordinatorConfig, Progress, RunOutcome};
+use halyard_proto::subjects;
+use halyard_worker::{PoolSpec, WorkerConfig};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::procs;
+
+/// The pool (and model) name of the noop sweep.
+pub const POOL: &str = "noop";
+
+/// The sweep the end-to-end runs use: `jobs` noop jobs, one noop model.
+pub fn write_sweep(dir: &Path, jobs: u64, concurrency: usize, window: usize) -> anyhow::Result<PathBuf> {
+    let text = format!(
+        "name = \"noop-bench\"\n\n[[model]]\nname = \"{POOL}\"\nbackend = \"noop\"\nmax_concurrency = {concurrency}\n\n\
+         [[benchmark]]\npipeline = \"noop\"\njobs = {jobs}\nmodels = [\"{POOL}\"]\n\n[run]\nwindow = {window}\n"
+    );
+    let path = dir.join("noop-bench.toml");
+    std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+    Ok(path)
+}
+
+/// What the coordinator role prints.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CoordinatorFigures {
+    /// From calling `run` to every item done (planning included, report excluded).
+    pub done_s: f64,
+    /// From calling `run` to its return (report included).
+    pub total_s: f64,
+    pub items: u64,
+    pub results: u64,
+    pub duplicates: u64,
+    pub dead_letters: u64,
+    pub published: u64,
+    pub latency_p50_us: u64,
+    pub latency_p99_us: u64,
+    pub latency_samples: u64,
+}
+
+/// What a worker role prints.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkerFigures {
+    pub completed: u64,
+    pub replayed: u64,
+    pub dead_letters: u64,
+}
+
+fn init_logs() {
+    // The `halyard` CLI's default filter, so that the benchmark pays what users pay.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HALYARD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sled=warn,async_nats=warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+/// `role-coordinator`: `halyard coordinator SWEEP --nats URL --out DIR`, measured.
+pub async fn role_coordinator(sweep_path: PathBuf, out: PathBuf, nats: String) -> anyhow::Result<()> {
+    init_logs();
+    let sweep = sweep::load(&sweep_path)?;
+    let run_dir = out.join(&sweep.name);
+    let broker = halyard_broker::connect(&BrokerConfig::new(nats, "halyard-bench coordinator")).await?;
+    let (tx, mut rx) = watch::channel(Progress::default());
+    let started = Instant::now();
+    let watcher = tokio::spawn(async move {
+        let mut done_at = None;
+        let mut last = Progress::default();
+        while rx.changed().await.is_ok() {
+            let p = rx.borrow_and_update().clone();
+            if done_at.is_none() && p.items_total > 0 && p.items_done >= p.items_total {
+                done_at = Some(started.elapsed());
+            }
+            last = p;
+        }
+        (done_at, last)
+    });
+    let outcome = halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, Some(tx), std::future::pending()).await?;
+    let total = started.elapsed();
+    let (done_at, p) = watcher.await?;
+    if !matches!(outcome, RunOutcome::Complete { .. }) {
+        bail!("run did not complete: {outcome:?}");
+    }
+    let us = |d: Option<Duration>| d.map_or(0, |d| d.as_micros() as u64);
+    let figures = CoordinatorFigures {
+        done_s: done_at.unwrap_or(total).as_secs_f64(),
+        total_s: total.as_secs_f64(),
+        items: p.items_done,
+        results: p.results,
+        duplicates: p.duplicates,
+        dead_letters: p.dead_letters,
+        published: p.published,
+        latency_p50_us: us(p.latency.quantile(0.5)),
+        latency_p99_us: us(p.latency.quantile(0.99)),
+        latency_samples: p.latency.count(),
+    };
+    println!("{}", serde_json::to_string(&figures)?);
+    Ok(())
+}
+
+/// `role-worker`: `halyard worker --sweep SWEEP --nats URL --state DIR`, until SIGTERM.
+pub async fn role_worker(sweep_path: PathBuf, state: PathBuf, nats: String, id: String) -> anyhow::Result<()> {
+    init_logs();
+    let s = sweep::load(&sweep_path)?;
+    let pools = s.pools().into_iter().map(|(name, concurrency)| PoolSpec { name, concurrency }).collect();
+    let mut cfg = WorkerConfig::new(pools, state);
+    cfg.delivery = Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
+    cfg.worker_id = id;
+    let broker = halyard_broker::connect(&BrokerConfig::new(nats, format!("halyard-bench worker {}", cfg.worker_id))).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let stats = halyard_worker::run(broker, cfg, async move {
+        term.recv().await;
+    })
+    .await?;
+    let figures =
+        WorkerFigures { completed: stats.completed.get(), replayed: stats.replayed.get(), dead_letters: stats.dead_letters.get() };
+    println!("{}", serde_json::to_string(&figures)?);
+    Ok(())
+}
+
+/// One end-to-end measurement.
+#[derive(Debug)]
+pub struct E2e {
+    pub workers: usize,
+    pub coordinator: CoordinatorFigures,
+    pub worker_figures: Vec<WorkerFigures>,
+    pub coordinator_rss: u64,
+    /// Largest peak among the workers.
+    pub worker_rss: u64,
+    pub nats_rss: Option<u64>,
+}
+
+fn role(exe: &Path, args: &[&str], log: &Path) -> anyhow::Result<std::process::Child> {
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?);
+    procs::spawn_tied(cmd).with_context(|| format!("spawn {} {args:?}", exe.display()))
+}
+
+fn finish<T: serde::de::DeserializeOwned>(mut child: std::process::Child, what: &str, log: &Path) -> anyhow::Result<(T, u64)> {
+    let mut stdout = child.stdout.take().context("piped stdout")?;
+    let (status, rss) = procs::reap(child)?;
+    let mut out = String::new();
+    stdout.read_to_string(&mut out)?;
+    if !status.success() {
+        let tail = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = tail.lines().rev().take(20).collect();
+        bail!("{what} failed ({status}); log {}:\n{}", log.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+    }
+    let line = out.lines().last().with_context(|| format!("{what} printed nothing"))?;
+    Ok((serde_json::from_str(line).with_context(|| format!("{what} printed {line:?}"))?, rss))
+}
+
+/// Wait until `n` workers have a pull request open on the pool's consumer.
+async fn workers_ready(url: &str, n: usize) -> anyhow::Result<()> {
+    let broker = halyard_broker::connect(&BrokerConfig::new(url, "halyard-bench probe")).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(mut stream) = broker.js.get_stream(subjects::JOBS_STREAM).await {
+            if let Ok(info) = stream.consumer_info(subjects::pool_consumer(POOL)).await {
+                if info.num_waiting >= n {
+                    return Ok(());
+                }
+            }
+            let _ = stream.info().await;
+        }
+        if Instant::now() > deadline {
+            bail!("{n} workers did not start within a minute");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Run the noop sweep with `workers` worker processes and one coordinator process, on a
+/// fresh nats-server; `in_flight` slots in all, split between the workers.
+pub fn run(
+    rt: &tokio::runtime::Runtime,
+    exe: &Path,
+    dir: &Path,
+    jobs: u64,
+    workers: usize,
+    in_flight: usize,
+    window: usize,
+) -> anyhow::Result<E2e> {
+    std::fs::create_dir_all(dir)?;
+    let nats = EmbeddedNats::start(&dir.join("nats"))?;
+    let url = nats.url();
+    let sweep = write_sweep(dir, jobs, (in_flight / workers).max(1), window)?;
+    let sweep_s = sweep.display().to_string();
+    let mut children = Vec::new();
+    for i in 0..workers {
+        let state = dir.join(format!("checkpoint-{i}"));
+        let log = dir.join(format!("worker-{i}.log"));
+        let args = ["role-worker", "--nats", &url, "--sweep", &sweep_s, "--state", &state.display().to_string(), "--id", &format!("bench-w{i}")];
+        children.push((role(exe, &args, &log)?, log));
+    }
+    rt.block_on(workers_ready(&url, workers))?;
+    let out = dir.join("runs");
+    let clog = dir.join("coordinator.log");
+    let coord = role(exe, &["role-coordinator", "--nats", &url, "--sweep", &sweep_s, "--out", &out.display().to_string()], &clog)?;
+    let coordinator_result = finish::<CoordinatorFigures>(coord, "coordinator", &clog);
+    let nats_rss = procs::peak_rss(nats.pid());
+    let mut worker_figures = Vec::new();
+    let mut worker_rss = 0;
+    for (w, _) in &children {
+        procs::signal(w, libc::SIGTERM);
+    }
+    for (w, log) in children {
+        let (f, rss) = finish::<WorkerFigures>(w, "worker", &log)?;
+        worker_figures.push(f);
+        worker_rss = worker_rss.max(rss);
+    }
+    drop(nats);
+    let (coordinator, coordinator_rss) = coordinator_result?;
+    check_report(&out.join("noop-bench/report.json"), jobs)?;
+    Ok(E2e { workers, coordinator, worker_figures, coordinator_rss, worker_rss, nats_rss })
+}
+
+/// The report must count every job once.
+fn check_report(path: &Path, jobs: u64) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    let b = &v["benchmarks"][0];
+    let got = (b["labelled"].as_u64(), b["completed"].as_u64(), v["jobs"]["done"].as_u64());
+    if got != (Some(jobs), Some(jobs), Some(jobs)) {
+        bail!("{}: expected {jobs} labelled, completed and done jobs, found {got:?}", path.display());
+    }
+    Ok(())
+}

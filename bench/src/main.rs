@@ -1,0 +1,294 @@
+//! `halyard-bench`: how close Halyard's job path comes to the broker's own ceiling.
+//!
+//! One invocation measures, on fresh `nats-server`s started the same way (JetStream,
+//! file storage, the streams and consumers Halyard creates):
+//!
+//! 1. (a) the bare JetStream round trip (see `bare.rs`): `--in-flight` jobs at once,
+//!    then one at a time;
+//! 2. (b) Halyard's `noop` pipeline end to end, with 1, 2 and 4 worker processes and
+//!    one coordinator process (see `e2e.rs`): planning, publishing with `Nats-Msg-Id`,
+//!    pulling, sled checkpoint with group commit, result publishing, acks, counting
+//!    each result once, the report;
+//!
+//! and prints a table: jobs/s of each, Halyard's ratio to (a), p50/p99 job latency
+//! (publish to result recorded, as the coordinator sees it), and the peak resident set
+//! of the coordinator, the workers and nats-server. Targets (printed, never asserted):
+//! ratio ≥ 0.5; coordinator RSS < 1 GiB at a million jobs.
+//!
+//! ```sh
+//! cargo run --release -p halyard-bench -- --jobs 100000
+//! ```
+
+mod bare;
+mod e2e;
+mod procs;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use halyard_broker::embedded::EmbeddedNats;
+use halyard_broker::{BrokerConfig, Delivery};
+use halyard_coordinator::sweep::{self, Benchmark};
+use halyard_pipelines::noop;
+use halyard_proto::{subjects, Completion, Job, JobResult, Outcome, Usage};
+
+#[derive(Parser)]
+#[command(name = "halyard-bench", about = "Bare JetStream round trip vs Halyard's no-op job path, in one run")]
+struct Cli {
+    #[command(subcommand)]
+    role: Option<Role>,
+    /// Jobs per measurement.
+    #[arg(long, default_value_t = 100_000)]
+    jobs: u64,
+    /// Jobs in flight at once: the bare loop's slots, split evenly between Halyard's workers.
+    #[arg(long, default_value_t = 1000)]
+    in_flight: usize,
+    /// Jobs for the one-at-a-time bare round trip (it is slow; at most --jobs).
+    #[arg(long, default_value_t = 20_000)]
+    serial_jobs: u64,
+    /// Worker counts to measure Halyard with.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    workers: Vec<usize>,
+    /// The coordinator's planning window (`[run] window` of the sweep).
+    #[arg(long, default_value_t = sweep::DEFAULT_WINDOW)]
+    window: usize,
+    /// Keep stores, logs and reports here instead of a temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Role {
+    /// (internal) run the coordinator of a sweep and print its figures
+    #[command(hide = true)]
+    RoleCoordinator {
+        #[arg(long)]
+        nats: String,
+        #[arg(long)]
+        sweep: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// (internal) run a worker for a sweep until SIGTERM and print its figures
+    #[command(hide = true)]
+    RoleWorker {
+        #[arg(long)]
+        nats: String,
+        #[arg(long)]
+        sweep: PathBuf,
+        #[arg(long)]
+        state: PathBuf,
+        #[arg(long)]
+        id: String,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.role {
+        Some(Role::RoleCoordinator { nats, sweep, out }) => rt.block_on(e2e::role_coordinator(sweep, out, nats)),
+        Some(Role::RoleWorker { nats, sweep, state, id }) => rt.block_on(e2e::role_worker(sweep, state, nats, id)),
+        None => bench(&cli, &rt),
+    }
+}
+
+struct Bare {
+    jobs: u64,
+    secs: f64,
+    nats_rss: Option<u64>,
+}
+
+/// The messages the noop sweep produces, for the bare loop: its jobs as the coordinator
+/// publishes them, and a result as a worker publishes it.
+struct Messages {
+    config: noop::Config,
+    run: uuid::Uuid,
+    result: Bytes,
+}
+
+impl Messages {
+    /// Job `i`: its `Nats-Msg-Id` and payload.
+    fn job(&self, i: u64) -> (String, Bytes) {
+        let r = self.config.request(i);
+        let job = Job::new(self.run, r.pool, r.key, r.api_key_env, r.timeout_ms);
+        // Encoding a Job (plain data) into a Vec cannot fail.
+        let payload = halyard_proto::encode(&job).expect("a job encodes");
+        (subjects::result_msg_id(self.run, &job.id), Bytes::from(payload))
+    }
+}
+
+fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
+    let s = sweep::load(sweep_path)?;
+    let Some(Benchmark::Noop { config, .. }) = s.benchmarks.first() else { anyhow::bail!("the bench sweep has a noop benchmark") };
+    let config = config[0].clone();
+    let run = uuid::Uuid::now_v7();
+    // What the worker's noop backend answers, as the worker publishes it.
+    let result = JobResult {
+        v: halyard_proto::WIRE_VERSION,
+        job: config.request(0).id(),
+        run,
+        outcome: Outcome::Done(Completion {
+            text: String::new(),
+            usage: Usage::default(),
+            latency_ms: 0,
+            finish_reason: Some("stop".into()),
+            calls: 1,
+        }),
+        deliveries: 1,
+        worker: halyard_worker::default_worker_id(),
+        cached: false,
+    };
+    Ok(Messages { config, run, result: Bytes::from(halyard_proto::encode(&result)?) })
+}
+
+fn bare(rt: &tokio::runtime::Runtime, dir: &Path, sweep_path: &Path, n: u64, in_flight: usize) -> anyhow::Result<Bare> {
+    let msgs = messages(sweep_path)?;
+    let nats = EmbeddedNats::start(dir)?;
+    let secs = rt.block_on(async {
+        let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "halyard-bench bare")).await?;
+        halyard_broker::ensure_streams(&broker).await?;
+        let s = sweep::load(sweep_path)?;
+        let delivery = Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
+        let consumer = halyard_broker::pool_consumer(&broker, e2e::POOL, delivery).await?;
+        let run = uuid::Uuid::now_v7();
+        bare::preload(&broker, &subjects::job_subject(e2e::POOL), (0..n).map(|i| msgs.job(i))).await?;
+        let d = bare::round_trip(&broker, &consumer, &subjects::result_subject(run), msgs.result, n, in_flight).await?;
+        anyhow::Ok(d.as_secs_f64())
+    })?;
+    let nats_rss = procs::peak_rss(nats.pid());
+    Ok(Bare { jobs: n, secs, nats_rss })
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+fn rate(jobs: u64, secs: f64) -> f64 {
+    jobs as f64 / secs.max(1e-9)
+}
+
+fn thousands(x: f64) -> String {
+    let s = format!("{:.0}", x);
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn nats_version() -> String {
+    halyard_broker::embedded::server_binary()
+        .ok()
+        .and_then(|b| std::process::Command::new(b).arg("--version").output().ok())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "nats-server (version unknown)".into())
+}
+
+fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locate halyard-bench")?;
+    let tmp = tempfile::Builder::new().prefix("halyard-bench-").tempdir()?;
+    let root = cli.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&root)?;
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let sweep_path = e2e::write_sweep(&root, cli.jobs, cli.in_flight, cli.window)?;
+    let sample = messages(&sweep_path)?;
+    let (sample_id, sample_job) = sample.job(0);
+    println!(
+        "halyard-bench: {} jobs, {} in flight, window {}, {}, {cpus} CPUs",
+        thousands(cli.jobs as f64),
+        cli.in_flight,
+        cli.window,
+        nats_version()
+    );
+    println!(
+        "messages: job {} B + Nats-Msg-Id {} B, result {} B; pulls ask for as many jobs as free slots\n",
+        sample_job.len(),
+        sample_id.len(),
+        sample.result.len()
+    );
+
+    eprintln!("(a) bare JetStream round trip, {} in flight ...", cli.in_flight);
+    let a = bare(rt, &root.join("bare"), &sweep_path, cli.jobs, cli.in_flight)?;
+    let serial_n = cli.serial_jobs.min(cli.jobs).max(1);
+    eprintln!("(a) bare JetStream round trip, one at a time ({serial_n} jobs) ...");
+    let a1 = bare(rt, &root.join("bare-serial"), &sweep_path, serial_n, 1)?;
+    let ceiling = rate(a.jobs, a.secs);
+    let mut runs = Vec::new();
+    for &w in &cli.workers {
+        eprintln!("(b) halyard noop end to end, {w} worker(s) ...");
+        runs.push(e2e::run(rt, &exe, &root.join(format!("e2e-{w}")), cli.jobs, w.max(1), cli.in_flight, cli.window)?);
+    }
+
+    let head = format!(
+        "{:<40} {:>9} {:>8} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9}",
+        "measurement", "jobs", "s", "jobs/s", "ratio", "p50 ms", "p99 ms", "coord RSS", "worker RSS"
+    );
+    println!("{head}   nats RSS");
+    println!("{}", "-".repeat(head.len() + 11));
+    let na = |x: Option<u64>| x.map(mib).unwrap_or_else(|| "?".into());
+    for (label, b) in [(format!("bare JetStream, {} in flight", cli.in_flight), &a), ("bare JetStream, one at a time".to_string(), &a1)] {
+        let r = rate(b.jobs, b.secs);
+        println!(
+            "{label:<40} {:>9} {:>8.2} {:>9} {:>9.2} {:>8} {:>10} {:>9} {:>9}   {}",
+            b.jobs,
+            b.secs,
+            thousands(r),
+            r / ceiling,
+            "-",
+            "-",
+            "-",
+            "-",
+            na(b.nats_rss)
+        );
+    }
+    for r in &runs {
+        let c = &r.coordinator;
+        let jps = rate(c.items, c.done_s);
+        println!(
+            "{:<40} {:>9} {:>8.2} {:>9} {:>9.2} {:>8.1} {:>10.1} {:>9} {:>9}   {}",
+            format!("halyard noop e2e, {} worker{}", r.workers, if r.workers == 1 { "" } else { "s" }),
+            c.items,
+            c.done_s,
+            thousands(jps),
+            jps / ceiling,
+            c.latency_p50_us as f64 / 1000.0,
+            c.latency_p99_us as f64 / 1000.0,
+            mib(r.coordinator_rss),
+            mib(r.worker_rss),
+            na(r.nats_rss)
+        );
+    }
+    println!();
+    for r in &runs {
+        let c = &r.coordinator;
+        let done: Vec<String> = r.worker_figures.iter().map(|w| (w.completed + w.replayed).to_string()).collect();
+        println!(
+            "{} worker(s): report written {:.2} s after the last result; {} results, {} duplicates, {} dead letters; jobs per worker {}",
+            r.workers,
+            c.total_s - c.done_s,
+            c.results,
+            c.duplicates,
+            c.dead_letters,
+            done.join(" + ")
+        );
+    }
+    let best = runs.iter().map(|r| rate(r.coordinator.items, r.coordinator.done_s)).fold(0.0, f64::max);
+    let max_coord = runs.iter().map(|r| r.coordinator_rss).max().unwrap_or(0);
+    println!(
+        "\ntargets: best halyard/bare ratio {:.2} (target ≥ 0.50: {}); coordinator RSS {} (target < 1 GiB: {})",
+        best / ceiling,
+        if best / ceiling >= 0.5 { "met" } else { "not met" },
+        mib(max_coord),
+        if max_coord < 1 << 30 { "met" } else { "not met" }
+    );
+    if cli.dir.is_some() {
+        println!("stores, logs and reports kept in {}", root.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,67 @@
+//! Child processes of the benchmark and their peak memory.
+//!
+//! Roles (coordinator, workers) run as separate processes so that each one's peak
+//! resident set is its own: it is read from `wait4`'s `ru_maxrss` when the child is
+//! reaped. Children get `PR_SET_PDEATHSIG = SIGKILL`, and are spawned from the thread
+//! that runs the benchmark (the main thread), so none outlives the benchmark.
+
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus};
+
+/// Spawn `cmd` so that it is killed if this process dies.
+pub fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: runs in the forked child before exec; prctl and getppid are
+    // async-signal-safe and the closure does not allocate.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Send `signal` to a child that has not been reaped.
+pub fn signal(child: &Child, signal: libc::c_int) {
+    // SAFETY: kill(2) on our own child, which is not reaped until `reap` is called.
+    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+}
+
+/// Wait for `child` and return its exit status and peak resident set in bytes.
+/// Blocking; the child must not have been waited for before.
+pub fn reap(child: Child) -> io::Result<(ExitStatus, u64)> {
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain data that wait4 fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child pid with valid pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    // The pid is reaped; `Child` must not wait for it again (its Drop does not).
+    drop(child);
+    // Linux reports ru_maxrss in KiB.
+    Ok((ExitStatus::from_raw(status), usage.ru_maxrss.max(0) as u64 * 1024))
+}
+
+/// Peak resident set of a running process (`VmHWM`), in bytes.
+pub fn peak_rss(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

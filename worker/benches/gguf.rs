@@ -1,0 +1,127 @@
+//! Throughput of the gguf backend versus llama.cpp used directly, in the same run.
+//!
+//! `cargo bench -p halyard-worker --bench gguf` (needs models/, see scripts/fetch-model.sh).
+//! Prints prompt tokens/s, single-stream generation tokens/s and batched generation
+//! tokens/s (4 sequences) for both, and the ratio backend/direct. Medians of 3.
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use halyard_proto::ChatMessage;
+use halyard_worker::backend::gguf::{self, GgufModel};
+use halyard_worker::backend::GgufSpec;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+
+const GEN: u32 = 128;
+const SLOTS: usize = 4;
+const PROMPT: &str = "Write a long, detailed story about a lighthouse keeper who discovers a hidden map. \
+Describe the sea, the weather, the lighthouse, the keeper's daily routine and the journey in detail.";
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+struct Figures {
+    prompt_tps: f64,
+    single_tps: f64,
+    batched_tps: f64,
+}
+
+fn direct(path: &PathBuf, threads: i32) -> Figures {
+    let backend = gguf::backend().expect("llama backend");
+    let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).expect("load");
+    let tmpl = model.chat_template(None).expect("template");
+    let chat = [LlamaChatMessage::new("user".into(), PROMPT.into()).unwrap()];
+    let text = model.apply_chat_template(&tmpl, &chat, true).unwrap();
+    let vocab = model.vocab();
+    let prompt = vocab.tokenize(text.as_bytes(), true, true);
+    let cp = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(1024 * SLOTS as u32))
+        .with_n_seq_max(SLOTS as u32)
+        .with_n_batch(2048)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads);
+    let mut ctx = model.new_context(backend, cp).expect("context");
+    let mut batch = LlamaBatch::new(2048, SLOTS as i32);
+    // Run `seqs` sequences: prefill all, then generate GEN tokens each, greedy, no early stop.
+    let mut run = |seqs: usize| -> (f64, f64) {
+        ctx.clear_kv_cache();
+        batch.clear();
+        for s in 0..seqs {
+            for (i, t) in prompt.iter().enumerate() {
+                batch.add(*t, i as i32, &[s as i32], i + 1 == prompt.len()).unwrap();
+            }
+        }
+        let t0 = Instant::now();
+        ctx.decode(&mut batch).unwrap();
+        let prefill = t0.elapsed().as_secs_f64();
+        let mut samplers: Vec<LlamaSampler> = (0..seqs).map(|_| LlamaSampler::greedy()).collect();
+        let mut last: Vec<i32> = (0..seqs).map(|s| ((s + 1) * prompt.len() - 1) as i32).collect();
+        let t1 = Instant::now();
+        for step in 0..GEN {
+            let toks: Vec<_> = (0..seqs).map(|s| samplers[s].sample(&ctx, last[s])).collect();
+            batch.clear();
+            for (s, t) in toks.into_iter().enumerate() {
+                batch.add(t, prompt.len() as i32 + step as i32, &[s as i32], true).unwrap();
+                last[s] = s as i32;
+            }
+            ctx.decode(&mut batch).unwrap();
+        }
+        ((seqs * prompt.len()) as f64 / prefill, (seqs as f64 * GEN as f64) / t1.elapsed().as_secs_f64())
+    };
+    let singles: Vec<(f64, f64)> = (0..3).map(|_| run(1)).collect();
+    let batched: Vec<(f64, f64)> = (0..3).map(|_| run(SLOTS)).collect();
+    Figures {
+        prompt_tps: median(singles.iter().map(|x| x.0).collect()),
+        single_tps: median(singles.iter().map(|x| x.1).collect()),
+        batched_tps: median(batched.iter().map(|x| x.1).collect()),
+    }
+}
+
+async fn through_backend(path: &PathBuf, threads: usize) -> Figures {
+    let spec = GgufSpec { endpoint: "bench".into(), path: path.clone(), gpu: None, gpu_layers: 0, slots: SLOTS, threads, ctx_size: 1024 };
+    let model = GgufModel::load(spec).expect("load");
+    let msgs = || vec![ChatMessage::user(PROMPT)];
+    let mut prompt = vec![];
+    let mut single = vec![];
+    let mut batched = vec![];
+    for _ in 0..3 {
+        // Prefill-dominated: one generated token.
+        let c = model.generate(msgs(), 0.0, Some(1), 1).await.unwrap();
+        prompt.push(c.usage.prompt_tokens as f64 / (c.latency_ms.max(1) as f64 / 1000.0));
+        let t = Instant::now();
+        let c = model.generate(msgs(), 0.0, Some(GEN), 1).await.unwrap();
+        let gen_s = t.elapsed().as_secs_f64() - c.usage.prompt_tokens as f64 / prompt.last().unwrap();
+        single.push(c.usage.completion_tokens as f64 / gen_s);
+        let t = Instant::now();
+        let cs = futures::future::join_all((0..SLOTS).map(|_| model.generate(msgs(), 0.0, Some(GEN), 1))).await;
+        let toks: u64 = cs.iter().map(|c| c.as_ref().unwrap().usage.completion_tokens).sum();
+        let pre: f64 = cs.iter().map(|c| c.as_ref().unwrap().usage.prompt_tokens as f64).sum::<f64>() / prompt.last().unwrap();
+        batched.push(toks as f64 / (t.elapsed().as_secs_f64() - pre));
+    }
+    Figures { prompt_tps: median(prompt), single_tps: median(single), batched_tps: median(batched) }
+}
+
+fn main() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(path.exists(), "{} is missing: run scripts/fetch-model.sh", path.display());
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let d = direct(&path, threads as i32);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let b = rt.block_on(through_backend(&path, threads));
+    println!("SmolLM2-135M-Instruct Q4_1, {threads} threads, {GEN} generated tokens, batch of {SLOTS}; medians of 3");
+    println!("{:<28} {:>12} {:>12} {:>8}", "figure (tokens/s)", "llama.cpp", "halyard", "ratio");
+    for (name, x, y) in [
+        ("prompt (prefill)", d.prompt_tps, b.prompt_tps),
+        ("generation, single stream", d.single_tps, b.single_tps),
+        ("generation, batched x4", d.batched_tps, b.batched_tps),
+    ] {
+        println!("{name:<28} {x:>12.1} {y:>12.1} {:>8.2}", y / x);
+    }
+}

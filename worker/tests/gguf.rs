@@ -1,0 +1,108 @@
+//! The gguf backend with the real embedded model (SmolLM2-135M-Instruct Q4_1).
+//! `scripts/fetch-model.sh` puts it in models/ (scripts/test and CI run it first).
+#![cfg(feature = "gguf")]
+
+use std::path::PathBuf;
+
+use halyard_proto::ChatMessage;
+use halyard_worker::backend::gguf::{GgufError, GgufModel};
+use halyard_worker::backend::GgufSpec;
+
+/// llama.cpp's thread pool spin-waits; two models decoding at once on a small machine
+/// oversubscribe its cores and slow both many times over. Model tests take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn model_path() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(p.exists(), "{} is missing: run scripts/fetch-model.sh", p.display());
+    p
+}
+
+fn spec(path: PathBuf, slots: usize) -> GgufSpec {
+    GgufSpec { endpoint: "test".into(), path, gpu: None, gpu_layers: 0, slots, threads: 0, ctx_size: 1024 }
+}
+
+fn ask(q: &str) -> Vec<ChatMessage> {
+    vec![ChatMessage::user(q)]
+}
+
+/// Greedy answers are real text, identical alone and batched with other sequences,
+/// and carry token usage and latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn greedy_generation_is_deterministic_alone_and_batched() {
+    let _turn = turn();
+    let model = GgufModel::load(spec(model_path(), 4)).expect("model loads");
+    let prompts = ["What is the capital of France?", "Name a primary colour.", "What is 2 plus 2?", "Say hello in Spanish."];
+    let mut alone = Vec::new();
+    for p in prompts {
+        alone.push(model.generate(ask(p), 0.0, Some(24), 1).await.expect("generation"));
+    }
+    let batched = futures::future::join_all(prompts.iter().map(|p| model.generate(ask(p), 0.0, Some(24), 1))).await;
+    for (a, b) in alone.iter().zip(batched) {
+        let b = b.expect("batched generation");
+        assert!(!a.text.trim().is_empty(), "empty answer");
+        assert_eq!(a.text, b.text, "batched greedy output differs from the sequential one");
+        assert!(a.usage.prompt_tokens > 5 && a.usage.completion_tokens > 0 && a.usage.completion_tokens <= 24, "{:?}", a.usage);
+        assert!(matches!(a.finish_reason.as_deref(), Some("stop" | "length")));
+    }
+    // max_tokens is honoured exactly when the model does not stop earlier.
+    let long = model.generate(ask("Write a long story about the sea."), 0.0, Some(7), 1).await.unwrap();
+    assert_eq!((long.usage.completion_tokens, long.finish_reason.as_deref()), (7, Some("length")));
+}
+
+/// Seeded sampling reproduces itself; different seeds may differ but still produce text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_sampling_is_reproducible() {
+    let _turn = turn();
+    let model = GgufModel::load(spec(model_path(), 2)).expect("model loads");
+    let a = model.generate(ask("Invent a name for a cat."), 0.9, Some(16), 42).await.unwrap();
+    let b = model.generate(ask("Invent a name for a cat."), 0.9, Some(16), 42).await.unwrap();
+    assert_eq!(a.text, b.text);
+    assert!(!a.text.is_empty());
+}
+
+/// A prompt longer than the context is a permanent error, not a hang or a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_prompt_is_a_permanent_error() {
+    let _turn = turn();
+    let mut s = spec(model_path(), 1);
+    s.ctx_size = 256;
+    let model = GgufModel::load(s).expect("model loads");
+    let err = model.generate(ask(&"word ".repeat(400)), 0.0, Some(8), 1).await.unwrap_err();
+    assert!(err.is_permanent() && err.message.contains("ctx_size"), "{err:?}");
+}
+
+/// Missing, non-GGUF and truncated files fail to load with an error naming the file.
+#[test]
+fn bad_model_files_are_named() {
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.gguf");
+    let text = dir.path().join("notes.gguf");
+    std::fs::write(&text, "this is not a model").unwrap();
+    let truncated = dir.path().join("truncated.gguf");
+    let bytes = std::fs::read(model_path()).unwrap();
+    std::fs::write(&truncated, &bytes[..2_000_000]).unwrap();
+    for (path, needle) in [(&missing, "cannot open"), (&text, "not a GGUF file"), (&truncated, "could not load")] {
+        let err = GgufModel::load(spec(path.clone(), 1)).err().unwrap_or_else(|| panic!("{} loaded", path.display()));
+        let msg = err.to_string();
+        assert!(matches!(err, GgufError::File { .. }), "{msg}");
+        assert!(msg.contains(&path.display().to_string()) && msg.contains(needle), "{msg}");
+    }
+}
+
+/// Without the `cuda` feature, placing a model on a GPU is a clear error.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn gpu_placement_without_cuda_is_an_error() {
+    let _turn = turn();
+    let mut s = spec(model_path(), 1);
+    s.gpu = Some(0);
+    let err = GgufModel::load(s).err().expect("refused");
+    assert!(matches!(err, GgufError::NoGpuSupport { gpu: 0, .. }), "{err}");
+    assert!(err.to_string().contains("--features cuda"));
+}
