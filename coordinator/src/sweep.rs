@@ -483,3 +483,51 @@ fn noop_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Resu
 #[cfg(test)]
 #[path = "sweep_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod local_model_tests {
+    use super::*;
+
+    fn sweep_with(models: &str) -> Result<Sweep, SweepError> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fake = b"GGUF".to_vec();
+        fake.resize(4096, 0);
+        std::fs::write(dir.path().join("m.gguf"), &fake).unwrap();
+        let ds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/hypotermqa/HypoTermQA_180.jsonl");
+        let text = format!(
+            "name = \"t\"\n{models}\n[[benchmark]]\npipeline = \"hypotermqa\"\ndataset = \"{}\"\nmodels = [\"a\"]\njudge = \"a\"\nlimit = 1\n",
+            ds.display()
+        );
+        parse(&dir.path().join("s.toml"), &text)
+    }
+
+    /// Local models' pools carry their placement; a named pool keeps it too; concurrency
+    /// defaults to the model's slots.
+    #[test]
+    fn local_pools_carry_placement() {
+        let s = sweep_with(
+            "[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\nslots = 3\n\
+             [[model]]\nname = \"b\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\ngpu = 1\n\
+             [[model]]\nname = \"c\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\npool = \"shared\"\n",
+        )
+        .unwrap();
+        let pools: Vec<&str> = s.models.iter().map(|m| m.spec.pool.as_str()).collect();
+        assert_eq!(pools, ["gguf/a@cpu", "gguf/b@gpu1", "shared@cpu"]);
+        assert_eq!(s.models[0].max_concurrency, 3);
+        assert_eq!(s.models[1].local.as_ref().unwrap().gpu, Some(1));
+        // The identity is the file's, not its path's: same file, same endpoint.
+        assert_eq!(s.models[0].spec.model_ref.endpoint, s.models[1].spec.model_ref.endpoint);
+        assert!(s.models[0].spec.model_ref.endpoint.starts_with("gguf:m.gguf:4096:"));
+    }
+
+    /// gguf-only keys on another backend, and bad values, are errors naming the key.
+    #[test]
+    fn local_keys_are_checked() {
+        let e = sweep_with("[[model]]\nname = \"a\"\nbackend = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nslots = 2\n").unwrap_err();
+        assert!(e.to_string().contains("model[0].slots"), "{e}");
+        let e = sweep_with("[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\nslots = 0\n").unwrap_err();
+        assert!(e.to_string().contains("model[0].slots") && e.to_string().contains("outside"), "{e}");
+        let e = sweep_with("[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"nope.gguf\"\n").unwrap_err();
+        assert!(e.to_string().contains("model[0].model_path") && e.to_string().contains("nope.gguf"), "{e}");
+    }
+}
