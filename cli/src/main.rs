@@ -140,34 +140,26 @@ fn shutdown_signal() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let next = async {
-            match term.as_mut() {
-                Some(t) => {
-                    tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = t.recv() => {} }
-                }
-                None => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        };
-        next.await;
+        next_signal(&mut term).await;
         tracing::warn!("signal received: stopping gracefully (send again to exit at once)");
         let _ = tx.send(true);
-        let again = async {
-            match term.as_mut() {
-                Some(t) => {
-                    tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = t.recv() => {} }
-                }
-                None => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        };
-        again.await;
+        next_signal(&mut term).await;
         eprintln!("second signal: exiting now");
         std::process::exit(130);
     });
     rx
+}
+
+/// The next SIGINT or SIGTERM (SIGINT only if SIGTERM could not be hooked).
+async fn next_signal(term: &mut Option<tokio::signal::unix::Signal>) {
+    match term.as_mut() {
+        Some(t) => {
+            tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = t.recv() => {} }
+        }
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 async fn until(mut rx: watch::Receiver<bool>) {
