@@ -27,30 +27,37 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-struct Figures {
-    prompt_tps: f64,
-    single_tps: f64,
-    batched_tps: f64,
+struct Direct {
+    model: &'static LlamaModel,
+    ctx: llama_cpp_2::context::LlamaContext<'static>,
+    prompt: Vec<llama_cpp_2::token::LlamaToken>,
+    batch: LlamaBatch<'static>,
 }
 
-fn direct(path: &PathBuf, threads: i32) -> Figures {
-    let backend = gguf::backend().expect("llama backend");
-    let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).expect("load");
-    let tmpl = model.chat_template(None).expect("template");
-    let chat = [LlamaChatMessage::new("user".into(), PROMPT.into()).unwrap()];
-    let text = model.apply_chat_template(&tmpl, &chat, true).unwrap();
-    let vocab = model.vocab();
-    let prompt = vocab.tokenize(text.as_bytes(), true, true);
-    let cp = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(1024 * SLOTS as u32))
-        .with_n_seq_max(SLOTS as u32)
-        .with_n_batch(2048)
-        .with_n_threads(threads)
-        .with_n_threads_batch(threads);
-    let mut ctx = model.new_context(backend, cp).expect("context");
-    let mut batch = LlamaBatch::new(2048, SLOTS as i32);
-    // Run `seqs` sequences: prefill all, then generate GEN tokens each, greedy, no early stop.
-    let mut run = |seqs: usize| -> (f64, f64) {
+impl Direct {
+    fn new(path: &PathBuf, threads: i32) -> Direct {
+        let backend = gguf::backend().expect("llama backend");
+        // Leaked: the benchmark process lives exactly as long as the model.
+        let model: &'static LlamaModel = Box::leak(Box::new(LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).expect("load")));
+        let tmpl = model.chat_template(None).expect("template");
+        let chat = [LlamaChatMessage::new("user".into(), PROMPT.into()).unwrap()];
+        let text = model.apply_chat_template(&tmpl, &chat, true).unwrap();
+        let prompt = model.vocab().tokenize(text.as_bytes(), true, true);
+        let cp = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(1024 * SLOTS as u32))
+            .with_n_seq_max(SLOTS as u32)
+            .with_n_batch(2048)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = model.new_context(backend, cp).expect("context");
+        Direct { model, ctx, prompt, batch: LlamaBatch::new(2048, SLOTS as i32) }
+    }
+
+    /// `seqs` sequences: prefill all, then GEN greedy tokens each (no early stop).
+    /// Returns (prompt tokens/s, generated tokens/s).
+    fn run(&mut self, seqs: usize) -> (f64, f64) {
+        let _ = self.model;
+        let (ctx, batch, prompt) = (&mut self.ctx, &mut self.batch, &self.prompt);
         ctx.clear_kv_cache();
         batch.clear();
         for s in 0..seqs {
@@ -59,68 +66,71 @@ fn direct(path: &PathBuf, threads: i32) -> Figures {
             }
         }
         let t0 = Instant::now();
-        ctx.decode(&mut batch).unwrap();
+        ctx.decode(batch).unwrap();
         let prefill = t0.elapsed().as_secs_f64();
         let mut samplers: Vec<LlamaSampler> = (0..seqs).map(|_| LlamaSampler::greedy()).collect();
         let mut last: Vec<i32> = (0..seqs).map(|s| ((s + 1) * prompt.len() - 1) as i32).collect();
         let t1 = Instant::now();
         for step in 0..GEN {
-            let toks: Vec<_> = (0..seqs).map(|s| samplers[s].sample(&ctx, last[s])).collect();
+            let toks: Vec<_> = (0..seqs).map(|s| samplers[s].sample(ctx, last[s])).collect();
             batch.clear();
             for (s, t) in toks.into_iter().enumerate() {
                 batch.add(t, prompt.len() as i32 + step as i32, &[s as i32], true).unwrap();
                 last[s] = s as i32;
             }
-            ctx.decode(&mut batch).unwrap();
+            ctx.decode(batch).unwrap();
         }
         ((seqs * prompt.len()) as f64 / prefill, (seqs as f64 * GEN as f64) / t1.elapsed().as_secs_f64())
-    };
-    let singles: Vec<(f64, f64)> = (0..3).map(|_| run(1)).collect();
-    let batched: Vec<(f64, f64)> = (0..3).map(|_| run(SLOTS)).collect();
-    Figures {
-        prompt_tps: median(singles.iter().map(|x| x.0).collect()),
-        single_tps: median(singles.iter().map(|x| x.1).collect()),
-        batched_tps: median(batched.iter().map(|x| x.1).collect()),
     }
 }
 
-async fn through_backend(path: &PathBuf, threads: usize) -> Figures {
-    let spec = GgufSpec { endpoint: "bench".into(), path: path.clone(), gpu: None, gpu_layers: 0, slots: SLOTS, threads, ctx_size: 1024 };
-    let model = GgufModel::load(spec).expect("load");
-    let msgs = || vec![ChatMessage::user(PROMPT)];
-    let mut prompt = vec![];
-    let mut single = vec![];
-    let mut batched = vec![];
-    for _ in 0..3 {
-        // Prefill-dominated: one generated token.
-        let c = model.generate(msgs(), 0.0, Some(1), 1).await.unwrap();
-        prompt.push(c.usage.prompt_tokens as f64 / (c.latency_ms.max(1) as f64 / 1000.0));
-        let t = Instant::now();
-        let c = model.generate(msgs(), 0.0, Some(GEN), 1).await.unwrap();
-        let gen_s = t.elapsed().as_secs_f64() - c.usage.prompt_tokens as f64 / prompt.last().unwrap();
-        single.push(c.usage.completion_tokens as f64 / gen_s);
-        let t = Instant::now();
-        let cs = futures::future::join_all((0..SLOTS).map(|_| model.generate(msgs(), 0.0, Some(GEN), 1))).await;
-        let toks: u64 = cs.iter().map(|c| c.as_ref().unwrap().usage.completion_tokens).sum();
-        let pre: f64 = cs.iter().map(|c| c.as_ref().unwrap().usage.prompt_tokens as f64).sum::<f64>() / prompt.last().unwrap();
-        batched.push(toks as f64 / (t.elapsed().as_secs_f64() - pre));
-    }
-    Figures { prompt_tps: median(prompt), single_tps: median(single), batched_tps: median(batched) }
+/// Through the backend: (prompt tokens/s, single-stream generated tokens/s).
+async fn backend_single(model: &GgufModel) -> (f64, f64) {
+    let c = model.generate(vec![ChatMessage::user(PROMPT)], 0.0, Some(1), 1).await.unwrap();
+    let prompt_tps = c.usage.prompt_tokens as f64 / (c.latency_ms.max(1) as f64 / 1000.0);
+    let t = Instant::now();
+    let c = model.generate(vec![ChatMessage::user(PROMPT)], 0.0, Some(GEN), 1).await.unwrap();
+    let gen_s = t.elapsed().as_secs_f64() - c.usage.prompt_tokens as f64 / prompt_tps;
+    (prompt_tps, c.usage.completion_tokens as f64 / gen_s)
+}
+
+/// Through the backend: batched generated tokens/s (SLOTS concurrent jobs), prefill time
+/// subtracted at the measured prompt rate.
+async fn backend_batched(model: &GgufModel, prompt_tps: f64) -> f64 {
+    let t = Instant::now();
+    let cs = futures::future::join_all((0..SLOTS).map(|_| model.generate(vec![ChatMessage::user(PROMPT)], 0.0, Some(GEN), 1))).await;
+    let toks: u64 = cs.iter().map(|c| c.as_ref().unwrap().usage.completion_tokens).sum();
+    let pre: f64 = cs.iter().map(|c| c.as_ref().unwrap().usage.prompt_tokens as f64).sum::<f64>() / prompt_tps;
+    toks as f64 / (t.elapsed().as_secs_f64() - pre)
 }
 
 fn main() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(path.exists(), "{} is missing: run scripts/fetch-model.sh", path.display());
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-    let d = direct(&path, threads as i32);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let b = rt.block_on(through_backend(&path, threads));
-    println!("SmolLM2-135M-Instruct Q4_1, {threads} threads, {GEN} generated tokens, batch of {SLOTS}; medians of 3");
+    let mut direct = Direct::new(&path, threads as i32);
+    let spec = GgufSpec { endpoint: "bench".into(), path: path.clone(), gpu: None, gpu_layers: 0, slots: SLOTS, threads, ctx_size: 1024 };
+    let model = GgufModel::load(spec).expect("load");
+    // Rounds interleave direct and backend measurements, so background load on this
+    // 2-core machine hits both sides alike.
+    let (mut dp, mut ds, mut db, mut hp, mut hs, mut hb) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..3 {
+        let (p, g) = direct.run(1);
+        dp.push(p);
+        ds.push(g);
+        let (p, g) = rt.block_on(backend_single(&model));
+        hp.push(p);
+        hs.push(g);
+        db.push(direct.run(SLOTS).1);
+        hb.push(rt.block_on(backend_batched(&model, p)));
+    }
+    println!("SmolLM2-135M-Instruct Q4_1, {threads} threads, {GEN} generated tokens, batch of {SLOTS}; medians of 3 interleaved rounds");
     println!("{:<28} {:>12} {:>12} {:>8}", "figure (tokens/s)", "llama.cpp", "halyard", "ratio");
     for (name, x, y) in [
-        ("prompt (prefill)", d.prompt_tps, b.prompt_tps),
-        ("generation, single stream", d.single_tps, b.single_tps),
-        ("generation, batched x4", d.batched_tps, b.batched_tps),
+        ("prompt (prefill)", median(dp), median(hp)),
+        ("generation, single stream", median(ds), median(hs)),
+        ("generation, batched x4", median(db), median(hb)),
     ] {
         println!("{name:<28} {x:>12.1} {y:>12.1} {:>8.2}", y / x);
     }
