@@ -58,13 +58,22 @@ pub async fn round_trip(
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
     let start = Instant::now();
     let mut pulled = 0u64;
+    let mut idle = true;
     while pulled < n {
         let first = slots.clone().acquire_owned().await?;
         let want = (slots.available_permits() + 1).min((n - pulled) as usize);
-        let mut batch = consumer.batch().max_messages(want).expires(PULL_WAIT).messages().await.context("pull jobs")?;
+        // The worker's pulls (pool.rs): a batch while jobs are queued, one waiting job when idle.
+        let mut batch = if idle {
+            consumer.batch().max_messages(1).expires(PULL_WAIT).messages().await
+        } else {
+            consumer.fetch().max_messages(want).messages().await
+        }
+        .context("pull jobs")?;
+        idle = true;
         let mut first = Some(first);
         while let Some(m) = batch.next().await {
             let Ok(m) = m else { break };
+            idle = false;
             let permit = match first.take() {
                 Some(p) => p,
                 None => slots.clone().acquire_owned().await?,
@@ -72,7 +81,8 @@ pub async fn round_trip(
             pulled += 1;
             let (js, subject, payload) = (broker.js.clone(), subject.clone(), result_payload.clone());
             tasks.spawn(async move {
-                let id = m.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)).map(|v| v.as_str().to_string());
+                let id =
+                    m.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)).map(|v| v.as_str().to_string());
                 let Some(id) = id else { bail!("job message without Nats-Msg-Id") };
                 let p = jetstream::message::PublishMessage::build().payload(payload).message_id(id);
                 js.send_publish(subject, p).await?.await?;

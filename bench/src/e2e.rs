@@ -51,6 +51,8 @@ pub struct CoordinatorFigures {
     pub latency_p50_us: u64,
     pub latency_p99_us: u64,
     pub latency_samples: u64,
+    #[serde(default)]
+    pub batches: u64,
 }
 
 /// What a worker role prints.
@@ -59,6 +61,8 @@ pub struct WorkerFigures {
     pub completed: u64,
     pub replayed: u64,
     pub dead_letters: u64,
+    #[serde(default)]
+    pub pulls: u64,
 }
 
 fn init_logs() {
@@ -88,7 +92,8 @@ pub async fn role_coordinator(sweep_path: PathBuf, out: PathBuf, nats: String) -
         }
         (done_at, last)
     });
-    let outcome = halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, Some(tx), std::future::pending()).await?;
+    let outcome =
+        halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, Some(tx), std::future::pending()).await?;
     let total = started.elapsed();
     let (done_at, p) = watcher.await?;
     if !matches!(outcome, RunOutcome::Complete { .. }) {
@@ -106,6 +111,7 @@ pub async fn role_coordinator(sweep_path: PathBuf, out: PathBuf, nats: String) -
         latency_p50_us: us(p.latency.quantile(0.5)),
         latency_p99_us: us(p.latency.quantile(0.99)),
         latency_samples: p.latency.count(),
+        batches: p.batches,
     };
     println!("{}", serde_json::to_string(&figures)?);
     Ok(())
@@ -125,8 +131,12 @@ pub async fn role_worker(sweep_path: PathBuf, state: PathBuf, nats: String, id: 
         term.recv().await;
     })
     .await?;
-    let figures =
-        WorkerFigures { completed: stats.completed.get(), replayed: stats.replayed.get(), dead_letters: stats.dead_letters.get() };
+    let figures = WorkerFigures {
+        completed: stats.completed.get(),
+        replayed: stats.replayed.get(),
+        dead_letters: stats.dead_letters.get(),
+        pulls: stats.pulls.get(),
+    };
     println!("{}", serde_json::to_string(&figures)?);
     Ok(())
 }
@@ -134,13 +144,15 @@ pub async fn role_worker(sweep_path: PathBuf, state: PathBuf, nats: String, id: 
 /// One end-to-end measurement.
 #[derive(Debug)]
 pub struct E2e {
-    pub workers: usize,
-    pub coordinator: CoordinatorFigures,
+    pub worker_count: usize,
+    pub figures: CoordinatorFigures,
     pub worker_figures: Vec<WorkerFigures>,
-    pub coordinator_rss: u64,
-    /// Largest peak among the workers.
-    pub worker_rss: u64,
+    pub coordinator: procs::Usage,
+    /// Largest peak RSS among the workers, and their CPU time together.
+    pub workers: procs::Usage,
     pub nats_rss: Option<u64>,
+    /// nats-server's CPU time during the run.
+    pub nats_cpu_s: Option<f64>,
 }
 
 fn role(exe: &Path, args: &[&str], log: &Path) -> anyhow::Result<std::process::Child> {
@@ -152,9 +164,13 @@ fn role(exe: &Path, args: &[&str], log: &Path) -> anyhow::Result<std::process::C
     procs::spawn_tied(cmd).with_context(|| format!("spawn {} {args:?}", exe.display()))
 }
 
-fn finish<T: serde::de::DeserializeOwned>(mut child: std::process::Child, what: &str, log: &Path) -> anyhow::Result<(T, u64)> {
+fn finish<T: serde::de::DeserializeOwned>(
+    mut child: std::process::Child,
+    what: &str,
+    log: &Path,
+) -> anyhow::Result<(T, procs::Usage)> {
     let mut stdout = child.stdout.take().context("piped stdout")?;
-    let (status, rss) = procs::reap(child)?;
+    let (status, usage) = procs::reap(child)?;
     let mut out = String::new();
     stdout.read_to_string(&mut out)?;
     if !status.success() {
@@ -163,7 +179,7 @@ fn finish<T: serde::de::DeserializeOwned>(mut child: std::process::Child, what: 
         bail!("{what} failed ({status}); log {}:\n{}", log.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
     }
     let line = out.lines().last().with_context(|| format!("{what} printed nothing"))?;
-    Ok((serde_json::from_str(line).with_context(|| format!("{what} printed {line:?}"))?, rss))
+    Ok((serde_json::from_str(line).with_context(|| format!("{what} printed {line:?}"))?, usage))
 }
 
 /// Wait until `n` workers have a pull request open on the pool's consumer.
@@ -206,29 +222,43 @@ pub fn run(
     for i in 0..workers {
         let state = dir.join(format!("checkpoint-{i}"));
         let log = dir.join(format!("worker-{i}.log"));
-        let args = ["role-worker", "--nats", &url, "--sweep", &sweep_s, "--state", &state.display().to_string(), "--id", &format!("bench-w{i}")];
+        let args = [
+            "role-worker",
+            "--nats",
+            &url,
+            "--sweep",
+            &sweep_s,
+            "--state",
+            &state.display().to_string(),
+            "--id",
+            &format!("bench-w{i}"),
+        ];
         children.push((role(exe, &args, &log)?, log));
     }
     rt.block_on(workers_ready(&url, workers))?;
+    let nats_cpu_before = procs::cpu_seconds(nats.pid());
     let out = dir.join("runs");
     let clog = dir.join("coordinator.log");
-    let coord = role(exe, &["role-coordinator", "--nats", &url, "--sweep", &sweep_s, "--out", &out.display().to_string()], &clog)?;
+    let coord =
+        role(exe, &["role-coordinator", "--nats", &url, "--sweep", &sweep_s, "--out", &out.display().to_string()], &clog)?;
     let coordinator_result = finish::<CoordinatorFigures>(coord, "coordinator", &clog);
     let nats_rss = procs::peak_rss(nats.pid());
+    let nats_cpu_s = procs::cpu_seconds(nats.pid()).zip(nats_cpu_before).map(|(a, b)| a - b);
     let mut worker_figures = Vec::new();
-    let mut worker_rss = 0;
+    let mut worker_usage = procs::Usage::default();
     for (w, _) in &children {
         procs::signal(w, libc::SIGTERM);
     }
     for (w, log) in children {
-        let (f, rss) = finish::<WorkerFigures>(w, "worker", &log)?;
+        let (f, u) = finish::<WorkerFigures>(w, "worker", &log)?;
         worker_figures.push(f);
-        worker_rss = worker_rss.max(rss);
+        worker_usage.max_rss = worker_usage.max_rss.max(u.max_rss);
+        worker_usage.cpu_s += u.cpu_s;
     }
     drop(nats);
-    let (coordinator, coordinator_rss) = coordinator_result?;
+    let (figures, coordinator) = coordinator_result?;
     check_report(&out.join("noop-bench/report.json"), jobs)?;
-    Ok(E2e { workers, coordinator, worker_figures, coordinator_rss, worker_rss, nats_rss })
+    Ok(E2e { worker_count: workers, figures, worker_figures, coordinator, workers: worker_usage, nats_rss, nats_cpu_s })
 }
 
 /// The report must count every job once.

@@ -11,9 +11,11 @@
 //!    each result once, the report;
 //!
 //! and prints a table: jobs/s of each, Halyard's ratio to (a), p50/p99 job latency
-//! (publish to result recorded, as the coordinator sees it), and the peak resident set
-//! of the coordinator, the workers and nats-server. Targets (printed, never asserted):
-//! ratio ≥ 0.5; coordinator RSS < 1 GiB at a million jobs.
+//! (publish to result recorded, as the coordinator sees it), the peak resident set of
+//! the coordinator, the workers and nats-server (`wait4`'s `ru_maxrss`, `VmHWM`), and the
+//! CPU time per job of each process (on a small machine every process competes for the
+//! same cores, so this column says where the time goes). Targets (printed, never
+//! asserted): ratio ≥ 0.5; coordinator RSS < 1 GiB at a million jobs.
 //!
 //! ```sh
 //! cargo run --release -p halyard-bench -- --jobs 100000
@@ -87,7 +89,13 @@ enum Role {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Thread names tell the roles apart in profiles (`perf report --comm coord-rt`).
+    let name = match cli.role {
+        Some(Role::RoleCoordinator { .. }) => "coord-rt",
+        Some(Role::RoleWorker { .. }) => "worker-rt",
+        None => "bench-rt",
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().thread_name(name).enable_all().build()?;
     match cli.role {
         Some(Role::RoleCoordinator { nats, sweep, out }) => rt.block_on(e2e::role_coordinator(sweep, out, nats)),
         Some(Role::RoleWorker { nats, sweep, state, id }) => rt.block_on(e2e::role_worker(sweep, state, nats, id)),
@@ -99,6 +107,9 @@ struct Bare {
     jobs: u64,
     secs: f64,
     nats_rss: Option<u64>,
+    nats_cpu_s: Option<f64>,
+    /// CPU time of this process's runtime during the loop.
+    client_cpu_s: f64,
 }
 
 /// The messages the noop sweep produces, for the bare loop: its jobs as the coordinator
@@ -122,7 +133,9 @@ impl Messages {
 
 fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
     let s = sweep::load(sweep_path)?;
-    let Some(Benchmark::Noop { config, .. }) = s.benchmarks.first() else { anyhow::bail!("the bench sweep has a noop benchmark") };
+    let Some(Benchmark::Noop { config, .. }) = s.benchmarks.first() else {
+        anyhow::bail!("the bench sweep has a noop benchmark")
+    };
     let config = config[0].clone();
     let run = uuid::Uuid::now_v7();
     // What the worker's noop backend answers, as the worker publishes it.
@@ -147,6 +160,8 @@ fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
 fn bare(rt: &tokio::runtime::Runtime, dir: &Path, sweep_path: &Path, n: u64, in_flight: usize) -> anyhow::Result<Bare> {
     let msgs = messages(sweep_path)?;
     let nats = EmbeddedNats::start(dir)?;
+    let mut nats_cpu_before = None;
+    let mut client_cpu_before = 0.0;
     let secs = rt.block_on(async {
         let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "halyard-bench bare")).await?;
         halyard_broker::ensure_streams(&broker).await?;
@@ -155,11 +170,15 @@ fn bare(rt: &tokio::runtime::Runtime, dir: &Path, sweep_path: &Path, n: u64, in_
         let consumer = halyard_broker::pool_consumer(&broker, e2e::POOL, delivery).await?;
         let run = uuid::Uuid::now_v7();
         bare::preload(&broker, &subjects::job_subject(e2e::POOL), (0..n).map(|i| msgs.job(i))).await?;
+        nats_cpu_before = procs::cpu_seconds(nats.pid());
+        client_cpu_before = procs::cpu_seconds(std::process::id()).unwrap_or(0.0);
         let d = bare::round_trip(&broker, &consumer, &subjects::result_subject(run), msgs.result, n, in_flight).await?;
         anyhow::Ok(d.as_secs_f64())
     })?;
     let nats_rss = procs::peak_rss(nats.pid());
-    Ok(Bare { jobs: n, secs, nats_rss })
+    let nats_cpu_s = procs::cpu_seconds(nats.pid()).zip(nats_cpu_before).map(|(a, b)| a - b);
+    let client_cpu_s = procs::cpu_seconds(std::process::id()).unwrap_or(0.0) - client_cpu_before;
+    Ok(Bare { jobs: n, secs, nats_rss, nats_cpu_s, client_cpu_s })
 }
 
 fn mib(b: u64) -> String {
@@ -226,16 +245,19 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     }
 
     let head = format!(
-        "{:<40} {:>9} {:>8} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9}",
-        "measurement", "jobs", "s", "jobs/s", "ratio", "p50 ms", "p99 ms", "coord RSS", "worker RSS"
+        "{:<34} {:>9} {:>7} {:>8} {:>6} {:>8} {:>8} {:>9} {:>10} {:>9}",
+        "measurement", "jobs", "s", "jobs/s", "ratio", "p50 ms", "p99 ms", "coord RSS", "worker RSS", "nats RSS"
     );
-    println!("{head}   nats RSS");
-    println!("{}", "-".repeat(head.len() + 11));
+    println!("{head}   CPU µs/job: coord + workers + nats");
+    println!("{}", "-".repeat(head.len() + 36));
     let na = |x: Option<u64>| x.map(mib).unwrap_or_else(|| "?".into());
-    for (label, b) in [(format!("bare JetStream, {} in flight", cli.in_flight), &a), ("bare JetStream, one at a time".to_string(), &a1)] {
+    let per_job = |cpu: f64, jobs: u64| format!("{:.0}", cpu * 1e6 / jobs.max(1) as f64);
+    for (label, b) in
+        [(format!("bare JetStream, {} in flight", cli.in_flight), &a), ("bare JetStream, one at a time".to_string(), &a1)]
+    {
         let r = rate(b.jobs, b.secs);
         println!(
-            "{label:<40} {:>9} {:>8.2} {:>9} {:>9.2} {:>8} {:>10} {:>9} {:>9}   {}",
+            "{label:<34} {:>9} {:>7.2} {:>8} {:>6.2} {:>8} {:>8} {:>9} {:>10} {:>9}   - + {} + {}",
             b.jobs,
             b.secs,
             thousands(r),
@@ -244,42 +266,52 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             "-",
             "-",
             "-",
-            na(b.nats_rss)
+            na(b.nats_rss),
+            per_job(b.client_cpu_s, b.jobs),
+            b.nats_cpu_s.map(|c| per_job(c, b.jobs)).unwrap_or_else(|| "?".into()),
         );
     }
     for r in &runs {
-        let c = &r.coordinator;
+        let c = &r.figures;
         let jps = rate(c.items, c.done_s);
         println!(
-            "{:<40} {:>9} {:>8.2} {:>9} {:>9.2} {:>8.1} {:>10.1} {:>9} {:>9}   {}",
-            format!("halyard noop e2e, {} worker{}", r.workers, if r.workers == 1 { "" } else { "s" }),
+            "{:<34} {:>9} {:>7.2} {:>8} {:>6.2} {:>8.1} {:>8.1} {:>9} {:>10} {:>9}   {} + {} + {}",
+            format!("halyard noop e2e, {} worker{}", r.worker_count, if r.worker_count == 1 { "" } else { "s" }),
             c.items,
             c.done_s,
             thousands(jps),
             jps / ceiling,
             c.latency_p50_us as f64 / 1000.0,
             c.latency_p99_us as f64 / 1000.0,
-            mib(r.coordinator_rss),
-            mib(r.worker_rss),
-            na(r.nats_rss)
+            mib(r.coordinator.max_rss),
+            mib(r.workers.max_rss),
+            na(r.nats_rss),
+            per_job(r.coordinator.cpu_s, c.items),
+            per_job(r.workers.cpu_s, c.items),
+            r.nats_cpu_s.map(|x| per_job(x, c.items)).unwrap_or_else(|| "?".into()),
         );
     }
     println!();
     for r in &runs {
-        let c = &r.coordinator;
+        let c = &r.figures;
         let done: Vec<String> = r.worker_figures.iter().map(|w| (w.completed + w.replayed).to_string()).collect();
+        let jobs: u64 = r.worker_figures.iter().map(|w| w.completed + w.replayed).sum();
+        let pulls: u64 = r.worker_figures.iter().map(|w| w.pulls).sum();
         println!(
-            "{} worker(s): report written {:.2} s after the last result; {} results, {} duplicates, {} dead letters; jobs per worker {}",
-            r.workers,
+            "{} worker(s): report written {:.2} s after the last result; {} results, {} duplicates, {} dead letters; \
+             jobs per worker {}; {:.1} jobs per pull; {:.1} results per coordinator commit",
+            r.worker_count,
             c.total_s - c.done_s,
             c.results,
             c.duplicates,
             c.dead_letters,
-            done.join(" + ")
+            done.join(" + "),
+            jobs as f64 / pulls.max(1) as f64,
+            c.results as f64 / c.batches.max(1) as f64
         );
     }
-    let best = runs.iter().map(|r| rate(r.coordinator.items, r.coordinator.done_s)).fold(0.0, f64::max);
-    let max_coord = runs.iter().map(|r| r.coordinator_rss).max().unwrap_or(0);
+    let best = runs.iter().map(|r| rate(r.figures.items, r.figures.done_s)).fold(0.0, f64::max);
+    let max_coord = runs.iter().map(|r| r.coordinator.max_rss).max().unwrap_or(0);
     println!(
         "\ntargets: best halyard/bare ratio {:.2} (target ≥ 0.50: {}); coordinator RSS {} (target < 1 GiB: {})",
         best / ceiling,

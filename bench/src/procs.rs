@@ -34,9 +34,18 @@ pub fn signal(child: &Child, signal: libc::c_int) {
     unsafe { libc::kill(child.id() as libc::pid_t, signal) };
 }
 
-/// Wait for `child` and return its exit status and peak resident set in bytes.
+/// What a reaped child used.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// Peak resident set, bytes.
+    pub max_rss: u64,
+    /// User plus system CPU time, seconds.
+    pub cpu_s: f64,
+}
+
+/// Wait for `child` and return its exit status and resource usage.
 /// Blocking; the child must not have been waited for before.
-pub fn reap(child: Child) -> io::Result<(ExitStatus, u64)> {
+pub fn reap(child: Child) -> io::Result<(ExitStatus, Usage)> {
     let pid = child.id() as libc::pid_t;
     let mut status: libc::c_int = 0;
     // SAFETY: rusage is plain data that wait4 fills in.
@@ -54,8 +63,22 @@ pub fn reap(child: Child) -> io::Result<(ExitStatus, u64)> {
     }
     // The pid is reaped; `Child` must not wait for it again (its Drop does not).
     drop(child);
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     // Linux reports ru_maxrss in KiB.
-    Ok((ExitStatus::from_raw(status), usage.ru_maxrss.max(0) as u64 * 1024))
+    let u = Usage { max_rss: usage.ru_maxrss.max(0) as u64 * 1024, cpu_s: secs(usage.ru_utime) + secs(usage.ru_stime) };
+    Ok((ExitStatus::from_raw(status), u))
+}
+
+/// CPU time (user plus system, seconds) a running process has used so far.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = s.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let (utime, stime): (u64, u64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some((utime + stime) as f64 / hz)
 }
 
 /// Peak resident set of a running process (`VmHWM`), in bytes.

@@ -34,6 +34,13 @@ use crate::{CoordinatorConfig, CoordinatorError};
 const MAX_UNCONFIRMED: usize = 4096;
 /// Results taken from the broker at most per group commit.
 const RESULT_BATCH: usize = 2048;
+/// After a commit of at least LINGER_AFTER results (the run is busy), the next pull
+/// waits LINGER first, so that more results go into one commit (a sled flush costs
+/// about as much as a hundred result writes).
+const LINGER_AFTER: usize = 32;
+const LINGER: Duration = Duration::from_millis(2);
+/// How long an idle pull waits at the broker for a result.
+const PULL_WAIT: Duration = Duration::from_millis(500);
 
 /// Live figures of a run, published on a watch channel.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -47,6 +54,8 @@ pub struct Progress {
     pub published: u64,
     /// Items planned and unfinished (bounded by the window).
     pub active: u64,
+    /// Batches of results committed (one flush each).
+    pub batches: u64,
     /// Publish-to-result latency of the jobs this process published.
     pub latency: LatencyHistogram,
 }
@@ -69,10 +78,14 @@ struct Engine {
     window: Window,
     acks: FuturesUnordered<AckFuture>,
     /// Subject of each pool (computing it hashes odd pool names).
-    subjects: HashMap<String, String>,
+    subjects: HashMap<String, async_nats::Subject>,
     progress: Progress,
     progress_tx: watch::Sender<Progress>,
     republish_round: u32,
+    /// Items were already finished when this process started: the window's walk must
+    /// skip them. (Without any, no item ahead of the walk can be finished, and the walk
+    /// need not ask the store.)
+    resumed_done: bool,
 }
 
 /// Run the coordinator for `cfg` until the run completes or `shutdown` resolves.
@@ -92,7 +105,7 @@ pub async fn run(
     let window = Window::new(&shape, cfg.sweep.run.window);
     let progress_tx = progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0);
     let items_done = state.done_count() as u64;
-    let results = state.result_count();
+    let results = state.results_at_open();
     let mut e = Engine {
         cfg,
         broker,
@@ -104,6 +117,7 @@ pub async fn run(
         progress: Progress { run: Some(meta.id), items_total, items_done, results, ..Default::default() },
         progress_tx,
         republish_round: 0,
+        resumed_done: items_done > 0,
     };
     info!(items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
     e.fill().await?;
@@ -123,10 +137,18 @@ pub async fn run(
 impl Engine {
     /// Evaluate an item against stored results (and `fresh` ones, received in this batch
     /// and not yet read back from sled). Pipelines reveal one stage at a time, so this
-    /// fetches the results each round asks for until it is done or truly waiting.
-    fn evaluate(&self, key: ItemKey, fresh: &HashMap<JobId, Outcome>) -> Result<Plan<Vec<u8>>, CoordinatorError> {
+    /// fetches the results each round asks for until it is done or truly waiting. The
+    /// fresh completions of the jobs in `woke` (those that woke the item) are known from
+    /// the start, which spares a round.
+    fn evaluate(&self, key: ItemKey, fresh: &HashMap<JobId, Outcome>, woke: &[JobId]) -> Result<Plan<Vec<u8>>, CoordinatorError> {
         let bench = &self.cfg.sweep.benchmarks[key.bench as usize];
         let mut known: HashMap<JobId, Outcome> = HashMap::new();
+        for id in woke {
+            // Dead letters are left to the lookups below, which also describe them.
+            if let Some(o @ Outcome::Done(_)) = fresh.get(id) {
+                known.insert(*id, o.clone());
+            }
+        }
         let label_json = |r: serde_json::Result<Vec<u8>>| {
             r.map_err(|err| CoordinatorError::Report { dir: "<memory>".into(), reason: err.to_string() })
         };
@@ -180,10 +202,10 @@ impl Engine {
     async fn fill(&mut self) -> Result<(), CoordinatorError> {
         let none = HashMap::new();
         while let Some(key) = self.window.next_candidate() {
-            if self.state.is_done(key)? {
+            if self.resumed_done && self.state.is_done(key)? {
                 continue;
             }
-            match self.evaluate(key, &none)? {
+            match self.evaluate(key, &none, &[])? {
                 Plan::Done(label) => {
                     self.state.mark_done(key, &label)?;
                     self.progress.items_done += 1;
@@ -222,7 +244,14 @@ impl Engine {
         if let Some(n) = suffix {
             msg_id.push_str(&format!(":r{n}"));
         }
-        let subject = self.subjects.entry(job.pool.clone()).or_insert_with(|| subjects::job_subject(&job.pool)).clone();
+        let subject = match self.subjects.get(&job.pool) {
+            Some(s) => s.clone(),
+            None => {
+                let s = async_nats::Subject::from(subjects::job_subject(&job.pool));
+                self.subjects.insert(job.pool.clone(), s.clone());
+                s
+            }
+        };
         // Each unconfirmed publish holds one of async-nats's ack permits: keep below its limit.
         while self.acks.len() >= MAX_UNCONFIRMED {
             self.reap_one().await;
@@ -261,14 +290,42 @@ impl Engine {
         let _ = self.progress_tx.send(self.progress.clone());
     }
 
-    async fn results_stream(consumer: &halyard_broker::PullConsumer) -> Option<jetstream::consumer::pull::Stream> {
-        match consumer.stream().max_messages_per_batch(RESULT_BATCH).messages().await {
-            Ok(s) => Some(s),
+    /// One batch of results. While results are queued, take what is there at once
+    /// (no_wait), after waiting LINGER when the last batch was large (more then arrive
+    /// in one commit). When idle, wait at the broker up to PULL_WAIT for the first one.
+    /// Every pull request ends within PULL_WAIT and its batch is taken whole, so when the
+    /// loop stops (between batches) no request is left open at the broker to take
+    /// results nobody will ack before `ack_wait` (a continuous pull would leave one).
+    async fn pull(consumer: &halyard_broker::PullConsumer, idle: bool, last_batch: usize) -> Vec<jetstream::Message> {
+        let batch = if idle {
+            // One message only: nats-server 2.9 does not always end a partly filled
+            // waiting pull when it expires, and the client then waits 5 s more.
+            consumer.batch().max_messages(1).expires(PULL_WAIT).messages().await
+        } else {
+            if last_batch >= LINGER_AFTER {
+                tokio::time::sleep(LINGER).await;
+            }
+            consumer.fetch().max_messages(RESULT_BATCH).messages().await
+        };
+        let mut batch = match batch {
+            Ok(b) => b,
             Err(err) => {
                 warn!(error = %err, "cannot pull results; retrying");
-                None
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                return Vec::new();
+            }
+        };
+        let mut msgs = Vec::new();
+        while let Some(m) = batch.next().await {
+            match m {
+                Ok(m) => msgs.push(m),
+                Err(err) => {
+                    debug!(error = %err, "result batch ended");
+                    break;
+                }
             }
         }
+        msgs
     }
 
     async fn collect(
@@ -281,71 +338,44 @@ impl Engine {
         let mut last_result = Instant::now();
         let mut last_log = Instant::now();
         let stall_after = (self.cfg.sweep.run.ack_wait * 2).max(Duration::from_secs(20));
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let mut results = None;
+        let (mut idle, mut last_batch) = (true, 0);
         loop {
             if self.progress.items_done >= self.progress.items_total {
                 self.drain_acks().await;
                 self.state.flush().await?;
                 self.progress.active = 0;
-                info!(run = %self.run, results = self.progress.results, "all items done; writing the report");
+                info!(run = %self.run, results = self.progress.results, batches = self.progress.batches, "all items done; writing the report");
                 self.publish_progress();
                 let dir = crate::report::write(&self.cfg, &self.state, self.run)?;
                 info!(run = %self.run, report = %dir.display(), "run complete");
                 return Ok(RunOutcome::Complete { run: self.run, report_dir: dir });
             }
-            if results.is_none() {
-                results = Self::results_stream(&consumer).await;
+            // Events that are ready; none of them is waited for here (the pull below
+            // returns within PULL_WAIT, so they are seen soon enough).
+            if (&mut shutdown).now_or_never().is_some() {
+                info!(run = %self.run, "coordinator stopping; run can be resumed");
+                self.drain_acks().await;
+                return Ok(RunOutcome::Interrupted { run: self.run });
             }
-            let mut msgs = Vec::new();
-            tokio::select! {
-                _ = &mut shutdown => {
-                    info!(run = %self.run, "coordinator stopping; run can be resumed");
-                    self.drain_acks().await;
-                    return Ok(RunOutcome::Interrupted { run: self.run });
-                }
-                adv = advisories.next() => {
-                    if let Some(adv) = adv {
-                        self.on_max_deliveries(&adv.payload).await?;
-                    }
-                    continue;
-                }
-                Some(r) = self.acks.next(), if !self.acks.is_empty() => {
-                    if let Err(err) = r {
-                        warn!(error = %err, "job publish not acknowledged");
-                    }
-                    continue;
-                }
-                _ = tick.tick() => {
-                    if last_result.elapsed() > stall_after {
-                        self.check_stall().await?;
-                        last_result = Instant::now();
-                    }
-                    if results.is_none() {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
-                    continue;
-                }
-                m = async { results.as_mut()?.next().await }, if results.is_some() => match m {
-                    Some(Ok(m)) => msgs.push(m),
-                    Some(Err(err)) => {
-                        debug!(error = %err, "result stream");
-                        continue;
-                    }
-                    None => {
-                        results = None;
-                        continue;
-                    }
-                },
+            while let Some(Some(adv)) = advisories.next().now_or_never() {
+                self.on_max_deliveries(&adv.payload).await?;
             }
-            // Group commit: everything that has already arrived goes into this batch.
-            if let Some(s) = results.as_mut() {
-                while msgs.len() < RESULT_BATCH {
-                    match s.next().now_or_never() {
-                        Some(Some(Ok(m))) => msgs.push(m),
-                        _ => break,
-                    }
+            while !self.acks.is_empty() {
+                match self.acks.next().now_or_never() {
+                    Some(Some(Err(err))) => warn!(error = %err, "job publish not acknowledged"),
+                    Some(_) => {}
+                    None => break,
                 }
+            }
+            if last_result.elapsed() > stall_after {
+                self.check_stall().await?;
+                last_result = Instant::now();
+            }
+            let msgs = Self::pull(&consumer, idle, last_batch).await;
+            idle = msgs.is_empty();
+            last_batch = msgs.len();
+            if msgs.is_empty() {
+                continue;
             }
             last_result = Instant::now();
             self.on_results(&msgs).await?;
@@ -367,7 +397,7 @@ impl Engine {
     async fn on_results(&mut self, msgs: &[jetstream::Message]) -> Result<(), CoordinatorError> {
         let now = Instant::now();
         let mut fresh: HashMap<JobId, Outcome> = HashMap::with_capacity(msgs.len());
-        let mut affected: Vec<ItemKey> = Vec::new();
+        let mut affected: Vec<(ItemKey, JobId)> = Vec::new();
         for m in msgs {
             match halyard_proto::decode::<JobResult>("result", &m.payload) {
                 Ok(r) if r.run == self.run => {
@@ -381,6 +411,7 @@ impl Engine {
         self.replan(affected, &fresh).await?;
         // Durable before acked.
         self.state.flush().await?;
+        self.progress.batches += 1;
         for m in msgs {
             if let Err(err) = m.ack().await {
                 debug!(error = %err, "result ack failed; it will be redelivered and recognised as a duplicate");
@@ -391,10 +422,17 @@ impl Engine {
     }
 
     /// Count a stored result (`new`) or a duplicate; collect the items it wakes.
-    fn account(&mut self, r: JobResult, new: bool, now: Instant, affected: &mut Vec<ItemKey>, fresh: &mut HashMap<JobId, Outcome>) {
+    fn account(
+        &mut self,
+        r: JobResult,
+        new: bool,
+        now: Instant,
+        affected: &mut Vec<(ItemKey, JobId)>,
+        fresh: &mut HashMap<JobId, Outcome>,
+    ) {
         let waiter = self.window.on_result(&r.job);
         if let Some(w) = &waiter {
-            affected.extend(w.items());
+            affected.extend(w.items().map(|k| (k, r.job)));
         }
         if !new {
             self.progress.duplicates += 1;
@@ -426,14 +464,23 @@ impl Engine {
         Ok(())
     }
 
-    async fn replan(&mut self, mut affected: Vec<ItemKey>, fresh: &HashMap<JobId, Outcome>) -> Result<(), CoordinatorError> {
+    async fn replan(
+        &mut self,
+        mut affected: Vec<(ItemKey, JobId)>,
+        fresh: &HashMap<JobId, Outcome>,
+    ) -> Result<(), CoordinatorError> {
         affected.sort_unstable();
         affected.dedup();
-        for key in affected {
+        let mut i = 0;
+        while i < affected.len() {
+            let key = affected[i].0;
+            let n = affected[i..].iter().take_while(|(k, _)| *k == key).count();
+            let woke: Vec<JobId> = affected[i..i + n].iter().map(|(_, j)| *j).collect();
+            i += n;
             if !self.window.is_active(key) {
                 continue;
             }
-            match self.evaluate(key, fresh)? {
+            match self.evaluate(key, fresh, &woke)? {
                 Plan::Done(label) => {
                     self.state.mark_done(key, &label)?;
                     self.window.finish(key);
@@ -468,7 +515,8 @@ impl Engine {
             &job.id,
             &JobMeta { pool: job.pool.clone(), stage: job.key.stage.clone(), model: job.key.model.model.clone() },
         )?;
-        let error = format!("delivered {} times without a result (max_deliver reached; did the worker crash on it?)", adv.deliveries);
+        let error =
+            format!("delivered {} times without a result (max_deliver reached; did the worker crash on it?)", adv.deliveries);
         self.record_own(vec![self.own_dead_letter(job.id, error, adv.deliveries)]).await
     }
 
@@ -489,7 +537,7 @@ impl Engine {
         let none = HashMap::new();
         let mut jobs: HashMap<JobId, Job> = HashMap::new();
         for key in self.window.active_items() {
-            if let Plan::Waiting(reqs) = self.evaluate(key, &none)? {
+            if let Plan::Waiting(reqs) = self.evaluate(key, &none, &[])? {
                 for r in reqs {
                     let id = r.id();
                     if self.window.is_waited_on(&id) {
@@ -516,7 +564,7 @@ impl Engine {
             let name = subjects::pool_consumer(pool);
             match stream.consumer_info(&name).await {
                 Ok(info) if info.num_pending == 0 && info.num_ack_pending == 0 => {}
-                Ok(_) => return Ok(()), // work is queued or in flight: not a stall
+                Ok(_) => return Ok(()),  // work is queued or in flight: not a stall
                 Err(_) => return Ok(()), // no consumer yet: no worker has joined; jobs wait in the stream
             }
         }

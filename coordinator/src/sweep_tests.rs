@@ -47,7 +47,10 @@ fn bad_noop_sweeps_name_the_key() {
             NOOP.replace("backend = \"noop\"", "backend = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\""),
             "runs only models with backend \"noop\"",
         ),
-        (NOOP.replace("pipeline = \"noop\"", "pipeline = \"nope\""), "unknown pipeline \"nope\" (expected \"hypotermqa\" or \"noop\")"),
+        (
+            NOOP.replace("pipeline = \"noop\"", "pipeline = \"nope\""),
+            "unknown pipeline \"nope\" (expected \"hypotermqa\" or \"noop\")",
+        ),
         (format!("{NOOP}\n[run]\nwindow = 0\n"), "run.window`: 0 is outside"),
     ];
     for (text, needle) in cases {

@@ -13,7 +13,10 @@ pub enum CodecError {
 }
 
 pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, CodecError> {
-    Ok(rmp_serde::to_vec_named(v)?)
+    // Room for a typical job or result up front, instead of growing 8, 16, … 256 bytes.
+    let mut buf = Vec::with_capacity(384);
+    rmp_serde::encode::write_named(&mut buf, v)?;
+    Ok(buf)
 }
 
 /// Decode a message; `what` names it in the error.

@@ -8,6 +8,8 @@
 //! - [`result`]: [`JobResult`] (what a worker publishes back), outcomes and failures.
 //! - [`subjects`]: stream, subject and consumer names, and pool-name encoding.
 //! - [`codec`]: MessagePack (rmp-serde, named fields) with a version check.
+//! - [`filter`]: [`JobIdFilter`], a Bloom filter over job ids that lets the stores skip
+//!   lookups that would miss (pure data structure; still no IO).
 //!
 //! ## Why content hashes
 //! A job id is a hash of pipeline, stage and stage version, model reference, full
@@ -18,12 +20,14 @@
 //! changes the sample index, hence the id.
 
 pub mod codec;
+pub mod filter;
 pub mod id;
 pub mod job;
 pub mod result;
 pub mod subjects;
 
 pub use codec::{decode, encode, CodecError};
+pub use filter::JobIdFilter;
 pub use id::JobId;
 pub use job::{ChatMessage, Job, JobKey, ModelRef, Role, Sampling};
 pub use result::{Completion, Failure, FailureKind, JobResult, Outcome, Usage};

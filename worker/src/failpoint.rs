@@ -30,7 +30,8 @@ pub enum Point {
 }
 
 impl Point {
-    pub const ALL: [Point; 5] = [Point::CallPersist, Point::FlushPublish, Point::PublishConfirm, Point::ConfirmAck, Point::AckFlush];
+    pub const ALL: [Point; 5] =
+        [Point::CallPersist, Point::FlushPublish, Point::PublishConfirm, Point::ConfirmAck, Point::AckFlush];
 
     pub fn name(self) -> &'static str {
         match self {

@@ -128,6 +128,9 @@ pub struct Stats {
     pub replayed: Counter,
     pub dead_letters: Counter,
     pub retried: Counter,
+    /// Pull requests sent, and jobs they brought (their ratio is the mean pull size).
+    pub pulls: Counter,
+    pub pulled: Counter,
 }
 
 impl Stats {
@@ -177,6 +180,7 @@ pub async fn run_with_checkpoint(
         hard_stop: hard_rx,
         running: Default::default(),
         failpoints,
+        subjects: Default::default(),
     });
     let mut loops = tokio::task::JoinSet::new();
     for p in &config.pools {
@@ -196,8 +200,9 @@ pub async fn run_with_checkpoint(
         let _ = hard_tx.send(true);
     });
     while loops.join_next().await.is_some() {}
-    // Drain the client's pending acks/publishes before the connection goes away.
-    let _ = broker.client.flush().await;
+    // Drain the client's pending acks/publishes before the connection goes away; bounded,
+    // since with the broker gone a flush would wait for a reconnection forever.
+    let _ = tokio::time::timeout(Duration::from_secs(5), broker.client.flush()).await;
     drop(ctx);
     checkpoint.close().await;
     info!(

@@ -35,12 +35,20 @@ pub(crate) struct PoolCtx {
     pub running: std::sync::Mutex<HashMap<JobId, Arc<tokio::sync::Mutex<()>>>>,
     /// Crash points for tests (disarmed unless `HALYARD_FAILPOINT` is set).
     pub failpoints: Failpoints,
+    /// Result subject of each run seen.
+    pub subjects: std::sync::Mutex<HashMap<uuid::Uuid, async_nats::Subject>>,
 }
 
 /// How long an open pull request waits for jobs before it is renewed.
 const PULL_WAIT: Duration = Duration::from_millis(500);
 
 impl PoolCtx {
+    /// `halyard.results.<run>`, formatted once per run (a worker sees few runs).
+    fn result_subject(&self, run: uuid::Uuid) -> async_nats::Subject {
+        let mut m = self.subjects.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(run).or_insert_with(|| async_nats::Subject::from(subjects::result_subject(run))).clone()
+    }
+
     fn job_lock(&self, id: JobId) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.running.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(id).or_default().clone()
@@ -66,21 +74,34 @@ pub(crate) async fn run_pool(
 ) {
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut tasks = JoinSet::new();
+    // Whether the last pull came back empty: then the queue is idle and the next pull
+    // waits at the broker instead of returning at once.
+    let mut idle = true;
     info!(pool, concurrency, "pool loop started");
     'outer: loop {
         if *shutdown.borrow() {
             break;
         }
-        // Wait for at least one free slot, then ask for as many jobs as slots are free.
-        // The request waits at the broker (up to PULL_WAIT) while the queue is empty,
-        // rather than coming back at once and being sent again in a tight loop; jobs
-        // are handed over one by one as they arrive, so waiting costs no latency.
+        // Wait for at least one free slot, then ask for as many jobs as slots are free
+        // (never more: a job pulled waits for nothing but its call, so its ack_wait is
+        // spent on the call alone).
         let first = tokio::select! {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = shutdown.changed() => break,
         };
         let want = slots.available_permits() + 1;
-        let batch = consumer.batch().max_messages(want).expires(PULL_WAIT).messages().await;
+        // While jobs are queued, take what is there at once (no_wait). When the queue is
+        // idle, wait at the broker (up to PULL_WAIT) for the first job rather than asking
+        // again in a tight loop; then go back to taking batches. The waiting pull asks
+        // for one job only: nats-server 2.9 does not always end a partly filled pull
+        // request that expires, and the client then waits 5 s more for its end.
+        let batch = if idle {
+            consumer.batch().max_messages(1).expires(PULL_WAIT).messages().await
+        } else {
+            consumer.fetch().max_messages(want).messages().await
+        };
+        ctx.stats.pulls.inc();
+        idle = true;
         let mut batch = match batch {
             Ok(b) => b,
             Err(e) => {
@@ -113,15 +134,21 @@ pub(crate) async fn run_pool(
                     Err(_) => break 'outer,
                 },
             };
+            ctx.stats.pulled.inc();
+            idle = false;
             let ctx = ctx.clone();
+            // Boxed: the job's future is several KiB (call, retries, publish), and a task
+            // that holds it inline is copied whole when spawned and when it finishes.
+            let job = Box::pin(handle(ctx, msg));
             tasks.spawn(async move {
-                handle(ctx, msg).await;
+                job.await;
                 drop(permit);
             });
             // Reap finished tasks so the set does not grow.
             while tasks.try_join_next().is_some() {}
         }
     }
+    while tasks.try_join_next().is_some() {}
     info!(pool, in_flight = tasks.len(), "pool loop stopping; waiting for in-flight jobs");
     while tasks.join_next().await.is_some() {}
 }
@@ -145,7 +172,9 @@ async fn handle(ctx: Arc<PoolCtx>, msg: jetstream::Message) {
             return;
         }
     };
-    let span = tracing::info_span!("job", job = %job.id, run = %job.run, pool = %job.pool, delivery = delivered);
+    // A debug span: an info span is formatted eagerly for every job (a measurable share of
+    // a no-op job's cost). The warnings below name the job themselves.
+    let span = tracing::debug_span!("job", job = %job.id, run = %job.run, pool = %job.pool, delivery = delivered);
     run_job(ctx, msg, job, delivered).instrument(span).await
 }
 
@@ -162,7 +191,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
     let cached = match ctx.checkpoint.get(&job.id) {
         Ok(c) => c,
         Err(e) => {
-            warn!(error = %e, "unreadable checkpoint record; calling the model again");
+            warn!(job = %job.id, delivery = delivered, error = %e, "unreadable checkpoint record; calling the model again");
             None
         }
     };
@@ -180,7 +209,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
                 }
                 CallOutcome::Failed(e, calls) => {
                     ctx.stats.add_calls(calls as u64);
-                    warn!(error = %e.message, status = ?e.status, permanent = e.is_permanent(), "model call failed");
+                    warn!(job = %job.id, delivery = delivered, error = %e.message, status = ?e.status, permanent = e.is_permanent(), "model call failed");
                     let ev = Event::CallFailed { permanent: e.is_permanent(), retry_after: e.retry_after };
                     last_error = Some(e);
                     ev
@@ -195,7 +224,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
                         Event::Persisted
                     }
                     Err(e) => {
-                        warn!(error = %e, "checkpoint write failed; job goes back to the queue");
+                        warn!(job = %job.id, delivery = delivered, error = %e, "checkpoint write failed; job goes back to the queue");
                         Event::PersistFailed
                     }
                 }
@@ -225,13 +254,13 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
                     Event::Acked
                 }
                 Err(e) => {
-                    warn!(error = %e, "ack not sent; a redelivery will be answered from the checkpoint");
+                    warn!(job = %job.id, delivery = delivered, error = %e, "ack not sent; a redelivery will be answered from the checkpoint");
                     break;
                 }
             },
             Effect::Nak(delay) => {
                 if let Err(e) = msg.ack_with(AckKind::Nak(Some(delay))).await {
-                    warn!(error = %e, "nak failed; the job will be redelivered after ack_wait");
+                    warn!(job = %job.id, delivery = delivered, error = %e, "nak failed; the job will be redelivered after ack_wait");
                 }
                 break;
             }
@@ -294,26 +323,26 @@ async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, ca
     let payload = match halyard_proto::encode(&result) {
         Ok(p) => bytes::Bytes::from(p),
         Err(e) => {
-            warn!(error = %e, "cannot encode result");
+            warn!(job = %job.id, error = %e, "cannot encode result");
             return Event::PublishFailed;
         }
     };
-    let subject = subjects::result_subject(job.run);
+    let subject = ctx.result_subject(job.run);
     let msg_id = subjects::result_msg_id(job.run, &job.id);
     for attempt in 0..5u32 {
         let publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(&msg_id);
         match ctx.broker.js.send_publish(subject.clone(), publish).await {
-            Ok(ack) => match {
+            Ok(ack) => {
                 ctx.failpoints.pass(Point::PublishConfirm);
-                ack.await
-            } {
-                Ok(_) => {
-                    ctx.failpoints.pass(Point::ConfirmAck);
-                    return Event::Published;
+                match ack.await {
+                    Ok(_) => {
+                        ctx.failpoints.pass(Point::ConfirmAck);
+                        return Event::Published;
+                    }
+                    Err(e) => warn!(job = %job.id, attempt, error = %e, "result publish not acknowledged"),
                 }
-                Err(e) => warn!(attempt, error = %e, "result publish not acknowledged"),
-            },
-            Err(e) => warn!(attempt, error = %e, "result publish failed"),
+            }
+            Err(e) => warn!(job = %job.id, attempt, error = %e, "result publish failed"),
         }
         tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
     }
