@@ -19,6 +19,9 @@ use crate::state::{JobTotals, RunState};
 use crate::sweep::Benchmark;
 use crate::{CoordinatorConfig, CoordinatorError};
 
+#[path = "report_judged.rs"]
+mod judged;
+
 #[derive(Serialize)]
 pub struct DeadLetter {
     pub job: String,
@@ -153,6 +156,17 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
                     }
                     benchmarks.push(v);
                 }
+            }
+            Benchmark::AutoHall { config, dataset, claims, dropped, samples } => {
+                let section = judged::AutoHallSection {
+                    bench: b,
+                    config,
+                    dataset,
+                    claims: claims.len() as u64,
+                    dropped,
+                    samples: *samples,
+                };
+                section.write(state, &dir, &mut md, &mut benchmarks, &mut labels_jsonl)?;
             }
             Benchmark::HypoTermQa { config, questions, dataset } => {
                 for (m, c) in config.iter().enumerate() {

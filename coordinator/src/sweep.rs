@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::hypotermqa::{self, Question, Semantics};
-use halyard_pipelines::noop;
+use halyard_pipelines::{autohall, noop};
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
@@ -71,6 +71,16 @@ struct RawBenchmark {
     system_prompt: Option<String>,
     /// `noop` only: items (one job each) per model under test.
     jobs: Option<i64>,
+    // autohall and chainpoll (checked in sweep_judged.rs)
+    samples: Option<i64>,
+    temperature: Option<f64>,
+    classify_temperature: Option<f64>,
+    refusal_phrases: Option<Vec<String>>,
+    no_conflict: Option<String>,
+    polls: Option<i64>,
+    metrics: Option<Vec<String>>,
+    unparseable: Option<String>,
+    sampler: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +149,14 @@ pub enum Benchmark {
     HypoTermQa { config: Vec<hypotermqa::Config>, dataset: PathBuf, questions: Vec<Question> },
     /// `jobs` items of one free job each per model: measures the job path.
     Noop { config: Vec<noop::Config>, jobs: u32 },
+    /// AutoHall: claims of a fact-checking file; `samples` = K of the detection step.
+    AutoHall {
+        config: Vec<autohall::Config>,
+        dataset: PathBuf,
+        claims: Vec<autohall::Claim>,
+        dropped: BTreeMap<String, u64>,
+        samples: u32,
+    },
 }
 
 impl Benchmark {
@@ -146,6 +164,7 @@ impl Benchmark {
         match self {
             Benchmark::HypoTermQa { .. } => "hypotermqa",
             Benchmark::Noop { .. } => noop::PIPELINE,
+            Benchmark::AutoHall { .. } => autohall::PIPELINE,
         }
     }
     /// One configuration per model under test.
@@ -153,12 +172,14 @@ impl Benchmark {
         match self {
             Benchmark::HypoTermQa { config, .. } => config.len(),
             Benchmark::Noop { config, .. } => config.len(),
+            Benchmark::AutoHall { config, .. } => config.len(),
         }
     }
     pub fn item_count(&self) -> usize {
         match self {
             Benchmark::HypoTermQa { questions, .. } => questions.len(),
             Benchmark::Noop { jobs, .. } => *jobs as usize,
+            Benchmark::AutoHall { claims, .. } => claims.len(),
         }
     }
 }
@@ -360,13 +381,22 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
     for (i, b) in raw.benchmark.iter().enumerate() {
         let k = |field: &str| format!("benchmark[{i}].{field}");
         match b.pipeline.as_str() {
-            "hypotermqa" => {}
+            "hypotermqa" => judged::reject_foreign_keys(f, i, b, "hypotermqa")?,
             "noop" => {
+                judged::reject_foreign_keys(f, i, b, "noop")?;
                 benchmarks.push(noop_benchmark(f, i, b, &models)?);
                 continue;
             }
+            "autohall" => {
+                benchmarks.push(judged::autohall_benchmark(f, base, i, b, &models)?);
+                continue;
+            }
             other => {
-                return Err(key_err(f, k("pipeline"), format!("unknown pipeline {other:?} (expected \"hypotermqa\" or \"noop\")")))
+                return Err(key_err(
+                    f,
+                    k("pipeline"),
+                    format!("unknown pipeline {other:?} (expected \"hypotermqa\", \"autohall\" or \"noop\")"),
+                ))
             }
         }
         if b.models.is_empty() {
@@ -479,6 +509,9 @@ fn noop_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Resu
     }
     Ok(Benchmark::Noop { config, jobs: jobs as u32 })
 }
+
+#[path = "sweep_judged.rs"]
+mod judged;
 
 #[cfg(test)]
 #[path = "sweep_tests.rs"]

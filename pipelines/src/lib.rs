@@ -20,6 +20,8 @@
 //!   - `labels.rs`: term and answer label rules, and the `labels.jsonl` row;
 //!   - `plan.rs`: [`hypotermqa::evaluate`], the per-question planner;
 //!   - `score.rs`: [`hypotermqa::score()`] and [`hypotermqa::render_markdown`].
+//! - [`autohall`]: AutoHall (arXiv 2310.00259): claim files, references, classification,
+//!   hallucination labels, self-contradiction detection with the K-ablation.
 //! - [`noop`]: one job per item whose answer is ignored, to measure the job path
 //!   (planning, broker, checkpoint, accounting) with models that answer at once.
 //! - [`metrics`]: the metric functions of `shared/specs/metrics.md` (UHGEval, AutoHall,
@@ -36,6 +38,7 @@
 //! deterministic, and gives the same answer when called twice with the same results,
 //! which is what makes a resumed run safe.
 
+pub mod autohall;
 pub mod common;
 pub mod hypotermqa;
 pub mod metrics;

@@ -1,0 +1,132 @@
+//! Sweep checks of the `autohall` and `chainpoll` benchmarks (a child module of
+//! [`super`], so that it reads the raw structs there).
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use halyard_pipelines::autohall;
+use halyard_pipelines::common::ModelSpec;
+use halyard_pipelines::metrics::autohall::NoConflictPhrases;
+
+use super::{key_err, Benchmark, Model, RawBenchmark, SweepError};
+
+/// Keys that only some pipelines take: (key, set, pipelines that take it).
+pub(super) fn reject_foreign_keys(f: &str, i: usize, b: &RawBenchmark, pipeline: &str) -> Result<(), SweepError> {
+    let keys: [(&str, bool, &[&str]); 13] = [
+        ("judge", b.judge.is_some(), &["hypotermqa", "chainpoll"]),
+        ("semantics", b.semantics.is_some(), &["hypotermqa"]),
+        ("system_prompt", b.system_prompt.is_some(), &["hypotermqa"]),
+        ("jobs", b.jobs.is_some(), &["noop"]),
+        ("samples", b.samples.is_some(), &["autohall", "chainpoll"]),
+        ("temperature", b.temperature.is_some(), &["autohall"]),
+        ("classify_temperature", b.classify_temperature.is_some(), &["autohall"]),
+        ("refusal_phrases", b.refusal_phrases.is_some(), &["autohall"]),
+        ("no_conflict", b.no_conflict.is_some(), &["autohall"]),
+        ("polls", b.polls.is_some(), &["chainpoll"]),
+        ("metrics", b.metrics.is_some(), &["chainpoll"]),
+        ("unparseable", b.unparseable.is_some(), &["chainpoll"]),
+        ("sampler", b.sampler.is_some(), &["chainpoll"]),
+    ];
+    for (key, set, takes) in keys {
+        if set && !takes.contains(&pipeline) {
+            return Err(key_err(f, format!("benchmark[{i}].{key}"), format!("does not apply to pipeline {pipeline:?}")));
+        }
+    }
+    Ok(())
+}
+
+/// The model called `name`, or an error naming `key` and the sweep's models.
+pub(super) fn model_named(f: &str, key: String, name: &str, models: &[Model]) -> Result<ModelSpec, SweepError> {
+    models.iter().find(|m| m.spec.name == name).map(|m| m.spec.clone()).ok_or_else(|| {
+        let known: Vec<&str> = models.iter().map(|m| m.spec.name.as_str()).collect();
+        key_err(f, key, format!("unknown model {name:?} (models in this sweep: {})", known.join(", ")))
+    })
+}
+
+/// `benchmark[i].models`: at least one, each known, none twice.
+fn models_of(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Result<Vec<ModelSpec>, SweepError> {
+    if b.models.is_empty() {
+        return Err(key_err(f, format!("benchmark[{i}].models"), "needs at least one model"));
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (j, name) in b.models.iter().enumerate() {
+        let key = format!("benchmark[{i}].models[{j}]");
+        if !seen.insert(name) {
+            return Err(key_err(f, key, format!("model {name:?} listed twice")));
+        }
+        out.push(model_named(f, key, name, models)?);
+    }
+    Ok(out)
+}
+
+fn int_in(f: &str, key: String, v: Option<i64>, lo: i64, hi: i64, default: i64) -> Result<u32, SweepError> {
+    let x = v.unwrap_or(default);
+    if (lo..=hi).contains(&x) {
+        Ok(x as u32)
+    } else {
+        Err(key_err(f, key, format!("{x} is outside {lo}..={hi}")))
+    }
+}
+
+fn temperature(f: &str, key: String, v: Option<f64>, default: f32) -> Result<f32, SweepError> {
+    match v {
+        None => Ok(default),
+        Some(t) if (0.0..=2.0).contains(&t) => Ok(t as f32),
+        Some(t) => Err(key_err(f, key, format!("{t} is outside 0..=2"))),
+    }
+}
+
+fn limit(f: &str, i: usize, b: &RawBenchmark) -> Result<Option<usize>, SweepError> {
+    match b.limit {
+        Some(l) if l < 1 => Err(key_err(f, format!("benchmark[{i}].limit"), format!("{l} must be at least 1"))),
+        l => Ok(l.map(|l| l as usize)),
+    }
+}
+
+/// `pipeline = "autohall"`.
+pub(super) fn autohall_benchmark(f: &str, base: &Path, i: usize, b: &RawBenchmark, models: &[Model]) -> Result<Benchmark, SweepError> {
+    let k = |field: &str| format!("benchmark[{i}].{field}");
+    reject_foreign_keys(f, i, b, "autohall")?;
+    let specs = models_of(f, i, b, models)?;
+    let samples = int_in(f, k("samples"), b.samples, 0, 1000, autohall::plan::DEFAULT_SAMPLES as i64)?;
+    let classify_t =
+        temperature(f, k("classify_temperature"), b.classify_temperature, autohall::plan::DEFAULT_CLASSIFY_TEMPERATURE)?;
+    let no_conflict = match b.no_conflict.as_deref().unwrap_or("standard") {
+        "standard" => NoConflictPhrases::Standard,
+        "llama2_13b" => NoConflictPhrases::Llama2_13b,
+        other => return Err(key_err(f, k("no_conflict"), format!("{other:?} is not \"standard\" or \"llama2_13b\""))),
+    };
+    let refusal_phrases: Vec<String> = match &b.refusal_phrases {
+        None => autohall::plan::DEFAULT_REFUSAL_PHRASES.iter().map(|s| s.to_string()).collect(),
+        Some(list) => {
+            if let Some(j) = list.iter().position(|p| p.trim().is_empty()) {
+                return Err(key_err(f, format!("benchmark[{i}].refusal_phrases[{j}]"), "must not be empty"));
+            }
+            list.iter().map(|p| p.to_lowercase()).collect()
+        }
+    };
+    let mut config = Vec::new();
+    for spec in specs {
+        let mut model = spec.clone();
+        model.temperature = temperature(f, k("temperature"), b.temperature, spec.temperature)?;
+        let mut classifier = spec;
+        classifier.temperature = classify_t;
+        config.push(autohall::Config { model, classifier, samples, refusal_phrases: refusal_phrases.clone(), no_conflict });
+    }
+    let Some(rel) = &b.dataset else { return Err(key_err(f, k("dataset"), "required for pipeline \"autohall\"")) };
+    let dataset = base.join(rel);
+    let mut set = autohall::read_claims(&dataset).map_err(|e| SweepError::Dataset {
+        file: f.to_string(),
+        key: k("dataset"),
+        dataset: dataset.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    if let Some(l) = limit(f, i, b)? {
+        set.claims.truncate(l);
+    }
+    if set.claims.is_empty() {
+        return Err(key_err(f, k("dataset"), format!("{} holds no claim with a kept label", dataset.display())));
+    }
+    Ok(Benchmark::AutoHall { config, dataset, claims: set.claims, dropped: set.dropped, samples })
+}

@@ -1,0 +1,227 @@
+//! AutoHall figures from the item labels (spec `metrics.md` §2.1 step 3, §2.2, §2.3).
+//!
+//! - Hallucination rate = hallucinated / classified references (Table 2's #H/#Total),
+//!   with the counts of every way a claim can fail to be classified beside it.
+//! - Balanced set (the authors' code, not the paper's "randomly sample"): n = min(#H,
+//!   #F); the first n hallucinated and the first n factual references in file order.
+//!   With #H ≤ #F (the usual case, 18–28 % hallucinated) this is the authors' "all
+//!   hallucinated, then factual ones in file order until the count is reached".
+//! - Detection on the balanced set: Eq. 3 ("any of the K pairs conflicts"), hallucination
+//!   positive, accuracy / precision / recall / F1, and the same for every k in 1..=K on
+//!   the first k pairs (the K-ablation from the same calls). References of the balanced
+//!   set whose K verdicts are not all known (a failed sample or check) are left out and
+//!   counted.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::plan::{ItemLabel, Status};
+use crate::metrics::autohall::{k_ablation, DetectionRecord};
+use crate::metrics::classification::{ClassificationMetrics, Confusion};
+use crate::metrics::autohall::GoldLabel;
+
+/// One row of the K-ablation (the last row is the headline at K).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KRow {
+    pub k: usize,
+    pub confusion: Confusion,
+    pub metrics: ClassificationMetrics,
+    pub mean_conflicts_hallucinated: Option<f64>,
+    pub mean_conflicts_factual: Option<f64>,
+}
+
+/// Detection figures of one model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DetectionReport {
+    pub k: u32,
+    /// Balanced references with all K verdicts (the denominator of every rate).
+    pub scored: u64,
+    pub scored_hallucinated: u64,
+    pub scored_factual: u64,
+    /// Balanced references left out because a sample or a pair check failed.
+    pub incomplete: u64,
+    /// `None` when nothing could be scored.
+    pub at_k: Option<KRow>,
+    pub ablation: Vec<KRow>,
+}
+
+/// Classified / hallucinated counts for one gold label.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GoldCounts {
+    pub classified: u64,
+    pub hallucinated: u64,
+}
+
+/// The figures of one (benchmark, model).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub pipeline: String,
+    pub model: String,
+    /// Claims with a kept label in the benchmark (after `limit`).
+    pub claims: u64,
+    /// Rows of the file left out for their label, by label.
+    pub dropped_labels: BTreeMap<String, u64>,
+    /// Claims by what became of them (`reference_failed`, `refused`, ...).
+    pub status: BTreeMap<String, u64>,
+    pub classified: u64,
+    pub hallucinated: u64,
+    pub factual: u64,
+    /// hallucinated / classified; `None` when nothing was classified.
+    pub hallucination_rate: Option<f64>,
+    pub by_gold: BTreeMap<String, GoldCounts>,
+    /// n of the balanced set (per class); the set holds 2n references.
+    pub balanced_per_class: u64,
+    /// `None` when detection is off (`samples = 0`).
+    pub detection: Option<DetectionReport>,
+}
+
+/// The balanced set (see the module doc): item indices, in file order.
+pub fn balanced_set(labels: &[ItemLabel]) -> BTreeSet<u32> {
+    let class = |h: bool| labels.iter().filter(move |l| l.hallucinated == Some(h)).map(|l| l.index);
+    let n = class(true).count().min(class(false).count());
+    class(true).take(n).chain(class(false).take(n)).collect()
+}
+
+fn k_row(r: &crate::metrics::autohall::AblationRow) -> KRow {
+    KRow {
+        k: r.k,
+        confusion: r.confusion,
+        metrics: r.confusion.metrics(),
+        mean_conflicts_hallucinated: r.mean_conflicts_hallucinated,
+        mean_conflicts_factual: r.mean_conflicts_factual,
+    }
+}
+
+/// Score one model's labels (`samples` = K of the benchmark, `claims` its claim count).
+pub fn score(model: &str, claims: u64, dropped: &BTreeMap<String, u64>, samples: u32, labels: &[ItemLabel]) -> Report {
+    let mut status: BTreeMap<String, u64> = Status::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
+    let mut by_gold: BTreeMap<String, GoldCounts> = BTreeMap::new();
+    for l in labels {
+        *status.entry(l.status.as_str().to_string()).or_default() += 1;
+        if let Some(h) = l.hallucinated {
+            let g = by_gold.entry(gold_name(l.gold).into()).or_default();
+            g.classified += 1;
+            g.hallucinated += h as u64;
+        }
+    }
+    let classified = labels.iter().filter(|l| l.hallucinated.is_some()).count() as u64;
+    let hallucinated = labels.iter().filter(|l| l.hallucinated == Some(true)).count() as u64;
+    let balanced = balanced_set(labels);
+    let detection = (samples > 0).then(|| {
+        let mut records = Vec::new();
+        let mut incomplete = 0;
+        for l in labels.iter().filter(|l| balanced.contains(&l.index)) {
+            match (l.hallucinated, l.conflicts()) {
+                (Some(h), Some(c)) if c.len() == samples as usize => records.push(DetectionRecord { hallucinated: h, conflicts: c }),
+                _ => incomplete += 1,
+            }
+        }
+        let ablation: Vec<KRow> =
+            k_ablation(&records, samples as usize).map(|rows| rows.iter().map(k_row).collect()).unwrap_or_default();
+        let scored_hallucinated = records.iter().filter(|r| r.hallucinated).count() as u64;
+        DetectionReport {
+            k: samples,
+            scored: records.len() as u64,
+            scored_hallucinated,
+            scored_factual: records.len() as u64 - scored_hallucinated,
+            incomplete,
+            at_k: ablation.last().cloned(),
+            ablation,
+        }
+    });
+    Report {
+        pipeline: super::PIPELINE.into(),
+        model: model.into(),
+        claims,
+        dropped_labels: dropped.clone(),
+        status,
+        classified,
+        hallucinated,
+        factual: classified - hallucinated,
+        hallucination_rate: (classified > 0).then(|| hallucinated as f64 / classified as f64),
+        by_gold,
+        balanced_per_class: balanced.len() as u64 / 2,
+        detection,
+    }
+}
+
+fn gold_name(g: GoldLabel) -> &'static str {
+    match g {
+        GoldLabel::Supported => "supported",
+        GoldLabel::Refuted => "refuted",
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{:.2}", v * 100.0))
+}
+
+/// The benchmark's Markdown section: a leaderboard across models, then each model's
+/// counts and K-ablation.
+pub fn render_markdown(title: &str, reports: &[Report]) -> String {
+    let mut md = format!("## {title}\n\n");
+    md.push_str("Hallucination rate = hallucinated / classified references; detection on the balanced set, hallucination positive, figures ×100.\n\n");
+    md.push_str("| model | claims | classified | hallucinated | rate % | balanced 2n | K | scored | acc | P | R | F1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut order: Vec<&Report> = reports.iter().collect();
+    let f1 = |r: &Report| r.detection.as_ref().and_then(|d| d.at_k.as_ref()).and_then(|k| k.metrics.f1).unwrap_or(-1.0);
+    order.sort_by(|a, b| f1(b).total_cmp(&f1(a)).then(a.model.cmp(&b.model)));
+    for r in order {
+        let (k, scored, m) = match &r.detection {
+            Some(d) => (d.k.to_string(), d.scored.to_string(), d.at_k.as_ref().map(|k| k.metrics)),
+            None => ("off".into(), "–".into(), None),
+        };
+        md.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} | {k} | {scored} | {} | {} | {} | {} |\n",
+            r.model,
+            r.claims,
+            r.classified,
+            r.hallucinated,
+            pct(r.hallucination_rate),
+            r.balanced_per_class * 2,
+            pct(m.and_then(|m| m.accuracy)),
+            pct(m.and_then(|m| m.precision)),
+            pct(m.and_then(|m| m.recall)),
+            pct(m.and_then(|m| m.f1)),
+        ));
+    }
+    for r in reports {
+        md.push_str(&format!("\n### `{}`\n\n", r.model));
+        let status: Vec<String> = r.status.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        md.push_str(&format!("Claims {}: {}.", r.claims, status.join(", ")));
+        if !r.dropped_labels.is_empty() {
+            let d: Vec<String> = r.dropped_labels.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            md.push_str(&format!(" Rows dropped for their label: {}.", d.join(", ")));
+        }
+        for (g, c) in &r.by_gold {
+            md.push_str(&format!(" Gold {g}: {} of {} hallucinated.", c.hallucinated, c.classified));
+        }
+        md.push('\n');
+        if let Some(d) = &r.detection {
+            md.push_str(&format!(
+                "\nDetection: {} scored ({} hallucinated, {} factual), {} left out (failed sample or check).\n\n",
+                d.scored, d.scored_hallucinated, d.scored_factual, d.incomplete
+            ));
+            md.push_str("| k | TP | FP | TN | FN | acc | P | R | F1 | mean Num_c (H) | mean Num_c (F) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+            for row in &d.ablation {
+                let c = row.confusion;
+                let num = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.2}"));
+                md.push_str(&format!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    row.k,
+                    c.true_pos,
+                    c.false_pos,
+                    c.true_neg,
+                    c.false_neg,
+                    pct(row.metrics.accuracy),
+                    pct(row.metrics.precision),
+                    pct(row.metrics.recall),
+                    pct(row.metrics.f1),
+                    num(row.mean_conflicts_hallucinated),
+                    num(row.mean_conflicts_factual)
+                ));
+            }
+        }
+    }
+    md
+}
