@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use halyard_broker::{embedded::EmbeddedNats, BrokerConfig, Delivery};
 use halyard_coordinator::{sweep, CoordinatorConfig, RunOutcome};
+use halyard_worker::backend::replay::{ReplaySource, ReplaySpec};
 use halyard_worker::backend::GgufSpec;
 use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
 use tokio::sync::watch;
@@ -201,7 +202,25 @@ fn sweep_worker(s: &sweep::Sweep, state: PathBuf) -> WorkerConfig {
     let mut cfg = WorkerConfig::new(worker_pools(s), state);
     cfg.delivery = delivery(s);
     cfg.local_models = local_models(s);
+    cfg.replays = replays(s);
     cfg
+}
+
+/// The sweep's replay models as the worker loads them.
+fn replays(s: &sweep::Sweep) -> Vec<ReplaySpec> {
+    s.models
+        .iter()
+        .filter_map(|m| {
+            let r = m.replay.as_ref()?;
+            let source = match &r.from {
+                sweep::ReplayFrom::Jsonl(p) => ReplaySource::Jsonl(p.clone()),
+                sweep::ReplayFrom::Checkpoint { dir, backend, endpoint } => {
+                    ReplaySource::Checkpoint { dir: dir.clone(), backend: backend.clone(), endpoint: endpoint.clone() }
+                }
+            };
+            Some(ReplaySpec { endpoint: r.endpoint.clone(), source })
+        })
+        .collect()
 }
 
 fn delivery(s: &sweep::Sweep) -> Delivery {

@@ -56,6 +56,10 @@ struct RawModel {
     slots: Option<i64>,
     threads: Option<i64>,
     ctx_size: Option<i64>,
+    // replay backend
+    recordings: Option<String>,
+    recorded_backend: Option<String>,
+    recorded_endpoint: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +102,8 @@ pub struct Model {
     pub max_concurrency: usize,
     /// For `backend = "gguf"`: the file and how to run it.
     pub local: Option<LocalModel>,
+    /// For `backend = "replay"`: where the recorded results are.
+    pub replay: Option<judged::ReplayModel>,
 }
 
 /// A GGUF model run inside the worker.
@@ -254,6 +260,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut local = None;
+        let replay = judged::replay_model(f, base, i, m)?;
         let endpoint = match m.backend.as_str() {
             "openai" => {
                 let url = m.base_url.clone().ok_or_else(|| key_err(f, k("base_url"), "required for backend \"openai\""))?;
@@ -263,6 +270,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 url.trim_end_matches('/').to_string()
             }
             "noop" => String::new(),
+            "replay" => replay.as_ref().map(|r| r.endpoint.clone()).unwrap_or_default(),
             "gguf" => {
                 let rel = m.model_path.clone().ok_or_else(|| key_err(f, k("model_path"), "required for backend \"gguf\""))?;
                 let file = base.join(&rel);
@@ -295,7 +303,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 return Err(key_err(
                     f,
                     k("backend"),
-                    format!("unknown backend {other:?} (expected \"openai\", \"gguf\" or \"noop\")"),
+                    format!("unknown backend {other:?} (expected \"openai\", \"gguf\", \"replay\" or \"noop\")"),
                 ))
             }
         };
@@ -315,7 +323,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         }
         let api_model = match (&m.model, m.backend.as_str()) {
             (Some(x), _) => x.clone(),
-            (None, "noop" | "gguf") => m.name.clone(),
+            (None, "noop" | "gguf" | "replay") => m.name.clone(),
             (None, _) => return Err(key_err(f, k("model"), "required: the model name sent to the API")),
         };
         let temperature = m.temperature.unwrap_or(0.0);
@@ -365,6 +373,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             },
             max_concurrency: max_concurrency as usize,
             local,
+            replay,
         });
     }
     let find = |key: String, name: &str| -> Result<ModelSpec, SweepError> {
@@ -512,6 +521,7 @@ fn noop_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Resu
 
 #[path = "sweep_judged.rs"]
 mod judged;
+pub use judged::{ReplayFrom, ReplayModel};
 
 #[cfg(test)]
 #[path = "sweep_tests.rs"]

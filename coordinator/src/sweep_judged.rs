@@ -8,7 +8,7 @@ use halyard_pipelines::autohall;
 use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::metrics::autohall::NoConflictPhrases;
 
-use super::{key_err, Benchmark, Model, RawBenchmark, SweepError};
+use super::{gguf_identity, key_err, Benchmark, Model, RawBenchmark, RawModel, SweepError};
 
 /// Keys that only some pipelines take: (key, set, pipelines that take it).
 pub(super) fn reject_foreign_keys(f: &str, i: usize, b: &RawBenchmark, pipeline: &str) -> Result<(), SweepError> {
@@ -134,4 +134,69 @@ pub(super) fn autohall_benchmark(f: &str, base: &Path, i: usize, b: &RawBenchmar
         return Err(key_err(f, k("dataset"), format!("{} holds no claim with a kept label", dataset.display())));
     }
     Ok(Benchmark::AutoHall { config, dataset, claims: set.claims, dropped: set.dropped, samples })
+}
+
+/// Where a `replay` model's recorded results are.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReplayFrom {
+    /// A JSON Lines file of request/response pairs.
+    Jsonl(std::path::PathBuf),
+    /// A Halyard worker checkpoint, and the model reference its jobs had.
+    Checkpoint { dir: std::path::PathBuf, backend: String, endpoint: String },
+}
+
+/// A model with `backend = "replay"`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayModel {
+    /// Its identity in job keys: `replay:<recordings path>`.
+    pub endpoint: String,
+    pub from: ReplayFrom,
+}
+
+/// `backend = "replay"`: `recordings` (a `.jsonl` file, or a checkpoint directory with
+/// `recorded_endpoint` and optional `recorded_backend`); these keys on another backend
+/// are errors.
+pub(super) fn replay_model(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Option<ReplayModel>, SweepError> {
+    let k = |field: &str| format!("model[{i}].{field}");
+    if m.backend != "replay" {
+        for (key, set) in [
+            ("recordings", m.recordings.is_some()),
+            ("recorded_backend", m.recorded_backend.is_some()),
+            ("recorded_endpoint", m.recorded_endpoint.is_some()),
+        ] {
+            if set {
+                return Err(key_err(f, k(key), "only applies to backend \"replay\""));
+            }
+        }
+        return Ok(None);
+    }
+    if m.base_url.is_some() {
+        return Err(key_err(f, k("base_url"), "does not apply to backend \"replay\" (it calls nothing)"));
+    }
+    let rel = m.recordings.as_ref().ok_or_else(|| {
+        key_err(f, k("recordings"), "required for backend \"replay\": a JSONL file of request/response pairs or a Halyard checkpoint directory")
+    })?;
+    let path = base.join(rel);
+    let from = if path.is_dir() {
+        let backend = m.recorded_backend.clone().unwrap_or_else(|| "openai".into());
+        let given = m.recorded_endpoint.clone().ok_or_else(|| {
+            key_err(f, k("recorded_endpoint"), "required when `recordings` is a checkpoint: the base_url (or model_path for gguf) of the recorded model")
+        })?;
+        let endpoint = match backend.as_str() {
+            "openai" => given.trim_end_matches('/').to_string(),
+            "gguf" => gguf_identity(&base.join(&given)).map_err(|e| key_err(f, k("recorded_endpoint"), format!("{given}: {e}")))?,
+            other => return Err(key_err(f, k("recorded_backend"), format!("{other:?} is not \"openai\" or \"gguf\""))),
+        };
+        ReplayFrom::Checkpoint { dir: path.clone(), backend, endpoint }
+    } else if path.is_file() {
+        for (key, set) in [("recorded_backend", m.recorded_backend.is_some()), ("recorded_endpoint", m.recorded_endpoint.is_some())] {
+            if set {
+                return Err(key_err(f, k(key), "only applies when `recordings` is a checkpoint directory"));
+            }
+        }
+        ReplayFrom::Jsonl(path.clone())
+    } else {
+        return Err(key_err(f, k("recordings"), format!("{}: no such file or directory", path.display())));
+    };
+    Ok(Some(ReplayModel { endpoint: format!("replay:{}", path.display()), from }))
 }

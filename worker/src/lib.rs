@@ -3,7 +3,7 @@
 //! ## Layout
 //! - [`lifecycle`]: the life of one delivery as a pure state machine (no IO).
 //! - [`checkpoint`]: sled store of completed calls, with group commit.
-//! - [`backend`]: model backends (`openai`, `noop`) and error classification.
+//! - [`backend`]: model backends (`openai`, `gguf`, `replay`, `noop`) and error classification.
 //! - [`retry`]: in-delivery retries with backoff, jitter and `Retry-After`.
 //! - [`failpoint`]: crash points between the durability steps, armed by an environment
 //!   variable, for crash tests.
@@ -70,6 +70,8 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     /// Local GGUF models this worker loads and serves.
     pub local_models: Vec<backend::GgufSpec>,
+    /// Recorded results this worker serves (`replay` backend).
+    pub replays: Vec<backend::replay::ReplaySpec>,
 }
 
 impl WorkerConfig {
@@ -82,6 +84,7 @@ impl WorkerConfig {
             retry: retry::RetryPolicy::default(),
             shutdown_grace: Duration::from_secs(10),
             local_models: Vec::new(),
+            replays: Vec::new(),
         }
     }
 }
@@ -160,8 +163,8 @@ pub async fn run_with_checkpoint(
         tracing::warn!(point = p.name(), pass = n, "failpoint armed: this worker will abort there");
     }
     halyard_broker::ensure_streams(&broker).await?;
-    let specs = config.local_models.clone();
-    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&specs))
+    let (specs, replays) = (config.local_models.clone(), config.replays.clone());
+    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&specs, &replays))
         .await
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;

@@ -4,6 +4,7 @@
 #[cfg(feature = "gguf")]
 pub mod gguf;
 pub mod openai;
+pub mod replay;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -73,12 +74,18 @@ pub struct Backends {
     http: openai::OpenAi,
     #[cfg(feature = "gguf")]
     local: HashMap<String, gguf::GgufModel>,
+    /// Replay sources, by the endpoint of their jobs.
+    replay: HashMap<String, replay::Replay>,
 }
 
 impl Backends {
     /// Build the HTTP client and load every local model (blocking: loading takes seconds).
-    pub fn new(local_models: &[GgufSpec]) -> Result<Backends, String> {
+    pub fn new(local_models: &[GgufSpec], replays: &[replay::ReplaySpec]) -> Result<Backends, String> {
         let http = openai::OpenAi::new().map_err(|e| e.message)?;
+        let mut replay = HashMap::new();
+        for r in replays {
+            replay.insert(r.endpoint.clone(), replay::Replay::load(&r.source)?);
+        }
         #[cfg(feature = "gguf")]
         {
             let mut local = HashMap::new();
@@ -86,7 +93,7 @@ impl Backends {
                 let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
                 local.insert(spec.endpoint.clone(), m);
             }
-            Ok(Backends { http, local })
+            Ok(Backends { http, local, replay })
         }
         #[cfg(not(feature = "gguf"))]
         {
@@ -97,7 +104,7 @@ impl Backends {
                 ));
             }
             let _: &HashMap<String, ()> = &HashMap::new();
-            Ok(Backends { http })
+            Ok(Backends { http, replay })
         }
     }
 
@@ -108,7 +115,14 @@ impl Backends {
             // Answers at once (throughput benchmarks of the job path).
             "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1 }),
             "gguf" => self.call_local(job).await,
-            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, noop)"))),
+            "replay" => match self.replay.get(&job.key.model.endpoint) {
+                Some(r) => r.answer(job),
+                None => Err(CallError::permanent(format!(
+                    "this worker holds no replay recordings {} (pool {}); start a worker with the sweep that names them",
+                    job.key.model.endpoint, job.pool
+                ))),
+            },
+            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, replay, noop)"))),
         }
     }
 
