@@ -17,7 +17,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use halyard_broker::Broker;
 use halyard_pipelines::common::{JobRequest, Progress as Plan};
-use halyard_pipelines::{autohall, hypotermqa, noop};
+use halyard_pipelines::{autohall, chainpoll, hypotermqa, noop};
 use halyard_proto::{subjects, Failure, FailureKind, Job, JobId, JobResult, Outcome};
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -168,6 +168,13 @@ impl Engine {
                 Benchmark::AutoHall { config, claims, .. } => {
                     let c = &claims[key.item as usize];
                     match autohall::evaluate(&config[key.model as usize], key.item, c, &known) {
+                        Plan::Done(label) => Plan::Done(label_json(serde_json::to_vec(&label))?),
+                        Plan::Waiting(jobs) => Plan::Waiting(jobs),
+                    }
+                }
+                Benchmark::ChainPoll { config, items, .. } => {
+                    let it = &items[key.item as usize];
+                    match chainpoll::evaluate(&config[key.model as usize], key.item, it, &known) {
                         Plan::Done(label) => Plan::Done(label_json(serde_json::to_vec(&label))?),
                         Plan::Waiting(jobs) => Plan::Waiting(jobs),
                     }

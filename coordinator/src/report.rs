@@ -168,6 +168,9 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
                 };
                 section.write(state, &dir, &mut md, &mut benchmarks, &mut labels_jsonl)?;
             }
+            Benchmark::ChainPoll { config, dataset, skipped, .. } => {
+                judged::write_chainpoll(b, config, dataset, *skipped, state, &dir, &mut md, &mut benchmarks, &mut labels_jsonl)?;
+            }
             Benchmark::HypoTermQa { config, questions, dataset } => {
                 for (m, c) in config.iter().enumerate() {
                     let labels = labels_of(state, b as u32, m as u32, &dir)?;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use halyard_pipelines::autohall;
+use halyard_pipelines::{autohall, chainpoll};
 use serde::de::DeserializeOwned;
 
 use super::{io_err, LabelsFile};
@@ -72,4 +72,37 @@ impl AutoHallSection<'_> {
         md.push('\n');
         Ok(())
     }
+}
+
+/// Everything a ChainPoll benchmark contributes to the report.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_chainpoll(
+    bench: usize,
+    config: &[chainpoll::Config],
+    dataset: &Path,
+    skipped: u64,
+    state: &RunState,
+    dir: &Path,
+    md: &mut String,
+    benchmarks: &mut Vec<serde_json::Value>,
+    labels: &mut LabelsFile,
+) -> Result<(), CoordinatorError> {
+    let mut reports = Vec::new();
+    for (m, c) in config.iter().enumerate() {
+        let items: Vec<chainpoll::ItemLabel> = typed_labels(state, bench as u32, m as u32, dir)?;
+        for l in &items {
+            labels.row(dir, l)?;
+        }
+        let report = chainpoll::score(c, &items);
+        let mut v = entry(dir, &report, bench, dataset)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("skipped_unbalanced_rows".into(), skipped.into());
+        }
+        benchmarks.push(v);
+        reports.push(report);
+    }
+    let title = format!("Benchmark {bench}: chainpoll on `{}`", dataset.display());
+    md.push_str(&chainpoll::render_markdown(&title, &reports));
+    md.push('\n');
+    Ok(())
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::hypotermqa::{self, Question, Semantics};
-use halyard_pipelines::{autohall, noop};
+use halyard_pipelines::{autohall, chainpoll, noop};
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
@@ -163,6 +163,8 @@ pub enum Benchmark {
         dropped: BTreeMap<String, u64>,
         samples: u32,
     },
+    /// ChainPoll: labelled items judged by each model (the judges under evaluation).
+    ChainPoll { config: Vec<chainpoll::Config>, dataset: PathBuf, items: Vec<chainpoll::Item>, skipped: u64 },
 }
 
 impl Benchmark {
@@ -171,6 +173,7 @@ impl Benchmark {
             Benchmark::HypoTermQa { .. } => "hypotermqa",
             Benchmark::Noop { .. } => noop::PIPELINE,
             Benchmark::AutoHall { .. } => autohall::PIPELINE,
+            Benchmark::ChainPoll { .. } => chainpoll::PIPELINE,
         }
     }
     /// One configuration per model under test.
@@ -179,6 +182,7 @@ impl Benchmark {
             Benchmark::HypoTermQa { config, .. } => config.len(),
             Benchmark::Noop { config, .. } => config.len(),
             Benchmark::AutoHall { config, .. } => config.len(),
+            Benchmark::ChainPoll { config, .. } => config.len(),
         }
     }
     pub fn item_count(&self) -> usize {
@@ -186,6 +190,7 @@ impl Benchmark {
             Benchmark::HypoTermQa { questions, .. } => questions.len(),
             Benchmark::Noop { jobs, .. } => *jobs as usize,
             Benchmark::AutoHall { claims, .. } => claims.len(),
+            Benchmark::ChainPoll { items, .. } => items.len(),
         }
     }
 }
@@ -400,11 +405,15 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 benchmarks.push(judged::autohall_benchmark(f, base, i, b, &models)?);
                 continue;
             }
+            "chainpoll" => {
+                benchmarks.push(judged::chainpoll_benchmark(f, base, i, b, &models)?);
+                continue;
+            }
             other => {
                 return Err(key_err(
                     f,
                     k("pipeline"),
-                    format!("unknown pipeline {other:?} (expected \"hypotermqa\", \"autohall\" or \"noop\")"),
+                    format!("unknown pipeline {other:?} (expected \"hypotermqa\", \"autohall\", \"chainpoll\" or \"noop\")"),
                 ))
             }
         }

@@ -4,6 +4,8 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use halyard_pipelines::chainpoll::{self, Metric};
+use halyard_pipelines::metrics::chainpoll::Unparseable;
 use halyard_pipelines::autohall;
 use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::metrics::autohall::NoConflictPhrases;
@@ -13,7 +15,7 @@ use super::{gguf_identity, key_err, Benchmark, Model, RawBenchmark, RawModel, Sw
 /// Keys that only some pipelines take: (key, set, pipelines that take it).
 pub(super) fn reject_foreign_keys(f: &str, i: usize, b: &RawBenchmark, pipeline: &str) -> Result<(), SweepError> {
     let keys: [(&str, bool, &[&str]); 13] = [
-        ("judge", b.judge.is_some(), &["hypotermqa", "chainpoll"]),
+        ("judge", b.judge.is_some(), &["hypotermqa"]),
         ("semantics", b.semantics.is_some(), &["hypotermqa"]),
         ("system_prompt", b.system_prompt.is_some(), &["hypotermqa"]),
         ("jobs", b.jobs.is_some(), &["noop"]),
@@ -134,6 +136,62 @@ pub(super) fn autohall_benchmark(f: &str, base: &Path, i: usize, b: &RawBenchmar
         return Err(key_err(f, k("dataset"), format!("{} holds no claim with a kept label", dataset.display())));
     }
     Ok(Benchmark::AutoHall { config, dataset, claims: set.claims, dropped: set.dropped, samples })
+}
+
+/// `pipeline = "chainpoll"`: `models` are the judges under evaluation.
+pub(super) fn chainpoll_benchmark(f: &str, base: &Path, i: usize, b: &RawBenchmark, models: &[Model]) -> Result<Benchmark, SweepError> {
+    let k = |field: &str| format!("benchmark[{i}].{field}");
+    reject_foreign_keys(f, i, b, "chainpoll")?;
+    let judges = models_of(f, i, b, models)?;
+    let polls = int_in(f, k("polls"), b.polls, 1, 100, chainpoll::plan::DEFAULT_POLLS as i64)?;
+    let mut metrics = Vec::new();
+    for (j, m) in b.metrics.clone().unwrap_or_else(|| vec!["correctness".into()]).iter().enumerate() {
+        let metric = match m.as_str() {
+            "correctness" => Metric::Correctness,
+            "adherence" => Metric::Adherence,
+            other => return Err(key_err(f, format!("benchmark[{i}].metrics[{j}]"), format!("{other:?} is not \"correctness\" or \"adherence\""))),
+        };
+        if metrics.contains(&metric) {
+            return Err(key_err(f, format!("benchmark[{i}].metrics[{j}]"), format!("{m:?} listed twice")));
+        }
+        metrics.push(metric);
+    }
+    if metrics.is_empty() {
+        return Err(key_err(f, k("metrics"), "needs at least one of \"correctness\", \"adherence\""));
+    }
+    let unparseable = match b.unparseable.as_deref().unwrap_or("exclude") {
+        "exclude" => Unparseable::Exclude,
+        "no" => Unparseable::CountAsNo,
+        other => return Err(key_err(f, k("unparseable"), format!("{other:?} is not \"exclude\" or \"no\""))),
+    };
+    let sampler = match &b.sampler {
+        None if b.samples.is_some() => return Err(key_err(f, k("samples"), "needs `sampler`, the model that draws the samples")),
+        None => None,
+        Some(name) => {
+            let spec = model_named(f, k("sampler"), name, models)?;
+            Some((spec, int_in(f, k("samples"), b.samples, 1, 1000, chainpoll::plan::DEFAULT_SAMPLES as i64)?))
+        }
+    };
+    let Some(rel) = &b.dataset else { return Err(key_err(f, k("dataset"), "required for pipeline \"chainpoll\"")) };
+    let dataset = base.join(rel);
+    let ds_err = |reason: String| SweepError::Dataset { file: f.to_string(), key: k("dataset"), dataset: dataset.display().to_string(), reason };
+    let mut set = chainpoll::read_items(&dataset).map_err(|e| ds_err(e.to_string()))?;
+    if let Some(l) = limit(f, i, b)? {
+        set.items.truncate(l);
+    }
+    if set.items.is_empty() {
+        return Err(key_err(f, k("dataset"), format!("{} holds no item", dataset.display())));
+    }
+    if metrics.contains(&Metric::Adherence) {
+        if let Some(item) = set.items.iter().find(|it| it.context.is_none()) {
+            return Err(ds_err(format!("line {}: metric \"adherence\" needs a `context`, and this item has none", item.line)));
+        }
+    }
+    let config = judges
+        .into_iter()
+        .map(|judge| chainpoll::Config { judge, polls, metrics: metrics.clone(), unparseable, sampler: sampler.clone() })
+        .collect();
+    Ok(Benchmark::ChainPoll { config, dataset, items: set.items, skipped: set.skipped_unbalanced })
 }
 
 /// Where a `replay` model's recorded results are.

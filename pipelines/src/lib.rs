@@ -22,6 +22,8 @@
 //!   - `score.rs`: [`hypotermqa::score()`] and [`hypotermqa::render_markdown`].
 //! - [`autohall`]: AutoHall (arXiv 2310.00259): claim files, references, classification,
 //!   hallucination labels, self-contradiction detection with the K-ablation.
+//! - [`chainpoll`]: ChainPoll (arXiv 2310.18344) on labelled items: judge polls,
+//!   Correctness / Adherence, AUROC, and the SelfCheck-NGram unigram baseline.
 //! - [`noop`]: one job per item whose answer is ignored, to measure the job path
 //!   (planning, broker, checkpoint, accounting) with models that answer at once.
 //! - [`metrics`]: the metric functions of `shared/specs/metrics.md` (UHGEval, AutoHall,
@@ -39,6 +41,7 @@
 //! which is what makes a resumed run safe.
 
 pub mod autohall;
+pub mod chainpoll;
 pub mod common;
 pub mod hypotermqa;
 pub mod metrics;

@@ -1,0 +1,19 @@
+//! ChainPoll (Friel & Sanyal, arXiv 2310.18344; spec `shared/specs/metrics.md` §3) on
+//! labelled (prompt, completion[, context]) items, with the SelfCheck-NGram unigram
+//! baseline (§3.4).
+//!
+//! A judge LLM is polled N times per item with a detailed chain-of-thought prompt
+//! (Correctness: open-domain; Adherence: closed-domain, against the item's context); the
+//! score is the share of "yes, hallucinated" verdicts, and the figure is its AUROC
+//! against the labels. The authors published neither prompts nor verdict parser: the
+//! prompts and the parsing rule are Halyard's own (see [`plan`]).
+//!
+//! Files, in pipeline order: [`dataset`] → [`plan`] → [`mod@score`].
+
+pub mod dataset;
+pub mod plan;
+pub mod score;
+
+pub use dataset::{parse_items, read_items, DatasetError, Item, ItemSet};
+pub use plan::{evaluate, sentences, Config, ItemLabel, Metric, MetricLabel, Poll, SelfCheckLabel, PIPELINE, STAGE_VERSION};
+pub use score::{render_markdown, score, Report};

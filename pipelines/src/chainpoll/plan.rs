@@ -1,0 +1,292 @@
+//! The ChainPoll planner: one labelled item → its judge polls (and baseline samples) →
+//! its [`ItemLabel`] (spec `metrics.md` §3.1, §3.4).
+//!
+//! Stages (pipeline `chainpoll`, stage version [`STAGE_VERSION`]):
+//! - `correctness` / `adherence`: N polls of the judge with the metric's prompt (sample
+//!   index 0..N, one job each, so each poll has its own job id and checkpoint). The
+//!   OpenAI `n` parameter is not used: a job is one completion here.
+//! - `sample` (only with a `sampler`): S answers of the sampler to the item's prompt
+//!   (sample index 1..=S), for the SelfCheck-NGram baseline.
+//!
+//! Every job of an item is independent, so all are requested at once.
+//!
+//! Verdicts are read with [`parse_verdict_final_answer`]: the last standalone `yes`/`no`
+//! word (the prompts end by asking for `Answer: yes` or `Answer: no`). A poll without
+//! one is *unparseable* and counts as the benchmark's `unparseable` policy says
+//! (excluded from N by default, or counted as "no"); a poll whose job failed is left
+//! out of N under either policy.
+
+use halyard_proto::ChatMessage;
+use serde::{Deserialize, Serialize};
+
+use super::dataset::Item;
+use crate::common::{JobOutcome, JobRequest, ModelSpec, Progress, ResultLookup};
+use crate::metrics::chainpoll::{chainpoll_score_parsed, parse_verdict_final_answer, Unparseable};
+use crate::metrics::selfcheck::selfcheck_unigram_text;
+
+/// The pipeline name in job keys.
+pub const PIPELINE: &str = "chainpoll";
+/// Bumped whenever a prompt that feeds a job changes.
+pub const STAGE_VERSION: u32 = 1;
+/// Default N (the paper's "typically 5").
+pub const DEFAULT_POLLS: u32 = 5;
+/// Default S when a sampler is given (SelfCheckGPT's 20).
+pub const DEFAULT_SAMPLES: u32 = 20;
+
+/// The two ChainPoll judge prompts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Open-domain: false claims about the world; the judge sees prompt and completion.
+    Correctness,
+    /// Closed-domain: claims not supported by the context; the judge sees the context too.
+    Adherence,
+}
+
+impl Metric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::Correctness => "correctness",
+            Metric::Adherence => "adherence",
+        }
+    }
+
+    /// Halyard's detailed chain-of-thought judge prompt: reasoning first, claim by claim,
+    /// then a fixed final line.
+    pub fn messages(self, item: &Item) -> Vec<ChatMessage> {
+        let (system, task, steps) = match self {
+            Metric::Correctness => (
+                "You are a meticulous fact-checker. You judge whether a text written by an AI assistant contains hallucinations: statements about the real world that are false, invented people, places, organisations, publications or events, wrong numbers, dates, names or quotations, and claims stated as fact that cannot be verified to be true.",
+                format!("A user sent this request to an AI assistant:\n\"\"\"\n{}\n\"\"\"\n\nThe assistant answered:\n\"\"\"\n{}\n\"\"\"", item.prompt, item.completion),
+                "1. List every factual claim the answer makes, one by one (names, numbers, dates, sources, causes, quotations).\n2. For each claim, reason from what you know about the world: is it true, false, or something nobody could verify? Quote the words you are judging.\n3. Check whether the answer invents sources, titles, links or studies, or attributes statements to people who did not make them.\n4. Decide whether the answer contains at least one hallucination.",
+            ),
+            Metric::Adherence => (
+                "You are a meticulous reviewer. You judge whether a text written by an AI assistant sticks to the documents it was given: every statement must be supported by those documents; anything they do not state, or that contradicts them, is a hallucination, even if it is true in the real world.",
+                format!(
+                    "The assistant was given these documents:\n\"\"\"\n{}\n\"\"\"\n\nA user sent this request:\n\"\"\"\n{}\n\"\"\"\n\nThe assistant answered:\n\"\"\"\n{}\n\"\"\"",
+                    item.context.as_deref().unwrap_or(""),
+                    item.prompt,
+                    item.completion
+                ),
+                "1. List every claim the answer makes, one by one.\n2. For each claim, find the passage of the documents that supports it and quote it, or say that none does, or that the documents contradict it.\n3. Decide whether the answer contains at least one claim that the documents do not support.",
+            ),
+        };
+        vec![
+            ChatMessage::system(system),
+            ChatMessage::user(format!(
+                "{task}\n\nThink step by step, and write your reasoning before any verdict:\n{steps}\n\nAfter your reasoning, end with one final line, exactly \"Answer: yes\" if the answer contains a hallucination, or \"Answer: no\" if it does not."
+            )),
+        ]
+    }
+}
+
+/// How one judge model runs ChainPoll.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// The judge whose ChainPoll scores are evaluated.
+    pub judge: ModelSpec,
+    /// N, polls per item and metric.
+    pub polls: u32,
+    pub metrics: Vec<Metric>,
+    pub unparseable: Unparseable,
+    /// The model drawing the SelfCheck-NGram samples, and S; `None`: no baseline.
+    pub sampler: Option<(ModelSpec, u32)>,
+}
+
+impl Config {
+    pub fn poll_request(&self, metric: Metric, item: &Item, index: u32) -> JobRequest {
+        let mut spec = self.judge.clone();
+        spec.seed = spec.seed.map(|s| s.wrapping_add(index as u64));
+        spec.request(PIPELINE, metric.as_str(), STAGE_VERSION, metric.messages(item), index)
+    }
+
+    pub fn sample_request(sampler: &ModelSpec, item: &Item, index: u32) -> JobRequest {
+        let mut spec = sampler.clone();
+        spec.seed = spec.seed.map(|s| s.wrapping_add(index as u64));
+        spec.request(PIPELINE, "sample", STAGE_VERSION, vec![ChatMessage::user(item.prompt.clone())], index)
+    }
+}
+
+/// One judge poll.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Poll {
+    pub output: Option<String>,
+    /// `None`: unparseable, or the job failed (then `error` says why).
+    pub verdict: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One metric's polls and score for an item.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricLabel {
+    pub metric: Metric,
+    pub polls: Vec<Poll>,
+    /// Share of "yes" under the policy; `None` when no poll gave a usable verdict.
+    pub score: Option<f64>,
+}
+
+/// SelfCheck-NGram (unigram) scores of an item's completion (spec §3.4, passage level).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SelfCheckLabel {
+    /// Samples used (failed sample jobs are left out).
+    pub samples: u32,
+    /// Token-weighted passage `avg_neg_logprob` (Avg(−log p)).
+    pub avg: Option<f64>,
+    /// Passage `avg_max_neg_logprob`: mean over sentences of Max(−log p).
+    pub max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The final label of one item for one judge (a row of `labels.jsonl`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemLabel {
+    pub pipeline: String,
+    pub model: String,
+    pub index: u32,
+    pub id: String,
+    pub line: usize,
+    pub label: bool,
+    pub metrics: Vec<MetricLabel>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selfcheck: Option<SelfCheckLabel>,
+}
+
+/// Sentences of an English passage: split after `.`, `!` or `?` followed by
+/// whitespace, and at line breaks; empty pieces dropped. (SelfCheckGPT uses spaCy's
+/// splitter; this rule agrees on plain prose. The passage-level Avg score does not depend
+/// on the split at all; the Max score does.)
+pub fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    for (n, &(i, c)) in chars.iter().enumerate() {
+        let next_ws = chars.get(n + 1).is_none_or(|&(_, d)| d.is_whitespace());
+        if c == '\n' || (matches!(c, '.' | '!' | '?') && next_ws) {
+            let end = i + c.len_utf8();
+            out.push(&text[start..end]);
+            start = end;
+        }
+    }
+    out.push(&text[start..]);
+    out.into_iter().map(str::trim).filter(|s| s.chars().any(char::is_alphanumeric)).collect()
+}
+
+/// Advances one item as far as the known results allow.
+pub fn evaluate(cfg: &Config, index: u32, item: &Item, results: &dyn ResultLookup) -> Progress<ItemLabel> {
+    let mut waiting = Vec::new();
+    let mut metrics = Vec::new();
+    for &metric in &cfg.metrics {
+        let mut polls = Vec::new();
+        for i in 0..cfg.polls {
+            let req = cfg.poll_request(metric, item, i);
+            match results.get(&req.id()) {
+                None => waiting.push(req),
+                Some(JobOutcome::Failed(e)) => polls.push(Poll { output: None, verdict: None, error: Some(format!("poll job failed: {e}")) }),
+                Some(JobOutcome::Done(c)) => {
+                    polls.push(Poll { output: Some(c.text.clone()), verdict: parse_verdict_final_answer(&c.text), error: None })
+                }
+            }
+        }
+        let answered: Vec<Option<bool>> = polls.iter().filter(|p| p.error.is_none()).map(|p| p.verdict).collect();
+        let score = chainpoll_score_parsed(&answered, cfg.unparseable).ok();
+        metrics.push(MetricLabel { metric, polls, score });
+    }
+    let mut selfcheck = None;
+    if let Some((sampler, s)) = &cfg.sampler {
+        let mut samples = Vec::new();
+        for k in 1..=*s {
+            let req = Config::sample_request(sampler, item, k);
+            match results.get(&req.id()) {
+                None => waiting.push(req),
+                Some(JobOutcome::Failed(_)) => {}
+                Some(JobOutcome::Done(c)) => samples.push(c.text.clone()),
+            }
+        }
+        let refs: Vec<&str> = samples.iter().map(String::as_str).collect();
+        let scored = selfcheck_unigram_text(&sentences(&item.completion), &item.completion, &refs);
+        selfcheck = Some(match scored {
+            Ok(r) => SelfCheckLabel { samples: refs.len() as u32, avg: Some(r.doc_avg_neg_logprob), max: Some(r.doc_avg_max_neg_logprob), error: None },
+            Err(e) => SelfCheckLabel { samples: refs.len() as u32, avg: None, max: None, error: Some(e.to_string()) },
+        });
+    }
+    if !waiting.is_empty() {
+        return Progress::Waiting(waiting);
+    }
+    Progress::Done(ItemLabel {
+        pipeline: PIPELINE.into(),
+        model: cfg.judge.name.clone(),
+        index,
+        id: item.id.clone(),
+        line: item.line,
+        label: item.label,
+        metrics,
+        selfcheck,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halyard_proto::{Completion, Failure, FailureKind, JobId, ModelRef, Outcome, Usage};
+    use std::collections::HashMap;
+
+    fn spec(name: &str) -> ModelSpec {
+        ModelSpec {
+            name: name.into(),
+            model_ref: ModelRef { backend: "openai".into(), endpoint: "http://x".into(), model: name.into() },
+            pool: name.into(),
+            api_key_env: None,
+            temperature: 0.7,
+            max_tokens: None,
+            seed: None,
+            timeout_ms: 1000,
+        }
+    }
+
+    fn item() -> Item {
+        Item { line: 1, id: "1".into(), prompt: "Tell me.".into(), completion: "The sky is green. It rains.".into(), context: None, label: true }
+    }
+
+    /// Polls are separate jobs; verdicts are the final yes/no; a failed poll is left out
+    /// of N and an unparseable one follows the policy; SelfCheck uses the samples.
+    #[test]
+    fn polls_and_baseline() {
+        for (policy, want) in [(Unparseable::Exclude, 2.0 / 3.0), (Unparseable::CountAsNo, 0.5)] {
+            let cfg = Config {
+                judge: spec("j"),
+                polls: 5,
+                metrics: vec![Metric::Correctness],
+                unparseable: policy,
+                sampler: Some((spec("s"), 2)),
+            };
+            let Progress::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new()) else { panic!() };
+            assert_eq!(jobs.len(), 7);
+            let outputs = ["Reasoning.\nAnswer: yes", "Answer: no", "hmm", "FAIL", "Yes, clearly. Answer: YES"];
+            let mut known = HashMap::new();
+            for (i, j) in jobs.iter().enumerate() {
+                let text = if i < 5 { outputs[i] } else { "the sky is blue. it rains." };
+                let o = if text == "FAIL" {
+                    Outcome::Failed(Failure { kind: FailureKind::Permanent, error: "x".into(), http_status: None })
+                } else {
+                    Outcome::Done(Completion { text: text.into(), usage: Usage::default(), latency_ms: 0, finish_reason: None, calls: 1 })
+                };
+                known.insert(j.id(), o);
+            }
+            let Progress::Done(l) = evaluate(&cfg, 0, &item(), &known) else { panic!() };
+            assert!((l.metrics[0].score.unwrap() - want).abs() < 1e-12, "{policy:?}");
+            assert_eq!(l.metrics[0].polls.iter().filter(|p| p.error.is_some()).count(), 1);
+            let sc = l.selfcheck.unwrap();
+            assert_eq!(sc.samples, 2);
+            assert!(sc.avg.unwrap() > 0.0 && sc.max.unwrap() >= sc.avg.unwrap());
+        }
+    }
+
+    /// Sentence split on end punctuation followed by space, and on line breaks.
+    #[test]
+    fn sentence_split() {
+        assert_eq!(sentences("A b. C 3.5 d!  E?\nF"), ["A b.", "C 3.5 d!", "E?", "F"]);
+        assert!(sentences(" \n ").is_empty());
+    }
+}

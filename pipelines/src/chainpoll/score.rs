@@ -1,0 +1,198 @@
+//! ChainPoll figures from the item labels (spec `metrics.md` §3.1, §3.2, §3.4): per
+//! metric, AUROC of the ChainPoll score against the labels (hallucinated positive, ties
+//! counted ½), with the poll counts behind it; the same for the SelfCheck-NGram Avg and
+//! Max passage scores. Items without a score (every poll failed or unparseable under
+//! `exclude`; no usable sample text) are left out of that AUROC and counted.
+
+use serde::{Deserialize, Serialize};
+
+use super::plan::{ItemLabel, Metric};
+use crate::metrics::auroc::auroc;
+
+/// AUROC of one score over the items that have it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ranking {
+    /// Items with a score (the AUROC's n), and how many of them are hallucinated.
+    pub scored: u64,
+    pub scored_positive: u64,
+    /// Items without a score.
+    pub unscored: u64,
+    /// `None` when the scored items hold only one class.
+    pub auroc: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auroc_error: Option<String>,
+    /// Mean score of hallucinated and of faithful items.
+    pub mean_positive: Option<f64>,
+    pub mean_negative: Option<f64>,
+}
+
+/// One metric's figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricReport {
+    pub metric: Metric,
+    #[serde(flatten)]
+    pub ranking: Ranking,
+    pub polls: u64,
+    pub yes: u64,
+    pub no: u64,
+    pub unparseable: u64,
+    pub failed: u64,
+}
+
+/// The figures of one (benchmark, judge model).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub pipeline: String,
+    pub model: String,
+    pub items: u64,
+    pub positives: u64,
+    pub negatives: u64,
+    pub polls_per_item: u32,
+    /// `exclude` or `count_as_no`.
+    pub unparseable_policy: String,
+    pub metrics: Vec<MetricReport>,
+    /// SelfCheck-NGram unigram baseline (Avg and Max passage scores), with a sampler.
+    pub selfcheck_avg: Option<Ranking>,
+    pub selfcheck_max: Option<Ranking>,
+    /// Pseudo-entropy needs token log-probabilities, which no Halyard backend returns yet.
+    pub pseudo_entropy: Option<f64>,
+}
+
+fn ranking(pairs: &[(bool, Option<f64>)]) -> Ranking {
+    let scored: Vec<(bool, f64)> = pairs.iter().filter_map(|(l, s)| s.map(|s| (*l, s))).collect();
+    let labels: Vec<bool> = scored.iter().map(|p| p.0).collect();
+    let scores: Vec<f64> = scored.iter().map(|p| p.1).collect();
+    let mean = |class: bool| {
+        let v: Vec<f64> = scored.iter().filter(|p| p.0 == class).map(|p| p.1).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let (auroc, auroc_error) = match auroc(&labels, &scores) {
+        Ok(a) => (Some(a), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    Ranking {
+        scored: scored.len() as u64,
+        scored_positive: labels.iter().filter(|l| **l).count() as u64,
+        unscored: (pairs.len() - scored.len()) as u64,
+        auroc,
+        auroc_error,
+        mean_positive: mean(true),
+        mean_negative: mean(false),
+    }
+}
+
+/// Score one judge's labels.
+pub fn score(cfg: &super::Config, labels: &[ItemLabel]) -> Report {
+    let metrics = cfg
+        .metrics
+        .iter()
+        .map(|&metric| {
+            let of = |l: &ItemLabel| l.metrics.iter().find(|m| m.metric == metric).cloned();
+            let pairs: Vec<(bool, Option<f64>)> = labels.iter().map(|l| (l.label, of(l).and_then(|m| m.score))).collect();
+            let polls: Vec<super::Poll> = labels.iter().filter_map(of).flat_map(|m| m.polls).collect();
+            let count = |f: &dyn Fn(&super::Poll) -> bool| polls.iter().filter(|p| f(p)).count() as u64;
+            MetricReport {
+                metric,
+                ranking: ranking(&pairs),
+                polls: polls.len() as u64,
+                yes: count(&|p| p.verdict == Some(true)),
+                no: count(&|p| p.verdict == Some(false)),
+                unparseable: count(&|p| p.verdict.is_none() && p.error.is_none()),
+                failed: count(&|p| p.error.is_some()),
+            }
+        })
+        .collect();
+    let baseline = |pick: fn(&super::SelfCheckLabel) -> Option<f64>| {
+        cfg.sampler.as_ref().map(|_| {
+            let pairs: Vec<(bool, Option<f64>)> = labels.iter().map(|l| (l.label, l.selfcheck.as_ref().and_then(pick))).collect();
+            ranking(&pairs)
+        })
+    };
+    let positives = labels.iter().filter(|l| l.label).count() as u64;
+    Report {
+        pipeline: super::PIPELINE.into(),
+        model: cfg.judge.name.clone(),
+        items: labels.len() as u64,
+        positives,
+        negatives: labels.len() as u64 - positives,
+        polls_per_item: cfg.polls,
+        unparseable_policy: match cfg.unparseable {
+            crate::metrics::chainpoll::Unparseable::Exclude => "exclude".into(),
+            crate::metrics::chainpoll::Unparseable::CountAsNo => "count_as_no".into(),
+        },
+        metrics,
+        selfcheck_avg: baseline(|s| s.avg),
+        selfcheck_max: baseline(|s| s.max),
+        pseudo_entropy: None,
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{v:.4}"))
+}
+
+/// The benchmark's Markdown section: a leaderboard of judges by AUROC, then the counts.
+pub fn render_markdown(title: &str, reports: &[Report]) -> String {
+    let mut md = format!("## {title}\n\nAUROC against the labels (hallucinated = positive, ties count ½); ChainPoll score = share of \"yes\" polls.\n\n");
+    let Some(first) = reports.first() else { return md };
+    let mut head = String::from("| judge |");
+    for m in &first.metrics {
+        head.push_str(&format!(" ChainPoll-{} AUROC |", m.metric.as_str()));
+    }
+    head.push_str(" SelfCheck-1gram Avg AUROC | SelfCheck-1gram Max AUROC |\n|---|");
+    head.push_str(&"---|".repeat(first.metrics.len() + 2));
+    md.push_str(&head);
+    md.push('\n');
+    let mut order: Vec<&Report> = reports.iter().collect();
+    let key = |r: &Report| r.metrics.first().and_then(|m| m.ranking.auroc).unwrap_or(-1.0);
+    order.sort_by(|a, b| key(b).total_cmp(&key(a)).then(a.model.cmp(&b.model)));
+    for r in order {
+        md.push_str(&format!("| `{}` |", r.model));
+        for m in &r.metrics {
+            md.push_str(&format!(" {} |", num(m.ranking.auroc)));
+        }
+        md.push_str(&format!(
+            " {} | {} |\n",
+            num(r.selfcheck_avg.as_ref().and_then(|s| s.auroc)),
+            num(r.selfcheck_max.as_ref().and_then(|s| s.auroc))
+        ));
+    }
+    for r in reports {
+        md.push_str(&format!(
+            "\n### `{}`\n\n{} items ({} hallucinated, {} not), {} polls per item; unparseable polls: {}; failed polls are left out of N.\n\n",
+            r.model,
+            r.items,
+            r.positives,
+            r.negatives,
+            r.polls_per_item,
+            if r.unparseable_policy == "exclude" { "left out of N" } else { "counted as \"no\"" }
+        ));
+        md.push_str("| score | scored | unscored | AUROC | mean (halluc.) | mean (faithful) | polls | yes | no | unparseable | failed |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+        let row = |name: String, k: &Ranking, polls: Option<&MetricReport>| {
+            let p = |f: fn(&MetricReport) -> u64| polls.map_or("–".into(), |m| f(m).to_string());
+            format!(
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                k.scored,
+                k.unscored,
+                num(k.auroc),
+                num(k.mean_positive),
+                num(k.mean_negative),
+                p(|m| m.polls),
+                p(|m| m.yes),
+                p(|m| m.no),
+                p(|m| m.unparseable),
+                p(|m| m.failed)
+            )
+        };
+        for m in &r.metrics {
+            md.push_str(&row(format!("ChainPoll-{}", m.metric.as_str()), &m.ranking, Some(m)));
+        }
+        for (name, s) in [("SelfCheck-1gram Avg", &r.selfcheck_avg), ("SelfCheck-1gram Max", &r.selfcheck_max)] {
+            if let Some(s) = s {
+                md.push_str(&row(name.into(), s, None));
+            }
+        }
+        md.push_str("\nPseudo-entropy: not computed (no backend returns token log-probabilities).\n");
+    }
+    md
+}
