@@ -1,0 +1,232 @@
+//! End-to-end: `halyard run` (embedded nats-server) of two ChainPoll benchmarks (the
+//! shipped AutoHall-derived labelled set, and a set with contexts for Adherence) with two
+//! judges and a sampler, against a fake OpenAI-compatible server. AUROC, poll counts and
+//! the SelfCheck-NGram Avg baseline are recomputed here without Halyard's code.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use halyard_tests::{ChatCall, FakeOpenAi, Reply};
+use serde_json::{json, Value};
+
+const POLLS: u64 = 5;
+const SAMPLES: u64 = 3;
+const JUDGE_SEED: u64 = 10;
+const SAMPLER_SEED: u64 = 50;
+const ANSWERED: &str = "The assistant answered:\n\"\"\"\n";
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Poll {
+    Yes,
+    No,
+    Unparseable,
+    Failed,
+}
+
+fn poll_rule(judge: &str, metric: &str, completion: &str, index: u64) -> Poll {
+    match fnv(&format!("{judge}|{metric}|{completion}|{index}")) % 13 {
+        0 => Poll::Failed,
+        1 | 2 => Poll::Unparseable,
+        3..=7 => Poll::Yes,
+        _ => Poll::No,
+    }
+}
+
+fn sample_text(prompt: &str, k: u64) -> String {
+    let words = ["warming", "climate", "ice", "ocean", "carbon", "the", "is", "study", "data", "rising"];
+    let h = fnv(&format!("{prompt}|{k}"));
+    let picked: Vec<&str> = (0..12).map(|i| words[((h >> (i * 4)) % 10) as usize]).collect();
+    format!("{} {}.", prompt, picked.join(" "))
+}
+
+fn responder(call: &ChatCall) -> Reply {
+    let seed = call.body["seed"].as_u64().unwrap_or(0);
+    let (system, user) = match call.messages.as_slice() {
+        [(r, s), (_, u)] if r == "system" => (s.as_str(), u.as_str()),
+        [(_, u)] => return Reply::Text(sample_text(u, seed - SAMPLER_SEED)),
+        _ => return Reply::Status { code: 400, body: "unexpected".into(), retry_after: None },
+    };
+    let metric = if system.starts_with("You are a meticulous fact-checker") { "correctness" } else { "adherence" };
+    let Some(start) = user.find(ANSWERED) else { return Reply::Status { code: 400, body: "no completion".into(), retry_after: None } };
+    let rest = &user[start + ANSWERED.len()..];
+    let completion = &rest[..rest.find("\n\"\"\"\n\nThink step by step").unwrap_or(rest.len())];
+    match poll_rule(&call.model, metric, completion, seed - JUDGE_SEED) {
+        Poll::Failed => Reply::Status { code: 400, body: "poll rejected".into(), retry_after: None },
+        Poll::Unparseable => Reply::Text("The claims are hard to assess; I will not decide.".into()),
+        Poll::Yes => Reply::Text("1. The answer cites a study.\n2. It does not exist.\nAnswer: yes".into()),
+        Poll::No => Reply::Text("Every claim checks out; no invented source.\nAnswer: no".into()),
+    }
+}
+
+/// AUROC as the Mann–Whitney U over all (positive, negative) pairs, ties ½.
+fn mann_whitney(pairs: &[(bool, f64)]) -> f64 {
+    let (mut u, mut n) = (0.0, 0.0);
+    for (lp, sp) in pairs.iter().filter(|p| p.0) {
+        for (_, sn) in pairs.iter().filter(|p| !p.0) {
+            let _ = lp;
+            u += if sp > sn { 1.0 } else if sp == sn { 0.5 } else { 0.0 };
+            n += 1.0;
+        }
+    }
+    u / n
+}
+
+/// Words as `\w+|[^\w\s]`, lower-cased.
+fn tokens(text: &str) -> Vec<String> {
+    let lower = text.to_lowercase();
+    let mut out = Vec::new();
+    let mut word = String::new();
+    for c in lower.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+            continue;
+        }
+        if !word.is_empty() {
+            out.push(std::mem::take(&mut word));
+        }
+        if !c.is_whitespace() {
+            out.push(c.to_string());
+        }
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+/// SelfCheck unigram passage Avg: mean over the completion's tokens of −ln(count / N),
+/// counts over the completion and the samples.
+fn selfcheck_avg(completion: &str, samples: &[String]) -> f64 {
+    let mut counts: HashMap<String, f64> = HashMap::new();
+    let mut total = 0.0;
+    for t in std::iter::once(completion).chain(samples.iter().map(String::as_str)).flat_map(tokens) {
+        *counts.entry(t).or_default() += 1.0;
+        total += 1.0;
+    }
+    let own = tokens(completion);
+    own.iter().map(|t| -(counts[t] / total).ln()).sum::<f64>() / own.len() as f64
+}
+
+struct Item {
+    prompt: String,
+    completion: String,
+    label: bool,
+}
+
+fn items(path: &std::path::Path, limit: usize) -> Vec<Item> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .take(limit)
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            Item { prompt: v["prompt"].as_str().unwrap().into(), completion: v["completion"].as_str().unwrap().into(), label: v["label"].as_bool().unwrap() }
+        })
+        .collect()
+}
+
+/// ChainPoll score of one item under the policy: yes / (yes + no [+ unparseable]).
+fn chainpoll_score(judge: &str, metric: &str, completion: &str, count_unparseable_as_no: bool) -> Option<f64> {
+    let polls: Vec<Poll> = (0..POLLS).map(|i| poll_rule(judge, metric, completion, i)).collect();
+    let yes = polls.iter().filter(|p| **p == Poll::Yes).count() as f64;
+    let no = polls.iter().filter(|p| **p == Poll::No).count() as f64;
+    let unp = polls.iter().filter(|p| **p == Poll::Unparseable).count() as f64;
+    let n = if count_unparseable_as_no { yes + no + unp } else { yes + no };
+    (n > 0.0).then(|| yes / n)
+}
+
+/// The report's AUROCs and poll counts equal the independent computation, for both
+/// metrics, both unparseable policies and both judges; the baseline's Avg AUROC too.
+#[test]
+fn chainpoll_run_matches_independent_computation() {
+    let shipped = repo_root().join("datasets/chainpoll/autohall_climate_gpt35.jsonl");
+    let main_items = items(&shipped, 24);
+    let dir = tempfile::tempdir().unwrap();
+    // A set with contexts: the even items' context is their own completion.
+    let ctx_path = dir.path().join("with_context.jsonl");
+    let ctx_items: Vec<Item> = items(&shipped, 60).into_iter().skip(24).take(12).collect();
+    let lines: Vec<String> = ctx_items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| {
+            let context = if i % 2 == 0 { it.completion.clone() } else { "Unrelated notes.".into() };
+            json!({"prompt": it.prompt, "completion": it.completion, "context": [context], "label": it.label}).to_string()
+        })
+        .collect();
+    std::fs::write(&ctx_path, lines.join("\n")).unwrap();
+    let fake = FakeOpenAi::start_blocking(responder);
+    let url = fake.base_url();
+    let mut sweep = String::from("name = \"chainpoll-e2e\"\n");
+    for (name, seed, t) in [("judge-1", JUDGE_SEED, 0.7), ("judge-2", JUDGE_SEED, 0.7), ("sampler", SAMPLER_SEED, 1.0)] {
+        sweep.push_str(&format!(
+            "[[model]]\nname = \"{name}\"\nbackend = \"openai\"\nbase_url = \"{url}\"\nmodel = \"{name}\"\nseed = {seed}\ntemperature = {t}\nmax_concurrency = 8\n\n"
+        ));
+    }
+    sweep.push_str(&format!(
+        "[[benchmark]]\npipeline = \"chainpoll\"\ndataset = \"{}\"\nmodels = [\"judge-1\", \"judge-2\"]\npolls = {POLLS}\nlimit = 24\nsampler = \"sampler\"\nsamples = {SAMPLES}\n\n",
+        shipped.display()
+    ));
+    sweep.push_str(&format!(
+        "[[benchmark]]\npipeline = \"chainpoll\"\ndataset = \"{}\"\nmodels = [\"judge-1\"]\npolls = {POLLS}\nmetrics = [\"correctness\", \"adherence\"]\nunparseable = \"no\"\n\n[run]\nack_wait_s = 5\nmax_deliver = 3\n",
+        ctx_path.display()
+    ));
+    let sweep_path = dir.path().join("chainpoll.toml");
+    std::fs::write(&sweep_path, sweep).unwrap();
+    let out = dir.path().join("runs");
+    run_to_end(&["run", sweep_path.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let report = read_json(&out.join("chainpoll-e2e/report.json"));
+    let benches = report["benchmarks"].as_array().unwrap();
+    assert_eq!(benches.len(), 3);
+    let mut failed_total = 0;
+    let cases: [(usize, &str, &[Item], &[&str], bool); 3] = [
+        (0, "judge-1", &main_items, &["correctness"], false),
+        (0, "judge-2", &main_items, &["correctness"], false),
+        (1, "judge-1", &ctx_items, &["correctness", "adherence"], true),
+    ];
+    for (bench, judge, its, metrics, as_no) in cases {
+        let b = benches.iter().find(|b| b["benchmark"] == bench && b["model"] == judge).unwrap();
+        assert_eq!(b["items"], its.len() as u64);
+        assert_eq!(b["positives"], its.iter().filter(|i| i.label).count() as u64);
+        for (mi, metric) in metrics.iter().enumerate() {
+            let m = &b["metrics"][mi];
+            assert_eq!(m["metric"], *metric);
+            let scored: Vec<(bool, f64)> =
+                its.iter().filter_map(|it| chainpoll_score(judge, metric, &it.completion, as_no).map(|s| (it.label, s))).collect();
+            assert_eq!(m["scored"], scored.len() as u64, "{judge} {metric}");
+            let want = mann_whitney(&scored);
+            let got = m["auroc"].as_f64().unwrap_or_else(|| panic!("{judge} {metric}: {m}"));
+            assert!((got - want).abs() < 1e-12, "{judge} {metric}: AUROC {got} vs {want}");
+            let all: Vec<Poll> = its.iter().flat_map(|it| (0..POLLS).map(|i| poll_rule(judge, metric, &it.completion, i))).collect();
+            for (key, kind) in [("yes", Poll::Yes), ("no", Poll::No), ("unparseable", Poll::Unparseable), ("failed", Poll::Failed)] {
+                assert_eq!(m[key], all.iter().filter(|p| **p == kind).count() as u64, "{judge} {metric} {key}");
+            }
+            failed_total += all.iter().filter(|p| **p == Poll::Failed).count() as u64;
+        }
+    }
+    // The baseline (benchmark 0): samples are the sampler's, the same for both judges.
+    let pairs: Vec<(bool, f64)> = main_items
+        .iter()
+        .map(|it| {
+            let samples: Vec<String> = (1..=SAMPLES).map(|k| sample_text(&it.prompt, k)).collect();
+            (it.label, selfcheck_avg(&it.completion, &samples))
+        })
+        .collect();
+    let want = mann_whitney(&pairs);
+    for judge in ["judge-1", "judge-2"] {
+        let b = benches.iter().find(|b| b["benchmark"] == 0 && b["model"] == judge).unwrap();
+        let got = b["selfcheck_avg"]["auroc"].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-9, "SelfCheck Avg AUROC {got} vs {want}");
+        let max = b["selfcheck_max"]["auroc"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&max));
+    }
+    assert!(failed_total > 0, "the rules fail no poll; that path is untested");
+    assert_eq!(report["jobs"]["dead_letters"], failed_total);
+    // Each poll and sample is one request: N per item and metric, S per item (shared by judges).
+    let expected_calls = 2 * 24 * POLLS + 24 * SAMPLES + 2 * 12 * POLLS;
+    assert_eq!(fake.call_count() as u64, expected_calls);
+    let md = std::fs::read_to_string(out.join("chainpoll-e2e/report.md")).unwrap();
+    assert_eq!(md.matches("chainpoll on").count(), 2);
+    assert!(md.contains("| judge | ChainPoll-correctness AUROC | ChainPoll-adherence AUROC |"), "{md}");
+}
