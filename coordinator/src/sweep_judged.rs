@@ -258,3 +258,86 @@ pub(super) fn replay_model(f: &str, base: &Path, i: usize, m: &RawModel) -> Resu
     };
     Ok(Some(ReplayModel { endpoint: format!("replay:{}", path.display()), from }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+    use super::*;
+
+    fn sweep(bench: &str, extra_model: &str) -> Result<super::super::Sweep, SweepError> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let text = format!(
+            "name = \"t\"\n[[model]]\nname = \"m\"\nbackend = \"noop\"\n{extra_model}\n[[benchmark]]\n{}\n",
+            bench.replace("ROOT", &root.display().to_string())
+        );
+        parse(&root.join("s.toml"), &text)
+    }
+
+    fn err(bench: &str) -> String {
+        sweep(bench, "").expect_err("must be rejected").to_string()
+    }
+
+    const AH: &str = "pipeline = \"autohall\"\ndataset = \"ROOT/datasets/autohall/pubhealth_sample.jsonl\"\nmodels = [\"m\"]";
+    const CP: &str = "pipeline = \"chainpoll\"\ndataset = \"ROOT/datasets/chainpoll/autohall_climate_gpt35.jsonl\"\nmodels = [\"m\"]";
+
+    /// Defaults: K 13, classification at 0.1, references at the model's temperature; the
+    /// PubHealth sample (with NaN) loads; ChainPoll N 5, correctness, exclude.
+    #[test]
+    fn defaults() {
+        let s = sweep(AH, "").unwrap();
+        let Benchmark::AutoHall { config, claims, samples, .. } = &s.benchmarks[0] else { panic!() };
+        assert_eq!((*samples, claims.len(), config[0].classifier.temperature), (13, 40, 0.1));
+        let s = sweep(&format!("{CP}\nsampler = \"m\""), "").unwrap();
+        let Benchmark::ChainPoll { config, items, .. } = &s.benchmarks[0] else { panic!() };
+        assert_eq!((config[0].polls, items.len(), config[0].metrics.as_slice()), (5, 60, &[Metric::Correctness][..]));
+        assert_eq!(config[0].sampler.as_ref().map(|s| s.1), Some(20));
+    }
+
+    /// Bad keys and values name the key; foreign keys are rejected.
+    #[test]
+    fn bad_keys() {
+        for (bench, needle) in [
+            (format!("{AH}\nsamples = -1"), "benchmark[0].samples`: -1 is outside"),
+            (format!("{AH}\ntemperature = 3.0"), "benchmark[0].temperature`: 3 is outside"),
+            (format!("{AH}\nno_conflict = \"loose\""), "benchmark[0].no_conflict`"),
+            (format!("{AH}\nrefusal_phrases = [\" \"]"), "benchmark[0].refusal_phrases[0]`: must not be empty"),
+            (format!("{AH}\npolls = 3"), "benchmark[0].polls`: does not apply to pipeline \"autohall\""),
+            (format!("{AH}\njudge = \"m\""), "benchmark[0].judge`: does not apply"),
+            (AH.replace("pubhealth_sample", "missing"), "benchmark[0].dataset`"),
+            (format!("{CP}\nmetrics = [\"truth\"]"), "benchmark[0].metrics[0]`"),
+            (format!("{CP}\nmetrics = [\"adherence\"]"), "needs a `context`"),
+            (format!("{CP}\nsamples = 3"), "benchmark[0].samples`: needs `sampler`"),
+            (format!("{CP}\nsampler = \"x\""), "benchmark[0].sampler`: unknown model \"x\""),
+            (format!("{CP}\nunparseable = \"yes\""), "benchmark[0].unparseable`"),
+            (format!("{CP}\ntemperature = 0.5"), "benchmark[0].temperature`: does not apply to pipeline \"chainpoll\""),
+            (format!("{CP}\npolls = 0"), "benchmark[0].polls`: 0 is outside"),
+        ] {
+            let e = err(&bench);
+            assert!(e.contains(needle), "{needle:?} not in {e:?}");
+        }
+    }
+
+    /// Replay models: a JSONL file or a checkpoint directory (which needs the recorded
+    /// endpoint); replay keys on other backends and missing recordings are errors.
+    #[test]
+    fn replay_models() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").display().to_string();
+        let r = |extra: &str| format!("[[model]]\nname = \"r\"\nbackend = \"replay\"\n{extra}");
+        let s = sweep(AH, &r(&format!("recordings = \"{root}/datasets/autohall/climate_sample.jsonl\""))).unwrap();
+        assert!(matches!(s.models[1].replay.as_ref().unwrap().from, ReplayFrom::Jsonl(_)));
+        assert!(s.models[1].spec.model_ref.endpoint.starts_with("replay:"));
+        let s = sweep(AH, &r(&format!("recordings = \"{root}/datasets\"\nrecorded_endpoint = \"http://x/v1/\""))).unwrap();
+        let ReplayFrom::Checkpoint { endpoint, backend, .. } = &s.models[1].replay.as_ref().unwrap().from else { panic!() };
+        assert_eq!((backend.as_str(), endpoint.as_str()), ("openai", "http://x/v1"));
+        for (extra, needle) in [
+            (r(""), "model[1].recordings`: required"),
+            (r("recordings = \"nope.jsonl\""), "no such file"),
+            (r(&format!("recordings = \"{root}/datasets\"")), "model[1].recorded_endpoint`: required"),
+            (r(&format!("recordings = \"{root}/README.md\"\nrecorded_endpoint = \"x\"")), "only applies when `recordings` is a checkpoint"),
+            ("[[model]]\nname = \"r\"\nbackend = \"noop\"\nrecordings = \"x\"".to_string(), "model[1].recordings`: only applies to backend \"replay\""),
+        ] {
+            let e = sweep(AH, &extra).expect_err("must be rejected").to_string();
+            assert!(e.contains(needle), "{needle:?} not in {e:?}");
+        }
+    }
+}
