@@ -206,7 +206,7 @@ pub enum ReplayFrom {
 /// A model with `backend = "replay"`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReplayModel {
-    /// Its identity in job keys: `replay:<recordings path>`.
+    /// Its identity in job keys: `replay:<absolute recordings path>`.
     pub endpoint: String,
     pub from: ReplayFrom,
 }
@@ -256,7 +256,9 @@ pub(super) fn replay_model(f: &str, base: &Path, i: usize, m: &RawModel) -> Resu
     } else {
         return Err(key_err(f, k("recordings"), format!("{}: no such file or directory", path.display())));
     };
-    Ok(Some(ReplayModel { endpoint: format!("replay:{}", path.display()), from }))
+    // The absolute path, so that the job ids do not depend on the working directory.
+    let identity = std::fs::canonicalize(&path).unwrap_or(path);
+    Ok(Some(ReplayModel { endpoint: format!("replay:{}", identity.display()), from }))
 }
 
 #[cfg(test)]
