@@ -40,3 +40,4 @@ pub mod common;
 pub mod hypotermqa;
 pub mod metrics;
 pub mod noop;
+pub mod uhgeval;
