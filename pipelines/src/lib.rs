@@ -22,6 +22,11 @@
 //!   - `score.rs`: [`hypotermqa::score()`] and [`hypotermqa::render_markdown`].
 //! - [`noop`]: one job per item whose answer is ignored, to measure the job path
 //!   (planning, broker, checkpoint, accounting) with models that answer at once.
+//! - [`uhgeval`]: UHGEval (arXiv 2311.15296) in its four forms (keyword level, sentence
+//!   level, selective, generative), `paper` or `v2` rules, with a pluggable embedding model
+//!   for its "BERTScore".
+//! - [`hvi`]: the Hallucination Vulnerability Index per model, from sentence labels made by
+//!   a judge job per sentence or read from a labelled file.
 //! - [`metrics`]: the metric functions of `shared/specs/metrics.md` (UHGEval, AutoHall,
 //!   ChainPoll/RealHall, SelfCheck-NGram, pseudo-entropy, HVI), pure and typed.
 //!
@@ -37,6 +42,7 @@
 //! which is what makes a resumed run safe.
 
 pub mod common;
+pub mod hvi;
 pub mod hypotermqa;
 pub mod metrics;
 pub mod noop;
