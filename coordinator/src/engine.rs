@@ -17,7 +17,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use halyard_broker::Broker;
 use halyard_pipelines::common::{JobRequest, Progress as Plan};
-use halyard_pipelines::{hypotermqa, noop};
+use halyard_pipelines::{hvi, hypotermqa, noop, uhgeval};
 use halyard_proto::{subjects, Failure, FailureKind, Job, JobId, JobResult, Outcome};
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -165,6 +165,15 @@ impl Engine {
                     Plan::Done(label) => Plan::Done(label_json(serde_json::to_vec(&label))?),
                     Plan::Waiting(jobs) => Plan::Waiting(jobs),
                 },
+                Benchmark::UhgEval { config, cases, .. } => {
+                    encoded(uhgeval::evaluate(&config[key.model as usize], &cases[key.item as usize], &known))?
+                }
+                Benchmark::HviJudge { config, prompts, .. } => {
+                    encoded(hvi::evaluate(&config[key.model as usize], &prompts[key.item as usize], &known))?
+                }
+                Benchmark::HviLabels { models, rows, .. } => {
+                    encoded(Plan::Done(hvi::evaluate_labelled(&models[key.model as usize], rows)))?
+                }
             };
             match plan {
                 Plan::Waiting(jobs) => {
@@ -587,6 +596,16 @@ impl Engine {
         self.drain_acks().await;
         Ok(())
     }
+}
+
+/// A plan with its label serialised for the run state.
+fn encoded<T: serde::Serialize>(plan: Plan<T>) -> Result<Plan<Vec<u8>>, CoordinatorError> {
+    Ok(match plan {
+        Plan::Done(label) => Plan::Done(
+            serde_json::to_vec(&label).map_err(|err| CoordinatorError::Report { dir: "<memory>".into(), reason: err.to_string() })?,
+        ),
+        Plan::Waiting(jobs) => Plan::Waiting(jobs),
+    })
 }
 
 fn job_meta(j: &JobRequest) -> JobMeta {

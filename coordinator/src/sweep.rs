@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::hypotermqa::{self, Question, Semantics};
 use halyard_pipelines::noop;
+use halyard_pipelines::{hvi, uhgeval};
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
@@ -71,6 +72,17 @@ struct RawBenchmark {
     system_prompt: Option<String>,
     /// `noop` only: items (one job each) per model under test.
     jobs: Option<i64>,
+    /// `uhgeval` only: `paper` (default) or `v2` rules.
+    variant: Option<String>,
+    /// `uhgeval` only: the forms to run (default all four).
+    forms: Option<Vec<String>>,
+    /// `hvi` only: a labelled-sentence file instead of a prompt dataset and judge.
+    labels: Option<String>,
+    /// `hvi` only: Eq. 1 weights.
+    p_efm: Option<uhgeval_hvi::RawProbability>,
+    p_esl: Option<uhgeval_hvi::RawProbability>,
+    delta1: Option<f64>,
+    delta2: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +151,12 @@ pub enum Benchmark {
     HypoTermQa { config: Vec<hypotermqa::Config>, dataset: PathBuf, questions: Vec<Question> },
     /// `jobs` items of one free job each per model: measures the job path.
     Noop { config: Vec<noop::Config>, jobs: u32 },
+    /// UHGEval: every configured form on every item, per model.
+    UhgEval { config: Vec<uhgeval::Config>, dataset: PathBuf, cases: Vec<uhgeval::Case> },
+    /// HVI, judge mode: passages for prompts, a judge per sentence.
+    HviJudge { config: Vec<hvi::Config>, dataset: PathBuf, prompts: Vec<hvi::Prompt>, weights: hvi::Weights },
+    /// HVI from a labelled file: one item per model, no job.
+    HviLabels { models: Vec<String>, file: PathBuf, rows: Vec<hvi::LabelRow>, weights: hvi::Weights },
 }
 
 impl Benchmark {
@@ -146,6 +164,8 @@ impl Benchmark {
         match self {
             Benchmark::HypoTermQa { .. } => "hypotermqa",
             Benchmark::Noop { .. } => noop::PIPELINE,
+            Benchmark::UhgEval { .. } => uhgeval::PIPELINE,
+            Benchmark::HviJudge { .. } | Benchmark::HviLabels { .. } => hvi::PIPELINE,
         }
     }
     /// One configuration per model under test.
@@ -153,12 +173,18 @@ impl Benchmark {
         match self {
             Benchmark::HypoTermQa { config, .. } => config.len(),
             Benchmark::Noop { config, .. } => config.len(),
+            Benchmark::UhgEval { config, .. } => config.len(),
+            Benchmark::HviJudge { config, .. } => config.len(),
+            Benchmark::HviLabels { models, .. } => models.len(),
         }
     }
     pub fn item_count(&self) -> usize {
         match self {
             Benchmark::HypoTermQa { questions, .. } => questions.len(),
             Benchmark::Noop { jobs, .. } => *jobs as usize,
+            Benchmark::UhgEval { cases, .. } => cases.len(),
+            Benchmark::HviJudge { prompts, .. } => prompts.len(),
+            Benchmark::HviLabels { .. } => 1,
         }
     }
 }
@@ -360,13 +386,26 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
     for (i, b) in raw.benchmark.iter().enumerate() {
         let k = |field: &str| format!("benchmark[{i}].{field}");
         match b.pipeline.as_str() {
-            "hypotermqa" => {}
+            "hypotermqa" => uhgeval_hvi::reject_uhgeval_hvi_keys(f, i, b)?,
             "noop" => {
+                uhgeval_hvi::reject_uhgeval_hvi_keys(f, i, b)?;
                 benchmarks.push(noop_benchmark(f, i, b, &models)?);
                 continue;
             }
+            "uhgeval" => {
+                benchmarks.push(uhgeval_hvi::uhgeval_benchmark(f, i, b, &models, base)?);
+                continue;
+            }
+            "hvi" => {
+                benchmarks.push(uhgeval_hvi::hvi_benchmark(f, i, b, &models, base)?);
+                continue;
+            }
             other => {
-                return Err(key_err(f, k("pipeline"), format!("unknown pipeline {other:?} (expected \"hypotermqa\" or \"noop\")")))
+                return Err(key_err(
+                    f,
+                    k("pipeline"),
+                    format!("unknown pipeline {other:?} (expected \"hypotermqa\", \"noop\", \"uhgeval\" or \"hvi\")"),
+                ))
             }
         }
         if b.models.is_empty() {
@@ -479,6 +518,9 @@ fn noop_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Resu
     }
     Ok(Benchmark::Noop { config, jobs: jobs as u32 })
 }
+
+#[path = "sweep_uhgeval_hvi.rs"]
+mod uhgeval_hvi;
 
 #[cfg(test)]
 #[path = "sweep_tests.rs"]
