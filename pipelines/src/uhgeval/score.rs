@@ -313,3 +313,80 @@ impl Report {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::uhgeval::embed::tests::CharCounts;
+    use crate::uhgeval::plan::{Answer, GenerativeLabel, SelectiveLabel};
+    use crate::metrics::uhgeval::{Choice, OptionOrder};
+
+    fn answer(error: Option<&str>) -> Answer {
+        Answer { job: "j".into(), text: error.is_none().then(|| "x".into()), error: error.map(String::from) }
+    }
+
+    fn label(id: &str, t: NewsType, continuation: &str, valid: bool, correct: bool) -> ItemLabel {
+        ItemLabel {
+            id: id.into(),
+            news_type: t,
+            model: "m".into(),
+            variant: UhgVariant::Paper,
+            keyword: None,
+            sentence: None,
+            selective: Some(SelectiveLabel {
+                order: OptionOrder::HallucinatedFirst,
+                answer: answer(None),
+                choice: Choice::B,
+                correct,
+                valid: true,
+            }),
+            generative: Some(GenerativeLabel {
+                answer: answer(if valid { None } else { Some("boom") }),
+                continuation: continuation.into(),
+                valid,
+                extraction: None,
+                keywords: vec![],
+                bleu4_paper: 0.5,
+                bleu4_v2: 0.001,
+                rouge_l: 0.25,
+                kw_prec: 1.0,
+                length: continuation.chars().count(),
+            }),
+        }
+    }
+
+    fn case(id: &str, remainder: &str) -> Case {
+        let mut item = crate::uhgeval::parse_line(
+            "t",
+            1,
+            r#"{"id": "doc_000001", "headLine": "h", "broadcastDate": "d", "type": "doc", "newsBeginning": "b", "hallucinatedContinuation": "h", "annotations": [], "realContinuation": "r", "newsRemainder": "r"}"#,
+        )
+        .unwrap();
+        item.id = id.into();
+        item.news_remainder = remainder.into();
+        crate::uhgeval::prepare(vec![item]).remove(0)
+    }
+
+    /// Averages over valid items, per type; BERTScore with an embedder, a note without.
+    #[test]
+    fn figures_and_bert_score() {
+        let labels = [
+            label("doc_000001", NewsType::Doc, "的是", true, true),
+            label("num_000002", NewsType::Num, "", false, false),
+        ];
+        let cases = [case("doc_000001", "的是"), case("num_000002", "是")];
+        let r = score("m", UhgVariant::Paper, &cases, &labels, None);
+        let g = r.generative.as_ref().unwrap();
+        assert_eq!((g.overall.num, g.overall.avg_bleu4, g.avg_bleu4_v2), (1, Some(0.5), Some(0.001)));
+        assert_eq!(g.bert_score.note, BERT_NOT_COMPUTED);
+        assert_eq!(r.failed_calls, 1);
+        let s = r.selective.as_ref().unwrap();
+        assert_eq!((s.overall.accuracy, s.by_type[&NewsType::Num].accuracy), (Some(0.5), Some(0.0)));
+        let md = render_markdown(&[r]);
+        assert!(md.contains("| `m` | 0.5000 | 2 | 0.5000 | 0.2500 | 1.0000 | n/c | 2.0000 | 1 |"), "{md}");
+        let r = score("m", UhgVariant::Paper, &cases, &labels, Some(&CharCounts));
+        let b = &r.generative.unwrap().bert_score;
+        assert_eq!(b.model.as_deref(), Some("char-counts"));
+        assert!((b.avg.unwrap() - 1.0).abs() < 1e-12, "{b:?}");
+    }
+}
