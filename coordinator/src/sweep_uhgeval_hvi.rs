@@ -213,3 +213,42 @@ pub(super) fn reject_uhgeval_hvi_keys(f: &str, i: usize, b: &RawBenchmark) -> Re
         ],
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::parse;
+
+    fn sweep(benchmark: &str) -> String {
+        let ds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets");
+        format!(
+            "name = \"t\"\n[[model]]\nname = \"a\"\nbackend = \"noop\"\n{}",
+            benchmark.replace("DATASETS", &ds.display().to_string())
+        )
+    }
+
+    /// Forms default to all four and keep their order; variant defaults to paper; limit applies.
+    #[test]
+    fn uhgeval_defaults() {
+        let s = parse(Path::new("/tmp/s.toml"), &sweep("[[benchmark]]\npipeline = \"uhgeval\"\ndataset = \"DATASETS/uhgeval/uhgeval_concise_sample_20.jsonl\"\nmodels = [\"a\"]\nlimit = 3\n")).unwrap();
+        let b = &s.benchmarks[0];
+        assert_eq!((b.pipeline(), b.model_count(), b.item_count()), ("uhgeval", 1, 3));
+        let super::Benchmark::UhgEval { config, .. } = b else { panic!() };
+        assert_eq!(config[0].forms.len(), 4);
+        assert_eq!(config[0].variant, super::UhgVariant::Paper);
+    }
+
+    /// The new keys are errors on other pipelines, and an HVI benchmark needs exactly one input.
+    #[test]
+    fn foreign_keys_rejected() {
+        let e = parse(Path::new("/tmp/s.toml"), &sweep("[[benchmark]]\npipeline = \"noop\"\njobs = 1\nmodels = [\"a\"]\nvariant = \"v2\"\n")).unwrap_err();
+        assert!(e.to_string().contains("benchmark[0].variant`: does not apply to pipeline \"noop\""), "{e}");
+        let e = parse(Path::new("/tmp/s.toml"), &sweep("[[benchmark]]\npipeline = \"hvi\"\nmodels = [\"a\"]\n")).unwrap_err();
+        assert!(e.to_string().contains("benchmark[0].dataset`: required"), "{e}");
+        let both = "[[benchmark]]\npipeline = \"hvi\"\nmodels = [\"a\"]\nlabels = \"x\"\ndataset = \"y\"\n";
+        assert!(parse(Path::new("/tmp/s.toml"), &sweep(both)).unwrap_err().to_string().contains("not both"));
+        let delta = "[[benchmark]]\npipeline = \"hvi\"\nmodels = [\"a\"]\njudge = \"a\"\ndataset = \"DATASETS/hvi/climate_fever_claims_12.jsonl\"\ndelta1 = nan\n";
+        assert!(parse(Path::new("/tmp/s.toml"), &sweep(delta)).unwrap_err().to_string().contains("benchmark[0].delta1"));
+    }
+}
