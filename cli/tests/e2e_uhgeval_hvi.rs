@@ -495,22 +495,12 @@ fn bad_uhgeval_and_hvi_sweeps_name_the_key() {
         (text.replace("uhgeval_concise_sample_20.jsonl", "missing.jsonl"), "benchmark[0].dataset"),
     ];
     for (i, (body, needle)) in cases.into_iter().enumerate() {
-        let p = dir.path().join(format!("bad{i}.toml"));
-        std::fs::write(&p, body).unwrap();
-        let out = halyard().args(["run", p.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()]).output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "case {i} succeeded");
-        assert!(err.contains(needle), "case {i}: {needle:?} not in: {err}");
-        assert!(err.contains(&format!("bad{i}.toml")), "case {i}: file not named: {err}");
+        assert_sweep_rejected(dir.path(), &format!("bad{i}"), &body, needle);
     }
     // A broken dataset line is reported with its file and line.
     let ds = dir.path().join("broken.jsonl");
     let first = std::fs::read_to_string(uhgeval_dataset()).unwrap().lines().next().unwrap().to_string();
     std::fs::write(&ds, format!("{first}\n{}\n", first.replace("\"type\": \"doc\"", "\"type\": \"sport\""))).unwrap();
-    let p = dir.path().join("badds.toml");
-    std::fs::write(&p, text.replace(&uhgeval_dataset().display().to_string(), ds.to_str().unwrap())).unwrap();
-    let out = halyard().args(["run", p.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(err.contains("broken.jsonl:2") && err.contains("type"), "{err}");
+    let body = text.replace(&uhgeval_dataset().display().to_string(), ds.to_str().unwrap());
+    assert_sweep_rejected(dir.path(), "badds", &body, "broken.jsonl:2: field `type`");
 }

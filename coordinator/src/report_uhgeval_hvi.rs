@@ -28,6 +28,21 @@ fn entry(dir: &Path, report: &impl Serialize, bench: usize, input: &Path) -> Res
     Ok(v)
 }
 
+/// One (benchmark, model)'s labels, each also written to `labels.jsonl`.
+fn labels_written<T: Serialize + serde::de::DeserializeOwned>(
+    state: &RunState,
+    b: usize,
+    m: usize,
+    labels: &mut LabelsFile,
+    dir: &Path,
+) -> Result<Vec<T>, CoordinatorError> {
+    let ls: Vec<T> = labels_of(state, b as u32, m as u32, dir)?;
+    for l in &ls {
+        labels.row(dir, l)?;
+    }
+    Ok(ls)
+}
+
 /// The section of benchmark `b` if it is a `uhgeval` or `hvi` one; its labels go to
 /// `labels`.
 pub(super) fn section(
@@ -42,10 +57,7 @@ pub(super) fn section(
         Benchmark::UhgEval { config, dataset, cases } => {
             let mut reports = Vec::new();
             for (m, c) in config.iter().enumerate() {
-                let ls: Vec<uhgeval::ItemLabel> = labels_of(state, b as u32, m as u32, dir)?;
-                for l in &ls {
-                    labels.row(dir, l)?;
-                }
+                let ls: Vec<uhgeval::ItemLabel> = labels_written(state, b, m, labels, dir)?;
                 // No embedding model is configured yet: BERTScore is reported as not computed.
                 let r = uhgeval::score(&c.model.name, c.variant, cases, &ls, None);
                 json.push(entry(dir, &r, b, dataset)?);
@@ -56,10 +68,7 @@ pub(super) fn section(
         Benchmark::HviJudge { config, dataset, weights, .. } => {
             let mut reports = Vec::new();
             for (m, c) in config.iter().enumerate() {
-                let ls: Vec<hvi::ItemLabel> = labels_of(state, b as u32, m as u32, dir)?;
-                for l in &ls {
-                    labels.row(dir, l)?;
-                }
+                let ls: Vec<hvi::ItemLabel> = labels_written(state, b, m, labels, dir)?;
                 let judge_errors = ls.iter().flat_map(|l| &l.sentences).filter(|s| s.verdict.is_none()).count() as u64;
                 let failed = ls.iter().filter(|l| l.passage_error.is_some()).count() as u64;
                 let r = hvi::score(&c.model.name, "judge", hvi::plan::counts_of(&ls), judge_errors, failed, *weights);
@@ -72,10 +81,7 @@ pub(super) fn section(
         Benchmark::HviLabels { models, file, weights, .. } => {
             let mut reports = Vec::new();
             for (m, name) in models.iter().enumerate() {
-                let ls: Vec<hvi::ModelLabels> = labels_of(state, b as u32, m as u32, dir)?;
-                for l in &ls {
-                    labels.row(dir, l)?;
-                }
+                let ls: Vec<hvi::ModelLabels> = labels_written(state, b, m, labels, dir)?;
                 let counts = ls.first().map_or(hvi::plan::evaluate_labelled(name, &[]).counts, |l| l.counts);
                 let r = hvi::score(name, "labels", counts, 0, 0, *weights);
                 json.push(entry(dir, &r, b, file)?);

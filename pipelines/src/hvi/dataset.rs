@@ -57,14 +57,7 @@ pub struct LabelRow {
     pub category: Option<Category>,
 }
 
-/// A file or line that cannot be read.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DatasetError {
-    #[error("cannot read {file}: {reason}")]
-    Read { file: String, reason: String },
-    #[error("{file}:{line}: {reason}")]
-    Line { file: String, line: usize, reason: String },
-}
+pub use crate::common::DatasetError;
 
 fn read_lines<T>(path: &Path, check: impl Fn(&str, &T) -> Result<(), String>) -> Result<Vec<T>, DatasetError>
 where

@@ -177,22 +177,11 @@ pub fn evaluate_labelled(model: &str, rows: &[LabelRow]) -> ModelLabels {
 mod tests {
     use std::collections::HashMap;
 
-    use halyard_proto::{Completion, JobId, ModelRef, Outcome, Usage};
+    use halyard_proto::{Completion, JobId, Outcome, Usage};
+
+    use crate::common::test_model as spec;
 
     use super::*;
-
-    fn spec(name: &str) -> ModelSpec {
-        ModelSpec {
-            name: name.into(),
-            model_ref: ModelRef { backend: "openai".into(), endpoint: "http://x".into(), model: name.into() },
-            pool: name.into(),
-            api_key_env: None,
-            temperature: 0.0,
-            max_tokens: None,
-            seed: None,
-            timeout_ms: 1000,
-        }
-    }
 
     fn done(t: &str) -> Outcome {
         Outcome::Done(Completion { text: t.into(), usage: Usage::default(), latency_ms: 0, finish_reason: None, calls: 1 })

@@ -63,14 +63,7 @@ pub struct NewsItem {
     pub news_remainder: String,
 }
 
-/// A line that is not a valid item.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DatasetError {
-    #[error("cannot read {file}: {reason}")]
-    Read { file: String, reason: String },
-    #[error("{file}:{line}: {reason}")]
-    Line { file: String, line: usize, reason: String },
-}
+pub use crate::common::DatasetError;
 
 /// Checks one line (1-based `line` for the error).
 pub fn parse_line(file: &str, line: usize, text: &str) -> Result<NewsItem, DatasetError> {

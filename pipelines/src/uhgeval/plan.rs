@@ -249,37 +249,33 @@ pub fn evaluate(cfg: &Config, case: &Case, results: &dyn ResultLookup) -> Progre
         generative: None,
     };
     let mut waiting: Vec<JobRequest> = Vec::new();
-    let mut take = |jobs: Vec<JobRequest>| {
-        for j in jobs {
-            if !waiting.iter().any(|w| w.key == j.key) {
-                waiting.push(j);
-            }
-        }
-    };
     for form in &cfg.forms {
         match form {
-            Form::Keyword => match keyword(cfg, item, results) {
-                Ok(l) => label.keyword = Some(l),
-                Err(j) => take(j),
-            },
-            Form::Sentence => match sentence(cfg, item, results) {
-                Ok(l) => label.sentence = Some(l),
-                Err(j) => take(j),
-            },
-            Form::Selective => match selective(cfg, case, results) {
-                Ok(l) => label.selective = Some(l),
-                Err(j) => take(j),
-            },
-            Form::Generative => match generative(cfg, item, results) {
-                Ok(l) => label.generative = Some(l),
-                Err(j) => take(j),
-            },
+            Form::Keyword => settle(keyword(cfg, item, results), &mut label.keyword, &mut waiting),
+            Form::Sentence => settle(sentence(cfg, item, results), &mut label.sentence, &mut waiting),
+            Form::Selective => settle(selective(cfg, case, results), &mut label.selective, &mut waiting),
+            Form::Generative => settle(generative(cfg, item, results), &mut label.generative, &mut waiting),
         }
     }
     if waiting.is_empty() {
         Progress::Done(label)
     } else {
         Progress::Waiting(waiting)
+    }
+}
+
+/// A finished form goes into its slot of the label; an unfinished one adds the jobs it
+/// waits for (each once).
+fn settle<T>(step: Step<T>, slot: &mut Option<T>, waiting: &mut Vec<JobRequest>) {
+    match step {
+        Ok(l) => *slot = Some(l),
+        Err(jobs) => {
+            for j in jobs {
+                if !waiting.iter().any(|w| w.key == j.key) {
+                    waiting.push(j);
+                }
+            }
+        }
     }
 }
 

@@ -1,22 +1,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use halyard_proto::{Completion, Failure, FailureKind, JobId, ModelRef, Outcome, Usage};
+use halyard_proto::{Completion, Failure, FailureKind, JobId, Outcome, Usage};
 
 use super::*;
 use crate::uhgeval::read_dataset;
 
 fn model() -> ModelSpec {
-    ModelSpec {
-        name: "m".into(),
-        model_ref: ModelRef { backend: "openai".into(), endpoint: "http://x".into(), model: "m".into() },
-        pool: "m".into(),
-        api_key_env: None,
-        temperature: 0.1,
-        max_tokens: Some(999),
-        seed: Some(22),
-        timeout_ms: 1000,
-    }
+    ModelSpec { temperature: 0.1, max_tokens: Some(999), seed: Some(22), ..crate::common::test_model("m") }
 }
 
 fn cfg(variant: UhgVariant, forms: &[Form]) -> Config {
