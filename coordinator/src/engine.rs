@@ -17,7 +17,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use halyard_broker::Broker;
 use halyard_pipelines::common::{JobRequest, Progress as Plan};
-use halyard_pipelines::{autohall, chainpoll, hypotermqa, noop};
+use halyard_pipelines::{autohall, chainpoll, hvi, hypotermqa, noop, uhgeval};
 use halyard_proto::{subjects, Failure, FailureKind, Job, JobId, JobResult, Outcome};
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -149,36 +149,16 @@ impl Engine {
                 known.insert(*id, o.clone());
             }
         }
-        let label_json = |r: serde_json::Result<Vec<u8>>| {
-            r.map_err(|err| CoordinatorError::Report { dir: "<memory>".into(), reason: err.to_string() })
-        };
         loop {
+            let (m, i) = (key.model as usize, key.item as usize);
             let plan = match bench {
-                Benchmark::HypoTermQa { config, questions, .. } => {
-                    let q = &questions[key.item as usize];
-                    match hypotermqa::evaluate(&config[key.model as usize], q, &known) {
-                        Plan::Done(label) => Plan::Done(label_json(serde_json::to_vec(&label))?),
-                        Plan::Waiting(jobs) => Plan::Waiting(jobs),
-                    }
-                }
-                Benchmark::Noop { config, .. } => match noop::evaluate(&config[key.model as usize], key.item as u64, &known) {
-                    Plan::Done(label) => Plan::Done(label_json(serde_json::to_vec(&label))?),
-                    Plan::Waiting(jobs) => Plan::Waiting(jobs),
-                },
-                Benchmark::AutoHall { config, claims, .. } => {
-                    let c = &claims[key.item as usize];
-                    match autohall::evaluate(&config[key.model as usize], key.item, c, &known) {
-                        Plan::Done(label) => Plan::Done(label_json(serde_json::to_vec(&label))?),
-                        Plan::Waiting(jobs) => Plan::Waiting(jobs),
-                    }
-                }
-                Benchmark::ChainPoll { config, items, .. } => {
-                    let it = &items[key.item as usize];
-                    match chainpoll::evaluate(&config[key.model as usize], key.item, it, &known) {
-                        Plan::Done(label) => Plan::Done(label_json(serde_json::to_vec(&label))?),
-                        Plan::Waiting(jobs) => Plan::Waiting(jobs),
-                    }
-                }
+                Benchmark::HypoTermQa { config, questions, .. } => encoded(hypotermqa::evaluate(&config[m], &questions[i], &known))?,
+                Benchmark::Noop { config, .. } => encoded(noop::evaluate(&config[m], key.item as u64, &known))?,
+                Benchmark::AutoHall { config, claims, .. } => encoded(autohall::evaluate(&config[m], key.item, &claims[i], &known))?,
+                Benchmark::ChainPoll { config, items, .. } => encoded(chainpoll::evaluate(&config[m], key.item, &items[i], &known))?,
+                Benchmark::UhgEval { config, cases, .. } => encoded(uhgeval::evaluate(&config[m], &cases[i], &known))?,
+                Benchmark::HviJudge { config, prompts, .. } => encoded(hvi::evaluate(&config[m], &prompts[i], &known))?,
+                Benchmark::HviLabels { models, rows, .. } => encoded(Plan::Done(hvi::evaluate_labelled(&models[m], rows)))?,
             };
             match plan {
                 Plan::Waiting(jobs) => {
@@ -601,6 +581,16 @@ impl Engine {
         self.drain_acks().await;
         Ok(())
     }
+}
+
+/// A plan with its label serialised for the run state.
+fn encoded<T: serde::Serialize>(plan: Plan<T>) -> Result<Plan<Vec<u8>>, CoordinatorError> {
+    Ok(match plan {
+        Plan::Done(label) => Plan::Done(
+            serde_json::to_vec(&label).map_err(|err| CoordinatorError::Report { dir: "<memory>".into(), reason: err.to_string() })?,
+        ),
+        Plan::Waiting(jobs) => Plan::Waiting(jobs),
+    })
 }
 
 fn job_meta(j: &JobRequest) -> JobMeta {

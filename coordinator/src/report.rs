@@ -21,6 +21,8 @@ use crate::{CoordinatorConfig, CoordinatorError};
 
 #[path = "report_judged.rs"]
 mod judged;
+#[path = "report_uhgeval_hvi.rs"]
+mod uhgeval_hvi;
 
 #[derive(Serialize)]
 pub struct DeadLetter {
@@ -86,7 +88,7 @@ impl LabelsFile {
 }
 
 /// Labels of one (benchmark, model) in dataset order.
-fn labels_of(state: &RunState, bench: u32, model: u32, dir: &Path) -> Result<Vec<ItemLabel>, CoordinatorError> {
+fn labels_of<T: serde::de::DeserializeOwned>(state: &RunState, bench: u32, model: u32, dir: &Path) -> Result<Vec<T>, CoordinatorError> {
     let mut out = Vec::new();
     for r in state.labels_of(bench, model) {
         let (k, v) = r?;
@@ -173,7 +175,7 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
             }
             Benchmark::HypoTermQa { config, questions, dataset } => {
                 for (m, c) in config.iter().enumerate() {
-                    let labels = labels_of(state, b as u32, m as u32, &dir)?;
+                    let labels: Vec<ItemLabel> = labels_of(state, b as u32, m as u32, &dir)?;
                     for l in &labels {
                         labels_jsonl.row(&dir, l)?;
                     }
@@ -188,6 +190,12 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
                         o.insert("dataset".into(), dataset.display().to_string().into());
                     }
                     benchmarks.push(v);
+                }
+            }
+            other => {
+                if let Some(section) = uhgeval_hvi::section(state, b, other, &mut labels_jsonl, &dir)? {
+                    md.push_str(&section.markdown);
+                    benchmarks.extend(section.json);
                 }
             }
         }

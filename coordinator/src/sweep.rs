@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::hypotermqa::{self, Question, Semantics};
-use halyard_pipelines::{autohall, chainpoll, noop};
+use halyard_pipelines::{autohall, chainpoll, hvi, noop, uhgeval};
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
@@ -85,6 +85,17 @@ struct RawBenchmark {
     metrics: Option<Vec<String>>,
     unparseable: Option<String>,
     sampler: Option<String>,
+    /// `uhgeval` only: `paper` (default) or `v2` rules.
+    variant: Option<String>,
+    /// `uhgeval` only: the forms to run (default all four).
+    forms: Option<Vec<String>>,
+    /// `hvi` only: a labelled-sentence file instead of a prompt dataset and judge.
+    labels: Option<String>,
+    /// `hvi` only: Eq. 1 weights.
+    p_efm: Option<uhgeval_hvi::RawProbability>,
+    p_esl: Option<uhgeval_hvi::RawProbability>,
+    delta1: Option<f64>,
+    delta2: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,6 +176,12 @@ pub enum Benchmark {
     },
     /// ChainPoll: labelled items judged by each model (the judges under evaluation).
     ChainPoll { config: Vec<chainpoll::Config>, dataset: PathBuf, items: Vec<chainpoll::Item>, skipped: u64 },
+    /// UHGEval: every configured form on every item, per model.
+    UhgEval { config: Vec<uhgeval::Config>, dataset: PathBuf, cases: Vec<uhgeval::Case> },
+    /// HVI, judge mode: passages for prompts, a judge per sentence.
+    HviJudge { config: Vec<hvi::Config>, dataset: PathBuf, prompts: Vec<hvi::Prompt>, weights: hvi::Weights },
+    /// HVI from a labelled file: one item per model, no job.
+    HviLabels { models: Vec<String>, file: PathBuf, rows: Vec<hvi::LabelRow>, weights: hvi::Weights },
 }
 
 impl Benchmark {
@@ -174,6 +191,8 @@ impl Benchmark {
             Benchmark::Noop { .. } => noop::PIPELINE,
             Benchmark::AutoHall { .. } => autohall::PIPELINE,
             Benchmark::ChainPoll { .. } => chainpoll::PIPELINE,
+            Benchmark::UhgEval { .. } => uhgeval::PIPELINE,
+            Benchmark::HviJudge { .. } | Benchmark::HviLabels { .. } => hvi::PIPELINE,
         }
     }
     /// One configuration per model under test.
@@ -183,6 +202,9 @@ impl Benchmark {
             Benchmark::Noop { config, .. } => config.len(),
             Benchmark::AutoHall { config, .. } => config.len(),
             Benchmark::ChainPoll { config, .. } => config.len(),
+            Benchmark::UhgEval { config, .. } => config.len(),
+            Benchmark::HviJudge { config, .. } => config.len(),
+            Benchmark::HviLabels { models, .. } => models.len(),
         }
     }
     pub fn item_count(&self) -> usize {
@@ -191,6 +213,9 @@ impl Benchmark {
             Benchmark::Noop { jobs, .. } => *jobs as usize,
             Benchmark::AutoHall { claims, .. } => claims.len(),
             Benchmark::ChainPoll { items, .. } => items.len(),
+            Benchmark::UhgEval { cases, .. } => cases.len(),
+            Benchmark::HviJudge { prompts, .. } => prompts.len(),
+            Benchmark::HviLabels { .. } => 1,
         }
     }
 }
@@ -409,11 +434,19 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 benchmarks.push(judged::chainpoll_benchmark(f, base, i, b, &models)?);
                 continue;
             }
+            "uhgeval" => {
+                benchmarks.push(uhgeval_hvi::uhgeval_benchmark(f, i, b, &models, base)?);
+                continue;
+            }
+            "hvi" => {
+                benchmarks.push(uhgeval_hvi::hvi_benchmark(f, i, b, &models, base)?);
+                continue;
+            }
             other => {
                 return Err(key_err(
                     f,
                     k("pipeline"),
-                    format!("unknown pipeline {other:?} (expected \"hypotermqa\", \"autohall\", \"chainpoll\" or \"noop\")"),
+                    format!("unknown pipeline {other:?} (expected \"hypotermqa\", \"autohall\", \"chainpoll\", \"uhgeval\", \"hvi\" or \"noop\")"),
                 ))
             }
         }
@@ -531,6 +564,8 @@ fn noop_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Resu
 #[path = "sweep_judged.rs"]
 mod judged;
 pub use judged::{ReplayFrom, ReplayModel};
+#[path = "sweep_uhgeval_hvi.rs"]
+mod uhgeval_hvi;
 
 #[cfg(test)]
 #[path = "sweep_tests.rs"]

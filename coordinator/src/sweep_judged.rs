@@ -14,10 +14,10 @@ use super::{gguf_identity, key_err, Benchmark, Model, RawBenchmark, RawModel, Sw
 
 /// Keys that only some pipelines take: (key, set, pipelines that take it).
 pub(super) fn reject_foreign_keys(f: &str, i: usize, b: &RawBenchmark, pipeline: &str) -> Result<(), SweepError> {
-    let keys: [(&str, bool, &[&str]); 13] = [
-        ("judge", b.judge.is_some(), &["hypotermqa"]),
+    let keys: [(&str, bool, &[&str]); 20] = [
+        ("judge", b.judge.is_some(), &["hypotermqa", "hvi"]),
         ("semantics", b.semantics.is_some(), &["hypotermqa"]),
-        ("system_prompt", b.system_prompt.is_some(), &["hypotermqa"]),
+        ("system_prompt", b.system_prompt.is_some(), &["hypotermqa", "hvi"]),
         ("jobs", b.jobs.is_some(), &["noop"]),
         ("samples", b.samples.is_some(), &["autohall", "chainpoll"]),
         ("temperature", b.temperature.is_some(), &["autohall"]),
@@ -28,6 +28,13 @@ pub(super) fn reject_foreign_keys(f: &str, i: usize, b: &RawBenchmark, pipeline:
         ("metrics", b.metrics.is_some(), &["chainpoll"]),
         ("unparseable", b.unparseable.is_some(), &["chainpoll"]),
         ("sampler", b.sampler.is_some(), &["chainpoll"]),
+        ("variant", b.variant.is_some(), &["uhgeval"]),
+        ("forms", b.forms.is_some(), &["uhgeval"]),
+        ("labels", b.labels.is_some(), &["hvi"]),
+        ("p_efm", b.p_efm.is_some(), &["hvi"]),
+        ("p_esl", b.p_esl.is_some(), &["hvi"]),
+        ("delta1", b.delta1.is_some(), &["hvi"]),
+        ("delta2", b.delta2.is_some(), &["hvi"]),
     ];
     // hypotermqa and noop check their own keys (with their own messages).
     let legacy = matches!(pipeline, "hypotermqa" | "noop");
@@ -51,9 +58,9 @@ pub(super) fn model_named(f: &str, key: String, name: &str, models: &[Model]) ->
 }
 
 /// `benchmark[i].models`: at least one, each known, none twice.
-fn models_of(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Result<Vec<ModelSpec>, SweepError> {
+pub(super) fn models_of(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Result<Vec<ModelSpec>, SweepError> {
     if b.models.is_empty() {
-        return Err(key_err(f, format!("benchmark[{i}].models"), "needs at least one model"));
+        return Err(key_err(f, format!("benchmark[{i}].models"), "needs at least one model under test"));
     }
     let mut seen = HashSet::new();
     let mut out = Vec::new();

@@ -130,3 +130,27 @@ impl<T> Progress<T> {
         }
     }
 }
+
+/// A dataset file that cannot be read, or a line of it that is not a valid row.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DatasetError {
+    #[error("cannot read {file}: {reason}")]
+    Read { file: String, reason: String },
+    #[error("{file}:{line}: {reason}")]
+    Line { file: String, line: usize, reason: String },
+}
+
+/// A model for unit tests: OpenAI backend at a dummy endpoint, pool = name.
+#[cfg(test)]
+pub(crate) fn test_model(name: &str) -> ModelSpec {
+    ModelSpec {
+        name: name.into(),
+        model_ref: ModelRef { backend: "openai".into(), endpoint: "http://x".into(), model: name.into() },
+        pool: name.into(),
+        api_key_env: None,
+        temperature: 0.0,
+        max_tokens: None,
+        seed: None,
+        timeout_ms: 1000,
+    }
+}

@@ -26,6 +26,11 @@
 //!   Correctness / Adherence, AUROC, and the SelfCheck-NGram unigram baseline.
 //! - [`noop`]: one job per item whose answer is ignored, to measure the job path
 //!   (planning, broker, checkpoint, accounting) with models that answer at once.
+//! - [`uhgeval`]: UHGEval (arXiv 2311.15296) in its four forms (keyword level, sentence
+//!   level, selective, generative), `paper` or `v2` rules, with a pluggable embedding model
+//!   for its "BERTScore".
+//! - [`hvi`]: the Hallucination Vulnerability Index per model, from sentence labels made by
+//!   a judge job per sentence or read from a labelled file.
 //! - [`metrics`]: the metric functions of `shared/specs/metrics.md` (UHGEval, AutoHall,
 //!   ChainPoll/RealHall, SelfCheck-NGram, pseudo-entropy, HVI), pure and typed.
 //!
@@ -43,6 +48,8 @@
 pub mod autohall;
 pub mod chainpoll;
 pub mod common;
+pub mod hvi;
 pub mod hypotermqa;
 pub mod metrics;
 pub mod noop;
+pub mod uhgeval;

@@ -278,3 +278,15 @@ pub fn processes_mentioning(needle: &str) -> Vec<u32> {
     }
     out
 }
+
+/// `halyard run` on `body` (written to `<dir>/<name>.toml`) must fail before starting,
+/// with `needle` and the sweep file's name in its error output.
+pub fn assert_sweep_rejected(dir: &Path, name: &str, body: &str, needle: &str) {
+    let p = dir.join(format!("{name}.toml"));
+    std::fs::write(&p, body).unwrap();
+    let out = halyard().args(["run", p.to_str().unwrap(), "--out", dir.join("o").to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{name} succeeded");
+    assert!(err.contains(needle), "{name}: {needle:?} not in: {err}");
+    assert!(err.contains(&format!("{name}.toml")), "{name}: file not named: {err}");
+}

@@ -1,0 +1,167 @@
+//! Counts → HVI per model, and the leaderboard.
+//!
+//! Per spec §4.2 the report gives the **initial** HVI (δ1 = δ2 = 0), the **δ-adjusted**
+//! HVI with the configured δ1, δ2 (equal to the initial one by default), and the
+//! adjusted value on the 0–100 **ranking scale** (clipped; the paper's final scale is not
+//! a min–max rescaling). How the paper derived δ from the 15 models' initial values is not
+//! known, so δ is an input, never computed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::hvi::{hvi, ranking_scale, HviCounts, HviParams};
+
+/// Where `P_EFM` / `P_ESL` comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Probability {
+    /// A given value in [0, 1], the same for every model.
+    Fixed(f64),
+    /// Halyard's default: the model's own relative frequency, `N_EFM / U` (resp.
+    /// `N_ESL / U`). The paper's estimator is not retrievable (spec §4.2, §6.11).
+    RelativeFrequency,
+}
+
+impl Probability {
+    fn value(self, count: u64, sentences: u64) -> f64 {
+        match self {
+            Probability::Fixed(p) => p,
+            Probability::RelativeFrequency if sentences == 0 => 0.0,
+            Probability::RelativeFrequency => count as f64 / sentences as f64,
+        }
+    }
+}
+
+/// The inputs of Eq. 1 besides the counts.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Weights {
+    pub p_efm: Probability,
+    pub p_esl: Probability,
+    pub delta1: f64,
+    pub delta2: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Weights {
+        Weights { p_efm: Probability::RelativeFrequency, p_esl: Probability::RelativeFrequency, delta1: 0.0, delta2: 0.0 }
+    }
+}
+
+/// The figures of one (benchmark, model).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub pipeline: String,
+    pub model: String,
+    /// `judge` or `labels`.
+    pub source: String,
+    pub counts: HviCounts,
+    /// Sentences left out because the judge gave no verdict (judge mode).
+    pub judge_errors: u64,
+    /// Prompts whose passage call failed (judge mode).
+    pub failed_passages: u64,
+    pub p_efm: f64,
+    pub p_esl: f64,
+    pub delta1: f64,
+    pub delta2: f64,
+    /// Eq. 1 with δ1 = δ2 = 0.
+    pub hvi_initial: Option<f64>,
+    /// Eq. 1 with the configured δ.
+    pub hvi: Option<f64>,
+    /// `hvi` clipped to [0, 100].
+    pub hvi_ranking: Option<f64>,
+    /// Why HVI is missing (e.g. no sentence).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// HVI of one model from its counts.
+pub fn score(model: &str, source: &str, counts: HviCounts, judge_errors: u64, failed_passages: u64, w: Weights) -> Report {
+    let p_efm = w.p_efm.value(counts.efm, counts.sentences);
+    let p_esl = w.p_esl.value(counts.esl, counts.sentences);
+    let params = HviParams::new(p_efm, p_esl);
+    let (hvi_initial, adjusted) = (hvi(counts, params), hvi(counts, params.with_deltas(w.delta1, w.delta2)));
+    let error = adjusted.as_ref().err().map(|e| e.to_string());
+    let hvi_value = adjusted.ok();
+    Report {
+        pipeline: super::plan::PIPELINE.into(),
+        model: model.into(),
+        source: source.into(),
+        counts,
+        judge_errors,
+        failed_passages,
+        p_efm,
+        p_esl,
+        delta1: w.delta1,
+        delta2: w.delta2,
+        hvi_initial: hvi_initial.ok(),
+        hvi: hvi_value,
+        hvi_ranking: hvi_value.map(ranking_scale),
+        error,
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or("–".into(), |x| format!("{x:.2}"))
+}
+
+/// One benchmark's section: the leaderboard, most vulnerable (highest HVI) first.
+pub fn render_markdown(reports: &[Report]) -> String {
+    let mut rows: Vec<&Report> = reports.iter().collect();
+    rows.sort_by(|a, b| b.hvi.unwrap_or(f64::NEG_INFINITY).total_cmp(&a.hvi.unwrap_or(f64::NEG_INFINITY)));
+    let mut md = String::from(
+        "HVI = 100/(2U) · [(N − N_EFM)(1 − P_EFM + δ1) + (N − N_ESL)(1 − P_ESL + δ2)] (Rawte et al. 2023, Eq. 1, count form). \
+         Higher = more vulnerable. `initial`: δ1 = δ2 = 0; `HVI`: with the configured δ; `0–100`: HVI clipped for ranking.\n\n",
+    );
+    md.push_str("### Leaderboard\n\n| rank | model | HVI | initial | 0–100 | U | N | N_EFM | N_ESL | P_EFM | P_ESL | δ1 | δ2 | judge errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (i, r) in rows.iter().enumerate() {
+        let c = r.counts;
+        md.push_str(&format!(
+            "| {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {} | {} | {} |\n",
+            i + 1,
+            r.model,
+            num(r.hvi),
+            num(r.hvi_initial),
+            num(r.hvi_ranking),
+            c.sentences,
+            c.hallucinated,
+            c.efm,
+            c.esl,
+            r.p_efm,
+            r.p_esl,
+            r.delta1,
+            r.delta2,
+            r.judge_errors
+        ));
+    }
+    md.push('\n');
+    for r in reports {
+        if let Some(e) = &r.error {
+            md.push_str(&format!("`{}`: HVI not computed: {e}.\n", r.model));
+        }
+        if r.failed_passages > 0 {
+            md.push_str(&format!("`{}`: {} passage call(s) failed (no sentences).\n", r.model, r.failed_passages));
+        }
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The spec's worked example (§5.5) through fixed weights, and the relative-frequency default.
+    #[test]
+    fn worked_example_and_default() {
+        let c = HviCounts { sentences: 100, hallucinated: 40, efm: 10, esl: 5 };
+        let w = Weights { p_efm: Probability::Fixed(0.3), p_esl: Probability::Fixed(0.2), delta1: 0.1, delta2: 0.05 };
+        let r = score("m", "labels", c, 0, 0, w);
+        assert!((r.hvi_initial.unwrap() - 24.5).abs() < 1e-9);
+        assert!((r.hvi.unwrap() - 26.875).abs() < 1e-9);
+        let r = score("m", "labels", c, 0, 0, Weights::default());
+        assert_eq!((r.p_efm, r.p_esl), (0.1, 0.05));
+        assert!((r.hvi.unwrap() - 0.5 * (30.0 * 0.9 + 35.0 * 0.95)).abs() < 1e-9);
+        let r = score("m", "judge", HviCounts { sentences: 0, hallucinated: 0, efm: 0, esl: 0 }, 2, 1, Weights::default());
+        assert!(r.hvi.is_none() && r.error.is_some());
+        let md = render_markdown(&[r]);
+        assert!(md.contains("HVI not computed") && md.contains("1 passage call(s) failed"), "{md}");
+    }
+}
