@@ -60,6 +60,8 @@ pub struct BrokerConfig {
     pub auth: auth::NatsAuth,
     /// JetStream de-duplication window for job and result messages.
     pub duplicate_window: Duration,
+    /// How long the first connection waits for a broker that does not answer yet.
+    pub connect_wait: Duration,
 }
 
 impl BrokerConfig {
@@ -70,6 +72,7 @@ impl BrokerConfig {
             replicas: None,
             auth: auth::NatsAuth::default(),
             duplicate_window: Duration::from_secs(20 * 60),
+            connect_wait: Duration::from_secs(30),
         }
     }
 
@@ -87,23 +90,42 @@ pub struct Broker {
     pub config: BrokerConfig,
 }
 
-/// Connect, failing within a few seconds with the URL named if nothing answers, and at
-/// once with a clear message if the server rejects the credentials or the TLS setup.
+/// Connect, waiting up to `connect_wait` for a broker that does not answer yet (then
+/// failing with the URL named), and failing at once with a clear message if the server rejects the credentials or the TLS setup.
 /// After the first connection, the client reconnects on its own for as long as it lives
 /// (to any node of a cluster: the server tells clients its peers' addresses).
 pub async fn connect(config: &BrokerConfig) -> Result<Broker, BrokerError> {
-    let opts = async_nats::ConnectOptions::new()
-        .name(&config.name)
-        .connection_timeout(Duration::from_secs(5))
-        .max_reconnects(None);
-    let opts = config.auth.apply(opts).await?;
     let urls: Vec<&str> = config.url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
-    let client = opts.connect(urls.as_slice()).await.map_err(|e| BrokerError::Connect {
-        url: config.url.clone(),
-        reason: connect_reason(&e, &config.auth),
-    })?;
+    let deadline = tokio::time::Instant::now() + config.connect_wait;
+    let mut pause = Duration::from_millis(100);
+    let client = loop {
+        let opts = async_nats::ConnectOptions::new()
+            .name(&config.name)
+            .connection_timeout(Duration::from_secs(5))
+            .max_reconnects(None);
+        let opts = config.auth.apply(opts).await?;
+        match opts.connect(urls.as_slice()).await {
+            Ok(c) => break c,
+            // Nobody listening (a broker restarting, a worker started first): wait for it
+            // up to `connect_wait`. Credentials and TLS are refused at once.
+            Err(e) if retryable(&e) && tokio::time::Instant::now() + pause < deadline => {
+                tracing::warn!(url = %config.url, error = %e, "broker not reachable yet; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => {
+                return Err(BrokerError::Connect { url: config.url.clone(), reason: connect_reason(&e, &config.auth) });
+            }
+        }
+    };
     let js = jetstream::new(client.clone());
     Ok(Broker { client, js, config: config.clone() })
+}
+
+/// Errors worth waiting out: nothing answers yet.
+fn retryable(e: &async_nats::ConnectError) -> bool {
+    use async_nats::ConnectErrorKind as K;
+    matches!(e.kind(), K::Io | K::TimedOut | K::Dns) && !is_tls_failure(&e.to_string())
 }
 
 /// A connect error in words a user can act on.
