@@ -1,8 +1,9 @@
 //! # halyard-broker: Halyard's edge to NATS JetStream
 //!
 //! ## Layout
-//! - [`connect`]: one place that turns a URL (and later credentials) into a client,
-//!   mapping failures to [`BrokerError`] with the URL named.
+//! - [`connect`]: one place that turns a URL (or a comma-separated list of a cluster's
+//!   URLs) and [`auth::NatsAuth`] credentials/TLS into a client, mapping failures to
+//!   [`BrokerError`] with the URL named.
 //! - [`ensure_streams`], [`pool_consumer`], [`results_consumer`]: the JetStream layout.
 //! - [`embedded`]: a private `nats-server` for `halyard run` without a broker.
 //!
@@ -20,6 +21,7 @@
 //! async-nats is built without its `server_2_10+` features so that the requests it sends
 //! are understood by nats-server 2.9 (Debian's package) as well as newer servers.
 
+pub mod auth;
 pub mod embedded;
 
 use std::time::Duration;
@@ -35,6 +37,8 @@ pub enum BrokerError {
     JetStream { what: String, reason: String },
     #[error("embedded nats-server: {0}")]
     Embedded(String),
+    #[error("NATS connection settings: {0}")]
+    Config(String),
 }
 
 impl BrokerError {
@@ -49,15 +53,32 @@ pub struct BrokerConfig {
     pub url: String,
     /// Client name shown in the server's connection list.
     pub name: String,
-    /// Stream replicas (1 on a single server, 3 on a 3-node cluster).
-    pub replicas: usize,
+    /// Stream replicas; `None`: 3 when the broker is a cluster of 3 or more nodes, else 1
+    /// (see [`cluster_size`]).
+    pub replicas: Option<usize>,
+    /// Credentials and TLS.
+    pub auth: auth::NatsAuth,
     /// JetStream de-duplication window for job and result messages.
     pub duplicate_window: Duration,
+    /// How long the first connection waits for a broker that does not answer yet.
+    pub connect_wait: Duration,
 }
 
 impl BrokerConfig {
     pub fn new(url: impl Into<String>, name: impl Into<String>) -> Self {
-        BrokerConfig { url: url.into(), name: name.into(), replicas: 1, duplicate_window: Duration::from_secs(20 * 60) }
+        BrokerConfig {
+            url: url.into(),
+            name: name.into(),
+            replicas: None,
+            auth: auth::NatsAuth::default(),
+            duplicate_window: Duration::from_secs(20 * 60),
+            connect_wait: Duration::from_secs(30),
+        }
+    }
+
+    pub fn with_auth(mut self, auth: auth::NatsAuth) -> Self {
+        self.auth = auth;
+        self
     }
 }
 
@@ -69,30 +90,96 @@ pub struct Broker {
     pub config: BrokerConfig,
 }
 
-/// Connect, failing within a few seconds with the URL named if nothing answers.
-/// After the first connection, the client reconnects on its own for as long as it lives.
+/// Connect, waiting up to `connect_wait` for a broker that does not answer yet (then
+/// failing with the URL named), and failing at once with a clear message if the server rejects the credentials or the TLS setup.
+/// After the first connection, the client reconnects on its own for as long as it lives
+/// (to any node of a cluster: the server tells clients its peers' addresses).
 pub async fn connect(config: &BrokerConfig) -> Result<Broker, BrokerError> {
-    let opts = async_nats::ConnectOptions::new()
-        .name(&config.name)
-        .connection_timeout(Duration::from_secs(5))
-        .max_reconnects(None);
-    let client = opts
-        .connect(config.url.as_str())
-        .await
-        .map_err(|e| BrokerError::Connect { url: config.url.clone(), reason: e.to_string() })?;
+    let urls: Vec<&str> = config.url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+    let deadline = tokio::time::Instant::now() + config.connect_wait;
+    let mut pause = Duration::from_millis(100);
+    let client = loop {
+        let opts = async_nats::ConnectOptions::new()
+            .name(&config.name)
+            .connection_timeout(Duration::from_secs(5))
+            .max_reconnects(None);
+        let opts = config.auth.apply(opts).await?;
+        match opts.connect(urls.as_slice()).await {
+            Ok(c) => break c,
+            // Nobody listening (a broker restarting, a worker started first): wait for it
+            // up to `connect_wait`. Credentials and TLS are refused at once.
+            Err(e) if retryable(&e) && tokio::time::Instant::now() + pause < deadline => {
+                tracing::warn!(url = %config.url, error = %e, "broker not reachable yet; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => {
+                return Err(BrokerError::Connect { url: config.url.clone(), reason: connect_reason(&e, &config.auth) });
+            }
+        }
+    };
     let js = jetstream::new(client.clone());
     Ok(Broker { client, js, config: config.clone() })
 }
 
+/// Errors worth waiting out: nothing answers yet.
+fn retryable(e: &async_nats::ConnectError) -> bool {
+    use async_nats::ConnectErrorKind as K;
+    matches!(e.kind(), K::Io | K::TimedOut | K::Dns) && !is_tls_failure(&e.to_string())
+}
+
+/// A connect error in words a user can act on.
+fn connect_reason(e: &async_nats::ConnectError, auth: &auth::NatsAuth) -> String {
+    use async_nats::ConnectErrorKind as K;
+    match e.kind() {
+        K::AuthorizationViolation => format!(
+            "the server rejected the credentials ({}): authorization violation; check --nats-user/HALYARD_NATS_PASSWORD, \
+             --nats-token, --nats-nkey or --nats-creds",
+            auth.describe()
+        ),
+        _ if matches!(e.kind(), K::Tls) || is_tls_failure(&e.to_string()) => {
+            format!("TLS failed: {e}; check --nats-ca, --nats-cert/--nats-key and the server's certificate")
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// async-nats reports some handshake failures as IO errors; rustls names them.
+fn is_tls_failure(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    ["certificate", "tls", "handshake", "alert"].iter().any(|w| m.contains(w))
+}
+
+/// Nodes of the cluster the client is connected to, from the server's INFO (its own
+/// address and its peers' client URLs); 1 for a lone server.
+pub fn cluster_size(client: &async_nats::Client) -> usize {
+    let info = client.server_info();
+    if info.cluster.is_none() {
+        return 1;
+    }
+    let mut urls: Vec<String> = info.connect_urls.clone();
+    urls.push(format!("{}:{}", info.host, info.port));
+    urls.sort();
+    urls.dedup();
+    urls.len().max(1)
+}
+
+/// Replicas for Halyard's streams: the configured number, else 3 on a cluster of three
+/// or more nodes (a stream survives the loss of one), else 1.
+pub fn stream_replicas(b: &Broker) -> usize {
+    b.config.replicas.unwrap_or_else(|| if cluster_size(&b.client) >= 3 { 3 } else { 1 })
+}
+
 /// Create the job and result streams if missing (idempotent; existing streams are kept).
 pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
+    let replicas = stream_replicas(b);
     for (name, prefix) in [(subjects::JOBS_STREAM, subjects::JOBS_PREFIX), (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX)] {
         let cfg = stream::Config {
             name: name.to_string(),
             subjects: vec![format!("{prefix}.>")],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
-            num_replicas: b.config.replicas,
+            num_replicas: replicas,
             duplicate_window: b.config.duplicate_window,
             ..Default::default()
         };

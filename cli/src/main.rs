@@ -13,6 +13,9 @@ use halyard_worker::backend::GgufSpec;
 use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
 use tokio::sync::watch;
 
+mod nats_args;
+use nats_args::NatsAuthArgs;
+
 #[derive(Parser)]
 #[command(name = "halyard", version, about = "Hallucination benchmarks for LLMs as distributed, resumable sweeps")]
 struct Cli {
@@ -53,6 +56,8 @@ struct RunArgs {
     /// Use this NATS broker instead of starting a private one.
     #[arg(long, env = "HALYARD_NATS_URL")]
     nats: Option<String>,
+    #[command(flatten)]
+    nats_auth: NatsAuthArgs,
     /// Start no local workers (remote `halyard worker`s do the work).
     #[arg(long)]
     no_workers: bool,
@@ -68,12 +73,16 @@ struct CoordArgs {
     out: PathBuf,
     #[arg(long, env = "HALYARD_NATS_URL")]
     nats: String,
+    #[command(flatten)]
+    nats_auth: NatsAuthArgs,
 }
 
 #[derive(Args)]
 struct WorkerArgs {
     #[arg(long, env = "HALYARD_NATS_URL")]
     nats: String,
+    #[command(flatten)]
+    nats_auth: NatsAuthArgs,
     /// Serve every pool of this sweep (with its concurrency and delivery settings).
     #[arg(long)]
     sweep: Option<PathBuf>,
@@ -233,16 +242,17 @@ async fn run(a: RunArgs) -> Result<u8> {
     let run_dir = a.out.join(&sweep.name);
     std::fs::create_dir_all(&run_dir).with_context(|| format!("cannot create output directory {}", run_dir.display()))?;
     let stop = shutdown_signal();
-    let (embedded, url) = match &a.nats {
-        Some(url) => (None, url.clone()),
+    let (embedded, url, auth) = match &a.nats {
+        Some(url) => (None, url.clone(), a.nats_auth.auth()),
         None => {
             let n = EmbeddedNats::start(&run_dir.join("nats"))?;
             let url = n.url();
             tracing::info!(url = %url, "started private nats-server");
-            (Some(n), url)
+            // The private server listens on loopback only and asks for no credentials.
+            (Some(n), url, Default::default())
         }
     };
-    let broker = halyard_broker::connect(&BrokerConfig::new(url, "halyard-run")).await?;
+    let broker = halyard_broker::connect(&BrokerConfig::new(url, "halyard-run").with_auth(auth)).await?;
     let (workers_stop_tx, workers_stop_rx) = watch::channel(false);
     let mut worker_task: Option<tokio::task::JoinHandle<Result<_, halyard_worker::WorkerError>>> = None;
     if !a.no_workers {
@@ -307,7 +317,7 @@ async fn coordinator(a: CoordArgs) -> Result<u8> {
     let sweep = sweep::load(&a.sweep)?;
     let run_dir = a.out.join(&sweep.name);
     let stop = shutdown_signal();
-    let broker = halyard_broker::connect(&BrokerConfig::new(a.nats, "halyard-coordinator")).await?;
+    let broker = halyard_broker::connect(&BrokerConfig::new(a.nats, "halyard-coordinator").with_auth(a.nats_auth.auth())).await?;
     match halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, None, until(stop)).await? {
         RunOutcome::Complete { run, report_dir } => {
             println!("run {run} complete: report in {}", report_dir.join("report.md").display());
@@ -364,7 +374,10 @@ async fn worker(a: WorkerArgs) -> Result<u8> {
         cfg.worker_id = id;
     }
     let stop = shutdown_signal();
-    let broker = halyard_broker::connect(&BrokerConfig::new(a.nats, format!("halyard-worker {}", cfg.worker_id))).await?;
+    let broker = halyard_broker::connect(
+        &BrokerConfig::new(a.nats, format!("halyard-worker {}", cfg.worker_id)).with_auth(a.nats_auth.auth()),
+    )
+    .await?;
     halyard_worker::run(broker, cfg, until(stop)).await?;
     Ok(0)
 }

@@ -30,6 +30,8 @@ use crate::sweep::Benchmark;
 use crate::window::Window;
 use crate::{CoordinatorConfig, CoordinatorError};
 
+mod backlog;
+
 /// Job publishes whose broker ack is not yet in (async-nats allows 5,000 by default).
 const MAX_UNCONFIRMED: usize = 4096;
 /// Results taken from the broker at most per group commit.
@@ -119,6 +121,7 @@ pub async fn run(
         republish_round: 0,
         resumed_done: items_done > 0,
     };
+    e.absorb_backlog(&consumer).await?;
     info!(items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
     e.fill().await?;
     e.state.flush().await?;

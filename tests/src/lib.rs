@@ -44,10 +44,12 @@
 //! assert_eq!(halyard_tests::repeats(&api.calls()), 0, "a call was paid for twice");
 //! ```
 
+pub mod cluster;
 pub mod fake_openai;
 pub mod nats;
 pub mod process;
 
 pub use fake_openai::{repeats, request_key, ChatCall, FakeOpenAi, Gate, Reply};
+pub use cluster::NatsCluster;
 pub use nats::{free_port, NatsServer};
 pub use process::{cargo_bin, pid_alive, spawn_tied, ChildGuard};

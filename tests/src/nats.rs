@@ -146,6 +146,28 @@ impl NatsServer {
         }
     }
 
+    /// Stops the server as an operator would (SIGTERM: it flushes its store and closes
+    /// client connections), waiting up to 10 s before killing it. Idempotent.
+    pub fn stop_gracefully(&mut self) {
+        if let Some(mut child) = self.lock_child().take() {
+            // SAFETY: kill(2) on our own child's pid; no memory is touched.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// [`NatsServer::stop_gracefully`], then [`NatsServer::restart`]: a planned broker
+    /// restart (an upgrade, a reboot).
+    pub fn restart_gracefully(&mut self) {
+        self.stop_gracefully();
+        self.restart();
+    }
+
     /// Kills the server if it runs, then starts it again on the same port and store
     /// directory with the same arguments, and waits until it is ready; panics with the
     /// log tail if it does not come back.

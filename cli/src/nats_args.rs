@@ -1,0 +1,55 @@
+//! Broker credentials and TLS flags, the same on `run`, `coordinator` and `worker`.
+//! Every flag has an environment variable; secrets (password, token) are best given
+//! that way, since a command line is visible to other users in `ps`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use halyard_broker::auth::NatsAuth;
+
+#[derive(Args, Clone, Debug, Default)]
+pub struct NatsAuthArgs {
+    /// NATS user name (with HALYARD_NATS_PASSWORD).
+    #[arg(long, env = "HALYARD_NATS_USER")]
+    nats_user: Option<String>,
+    /// NATS password (prefer the environment variable).
+    #[arg(long, env = "HALYARD_NATS_PASSWORD", hide_env_values = true)]
+    nats_password: Option<String>,
+    /// NATS authentication token (prefer the environment variable).
+    #[arg(long, env = "HALYARD_NATS_TOKEN", hide_env_values = true)]
+    nats_token: Option<String>,
+    /// File holding an nkey seed (SU…).
+    #[arg(long, env = "HALYARD_NATS_NKEY")]
+    nats_nkey: Option<PathBuf>,
+    /// NATS credentials file (.creds: user JWT and nkey seed).
+    #[arg(long, env = "HALYARD_NATS_CREDS")]
+    nats_creds: Option<PathBuf>,
+    /// PEM file of the CA that signed the server certificate (implies TLS).
+    #[arg(long, env = "HALYARD_NATS_CA")]
+    nats_ca: Option<PathBuf>,
+    /// PEM client certificate, for servers that verify clients (with --nats-key).
+    #[arg(long, env = "HALYARD_NATS_CERT")]
+    nats_cert: Option<PathBuf>,
+    /// PEM key of the client certificate.
+    #[arg(long, env = "HALYARD_NATS_KEY")]
+    nats_key: Option<PathBuf>,
+    /// Refuse a connection without TLS.
+    #[arg(long, env = "HALYARD_NATS_TLS")]
+    nats_tls: bool,
+}
+
+impl NatsAuthArgs {
+    pub fn auth(&self) -> NatsAuth {
+        NatsAuth {
+            user: self.nats_user.clone(),
+            password: self.nats_password.clone(),
+            token: self.nats_token.clone(),
+            nkey_seed_file: self.nats_nkey.clone(),
+            creds_file: self.nats_creds.clone(),
+            ca_file: self.nats_ca.clone(),
+            client_cert: self.nats_cert.clone(),
+            client_key: self.nats_key.clone(),
+            require_tls: self.nats_tls,
+        }
+    }
+}
