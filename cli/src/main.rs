@@ -58,6 +58,10 @@ struct RunArgs {
     /// Checkpoint directory of the local workers (default <out>/<name>/checkpoint).
     #[arg(long)]
     checkpoint: Option<PathBuf>,
+    /// Stop publishing paid calls once the run has spent this many USD (overrides
+    /// `[run] max_cost`); run again with a higher limit to continue.
+    #[arg(long)]
+    max_cost: Option<f64>,
 }
 
 #[derive(Args)]
@@ -67,6 +71,9 @@ struct CoordArgs {
     out: PathBuf,
     #[arg(long, env = "HALYARD_NATS_URL")]
     nats: String,
+    /// As for `run`: no new paid calls past this many USD.
+    #[arg(long)]
+    max_cost: Option<f64>,
 }
 
 #[derive(Args)]
@@ -210,7 +217,7 @@ fn delivery(s: &sweep::Sweep) -> Delivery {
 
 async fn run(a: RunArgs) -> Result<u8> {
     // Everything is checked before any process starts or any job is published.
-    let sweep = sweep::load(&a.sweep)?;
+    let sweep = with_max_cost(sweep::load(&a.sweep)?, a.max_cost)?;
     let run_dir = a.out.join(&sweep.name);
     std::fs::create_dir_all(&run_dir).with_context(|| format!("cannot create output directory {}", run_dir.display()))?;
     let stop = shutdown_signal();
@@ -281,11 +288,12 @@ async fn run(a: RunArgs) -> Result<u8> {
             eprintln!("run {run} interrupted; run the same command again to resume");
             Ok(130)
         }
+        o @ RunOutcome::CostLimit { .. } => Ok(cost_limited(&o)),
     }
 }
 
 async fn coordinator(a: CoordArgs) -> Result<u8> {
-    let sweep = sweep::load(&a.sweep)?;
+    let sweep = with_max_cost(sweep::load(&a.sweep)?, a.max_cost)?;
     let run_dir = a.out.join(&sweep.name);
     let stop = shutdown_signal();
     let broker = halyard_broker::connect(&BrokerConfig::new(a.nats, "halyard-coordinator")).await?;
@@ -298,7 +306,25 @@ async fn coordinator(a: CoordArgs) -> Result<u8> {
             eprintln!("run {run} interrupted; start the coordinator again to resume");
             Ok(130)
         }
+        o @ RunOutcome::CostLimit { .. } => Ok(cost_limited(&o)),
     }
+}
+
+/// `--max-cost` overrides the sweep's `[run] max_cost`.
+fn with_max_cost(mut s: sweep::Sweep, max_cost: Option<f64>) -> Result<sweep::Sweep> {
+    if let Some(c) = max_cost {
+        anyhow::ensure!(c.is_finite() && c >= 0.0, "--max-cost {c}: not an amount of USD (≥ 0)");
+        s.run.max_cost = Some(c);
+    }
+    Ok(s)
+}
+
+/// Exit status 3: the run stopped at its cost limit.
+fn cost_limited(o: &RunOutcome) -> u8 {
+    if let RunOutcome::CostLimit { run, spent, limit } = o {
+        eprintln!("run {run} stopped: cost limit reached (${spent:.4} spent, limit ${limit:.4}); run again with a higher --max-cost to continue");
+    }
+    3
 }
 
 fn parse_pool(s: &str) -> Result<PoolSpec> {
