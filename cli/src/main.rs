@@ -7,10 +7,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use halyard_broker::{embedded::EmbeddedNats, BrokerConfig, Delivery};
-use halyard_coordinator::{sweep, CoordinatorConfig, RunOutcome};
+use halyard_coordinator::{sweep, CoordinatorConfig, Progress, RunOutcome};
 use halyard_worker::backend::GgufSpec;
 use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
 use tokio::sync::watch;
+
+mod metrics;
 
 #[derive(Parser)]
 #[command(name = "halyard", version, about = "Hallucination benchmarks for LLMs as distributed, resumable sweeps")]
@@ -62,6 +64,10 @@ struct RunArgs {
     /// `[run] max_cost`); run again with a higher limit to continue.
     #[arg(long)]
     max_cost: Option<f64>,
+    /// Serve Prometheus metrics (coordinator and local workers) at ADDR/metrics, e.g.
+    /// 127.0.0.1:9464. Off unless given.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(Args)]
@@ -74,6 +80,9 @@ struct CoordArgs {
     /// As for `run`: no new paid calls past this many USD.
     #[arg(long)]
     max_cost: Option<f64>,
+    /// Prometheus metrics address (default 127.0.0.1:9464), or `off`.
+    #[arg(long, value_name = "ADDR|off")]
+    metrics: Option<String>,
 }
 
 #[derive(Args)]
@@ -105,6 +114,9 @@ struct WorkerArgs {
     /// pinned to that device. Needs a build with the `cuda` feature.
     #[arg(long)]
     gpu: Option<u32>,
+    /// Prometheus metrics address (default 127.0.0.1:9465), or `off`.
+    #[arg(long, value_name = "ADDR|off")]
+    metrics: Option<String>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -233,10 +245,12 @@ async fn run(a: RunArgs) -> Result<u8> {
     let broker = halyard_broker::connect(&BrokerConfig::new(url, "halyard-run")).await?;
     let (workers_stop_tx, workers_stop_rx) = watch::channel(false);
     let mut worker_task: Option<tokio::task::JoinHandle<Result<_, halyard_worker::WorkerError>>> = None;
+    let mut worker_stats = Vec::new();
     if !a.no_workers {
         let dir = a.checkpoint.clone().unwrap_or_else(|| run_dir.join("checkpoint"));
         let checkpoint = Checkpoint::open(&dir)?;
         let cfg = sweep_worker(&sweep, dir);
+        worker_stats.push((cfg.worker_id.clone(), cfg.stats.clone()));
         let b = broker.clone();
         let stop_rx = workers_stop_rx.clone();
         worker_task = Some(tokio::spawn(async move { halyard_worker::run_with_checkpoint(b, checkpoint, cfg, until(stop_rx)).await }));
@@ -245,7 +259,10 @@ async fn run(a: RunArgs) -> Result<u8> {
     // fails (a model that cannot load, say): then the run stops with that error instead
     // of waiting for work nobody will do.
     let (fail_tx, fail_rx) = watch::channel(false);
-    let coordinator = halyard_coordinator::run(broker.clone(), CoordinatorConfig { sweep, run_dir }, None, async move {
+    let (progress_tx, progress_rx) = watch::channel(Progress::default());
+    let coordinator_src = metrics::CoordinatorSource { progress: progress_rx.clone(), broker: broker.clone(), pools: sweep.pools().into_keys().collect() };
+    metrics::serve(a.metrics.as_deref(), None, metrics::Sources { coordinator: Some(coordinator_src), workers: worker_stats }).await?;
+    let coordinator = halyard_coordinator::run(broker.clone(), CoordinatorConfig { sweep, run_dir }, Some(progress_tx), async move {
         tokio::select! { _ = until(stop) => {}, _ = until(fail_rx) => {} }
     });
     tokio::pin!(coordinator);
@@ -297,7 +314,10 @@ async fn coordinator(a: CoordArgs) -> Result<u8> {
     let run_dir = a.out.join(&sweep.name);
     let stop = shutdown_signal();
     let broker = halyard_broker::connect(&BrokerConfig::new(a.nats, "halyard-coordinator")).await?;
-    match halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, None, until(stop)).await? {
+    let (progress_tx, progress_rx) = watch::channel(Progress::default());
+    let src = metrics::CoordinatorSource { progress: progress_rx.clone(), broker: broker.clone(), pools: sweep.pools().into_keys().collect() };
+    metrics::serve(a.metrics.as_deref(), Some("127.0.0.1:9464"), metrics::Sources { coordinator: Some(src), workers: Vec::new() }).await?;
+    match halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, Some(progress_tx), until(stop)).await? {
         RunOutcome::Complete { run, report_dir } => {
             println!("run {run} complete: report in {}", report_dir.join("report.md").display());
             Ok(0)
@@ -372,6 +392,8 @@ async fn worker(a: WorkerArgs) -> Result<u8> {
     }
     let stop = shutdown_signal();
     let broker = halyard_broker::connect(&BrokerConfig::new(a.nats, format!("halyard-worker {}", cfg.worker_id))).await?;
+    let src = metrics::Sources { coordinator: None, workers: vec![(cfg.worker_id.clone(), cfg.stats.clone())] };
+    metrics::serve(a.metrics.as_deref(), Some("127.0.0.1:9465"), src).await?;
     halyard_worker::run(broker, cfg, until(stop)).await?;
     Ok(0)
 }

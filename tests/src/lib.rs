@@ -47,6 +47,7 @@
 pub mod fake_openai;
 pub mod nats;
 pub mod process;
+pub mod prometheus;
 
 pub use fake_openai::{repeats, request_key, ChatCall, FakeOpenAi, Gate, Reply};
 pub use nats::{free_port, NatsServer};
