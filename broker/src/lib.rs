@@ -21,6 +21,7 @@
 //! are understood by nats-server 2.9 (Debian's package) as well as newer servers.
 
 pub mod embedded;
+pub mod status;
 
 use std::time::Duration;
 

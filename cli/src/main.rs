@@ -13,6 +13,7 @@ use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
 use tokio::sync::watch;
 
 mod metrics;
+mod status;
 
 #[derive(Parser)]
 #[command(name = "halyard", version, about = "Hallucination benchmarks for LLMs as distributed, resumable sweeps")]
@@ -42,6 +43,24 @@ enum Cmd {
     Coordinator(CoordArgs),
     /// Run a worker serving the pools of a sweep, or pools named with --pool.
     Worker(WorkerArgs),
+    /// Show a run's progress, cost and workers: from the broker (--nats, any machine)
+    /// or from the run's status.json.
+    Status(StatusCmd),
+}
+
+#[derive(Args)]
+struct StatusCmd {
+    /// Run name (or run directory / status.json without --nats); all runs if omitted.
+    run: Option<String>,
+    /// Read the status the coordinator publishes on this broker, with the live workers.
+    #[arg(long, env = "HALYARD_NATS_URL")]
+    nats: Option<String>,
+    /// Output directory holding runs (without --nats).
+    #[arg(long, default_value = "runs")]
+    out: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -190,6 +209,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
         Cmd::Run(a) => run(a).await,
         Cmd::Coordinator(a) => coordinator(a).await,
         Cmd::Worker(a) => worker(a).await,
+        Cmd::Status(a) => status::status(status::StatusArgs { run: a.run, nats: a.nats, out: a.out, json: a.json }).await,
     }
 }
 
@@ -246,11 +266,13 @@ async fn run(a: RunArgs) -> Result<u8> {
     let (workers_stop_tx, workers_stop_rx) = watch::channel(false);
     let mut worker_task: Option<tokio::task::JoinHandle<Result<_, halyard_worker::WorkerError>>> = None;
     let mut worker_stats = Vec::new();
+    let mut beat = None;
     if !a.no_workers {
         let dir = a.checkpoint.clone().unwrap_or_else(|| run_dir.join("checkpoint"));
         let checkpoint = Checkpoint::open(&dir)?;
         let cfg = sweep_worker(&sweep, dir);
         worker_stats.push((cfg.worker_id.clone(), cfg.stats.clone()));
+        beat = status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone()).await;
         let b = broker.clone();
         let stop_rx = workers_stop_rx.clone();
         worker_task = Some(tokio::spawn(async move { halyard_worker::run_with_checkpoint(b, checkpoint, cfg, until(stop_rx)).await }));
@@ -262,6 +284,7 @@ async fn run(a: RunArgs) -> Result<u8> {
     let (progress_tx, progress_rx) = watch::channel(Progress::default());
     let coordinator_src = metrics::CoordinatorSource { progress: progress_rx.clone(), broker: broker.clone(), pools: sweep.pools().into_keys().collect() };
     metrics::serve(a.metrics.as_deref(), None, metrics::Sources { coordinator: Some(coordinator_src), workers: worker_stats }).await?;
+    let writer = status::StatusWriter::start(&sweep.name, &run_dir, &broker, progress_rx, sweep.pools().into_keys().collect()).await;
     let coordinator = halyard_coordinator::run(broker.clone(), CoordinatorConfig { sweep, run_dir }, Some(progress_tx), async move {
         tokio::select! { _ = until(stop) => {}, _ = until(fail_rx) => {} }
     });
@@ -282,6 +305,10 @@ async fn run(a: RunArgs) -> Result<u8> {
             }
         }
     };
+    writer.finish(final_state(&outcome)).await;
+    if let Some(b) = beat {
+        b.abort();
+    }
     let _ = workers_stop_tx.send(true);
     if let Some(t) = worker_task {
         match t.await {
@@ -317,7 +344,11 @@ async fn coordinator(a: CoordArgs) -> Result<u8> {
     let (progress_tx, progress_rx) = watch::channel(Progress::default());
     let src = metrics::CoordinatorSource { progress: progress_rx.clone(), broker: broker.clone(), pools: sweep.pools().into_keys().collect() };
     metrics::serve(a.metrics.as_deref(), Some("127.0.0.1:9464"), metrics::Sources { coordinator: Some(src), workers: Vec::new() }).await?;
-    match halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, Some(progress_tx), until(stop)).await? {
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("cannot create output directory {}", run_dir.display()))?;
+    let writer = status::StatusWriter::start(&sweep.name, &run_dir, &broker, progress_rx, sweep.pools().into_keys().collect()).await;
+    let outcome = halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, Some(progress_tx), until(stop)).await;
+    writer.finish(final_state(&outcome)).await;
+    match outcome? {
         RunOutcome::Complete { run, report_dir } => {
             println!("run {run} complete: report in {}", report_dir.join("report.md").display());
             Ok(0)
@@ -327,6 +358,21 @@ async fn coordinator(a: CoordArgs) -> Result<u8> {
             Ok(130)
         }
         o @ RunOutcome::CostLimit { .. } => Ok(cost_limited(&o)),
+    }
+}
+
+/// The pools a worker serves, with their concurrency (for its heartbeat).
+fn pool_list(cfg: &WorkerConfig) -> Vec<(String, usize)> {
+    cfg.pools.iter().map(|p| (p.name.clone(), p.concurrency)).collect()
+}
+
+/// The state a finished coordinator leaves in its status.
+fn final_state<E>(o: &std::result::Result<RunOutcome, E>) -> &'static str {
+    match o {
+        Ok(RunOutcome::Complete { .. }) => "complete",
+        Ok(RunOutcome::Interrupted { .. }) => "interrupted",
+        Ok(RunOutcome::CostLimit { .. }) => "cost_limit",
+        Err(_) => "failed",
     }
 }
 
@@ -394,6 +440,11 @@ async fn worker(a: WorkerArgs) -> Result<u8> {
     let broker = halyard_broker::connect(&BrokerConfig::new(a.nats, format!("halyard-worker {}", cfg.worker_id))).await?;
     let src = metrics::Sources { coordinator: None, workers: vec![(cfg.worker_id.clone(), cfg.stats.clone())] };
     metrics::serve(a.metrics.as_deref(), Some("127.0.0.1:9465"), src).await?;
-    halyard_worker::run(broker, cfg, until(stop)).await?;
+    let beat = status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone()).await;
+    let result = halyard_worker::run(broker, cfg, until(stop)).await;
+    if let Some(b) = beat {
+        b.abort();
+    }
+    result?;
     Ok(0)
 }

@@ -79,9 +79,28 @@ pub struct Status {
     pub spent: f64,
     pub max_cost: Option<f64>,
     pub held: u64,
+    /// Items finished per second by this coordinator process, and the time left at that rate.
+    pub rate_items_per_s: Option<f64>,
+    pub eta_s: Option<f64>,
+    /// The sweep's pools.
+    pub pool_names: Vec<String>,
     /// Filled by `halyard status` from the broker: live workers and queue per pool.
     #[serde(default)]
     pub pools: Vec<PoolStatus>,
+}
+
+/// A worker's heartbeat in the `halyard_workers` bucket.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerBeat {
+    pub worker: String,
+    /// Pool name → concurrency.
+    pub pools: Vec<(String, usize)>,
+    pub calls: u64,
+    pub completed: u64,
+    pub replayed: u64,
+    pub dead_letters: u64,
+    pub rate_limited: u64,
+    pub updated_unix_ms: u64,
 }
 
 /// A pool as the broker sees it.
@@ -122,6 +141,9 @@ impl Status {
             costs: p.costs.clone(),
             max_cost: p.max_cost,
             held: p.held,
+            rate_items_per_s: None,
+            eta_s: None,
+            pool_names: Vec::new(),
             pools: Vec::new(),
         }
     }
@@ -130,4 +152,22 @@ impl Status {
     pub fn retries(&self) -> u64 {
         self.costs.iter().map(|c| c.retries).sum()
     }
+}
+
+/// Queue figures of `pools` from the broker (consumers not yet created read as empty).
+pub async fn pool_status(broker: &halyard_broker::Broker, pools: &[String]) -> Vec<PoolStatus> {
+    let mut out = Vec::new();
+    let stream = tokio::time::timeout(std::time::Duration::from_secs(2), broker.js.get_stream(halyard_proto::subjects::JOBS_STREAM)).await;
+    let Ok(Ok(stream)) = stream else { return out };
+    for pool in pools {
+        let name = halyard_proto::subjects::pool_consumer(pool);
+        let mut s = PoolStatus { pool: pool.clone(), ..Default::default() };
+        if let Ok(Ok(info)) = tokio::time::timeout(std::time::Duration::from_secs(2), stream.consumer_info(&name)).await {
+            s.pending = info.num_pending;
+            s.in_flight = info.num_ack_pending as u64;
+            s.waiting_pulls = info.num_waiting as u64;
+        }
+        out.push(s);
+    }
+    out
 }
