@@ -13,6 +13,7 @@ use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
 use tokio::sync::watch;
 
 mod metrics;
+mod progress;
 mod status;
 
 #[derive(Parser)]
@@ -165,7 +166,8 @@ fn init_logs(format: LogFormat, quiet: bool) {
     let default = if quiet { "warn" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("HALYARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},sled=warn,async_nats=warn,llama_cpp_2=warn")));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    progress::init(quiet, matches!(format, LogFormat::Json));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(progress::LogWriter);
     match format {
         LogFormat::Human => b.init(),
         LogFormat::Json => b.json().init(),
@@ -284,6 +286,7 @@ async fn run(a: RunArgs) -> Result<u8> {
     let (progress_tx, progress_rx) = watch::channel(Progress::default());
     let coordinator_src = metrics::CoordinatorSource { progress: progress_rx.clone(), broker: broker.clone(), pools: sweep.pools().into_keys().collect() };
     metrics::serve(a.metrics.as_deref(), None, metrics::Sources { coordinator: Some(coordinator_src), workers: worker_stats }).await?;
+    let shown = progress::spawn(progress_rx.clone());
     let writer = status::StatusWriter::start(&sweep.name, &run_dir, &broker, progress_rx, sweep.pools().into_keys().collect()).await;
     let coordinator = halyard_coordinator::run(broker.clone(), CoordinatorConfig { sweep, run_dir }, Some(progress_tx), async move {
         tokio::select! { _ = until(stop) => {}, _ = until(fail_rx) => {} }
@@ -306,6 +309,7 @@ async fn run(a: RunArgs) -> Result<u8> {
         }
     };
     writer.finish(final_state(&outcome)).await;
+    let _ = shown.await;
     if let Some(b) = beat {
         b.abort();
     }

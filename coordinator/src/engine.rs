@@ -21,7 +21,7 @@ use halyard_pipelines::{hypotermqa, noop};
 use halyard_proto::{subjects, Failure, FailureKind, Job, JobId, JobResult, Outcome};
 use serde::Deserialize;
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 use uuid::Uuid;
 
 use crate::latency::LatencyHistogram;
@@ -134,8 +134,10 @@ pub async fn run(
         resumed_done: items_done > 0,
         meter,
     };
-    info!(items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
-    e.fill().await?;
+    // Every event of the run carries its id and name (a span; JSON logs show it too).
+    let span = tracing::info_span!("run", run = %meta.id, sweep = %meta.name);
+    info!(parent: &span, items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
+    e.fill().instrument(span.clone()).await?;
     e.state.flush().await?;
     e.publish_progress();
     let advisories = e
@@ -144,7 +146,7 @@ pub async fn run(
         .subscribe(format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.>", subjects::JOBS_STREAM))
         .await
         .map_err(|err| halyard_broker::BrokerError::js("subscribe to max-deliveries advisories", err))?;
-    let outcome = e.collect(consumer, advisories, shutdown).await?;
+    let outcome = e.collect(consumer, advisories, shutdown).instrument(span).await?;
     e.state.flush().await?;
     Ok(outcome)
 }
