@@ -47,6 +47,18 @@ enum Cmd {
     /// Show a run's progress, cost and workers: from the broker (--nats, any machine)
     /// or from the run's status.json.
     Status(StatusCmd),
+    /// Merge finished runs into a HypoTermQA leaderboard (leaderboard.md and .html).
+    Report(ReportCmd),
+}
+
+#[derive(Args)]
+struct ReportCmd {
+    /// Run directories (each holding report.json).
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+    /// Where to write leaderboard.md and leaderboard.html.
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -212,6 +224,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
         Cmd::Coordinator(a) => coordinator(a).await,
         Cmd::Worker(a) => worker(a).await,
         Cmd::Status(a) => status::status(status::StatusArgs { run: a.run, nats: a.nats, out: a.out, json: a.json }).await,
+        Cmd::Report(a) => leaderboard(a),
     }
 }
 
@@ -363,6 +376,23 @@ async fn coordinator(a: CoordArgs) -> Result<u8> {
         }
         o @ RunOutcome::CostLimit { .. } => Ok(cost_limited(&o)),
     }
+}
+
+fn leaderboard(a: ReportCmd) -> Result<u8> {
+    use halyard_coordinator::leaderboard;
+    let lb = leaderboard::load(&a.runs).map_err(anyhow::Error::msg)?;
+    for w in &lb.warnings {
+        tracing::warn!("{w}");
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    let md = leaderboard::render_markdown(&lb);
+    for (name, text) in [("leaderboard.md", md.clone()), ("leaderboard.html", leaderboard::render_html(&lb))] {
+        let p = a.out.join(name);
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    print!("{md}");
+    eprintln!("leaderboard written to {} and {}", a.out.join("leaderboard.md").display(), a.out.join("leaderboard.html").display());
+    Ok(0)
 }
 
 /// The pools a worker serves, with their concurrency (for its heartbeat).

@@ -7,10 +7,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::browser::{chromium, render_check};
 use common::*;
 use halyard_tests::FakeOpenAi;
-
-const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// The e2e sweep with prices: model-a $2/$8 per 1M tokens, judge-a $1/$1.
 fn priced_sweep(dir: &Path, name: &str, base_url: &str, limit: usize) -> PathBuf {
@@ -21,46 +20,6 @@ fn priced_sweep(dir: &Path, name: &str, base_url: &str, limit: usize) -> PathBuf
         .replace("model = \"fake-judge\"", "model = \"fake-judge\"\nprice = { input = 1.0, output = 1.0 }");
     std::fs::write(&p, text).unwrap();
     p
-}
-
-/// Chromium, or None (with a loud message) when it is missing and not required.
-fn chromium() -> Option<PathBuf> {
-    if Path::new(CHROMIUM).exists() {
-        return Some(PathBuf::from(CHROMIUM));
-    }
-    if std::env::var_os("HALYARD_REQUIRE_BROWSER").is_some() {
-        panic!("{CHROMIUM} is missing and HALYARD_REQUIRE_BROWSER is set (scripts/setup installs chromium)");
-    }
-    eprintln!("\n\n*** SKIPPING the report.html browser check: {CHROMIUM} not found (apt-get install chromium) ***\n\n");
-    None
-}
-
-fn browser(bin: &Path, profile: &Path) -> Command {
-    let mut c = Command::new(bin);
-    c.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        "--virtual-time-budget=5000",
-    ]);
-    c.arg(format!("--user-data-dir={}", profile.display()));
-    c
-}
-
-/// The value of attribute `name` in the first tag holding `id="render-check"`.
-fn check_attr(dom: &str, name: &str) -> Option<String> {
-    let start = dom.find("id=\"render-check\"")?;
-    let tag_start = dom[..start].rfind('<')?;
-    let tag = &dom[tag_start..tag_start + dom[tag_start..].find('>')?];
-    let key = format!("{name}=\"");
-    let i = tag.find(&key)? + key.len();
-    Some(tag[i..i + tag[i..].find('"')?].to_string())
 }
 
 /// Tokens and cost per model and stage add up to the run's totals and its prices; the
@@ -127,12 +86,7 @@ fn report_html_renders_in_chromium_with_costs() {
     assert!(details[..details.find("</details>").unwrap()].contains(&format!(">{}</a>", unanswered + 1)), "line {} not listed", unanswered + 1);
 
     let Some(bin) = chromium() else { return };
-    let profile = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", run.join("report.html").display());
-    let dump = browser(&bin, profile.path()).arg("--dump-dom").arg(&url).output().expect("run chromium");
-    let dom = String::from_utf8_lossy(&dump.stdout);
-    assert!(dump.status.success(), "chromium failed: {}", String::from_utf8_lossy(&dump.stderr));
-    let attr = |n: &str| check_attr(&dom, n).unwrap_or_else(|| panic!("no {n} on #render-check; DOM tail: {}", &dom[dom.len().saturating_sub(600)..]));
+    let attr = render_check(&bin, &run.join("report.html"));
     assert_eq!(attr("data-errors"), "", "script errors in the page");
     assert_eq!(attr("data-ok"), "1", "render check failed");
     assert_eq!(attr("data-charts"), "4");

@@ -401,17 +401,17 @@ fn jobs_section(out: &mut String, report: &Value) {
     }
 }
 
-const STYLE: &str = "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222;padding:0 12px}\
+pub(crate) const STYLE: &str = "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222;padding:0 12px}\
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}\
 table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}\
 th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}tr.total td{font-weight:600;background:#fafafa}\
 figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}svg.chart text{font-size:12px;fill:#222}svg.chart text.seg-text{fill:#fff;font-size:11px}\
 svg.chart a rect:hover{opacity:.75;cursor:pointer}.legend span{margin-right:14px;font-size:12px}.legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}\
-details.samples{margin:4px 0}details.samples:target{outline:2px solid #1e88e5}.meta{color:#555}#render-check{color:#888;font-size:11px;margin-top:30px}";
+details.samples{margin:4px 0}details.samples:target{outline:2px solid #1e88e5}.meta{color:#555}#render-check{color:#888;font-size:11px;margin-top:30px}.warning{background:#fff3e0;border-left:4px solid #fb8c00;padding:6px 10px}";
 
 /// The page checks itself once loaded: every bar segment drawn with a real size, no
 /// script errors; the result goes into #render-check for the browser test to read.
-const SCRIPT: &str = "window.__errors=[];window.addEventListener('error',function(e){window.__errors.push(String(e.message))});\
+pub(crate) const SCRIPT: &str = "window.__errors=[];window.addEventListener('error',function(e){window.__errors.push(String(e.message))});\
 window.addEventListener('load',function(){var c=document.getElementById('render-check');try{\
 var segs=Array.prototype.slice.call(document.querySelectorAll('svg.chart rect.seg'));\
 var drawn=segs.filter(function(r){var b=r.getBBox();return b.width>0&&b.height>0}).length;\

@@ -43,6 +43,7 @@ pub mod cost;
 mod engine;
 pub mod html;
 pub mod latency;
+pub mod leaderboard;
 pub mod progress;
 pub mod report;
 pub mod state;

@@ -2,6 +2,8 @@
 //! sweep writer, and an independent computation of the figures those rules imply.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
