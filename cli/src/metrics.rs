@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use halyard_broker::Broker;
-use halyard_coordinator::cost::{by_model, LATENCY_BUCKETS_S};
+use halyard_coordinator::cost::{by_model, ClassTotals, LATENCY_BUCKETS_S};
 use halyard_coordinator::Progress;
 use halyard_worker::Stats;
 use tokio::sync::watch;
@@ -112,7 +112,8 @@ pub fn coordinator_metrics(e: &mut Exposition, p: &Progress) {
         .sample("halyard_jobs_held", &[], p.held as f64);
     e.family("halyard_result_batches_total", "counter", "Result batches committed (one sled flush each).")
         .sample("halyard_result_batches_total", &[], p.batches as f64);
-    let per_class: [(&str, &str, fn(&halyard_coordinator::cost::ClassTotals) -> f64); 6] = [
+    type Figure = fn(&ClassTotals) -> f64;
+    let per_class: [(&str, &str, Figure); 6] = [
         ("halyard_model_jobs_total", "Completed jobs per model and stage (all processes of the run).", |c| c.jobs as f64),
         ("halyard_model_calls_total", "Backend calls (HTTP attempts, retries included) per model and stage.", |c| c.calls as f64),
         ("halyard_model_retries_total", "Attempts beyond the first per model and stage.", |c| c.retries as f64),

@@ -44,7 +44,7 @@ fn planted_api_key_never_reaches_logs_state_or_reports() {
     std::fs::write(&sweep, text).unwrap();
     let out = dir.path().join("runs");
     let port = free_port();
-    let mut child = halyard()
+    let child = halyard()
         .args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap(), "--log-format", "json"])
         .args(["--metrics", &format!("127.0.0.1:{port}")])
         .env("HALYARD_PLANTED_KEY", KEY)

@@ -119,6 +119,41 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
     Ok(lb)
 }
 
+const HEADERS: [&str; 13] = [
+    "rank",
+    "model",
+    "HTS (%)",
+    "valid / hypothetical",
+    "hallucination",
+    "irrelevant",
+    "judge_error",
+    "unanswered",
+    "valid questions answered validly",
+    "judge",
+    "semantics",
+    "run",
+    "cost (USD)",
+];
+
+/// The cells of row `i` (rank `i + 1`), in [`HEADERS`] order, as plain text.
+fn cells(i: usize, r: &Row) -> [String; 13] {
+    [
+        (i + 1).to_string(),
+        r.model.clone(),
+        format!("{:.2}", r.hts),
+        format!("{} / {}", r.valid_hypothetical, r.hypothetical_questions),
+        r.hyp_hallucination.to_string(),
+        r.hyp_irrelevant.to_string(),
+        r.hyp_judge_error.to_string(),
+        r.hyp_unanswered.to_string(),
+        format!("{} / {}", r.valid_valid, r.valid_questions),
+        r.judge.clone(),
+        r.semantics.clone(),
+        r.run.clone(),
+        r.cost.map_or("-".to_string(), |c| format!("{c:.4}")),
+    ]
+}
+
 pub fn render_markdown(lb: &Leaderboard) -> String {
     let mut md = String::from("# HypoTermQA leaderboard\n\nRanked by HTS (valid answers to hypothetical questions, higher is better).\n\n");
     for w in &lb.warnings {
@@ -127,27 +162,9 @@ pub fn render_markdown(lb: &Leaderboard) -> String {
     if !lb.warnings.is_empty() {
         md.push('\n');
     }
-    md.push_str("| rank | model | HTS (%) | valid / hypothetical | hallucination | irrelevant | judge_error | unanswered | valid questions answered validly | judge | semantics | run | cost (USD) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let _ = writeln!(md, "| {} |\n|{}", HEADERS.join(" | "), "---|".repeat(HEADERS.len()));
     for (i, r) in lb.rows.iter().enumerate() {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {:.2} | {} / {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} |",
-            i + 1,
-            r.model,
-            r.hts,
-            r.valid_hypothetical,
-            r.hypothetical_questions,
-            r.hyp_hallucination,
-            r.hyp_irrelevant,
-            r.hyp_judge_error,
-            r.hyp_unanswered,
-            r.valid_valid,
-            r.valid_questions,
-            r.judge,
-            r.semantics,
-            r.run,
-            r.cost.map_or("-".to_string(), |c| format!("{c:.4}"))
-        );
+        let _ = writeln!(md, "| {} |", cells(i, r).join(" | "));
     }
     for sk in &lb.skipped {
         let _ = writeln!(md, "\nSkipped: {sk}");
@@ -182,29 +199,23 @@ pub fn render_html(lb: &Leaderboard) -> String {
             r.hts
         );
     }
-    o.push_str("</svg></figure><table><tr><th>rank</th><th>model</th><th>HTS (%)</th><th>valid / hypothetical</th><th>hallucination</th><th>irrelevant</th><th>judge_error</th><th>unanswered</th><th>valid questions answered validly</th><th>judge</th><th>semantics</th><th>run</th><th>cost (USD)</th></tr>");
+    o.push_str("</svg></figure><table><tr>");
+    for h in HEADERS {
+        let _ = write!(o, "<th>{h}</th>");
+    }
+    o.push_str("</tr>");
     for (i, r) in lb.rows.iter().enumerate() {
-        let report = r.run_dir.join("report.html");
-        let _ = write!(
-            o,
-            "<tr id=\"row-{i}\"><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{:.2}</td><td class=\"num\">{} / {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} / {}</td><td>{}</td><td>{}</td><td><a href=\"{}\">{}</a></td><td class=\"num\">{}</td></tr>",
-            i + 1,
-            esc(&r.model),
-            r.hts,
-            r.valid_hypothetical,
-            r.hypothetical_questions,
-            r.hyp_hallucination,
-            r.hyp_irrelevant,
-            r.hyp_judge_error,
-            r.hyp_unanswered,
-            r.valid_valid,
-            r.valid_questions,
-            esc(&r.judge),
-            esc(&r.semantics),
-            esc(&report.display().to_string()),
-            esc(&r.run),
-            r.cost.map_or("-".to_string(), |c| format!("{c:.4}"))
-        );
+        let _ = write!(o, "<tr id=\"row-{i}\">");
+        for (c, text) in cells(i, r).iter().enumerate() {
+            // The run links to its own report.
+            let text = if HEADERS[c] == "run" {
+                format!("<a href=\"{}\">{}</a>", esc(&r.run_dir.join("report.html").display().to_string()), esc(text))
+            } else {
+                esc(text)
+            };
+            let _ = write!(o, "<td>{text}</td>");
+        }
+        o.push_str("</tr>");
     }
     o.push_str("</table>");
     for sk in &lb.skipped {

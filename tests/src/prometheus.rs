@@ -179,7 +179,7 @@ pub fn parse(text: &str) -> Result<Scrape, String> {
         if !s.types.contains_key(&fam) {
             return Err(err(format!("sample of {fam} before (or without) its TYPE")));
         }
-        if s.types[&fam] == "counter" && !(sample.value >= 0.0) {
+        if s.types[&fam] == "counter" && (sample.value.is_nan() || sample.value < 0.0) {
             return Err(err("negative or NaN counter".into()));
         }
         seen_samples.insert(fam, ());
@@ -189,13 +189,16 @@ pub fn parse(text: &str) -> Result<Scrape, String> {
     Ok(s)
 }
 
+/// A series' labels without `le`, sorted.
+type Labels = Vec<(String, String)>;
+
 fn check_histograms(s: &Scrape) -> Result<(), String> {
     for (fam, kind) in &s.types {
         if kind != "histogram" {
             continue;
         }
         // Series by their labels without `le`.
-        let mut series: BTreeMap<Vec<(String, String)>, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut series: BTreeMap<Labels, Vec<(f64, f64)>> = BTreeMap::new();
         for b in s.samples.iter().filter(|x| x.name == format!("{fam}_bucket")) {
             let le = b.labels.get("le").ok_or_else(|| format!("{fam}_bucket without le"))?;
             let key: Vec<(String, String)> = b.labels.iter().filter(|(k, _)| *k != "le").map(|(k, v)| (k.clone(), v.clone())).collect();
