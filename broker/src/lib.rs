@@ -23,6 +23,7 @@
 
 pub mod auth;
 pub mod embedded;
+pub mod status;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use halyard_broker::{embedded::EmbeddedNats, BrokerConfig, Delivery};
-use halyard_coordinator::{sweep, CoordinatorConfig, RunOutcome};
+use halyard_coordinator::{sweep, CoordinatorConfig, Progress, RunOutcome};
 use halyard_worker::backend::replay::{ReplaySource, ReplaySpec};
 use halyard_worker::backend::GgufSpec;
 use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
@@ -15,6 +15,9 @@ use tokio::sync::watch;
 
 mod nats_args;
 use nats_args::NatsAuthArgs;
+mod metrics;
+mod progress;
+mod status;
 
 #[derive(Parser)]
 #[command(name = "halyard", version, about = "Hallucination benchmarks for LLMs as distributed, resumable sweeps")]
@@ -44,6 +47,38 @@ enum Cmd {
     Coordinator(CoordArgs),
     /// Run a worker serving the pools of a sweep, or pools named with --pool.
     Worker(WorkerArgs),
+    /// Show a run's progress, cost and workers: from the broker (--nats, any machine)
+    /// or from the run's status.json.
+    Status(StatusCmd),
+    /// Merge finished runs into a HypoTermQA leaderboard (leaderboard.md and .html).
+    Report(ReportCmd),
+}
+
+#[derive(Args)]
+struct ReportCmd {
+    /// Run directories (each holding report.json).
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+    /// Where to write leaderboard.md and leaderboard.html.
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct StatusCmd {
+    /// Run name (or run directory / status.json without --nats); all runs if omitted.
+    run: Option<String>,
+    /// Read the status the coordinator publishes on this broker, with the live workers.
+    #[arg(long, env = "HALYARD_NATS_URL")]
+    nats: Option<String>,
+    /// Output directory holding runs (without --nats).
+    #[arg(long, default_value = "runs")]
+    out: PathBuf,
+    #[command(flatten)]
+    nats_auth: NatsAuthArgs,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -64,6 +99,14 @@ struct RunArgs {
     /// Checkpoint directory of the local workers (default <out>/<name>/checkpoint).
     #[arg(long)]
     checkpoint: Option<PathBuf>,
+    /// Stop publishing paid calls once the run has spent this many USD (overrides
+    /// `[run] max_cost`); run again with a higher limit to continue.
+    #[arg(long)]
+    max_cost: Option<f64>,
+    /// Serve Prometheus metrics (coordinator and local workers) at ADDR/metrics, e.g.
+    /// 127.0.0.1:9464. Off unless given.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(Args)]
@@ -75,6 +118,12 @@ struct CoordArgs {
     nats: String,
     #[command(flatten)]
     nats_auth: NatsAuthArgs,
+    /// As for `run`: no new paid calls past this many USD.
+    #[arg(long)]
+    max_cost: Option<f64>,
+    /// Prometheus metrics address (default 127.0.0.1:9464), or `off`.
+    #[arg(long, value_name = "ADDR|off")]
+    metrics: Option<String>,
 }
 
 #[derive(Args)]
@@ -108,6 +157,9 @@ struct WorkerArgs {
     /// pinned to that device. Needs a build with the `cuda` feature.
     #[arg(long)]
     gpu: Option<u32>,
+    /// Prometheus metrics address (default 127.0.0.1:9465), or `off`.
+    #[arg(long, value_name = "ADDR|off")]
+    metrics: Option<String>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -137,7 +189,8 @@ fn init_logs(format: LogFormat, quiet: bool) {
     let default = if quiet { "warn" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("HALYARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},sled=warn,async_nats=warn,llama_cpp_2=warn")));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    progress::init(quiet, matches!(format, LogFormat::Json));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(progress::LogWriter);
     match format {
         LogFormat::Human => b.init(),
         LogFormat::Json => b.json().init(),
@@ -181,6 +234,8 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
         Cmd::Run(a) => run(a).await,
         Cmd::Coordinator(a) => coordinator(a).await,
         Cmd::Worker(a) => worker(a).await,
+        Cmd::Status(a) => status::status(status::StatusArgs { run: a.run, nats: a.nats, auth: a.nats_auth.auth(), out: a.out, json: a.json }).await,
+        Cmd::Report(a) => leaderboard(a),
     }
 }
 
@@ -238,7 +293,7 @@ fn delivery(s: &sweep::Sweep) -> Delivery {
 
 async fn run(a: RunArgs) -> Result<u8> {
     // Everything is checked before any process starts or any job is published.
-    let sweep = sweep::load(&a.sweep)?;
+    let sweep = with_max_cost(sweep::load(&a.sweep)?, a.max_cost)?;
     let run_dir = a.out.join(&sweep.name);
     std::fs::create_dir_all(&run_dir).with_context(|| format!("cannot create output directory {}", run_dir.display()))?;
     let stop = shutdown_signal();
@@ -255,10 +310,14 @@ async fn run(a: RunArgs) -> Result<u8> {
     let broker = halyard_broker::connect(&BrokerConfig::new(url, "halyard-run").with_auth(auth)).await?;
     let (workers_stop_tx, workers_stop_rx) = watch::channel(false);
     let mut worker_task: Option<tokio::task::JoinHandle<Result<_, halyard_worker::WorkerError>>> = None;
+    let mut worker_stats = Vec::new();
+    let mut beat = None;
     if !a.no_workers {
         let dir = a.checkpoint.clone().unwrap_or_else(|| run_dir.join("checkpoint"));
         let checkpoint = Checkpoint::open(&dir)?;
         let cfg = sweep_worker(&sweep, dir);
+        worker_stats.push((cfg.worker_id.clone(), cfg.stats.clone()));
+        beat = status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone()).await;
         let b = broker.clone();
         let stop_rx = workers_stop_rx.clone();
         worker_task = Some(tokio::spawn(async move { halyard_worker::run_with_checkpoint(b, checkpoint, cfg, until(stop_rx)).await }));
@@ -267,7 +326,12 @@ async fn run(a: RunArgs) -> Result<u8> {
     // fails (a model that cannot load, say): then the run stops with that error instead
     // of waiting for work nobody will do.
     let (fail_tx, fail_rx) = watch::channel(false);
-    let coordinator = halyard_coordinator::run(broker.clone(), CoordinatorConfig { sweep, run_dir }, None, async move {
+    let (progress_tx, progress_rx) = watch::channel(Progress::default());
+    let coordinator_src = metrics::CoordinatorSource { progress: progress_rx.clone(), broker: broker.clone(), pools: sweep.pools().into_keys().collect() };
+    metrics::serve(a.metrics.as_deref(), None, metrics::Sources { coordinator: Some(coordinator_src), workers: worker_stats }).await?;
+    let shown = progress::spawn(progress_rx.clone());
+    let writer = status::StatusWriter::start(&sweep.name, &run_dir, &broker, progress_rx, sweep.pools().into_keys().collect()).await;
+    let coordinator = halyard_coordinator::run(broker.clone(), CoordinatorConfig { sweep, run_dir }, Some(progress_tx), async move {
         tokio::select! { _ = until(stop) => {}, _ = until(fail_rx) => {} }
     });
     tokio::pin!(coordinator);
@@ -287,6 +351,11 @@ async fn run(a: RunArgs) -> Result<u8> {
             }
         }
     };
+    writer.finish(final_state(&outcome)).await;
+    let _ = shown.await;
+    if let Some(b) = beat {
+        b.abort();
+    }
     let _ = workers_stop_tx.send(true);
     if let Some(t) = worker_task {
         match t.await {
@@ -310,15 +379,23 @@ async fn run(a: RunArgs) -> Result<u8> {
             eprintln!("run {run} interrupted; run the same command again to resume");
             Ok(130)
         }
+        o @ RunOutcome::CostLimit { .. } => Ok(cost_limited(&o)),
     }
 }
 
 async fn coordinator(a: CoordArgs) -> Result<u8> {
-    let sweep = sweep::load(&a.sweep)?;
+    let sweep = with_max_cost(sweep::load(&a.sweep)?, a.max_cost)?;
     let run_dir = a.out.join(&sweep.name);
     let stop = shutdown_signal();
     let broker = halyard_broker::connect(&BrokerConfig::new(a.nats, "halyard-coordinator").with_auth(a.nats_auth.auth())).await?;
-    match halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, None, until(stop)).await? {
+    let (progress_tx, progress_rx) = watch::channel(Progress::default());
+    let src = metrics::CoordinatorSource { progress: progress_rx.clone(), broker: broker.clone(), pools: sweep.pools().into_keys().collect() };
+    metrics::serve(a.metrics.as_deref(), Some("127.0.0.1:9464"), metrics::Sources { coordinator: Some(src), workers: Vec::new() }).await?;
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("cannot create output directory {}", run_dir.display()))?;
+    let writer = status::StatusWriter::start(&sweep.name, &run_dir, &broker, progress_rx, sweep.pools().into_keys().collect()).await;
+    let outcome = halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, Some(progress_tx), until(stop)).await;
+    writer.finish(final_state(&outcome)).await;
+    match outcome? {
         RunOutcome::Complete { run, report_dir } => {
             println!("run {run} complete: report in {}", report_dir.join("report.md").display());
             Ok(0)
@@ -327,7 +404,57 @@ async fn coordinator(a: CoordArgs) -> Result<u8> {
             eprintln!("run {run} interrupted; start the coordinator again to resume");
             Ok(130)
         }
+        o @ RunOutcome::CostLimit { .. } => Ok(cost_limited(&o)),
     }
+}
+
+fn leaderboard(a: ReportCmd) -> Result<u8> {
+    use halyard_coordinator::leaderboard;
+    let lb = leaderboard::load(&a.runs).map_err(anyhow::Error::msg)?;
+    for w in &lb.warnings {
+        tracing::warn!("{w}");
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    let md = leaderboard::render_markdown(&lb);
+    for (name, text) in [("leaderboard.md", md.clone()), ("leaderboard.html", leaderboard::render_html(&lb))] {
+        let p = a.out.join(name);
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    print!("{md}");
+    eprintln!("leaderboard written to {} and {}", a.out.join("leaderboard.md").display(), a.out.join("leaderboard.html").display());
+    Ok(0)
+}
+
+/// The pools a worker serves, with their concurrency (for its heartbeat).
+fn pool_list(cfg: &WorkerConfig) -> Vec<(String, usize)> {
+    cfg.pools.iter().map(|p| (p.name.clone(), p.concurrency)).collect()
+}
+
+/// The state a finished coordinator leaves in its status.
+fn final_state<E>(o: &std::result::Result<RunOutcome, E>) -> &'static str {
+    match o {
+        Ok(RunOutcome::Complete { .. }) => "complete",
+        Ok(RunOutcome::Interrupted { .. }) => "interrupted",
+        Ok(RunOutcome::CostLimit { .. }) => "cost_limit",
+        Err(_) => "failed",
+    }
+}
+
+/// `--max-cost` overrides the sweep's `[run] max_cost`.
+fn with_max_cost(mut s: sweep::Sweep, max_cost: Option<f64>) -> Result<sweep::Sweep> {
+    if let Some(c) = max_cost {
+        anyhow::ensure!(c.is_finite() && c >= 0.0, "--max-cost {c}: not an amount of USD (≥ 0)");
+        s.run.max_cost = Some(c);
+    }
+    Ok(s)
+}
+
+/// Exit status 3: the run stopped at its cost limit.
+fn cost_limited(o: &RunOutcome) -> u8 {
+    if let RunOutcome::CostLimit { run, spent, limit } = o {
+        eprintln!("run {run} stopped: cost limit reached (${spent:.4} spent, limit ${limit:.4}); run again with a higher --max-cost to continue");
+    }
+    3
 }
 
 fn parse_pool(s: &str) -> Result<PoolSpec> {
@@ -378,6 +505,13 @@ async fn worker(a: WorkerArgs) -> Result<u8> {
         &BrokerConfig::new(a.nats, format!("halyard-worker {}", cfg.worker_id)).with_auth(a.nats_auth.auth()),
     )
     .await?;
-    halyard_worker::run(broker, cfg, until(stop)).await?;
+    let src = metrics::Sources { coordinator: None, workers: vec![(cfg.worker_id.clone(), cfg.stats.clone())] };
+    metrics::serve(a.metrics.as_deref(), Some("127.0.0.1:9465"), src).await?;
+    let beat = status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone()).await;
+    let result = halyard_worker::run(broker, cfg, until(stop)).await;
+    if let Some(b) = beat {
+        b.abort();
+    }
+    result?;
     Ok(0)
 }

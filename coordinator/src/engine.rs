@@ -21,7 +21,7 @@ use halyard_pipelines::{autohall, chainpoll, hvi, hypotermqa, noop, uhgeval};
 use halyard_proto::{subjects, Failure, FailureKind, Job, JobId, JobResult, Outcome};
 use serde::Deserialize;
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 use uuid::Uuid;
 
 use crate::latency::LatencyHistogram;
@@ -60,6 +60,13 @@ pub struct Progress {
     pub batches: u64,
     /// Publish-to-result latency of the jobs this process published.
     pub latency: LatencyHistogram,
+    /// Items per benchmark and model under test.
+    pub targets: Vec<crate::progress::TargetProgress>,
+    /// Tokens, calls and cost per (model, stage), all processes of the run.
+    pub costs: Vec<crate::cost::ClassTotals>,
+    /// `[run] max_cost` / `--max-cost`, and paid jobs held back because it was reached.
+    pub max_cost: Option<f64>,
+    pub held: u64,
 }
 
 #[derive(Debug, PartialEq)]
@@ -68,6 +75,9 @@ pub enum RunOutcome {
     Complete { run: Uuid, report_dir: std::path::PathBuf },
     /// Shutdown came first; state is flushed and the run can be resumed.
     Interrupted { run: Uuid },
+    /// The cost limit was reached and the calls in flight are back; resumable with a
+    /// higher limit.
+    CostLimit { run: Uuid, spent: f64, limit: f64 },
 }
 
 type AckFuture = <jetstream::context::PublishAckFuture as std::future::IntoFuture>::IntoFuture;
@@ -88,6 +98,7 @@ struct Engine {
     /// skip them. (Without any, no item ahead of the walk can be finished, and the walk
     /// need not ask the store.)
     resumed_done: bool,
+    meter: crate::cost::Meter,
 }
 
 /// Run the coordinator for `cfg` until the run completes or `shutdown` resolves.
@@ -108,6 +119,9 @@ pub async fn run(
     let progress_tx = progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0);
     let items_done = state.done_count() as u64;
     let results = state.results_at_open();
+    let mut meter = crate::cost::Meter::new(&cfg.sweep);
+    meter.restore(state.costs()?);
+    let targets = crate::progress::targets(&cfg.sweep, &state);
     let mut e = Engine {
         cfg,
         broker,
@@ -116,14 +130,17 @@ pub async fn run(
         window,
         acks: FuturesUnordered::new(),
         subjects: HashMap::new(),
-        progress: Progress { run: Some(meta.id), items_total, items_done, results, ..Default::default() },
+        progress: Progress { run: Some(meta.id), items_total, items_done, results, targets, ..Default::default() },
         progress_tx,
         republish_round: 0,
         resumed_done: items_done > 0,
+        meter,
     };
     e.absorb_backlog(&consumer).await?;
-    info!(items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
-    e.fill().await?;
+    // Every event of the run carries its id and name (a span; JSON logs show it too).
+    let span = tracing::info_span!("run", run = %meta.id, sweep = %meta.name);
+    info!(parent: &span, items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
+    e.fill().instrument(span.clone()).await?;
     e.state.flush().await?;
     e.publish_progress();
     let advisories = e
@@ -132,7 +149,7 @@ pub async fn run(
         .subscribe(format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.>", subjects::JOBS_STREAM))
         .await
         .map_err(|err| halyard_broker::BrokerError::js("subscribe to max-deliveries advisories", err))?;
-    let outcome = e.collect(consumer, advisories, shutdown).await?;
+    let outcome = e.collect(consumer, advisories, shutdown).instrument(span).await?;
     e.state.flush().await?;
     Ok(outcome)
 }
@@ -205,7 +222,7 @@ impl Engine {
             match self.evaluate(key, &none, &[])? {
                 Plan::Done(label) => {
                     self.state.mark_done(key, &label)?;
-                    self.progress.items_done += 1;
+                    self.progress.item_done(key);
                 }
                 Plan::Waiting(jobs) => {
                     self.window.activate(key);
@@ -222,6 +239,11 @@ impl Engine {
         let now = Instant::now();
         for j in jobs {
             if self.window.wait_on(key, j.id(), now) {
+                if !self.meter.may_publish(&j) {
+                    self.meter.held += 1;
+                    continue;
+                }
+                self.meter.published(&j, j.id());
                 let job = Job::new(self.run, j.pool, j.key, j.api_key_env, j.timeout_ms);
                 self.send(&job, None).await;
                 self.progress.published += 1;
@@ -283,7 +305,10 @@ impl Engine {
         }
     }
 
-    fn publish_progress(&self) {
+    fn publish_progress(&mut self) {
+        self.progress.costs = self.meter.totals().to_vec();
+        self.progress.max_cost = self.meter.max_cost();
+        self.progress.held = self.meter.held;
         let _ = self.progress_tx.send(self.progress.clone());
     }
 
@@ -364,6 +389,14 @@ impl Engine {
                     None => break,
                 }
             }
+            if self.meter.limit_reached() && (self.meter.in_flight() == 0 || last_result.elapsed() > stall_after) {
+                // Jobs lost meanwhile are planned again when the run resumes.
+                let (spent, limit) = (self.meter.spent(), self.meter.max_cost().unwrap_or_default());
+                warn!(run = %self.run, spent, limit, held = self.meter.held, "cost limit reached; run stopped (resumable with a higher --max-cost)");
+                self.drain_acks().await;
+                self.publish_progress();
+                return Ok(RunOutcome::CostLimit { run: self.run, spent, limit });
+            }
             if last_result.elapsed() > stall_after {
                 self.check_stall().await?;
                 last_result = Instant::now();
@@ -406,6 +439,7 @@ impl Engine {
             }
         }
         self.replan(affected, &fresh).await?;
+        self.state.put_costs(self.meter.totals())?;
         // Durable before acked.
         self.state.flush().await?;
         self.progress.batches += 1;
@@ -436,6 +470,7 @@ impl Engine {
             return;
         }
         self.progress.results += 1;
+        self.meter.record(&r);
         if let Some(w) = &waiter {
             self.progress.latency.record(now.saturating_duration_since(w.published_at));
         }
@@ -456,6 +491,7 @@ impl Engine {
             self.account(r, new, now, &mut affected, &mut fresh);
         }
         self.replan(affected, &fresh).await?;
+        self.state.put_costs(self.meter.totals())?;
         self.state.flush().await?;
         self.publish_progress();
         Ok(())
@@ -481,7 +517,7 @@ impl Engine {
                 Plan::Done(label) => {
                     self.state.mark_done(key, &label)?;
                     self.window.finish(key);
-                    self.progress.items_done += 1;
+                    self.progress.item_done(key);
                 }
                 Plan::Waiting(jobs) => self.wait_for(key, jobs).await,
             }

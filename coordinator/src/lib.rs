@@ -39,8 +39,12 @@
 //! that arrives for an item not yet back in the window is stored and found when the
 //! walk reaches the item.
 
+pub mod cost;
 mod engine;
+pub mod html;
 pub mod latency;
+pub mod leaderboard;
+pub mod progress;
 pub mod report;
 pub mod state;
 pub mod sweep;

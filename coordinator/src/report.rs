@@ -1,4 +1,5 @@
-//! Writing a finished run's report: `report.json`, `report.md`, `labels.jsonl`.
+//! Writing a finished run's report: `report.json`, `report.md`, `labels.jsonl`, and
+//! `report.html` (see [`crate::html`]).
 //!
 //! Files are written to a temporary name and renamed, so a reader never sees half a
 //! report. `labels.jsonl` is streamed from the run state to its file (a run may have
@@ -9,7 +10,7 @@
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use halyard_pipelines::hypotermqa::{self, ItemLabel};
+use halyard_pipelines::hypotermqa;
 use halyard_pipelines::noop;
 use halyard_proto::Outcome;
 use serde::Serialize;
@@ -48,6 +49,7 @@ struct ReportJson<'a> {
     run: RunInfo<'a>,
     benchmarks: Vec<serde_json::Value>,
     jobs: JobTotals,
+    costs: crate::cost::CostSection,
     dead_letters: Vec<DeadLetter>,
 }
 
@@ -66,17 +68,20 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CoordinatorE
 struct LabelsFile {
     tmp: PathBuf,
     out: BufWriter<std::fs::File>,
+    /// Rows written so far.
+    lines: u64,
 }
 
 impl LabelsFile {
     fn create(dir: &Path) -> Result<LabelsFile, CoordinatorError> {
         let tmp = dir.join(".labels.jsonl.tmp");
         let f = std::fs::File::create(&tmp).map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))?;
-        Ok(LabelsFile { tmp, out: BufWriter::new(f) })
+        Ok(LabelsFile { tmp, out: BufWriter::new(f), lines: 0 })
     }
 
     fn row(&mut self, dir: &Path, label: &impl Serialize) -> Result<(), CoordinatorError> {
         serde_json::to_writer(&mut self.out, label).map_err(|e| io_err(dir, e))?;
+        self.lines += 1;
         self.out.write_all(b"\n").map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))
     }
 
@@ -148,6 +153,7 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
         match bench {
             Benchmark::Noop { config, jobs } => {
                 for (m, c) in config.iter().enumerate() {
+                    let first = labels_jsonl.lines;
                     let report = noop_report(state, b as u32, m as u32, c, *jobs as u64, &mut labels_jsonl, &dir)?;
                     md.push_str(&format!("## Benchmark {b}: noop, {jobs} jobs per model\n\n"));
                     md.push_str(&noop::render_markdown(&report));
@@ -155,6 +161,7 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
                     let mut v = serde_json::to_value(&report).map_err(|e| io_err(&dir, e))?;
                     if let Some(o) = v.as_object_mut() {
                         o.insert("benchmark".into(), b.into());
+                        o.insert("labels_lines".into(), serde_json::json!([first, labels_jsonl.lines]));
                     }
                     benchmarks.push(v);
                 }
@@ -175,7 +182,8 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
             }
             Benchmark::HypoTermQa { config, questions, dataset } => {
                 for (m, c) in config.iter().enumerate() {
-                    let labels: Vec<ItemLabel> = labels_of(state, b as u32, m as u32, &dir)?;
+                    let labels = labels_of(state, b as u32, m as u32, &dir)?;
+                    let first = labels_jsonl.lines;
                     for l in &labels {
                         labels_jsonl.row(&dir, l)?;
                     }
@@ -188,6 +196,7 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
                     if let Some(o) = v.as_object_mut() {
                         o.insert("benchmark".into(), b.into());
                         o.insert("dataset".into(), dataset.display().to_string().into());
+                        o.insert("labels_lines".into(), serde_json::json!([first, labels_jsonl.lines]));
                     }
                     benchmarks.push(v);
                 }
@@ -202,11 +211,13 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
     }
     let totals = state.totals()?;
     let dead = dead_letters(state)?;
+    let costs = crate::cost::CostSection::new(&cfg.sweep, state.costs()?);
     md.push_str("## Jobs\n\n| done | completed | dead letters | model calls | cache hits | prompt tokens | completion tokens |\n|---|---|---|---|---|---|---|\n");
     md.push_str(&format!(
         "| {} | {} | {} | {} | {} | {} | {} |\n\n",
         totals.done, totals.completed, totals.dead_letters, totals.model_calls, totals.cache_hits, totals.prompt_tokens, totals.completion_tokens
     ));
+    md.push_str(&costs.render_markdown());
     if !dead.is_empty() {
         md.push_str("## Dead letters\n\n| job | stage | model | kind | error |\n|---|---|---|---|---|\n");
         for d in &dead {
@@ -226,12 +237,16 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
         run: RunInfo { id: run, name: &cfg.sweep.name, sweep: cfg.sweep.file.display().to_string() },
         benchmarks,
         jobs: totals,
+        costs,
         dead_letters: dead,
     };
-    let json = serde_json::to_vec_pretty(&report).map_err(|e| io_err(&dir, e))?;
+    let value = serde_json::to_value(&report).map_err(|e| io_err(&dir, e))?;
+    let json = serde_json::to_vec_pretty(&value).map_err(|e| io_err(&dir, e))?;
     labels_jsonl.finish(&dir)?;
     write_atomic(&dir, "report.md", md.as_bytes())?;
     write_atomic(&dir, "report.json", &json)?;
+    let html = crate::html::render(&value, &dir.join("labels.jsonl")).map_err(|e| io_err(&dir, format!("report.html: {e}")))?;
+    write_atomic(&dir, "report.html", html.as_bytes())?;
     Ok(dir)
 }
 

@@ -277,6 +277,25 @@ impl RunState {
         Ok(t)
     }
 
+    /// Store the cost accounting totals (written with each committed batch).
+    pub fn put_costs(&self, totals: &[crate::cost::ClassTotals]) -> Result<(), StateError> {
+        self.meta.insert(b"costs", enc(&totals)?)?;
+        Ok(())
+    }
+
+    /// The cost accounting totals stored by an earlier process (empty if none).
+    pub fn costs(&self) -> Result<Vec<crate::cost::ClassTotals>, StateError> {
+        match self.meta.get(b"costs")? {
+            None => Ok(Vec::new()),
+            Some(b) => halyard_proto::decode("cost totals", &b).map_err(|e| StateError::Corrupt { what: "meta/costs".into(), reason: e.to_string() }),
+        }
+    }
+
+    /// Finished items of one benchmark and model under test.
+    pub fn done_count_of(&self, bench: u32, model: u32) -> u64 {
+        self.labels_of(bench, model).count() as u64
+    }
+
     /// Make everything written so far durable.
     pub async fn flush(&self) -> Result<(), StateError> {
         self.db.flush_async().await?;

@@ -60,6 +60,15 @@ struct RawModel {
     recordings: Option<String>,
     recorded_backend: Option<String>,
     recorded_endpoint: Option<String>,
+    /// USD per million input/output tokens (cost accounting, `--max-cost`).
+    price: Option<RawPrice>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrice {
+    input: f64,
+    output: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -104,6 +113,7 @@ struct RawRun {
     max_deliver: Option<i64>,
     ack_wait_s: Option<f64>,
     window: Option<i64>,
+    max_cost: Option<f64>,
 }
 
 /// A model of the sweep, checked.
@@ -115,6 +125,8 @@ pub struct Model {
     pub local: Option<LocalModel>,
     /// For `backend = "replay"`: where the recorded results are.
     pub replay: Option<judged::ReplayModel>,
+    /// `price = { input = …, output = … }`: USD per million tokens.
+    pub price: Option<crate::cost::Price>,
 }
 
 /// A GGUF model run inside the worker.
@@ -233,6 +245,8 @@ pub struct RunSettings {
     /// Unfinished items the coordinator keeps planned at once, per benchmark and model
     /// under test; it plans more as they finish (`[run] window`).
     pub window: usize,
+    /// `[run] max_cost` (USD): no new paid calls once the run has spent this much.
+    pub max_cost: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -390,7 +404,19 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         if pool.is_empty() {
             return Err(key_err(f, k("pool"), "must not be empty"));
         }
+        let price = match &m.price {
+            None => None,
+            Some(p) => {
+                for (key, v) in [("input", p.input), ("output", p.output)] {
+                    if !(v.is_finite() && v >= 0.0) {
+                        return Err(key_err(f, k(&format!("price.{key}")), format!("{v} is not a price (USD per million tokens, ≥ 0)")));
+                    }
+                }
+                Some(crate::cost::Price { input: p.input, output: p.output })
+            }
+        };
         models.push(Model {
+            price,
             spec: ModelSpec {
                 name: m.name.clone(),
                 model_ref: ModelRef { backend: m.backend.clone(), endpoint, model: api_model },
@@ -493,7 +519,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         }
         benchmarks.push(Benchmark::HypoTermQa { config, dataset, questions });
     }
-    let rr = raw.run.unwrap_or(RawRun { max_deliver: None, ack_wait_s: None, window: None });
+    let rr = raw.run.unwrap_or(RawRun { max_deliver: None, ack_wait_s: None, window: None, max_cost: None });
     let max_deliver = rr.max_deliver.unwrap_or(5);
     if !(1..=100).contains(&max_deliver) {
         return Err(key_err(f, "run.max_deliver", format!("{max_deliver} is outside 1..=100")));
@@ -506,12 +532,17 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
     if !(1..=1_000_000).contains(&window) {
         return Err(key_err(f, "run.window", format!("{window} is outside 1..=1000000")));
     }
+    if let Some(c) = rr.max_cost {
+        if !(c.is_finite() && c >= 0.0) {
+            return Err(key_err(f, "run.max_cost", format!("{c} is not an amount of USD (≥ 0)")));
+        }
+    }
     Ok(Sweep {
         file: path.to_path_buf(),
         name: raw.name,
         models,
         benchmarks,
-        run: RunSettings { max_deliver, ack_wait: std::time::Duration::from_secs_f64(ack_wait_s), window: window as usize },
+        run: RunSettings { max_deliver, ack_wait: std::time::Duration::from_secs_f64(ack_wait_s), window: window as usize, max_cost: rr.max_cost },
     })
 }
 

@@ -48,6 +48,7 @@ pub mod cluster;
 pub mod fake_openai;
 pub mod nats;
 pub mod process;
+pub mod prometheus;
 
 pub use fake_openai::{repeats, request_key, ChatCall, FakeOpenAi, Gate, Reply};
 pub use cluster::NatsCluster;

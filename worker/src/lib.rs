@@ -72,6 +72,8 @@ pub struct WorkerConfig {
     pub local_models: Vec<backend::GgufSpec>,
     /// Recorded results this worker serves (`replay` backend).
     pub replays: Vec<backend::replay::ReplaySpec>,
+    /// Where the worker counts what it does (read live by `/metrics`).
+    pub stats: Arc<Stats>,
 }
 
 impl WorkerConfig {
@@ -85,6 +87,7 @@ impl WorkerConfig {
             shutdown_grace: Duration::from_secs(10),
             local_models: Vec::new(),
             replays: Vec::new(),
+            stats: Arc::default(),
         }
     }
 }
@@ -111,6 +114,9 @@ pub enum WorkerError {
 #[derive(Default, Debug)]
 pub struct Counter(AtomicU64);
 impl Counter {
+    pub const fn new() -> Counter {
+        Counter(AtomicU64::new(0))
+    }
     pub fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
@@ -122,7 +128,12 @@ impl Counter {
     }
 }
 
-/// What this worker did (for logs, tests and benchmarks).
+/// HTTP 429 (rate limited) responses received by this process, retried ones included.
+pub static RATE_LIMITED: Counter = Counter::new();
+/// Pool cool-downs entered by this process (quota handling; stays 0 until cool-downs exist).
+pub static COOLDOWNS: Counter = Counter::new();
+
+/// What this worker did (for logs, tests, benchmarks and `/metrics`).
 #[derive(Default, Debug)]
 pub struct Stats {
     /// Backend calls made (HTTP attempts), retries included.
@@ -168,7 +179,7 @@ pub async fn run_with_checkpoint(
         .await
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;
-    let stats = Arc::new(Stats::default());
+    let stats = config.stats.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (hard_tx, hard_rx) = watch::channel(false);
     let ctx = Arc::new(pool::PoolCtx {

@@ -42,7 +42,11 @@ pub async fn call_with_retry(backend: &Backends, job: &Job, policy: RetryPolicy)
         .with_jitter();
     let res = (|| async {
         attempts.fetch_add(1, Ordering::Relaxed);
-        backend.call(job).await
+        let r = backend.call(job).await;
+        if matches!(&r, Err(e) if e.status == Some(429)) {
+            crate::RATE_LIMITED.inc();
+        }
+        r
     })
     .retry(backoff)
     .when(|e: &CallError| e.class != ErrorClass::Permanent)

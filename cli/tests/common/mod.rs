@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod autohall;
+pub mod browser;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

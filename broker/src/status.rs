@@ -1,0 +1,78 @@
+//! Live status on the broker, in two JetStream key-value buckets: `halyard_status`
+//! (run name → the coordinator's status JSON, rewritten every few seconds) and
+//! `halyard_workers` (worker id → heartbeat JSON; entries expire when a worker stops
+//! beating). `halyard status --nats URL` reads both.
+
+use std::time::Duration;
+
+use async_nats::jetstream::stream;
+use futures::StreamExt;
+
+pub use async_nats::jetstream::kv::Store as KvStore;
+
+use crate::{Broker, BrokerError};
+
+pub const STATUS_BUCKET: &str = "halyard_status";
+pub const WORKERS_BUCKET: &str = "halyard_workers";
+/// A run's status is kept a week after its last update.
+pub const STATUS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// A worker whose heartbeat is older than this is gone.
+pub const WORKER_MAX_AGE: Duration = Duration::from_secs(30);
+
+/// A key-value key for any name: characters outside `[-_=.a-zA-Z0-9]` become `_`.
+pub fn kv_key(name: &str) -> String {
+    let k: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_=.".contains(c) { c } else { '_' }).collect();
+    let k = k.trim_matches('.').to_string();
+    if k.is_empty() {
+        "_".into()
+    } else {
+        k
+    }
+}
+
+/// Open a bucket for writing, creating it when missing. The bucket's stream is created
+/// here, as `create_key_value` would, because that call first asks for the account's
+/// limits in a form nats-server 2.9 does not answer.
+pub async fn bucket(b: &Broker, name: &str, max_age: Duration) -> Result<KvStore, BrokerError> {
+    if let Ok(store) = b.js.get_key_value(name).await {
+        return Ok(store);
+    }
+    let cfg = stream::Config {
+        name: format!("KV_{name}"),
+        subjects: vec![format!("$KV.{name}.>")],
+        max_messages_per_subject: 1,
+        max_age,
+        storage: stream::StorageType::File,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        num_replicas: crate::stream_replicas(b),
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    };
+    if let Err(e) = b.js.get_or_create_stream(cfg).await {
+        return Err(BrokerError::js(format!("key-value bucket {name}"), e));
+    }
+    b.js.get_key_value(name).await.map_err(|e| BrokerError::js(format!("key-value bucket {name}"), e))
+}
+
+pub async fn put(store: &KvStore, key: &str, value: Vec<u8>) -> Result<(), BrokerError> {
+    store.put(kv_key(key), value.into()).await.map(|_| ()).map_err(|e| BrokerError::js(format!("put {key}"), e))
+}
+
+/// Every live entry of a bucket; an empty list when the bucket does not exist.
+pub async fn entries(b: &Broker, name: &str) -> Result<Vec<(String, Vec<u8>)>, BrokerError> {
+    let Ok(store) = b.js.get_key_value(name).await else { return Ok(Vec::new()) };
+    let mut keys = match store.keys().await {
+        Ok(k) => k,
+        Err(e) => return Err(BrokerError::js(format!("keys of {name}"), e)),
+    };
+    let mut out = Vec::new();
+    while let Some(k) = keys.next().await {
+        let k = k.map_err(|e| BrokerError::js(format!("keys of {name}"), e))?;
+        if let Some(v) = store.get(&k).await.map_err(|e| BrokerError::js(format!("get {name}/{k}"), e))? {
+            out.push((k, v.to_vec()));
+        }
+    }
+    Ok(out)
+}

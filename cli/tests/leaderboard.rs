@@ -1,0 +1,80 @@
+//! `halyard report RUN_DIR...`: real runs merged into a leaderboard, ranked by HTS, with
+//! a warning when their semantics (or judges) differ; the HTML renders in Chromium.
+
+mod common;
+
+use std::path::Path;
+
+use common::browser::{chromium, render_check};
+use common::*;
+use halyard_tests::FakeOpenAi;
+
+fn report(args: &[&str]) -> (bool, String, String) {
+    let out = halyard().arg("report").args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn hts(run: &Path) -> f64 {
+    read_json(&run.join("report.json"))["benchmarks"][0]["hts"].as_f64().unwrap()
+}
+
+#[test]
+fn leaderboard_merges_runs_and_warns_on_mixed_semantics() {
+    let qs = load_questions(15);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let o = out.to_str().unwrap();
+    let paper = write_sweep(dir.path(), "lb-paper", &fake.base_url(), 15, 2);
+    let reference = write_sweep(dir.path(), "lb-ref", &fake.base_url(), 15, 2);
+    let text = std::fs::read_to_string(&reference).unwrap().replace("semantics = \"paper\"", "semantics = \"reference\"");
+    std::fs::write(&reference, text).unwrap();
+    // Another model under test (it answers with the same fake, fewer questions).
+    let other = write_sweep(dir.path(), "lb-other", &fake.base_url(), 10, 2);
+    let text = std::fs::read_to_string(&other).unwrap().replace("model-a", "model-b");
+    std::fs::write(&other, text).unwrap();
+    for s in [&paper, &reference, &other] {
+        run_to_end(&["run", s.to_str().unwrap(), "--out", o]);
+    }
+    let (a, b, c) = (out.join("lb-paper"), out.join("lb-ref"), out.join("lb-other"));
+
+    // Same judge and semantics, different question sets: warned about that only.
+    let lb1 = dir.path().join("lb1");
+    let (ok, md, err) = report(&[a.to_str().unwrap(), b.to_str().unwrap(), "--out", lb1.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(md.contains("different semantics (paper, reference)"), "{md}");
+    assert!(err.contains("different semantics"), "warning not logged: {err}");
+    assert!(!md.contains("different judges"), "{md}");
+
+    // Three runs: ranked by the HTS each report holds.
+    let lb2 = dir.path().join("lb2");
+    let (ok, md, err) = report(&[a.to_str().unwrap(), b.to_str().unwrap(), c.to_str().unwrap(), "--out", lb2.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    // Best HTS first; ties by model, then run.
+    let mut want: Vec<(f64, &str, &str)> = vec![(hts(&a), "model-a", "lb-paper"), (hts(&b), "model-a", "lb-ref"), (hts(&c), "model-b", "lb-other")];
+    want.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(y.1)).then(x.2.cmp(y.2)));
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| rank")).collect();
+    assert_eq!(rows.len(), 3, "{md}");
+    for (i, (h, model, run)) in want.iter().enumerate() {
+        let cells: Vec<&str> = rows[i].split('|').map(str::trim).collect();
+        assert_eq!(cells[1], (i + 1).to_string());
+        assert_eq!(cells[2], *model, "row {i}: {}", rows[i]);
+        assert_eq!(cells[3], format!("{h:.2}"), "row {i}: {}", rows[i]);
+        assert_eq!(cells[12], *run, "row {i}: {}", rows[i]);
+    }
+    assert!(md.contains("different question sets"), "{md}");
+    assert_eq!(std::fs::read_to_string(lb2.join("leaderboard.md")).unwrap(), md);
+    let html = std::fs::read_to_string(lb2.join("leaderboard.html")).unwrap();
+    assert!(html.contains("Warning:") && html.contains("model-b"));
+
+    // A run that has not finished is named.
+    let (ok, _, err) = report(&[dir.path().join("nope").to_str().unwrap()]);
+    assert!(!ok && err.contains("nope"), "{err}");
+
+    let Some(bin) = chromium() else { return };
+    let attr = render_check(&bin, &lb2.join("leaderboard.html"));
+    assert_eq!(attr("data-errors"), "");
+    assert_eq!(attr("data-ok"), "1");
+    assert_eq!(attr("data-charts"), "1");
+    assert_eq!(attr("data-drawn"), "3");
+}

@@ -1,0 +1,336 @@
+//! Cost accounting: tokens, calls, latency and money per (model, stage).
+//!
+//! The sweep gives each model an optional price (USD per million input and output
+//! tokens, `price = { input = …, output = … }`). The engine tells the [`Meter`] about
+//! every job it publishes (which sweep model and stage it belongs to: results carry only
+//! the job id) and about every new result; the meter adds the result's usage to its
+//! (model, stage) class. The totals are stored in the run state with every committed
+//! batch, so a resumed run continues from what the earlier processes spent.
+//!
+//! `--max-cost` (`[run] max_cost`): once the spent total reaches the limit, the engine
+//! publishes no new job of a priced model; jobs already published finish, free (unpriced)
+//! models keep going, and then the run stops, resumable with a higher limit.
+//!
+//! Crash caveat: the totals are written after the batch's results, in the same flush; a
+//! hard kill that lands between sled's background write of some results and the flush
+//! may leave those results uncounted (at most one batch).
+
+use std::collections::HashMap;
+
+use halyard_pipelines::common::JobRequest;
+use halyard_proto::{JobId, JobResult, Outcome};
+use serde::{Deserialize, Serialize};
+
+use crate::sweep::Sweep;
+
+/// USD per million tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+}
+
+impl Price {
+    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+        (prompt_tokens as f64 * self.input + completion_tokens as f64 * self.output) / 1e6
+    }
+    pub fn is_paid(&self) -> bool {
+        self.input > 0.0 || self.output > 0.0
+    }
+}
+
+/// Upper bounds (seconds) of the per-model call latency histogram buckets (Prometheus
+/// style: cumulative at export, `+Inf` implied).
+pub const LATENCY_BUCKETS_S: [f64; 12] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+
+/// Model alias of results whose job this process never published (none in practice:
+/// a resumed run publishes again every job its unfinished items wait for).
+pub const UNATTRIBUTED: &str = "(unattributed)";
+
+/// The figures of one (model, stage).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassTotals {
+    pub model: String,
+    pub stage: String,
+    /// Completed jobs.
+    pub jobs: u64,
+    pub dead_letters: u64,
+    /// Backend calls (HTTP attempts, retries included) of completed jobs, cache hits excluded.
+    pub calls: u64,
+    /// Completions replayed from a worker checkpoint.
+    pub cache_hits: u64,
+    /// Attempts beyond the first (`calls - 1` per completed job).
+    pub retries: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub latency_ms_total: u64,
+    /// Per bucket of [`LATENCY_BUCKETS_S`], plus one for larger values (not cumulative).
+    pub latency_buckets: Vec<u64>,
+    /// USD, from the model's price (0 when it has none).
+    pub cost: f64,
+}
+
+struct ModelEntry {
+    alias: String,
+    model_ref: halyard_proto::ModelRef,
+    temperature: f32,
+    max_tokens: Option<u32>,
+    seed: Option<u64>,
+    price: Price,
+}
+
+/// Live accounting of a run (see the module docs).
+pub struct Meter {
+    models: Vec<ModelEntry>,
+    classes: Vec<ClassTotals>,
+    /// Class of each (model index or usize::MAX, stage).
+    index: HashMap<(usize, String), u32>,
+    /// Price of each class's model.
+    prices: Vec<Price>,
+    /// Published jobs without a result yet → class.
+    pending: HashMap<JobId, u32>,
+    max_cost: Option<f64>,
+    /// Jobs not published because the cost limit was reached.
+    pub held: u64,
+}
+
+impl Meter {
+    pub fn new(sweep: &Sweep) -> Meter {
+        let models = sweep
+            .models
+            .iter()
+            .map(|m| ModelEntry {
+                alias: m.spec.name.clone(),
+                model_ref: m.spec.model_ref.clone(),
+                temperature: m.spec.temperature,
+                max_tokens: m.spec.max_tokens,
+                seed: m.spec.seed,
+                price: m.price.unwrap_or_default(),
+            })
+            .collect();
+        Meter {
+            models,
+            classes: Vec::new(),
+            index: HashMap::new(),
+            prices: Vec::new(),
+            pending: HashMap::new(),
+            max_cost: sweep.run.max_cost,
+            held: 0,
+        }
+    }
+
+    /// Continue from totals stored by an earlier process.
+    pub fn restore(&mut self, stored: Vec<ClassTotals>) {
+        for t in stored {
+            let m = self.models.iter().position(|m| m.alias == t.model).unwrap_or(usize::MAX);
+            let c = self.class(m, &t.stage);
+            let slot = &mut self.classes[c as usize];
+            let buckets = merge_buckets(&slot.latency_buckets, &t.latency_buckets);
+            *slot = ClassTotals { latency_buckets: buckets, ..t };
+        }
+    }
+
+    fn class(&mut self, model: usize, stage: &str) -> u32 {
+        if let Some(c) = self.index.get(&(model, stage.to_string())) {
+            return *c;
+        }
+        let c = self.classes.len() as u32;
+        let (alias, price) = match self.models.get(model) {
+            Some(m) => (m.alias.clone(), m.price),
+            None => (UNATTRIBUTED.to_string(), Price::default()),
+        };
+        self.classes.push(ClassTotals {
+            model: alias,
+            stage: stage.to_string(),
+            latency_buckets: vec![0; LATENCY_BUCKETS_S.len() + 1],
+            ..Default::default()
+        });
+        self.prices.push(price);
+        self.index.insert((model, stage.to_string()), c);
+        c
+    }
+
+    /// The sweep model a job calls (the first with its endpoint, model and sampling).
+    fn model_of(&self, j: &JobRequest) -> usize {
+        let k = &j.key;
+        self.models
+            .iter()
+            .position(|m| {
+                m.model_ref == k.model
+                    && m.temperature == k.sampling.temperature
+                    && m.max_tokens == k.sampling.max_tokens
+                    && m.seed == k.sampling.seed
+            })
+            .or_else(|| self.models.iter().position(|m| m.model_ref == k.model))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// The limit is reached: priced jobs must not be published.
+    pub fn limit_reached(&self) -> bool {
+        self.max_cost.is_some_and(|max| self.spent() >= max)
+    }
+
+    pub fn max_cost(&self) -> Option<f64> {
+        self.max_cost
+    }
+
+    /// Whether `j` may be published now (false: a paid call while over the limit).
+    pub fn may_publish(&self, j: &JobRequest) -> bool {
+        if !self.limit_reached() {
+            return true;
+        }
+        let m = self.model_of(j);
+        !self.models.get(m).is_some_and(|m| m.price.is_paid())
+    }
+
+    /// A job was published.
+    pub fn published(&mut self, j: &JobRequest, id: JobId) {
+        let m = self.model_of(j);
+        let c = self.class(m, &j.key.stage);
+        self.pending.insert(id, c);
+    }
+
+    /// Jobs published and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// A new (first) result of a job.
+    pub fn record(&mut self, r: &JobResult) {
+        let c = match self.pending.remove(&r.job) {
+            Some(c) => c,
+            None => self.class(usize::MAX, "?"),
+        };
+        let price = self.prices[c as usize];
+        let t = &mut self.classes[c as usize];
+        match &r.outcome {
+            Outcome::Done(done) => {
+                t.jobs += 1;
+                if r.cached {
+                    t.cache_hits += 1;
+                } else {
+                    t.calls += done.calls as u64;
+                }
+                t.retries += (done.calls as u64).saturating_sub(1);
+                t.prompt_tokens += done.usage.prompt_tokens;
+                t.completion_tokens += done.usage.completion_tokens;
+                t.latency_ms_total += done.latency_ms;
+                let secs = done.latency_ms as f64 / 1000.0;
+                let b = LATENCY_BUCKETS_S.iter().position(|ub| secs <= *ub).unwrap_or(LATENCY_BUCKETS_S.len());
+                t.latency_buckets[b] += 1;
+                t.cost += price.cost(done.usage.prompt_tokens, done.usage.completion_tokens);
+            }
+            Outcome::Failed(_) => t.dead_letters += 1,
+        }
+    }
+
+    /// USD spent so far (this run, all processes).
+    pub fn spent(&self) -> f64 {
+        self.classes.iter().map(|c| c.cost).sum()
+    }
+
+    pub fn totals(&self) -> &[ClassTotals] {
+        &self.classes
+    }
+}
+
+fn merge_buckets(a: &[u64], b: &[u64]) -> Vec<u64> {
+    let n = LATENCY_BUCKETS_S.len() + 1;
+    (0..n).map(|i| a.get(i).copied().unwrap_or(0) + b.get(i).copied().unwrap_or(0)).collect()
+}
+
+/// Totals per model (stages summed), in first-seen order.
+pub fn by_model(classes: &[ClassTotals]) -> Vec<ClassTotals> {
+    let mut out: Vec<ClassTotals> = Vec::new();
+    for c in classes {
+        let slot = match out.iter_mut().find(|o| o.model == c.model) {
+            Some(s) => s,
+            None => {
+                out.push(ClassTotals { model: c.model.clone(), stage: "*".into(), ..Default::default() });
+                out.last_mut().expect("just pushed")
+            }
+        };
+        slot.jobs += c.jobs;
+        slot.dead_letters += c.dead_letters;
+        slot.calls += c.calls;
+        slot.cache_hits += c.cache_hits;
+        slot.retries += c.retries;
+        slot.prompt_tokens += c.prompt_tokens;
+        slot.completion_tokens += c.completion_tokens;
+        slot.latency_ms_total += c.latency_ms_total;
+        slot.latency_buckets = merge_buckets(&slot.latency_buckets, &c.latency_buckets);
+        slot.cost += c.cost;
+    }
+    out
+}
+
+/// The `costs` section of `report.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CostSection {
+    /// USD over every model and stage.
+    pub total: f64,
+    pub max_cost: Option<f64>,
+    /// The sweep's prices (USD per million tokens) of the models that have one.
+    pub prices: std::collections::BTreeMap<String, Price>,
+    pub by_model: Vec<ClassTotals>,
+    pub by_model_stage: Vec<ClassTotals>,
+}
+
+impl CostSection {
+    pub fn new(sweep: &Sweep, classes: Vec<ClassTotals>) -> CostSection {
+        CostSection {
+            total: classes.iter().map(|c| c.cost).sum(),
+            max_cost: sweep.run.max_cost,
+            prices: sweep.models.iter().filter_map(|m| m.price.map(|p| (m.spec.name.clone(), p))).collect(),
+            by_model: by_model(&classes),
+            by_model_stage: classes,
+        }
+    }
+
+    pub fn render_markdown(&self) -> String {
+        let mut md = format!("## Tokens and cost
+
+Total cost: **${:.4}**", self.total);
+        if let Some(m) = self.max_cost {
+            md.push_str(&format!(" (limit ${m:.2})"));
+        }
+        md.push_str("
+
+| model | stage | jobs | calls | retries | cache hits | prompt tokens | completion tokens | mean latency (ms) | cost (USD) |
+|---|---|---|---|---|---|---|---|---|---|
+");
+        for c in self.by_model_stage.iter().chain(self.by_model.iter()) {
+            let mean = if c.jobs == 0 { 0.0 } else { c.latency_ms_total as f64 / c.jobs as f64 };
+            md.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.4} |\n",
+                c.model, c.stage, c.jobs, c.calls, c.retries, c.cache_hits, c.prompt_tokens, c.completion_tokens, mean, c.cost
+            ));
+        }
+        md.push('\n');
+        md
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn price_is_per_million_tokens() {
+        let p = Price { input: 2.5, output: 10.0 };
+        assert!((p.cost(1_000_000, 0) - 2.5).abs() < 1e-12);
+        assert!((p.cost(200_000, 50_000) - (0.5 + 0.5)).abs() < 1e-12);
+        assert!(!Price::default().is_paid());
+    }
+
+    #[test]
+    fn by_model_sums_stages() {
+        let a = ClassTotals { model: "m".into(), stage: "answer".into(), jobs: 2, cost: 1.0, latency_buckets: vec![1; 13], ..Default::default() };
+        let b = ClassTotals { model: "m".into(), stage: "judge".into(), jobs: 3, cost: 0.5, latency_buckets: vec![2; 13], ..Default::default() };
+        let c = ClassTotals { model: "j".into(), stage: "judge".into(), jobs: 1, ..Default::default() };
+        let m = by_model(&[a, b, c]);
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].jobs, m[0].cost, m[0].latency_buckets[0]), (5, 1.5, 3));
+        assert_eq!(m[1].model, "j");
+    }
+}
