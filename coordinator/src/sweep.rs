@@ -11,6 +11,10 @@ use halyard_pipelines::noop;
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
+#[path = "sweep_quota.rs"]
+mod sweep_quota;
+pub use sweep_quota::{check_quota, QuotaSpec};
+
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
     #[error("cannot read sweep file {file}: {reason}")]
@@ -45,6 +49,10 @@ struct RawModel {
     api_key_env: Option<String>,
     pool: Option<String>,
     max_concurrency: Option<i64>,
+    /// Pool quota (see `sweep_quota`).
+    rpm: Option<i64>,
+    tpm: Option<i64>,
+    burst: Option<i64>,
     temperature: Option<f64>,
     max_tokens: Option<i64>,
     seed: Option<u64>,
@@ -88,6 +96,8 @@ pub struct Model {
     pub max_concurrency: usize,
     /// For `backend = "gguf"`: the file and how to run it.
     pub local: Option<LocalModel>,
+    /// The quota of this model's pool, if it gives one.
+    pub quota: Option<QuotaSpec>,
 }
 
 /// A GGUF model run inside the worker.
@@ -185,6 +195,8 @@ pub struct Sweep {
     pub models: Vec<Model>,
     pub benchmarks: Vec<Benchmark>,
     pub run: RunSettings,
+    /// Quotas of the pools that have one.
+    pub quotas: BTreeMap<String, QuotaSpec>,
 }
 
 impl Sweep {
@@ -331,6 +343,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         if pool.is_empty() {
             return Err(key_err(f, k("pool"), "must not be empty"));
         }
+        let quota = sweep_quota::model_quota(f, &k, m.rpm, m.tpm, m.burst)?;
         models.push(Model {
             spec: ModelSpec {
                 name: m.name.clone(),
@@ -344,6 +357,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             },
             max_concurrency: max_concurrency as usize,
             local,
+            quota,
         });
     }
     let find = |key: String, name: &str| -> Result<ModelSpec, SweepError> {
@@ -425,9 +439,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
     if !(1..=1_000_000).contains(&window) {
         return Err(key_err(f, "run.window", format!("{window} is outside 1..=1000000")));
     }
+    let quotas = sweep_quota::pool_quotas(f, &models)?;
     Ok(Sweep {
         file: path.to_path_buf(),
         name: raw.name,
+        quotas,
         models,
         benchmarks,
         run: RunSettings { max_deliver, ack_wait: std::time::Duration::from_secs_f64(ack_wait_s), window: window as usize },

@@ -7,6 +7,8 @@
 //! - [`retry`]: in-delivery retries with backoff, jitter and `Retry-After`.
 //! - [`failpoint`]: crash points between the durability steps, armed by an environment
 //!   variable, for crash tests.
+//! - [`quota`]: pool quotas (requests and tokens per minute) shared by all the
+//!   pool's workers through a KV membership, with pool-wide cool-downs on 429.
 //! - `pool`: the fetch loop of one pool and the effects of the state machine.
 //!
 //! ## The life of a job in a worker
@@ -37,6 +39,7 @@ pub mod checkpoint;
 pub mod failpoint;
 pub mod lifecycle;
 mod pool;
+pub mod quota;
 pub mod retry;
 
 use std::future::Future;
@@ -70,6 +73,9 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     /// Local GGUF models this worker loads and serves.
     pub local_models: Vec<backend::GgufSpec>,
+    /// Quotas of pools that have one (by pool name); see [`quota`].
+    pub quotas: std::collections::HashMap<String, quota::PoolQuota>,
+    pub quota_settings: quota::QuotaSettings,
 }
 
 impl WorkerConfig {
@@ -82,6 +88,8 @@ impl WorkerConfig {
             retry: retry::RetryPolicy::default(),
             shutdown_grace: Duration::from_secs(10),
             local_models: Vec::new(),
+            quotas: Default::default(),
+            quota_settings: Default::default(),
         }
     }
 }
@@ -131,6 +139,10 @@ pub struct Stats {
     /// Pull requests sent, and jobs they brought (their ratio is the mean pull size).
     pub pulls: Counter,
     pub pulled: Counter,
+    /// HTTP 429 answers seen by quota-limited pools.
+    pub rate_limited: Counter,
+    /// Pool-wide cool-downs this worker started (one per 429 storm).
+    pub cooldowns: Counter,
 }
 
 impl Stats {
@@ -166,6 +178,13 @@ pub async fn run_with_checkpoint(
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;
     let stats = Arc::new(Stats::default());
+    let mut quotas = std::collections::HashMap::new();
+    for p in &config.pools {
+        if let Some(q) = config.quotas.get(&p.name) {
+            let gate = quota::QuotaGate::join(&broker, &p.name, q.clone(), &config.worker_id, config.quota_settings, stats.clone()).await?;
+            quotas.insert(p.name.clone(), gate);
+        }
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let (hard_tx, hard_rx) = watch::channel(false);
     let ctx = Arc::new(pool::PoolCtx {
@@ -181,6 +200,7 @@ pub async fn run_with_checkpoint(
         running: Default::default(),
         failpoints,
         subjects: Default::default(),
+        quotas: quotas.clone(),
     });
     let mut loops = tokio::task::JoinSet::new();
     for p in &config.pools {
@@ -200,6 +220,10 @@ pub async fn run_with_checkpoint(
         let _ = hard_tx.send(true);
     });
     while loops.join_next().await.is_some() {}
+    // No call of this worker can start any more: hand its quota shares to the others.
+    for gate in quotas.values() {
+        gate.leave().await;
+    }
     // Drain the client's pending acks/publishes before the connection goes away; bounded,
     // since with the broker gone a flush would wait for a reconnection forever.
     let _ = tokio::time::timeout(Duration::from_secs(5), broker.client.flush()).await;

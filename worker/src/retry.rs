@@ -10,6 +10,7 @@ use backon::{ExponentialBuilder, Retryable};
 use halyard_proto::{Completion, Job};
 
 use crate::backend::{Backends, CallError, ErrorClass};
+use crate::quota::QuotaGate;
 
 #[derive(Clone, Copy, Debug)]
 pub struct RetryPolicy {
@@ -34,6 +35,16 @@ impl Default for RetryPolicy {
 /// Call the backend, retrying transient failures. On success the completion's `calls`
 /// counts every attempt made; on failure the error is the last one.
 pub async fn call_with_retry(backend: &Backends, job: &Job, policy: RetryPolicy) -> (Result<Completion, CallError>, u32) {
+    call_with_retry_gated(backend, None, job, policy).await
+}
+
+/// As [`call_with_retry`], every attempt passing the pool's quota gate when it has one.
+pub async fn call_with_retry_gated(
+    backend: &Backends,
+    gate: Option<&QuotaGate>,
+    job: &Job,
+    policy: RetryPolicy,
+) -> (Result<Completion, CallError>, u32) {
     let attempts = AtomicU32::new(0);
     let backoff = ExponentialBuilder::default()
         .with_min_delay(policy.min_delay)
@@ -42,7 +53,10 @@ pub async fn call_with_retry(backend: &Backends, job: &Job, policy: RetryPolicy)
         .with_jitter();
     let res = (|| async {
         attempts.fetch_add(1, Ordering::Relaxed);
-        backend.call(job).await
+        match gate {
+            None => backend.call(job).await,
+            Some(g) => g.call(job, || backend.call_with_limits(job)).await,
+        }
     })
     .retry(backoff)
     .when(|e: &CallError| e.class != ErrorClass::Permanent)
