@@ -190,6 +190,53 @@ impl FakeQuotaApi {
     }
 }
 
+/// The `i`th chat job of a quota test or benchmark: one short user message to the
+/// OpenAI-compatible API at `base_url`, in `pool`, for run `run`.
+pub fn chat_job(run: uuid::Uuid, pool: &str, base_url: &str, max_tokens: u32, i: u64) -> halyard_proto::Job {
+    use halyard_proto::{ChatMessage, JobKey, ModelRef, Sampling};
+    let key = JobKey {
+        pipeline: "quota-test".into(),
+        stage: "call".into(),
+        stage_version: 1,
+        model: ModelRef { backend: "openai".into(), endpoint: base_url.into(), model: "m".into() },
+        messages: vec![ChatMessage::user(format!("question number {i}"))],
+        sampling: Sampling { max_tokens: Some(max_tokens), ..Default::default() },
+        sample_index: 0,
+    };
+    halyard_proto::Job::new(run, pool, key, None, 30_000)
+}
+
+/// Publish jobs `from..to` of [`chat_job`] to the pool's job subject (the streams must
+/// exist) and wait for JetStream to confirm them all.
+pub async fn publish_chat_jobs(
+    js: &async_nats::jetstream::Context,
+    run: uuid::Uuid,
+    pool: &str,
+    base_url: &str,
+    max_tokens: u32,
+    jobs: std::ops::Range<u64>,
+) -> Result<(), String> {
+    let subject = halyard_proto::subjects::job_subject(pool);
+    let mut acks = Vec::new();
+    for i in jobs {
+        let job = chat_job(run, pool, base_url, max_tokens, i);
+        let payload = halyard_proto::encode(&job).map_err(|e| e.to_string())?;
+        let m = async_nats::jetstream::message::PublishMessage::build()
+            .payload(payload.into())
+            .message_id(format!("{run}:{}", job.id));
+        acks.push(js.send_publish(subject.clone(), m).await.map_err(|e| format!("publish job {i}: {e}"))?);
+        if acks.len() >= 256 {
+            for a in acks.drain(..) {
+                a.await.map_err(|e| format!("job not confirmed: {e}"))?;
+            }
+        }
+    }
+    for a in acks {
+        a.await.map_err(|e| format!("job not confirmed: {e}"))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

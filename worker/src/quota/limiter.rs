@@ -133,6 +133,9 @@ pub struct PoolLimiter {
     clock: TokioClock,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
+    /// Requests wait their turn in order (tokio's mutex is fair): one request gathers its
+    /// tokens at a time, rather than many each holding part of theirs.
+    queue: tokio::sync::Mutex<()>,
 }
 
 /// Rates of one member's share, per minute (for logs and tests).
@@ -151,6 +154,7 @@ impl PoolLimiter {
             clock,
             state: Mutex::new(State { members: members.max(1), factor: 1.0, pause_until: None, cooldowns: 0, balance: 0, buckets }),
             changed: watch::channel(0).0,
+            queue: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -284,6 +288,7 @@ impl PoolLimiter {
     /// Wait until one request costing `tokens` (an estimate) may be sent; returns the
     /// epoch it was admitted in.
     pub async fn acquire(&self, tokens: u64) -> u64 {
+        let _turn = self.queue.lock().await;
         let mut changed = self.changed.subscribe();
         let mut need_request = true;
         let mut need_tokens = self.charge(tokens);

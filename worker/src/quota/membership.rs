@@ -3,7 +3,13 @@
 //! Members register in the JetStream KV bucket [`BUCKET`] under `<pool>.<worker>` (both
 //! hex-encoded, so any pool or worker name makes a valid key) and re-put their key every
 //! heartbeat. The bucket's `max_age` is the membership TTL: a key not refreshed within it
-//! expires, so a crashed member drops out on its own. A graceful leave deletes the key.
+//! expires, so a crashed member drops out on its own. A graceful leave purges the key's
+//! subject from the bucket's stream (no delete marker stays behind).
+//!
+//! The live members are the subjects of the pool's keys that hold a message, read in one
+//! stream-info request (a server-side snapshot): listing keys with a consumer can miss a
+//! key that is being re-put at that moment, and a missed member would make the others
+//! take too large a share.
 //!
 //! Joins, leaves and cool-downs are announced on the core subject
 //! `halyard.quota.<pool hex>`, so members react at once; the KV listing, re-read every
@@ -11,7 +17,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::kv;
+use async_nats::jetstream::{kv, stream};
 use futures::StreamExt;
 use halyard_broker::{Broker, BrokerError};
 use serde::{Deserialize, Serialize};
@@ -41,8 +47,10 @@ pub fn subject(pool: &str) -> String {
 /// One worker's registration in one pool.
 pub struct Membership {
     kv: kv::Store,
+    stream: stream::Stream,
+    /// `$KV.<bucket>.<pool hex>.`: the subjects of this pool's keys.
+    subject_prefix: String,
     client: async_nats::Client,
-    prefix: String,
     key: String,
     subject: String,
     worker: String,
@@ -54,32 +62,40 @@ fn err(what: &str, e: impl std::fmt::Display) -> BrokerError {
 
 /// Open the members bucket, creating it with `ttl` as its `max_age` if missing. An
 /// existing bucket keeps its TTL (the first worker's), which every member then uses.
-pub async fn open_bucket(broker: &Broker, ttl: Duration) -> Result<(kv::Store, Duration), BrokerError> {
-    let store = match broker.js.get_key_value(BUCKET).await {
-        Ok(s) => s,
-        Err(_) => broker
-            .js
-            .create_key_value(kv::Config { bucket: BUCKET.into(), history: 1, max_age: ttl, ..Default::default() })
-            .await
-            .or(
-                // Another worker may have created it meanwhile.
-                broker.js.get_key_value(BUCKET).await,
-            )
-            .map_err(|e| err("cannot open the KV bucket", e))?,
+///
+/// The bucket's stream is created directly with the KV layout (`KV_<bucket>`,
+/// `$KV.<bucket>.>`, one message per subject, rollups, direct gets): async-nats's
+/// `create_key_value` first asks for account information in a form nats-server 2.9 does
+/// not send. Membership is ephemeral, so the stream lives in memory.
+pub async fn open_bucket(broker: &Broker, ttl: Duration) -> Result<(kv::Store, stream::Stream, Duration), BrokerError> {
+    let cfg = stream::Config {
+        name: format!("KV_{BUCKET}"),
+        subjects: vec![format!("$KV.{BUCKET}.>")],
+        max_messages_per_subject: 1,
+        max_age: ttl,
+        storage: stream::StorageType::Memory,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: broker.config.replicas,
+        ..Default::default()
     };
-    let info = store.status().await.map_err(|e| err("cannot read the KV bucket's status", e))?;
-    let ttl = info.info.config.max_age;
-    Ok((store, if ttl.is_zero() { Duration::from_secs(10) } else { ttl }))
+    let mut s = broker.js.get_or_create_stream(cfg).await.map_err(|e| err("cannot create the KV bucket's stream", e))?;
+    let ttl = s.info().await.map_err(|e| err("cannot read the KV bucket's stream", e))?.config.max_age;
+    let store = broker.js.get_key_value(BUCKET).await.map_err(|e| err("cannot open the KV bucket", e))?;
+    Ok((store, s, if ttl.is_zero() { Duration::from_secs(10) } else { ttl }))
 }
 
 impl Membership {
-    pub fn new(broker: &Broker, kv: kv::Store, pool: &str, worker: &str) -> Membership {
+    pub fn new(broker: &Broker, kv: kv::Store, stream: stream::Stream, pool: &str, worker: &str) -> Membership {
         let prefix = format!("{}.", hex(pool));
         Membership {
             kv,
+            stream,
+            subject_prefix: format!("$KV.{BUCKET}.{prefix}"),
             client: broker.client.clone(),
             key: format!("{prefix}{}", hex(worker)),
-            prefix,
             subject: subject(pool),
             worker: worker.to_string(),
         }
@@ -97,21 +113,23 @@ impl Membership {
 
     /// Members with a live key, this worker counted even if its own key is missing.
     pub async fn live(&self) -> Result<usize, BrokerError> {
-        let mut keys = self.kv.keys().await.map_err(|e| err("cannot list members", e))?;
+        let mut info = self.stream.info_with_subjects(format!("{}*", self.subject_prefix)).await.map_err(|e| err("cannot list members", e))?;
+        let own = format!("$KV.{BUCKET}.{}", self.key);
         let (mut n, mut me) = (0usize, false);
-        while let Some(k) = keys.next().await {
-            let k = k.map_err(|e| err("cannot list members", e))?;
-            if k.starts_with(&self.prefix) {
+        while let Some(s) = info.next().await {
+            let (subject, count) = s.map_err(|e| err("cannot list members", e))?;
+            if count > 0 {
                 n += 1;
-                me |= k == self.key;
+                me |= subject == own;
             }
         }
         Ok(if me { n } else { n + 1 })
     }
 
-    /// Delete this worker's key (graceful leave).
+    /// Remove this worker's key (graceful leave) and tell the others.
     pub async fn leave(&self) -> Result<(), BrokerError> {
-        self.kv.delete(&self.key).await.map_err(|e| err("cannot delete member key", e))?;
+        let own = format!("$KV.{BUCKET}.{}", self.key);
+        self.stream.purge().filter(own).await.map_err(|e| err("cannot remove member key", e))?;
         self.announce(&Announcement::Leave { worker: self.worker.clone() }).await
     }
 

@@ -41,7 +41,7 @@ pub struct PoolQuota {
     pub tpm: Option<u64>,
     /// Largest burst of requests one member sends at once (default 1: evenly spaced).
     pub burst: u32,
-    /// Fraction of the quota left unused as a safety margin (default 0.01).
+    /// Fraction of the quota left unused as a safety margin (default 0.005).
     pub headroom: f64,
 }
 
@@ -51,7 +51,7 @@ impl PoolQuota {
     }
 }
 
-pub const DEFAULT_HEADROOM: f64 = 0.01;
+pub const DEFAULT_HEADROOM: f64 = 0.005;
 
 /// How members find each other and recover from cool-downs.
 #[derive(Clone, Copy, Debug)]
@@ -156,9 +156,9 @@ impl QuotaGate {
         mut settings: QuotaSettings,
         stats: Arc<Stats>,
     ) -> Result<Arc<QuotaGate>, BrokerError> {
-        let (kv, ttl) = membership::open_bucket(broker, settings.ttl).await?;
+        let (kv, stream, ttl) = membership::open_bucket(broker, settings.ttl).await?;
         settings.ttl = ttl;
-        let membership = Membership::new(broker, kv, pool, worker);
+        let membership = Membership::new(broker, kv, stream, pool, worker);
         let sub = membership.subscribe().await?;
         membership.heartbeat().await?;
         membership.announce(&Announcement::Join { worker: worker.to_string() }).await?;

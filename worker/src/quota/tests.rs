@@ -37,7 +37,7 @@ async fn rate_is_the_share_and_evenly_spaced() {
     let l = PoolLimiter::new(quota(Some(600), None), 1);
     let at = admit_for(&l, 60, 0, None).await;
     let share = share_per_minute(600.0, DEFAULT_HEADROOM, 1, 1.1);
-    assert!((share - 592.9).abs() < 1e-9, "{share}");
+    assert!((share - (600.0 * (1.0 - DEFAULT_HEADROOM) - 1.1)).abs() < 1e-9, "{share}");
     assert_eq!(l.rates().requests, Some(share));
     assert!((at.len() as f64 - share).abs() <= 1.0, "admitted {} in 60 s, share {share}", at.len());
     assert!(at.len() <= 600);
@@ -67,10 +67,10 @@ async fn tokens_weigh_requests() {
 async fn usage_corrects_the_estimate() {
     let l = PoolLimiter::new(quota(None, Some(6000)), 1);
     let refunded = admit_for(&l, 60, 100, Some(50)).await.len() as f64;
-    assert!((refunded - 6000.0 * 0.99 / 50.0).abs() <= 3.0, "{refunded} requests");
+    assert!((refunded - 6000.0 * (1.0 - DEFAULT_HEADROOM) / 50.0).abs() <= 3.0, "{refunded} requests");
     let l = PoolLimiter::new(quota(None, Some(6000)), 1);
     let indebted = admit_for(&l, 60, 100, Some(200)).await.len() as f64;
-    assert!((indebted - 6000.0 * 0.99 / 200.0).abs() <= 3.0, "{indebted} requests");
+    assert!((indebted - 6000.0 * (1.0 - DEFAULT_HEADROOM) / 200.0).abs() <= 3.0, "{indebted} requests");
     // A 429 refunds the whole estimate.
     let l = PoolLimiter::new(quota(None, Some(6000)), 1);
     l.correct(100, 0);
@@ -82,18 +82,19 @@ async fn usage_corrects_the_estimate() {
 #[tokio::test(start_paused = true)]
 async fn membership_change_rebuilds_the_share() {
     let l = std::sync::Arc::new(PoolLimiter::new(quota(Some(600), Some(60_000)), 1));
-    assert_eq!(l.rates().requests, Some(592.9));
+    let one = share_per_minute(600.0, DEFAULT_HEADROOM, 1, 1.1);
+    assert_eq!(l.rates().requests, Some(one));
     assert!(l.set_members(4));
     assert!(!l.set_members(4), "same count: no rebuild");
     let r = l.rates().requests.unwrap();
-    assert!((r - (594.0 / 4.0 - 1.1)).abs() < 1e-9, "{r}");
+    assert!((r - (600.0 * (1.0 - DEFAULT_HEADROOM) / 4.0 - 1.1)).abs() < 1e-9, "{r}");
     let four = admit_for(&l, 60, 10, None).await.len() as f64;
     assert!((four - r).abs() <= 1.0, "{four} vs {r}");
     // Shrink to one member at a tenth of a period into a long wait: the waiter is served
     // at the new rate, not the old one.
     l.set_members(1);
     let a = admit_for(&l, 30, 10, None).await.len() as f64;
-    assert!((a - 592.9 / 2.0).abs() <= 2.0, "{a}");
+    assert!((a - one / 2.0).abs() <= 2.0, "{a}");
     // A crashed member leaving (2 → 1) doubles the share.
     let l = PoolLimiter::new(quota(Some(600), None), 2);
     let two = l.rates().requests.unwrap();
@@ -105,7 +106,8 @@ async fn membership_change_rebuilds_the_share() {
 #[tokio::test(start_paused = true)]
 async fn rebuild_wakes_waiters() {
     let l = std::sync::Arc::new(PoolLimiter::new(quota(Some(6), None), 6));
-    // Share: 6·0.99/6 − 1 → floored at a tiny rate: the first request waits very long.
+    // Six members of a 6 RPM quota with bursts of 1.1: the share is floored at a tiny
+    // rate, so the first request waits very long.
     let start = Instant::now();
     let l2 = l.clone();
     let waiter = tokio::spawn(async move {
@@ -116,7 +118,7 @@ async fn rebuild_wakes_waiters() {
     assert!(!waiter.is_finished());
     l.set_members(1);
     let done = waiter.await.unwrap();
-    // One member: 6·0.99 − 1 = 4.94 a minute, about 12 s a request.
+    // One member: about 4.9 a minute, some 12 s a request.
     assert!(done - start < Duration::from_secs(5 + 13), "{:?}", done - start);
 }
 
@@ -126,6 +128,7 @@ async fn rebuild_wakes_waiters() {
 #[tokio::test(start_paused = true)]
 async fn cool_down_pauses_then_recovers() {
     let l = std::sync::Arc::new(PoolLimiter::new(quota(Some(600), None), 1));
+    let one = share_per_minute(600.0, DEFAULT_HEADROOM, 1, 1.1);
     let epoch = l.epoch();
     assert!(l.cool_down(Duration::from_secs(10)));
     assert!(!l.cool_down(Duration::from_secs(5)), "extends, does not start another");
@@ -136,11 +139,11 @@ async fn cool_down_pauses_then_recovers() {
     assert!(Instant::now() - start >= Duration::from_secs(10), "admitted during the pause");
     assert_eq!(l.factor(), 0.5);
     let half = admit_for(&l, 4, 0, None).await.len() as f64;
-    assert!((half - 592.9 * 0.5 / 15.0).abs() <= 2.0, "{half} in 4 s at half rate");
+    assert!((half - one * 0.5 / 15.0).abs() <= 2.0, "{half} in 4 s at half rate");
     rec.await.unwrap();
     assert_eq!(l.factor(), 1.0);
     let full = admit_for(&l, 6, 0, None).await.len() as f64;
-    assert!((full - 592.9 / 10.0).abs() <= 2.0, "{full} in 6 s at full rate");
+    assert!((full - one / 10.0).abs() <= 2.0, "{full} in 6 s at full rate");
 }
 
 /// A local pause (quota headers say the budget is spent) holds requests until it ends.
