@@ -127,6 +127,16 @@ impl QuotaLedger {
             .after(self.cfg.latency)
     }
 
+    /// Time since the fake started (the clock of [`Admission::at`]).
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// Admissions in `[from, to)` on the fake's clock.
+    pub fn admitted_between(&self, from: Duration, to: Duration) -> u64 {
+        self.lock().all.iter().filter(|a| a.at >= from && a.at < to).count() as u64
+    }
+
     /// Every admission so far, in order.
     pub fn admissions(&self) -> Vec<Admission> {
         self.lock().all.clone()

@@ -11,9 +11,11 @@
 //! taken at creation), so a join, a rebuild or a restart never adds a burst.
 //!
 //! A request is [`CELLS_PER_REQUEST`] cells of the request limiter, whose capacity is
-//! `burst` requests plus one cell: the extra tenth of a request absorbs the lateness of
-//! timers (tokio rounds sleeps up to the millisecond), which would otherwise be lost on
-//! every request, yet never lets a request more than `burst` through at once.
+//! `burst` requests plus a little slack: 50 ms of the share's rate, at least a tenth of a
+//! request. The slack absorbs the lateness of timers and of a loaded machine (tokio
+//! rounds sleeps up to the millisecond, and a busy scheduler wakes tasks later still),
+//! which would otherwise be lost on every request; being less than a request, it never
+//! lets more than `burst` requests through at once.
 //!
 //! The token limiter's capacity is a tenth of a second of its rate; a request takes its
 //! tokens in chunks of at most half that, so token spending is as smooth as requests and
@@ -108,7 +110,7 @@ struct Buckets {
 }
 
 /// Cells of the request limiter per request (see the module docs).
-pub const CELLS_PER_REQUEST: u32 = 10;
+pub const CELLS_PER_REQUEST: u32 = 20;
 
 /// Rate of a pool's cool-down recovery: the rate right after a cool-down, as a fraction
 /// of the share, and the steps back to the full share.
@@ -338,10 +340,12 @@ pub fn share_per_minute(quota: f64, headroom: f64, members: usize, burst: f64) -
 
 fn build(q: &PoolQuota, members: usize, factor: f64, clock: &TokioClock) -> Buckets {
     let requests = q.rpm.map(|rpm| {
-        let cells = q.burst.max(1).saturating_mul(CELLS_PER_REQUEST).saturating_add(1);
-        let burst = cells as f64 / CELLS_PER_REQUEST as f64;
-        let per_minute = share_per_minute(rpm as f64, q.headroom, members, burst) * factor;
-        Bucket::new(per_minute * CELLS_PER_REQUEST as f64, cells, clock)
+        let cell = CELLS_PER_REQUEST as f64;
+        // Slack: 50 ms of the share (before its own cost), at least 0.1 of a request.
+        let slack = (rpm as f64 * (1.0 - q.headroom) / members.max(1) as f64 / 60.0 * 0.05).clamp(0.1, 0.95);
+        let cells = (q.burst.max(1) as f64 * cell + (slack * cell).ceil()).min(u32::MAX as f64) as u32;
+        let per_minute = share_per_minute(rpm as f64, q.headroom, members, cells as f64 / cell) * factor;
+        Bucket::new(per_minute * cell, cells, clock)
     });
     let tokens = q.tpm.map(|tpm| {
         // A tenth of a second of the share's rate, at least two tokens.
