@@ -233,7 +233,7 @@ fn parse_quota(s: &str) -> Result<(String, PoolQuota)> {
             other => return Err(bad(format!("unknown key {other:?}"))),
         }
     }
-    let q = sweep::check_quota(rpm, tpm, burst).map_err(|e| bad(e))?.ok_or_else(|| bad("give rpm or tpm".into()))?;
+    let q = sweep::check_quota(rpm, tpm, burst).map_err(&bad)?.ok_or_else(|| bad("give rpm or tpm".into()))?;
     Ok((pool.to_string(), pool_quota(&q)))
 }
 

@@ -79,3 +79,61 @@ pub(super) fn pool_quotas(f: &str, models: &[Model]) -> Result<BTreeMap<String, 
     }
     Ok(pools.into_iter().map(|(p, (q, _))| (p, q)).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::{parse, SweepError};
+    use super::QuotaSpec;
+
+    fn sweep(models: &str) -> Result<super::super::Sweep, SweepError> {
+        let text = format!(
+            "name = \"q\"\n{models}\n[[model]]\nname = \"free\"\nbackend = \"noop\"\n\n\
+             [[benchmark]]\npipeline = \"noop\"\njobs = 1\nmodels = [\"free\"]\n"
+        );
+        parse(Path::new("q.toml"), &text)
+    }
+
+    fn model(name: &str, pool: &str, keys: &str) -> String {
+        format!("[[model]]\nname = \"{name}\"\nbackend = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\npool = \"{pool}\"\n{keys}\n")
+    }
+
+    fn key_error(r: Result<super::super::Sweep, SweepError>) -> (String, String) {
+        match r {
+            Err(SweepError::Key { key, reason, .. }) => (key, reason),
+            other => panic!("expected a key error, got {other:?}"),
+        }
+    }
+
+    /// Models of one pool share its quota; a model may leave it to the others.
+    #[test]
+    fn pool_quota_from_models() {
+        let s = sweep(&(model("a", "key1", "rpm = 600\ntpm = 60000") + &model("b", "key1", "") + &model("c", "key2", "tpm = 5000\nburst = 3")))
+            .unwrap();
+        assert_eq!(s.quotas.len(), 2);
+        assert_eq!(s.quotas["key1"], QuotaSpec { rpm: Some(600), tpm: Some(60000), burst: 1 });
+        assert_eq!(s.quotas["key2"], QuotaSpec { rpm: None, tpm: Some(5000), burst: 3 });
+        assert!(!s.quotas.contains_key("free"));
+    }
+
+    /// Bad values and disagreeing models name the key and say what is wrong.
+    #[test]
+    fn bad_quotas_are_key_errors() {
+        let (k, r) = key_error(sweep(&model("a", "p", "rpm = 0")));
+        assert_eq!(k, "model[0].rpm");
+        assert!(r.contains("outside"), "{r}");
+        let (k, _) = key_error(sweep(&model("a", "p", "tpm = -5")));
+        assert_eq!(k, "model[0].tpm");
+        let (k, r) = key_error(sweep(&model("a", "p", "burst = 2")));
+        assert_eq!(k, "model[0].burst");
+        assert!(r.contains("only applies"), "{r}");
+        let (k, r) = key_error(sweep(&model("a", "p", "rpm = 10\nburst = 11")));
+        assert_eq!(k, "model[0].burst");
+        assert!(r.contains("at most `rpm`"), "{r}");
+        let (k, r) = key_error(sweep(&(model("a", "p", "rpm = 10") + &model("b", "p", "rpm = 20"))));
+        assert_eq!(k, "model[1]");
+        assert!(r.contains("two quotas") && r.contains("\"p\""), "{r}");
+        assert_eq!(super::check_quota(Some(5), None, Some(9)).unwrap_err(), "burst: 9 is outside 1..=5 (at most `rpm`)");
+    }
+}

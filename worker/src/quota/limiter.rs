@@ -253,8 +253,7 @@ impl PoolLimiter {
     pub async fn recover(&self, recover: Duration) {
         let epoch = self.epoch();
         let step = recover / RECOVERY_STEPS;
-        loop {
-            let Some(until) = self.paused_until() else { break };
+        while let Some(until) = self.paused_until() {
             tokio::time::sleep_until(until).await;
         }
         for k in 1..=RECOVERY_STEPS {
