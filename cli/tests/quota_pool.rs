@@ -1,7 +1,8 @@
 //! Two `halyard worker` processes share one pool's quota against the quota-enforcing
 //! fake API, through a real nats-server: together they stay within the quota (no 429,
 //! no 60 s window over it), each taking half; when one is killed (SIGKILL, no goodbye)
-//! the other takes over the whole quota once the dead member's heartbeat TTL runs out.
+//! the other takes over the whole quota once the dead member's heartbeat TTL runs out;
+//! a worker that joins and then stops gracefully is seen coming and going at once.
 
 mod common;
 
@@ -15,7 +16,7 @@ use halyard_tests::{ChildGuard, FakeQuotaApi, NatsServer, QuotaConfig};
 
 const POOL: &str = "paid";
 const RPM: u64 = 120;
-const TTL_S: u64 = 3;
+const TTL_S: u64 = 6;
 
 fn worker(nats: &str, id: &str, state: &Path, log: &Path) -> ChildGuard {
     let mut cmd = common::halyard();
@@ -28,17 +29,30 @@ fn worker(nats: &str, id: &str, state: &Path, log: &Path) -> ChildGuard {
     ChildGuard::spawn(cmd)
 }
 
-/// Wait until the worker's log has a line with all of `needles`; panic after `limit`.
-fn wait_log(log: &Path, needles: &[&str], limit: Duration) -> Duration {
+/// Lines of the worker's log holding all of `needles`.
+fn count(log: &Path, needles: &[&str]) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().filter(|l| needles.iter().all(|n| l.contains(n))).count()
+}
+
+/// Wait until the worker's log has more than `seen` lines with all of `needles`; panic
+/// after `limit`. Returns how long it took.
+fn wait_more(log: &Path, needles: &[&str], seen: usize, limit: Duration) -> Duration {
     let start = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
-            return start.elapsed();
-        }
-        assert!(start.elapsed() < limit, "no log line with {needles:?} in {} within {limit:?}:\n{text}", log.display());
+    while count(log, needles) <= seen {
+        assert!(
+            start.elapsed() < limit,
+            "no new log line with {needles:?} in {} within {limit:?}:\n{}",
+            log.display(),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
+    start.elapsed()
+}
+
+fn wait_log(log: &Path, needles: &[&str], limit: Duration) -> Duration {
+    wait_more(log, needles, 0, limit)
 }
 
 #[test]
@@ -69,7 +83,7 @@ fn two_workers_share_the_quota_and_the_survivor_takes_it_all() {
 
     // Kill one: the survivor sees it gone once its key expires (TTL), and resizes.
     b.kill();
-    let took = wait_log(&log_a, &["share resized", "\"members\":1"], Duration::from_secs(TTL_S * 5));
+    let took = wait_more(&log_a, &["share resized", "\"members\":1"], 0, Duration::from_secs(TTL_S * 5));
     eprintln!("survivor resized {took:?} after the kill (TTL {TTL_S} s)");
     assert!(took <= Duration::from_secs(TTL_S + 3), "the survivor took {took:?} to notice a dead member (TTL {TTL_S} s)");
 
@@ -85,4 +99,20 @@ fn two_workers_share_the_quota_and_the_survivor_takes_it_all() {
     assert_eq!(api.ledger.rejected(), 0, "the fake API answered 429");
     assert!(max_60s <= RPM, "{max_60s} requests in one 60 s window (quota {RPM})");
     eprintln!("both: {both}/12 s, alone: {alone}/12 s, max in 60 s: {max_60s} (quota {RPM})");
+
+    // A third joins and stops gracefully: the survivor shrinks on the join and grows back
+    // on the leave at once (announced), not a TTL later.
+    let resized_to_2 = count(&log_a, &["share resized", "\"members\":2"]);
+    let resized_to_1 = count(&log_a, &["share resized", "\"members\":1"]);
+    let log_c = dir.path().join("c.log");
+    let mut c = worker(&nats.url(), "worker-c", &dir.path().join("c"), &log_c);
+    wait_log(&log_c, &["joined quota pool", "\"members\":2"], Duration::from_secs(60));
+    wait_more(&log_a, &["share resized", "\"members\":2"], resized_to_2, Duration::from_secs(10));
+    c.signal(libc::SIGTERM);
+    let took = wait_more(&log_a, &["share resized", "\"members\":1"], resized_to_1, Duration::from_secs(TTL_S * 5));
+    eprintln!("survivor resized {took:?} after a graceful stop");
+    assert!(took < Duration::from_millis(TTL_S * 1000 * 3 / 4), "a graceful leave took {took:?} to reach the survivor: not announced?");
+    assert!(c.wait_timeout(Duration::from_secs(30)).is_some_and(|s| s.success()), "worker-c did not stop cleanly");
+    assert_eq!(count(&log_c, &["left quota pool"]), 1);
+    assert_eq!(api.ledger.rejected(), 0, "the fake API answered 429");
 }

@@ -30,8 +30,9 @@
 //! completed, answered from the checkpoint.
 //!
 //! ## Shutdown
-//! When `shutdown` resolves, the worker stops fetching. In-flight jobs get
-//! `shutdown_grace` to finish; after that their calls are abandoned and the jobs nak'd
+//! When `shutdown` resolves, the worker stops fetching and leaves its quota pools at
+//! once (the others take over its shares; its calls still waiting for the share do not
+//! start). In-flight jobs get `shutdown_grace` to finish; after that their calls are abandoned and the jobs nak'd
 //! with a short delay, so another worker picks them up. The checkpoint is flushed last.
 
 pub mod backend;
@@ -214,16 +215,16 @@ pub async fn run_with_checkpoint(
         _ = loops.join_next() => {}
     }
     let _ = stop_tx.send(true);
+    // Hand the quota shares to the other workers now: this one admits no more calls.
+    for gate in quotas.values() {
+        gate.leave().await;
+    }
     let grace = config.shutdown_grace;
     tokio::spawn(async move {
         tokio::time::sleep(grace).await;
         let _ = hard_tx.send(true);
     });
     while loops.join_next().await.is_some() {}
-    // No call of this worker can start any more: hand its quota shares to the others.
-    for gate in quotas.values() {
-        gate.leave().await;
-    }
     // Drain the client's pending acks/publishes before the connection goes away; bounded,
     // since with the broker gone a flush would wait for a reconnection forever.
     let _ = tokio::time::timeout(Duration::from_secs(5), broker.client.flush()).await;

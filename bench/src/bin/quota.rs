@@ -94,6 +94,8 @@ async fn start_worker(url: &str, s: &sweep::Sweep, dir: &Path, n: usize) -> anyh
     let pools = s.pools().into_iter().filter(|(name, _)| name == POOL).map(|(name, concurrency)| PoolSpec { name, concurrency }).collect();
     let mut cfg = WorkerConfig::new(pools, dir.join(format!("worker-{n}")));
     cfg.worker_id = format!("bench-worker-{n}");
+    // Calls still waiting for the share when a worker stops go back to the queue soon.
+    cfg.shutdown_grace = Duration::from_secs(2);
     cfg.delivery = halyard_broker::Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
     cfg.quotas = s.quotas.iter().map(|(p, q)| (p.clone(), PoolQuota { burst: q.burst, ..PoolQuota::new(q.rpm, q.tpm) })).collect();
     let broker = halyard_broker::connect(&BrokerConfig::new(url, cfg.worker_id.clone())).await?;
@@ -105,11 +107,16 @@ async fn start_worker(url: &str, s: &sweep::Sweep, dir: &Path, n: usize) -> anyh
     Ok(Worker { stop, task })
 }
 
-async fn stop_worker(w: Worker, totals: &mut (u64, u64)) -> anyhow::Result<()> {
-    let _ = w.stop.send(true);
-    let stats = w.task.await??;
-    totals.0 += stats.cooldowns.get();
-    totals.1 += stats.rate_limited.get();
+/// Stop workers together (each leaves its pool at once) and add up their statistics.
+async fn stop_workers(ws: Vec<Worker>, totals: &mut (u64, u64)) -> anyhow::Result<()> {
+    for w in &ws {
+        let _ = w.stop.send(true);
+    }
+    for w in ws {
+        let stats = w.task.await??;
+        totals.0 += stats.cooldowns.get();
+        totals.1 += stats.rate_limited.get();
+    }
     Ok(())
 }
 
@@ -155,17 +162,14 @@ async fn run_scenario(sc: &Scenario, secs: u64, latency: Duration) -> anyhow::Re
             workers.push(start_worker(&url, &s, dir.path(), next_id).await?);
             next_id += 1;
         }
-        while workers.len() > n {
-            let w = workers.pop().expect("more workers than wanted");
-            stop_worker(w, &mut totals).await?;
+        if workers.len() > n {
+            stop_workers(workers.split_off(n), &mut totals).await?;
         }
         eprintln!("  [{:>5.1} s] {} worker(s)", start.elapsed().as_secs_f64(), workers.len());
     }
     tokio::time::sleep_until((start + total).into()).await;
     let admissions = api.ledger.admissions();
-    for w in workers.drain(..) {
-        stop_worker(w, &mut totals).await?;
-    }
+    stop_workers(workers, &mut totals).await?;
     let rejected = api.ledger.rejected();
     // Requests and tokens admitted in each 10 s of the run (the shape of the run).
     let mut shape = vec![(0u64, 0u64); secs.div_ceil(10) as usize];

@@ -126,6 +126,8 @@ struct State {
     cooldowns: u64,
     /// Token credit (positive) or debt (negative) from usage corrections.
     balance: i64,
+    /// This member left the pool: nothing more is admitted.
+    closed: bool,
     buckets: std::sync::Arc<Buckets>,
 }
 
@@ -154,7 +156,7 @@ impl PoolLimiter {
         PoolLimiter {
             quota,
             clock,
-            state: Mutex::new(State { members: members.max(1), factor: 1.0, pause_until: None, cooldowns: 0, balance: 0, buckets }),
+            state: Mutex::new(State { members: members.max(1), factor: 1.0, pause_until: None, cooldowns: 0, balance: 0, closed: false, buckets }),
             changed: watch::channel(0).0,
             queue: tokio::sync::Mutex::new(()),
         }
@@ -243,6 +245,13 @@ impl PoolLimiter {
         }
     }
 
+    /// Admit nothing from now on (the member left the pool); waiting requests wait until
+    /// their callers give up.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.changed.send_modify(|g| *g += 1);
+    }
+
     /// When the current pause ends (None when not paused).
     pub fn paused_until(&self) -> Option<Instant> {
         self.lock().pause_until.filter(|p| *p > Instant::now())
@@ -295,10 +304,15 @@ impl PoolLimiter {
         let mut need_tokens = self.charge(tokens);
         loop {
             changed.borrow_and_update();
-            let (buckets, pause, epoch) = {
+            let (buckets, pause, epoch, closed) = {
                 let s = self.lock();
-                (s.buckets.clone(), s.pause_until, s.cooldowns)
+                (s.buckets.clone(), s.pause_until, s.cooldowns, s.closed)
             };
+            if closed {
+                // Never reopens: wait (cancellably) for good.
+                let _ = changed.changed().await;
+                continue;
+            }
             let now = Instant::now();
             let wait = if let Some(p) = pause.filter(|p| *p > now) {
                 p - now

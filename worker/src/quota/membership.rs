@@ -2,8 +2,10 @@
 //!
 //! Members register in the JetStream KV bucket [`BUCKET`] under `<pool>.<worker>` (both
 //! hex-encoded, so any pool or worker name makes a valid key) and re-put their key every
-//! heartbeat. The bucket's `max_age` is the membership TTL: a key not refreshed within it
-//! expires, so a crashed member drops out on its own. A graceful leave purges the key's
+//! heartbeat (a quarter of the TTL). The bucket's `max_age` is three quarters of the
+//! membership TTL: a key not refreshed within it expires, so a crashed member drops out
+//! on its own, and the others, re-reading the membership every heartbeat, see it gone at
+//! most one TTL after it last spoke. A graceful leave purges the key's
 //! subject from the bucket's stream (no delete marker stays behind).
 //!
 //! The live members are the subjects of the pool's keys that hold a message, read in one
@@ -60,8 +62,9 @@ fn err(what: &str, e: impl std::fmt::Display) -> BrokerError {
     BrokerError::js(format!("quota membership: {what}"), e)
 }
 
-/// Open the members bucket, creating it with `ttl` as its `max_age` if missing. An
-/// existing bucket keeps its TTL (the first worker's), which every member then uses.
+/// Open the members bucket, creating it for membership TTL `ttl` (`max_age` = ¾ TTL) if
+/// missing. An existing bucket keeps its TTL (the first worker's), which every member
+/// then uses; the TTL in force is returned.
 ///
 /// The bucket's stream is created directly with the KV layout (`KV_<bucket>`,
 /// `$KV.<bucket>.>`, one message per subject, rollups, direct gets): async-nats's
@@ -72,7 +75,7 @@ pub async fn open_bucket(broker: &Broker, ttl: Duration) -> Result<(kv::Store, s
         name: format!("KV_{BUCKET}"),
         subjects: vec![format!("$KV.{BUCKET}.>")],
         max_messages_per_subject: 1,
-        max_age: ttl,
+        max_age: ttl.mul_f64(0.75),
         storage: stream::StorageType::Memory,
         allow_rollup: true,
         deny_delete: true,
@@ -82,9 +85,9 @@ pub async fn open_bucket(broker: &Broker, ttl: Duration) -> Result<(kv::Store, s
         ..Default::default()
     };
     let mut s = broker.js.get_or_create_stream(cfg).await.map_err(|e| err("cannot create the KV bucket's stream", e))?;
-    let ttl = s.info().await.map_err(|e| err("cannot read the KV bucket's stream", e))?.config.max_age;
+    let max_age = s.info().await.map_err(|e| err("cannot read the KV bucket's stream", e))?.config.max_age;
     let store = broker.js.get_key_value(BUCKET).await.map_err(|e| err("cannot open the KV bucket", e))?;
-    Ok((store, s, if ttl.is_zero() { Duration::from_secs(10) } else { ttl }))
+    Ok((store, s, if max_age.is_zero() { Duration::from_secs(10) } else { max_age.mul_f64(4.0 / 3.0) }))
 }
 
 impl Membership {

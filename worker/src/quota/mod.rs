@@ -56,7 +56,8 @@ pub const DEFAULT_HEADROOM: f64 = 0.005;
 /// How members find each other and recover from cool-downs.
 #[derive(Clone, Copy, Debug)]
 pub struct QuotaSettings {
-    /// Membership TTL (the KV bucket's `max_age`); heartbeats go every quarter of it.
+    /// Membership TTL: a crashed member is noticed at most this long after its last
+    /// heartbeat. Heartbeats go every quarter of it; the KV bucket's `max_age` is ¾ of it.
     pub ttl: Duration,
     /// After a cool-down, the time to step back up from half rate to the full share.
     pub recover: Duration,
@@ -186,16 +187,21 @@ impl QuotaGate {
         &self.limiter
     }
 
-    /// Leave the pool: stop the heartbeat and delete this member's key, so the others
-    /// take over its share at once.
+    /// Leave the pool: admit no more requests, stop the heartbeat and remove this
+    /// member's key, so the others take over its share at once. Requests waiting for the
+    /// share wait until their jobs are abandoned (and nak'd for another worker).
     pub async fn leave(&self) {
+        self.limiter.close();
         let _ = self.stop.send(true);
         let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = task {
             let _ = t.await;
         }
-        if let Err(e) = self.membership.leave().await {
-            warn!(pool = %self.pool, error = %e, "could not leave the quota pool; the others notice when its TTL runs out");
+        // Bounded: with the broker gone, the others notice by the TTL anyway.
+        match tokio::time::timeout(Duration::from_secs(3), self.membership.leave()).await {
+            Ok(Ok(())) => info!(pool = %self.pool, "left quota pool"),
+            Ok(Err(e)) => warn!(pool = %self.pool, error = %e, "could not leave the quota pool; the others notice when its TTL runs out"),
+            Err(_) => warn!(pool = %self.pool, "leaving the quota pool timed out; the others notice when its TTL runs out"),
         }
     }
 

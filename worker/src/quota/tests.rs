@@ -159,6 +159,15 @@ async fn local_pause_holds_requests() {
     assert_eq!(l.factor(), 1.0, "a local pause is not a cool-down");
 }
 
+/// A member that left admits nothing more, however long a request waits.
+#[tokio::test(start_paused = true)]
+async fn closed_limiter_admits_nothing() {
+    let l = PoolLimiter::new(quota(Some(6000), None), 1);
+    l.acquire(0).await;
+    l.close();
+    assert!(tokio::time::timeout(Duration::from_secs(3600), l.acquire(0)).await.is_err());
+}
+
 #[test]
 fn reset_header_forms() {
     assert_eq!(parse_reset("1s"), Some(Duration::from_secs(1)));
