@@ -84,8 +84,9 @@ struct WorkerArgs {
     /// (repeatable; with --sweep the quotas come from the sweep's rpm/tpm/burst keys).
     #[arg(long = "quota")]
     quotas: Vec<String>,
-    /// Seconds a pool member stays registered without a heartbeat (quota pools). The
-    /// first worker to create the membership bucket sets it for every worker.
+    /// Quota pools: seconds within which the other workers notice that this one died
+    /// (heartbeats go every quarter of it). The first worker to create the membership
+    /// bucket sets it for every worker.
     #[arg(long, default_value_t = 10.0)]
     quota_ttl: f64,
     /// Checkpoint directory (sled).

@@ -32,8 +32,9 @@
 //! ## Shutdown
 //! When `shutdown` resolves, the worker stops fetching and leaves its quota pools at
 //! once (the others take over its shares; its calls still waiting for the share do not
-//! start). In-flight jobs get `shutdown_grace` to finish; after that their calls are abandoned and the jobs nak'd
-//! with a short delay, so another worker picks them up. The checkpoint is flushed last.
+//! start). In-flight jobs get `shutdown_grace` to finish; after that their calls are
+//! abandoned and the jobs nak'd with a short delay, so another worker picks them up.
+//! The checkpoint is flushed last.
 
 pub mod backend;
 pub mod checkpoint;

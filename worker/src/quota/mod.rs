@@ -72,6 +72,9 @@ impl Default for QuotaSettings {
     }
 }
 
+/// The longest pool-wide pause one 429 can cause, whatever its `Retry-After` says.
+pub const MAX_COOLDOWN: Duration = Duration::from_secs(300);
+
 /// Completion tokens assumed for a request without `max_tokens`.
 pub const DEFAULT_COMPLETION_ESTIMATE: u64 = 256;
 
@@ -254,7 +257,7 @@ impl QuotaGate {
                 // A request admitted before the current cool-down began is part of the
                 // same storm: it does not start another.
                 if self.limiter.epoch() == epoch {
-                    let d = e.retry_after.unwrap_or_else(|| self.backoff());
+                    let d = e.retry_after.unwrap_or_else(|| self.backoff()).min(MAX_COOLDOWN);
                     self.cool_down(d);
                     self.stats.cooldowns.inc();
                     warn!(pool = %self.pool, pause_ms = d.as_millis() as u64, "429 from the API: pausing the whole pool");
@@ -315,7 +318,7 @@ async fn upkeep(gate: Arc<QuotaGate>, mut sub: async_nats::Subscriber) {
                     Ok(Announcement::Join { worker } | Announcement::Leave { worker }) if worker != me => gate.refresh().await,
                     Ok(Announcement::CoolDown { worker, ms }) if worker != me => {
                         info!(pool = %gate.pool, from = %worker, pause_ms = ms, "pool cool-down");
-                        gate.cool_down(Duration::from_millis(ms.min(3_600_000)));
+                        gate.cool_down(Duration::from_millis(ms).min(MAX_COOLDOWN));
                     }
                     Ok(_) => {}
                     Err(e) => debug!(pool = %gate.pool, error = %e, "ignoring an unreadable quota announcement"),
