@@ -10,6 +10,7 @@ use halyard_broker::{embedded::EmbeddedNats, BrokerConfig, Delivery};
 use halyard_coordinator::{sweep, CoordinatorConfig, Progress, RunOutcome};
 use halyard_worker::backend::replay::{ReplaySource, ReplaySpec};
 use halyard_worker::backend::GgufSpec;
+use halyard_worker::quota::PoolQuota;
 use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
 use tokio::sync::watch;
 
@@ -138,6 +139,15 @@ struct WorkerArgs {
     /// Serve this pool: NAME or NAME=CONCURRENCY (repeatable).
     #[arg(long = "pool")]
     pools: Vec<String>,
+    /// Quota of a --pool, shared by all its workers: POOL:rpm=N,tpm=N[,burst=N]
+    /// (repeatable; with --sweep the quotas come from the sweep's rpm/tpm/burst keys).
+    #[arg(long = "quota")]
+    quotas: Vec<String>,
+    /// Quota pools: seconds within which the other workers notice that this one died
+    /// (heartbeats go every quarter of it). The first worker to create the membership
+    /// bucket sets it for every worker.
+    #[arg(long, default_value_t = 10.0)]
+    quota_ttl: f64,
     /// Checkpoint directory (sled).
     #[arg(long, default_value = "halyard-worker")]
     state: PathBuf,
@@ -267,6 +277,7 @@ fn sweep_worker(s: &sweep::Sweep, state: PathBuf) -> WorkerConfig {
     cfg.delivery = delivery(s);
     cfg.local_models = local_models(s);
     cfg.replays = replays(s);
+    cfg.quotas = s.quotas.iter().map(|(pool, q)| (pool.clone(), pool_quota(q))).collect();
     cfg
 }
 
@@ -285,6 +296,29 @@ fn replays(s: &sweep::Sweep) -> Vec<ReplaySpec> {
             Some(ReplaySpec { endpoint: r.endpoint.clone(), source })
         })
         .collect()
+}
+
+fn pool_quota(q: &sweep::QuotaSpec) -> PoolQuota {
+    PoolQuota { burst: q.burst, ..PoolQuota::new(q.rpm, q.tpm) }
+}
+
+/// `--quota POOL:rpm=N,tpm=N[,burst=N]`.
+fn parse_quota(s: &str) -> Result<(String, PoolQuota)> {
+    let bad = |why: String| anyhow::anyhow!("--quota {s:?}: {why} (expected POOL:rpm=N,tpm=N[,burst=N])");
+    let (pool, spec) = s.rsplit_once(':').ok_or_else(|| bad("no ':' after the pool name".into()))?;
+    let (mut rpm, mut tpm, mut burst) = (None, None, None);
+    for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = part.split_once('=').ok_or_else(|| bad(format!("{part:?} is not KEY=N")))?;
+        let n: i64 = v.trim().parse().map_err(|_| bad(format!("{k} value {v:?} is not an integer")))?;
+        match k.trim() {
+            "rpm" => rpm = Some(n),
+            "tpm" => tpm = Some(n),
+            "burst" => burst = Some(n),
+            other => return Err(bad(format!("unknown key {other:?}"))),
+        }
+    }
+    let q = sweep::check_quota(rpm, tpm, burst).map_err(&bad)?.ok_or_else(|| bad("give rpm or tpm".into()))?;
+    Ok((pool.to_string(), pool_quota(&q)))
 }
 
 fn delivery(s: &sweep::Sweep) -> Delivery {
@@ -328,8 +362,8 @@ async fn run(a: RunArgs) -> Result<u8> {
     let (fail_tx, fail_rx) = watch::channel(false);
     let (progress_tx, progress_rx) = watch::channel(Progress::default());
     let coordinator_src = metrics::CoordinatorSource { progress: progress_rx.clone(), broker: broker.clone(), pools: sweep.pools().into_keys().collect() };
-    metrics::serve(a.metrics.as_deref(), None, metrics::Sources { coordinator: Some(coordinator_src), workers: worker_stats }).await?;
-    let shown = progress::spawn(progress_rx.clone());
+    metrics::serve(a.metrics.as_deref(), None, metrics::Sources { coordinator: Some(coordinator_src), workers: worker_stats.clone() }).await?;
+    let shown = progress::spawn(progress_rx.clone(), worker_stats.iter().map(|(_, s)| s.clone()).collect());
     let writer = status::StatusWriter::start(&sweep.name, &run_dir, &broker, progress_rx, sweep.pools().into_keys().collect()).await;
     let coordinator = halyard_coordinator::run(broker.clone(), CoordinatorConfig { sweep, run_dir }, Some(progress_tx), async move {
         tokio::select! { _ = until(stop) => {}, _ = until(fail_rx) => {} }
@@ -496,6 +530,17 @@ async fn worker(a: WorkerArgs) -> Result<u8> {
     for p in &a.pools {
         cfg.pools.push(parse_pool(p)?);
     }
+    for q in &a.quotas {
+        let (pool, quota) = parse_quota(q)?;
+        if !cfg.pools.iter().any(|p| p.name == pool) {
+            anyhow::bail!("--quota {q:?}: this worker serves no pool {pool:?} (give --pool {pool})");
+        }
+        cfg.quotas.insert(pool, quota);
+    }
+    if !(a.quota_ttl.is_finite() && (1.0..=3600.0).contains(&a.quota_ttl)) {
+        anyhow::bail!("--quota-ttl {}: give seconds in 1..=3600", a.quota_ttl);
+    }
+    cfg.quota_settings.ttl = Duration::from_secs_f64(a.quota_ttl);
     cfg.shutdown_grace = Duration::from_secs_f64(a.grace.max(0.0));
     if let Some(id) = a.id {
         cfg.worker_id = id;

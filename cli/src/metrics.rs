@@ -185,8 +185,8 @@ pub fn worker_metrics(e: &mut Exposition, worker: &str, s: &Stats) {
     }
     for (name, help, v) in [
         ("halyard_worker_checkpoint_hits_total", "Jobs answered from the worker's checkpoint without a model call.", s.replayed.get()),
-        ("halyard_worker_rate_limited_total", "HTTP 429 responses received (this process).", halyard_worker::RATE_LIMITED.get()),
-        ("halyard_worker_cooldowns_total", "Pool cool-downs entered (this process).", halyard_worker::COOLDOWNS.get()),
+        ("halyard_worker_rate_limited_total", "HTTP 429 responses received by the worker, retried ones included.", s.rate_limited.get()),
+        ("halyard_worker_cooldowns_total", "Pool-wide cool-downs this worker started (quota pools).", s.cooldowns.get()),
         ("halyard_worker_pulls_total", "Pull requests sent to the broker.", s.pulls.get()),
         ("halyard_worker_pulled_total", "Jobs received from the broker.", s.pulled.get()),
     ] {

@@ -10,11 +10,12 @@
 //! reports the same figures.
 
 use std::io::{IsTerminal, Write};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use halyard_coordinator::progress::TargetProgress;
 use halyard_coordinator::Progress;
+use halyard_worker::Stats;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::watch;
 
@@ -53,14 +54,19 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
     }
 }
 
-fn summary(p: &Progress) -> String {
+/// HTTP 429s seen by this process's workers.
+fn rate_limited(local: &[Arc<Stats>]) -> u64 {
+    local.iter().map(|s| s.rate_limited.get()).sum()
+}
+
+fn summary(p: &Progress, local: &[Arc<Stats>]) -> String {
     let retries: u64 = p.costs.iter().map(|c| c.retries).sum();
     let spent: f64 = p.costs.iter().map(|c| c.cost).sum();
     let mut s = format!(
         "{} results · {} retries · {} 429s · {} dead letters · ${spent:.4}",
         p.results,
         retries,
-        halyard_worker::RATE_LIMITED.get(),
+        rate_limited(local),
         p.dead_letters
     );
     if let Some(m) = p.max_cost {
@@ -77,16 +83,16 @@ fn target_name(t: &TargetProgress) -> String {
 }
 
 /// Show progress until the sender side of `rx` is dropped.
-pub fn spawn(mut rx: watch::Receiver<Progress>) -> tokio::task::JoinHandle<()> {
+pub fn spawn(mut rx: watch::Receiver<Progress>, local: Vec<Arc<Stats>>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         match BARS.get() {
-            Some(mp) => bars(mp, &mut rx).await,
-            None => logs(&mut rx).await,
+            Some(mp) => bars(mp, &mut rx, &local).await,
+            None => logs(&mut rx, &local).await,
         }
     })
 }
 
-async fn bars(mp: &MultiProgress, rx: &mut watch::Receiver<Progress>) {
+async fn bars(mp: &MultiProgress, rx: &mut watch::Receiver<Progress>, local: &[Arc<Stats>]) {
     let style = ProgressStyle::with_template("{prefix:>28} [{bar:30.cyan/blue}] {pos}/{len} {percent:>3}% {rate:>10} ETA {eta:>4}")
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
@@ -109,7 +115,7 @@ async fn bars(mp: &MultiProgress, rx: &mut watch::Receiver<Progress>) {
         for (b, t) in per_target.iter().zip(&p.targets) {
             b.set_position(t.done);
         }
-        line.set_message(summary(&p));
+        line.set_message(summary(&p, local));
         line.tick();
         if rx.changed().await.is_err() {
             break;
@@ -121,7 +127,7 @@ async fn bars(mp: &MultiProgress, rx: &mut watch::Receiver<Progress>) {
     line.abandon();
 }
 
-async fn logs(rx: &mut watch::Receiver<Progress>) {
+async fn logs(rx: &mut watch::Receiver<Progress>, local: &[Arc<Stats>]) {
     let started = Instant::now();
     let mut first: Option<Vec<u64>> = None;
     let mut tick = tokio::time::interval(LOG_EVERY);
@@ -157,7 +163,7 @@ async fn logs(rx: &mut watch::Receiver<Progress>) {
         tracing::info!(
             results = p.results,
             retries = p.costs.iter().map(|c| c.retries).sum::<u64>(),
-            rate_limited = halyard_worker::RATE_LIMITED.get(),
+            rate_limited = rate_limited(local),
             dead_letters = p.dead_letters,
             cost_usd = format_args!("{:.4}", p.costs.iter().map(|c| c.cost).sum::<f64>()),
             held = p.held,

@@ -129,7 +129,7 @@ pub async fn heartbeat(broker: &Broker, worker: String, pools: Vec<(String, usiz
                 completed: stats.completed.get(),
                 replayed: stats.replayed.get(),
                 dead_letters: stats.dead_letters.get(),
-                rate_limited: halyard_worker::RATE_LIMITED.get(),
+                rate_limited: stats.rate_limited.get(),
                 updated_unix_ms: unix_ms(),
             };
             if let Ok(b) = serde_json::to_vec(&beat) {

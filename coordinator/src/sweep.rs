@@ -11,6 +11,10 @@ use halyard_pipelines::{autohall, chainpoll, hvi, noop, uhgeval};
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
+#[path = "sweep_quota.rs"]
+mod sweep_quota;
+pub use sweep_quota::{check_quota, QuotaSpec};
+
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
     #[error("cannot read sweep file {file}: {reason}")]
@@ -45,6 +49,10 @@ struct RawModel {
     api_key_env: Option<String>,
     pool: Option<String>,
     max_concurrency: Option<i64>,
+    /// Pool quota (see `sweep_quota`).
+    rpm: Option<i64>,
+    tpm: Option<i64>,
+    burst: Option<i64>,
     temperature: Option<f64>,
     max_tokens: Option<i64>,
     seed: Option<u64>,
@@ -127,6 +135,8 @@ pub struct Model {
     pub replay: Option<judged::ReplayModel>,
     /// `price = { input = …, output = … }`: USD per million tokens.
     pub price: Option<crate::cost::Price>,
+    /// The quota of this model's pool, if it gives one.
+    pub quota: Option<QuotaSpec>,
 }
 
 /// A GGUF model run inside the worker.
@@ -256,6 +266,8 @@ pub struct Sweep {
     pub models: Vec<Model>,
     pub benchmarks: Vec<Benchmark>,
     pub run: RunSettings,
+    /// Quotas of the pools that have one.
+    pub quotas: BTreeMap<String, QuotaSpec>,
 }
 
 impl Sweep {
@@ -415,6 +427,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 Some(crate::cost::Price { input: p.input, output: p.output })
             }
         };
+        let quota = sweep_quota::model_quota(f, &k, m.rpm, m.tpm, m.burst)?;
         models.push(Model {
             price,
             spec: ModelSpec {
@@ -430,6 +443,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             max_concurrency: max_concurrency as usize,
             local,
             replay,
+            quota,
         });
     }
     let find = |key: String, name: &str| -> Result<ModelSpec, SweepError> {
@@ -537,9 +551,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             return Err(key_err(f, "run.max_cost", format!("{c} is not an amount of USD (≥ 0)")));
         }
     }
+    let quotas = sweep_quota::pool_quotas(f, &models)?;
     Ok(Sweep {
         file: path.to_path_buf(),
         name: raw.name,
+        quotas,
         models,
         benchmarks,
         run: RunSettings { max_deliver, ack_wait: std::time::Duration::from_secs_f64(ack_wait_s), window: window as usize, max_cost: rr.max_cost },

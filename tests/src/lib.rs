@@ -9,6 +9,9 @@
 //!   completions, scripted per call with a [`Reply`] (text, HTTP errors with
 //!   `Retry-After`, delays, gates, hangs, garbage), logging every call it receives.
 //!   Also [`request_key`] and [`repeats`] to count paid-for calls made twice.
+//! - [`fake_quota`]: [`FakeQuotaApi`], a `FakeOpenAi` that enforces requests- and
+//!   tokens-per-minute quotas over a sliding window (429 with `Retry-After` beyond
+//!   them), with a configurable latency and 429 storms, and a ledger of admissions.
 //! - [`process`]: [`spawn_tied`] and [`ChildGuard`], so that no child (`nats-server`,
 //!   the `halyard` binary) outlives the test process, even one that crashes; and
 //!   [`cargo_bin`] to find the `halyard` binary from tests outside the `cli` package.
@@ -46,11 +49,13 @@
 
 pub mod cluster;
 pub mod fake_openai;
+pub mod fake_quota;
 pub mod nats;
 pub mod process;
 pub mod prometheus;
 
 pub use fake_openai::{repeats, request_key, ChatCall, FakeOpenAi, Gate, Reply};
 pub use cluster::NatsCluster;
+pub use fake_quota::{FakeQuotaApi, QuotaConfig, QuotaLedger};
 pub use nats::{free_port, NatsServer};
 pub use process::{cargo_bin, pid_alive, spawn_tied, ChildGuard};

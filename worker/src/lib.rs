@@ -7,6 +7,8 @@
 //! - [`retry`]: in-delivery retries with backoff, jitter and `Retry-After`.
 //! - [`failpoint`]: crash points between the durability steps, armed by an environment
 //!   variable, for crash tests.
+//! - [`quota`]: pool quotas (requests and tokens per minute) shared by all the
+//!   pool's workers through a KV membership, with pool-wide cool-downs on 429.
 //! - `pool`: the fetch loop of one pool and the effects of the state machine.
 //!
 //! ## The life of a job in a worker
@@ -28,15 +30,18 @@
 //! completed, answered from the checkpoint.
 //!
 //! ## Shutdown
-//! When `shutdown` resolves, the worker stops fetching. In-flight jobs get
-//! `shutdown_grace` to finish; after that their calls are abandoned and the jobs nak'd
-//! with a short delay, so another worker picks them up. The checkpoint is flushed last.
+//! When `shutdown` resolves, the worker stops fetching and leaves its quota pools at
+//! once (the others take over its shares; its calls still waiting for the share do not
+//! start). In-flight jobs get `shutdown_grace` to finish; after that their calls are
+//! abandoned and the jobs nak'd with a short delay, so another worker picks them up.
+//! The checkpoint is flushed last.
 
 pub mod backend;
 pub mod checkpoint;
 pub mod failpoint;
 pub mod lifecycle;
 mod pool;
+pub mod quota;
 pub mod retry;
 
 use std::future::Future;
@@ -74,6 +79,9 @@ pub struct WorkerConfig {
     pub replays: Vec<backend::replay::ReplaySpec>,
     /// Where the worker counts what it does (read live by `/metrics`).
     pub stats: Arc<Stats>,
+    /// Quotas of pools that have one (by pool name); see [`quota`].
+    pub quotas: std::collections::HashMap<String, quota::PoolQuota>,
+    pub quota_settings: quota::QuotaSettings,
 }
 
 impl WorkerConfig {
@@ -88,6 +96,8 @@ impl WorkerConfig {
             local_models: Vec::new(),
             replays: Vec::new(),
             stats: Arc::default(),
+            quotas: Default::default(),
+            quota_settings: Default::default(),
         }
     }
 }
@@ -128,11 +138,6 @@ impl Counter {
     }
 }
 
-/// HTTP 429 (rate limited) responses received by this process, retried ones included.
-pub static RATE_LIMITED: Counter = Counter::new();
-/// Pool cool-downs entered by this process (quota handling; stays 0 until cool-downs exist).
-pub static COOLDOWNS: Counter = Counter::new();
-
 /// What this worker did (for logs, tests, benchmarks and `/metrics`).
 #[derive(Default, Debug)]
 pub struct Stats {
@@ -145,6 +150,10 @@ pub struct Stats {
     /// Pull requests sent, and jobs they brought (their ratio is the mean pull size).
     pub pulls: Counter,
     pub pulled: Counter,
+    /// HTTP 429 answers received, retried ones included.
+    pub rate_limited: Counter,
+    /// Pool-wide cool-downs this worker started (one per 429 storm).
+    pub cooldowns: Counter,
 }
 
 impl Stats {
@@ -180,6 +189,13 @@ pub async fn run_with_checkpoint(
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;
     let stats = config.stats.clone();
+    let mut quotas = std::collections::HashMap::new();
+    for p in &config.pools {
+        if let Some(q) = config.quotas.get(&p.name) {
+            let gate = quota::QuotaGate::join(&broker, &p.name, q.clone(), &config.worker_id, config.quota_settings, stats.clone()).await?;
+            quotas.insert(p.name.clone(), gate);
+        }
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let (hard_tx, hard_rx) = watch::channel(false);
     let ctx = Arc::new(pool::PoolCtx {
@@ -195,6 +211,7 @@ pub async fn run_with_checkpoint(
         running: Default::default(),
         failpoints,
         subjects: Default::default(),
+        quotas: quotas.clone(),
     });
     let mut loops = tokio::task::JoinSet::new();
     for p in &config.pools {
@@ -208,6 +225,10 @@ pub async fn run_with_checkpoint(
         _ = loops.join_next() => {}
     }
     let _ = stop_tx.send(true);
+    // Hand the quota shares to the other workers now: this one admits no more calls.
+    for gate in quotas.values() {
+        gate.leave().await;
+    }
     let grace = config.shutdown_grace;
     tokio::spawn(async move {
         tokio::time::sleep(grace).await;

@@ -16,7 +16,7 @@ use tracing::{debug, info, warn, Instrument};
 use crate::backend::{Backends, CallError};
 use crate::failpoint::{Failpoints, Point};
 use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State};
-use crate::retry::{call_with_retry, RetryPolicy};
+use crate::retry::{call_with_retry_gated, RetryPolicy};
 use crate::{Checkpoint, Stats};
 
 pub(crate) struct PoolCtx {
@@ -37,6 +37,8 @@ pub(crate) struct PoolCtx {
     pub failpoints: Failpoints,
     /// Result subject of each run seen.
     pub subjects: std::sync::Mutex<HashMap<uuid::Uuid, async_nats::Subject>>,
+    /// Quota gates of the pools that have a quota.
+    pub quotas: HashMap<String, Arc<crate::quota::QuotaGate>>,
 }
 
 /// How long an open pull request waits for jobs before it is renewed.
@@ -284,7 +286,7 @@ enum CallOutcome {
 /// Run the call with retries, sending in-progress acks while it lasts longer than a
 /// fraction of `ack_wait`, and abandoning it when the hard stop comes.
 async fn call(ctx: &PoolCtx, msg: &jetstream::Message, job: &Job) -> CallOutcome {
-    let fut = call_with_retry(&ctx.backends, job, ctx.retry);
+    let fut = call_with_retry_gated(&ctx.backends, ctx.quotas.get(&job.pool).map(|g| &**g), &ctx.stats, job, ctx.retry);
     tokio::pin!(fut);
     let period = (ctx.ack_wait / 3).max(Duration::from_millis(200));
     let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);

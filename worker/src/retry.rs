@@ -10,6 +10,7 @@ use backon::{ExponentialBuilder, Retryable};
 use halyard_proto::{Completion, Job};
 
 use crate::backend::{Backends, CallError, ErrorClass};
+use crate::quota::QuotaGate;
 
 #[derive(Clone, Copy, Debug)]
 pub struct RetryPolicy {
@@ -34,6 +35,17 @@ impl Default for RetryPolicy {
 /// Call the backend, retrying transient failures. On success the completion's `calls`
 /// counts every attempt made; on failure the error is the last one.
 pub async fn call_with_retry(backend: &Backends, job: &Job, policy: RetryPolicy) -> (Result<Completion, CallError>, u32) {
+    call_with_retry_gated(backend, None, &crate::Stats::default(), job, policy).await
+}
+
+/// As [`call_with_retry`], every attempt passing the pool's quota gate when it has one.
+pub async fn call_with_retry_gated(
+    backend: &Backends,
+    gate: Option<&QuotaGate>,
+    stats: &crate::Stats,
+    job: &Job,
+    policy: RetryPolicy,
+) -> (Result<Completion, CallError>, u32) {
     let attempts = AtomicU32::new(0);
     let backoff = ExponentialBuilder::default()
         .with_min_delay(policy.min_delay)
@@ -42,9 +54,12 @@ pub async fn call_with_retry(backend: &Backends, job: &Job, policy: RetryPolicy)
         .with_jitter();
     let res = (|| async {
         attempts.fetch_add(1, Ordering::Relaxed);
-        let r = backend.call(job).await;
+        let r = match gate {
+            None => backend.call(job).await,
+            Some(g) => g.call(job, || backend.call_with_limits(job)).await,
+        };
         if matches!(&r, Err(e) if e.status == Some(429)) {
-            crate::RATE_LIMITED.inc();
+            stats.rate_limited.inc();
         }
         r
     })

@@ -108,6 +108,14 @@ impl Backends {
         }
     }
 
+    /// One attempt at the call, with the API's rate-limit headers (HTTP backends only).
+    pub async fn call_with_limits(&self, job: &Job) -> (Result<Completion, CallError>, RateHeaders) {
+        match job.key.model.backend.as_str() {
+            "openai" => self.http.call_with_limits(job).await,
+            _ => (self.call(job).await, RateHeaders::default()),
+        }
+    }
+
     /// One attempt at the call (no retries).
     pub async fn call(&self, job: &Job) -> Result<Completion, CallError> {
         match job.key.model.backend.as_str() {
@@ -150,3 +158,5 @@ impl Backends {
 }
 
 use halyard_proto::Usage;
+
+use crate::quota::RateHeaders;

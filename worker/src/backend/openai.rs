@@ -9,6 +9,7 @@ use halyard_proto::{Completion, Job, Usage};
 use serde::Deserialize;
 
 use super::{CallError, ErrorClass};
+use crate::quota::RateHeaders;
 
 #[derive(Clone)]
 pub struct OpenAi {
@@ -93,6 +94,17 @@ impl OpenAi {
     }
 
     pub async fn call(&self, job: &Job) -> Result<Completion, CallError> {
+        self.call_with_limits(job).await.0
+    }
+
+    /// One call, with the rate-limit headers of its answer (default when none came).
+    pub async fn call_with_limits(&self, job: &Job) -> (Result<Completion, CallError>, RateHeaders) {
+        let mut limits = RateHeaders::default();
+        let res = self.call_inner(job, &mut limits).await;
+        (res, limits)
+    }
+
+    async fn call_inner(&self, job: &Job, limits: &mut RateHeaders) -> Result<Completion, CallError> {
         let key = &job.key;
         let url = format!("{}/chat/completions", key.model.endpoint.trim_end_matches('/'));
         let messages: Vec<serde_json::Value> = key
@@ -130,6 +142,7 @@ impl OpenAi {
             CallError::transient(format!("POST {url}: {what}: {e}"))
         })?;
         let status = resp.status().as_u16();
+        *limits = RateHeaders::parse(|n| resp.headers().get(n).and_then(|v| v.to_str().ok()));
         let retry_after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
         let bytes = resp.bytes().await.map_err(|e| CallError::transient(format!("POST {url}: reading body: {e}")))?;
         if status != 200 {

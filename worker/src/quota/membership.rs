@@ -1,0 +1,148 @@
+//! Who serves a pool right now, and the pool's control messages.
+//!
+//! Members register in the JetStream KV bucket [`BUCKET`] under `<pool>.<worker>` (both
+//! hex-encoded, so any pool or worker name makes a valid key) and re-put their key every
+//! heartbeat (a quarter of the TTL). The bucket's `max_age` is three quarters of the
+//! membership TTL: a key not refreshed within it expires, so a crashed member drops out
+//! on its own, and the others, re-reading the membership every heartbeat, see it gone at
+//! most one TTL after it last spoke. A graceful leave purges the key's
+//! subject from the bucket's stream (no delete marker stays behind).
+//!
+//! The live members are the subjects of the pool's keys that hold a message, read in one
+//! stream-info request (a server-side snapshot): listing keys with a consumer can miss a
+//! key that is being re-put at that moment, and a missed member would make the others
+//! take too large a share.
+//!
+//! Joins, leaves and cool-downs are announced on the core subject
+//! `halyard.quota.<pool hex>`, so members react at once; the KV listing, re-read every
+//! heartbeat, is the truth that announcements only hurry along.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{kv, stream};
+use futures::StreamExt;
+use halyard_broker::{Broker, BrokerError};
+use serde::{Deserialize, Serialize};
+
+/// The KV bucket of pool members.
+pub const BUCKET: &str = "halyard_quota_members";
+
+/// A control message to every member of a pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Announcement {
+    Join { worker: String },
+    Leave { worker: String },
+    /// Pause the pool for `ms` milliseconds (a 429 was seen by `worker`).
+    CoolDown { worker: String, ms: u64 },
+}
+
+pub fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The core subject of a pool's announcements.
+pub fn subject(pool: &str) -> String {
+    format!("halyard.quota.{}", hex(pool))
+}
+
+/// One worker's registration in one pool.
+pub struct Membership {
+    kv: kv::Store,
+    stream: stream::Stream,
+    /// `$KV.<bucket>.<pool hex>.`: the subjects of this pool's keys.
+    subject_prefix: String,
+    client: async_nats::Client,
+    key: String,
+    subject: String,
+    worker: String,
+}
+
+fn err(what: &str, e: impl std::fmt::Display) -> BrokerError {
+    BrokerError::js(format!("quota membership: {what}"), e)
+}
+
+/// Open the members bucket, creating it for membership TTL `ttl` (`max_age` = ¾ TTL) if
+/// missing. An existing bucket keeps its TTL (the first worker's), which every member
+/// then uses; the TTL in force is returned.
+///
+/// The bucket's stream is created directly with the KV layout (`KV_<bucket>`,
+/// `$KV.<bucket>.>`, one message per subject, rollups, direct gets): async-nats's
+/// `create_key_value` first asks for account information in a form nats-server 2.9 does
+/// not send. Membership is ephemeral, so the stream lives in memory.
+pub async fn open_bucket(broker: &Broker, ttl: Duration) -> Result<(kv::Store, stream::Stream, Duration), BrokerError> {
+    let cfg = stream::Config {
+        name: format!("KV_{BUCKET}"),
+        subjects: vec![format!("$KV.{BUCKET}.>")],
+        max_messages_per_subject: 1,
+        max_age: ttl.mul_f64(0.75),
+        storage: stream::StorageType::Memory,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: halyard_broker::stream_replicas(broker),
+        ..Default::default()
+    };
+    let mut s = broker.js.get_or_create_stream(cfg).await.map_err(|e| err("cannot create the KV bucket's stream", e))?;
+    let max_age = s.info().await.map_err(|e| err("cannot read the KV bucket's stream", e))?.config.max_age;
+    let store = broker.js.get_key_value(BUCKET).await.map_err(|e| err("cannot open the KV bucket", e))?;
+    Ok((store, s, if max_age.is_zero() { Duration::from_secs(10) } else { max_age.mul_f64(4.0 / 3.0) }))
+}
+
+impl Membership {
+    pub fn new(broker: &Broker, kv: kv::Store, stream: stream::Stream, pool: &str, worker: &str) -> Membership {
+        let prefix = format!("{}.", hex(pool));
+        Membership {
+            kv,
+            stream,
+            subject_prefix: format!("$KV.{BUCKET}.{prefix}"),
+            client: broker.client.clone(),
+            key: format!("{prefix}{}", hex(worker)),
+            subject: subject(pool),
+            worker: worker.to_string(),
+        }
+    }
+
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+
+    /// Put (or refresh) this worker's key.
+    pub async fn heartbeat(&self) -> Result<(), BrokerError> {
+        let value = serde_json::json!({ "worker": self.worker }).to_string();
+        self.kv.put(&self.key, value.into()).await.map(|_| ()).map_err(|e| err("heartbeat put failed", e))
+    }
+
+    /// Members with a live key, this worker counted even if its own key is missing.
+    pub async fn live(&self) -> Result<usize, BrokerError> {
+        let mut info = self.stream.info_with_subjects(format!("{}*", self.subject_prefix)).await.map_err(|e| err("cannot list members", e))?;
+        let own = format!("$KV.{BUCKET}.{}", self.key);
+        let (mut n, mut me) = (0usize, false);
+        while let Some(s) = info.next().await {
+            let (subject, count) = s.map_err(|e| err("cannot list members", e))?;
+            if count > 0 {
+                n += 1;
+                me |= subject == own;
+            }
+        }
+        Ok(if me { n } else { n + 1 })
+    }
+
+    /// Remove this worker's key (graceful leave) and tell the others.
+    pub async fn leave(&self) -> Result<(), BrokerError> {
+        let own = format!("$KV.{BUCKET}.{}", self.key);
+        self.stream.purge().filter(own).await.map_err(|e| err("cannot remove member key", e))?;
+        self.announce(&Announcement::Leave { worker: self.worker.clone() }).await
+    }
+
+    pub async fn subscribe(&self) -> Result<async_nats::Subscriber, BrokerError> {
+        self.client.subscribe(self.subject.clone()).await.map_err(|e| err("cannot subscribe to announcements", e))
+    }
+
+    pub async fn announce(&self, a: &Announcement) -> Result<(), BrokerError> {
+        let body = serde_json::to_vec(a).map_err(|e| err("cannot encode announcement", e))?;
+        self.client.publish(self.subject.clone(), body.into()).await.map_err(|e| err("cannot publish announcement", e))?;
+        self.client.flush().await.map_err(|e| err("cannot flush announcement", e))
+    }
+}
