@@ -399,12 +399,18 @@ impl Engine {
         let mut fresh: HashMap<JobId, Outcome> = HashMap::with_capacity(msgs.len());
         let mut affected: Vec<(ItemKey, JobId)> = Vec::new();
         for m in msgs {
-            match halyard_proto::decode::<JobResult>("result", &m.payload) {
-                Ok(r) if r.run == self.run => {
-                    let new = self.state.insert_result_raw(&r.job, &m.payload)?;
-                    self.account(r, new, now, &mut affected, &mut fresh);
+            // One result, or a worker's batch of them; each stored as it was encoded.
+            match halyard_proto::decode_results(&m.payload) {
+                Ok(results) => {
+                    for (r, bytes) in results {
+                        if r.run != self.run {
+                            debug!(run = %r.run, "result for another run; ignoring");
+                            continue;
+                        }
+                        let new = self.state.insert_result_raw(&r.job, &m.payload[bytes])?;
+                        self.account(r, new, now, &mut affected, &mut fresh);
+                    }
                 }
-                Ok(r) => debug!(run = %r.run, "result for another run; ignoring"),
                 Err(err) => warn!(error = %err, "undecodable result message; dropping it"),
             }
         }
