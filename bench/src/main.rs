@@ -36,6 +36,10 @@ use halyard_coordinator::sweep::{self, Benchmark};
 use halyard_pipelines::noop;
 use halyard_proto::{subjects, Completion, Job, JobResult, Outcome, Usage};
 
+/// The allocator the `halyard` binary uses, so that the roles pay what users pay.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "halyard-bench", about = "Bare JetStream round trip vs Halyard's no-op job path, in one run")]
 struct Cli {

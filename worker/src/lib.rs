@@ -170,7 +170,6 @@ pub async fn run_with_checkpoint(
     let (stop_tx, stop_rx) = watch::channel(false);
     let (hard_tx, hard_rx) = watch::channel(false);
     let ctx = Arc::new(pool::PoolCtx {
-        broker: broker.clone(),
         checkpoint: checkpoint.clone(),
         backends,
         stats: stats.clone(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
 use futures::StreamExt;
-use halyard_broker::{Broker, PullConsumer};
+use halyard_broker::PullConsumer;
 use halyard_proto::{Failure, FailureKind, Job, JobId, JobResult, Outcome};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -21,7 +21,6 @@ use crate::retry::{call_with_retry, RetryPolicy};
 use crate::{Checkpoint, Stats};
 
 pub(crate) struct PoolCtx {
-    pub broker: Broker,
     pub checkpoint: Checkpoint,
     pub backends: Backends,
     pub stats: Arc<Stats>,
