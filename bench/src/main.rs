@@ -36,6 +36,10 @@ use halyard_coordinator::sweep::{self, Benchmark};
 use halyard_pipelines::noop;
 use halyard_proto::{subjects, Completion, Job, JobResult, Outcome, Usage};
 
+/// The allocator the `halyard` binary uses, so that the roles pay what users pay.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "halyard-bench", about = "Bare JetStream round trip vs Halyard's no-op job path, in one run")]
 struct Cli {
@@ -232,16 +236,27 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         sample.result.len()
     );
 
+    // Without --dir, a measurement's stores go as soon as it is done (at a million jobs
+    // each one leaves more than a gigabyte).
+    let done_with = |dir: &Path| {
+        if cli.dir.is_none() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    };
     eprintln!("(a) bare JetStream round trip, {} in flight ...", cli.in_flight);
     let a = bare(rt, &root.join("bare"), &sweep_path, cli.jobs, cli.in_flight)?;
+    done_with(&root.join("bare"));
     let serial_n = cli.serial_jobs.min(cli.jobs).max(1);
     eprintln!("(a) bare JetStream round trip, one at a time ({serial_n} jobs) ...");
     let a1 = bare(rt, &root.join("bare-serial"), &sweep_path, serial_n, 1)?;
+    done_with(&root.join("bare-serial"));
     let ceiling = rate(a.jobs, a.secs);
     let mut runs = Vec::new();
     for &w in &cli.workers {
         eprintln!("(b) halyard noop end to end, {w} worker(s) ...");
-        runs.push(e2e::run(rt, &exe, &root.join(format!("e2e-{w}")), cli.jobs, w.max(1), cli.in_flight, cli.window)?);
+        let dir = root.join(format!("e2e-{w}"));
+        runs.push(e2e::run(rt, &exe, &dir, cli.jobs, w.max(1), cli.in_flight, cli.window)?);
+        done_with(&dir);
     }
 
     let head = format!(

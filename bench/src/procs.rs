@@ -2,31 +2,16 @@
 //!
 //! Roles (coordinator, workers) run as separate processes so that each one's peak
 //! resident set is its own: it is read from `wait4`'s `ru_maxrss` when the child is
-//! reaped. Children get `PR_SET_PDEATHSIG = SIGKILL`, and are spawned from the thread
-//! that runs the benchmark (the main thread), so none outlives the benchmark.
+//! reaped. Children are spawned with the test kit's [`spawn_tied`] (`PR_SET_PDEATHSIG =
+//! SIGKILL`), so none outlives the benchmark.
 
 use std::io;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ExitStatus};
 
-/// Spawn `cmd` so that it is killed if this process dies.
-pub fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: runs in the forked child before exec; prctl and getppid are
-    // async-signal-safe and the closure does not allocate.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
-}
+/// Spawn a command so that it is killed if this process dies: the test kit's helper
+/// (`PR_SET_PDEATHSIG`, forked from a thread that lives as long as the process).
+pub use halyard_tests::spawn_tied;
 
 /// Send `signal` to a child that has not been reaped.
 pub fn signal(child: &Child, signal: libc::c_int) {

@@ -133,8 +133,13 @@ fn crash_and_recover(point: &str) -> AtCrash {
         .block_on(stored(&broker, subjects::JOBS_STREAM, |b| halyard_proto::decode::<Job>("job", b).unwrap().id))
         .into_iter()
         .collect();
-    let results =
-        rt.block_on(stored(&broker, subjects::RESULTS_STREAM, |b| halyard_proto::decode::<JobResult>("result", b).unwrap()));
+    // A worker publishes the results of one group commit as one message.
+    let results: Vec<JobResult> = rt
+        .block_on(stored(&broker, subjects::RESULTS_STREAM, |b| halyard_proto::decode_results(b).unwrap()))
+        .into_iter()
+        .flatten()
+        .map(|(r, _)| r)
+        .collect();
     let published: HashSet<JobId> = results.iter().map(|r| r.job).collect();
     assert_eq!(published.len(), results.len(), "{point}: a result was stored twice in the results stream");
     let checkpointed: HashSet<JobId> = rt.block_on(async {

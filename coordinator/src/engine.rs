@@ -160,7 +160,7 @@ impl Engine {
     /// fetches the results each round asks for until it is done or truly waiting. The
     /// fresh completions of the jobs in `woke` (those that woke the item) are known from
     /// the start, which spares a round.
-    fn evaluate(&self, key: ItemKey, fresh: &HashMap<JobId, Outcome>, woke: &[JobId]) -> Result<Plan<Vec<u8>>, CoordinatorError> {
+    fn evaluate(&self, key: ItemKey, fresh: &HashMap<JobId, Outcome>, woke: &[JobId]) -> Result<Eval, CoordinatorError> {
         let bench = &self.cfg.sweep.benchmarks[key.bench as usize];
         let mut known: HashMap<JobId, Outcome> = HashMap::new();
         for id in woke {
@@ -182,30 +182,31 @@ impl Engine {
             };
             match plan {
                 Plan::Waiting(jobs) => {
+                    // Each id hashed once here, and reused to publish.
+                    let jobs: Vec<(JobId, JobRequest)> = jobs.into_iter().map(|j| (j.id(), j)).collect();
                     let mut learned = false;
-                    for j in &jobs {
-                        let id = j.id();
-                        if known.contains_key(&id) {
+                    for (id, j) in &jobs {
+                        if known.contains_key(id) {
                             continue;
                         }
-                        let outcome = match fresh.get(&id) {
+                        let outcome = match fresh.get(id) {
                             Some(o) => Some(o.clone()),
-                            None => self.state.result(&id)?.map(|r| r.outcome),
+                            None => self.state.result(id)?.map(|r| r.outcome),
                         };
                         if let Some(o) = outcome {
                             if matches!(o, Outcome::Failed(_)) {
                                 // Describe the dead letter in the report (rare: not done per job).
-                                self.state.note_job(&id, &job_meta(j))?;
+                                self.state.note_job(id, &job_meta(j))?;
                             }
-                            known.insert(id, o);
+                            known.insert(*id, o);
                             learned = true;
                         }
                     }
                     if !learned {
-                        return Ok(Plan::Waiting(jobs));
+                        return Ok(Eval::Waiting(jobs));
                     }
                 }
-                done => return Ok(done),
+                Plan::Done(label) => return Ok(Eval::Done(label)),
             }
         }
     }
@@ -220,11 +221,11 @@ impl Engine {
                 continue;
             }
             match self.evaluate(key, &none, &[])? {
-                Plan::Done(label) => {
+                Eval::Done(label) => {
                     self.state.mark_done(key, &label)?;
                     self.progress.item_done(key);
                 }
-                Plan::Waiting(jobs) => {
+                Eval::Waiting(jobs) => {
                     self.window.activate(key);
                     self.wait_for(key, jobs).await;
                 }
@@ -235,16 +236,16 @@ impl Engine {
     }
 
     /// Active item `key` waits on `jobs`: publish those nobody waits on yet.
-    async fn wait_for(&mut self, key: ItemKey, jobs: Vec<JobRequest>) {
+    async fn wait_for(&mut self, key: ItemKey, jobs: Vec<(JobId, JobRequest)>) {
         let now = Instant::now();
-        for j in jobs {
-            if self.window.wait_on(key, j.id(), now) {
+        for (id, j) in jobs {
+            if self.window.wait_on(key, id, now) {
                 if !self.meter.may_publish(&j) {
                     self.meter.held += 1;
                     continue;
                 }
-                self.meter.published(&j, j.id());
-                let job = Job::new(self.run, j.pool, j.key, j.api_key_env, j.timeout_ms);
+                self.meter.published(&j, id);
+                let job = job_of(self.run, id, j);
                 self.send(&job, None).await;
                 self.progress.published += 1;
             }
@@ -429,12 +430,18 @@ impl Engine {
         let mut fresh: HashMap<JobId, Outcome> = HashMap::with_capacity(msgs.len());
         let mut affected: Vec<(ItemKey, JobId)> = Vec::new();
         for m in msgs {
-            match halyard_proto::decode::<JobResult>("result", &m.payload) {
-                Ok(r) if r.run == self.run => {
-                    let new = self.state.insert_result_raw(&r.job, &m.payload)?;
-                    self.account(r, new, now, &mut affected, &mut fresh);
+            // One result, or a worker's batch of them; each stored as it was encoded.
+            match halyard_proto::decode_results(&m.payload) {
+                Ok(results) => {
+                    for (r, bytes) in results {
+                        if r.run != self.run {
+                            debug!(run = %r.run, "result for another run; ignoring");
+                            continue;
+                        }
+                        let new = self.state.insert_result_raw(&r.job, &m.payload[bytes])?;
+                        self.account(r, new, now, &mut affected, &mut fresh);
+                    }
                 }
-                Ok(r) => debug!(run = %r.run, "result for another run; ignoring"),
                 Err(err) => warn!(error = %err, "undecodable result message; dropping it"),
             }
         }
@@ -514,12 +521,12 @@ impl Engine {
                 continue;
             }
             match self.evaluate(key, fresh, &woke)? {
-                Plan::Done(label) => {
+                Eval::Done(label) => {
                     self.state.mark_done(key, &label)?;
                     self.window.finish(key);
                     self.progress.item_done(key);
                 }
-                Plan::Waiting(jobs) => self.wait_for(key, jobs).await,
+                Eval::Waiting(jobs) => self.wait_for(key, jobs).await,
             }
         }
         self.fill().await
@@ -570,11 +577,10 @@ impl Engine {
         let none = HashMap::new();
         let mut jobs: HashMap<JobId, Job> = HashMap::new();
         for key in self.window.active_items() {
-            if let Plan::Waiting(reqs) = self.evaluate(key, &none, &[])? {
-                for r in reqs {
-                    let id = r.id();
+            if let Eval::Waiting(reqs) = self.evaluate(key, &none, &[])? {
+                for (id, r) in reqs {
                     if self.window.is_waited_on(&id) {
-                        jobs.entry(id).or_insert_with(|| Job::new(self.run, r.pool, r.key, r.api_key_env, r.timeout_ms));
+                        jobs.entry(id).or_insert_with(|| job_of(self.run, id, r));
                     }
                 }
             }
@@ -630,6 +636,18 @@ fn encoded<T: serde::Serialize>(plan: Plan<T>) -> Result<Plan<Vec<u8>>, Coordina
         ),
         Plan::Waiting(jobs) => Plan::Waiting(jobs),
     })
+}
+
+/// An item's evaluation: done, with its label, or waiting on jobs (with their ids).
+enum Eval {
+    Done(Vec<u8>),
+    Waiting(Vec<(JobId, JobRequest)>),
+}
+
+/// The job of request `r`, whose id `id` is already known (`Job::new` would hash it again).
+fn job_of(run: Uuid, id: JobId, r: JobRequest) -> Job {
+    debug_assert_eq!(id, r.id());
+    Job { v: halyard_proto::WIRE_VERSION, id, run, pool: r.pool, key: r.key, api_key_env: r.api_key_env, timeout_ms: r.timeout_ms }
 }
 
 fn job_meta(j: &JobRequest) -> JobMeta {

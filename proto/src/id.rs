@@ -22,10 +22,15 @@ impl JobId {
 
 impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
+        // One write of 32 digits (formatted once per job: message ids, log fields).
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, b) in self.0.iter().enumerate() {
+            out[2 * i] = HEX[(b >> 4) as usize];
+            out[2 * i + 1] = HEX[(b & 0x0f) as usize];
         }
-        Ok(())
+        // Hex digits are ASCII.
+        f.pad(std::str::from_utf8(&out).map_err(|_| fmt::Error)?)
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`id`]: [`JobId`], the content hash of everything that determines a job's result.
 //! - [`job`]: [`Job`] (what a worker receives) and the request it carries.
 //! - [`result`]: [`JobResult`] (what a worker publishes back), outcomes and failures.
+//! - [`batch`]: results messages holding many results (one per sled group commit).
 //! - [`subjects`]: stream, subject and consumer names, and pool-name encoding.
 //! - [`codec`]: MessagePack (rmp-serde, named fields) with a version check.
 //! - [`filter`]: [`JobIdFilter`], a Bloom filter over job ids that lets the stores skip
@@ -19,6 +20,7 @@
 //! must produce a *new* call (a repeated sample, a judge retry after unusable output)
 //! changes the sample index, hence the id.
 
+pub mod batch;
 pub mod codec;
 pub mod filter;
 pub mod id;
@@ -26,6 +28,7 @@ pub mod job;
 pub mod result;
 pub mod subjects;
 
+pub use batch::{batch_msg_id, decode_results, encode_batch};
 pub use codec::{decode, encode, CodecError};
 pub use filter::JobIdFilter;
 pub use id::JobId;

@@ -98,7 +98,8 @@ async fn collect_results(broker: &halyard_broker::Broker, run: uuid::Uuid, n: us
         assert!(tokio::time::Instant::now() < deadline, "only {} of {n} results arrived", out.len());
         let mut batch = consumer.fetch().max_messages(n - out.len()).expires(Duration::from_millis(500)).messages().await.unwrap();
         while let Some(Ok(m)) = batch.next().await {
-            out.push(halyard_proto::decode::<JobResult>("result", &m.payload).unwrap());
+            // A worker publishes the results that became durable together as one message.
+            out.extend(halyard_proto::decode_results(&m.payload).unwrap().into_iter().map(|(r, _)| r));
             m.ack().await.unwrap();
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use futures::StreamExt;
 use halyard_broker::BrokerConfig;
-use halyard_proto::{subjects, ChatMessage, Job, JobKey, JobResult, ModelRef, Sampling};
+use halyard_proto::{subjects, ChatMessage, Job, JobKey, ModelRef, Sampling};
 use halyard_tests::NatsServer;
 use halyard_worker::{PoolSpec, WorkerConfig};
 
@@ -54,7 +54,7 @@ async fn jobs_reach_only_their_pool() {
         assert!(tokio::time::Instant::now() < deadline, "only {} of 5 CPU jobs ran", seen.len());
         let mut batch = consumer.fetch().max_messages(10).expires(Duration::from_millis(300)).messages().await.unwrap();
         while let Some(Ok(m)) = batch.next().await {
-            seen.push(halyard_proto::decode::<JobResult>("result", &m.payload).unwrap().job);
+            seen.extend(halyard_proto::decode_results(&m.payload).unwrap().into_iter().map(|(r, _)| r.job));
             m.ack().await.unwrap();
         }
     }

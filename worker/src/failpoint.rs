@@ -3,6 +3,9 @@
 //! `<point>`. Read once when the worker starts; with the variable unset a point costs a
 //! branch.
 //!
+//! A point counts one pass per result: the outbox, which publishes results in batches,
+//! passes `publish-confirm` and `confirm-ack` once for each result of the batch.
+//!
 //! The points sit between the steps of the durability order (lifecycle.rs), so a test
 //! can crash a worker between any two of them and check that nothing is lost or
 //! counted twice:
@@ -11,7 +14,7 @@
 //! |---|---|---|
 //! | `call-persist` | the model's answer | written it to the checkpoint |
 //! | `flush-publish` | the answer flushed in sled (group commit) | published the result |
-//! | `publish-confirm` | handed the result publish to the client | seen the broker's ack for it (it may not have left the process) |
+//! | `publish-confirm` | handed the publish of the batch holding the result to the client | seen the broker's ack for it (it may not have left the process) |
 //! | `confirm-ack` | the broker's ack for the result | acked the job |
 //! | `ack-flush` | handed the job's ack to the client | flushed the connection (the ack may not have left the process) |
 

@@ -18,8 +18,8 @@
 //!    sending in-progress acks while the call runs longer than a third of `ack_wait`).
 //! 4. Write the completion to sled and flush (group commit: one flush covers every
 //!    result that arrived meanwhile), publish it to `halyard.results.<run>` and await the
-//!    broker's ack (publishes of different jobs are in flight together), and only then
-//!    ack the job. The ack is a plain one, written with the others pending on the
+//!    broker's ack (the outbox sends the results that became durable together as one
+//!    message, see `outbox`), and only then ack the job. The ack is a plain one, written with the others pending on the
 //!    connection: a lost ack costs a redelivery answered from the checkpoint, never a
 //!    model call, so it is not worth a round trip per job (a double ack).
 //! 5. A permanent error, or a transient one on the last delivery, publishes a dead
@@ -40,6 +40,7 @@ pub mod backend;
 pub mod checkpoint;
 pub mod failpoint;
 pub mod lifecycle;
+mod outbox;
 mod pool;
 pub mod quota;
 pub mod retry;
@@ -178,7 +179,7 @@ pub async fn run_with_checkpoint(
     if config.pools.is_empty() {
         return Err(WorkerError::NoPools);
     }
-    let failpoints = failpoint::Failpoints::from_env().map_err(WorkerError::Failpoint)?;
+    let failpoints = Arc::new(failpoint::Failpoints::from_env().map_err(WorkerError::Failpoint)?);
     if let Some((p, n)) = failpoints.armed() {
         tracing::warn!(point = p.name(), pass = n, "failpoint armed: this worker will abort there");
     }
@@ -199,7 +200,6 @@ pub async fn run_with_checkpoint(
     let (stop_tx, stop_rx) = watch::channel(false);
     let (hard_tx, hard_rx) = watch::channel(false);
     let ctx = Arc::new(pool::PoolCtx {
-        broker: broker.clone(),
         checkpoint: checkpoint.clone(),
         backends,
         stats: stats.clone(),
@@ -209,8 +209,8 @@ pub async fn run_with_checkpoint(
         ack_wait: config.delivery.ack_wait,
         hard_stop: hard_rx,
         running: Default::default(),
+        outbox: outbox::Outbox::start(broker.clone(), failpoints.clone()),
         failpoints,
-        subjects: Default::default(),
         quotas: quotas.clone(),
     });
     let mut loops = tokio::task::JoinSet::new();

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
 use futures::StreamExt;
-use halyard_broker::{Broker, PullConsumer};
-use halyard_proto::{subjects, Failure, FailureKind, Job, JobId, JobResult, Outcome};
+use halyard_broker::PullConsumer;
+use halyard_proto::{Failure, FailureKind, Job, JobId, JobResult, Outcome};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn, Instrument};
@@ -16,11 +16,11 @@ use tracing::{debug, info, warn, Instrument};
 use crate::backend::{Backends, CallError};
 use crate::failpoint::{Failpoints, Point};
 use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State};
+use crate::outbox::Outbox;
 use crate::retry::{call_with_retry_gated, RetryPolicy};
 use crate::{Checkpoint, Stats};
 
 pub(crate) struct PoolCtx {
-    pub broker: Broker,
     pub checkpoint: Checkpoint,
     pub backends: Backends,
     pub stats: Arc<Stats>,
@@ -34,9 +34,9 @@ pub(crate) struct PoolCtx {
     /// duplicate publish) waits for the first and is then answered from the checkpoint.
     pub running: std::sync::Mutex<HashMap<JobId, Arc<tokio::sync::Mutex<()>>>>,
     /// Crash points for tests (disarmed unless `HALYARD_FAILPOINT` is set).
-    pub failpoints: Failpoints,
-    /// Result subject of each run seen.
-    pub subjects: std::sync::Mutex<HashMap<uuid::Uuid, async_nats::Subject>>,
+    pub failpoints: Arc<Failpoints>,
+    /// Publishes results in batches.
+    pub outbox: Outbox,
     /// Quota gates of the pools that have a quota.
     pub quotas: HashMap<String, Arc<crate::quota::QuotaGate>>,
 }
@@ -45,12 +45,6 @@ pub(crate) struct PoolCtx {
 const PULL_WAIT: Duration = Duration::from_millis(500);
 
 impl PoolCtx {
-    /// `halyard.results.<run>`, formatted once per run (a worker sees few runs).
-    fn result_subject(&self, run: uuid::Uuid) -> async_nats::Subject {
-        let mut m = self.subjects.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(run).or_insert_with(|| async_nats::Subject::from(subjects::result_subject(run))).clone()
-    }
-
     fn job_lock(&self, id: JobId) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.running.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(id).or_default().clone()
@@ -311,7 +305,8 @@ async fn call(ctx: &PoolCtx, msg: &jetstream::Message, job: &Job) -> CallOutcome
     }
 }
 
-/// Publish a result and wait for the broker's ack; retry a few times on broker trouble.
+/// Publish a result through the outbox (batched with the others ready) and wait for
+/// the broker's ack of the message holding it.
 async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, cached: bool) -> Event {
     let result = JobResult {
         v: halyard_proto::WIRE_VERSION,
@@ -322,31 +317,16 @@ async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, ca
         worker: ctx.worker_id.clone(),
         cached,
     };
-    let payload = match halyard_proto::encode(&result) {
-        Ok(p) => bytes::Bytes::from(p),
+    let encoded = match halyard_proto::encode(&result) {
+        Ok(p) => p,
         Err(e) => {
             warn!(job = %job.id, error = %e, "cannot encode result");
             return Event::PublishFailed;
         }
     };
-    let subject = ctx.result_subject(job.run);
-    let msg_id = subjects::result_msg_id(job.run, &job.id);
-    for attempt in 0..5u32 {
-        let publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(&msg_id);
-        match ctx.broker.js.send_publish(subject.clone(), publish).await {
-            Ok(ack) => {
-                ctx.failpoints.pass(Point::PublishConfirm);
-                match ack.await {
-                    Ok(_) => {
-                        ctx.failpoints.pass(Point::ConfirmAck);
-                        return Event::Published;
-                    }
-                    Err(e) => warn!(job = %job.id, attempt, error = %e, "result publish not acknowledged"),
-                }
-            }
-            Err(e) => warn!(job = %job.id, attempt, error = %e, "result publish failed"),
-        }
-        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+    if ctx.outbox.publish(job.run, job.id, encoded).await {
+        Event::Published
+    } else {
+        Event::PublishFailed
     }
-    Event::PublishFailed
 }

@@ -1,0 +1,173 @@
+//! Results messages: a worker publishes the results that became durable together as
+//! one message.
+//!
+//! A results message is either one [`JobResult`] (a MessagePack map) or a MessagePack
+//! array of them (a *batch*: the results one sled group commit made durable, sent as one
+//! publish, one broker ack, one delivery and one ack at the coordinator instead of one of
+//! each per job). [`decode_results`] reads both and also returns where each result's own
+//! encoding lies, so the coordinator stores it without re-encoding.
+//!
+//! A batch's `Nats-Msg-Id` ([`batch_msg_id`]) is a hash of its run and job ids: a publish
+//! retried with the same batch is de-duplicated by the stream. The same results grouped
+//! differently (a replay after a crash) get another id; the coordinator keeps the first
+//! result of each job and counts the rest as duplicates.
+
+use std::ops::Range;
+
+use uuid::Uuid;
+
+use crate::codec::CodecError;
+use crate::{JobId, JobResult};
+
+/// Largest number of results in one batch (keeps a message far below NATS's 1 MiB).
+pub const MAX_BATCH: usize = 1024;
+
+/// A batch of already-encoded results (each as [`crate::encode`] makes it).
+pub fn encode_batch<B: AsRef<[u8]>>(encoded: &[B]) -> Vec<u8> {
+    let n = encoded.len();
+    let mut out = Vec::with_capacity(5 + encoded.iter().map(|e| e.as_ref().len()).sum::<usize>());
+    if n < 16 {
+        out.push(0x90 | n as u8);
+    } else if n <= u16::MAX as usize {
+        out.push(0xdc);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+    } else {
+        out.push(0xdd);
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
+    for e in encoded {
+        out.extend_from_slice(e.as_ref());
+    }
+    out
+}
+
+/// `Nats-Msg-Id` of a batch: one result keeps its own id ([`crate::subjects::result_msg_id`]);
+/// several get `<run>:b<hash of their job ids>`.
+pub fn batch_msg_id<'a>(run: Uuid, jobs: impl IntoIterator<Item = &'a JobId>) -> String {
+    let mut jobs = jobs.into_iter().peekable();
+    let mut h = blake3::Hasher::new();
+    let mut n = 0;
+    let mut only = None;
+    while let Some(j) = jobs.next() {
+        if n == 0 && jobs.peek().is_none() {
+            only = Some(*j);
+        }
+        h.update(j.as_bytes());
+        n += 1;
+    }
+    match only {
+        Some(j) => crate::subjects::result_msg_id(run, &j),
+        None => {
+            let hash = JobId(h.finalize().as_bytes()[..16].try_into().unwrap_or([0; 16]));
+            format!("{}:b{hash}", run.simple())
+        }
+    }
+}
+
+fn malformed(bytes: &[u8], why: &str) -> CodecError {
+    CodecError::Decode { what: "results message", len: bytes.len(), source: rmp_serde::decode::Error::Syntax(why.into()) }
+}
+
+/// The results in a results message, each with the byte range of its own encoding.
+pub fn decode_results(bytes: &[u8]) -> Result<Vec<(JobResult, Range<usize>)>, CodecError> {
+    let (n, start) = match bytes.first() {
+        Some(&b @ 0x90..=0x9f) => ((b & 0x0f) as usize, 1),
+        Some(0xdc) if bytes.len() >= 3 => (u16::from_be_bytes([bytes[1], bytes[2]]) as usize, 3),
+        Some(0xdd) if bytes.len() >= 5 => (u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize, 5),
+        Some(0xdc | 0xdd) => return Err(malformed(bytes, "truncated array header")),
+        // A single result.
+        _ => return Ok(vec![(crate::decode("result", bytes)?, 0..bytes.len())]),
+    };
+    // Every result takes more than one byte: a count beyond the message is corrupt.
+    if n > bytes.len() {
+        return Err(malformed(bytes, "more results announced than the message can hold"));
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut rest = &bytes[start..];
+    for _ in 0..n {
+        let at = bytes.len() - rest.len();
+        let mut de = rmp_serde::Deserializer::new(&mut rest);
+        let r: JobResult = serde::Deserialize::deserialize(&mut de)
+            .map_err(|source| CodecError::Decode { what: "result in a results batch", len: bytes.len(), source })?;
+        out.push((r, at..bytes.len() - rest.len()));
+    }
+    if !rest.is_empty() {
+        return Err(malformed(bytes, "bytes after the last result"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{encode, Completion, Failure, FailureKind, Outcome, Usage};
+
+    fn result(i: u8) -> JobResult {
+        let outcome = if i % 3 == 0 {
+            Outcome::Failed(Failure { kind: FailureKind::Permanent, error: format!("e{i}"), http_status: Some(400) })
+        } else {
+            Outcome::Done(Completion {
+                text: "x".repeat(i as usize),
+                usage: Usage { prompt_tokens: i as u64, completion_tokens: 1 },
+                latency_ms: 3,
+                finish_reason: if i % 2 == 0 { None } else { Some("stop".into()) },
+                calls: 1,
+            })
+        };
+        JobResult {
+            v: crate::WIRE_VERSION,
+            job: JobId([i; 16]),
+            run: Uuid::nil(),
+            outcome,
+            deliveries: 1,
+            worker: "w".into(),
+            cached: i % 2 == 0,
+        }
+    }
+
+    /// Batches of every header size decode to the same results, each with the exact
+    /// bytes of its own encoding; a single result still reads as a message of one.
+    #[test]
+    fn batches_round_trip_with_ranges() {
+        for n in [0usize, 1, 15, 16, 300] {
+            let results: Vec<JobResult> = (0..n).map(|i| result(i as u8)).collect();
+            let encoded: Vec<Vec<u8>> = results.iter().map(|r| encode(r).unwrap()).collect();
+            let msg = encode_batch(&encoded);
+            let back = decode_results(&msg).unwrap();
+            assert_eq!(back.len(), n);
+            for ((r, range), (want, bytes)) in back.iter().zip(results.iter().zip(&encoded)) {
+                assert_eq!(r, want);
+                assert_eq!(&msg[range.clone()], bytes.as_slice());
+            }
+        }
+        let one = encode(&result(5)).unwrap();
+        let back = decode_results(&one).unwrap();
+        assert_eq!((back[0].0.clone(), back[0].1.clone()), (result(5), 0..one.len()));
+    }
+
+    /// Corrupt messages are errors naming the results message, never a panic.
+    #[test]
+    fn corrupt_batches_are_errors() {
+        let good = encode_batch(&[encode(&result(1)).unwrap(), encode(&result(2)).unwrap()]);
+        let mut trailing = good.clone();
+        trailing.push(0);
+        for bad in [&good[..good.len() - 1], &trailing[..], &[0xdd, 0xff, 0xff, 0xff, 0xff][..], &[0xdc][..], &[0x93, 0x01][..]]
+        {
+            let err = decode_results(bad).unwrap_err().to_string();
+            assert!(err.contains("result"), "{err}");
+        }
+    }
+
+    /// A batch id depends on the run and the jobs; one result keeps its per-job id.
+    #[test]
+    fn batch_ids() {
+        let run = Uuid::from_u128(7);
+        let (a, b) = (JobId([1; 16]), JobId([2; 16]));
+        assert_eq!(batch_msg_id(run, [&a]), crate::subjects::result_msg_id(run, &a));
+        let ab = batch_msg_id(run, [&a, &b]);
+        assert_eq!(ab, batch_msg_id(run, [&a, &b]));
+        assert_ne!(ab, batch_msg_id(run, [&b, &a]));
+        assert_ne!(ab, batch_msg_id(Uuid::from_u128(8), [&a, &b]));
+        assert!(ab.starts_with(&format!("{}:b", run.simple())), "{ab}");
+    }
+}

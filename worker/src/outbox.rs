@@ -1,0 +1,137 @@
+//! Result publishing in batches: the results that become durable together leave together.
+//!
+//! A job's task hands its encoded result to the outbox and waits for the answer: true
+//! once the broker has acknowledged a message holding it (only then may the job be
+//! acked), false when it could not be published (the job is nak'd; its result stays in
+//! the checkpoint and is replayed on redelivery). The outbox's actor takes every result
+//! waiting in its channel (a sled group commit wakes all its writers at once, so they
+//! arrive together), groups them by run and publishes each group as one message
+//! ([`halyard_proto::batch`]), with a `Nats-Msg-Id` derived from its job ids. At most
+//! [`IN_FLIGHT`] batches await their broker ack at a time; results arriving meanwhile
+//! make the next batch larger. Per result, the broker then stores, delivers and has
+//! acked one message per batch instead of one per job, and the coordinator decodes and
+//! acks one message per batch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use halyard_broker::Broker;
+use halyard_proto::{subjects, JobId};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tracing::warn;
+use uuid::Uuid;
+
+use crate::failpoint::{Failpoints, Point};
+
+/// Batches published and not yet acknowledged by the broker, at most.
+const IN_FLIGHT: usize = 2;
+/// Publish attempts per batch before its jobs are handed back (nak).
+const ATTEMPTS: u32 = 5;
+
+struct Entry {
+    run: Uuid,
+    job: JobId,
+    encoded: Vec<u8>,
+    reply: oneshot::Sender<bool>,
+}
+
+/// Handle to the outbox; cheap to clone. The actor ends when every handle is dropped,
+/// after publishing what it holds.
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    tx: mpsc::Sender<Entry>,
+}
+
+impl Outbox {
+    pub fn start(broker: Broker, failpoints: Arc<Failpoints>) -> Outbox {
+        let (tx, rx) = mpsc::channel(halyard_proto::batch::MAX_BATCH * 4);
+        tokio::spawn(run(broker, failpoints, rx));
+        Outbox { tx }
+    }
+
+    /// Publish one encoded result of `job` in `run`; true once the broker holds it.
+    pub async fn publish(&self, run: Uuid, job: JobId, encoded: Vec<u8>) -> bool {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Entry { run, job, encoded, reply }).await.is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+}
+
+async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver<Entry>) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut subjects: HashMap<Uuid, async_nats::Subject> = HashMap::new();
+    loop {
+        // Wait for a free publish slot first: while every slot is busy, results queue up
+        // and go out together.
+        let Ok(permit) = slots.clone().acquire_owned().await else { break };
+        let Some(first) = rx.recv().await else { break };
+        // Writers woken by the same flush are still being scheduled: let them queue.
+        tokio::task::yield_now().await;
+        let mut by_run: HashMap<Uuid, Vec<Entry>> = HashMap::new();
+        by_run.entry(first.run).or_default().push(first);
+        let mut n = 1;
+        while n < halyard_proto::batch::MAX_BATCH {
+            match rx.try_recv() {
+                Ok(e) => {
+                    by_run.entry(e.run).or_default().push(e);
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        let mut groups = by_run.into_iter();
+        let mut permit = Some(permit);
+        while let Some((run, entries)) = groups.next() {
+            // One slot per batch (a worker rarely serves more than one run at a time).
+            let p = match permit.take() {
+                Some(p) => p,
+                None => match slots.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
+            let subject = subjects.entry(run).or_insert_with(|| subjects::result_subject(run).into()).clone();
+            let (broker, failpoints) = (broker.clone(), failpoints.clone());
+            tokio::spawn(async move {
+                publish_batch(&broker, &failpoints, subject, run, entries).await;
+                drop(p);
+            });
+        }
+    }
+    // Let the last batches finish before the actor is gone.
+    let _ = slots.acquire_many(IN_FLIGHT as u32).await;
+}
+
+/// Publish one batch and answer its writers; retry a few times on broker trouble.
+async fn publish_batch(broker: &Broker, failpoints: &Failpoints, subject: async_nats::Subject, run: Uuid, entries: Vec<Entry>) {
+    let msg_id = halyard_proto::batch_msg_id(run, entries.iter().map(|e| &e.job));
+    let payload = bytes::Bytes::from(halyard_proto::encode_batch(&entries.iter().map(|e| &e.encoded[..]).collect::<Vec<_>>()));
+    let pass = |point| entries.iter().for_each(|_| failpoints.pass(point));
+    let mut ok = false;
+    for attempt in 0..ATTEMPTS {
+        let m = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(&msg_id);
+        match broker.js.send_publish(subject.clone(), m).await {
+            Ok(ack) => {
+                pass(Point::PublishConfirm);
+                match ack.await {
+                    Ok(_) => {
+                        pass(Point::ConfirmAck);
+                        ok = true;
+                        break;
+                    }
+                    Err(e) => warn!(results = entries.len(), attempt, error = %e, "result publish not acknowledged"),
+                }
+            }
+            Err(e) => warn!(results = entries.len(), attempt, error = %e, "result publish failed"),
+        }
+        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+    }
+    for e in entries {
+        // A dropped receiver means the job's task is gone; nothing to do.
+        let _ = e.reply.send(ok);
+    }
+}
