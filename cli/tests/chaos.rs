@@ -87,7 +87,7 @@ fn dataset(dir: &Path, n: usize) -> (PathBuf, HashMap<String, i64>) {
         if copy > 0 {
             let q = format!("{} (variant {copy})", v["question"].as_str().unwrap());
             v["question"] = Value::String(q);
-            v["questionId"] = Value::from(v["questionId"].as_i64().unwrap() + 1000 * copy as i64);
+            v["questionId"] = Value::from(v["questionId"].as_i64().unwrap() + 1_000_000 * copy as i64);
         }
         index.insert(v["question"].as_str().unwrap().to_string(), v["questionId"].as_i64().unwrap());
         out.push_str(&v.to_string());

@@ -121,7 +121,7 @@ pub async fn run(
         republish_round: 0,
         resumed_done: items_done > 0,
     };
-    e.absorb_backlog(&consumer).await?;
+    e.absorb_backlog().await?;
     info!(items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
     e.fill().await?;
     e.state.flush().await?;
