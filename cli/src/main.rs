@@ -13,6 +13,7 @@ use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
 use tokio::sync::watch;
 
 mod nats_args;
+mod retry_failed;
 use nats_args::NatsAuthArgs;
 
 #[derive(Parser)]
@@ -43,6 +44,8 @@ enum Cmd {
     Coordinator(CoordArgs),
     /// Run a worker serving the pools of a sweep, or pools named with --pool.
     Worker(WorkerArgs),
+    /// List a stopped run's dead letters and re-queue them for its next coordinator.
+    RetryFailed(retry_failed::RetryFailedArgs),
 }
 
 #[derive(Args)]
@@ -180,6 +183,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
         Cmd::Run(a) => run(a).await,
         Cmd::Coordinator(a) => coordinator(a).await,
         Cmd::Worker(a) => worker(a).await,
+        Cmd::RetryFailed(a) => retry_failed::run(a),
     }
 }
 

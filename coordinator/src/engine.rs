@@ -84,6 +84,8 @@ struct Engine {
     progress: Progress,
     progress_tx: watch::Sender<Progress>,
     republish_round: u32,
+    /// Jobs re-queued by `halyard retry-failed`, with their round (see `dead_letters`).
+    retried: HashMap<JobId, u32>,
     /// Items were already finished when this process started: the window's walk must
     /// skip them. (Without any, no item ahead of the walk can be finished, and the walk
     /// need not ask the store.)
@@ -106,6 +108,7 @@ pub async fn run(
     let shape: Vec<(u32, u32)> = cfg.sweep.benchmarks.iter().map(|b| (b.model_count() as u32, b.item_count() as u32)).collect();
     let window = Window::new(&shape, cfg.sweep.run.window);
     let progress_tx = progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0);
+    let retried = crate::dead_letters::retried(&state)?;
     let items_done = state.done_count() as u64;
     let results = state.results_at_open();
     let mut e = Engine {
@@ -119,8 +122,10 @@ pub async fn run(
         progress: Progress { run: Some(meta.id), items_total, items_done, results, ..Default::default() },
         progress_tx,
         republish_round: 0,
+        retried: HashMap::new(),
         resumed_done: items_done > 0,
     };
+    e.retried = retried;
     e.absorb_backlog().await?;
     info!(items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
     e.fill().await?;
@@ -229,7 +234,8 @@ impl Engine {
         for j in jobs {
             if self.window.wait_on(key, j.id(), now) {
                 let job = Job::new(self.run, j.pool, j.key, j.api_key_env, j.timeout_ms);
-                self.send(&job, None).await;
+                let round = self.retried.get(&job.id).map(|r| crate::dead_letters::MSG_ID_ROUND_BASE + r);
+                self.send(&job, round).await;
                 self.progress.published += 1;
             }
         }

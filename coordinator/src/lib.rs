@@ -40,6 +40,7 @@
 //! walk reaches the item.
 
 mod engine;
+pub mod dead_letters;
 pub mod latency;
 pub mod report;
 pub mod state;

@@ -277,6 +277,11 @@ impl RunState {
         Ok(t)
     }
 
+    /// The sled database itself, for trees owned by other modules (`dead_letters`).
+    pub(crate) fn db(&self) -> &sled::Db {
+        &self.db
+    }
+
     /// Make everything written so far durable.
     pub async fn flush(&self) -> Result<(), StateError> {
         self.db.flush_async().await?;

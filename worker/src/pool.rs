@@ -328,7 +328,13 @@ async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, ca
         }
     };
     let subject = ctx.result_subject(job.run);
-    let msg_id = subjects::result_msg_id(job.run, &job.id);
+    let mut msg_id = subjects::result_msg_id(job.run, &job.id);
+    if matches!(result.outcome, Outcome::Failed(_)) {
+        // A dead letter can be re-queued (`halyard retry-failed`): its message id must
+        // not make the broker drop the retry's result as a duplicate.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        msg_id.push_str(&format!(":dead:{}", t.as_nanos()));
+    }
     for attempt in 0..5u32 {
         let publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(&msg_id);
         match ctx.broker.js.send_publish(subject.clone(), publish).await {
