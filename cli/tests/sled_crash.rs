@@ -191,3 +191,75 @@ fn sled_crash_loop() {
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
     crash_loop(iterations, seed);
 }
+
+/// Fill a checkpoint and a run state with `n` records each, flushed and closed.
+fn filled(dir: &Path, n: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let cp = Checkpoint::open(&dir.join("checkpoint")).unwrap();
+        for i in 0..n {
+            cp.put(id(i), &completion(i)).await.unwrap();
+        }
+        cp.close().await;
+        let st = RunState::open(&dir.join("state")).unwrap();
+        for i in 0..n {
+            st.insert_result(&result(i)).unwrap();
+        }
+        st.flush().await.unwrap();
+    });
+}
+
+/// What opening and reading a damaged store gives: an error (its text), or the records
+/// still readable. Never a panic.
+fn probe(dir: &Path, n: u64) -> Result<(usize, usize), String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let cp = Checkpoint::open(&dir.join("checkpoint")).map_err(|e| e.to_string())?;
+        let mut ok_cp = 0;
+        for i in 0..n {
+            match cp.get(&id(i)) {
+                Ok(Some(c)) if c == completion(i) => ok_cp += 1,
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        cp.close().await;
+        let st = RunState::open(&dir.join("state")).map_err(|e| e.to_string())?;
+        let mut ok_st = 0;
+        for r in st.results() {
+            r.map_err(|e| e.to_string())?;
+            ok_st += 1;
+        }
+        Ok((ok_cp, ok_st))
+    })
+}
+
+#[test]
+fn damaged_stores_fail_with_the_store_named() {
+    for (what, damage) in [
+        ("conf overwritten", (|d: &Path| std::fs::write(d.join("conf"), b"\x00garbage\xff").unwrap()) as fn(&Path)),
+        ("db truncated to 100 bytes", |d: &Path| std::fs::OpenOptions::new().write(true).open(d.join("db")).unwrap().set_len(100).unwrap()),
+        ("db zeroed", |d: &Path| {
+            let len = std::fs::metadata(d.join("db")).unwrap().len();
+            std::fs::write(d.join("db"), vec![0u8; len as usize]).unwrap()
+        }),
+        ("db missing", |d: &Path| std::fs::remove_file(d.join("db")).unwrap()),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        filled(dir.path(), 200);
+        damage(&dir.path().join("checkpoint"));
+        damage(&dir.path().join("state"));
+        let got = std::panic::catch_unwind(|| probe(dir.path(), 200));
+        let got = got.unwrap_or_else(|_| panic!("{what}: opening a damaged store panicked"));
+        println!("{what}: {got:?}");
+        match got {
+            Err(e) => {
+                assert!(e.contains("checkpoint"), "{what}: error does not name the store: {e}");
+                // The run state, damaged alike, is refused alike.
+                let st = RunState::open(&dir.path().join("state")).err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(st.contains("state"), "{what}: run state: {st:?}");
+            }
+            Ok((cp, st)) => assert!(cp == 200 && st == 200, "{what}: silent loss: {cp} of 200 checkpoint records, {st} of 200 results"),
+        }
+    }
+}
