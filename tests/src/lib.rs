@@ -46,6 +46,7 @@
 
 pub mod cluster;
 pub mod fake_openai;
+pub mod mutate;
 pub mod nats;
 pub mod process;
 
