@@ -91,7 +91,8 @@ pub struct Broker {
 }
 
 /// Connect, waiting up to `connect_wait` for a broker that does not answer yet (then
-/// failing with the URL named), and failing at once with a clear message if the server rejects the credentials or the TLS setup.
+/// failing with the URL named), and failing at once with a clear message if the server
+/// rejects the credentials or the TLS setup.
 /// After the first connection, the client reconnects on its own for as long as it lives
 /// (to any node of a cluster: the server tells clients its peers' addresses).
 pub async fn connect(config: &BrokerConfig) -> Result<Broker, BrokerError> {
