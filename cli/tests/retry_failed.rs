@@ -17,7 +17,10 @@ fn retry_failed_requeues_dead_letters_and_the_rerun_completes_them() {
     let poison = qs[4].id;
     let poison_q = qs[4].question.clone();
     let on = Arc::new(AtomicBool::new(true));
-    let (with, without) = (responder(question_index(&qs), Some(poison)), responder(question_index(&qs), None));
+    let (with, without) = (
+        responder(question_index(&qs), Some(poison)),
+        responder(question_index(&qs), None),
+    );
     let flag = on.clone();
     let fake = FakeOpenAi::start_blocking(move |c| if flag.load(Ordering::SeqCst) { with(c) } else { without(c) });
     let dir = tempfile::tempdir().unwrap();
@@ -33,9 +36,16 @@ fn retry_failed_requeues_dead_letters_and_the_rerun_completes_them() {
     let listed = run_to_end(&["retry-failed", run_dir.to_str().unwrap(), "--list"]);
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(listed.contains("1 dead letter(s)"), "{listed}");
-    assert!(listed.contains("stage answer") && listed.contains("attempts 1") && listed.contains("HTTP 400"), "{listed}");
+    assert!(
+        listed.contains("stage answer") && listed.contains("attempts 1") && listed.contains("HTTP 400"),
+        "{listed}"
+    );
     assert!(listed.contains("poison"), "last error not shown: {listed}");
-    assert_eq!(halyard_coordinator::dead_letters::count(&run_dir).unwrap(), 1, "--list changed the run");
+    assert_eq!(
+        halyard_coordinator::dead_letters::count(&run_dir).unwrap(),
+        1,
+        "--list changed the run"
+    );
 
     // The API is fixed; put the dead letter back and run again.
     on.store(false, Ordering::SeqCst);
@@ -53,7 +63,10 @@ fn retry_failed_requeues_dead_letters_and_the_rerun_completes_them() {
         .iter()
         .flat_map(|ty| {
             let labels = report["benchmarks"][0]["answer_labels"][ty].as_object().unwrap().clone();
-            labels.into_iter().filter(|(_, n)| n.as_u64() != Some(0)).map(move |(l, n)| ((ty.to_string(), l), n.as_u64().unwrap()))
+            labels
+                .into_iter()
+                .filter(|(_, n)| n.as_u64() != Some(0))
+                .map(move |(l, n)| ((ty.to_string(), l), n.as_u64().unwrap()))
         })
         .collect();
     assert_eq!(counts, fixed.counts, "the retried run's figures");
@@ -61,12 +74,23 @@ fn retry_failed_requeues_dead_letters_and_the_rerun_completes_them() {
     let again = &fake.calls()[before..];
     assert!(!again.is_empty(), "the retry made no call");
     for c in again {
-        assert!(c.messages.iter().any(|(_, m)| m.contains(&poison_q)), "a call unrelated to the retried job: {:?}", c.messages);
+        assert!(
+            c.messages.iter().any(|(_, m)| m.contains(&poison_q)),
+            "a call unrelated to the retried job: {:?}",
+            c.messages
+        );
     }
 
     let nothing = run_to_end(&["retry-failed", run_dir.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&nothing.stdout).contains("no dead letters"));
-    let bad = halyard().args(["retry-failed", dir.path().to_str().unwrap()]).output().unwrap();
+    let bad = halyard()
+        .args(["retry-failed", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a run directory"), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("not a run directory"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }

@@ -42,7 +42,10 @@ fn completion(i: u64) -> Completion {
     // Sizes vary so that records straddle sled's segments now and then.
     Completion {
         text: format!("completion {i} {}", "x".repeat((i % 97) as usize * 40)),
-        usage: Usage { prompt_tokens: i, completion_tokens: i / 2 },
+        usage: Usage {
+            prompt_tokens: i,
+            completion_tokens: i / 2,
+        },
         latency_ms: i % 1000,
         finish_reason: Some("stop".into()),
         calls: 1,
@@ -66,10 +69,16 @@ fn result(i: u64) -> JobResult {
 /// stdout naming a record once it is durable.
 #[test]
 fn sled_crash_child() {
-    let (Some(dir), Some(start)) = (std::env::var_os(CHILD_DIR), std::env::var(CHILD_START).ok()) else { return };
+    let (Some(dir), Some(start)) = (std::env::var_os(CHILD_DIR), std::env::var(CHILD_START).ok()) else {
+        return;
+    };
     let dir = std::path::PathBuf::from(dir);
     let start: u64 = start.parse().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let cp = Checkpoint::open(&dir.join("checkpoint")).unwrap();
         let mut tasks = Vec::new();
@@ -129,8 +138,17 @@ fn run_child(dir: &Path, start: u64, kill_after: Duration) -> Acked {
     child.kill();
     reader.join().unwrap();
     let lines = lines.lock().unwrap();
-    let pick = |p: &str| lines.iter().filter_map(|l| l.strip_prefix(p)).filter_map(|n| n.parse().ok()).collect::<Vec<u64>>();
-    Acked { checkpoint: pick("cp "), state: pick("st ") }
+    let pick = |p: &str| {
+        lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(p))
+            .filter_map(|n| n.parse().ok())
+            .collect::<Vec<u64>>()
+    };
+    Acked {
+        checkpoint: pick("cp "),
+        state: pick("st "),
+    }
 }
 
 fn verify(dir: &Path, all_cp: &[u64], all_st: &[u64], tried_up_to: u64) -> (usize, usize) {
@@ -138,7 +156,10 @@ fn verify(dir: &Path, all_cp: &[u64], all_st: &[u64], tried_up_to: u64) -> (usiz
     rt.block_on(async {
         let cp = Checkpoint::open(&dir.join("checkpoint")).expect("the checkpoint reopens after a crash");
         for &i in all_cp {
-            let got = cp.get(&id(i)).expect("readable").unwrap_or_else(|| panic!("acknowledged checkpoint record {i} lost"));
+            let got = cp
+                .get(&id(i))
+                .expect("readable")
+                .unwrap_or_else(|| panic!("acknowledged checkpoint record {i} lost"));
             assert_eq!(got, completion(i), "checkpoint record {i} changed");
         }
         let present = cp.len();
@@ -187,8 +208,14 @@ fn crash_loop(iterations: u64, seed: u64) {
 
 #[test]
 fn sled_crash_loop() {
-    let iterations = std::env::var("HALYARD_CRASH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let iterations = std::env::var("HALYARD_CRASH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     crash_loop(iterations, seed);
 }
 
@@ -237,8 +264,18 @@ fn probe(dir: &Path, n: u64) -> Result<(usize, usize), String> {
 #[test]
 fn damaged_stores_fail_with_the_store_named() {
     for (what, damage) in [
-        ("conf overwritten", (|d: &Path| std::fs::write(d.join("conf"), b"\x00garbage\xff").unwrap()) as fn(&Path)),
-        ("db truncated to 100 bytes", |d: &Path| std::fs::OpenOptions::new().write(true).open(d.join("db")).unwrap().set_len(100).unwrap()),
+        (
+            "conf overwritten",
+            (|d: &Path| std::fs::write(d.join("conf"), b"\x00garbage\xff").unwrap()) as fn(&Path),
+        ),
+        ("db truncated to 100 bytes", |d: &Path| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(d.join("db"))
+                .unwrap()
+                .set_len(100)
+                .unwrap()
+        }),
         ("db zeroed", |d: &Path| {
             let len = std::fs::metadata(d.join("db")).unwrap().len();
             std::fs::write(d.join("db"), vec![0u8; len as usize]).unwrap()
@@ -256,10 +293,16 @@ fn damaged_stores_fail_with_the_store_named() {
             Err(e) => {
                 assert!(e.contains("checkpoint"), "{what}: error does not name the store: {e}");
                 // The run state, damaged alike, is refused alike.
-                let st = RunState::open(&dir.path().join("state")).err().map(|e| e.to_string()).unwrap_or_default();
+                let st = RunState::open(&dir.path().join("state"))
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
                 assert!(st.contains("state"), "{what}: run state: {st:?}");
             }
-            Ok((cp, st)) => assert!(cp == 200 && st == 200, "{what}: silent loss: {cp} of 200 checkpoint records, {st} of 200 results"),
+            Ok((cp, st)) => assert!(
+                cp == 200 && st == 200,
+                "{what}: silent loss: {cp} of 200 checkpoint records, {st} of 200 results"
+            ),
         }
     }
 }

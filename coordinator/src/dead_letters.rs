@@ -47,7 +47,11 @@ pub struct Requeued {
 fn open(run_dir: &Path) -> Result<RunState, CoordinatorError> {
     let dir = run_dir.join("state");
     if !dir.is_dir() {
-        return Err(StateError::Open { path: dir.display().to_string(), reason: "no run state here (not a run directory)".into() }.into());
+        return Err(StateError::Open {
+            path: dir.display().to_string(),
+            reason: "no run state here (not a run directory)".into(),
+        }
+        .into());
     }
     Ok(RunState::open(&dir)?)
 }
@@ -69,7 +73,11 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
     let jobs = report::dead_letters(&state)?;
     let db = state.db();
     let meta = db.open_tree("meta").map_err(StateError::from)?;
-    let last = meta.get(ROUND_KEY).map_err(StateError::from)?.map(|v| be_u32(&v)).unwrap_or(0);
+    let last = meta
+        .get(ROUND_KEY)
+        .map_err(StateError::from)?
+        .map(|v| be_u32(&v))
+        .unwrap_or(0);
     if jobs.is_empty() {
         return Ok(Requeued { round: last, jobs });
     }
@@ -89,7 +97,10 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
             retried.insert(key, &round.to_be_bytes()).map_err(StateError::from)?;
         }
     }
-    db.open_tree("done").map_err(StateError::from)?.clear().map_err(StateError::from)?;
+    db.open_tree("done")
+        .map_err(StateError::from)?
+        .clear()
+        .map_err(StateError::from)?;
     meta.insert(ROUND_KEY, &round.to_be_bytes()).map_err(StateError::from)?;
     db.flush().map_err(StateError::from)?;
     Ok(Requeued { round, jobs })
@@ -100,8 +111,10 @@ pub(crate) fn retried(state: &RunState) -> Result<HashMap<JobId, u32>, StateErro
     let mut out = HashMap::new();
     for kv in state.db().open_tree(RETRIED)?.iter() {
         let (k, v) = kv?;
-        let id = JobId::from_slice(&k)
-            .ok_or_else(|| StateError::Corrupt { what: "retried key".into(), reason: format!("{} bytes", k.len()) })?;
+        let id = JobId::from_slice(&k).ok_or_else(|| StateError::Corrupt {
+            what: "retried key".into(),
+            reason: format!("{} bytes", k.len()),
+        })?;
         out.insert(id, be_u32(&v));
     }
     Ok(out)

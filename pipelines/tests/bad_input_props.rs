@@ -8,7 +8,12 @@ use proptest::prelude::*;
 
 fn real_lines() -> Vec<String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/hypotermqa/HypoTermQA_180.jsonl");
-    std::fs::read_to_string(path).expect("dataset in repository").lines().take(12).map(str::to_string).collect()
+    std::fs::read_to_string(path)
+        .expect("dataset in repository")
+        .lines()
+        .take(12)
+        .map(str::to_string)
+        .collect()
 }
 
 const JUDGE_OUTPUTS: &[&str] = &[

@@ -39,11 +39,12 @@ pub fn check(dir: &Path, store_has_mark: bool) -> Result<Mark, String> {
     match (file.exists(), store_has_mark) {
         (_, true) => Ok(Mark::Intact),
         (false, false) => Ok(Mark::Missing),
-        (true, false) => Err(format!(
-            "the store's data no longer holds what it held (its files were truncated, zeroed, replaced or deleted); \
+        (true, false) => Err(
+            ("the store's data no longer holds what it held (its files were truncated, zeroed, replaced or deleted); \
              restore them from a backup, or move the directory away to start this store afresh (a checkpoint then pays \
-             again for lost calls; a run state restarts the run)"
-        )),
+             again for lost calls; a run state restarts the run)")
+                .to_string(),
+        ),
     }
 }
 
@@ -62,7 +63,8 @@ pub fn write_file(dir: &Path) -> Result<(), String> {
     let path = dir.join(MARK_FILE);
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
     let mut f = std::fs::File::create(&path).map_err(err)?;
-    f.write_all(b"This directory is a Halyard store (sled). Do not delete this file on its own.\n").map_err(err)?;
+    f.write_all(b"This directory is a Halyard store (sled). Do not delete this file on its own.\n")
+        .map_err(err)?;
     f.sync_all().map_err(err)
 }
 

@@ -42,7 +42,11 @@ proptest! {
 
 #[test]
 fn empty_and_wrong_shapes_are_named() {
-    for (body, needle) in [(&b""[..], "not a chat completion"), (br#"{"choices":[]}"#, "no choices"), (b"[1,2]", "not a chat completion")] {
+    for (body, needle) in [
+        (&b""[..], "not a chat completion"),
+        (br#"{"choices":[]}"#, "no choices"),
+        (b"[1,2]", "not a chat completion"),
+    ] {
         let e = decode_body(body).unwrap_err().to_string();
         assert!(e.contains(needle), "{e}");
     }
