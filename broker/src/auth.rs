@@ -80,7 +80,12 @@ impl NatsAuth {
     /// user, certificate with key, and every named file readable.
     pub fn validate(&self) -> Result<(), BrokerError> {
         let bad = |m: String| Err(BrokerError::Config(m));
-        let identities = [self.user.is_some(), self.token.is_some(), self.nkey_seed_file.is_some(), self.creds_file.is_some()];
+        let identities = [
+            self.user.is_some(),
+            self.token.is_some(),
+            self.nkey_seed_file.is_some(),
+            self.creds_file.is_some(),
+        ];
         if identities.iter().filter(|x| **x).count() > 1 {
             return bad(format!("use one way to authenticate, not several ({})", self.describe()));
         }
@@ -120,7 +125,10 @@ impl NatsAuth {
                 .map_err(|e| BrokerError::Config(format!("nkey seed file {}: {e}", path.display())))?;
             let seed = seed.trim().to_string();
             if let Err(e) = nkeys::KeyPair::from_seed(&seed) {
-                return Err(BrokerError::Config(format!("nkey seed file {}: not an nkey seed: {e}", path.display())));
+                return Err(BrokerError::Config(format!(
+                    "nkey seed file {}: not an nkey seed: {e}",
+                    path.display()
+                )));
             }
             opts = opts.nkey(seed);
         }

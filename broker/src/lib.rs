@@ -92,7 +92,8 @@ pub struct Broker {
 }
 
 /// Connect, waiting up to `connect_wait` for a broker that does not answer yet (then
-/// failing with the URL named), and failing at once with a clear message if the server rejects the credentials or the TLS setup.
+/// failing with the URL named), and failing at once with a clear message if the server
+/// rejects the credentials or the TLS setup.
 /// After the first connection, the client reconnects on its own for as long as it lives
 /// (to any node of a cluster: the server tells clients its peers' addresses).
 pub async fn connect(config: &BrokerConfig) -> Result<Broker, BrokerError> {
@@ -184,9 +185,40 @@ pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
             duplicate_window: b.config.duplicate_window,
             ..Default::default()
         };
-        b.js.get_or_create_stream(cfg).await.map_err(|e| BrokerError::js(format!("create stream {name}"), e))?;
+        retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone())).await?;
     }
     Ok(())
+}
+
+/// How long stream and consumer setup keeps trying while JetStream does not answer (a
+/// cluster electing a leader, a broker restarting).
+const SETUP_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Run a JetStream setup request, retrying while it times out or finds no JetStream
+/// (yet); other errors (a stream configured differently, say) fail at once.
+async fn retry_js<T, E, F, Fut>(what: &str, mut f: F) -> Result<T, BrokerError>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + SETUP_PATIENCE;
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let msg = e.to_string();
+                let transient = ["timed out", "no responders", "unavailable", "not available", "leader", "insufficient resources"]
+                    .iter()
+                    .any(|w| msg.to_ascii_lowercase().contains(w));
+                if !transient || tokio::time::Instant::now() >= deadline {
+                    return Err(BrokerError::js(what, e));
+                }
+                tracing::warn!(what, error = %msg, "JetStream not ready; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
 }
 
 /// Delivery settings of a pool's consumer.
@@ -208,7 +240,7 @@ pub type PullConsumer = consumer::Consumer<consumer::pull::Config>;
 
 /// The durable pull consumer shared by all workers of `pool`.
 pub async fn pool_consumer(b: &Broker, pool: &str, d: Delivery) -> Result<PullConsumer, BrokerError> {
-    let stream = b.js.get_stream(subjects::JOBS_STREAM).await.map_err(|e| BrokerError::js("get stream HALYARD_JOBS", e))?;
+    let stream = retry_js("get stream HALYARD_JOBS", || b.js.get_stream(subjects::JOBS_STREAM)).await?;
     let name = subjects::pool_consumer(pool);
     let cfg = consumer::pull::Config {
         durable_name: Some(name.clone()),
@@ -219,13 +251,12 @@ pub async fn pool_consumer(b: &Broker, pool: &str, d: Delivery) -> Result<PullCo
         max_ack_pending: 10_000,
         ..Default::default()
     };
-    stream.get_or_create_consumer(&name, cfg).await.map_err(|e| BrokerError::js(format!("consumer {name} for pool {pool:?}"), e))
+    retry_js(&format!("consumer {name} for pool {pool:?}"), || stream.get_or_create_consumer(&name, cfg.clone())).await
 }
 
 /// The durable consumer of one run's results.
 pub async fn results_consumer(b: &Broker, run: uuid::Uuid) -> Result<PullConsumer, BrokerError> {
-    let stream =
-        b.js.get_stream(subjects::RESULTS_STREAM).await.map_err(|e| BrokerError::js("get stream HALYARD_RESULTS", e))?;
+    let stream = retry_js("get stream HALYARD_RESULTS", || b.js.get_stream(subjects::RESULTS_STREAM)).await?;
     let name = subjects::run_consumer(run);
     let cfg = consumer::pull::Config {
         durable_name: Some(name.clone()),
@@ -235,5 +266,5 @@ pub async fn results_consumer(b: &Broker, run: uuid::Uuid) -> Result<PullConsume
         max_ack_pending: 20_000,
         ..Default::default()
     };
-    stream.get_or_create_consumer(&name, cfg).await.map_err(|e| BrokerError::js(format!("consumer {name}"), e))
+    retry_js(&format!("consumer {name}"), || stream.get_or_create_consumer(&name, cfg.clone())).await
 }

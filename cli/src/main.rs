@@ -15,6 +15,7 @@ use halyard_worker::{Checkpoint, PoolSpec, WorkerConfig};
 use tokio::sync::watch;
 
 mod nats_args;
+mod retry_failed;
 use nats_args::NatsAuthArgs;
 mod metrics;
 mod progress;
@@ -58,6 +59,8 @@ enum Cmd {
     Status(StatusCmd),
     /// Merge finished runs into a HypoTermQA leaderboard (leaderboard.md and .html).
     Report(ReportCmd),
+    /// List a stopped run's dead letters and re-queue them for its next coordinator.
+    RetryFailed(retry_failed::RetryFailedArgs),
 }
 
 #[derive(Args)]
@@ -251,6 +254,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
         Cmd::Worker(a) => worker(a).await,
         Cmd::Status(a) => status::status(status::StatusArgs { run: a.run, nats: a.nats, auth: a.nats_auth.auth(), out: a.out, json: a.json }).await,
         Cmd::Report(a) => leaderboard(a),
+        Cmd::RetryFailed(a) => retry_failed::run(a),
     }
 }
 

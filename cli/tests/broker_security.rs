@@ -44,7 +44,11 @@ fn pki(dir: &Path) -> Pki {
         p.distinguished_name.push(DnType::CommonName, cn);
         (p.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
     };
-    let (sc, sk) = leaf(vec!["127.0.0.1".into(), "localhost".into()], ExtendedKeyUsagePurpose::ServerAuth, "nats");
+    let (sc, sk) = leaf(
+        vec!["127.0.0.1".into(), "localhost".into()],
+        ExtendedKeyUsagePurpose::ServerAuth,
+        "nats",
+    );
     let (cc, ck) = leaf(vec![], ExtendedKeyUsagePurpose::ClientAuth, "halyard-client");
     Pki {
         ca: write(dir, "ca.pem", &ca.pem()),
@@ -100,21 +104,41 @@ fn coordinator_and_worker_run_over_tls_with_password() {
     let out = dir.path().join("runs");
 
     let mut w = halyard();
-    w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--state", dir.path().join("cp").to_str().unwrap()])
-        .env("HALYARD_NATS_URL", &url)
-        .env("HALYARD_NATS_USER", USER)
-        .env("HALYARD_NATS_PASSWORD", PASSWORD)
-        .env("HALYARD_NATS_CA", &pki.ca)
-        .env("HALYARD_NATS_CERT", &pki.client_cert)
-        .env("HALYARD_NATS_KEY", &pki.client_key)
-        .stderr(std::fs::File::create(dir.path().join("worker.log")).unwrap());
+    w.args([
+        "worker",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--state",
+        dir.path().join("cp").to_str().unwrap(),
+    ])
+    .env("HALYARD_NATS_URL", &url)
+    .env("HALYARD_NATS_USER", USER)
+    .env("HALYARD_NATS_PASSWORD", PASSWORD)
+    .env("HALYARD_NATS_CA", &pki.ca)
+    .env("HALYARD_NATS_CERT", &pki.client_cert)
+    .env("HALYARD_NATS_KEY", &pki.client_key)
+    .stderr(std::fs::File::create(dir.path().join("worker.log")).unwrap());
     let mut worker = ChildGuard::spawn(w);
 
     let mut c = halyard();
-    c.args(["coordinator", sweep.to_str().unwrap(), "--out", out.to_str().unwrap(), "--nats", &url, "--nats-user", USER])
-        .args(["--nats-ca", pki.ca.to_str().unwrap(), "--nats-cert", pki.client_cert.to_str().unwrap()])
-        .args(["--nats-key", pki.client_key.to_str().unwrap(), "--nats-tls"])
-        .env("HALYARD_NATS_PASSWORD", PASSWORD);
+    c.args([
+        "coordinator",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--nats",
+        &url,
+        "--nats-user",
+        USER,
+    ])
+    .args([
+        "--nats-ca",
+        pki.ca.to_str().unwrap(),
+        "--nats-cert",
+        pki.client_cert.to_str().unwrap(),
+    ])
+    .args(["--nats-key", pki.client_key.to_str().unwrap(), "--nats-tls"])
+    .env("HALYARD_NATS_PASSWORD", PASSWORD);
     let o = c.output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "coordinator failed over TLS: {stderr}");
@@ -125,14 +149,20 @@ fn coordinator_and_worker_run_over_tls_with_password() {
     let report = read_json(&out.join("secure/report.json"));
     assert_eq!(report["jobs"]["done"], 40, "{report}");
     assert_eq!(report["jobs"]["completed"], 40, "{report}");
-    for text in [&*stderr, &*wlog, &*std::fs::read_to_string(out.join("secure/report.json")).unwrap()] {
+    for text in [
+        &*stderr,
+        &*wlog,
+        &*std::fs::read_to_string(out.join("secure/report.json")).unwrap(),
+    ] {
         assert!(!text.contains(PASSWORD), "the password leaked into output");
     }
 }
 
 fn connect_err(auth: NatsAuth, url: &str) -> (String, Duration) {
     let t = Instant::now();
-    let r = rt().block_on(halyard_broker::connect(&BrokerConfig::new(url, "security-test").with_auth(auth)));
+    let r = rt().block_on(halyard_broker::connect(
+        &BrokerConfig::new(url, "security-test").with_auth(auth),
+    ));
     match r {
         Ok(_) => panic!("connected to {url} although it should have been refused"),
         Err(e) => (e.to_string(), t.elapsed()),
@@ -149,16 +179,32 @@ fn wrong_password_fails_fast_with_a_clear_error() {
     let url = tls_url(&nats);
     let t = Instant::now();
     let o = halyard()
-        .args(["worker", "--pool", "p", "--state", dir.path().join("cp").to_str().unwrap(), "--nats", &url])
+        .args([
+            "worker",
+            "--pool",
+            "p",
+            "--state",
+            dir.path().join("cp").to_str().unwrap(),
+            "--nats",
+            &url,
+        ])
         .args(["--nats-user", USER, "--nats-ca", pki.ca.to_str().unwrap()])
-        .args(["--nats-cert", pki.client_cert.to_str().unwrap(), "--nats-key", pki.client_key.to_str().unwrap()])
+        .args([
+            "--nats-cert",
+            pki.client_cert.to_str().unwrap(),
+            "--nats-key",
+            pki.client_key.to_str().unwrap(),
+        ])
         .env("HALYARD_NATS_PASSWORD", "wrong-password-123")
         .output()
         .unwrap();
     let elapsed = t.elapsed();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "a wrong password was accepted");
-    assert!(err.contains("authorization violation") && err.contains("rejected the credentials"), "{err}");
+    assert!(
+        err.contains("authorization violation") && err.contains("rejected the credentials"),
+        "{err}"
+    );
     assert!(err.contains(&url) && err.contains("user \"halyard\""), "{err}");
     assert!(!err.contains("wrong-password-123"), "the password was printed: {err}");
     // Fails on the first answer, not after the 5 s connection timeout or a retry loop.
@@ -221,7 +267,9 @@ fn nkey_authentication() {
         ..Default::default()
     };
     rt().block_on(async {
-        let b = halyard_broker::connect(&BrokerConfig::new(&url, "nkey").with_auth(auth(&seed))).await.expect("nkey user connects");
+        let b = halyard_broker::connect(&BrokerConfig::new(&url, "nkey").with_auth(auth(&seed)))
+            .await
+            .expect("nkey user connects");
         halyard_broker::ensure_streams(&b).await.expect("and may use JetStream");
     });
     let bad = write(dir.path(), "bad.nk", "not a seed");
@@ -240,9 +288,14 @@ fn token_authentication_and_bad_settings() {
     let dir = tempfile::tempdir().unwrap();
     let conf = write(dir.path(), "token.conf", "authorization { token: \"s3cr3t-token\" }\n");
     let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
-    let token = |t: &str| NatsAuth { token: Some(t.into()), ..Default::default() };
-    rt().block_on(halyard_broker::connect(&BrokerConfig::new(nats.url(), "tok").with_auth(token("s3cr3t-token"))))
-        .expect("the right token connects");
+    let token = |t: &str| NatsAuth {
+        token: Some(t.into()),
+        ..Default::default()
+    };
+    rt().block_on(halyard_broker::connect(
+        &BrokerConfig::new(nats.url(), "tok").with_auth(token("s3cr3t-token")),
+    ))
+    .expect("the right token connects");
     let (e, took) = connect_err(token("guess"), &nats.url());
     assert!(e.contains("authorization violation") && e.contains("token"), "{e}");
     assert!(took < Duration::from_secs(5), "{took:?}");
@@ -250,13 +303,34 @@ fn token_authentication_and_bad_settings() {
     assert!(e.contains("authorization violation") && e.contains("no credentials"), "{e}");
 
     let creds = write(dir.path(), "user.creds", "this is not a creds file\n");
-    let (e, _) = connect_err(NatsAuth { creds_file: Some(creds), ..Default::default() }, &nats.url());
+    let (e, _) = connect_err(
+        NatsAuth {
+            creds_file: Some(creds),
+            ..Default::default()
+        },
+        &nats.url(),
+    );
     assert!(e.contains("credentials file") && e.contains("user.creds"), "{e}");
-    let both = NatsAuth { token: Some("a".into()), user: Some("u".into()), password: Some("p".into()), ..Default::default() };
+    let both = NatsAuth {
+        token: Some("a".into()),
+        user: Some("u".into()),
+        password: Some("p".into()),
+        ..Default::default()
+    };
     assert!(matches!(both.validate(), Err(BrokerError::Config(m)) if m.contains("one way")));
-    let half = NatsAuth { user: Some("u".into()), ..Default::default() };
+    let half = NatsAuth {
+        user: Some("u".into()),
+        ..Default::default()
+    };
     assert!(matches!(half.validate(), Err(BrokerError::Config(m)) if m.contains("needs a password")));
     // Debug output shows which secrets are set, never their values.
-    let dbg = format!("{:?}", NatsAuth { password: Some("hunter2".into()), token: Some("tok".into()), ..Default::default() });
+    let dbg = format!(
+        "{:?}",
+        NatsAuth {
+            password: Some("hunter2".into()),
+            token: Some("tok".into()),
+            ..Default::default()
+        }
+    );
     assert!(!dbg.contains("hunter2") && !dbg.contains("tok\""), "{dbg}");
 }

@@ -87,7 +87,7 @@ fn dataset(dir: &Path, n: usize) -> (PathBuf, HashMap<String, i64>) {
         if copy > 0 {
             let q = format!("{} (variant {copy})", v["question"].as_str().unwrap());
             v["question"] = Value::String(q);
-            v["questionId"] = Value::from(v["questionId"].as_i64().unwrap() + 1000 * copy as i64);
+            v["questionId"] = Value::from(v["questionId"].as_i64().unwrap() + 1_000_000 * copy as i64);
         }
         index.insert(v["question"].as_str().unwrap().to_string(), v["questionId"].as_i64().unwrap());
         out.push_str(&v.to_string());
@@ -128,7 +128,10 @@ impl Broker {
     fn logs(&self) -> String {
         match self {
             Broker::One(n) => n.log_tail(30),
-            Broker::Cluster(c) => (0..c.len()).map(|i| c.node(i).log_tail(20)).collect::<Vec<_>>().join("\n---\n"),
+            Broker::Cluster(c) => (0..c.len())
+                .map(|i| c.node(i).log_tail(20))
+                .collect::<Vec<_>>()
+                .join("\n---\n"),
         }
     }
 }
@@ -142,22 +145,41 @@ struct Procs<'a> {
 
 impl Procs<'_> {
     fn log(&self, name: &str) -> std::fs::File {
-        OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{name}.log"))).unwrap()
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{name}.log")))
+            .unwrap()
     }
     fn coordinator(&self) -> ChildGuard {
         let mut c = halyard();
-        c.args(["coordinator", self.sweep.to_str().unwrap(), "--nats", &self.url, "--out", self.out.to_str().unwrap()])
-            .stdout(self.log("coordinator"))
-            .stderr(self.log("coordinator"));
+        c.args([
+            "coordinator",
+            self.sweep.to_str().unwrap(),
+            "--nats",
+            &self.url,
+            "--out",
+            self.out.to_str().unwrap(),
+        ])
+        .stdout(self.log("coordinator"))
+        .stderr(self.log("coordinator"));
         ChildGuard::spawn(c)
     }
     fn worker(&self, i: usize) -> ChildGuard {
         let state = self.dir.join(format!("w{i}"));
         let mut c = halyard();
-        c.args(["worker", "--nats", &self.url, "--sweep", self.sweep.to_str().unwrap(), "--state", state.to_str().unwrap()])
-            .args(["--id", &format!("w{i}")])
-            .stdout(self.log(&format!("w{i}")))
-            .stderr(self.log(&format!("w{i}")));
+        c.args([
+            "worker",
+            "--nats",
+            &self.url,
+            "--sweep",
+            self.sweep.to_str().unwrap(),
+            "--state",
+            state.to_str().unwrap(),
+        ])
+        .args(["--id", &format!("w{i}")])
+        .stdout(self.log(&format!("w{i}")))
+        .stderr(self.log(&format!("w{i}")));
         ChildGuard::spawn(c)
     }
 }
@@ -166,7 +188,11 @@ fn chaos(cfg: Config) -> Figures {
     let started = Instant::now();
     let mut rng = Rng(cfg.seed.max(1));
     let keep = std::env::var_os("HALYARD_CHAOS_KEEP").is_some();
-    let dir = tempfile::Builder::new().prefix("halyard-chaos-").disable_cleanup(keep).tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("halyard-chaos-")
+        .disable_cleanup(keep)
+        .tempdir()
+        .unwrap();
     let d = dir.path();
     if keep {
         eprintln!("chaos: keeping {}", d.display());
@@ -183,14 +209,28 @@ fn chaos(cfg: Config) -> Figures {
     fake.reset_counters();
     let reference = read_json(&d.join("ref/chaos/report.json"));
 
-    let mut broker = if cfg.cluster { Broker::Cluster(NatsCluster::start(3)) } else { Broker::One(NatsServer::start()) };
-    let procs = Procs { dir: d, sweep: &sweep, url: broker.url(), out: d.join("runs") };
+    let mut broker = if cfg.cluster {
+        Broker::Cluster(NatsCluster::start(3))
+    } else {
+        Broker::One(NatsServer::start())
+    };
+    let procs = Procs {
+        dir: d,
+        sweep: &sweep,
+        url: broker.url(),
+        out: d.join("runs"),
+    };
     let mut coord = procs.coordinator();
     let mut workers: Vec<ChildGuard> = (0..cfg.workers).map(|i| procs.worker(i)).collect();
-    let mut f = Figures { calls_reference, ..Default::default() };
+    let mut f = Figures {
+        calls_reference,
+        ..Default::default()
+    };
     // Kill i when the fake has seen this many calls: spread over the run, with jitter.
     let span = calls_reference as u64;
-    let mut at: Vec<u64> = (0..cfg.kills as u64).map(|i| span * (i + 1) / (cfg.kills as u64 + 2) + rng.below(span / 40 + 1)).collect();
+    let mut at: Vec<u64> = (0..cfg.kills as u64)
+        .map(|i| span * (i + 1) / (cfg.kills as u64 + 2) + rng.below(span / 40 + 1))
+        .collect();
     at.sort();
     let broker_event_at = span / 2;
     let mut broker_done = false;
@@ -200,14 +240,24 @@ fn chaos(cfg: Config) -> Figures {
             if s.success() {
                 break s;
             }
-            panic!("coordinator failed: {s:?}\n{}", std::fs::read_to_string(d.join("coordinator.log")).unwrap_or_default());
+            panic!(
+                "coordinator failed: {s:?}\n{}",
+                std::fs::read_to_string(d.join("coordinator.log")).unwrap_or_default()
+            );
         }
         for (i, w) in workers.iter_mut().enumerate() {
             if let Some(s) = w.try_wait() {
-                panic!("worker {i} exited on its own: {s:?}\n{}", std::fs::read_to_string(d.join(format!("w{i}.log"))).unwrap_or_default());
+                panic!(
+                    "worker {i} exited on its own: {s:?}\n{}",
+                    std::fs::read_to_string(d.join(format!("w{i}.log"))).unwrap_or_default()
+                );
             }
         }
-        assert!(Instant::now() < deadline, "chaos run did not finish\nbroker:\n{}", broker.logs());
+        assert!(
+            Instant::now() < deadline,
+            "chaos run did not finish\nbroker:\n{}",
+            broker.logs()
+        );
         let calls = fake.call_count() as u64;
         if !broker_done && calls >= broker_event_at {
             broker_done = true;
@@ -255,7 +305,9 @@ fn chaos(cfg: Config) -> Figures {
     assert!(at.is_empty(), "the run ended before {} planned kills", at.len());
     for w in workers.iter_mut() {
         w.signal(libc::SIGTERM);
-        let s = w.wait_timeout(Duration::from_secs(30)).expect("worker did not stop on SIGTERM");
+        let s = w
+            .wait_timeout(Duration::from_secs(30))
+            .expect("worker did not stop on SIGTERM");
         assert!(s.success(), "worker stop: {s:?}");
     }
     f.wall = started.elapsed();
@@ -271,11 +323,14 @@ fn chaos(cfg: Config) -> Figures {
     let got: Vec<&str> = labels.lines().collect();
     let got_set: HashSet<&str> = got.iter().copied().collect();
     f.lost = ref_set.difference(&got_set).count();
-    f.double_counted = (got.len() - got_set.len())
-        + (f.jobs.saturating_sub(reference["jobs"]["done"].as_u64().unwrap())) as usize;
+    f.double_counted =
+        (got.len() - got_set.len()) + (f.jobs.saturating_sub(reference["jobs"]["done"].as_u64().unwrap())) as usize;
     for entry in std::fs::read_dir(d).unwrap().flatten() {
         if entry.path().extension().is_some_and(|e| e == "log") {
-            f.panics += std::fs::read_to_string(entry.path()).unwrap_or_default().matches("panicked at").count();
+            f.panics += std::fs::read_to_string(entry.path())
+                .unwrap_or_default()
+                .matches("panicked at")
+                .count();
         }
     }
     println!(
@@ -299,12 +354,20 @@ fn chaos(cfg: Config) -> Figures {
         f.wall.as_secs_f64(),
         cfg.seed
     );
-    assert_eq!(report["benchmarks"], reference["benchmarks"], "report differs from the uninterrupted run's");
+    assert_eq!(
+        report["benchmarks"], reference["benchmarks"],
+        "report differs from the uninterrupted run's"
+    );
     assert_eq!(report["jobs"]["done"], reference["jobs"]["done"], "job count differs");
     assert_eq!(labels, ref_labels, "labels differ from the uninterrupted run's");
     assert_eq!((f.lost, f.double_counted, f.panics), (0, 0, 0));
     assert!(f.repeated >= 0, "fewer calls than the uninterrupted run");
-    assert!(f.repeated as usize <= f.in_flight_bound, "{} repeated paid calls > bound {}", f.repeated, f.in_flight_bound);
+    assert!(
+        f.repeated as usize <= f.in_flight_bound,
+        "{} repeated paid calls > bound {}",
+        f.repeated,
+        f.in_flight_bound
+    );
     f
 }
 
@@ -313,13 +376,26 @@ fn env(name: &str, default: u64) -> u64 {
 }
 
 fn seed() -> u64 {
-    env("HALYARD_CHAOS_SEED", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64)
+    env(
+        "HALYARD_CHAOS_SEED",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    )
 }
 
 /// CI size: ~300 jobs, 3 workers, 5 kills, one nats-server restart.
 #[test]
 fn chaos_small() {
-    chaos(Config { questions: 90, workers: 3, kills: 5, cluster: false, seed: seed(), delay: Duration::from_millis(10) });
+    chaos(Config {
+        questions: 90,
+        workers: 3,
+        kills: 5,
+        cluster: false,
+        seed: seed(),
+        delay: Duration::from_millis(10),
+    });
 }
 
 /// The benchmark: ≥ 5,000 jobs, ≥ 20 kills, a node lost from a 3-node cluster.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use halyard_tests::{ChildGuard, FakeOpenAi, Gate, NatsServer, Reply};
+use halyard_tests::{ChildGuard, FakeOpenAi, Gate, NatsServer};
 
 const FAST: u8 = 0;
 const SLOW: u8 = 1;
@@ -27,15 +27,32 @@ const CONCURRENCY: usize = 3;
 
 fn worker(sweep: &Path, url: &str, state: &Path, grace: &str, log: &Path) -> ChildGuard {
     let mut c = halyard();
-    c.args(["worker", "--nats", url, "--sweep", sweep.to_str().unwrap(), "--state", state.to_str().unwrap(), "--grace", grace])
-        .stderr(std::fs::File::create(log).unwrap());
+    c.args([
+        "worker",
+        "--nats",
+        url,
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--state",
+        state.to_str().unwrap(),
+        "--grace",
+        grace,
+    ])
+    .stderr(std::fs::File::create(log).unwrap());
     ChildGuard::spawn(c)
 }
 
 fn coordinator(sweep: &Path, url: &str, out: &Path, log: &Path) -> ChildGuard {
     let mut c = halyard();
-    c.args(["coordinator", sweep.to_str().unwrap(), "--nats", url, "--out", out.to_str().unwrap()])
-        .stderr(std::fs::File::create(log).unwrap());
+    c.args([
+        "coordinator",
+        sweep.to_str().unwrap(),
+        "--nats",
+        url,
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .stderr(std::fs::File::create(log).unwrap());
     ChildGuard::spawn(c)
 }
 
@@ -79,13 +96,25 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
     let started = fake.call_count();
     let t = Instant::now();
     w.signal(libc::SIGTERM);
-    let status = w.wait_timeout(Duration::from_secs(15)).expect("worker did not stop within its grace");
+    let status = w
+        .wait_timeout(Duration::from_secs(15))
+        .expect("worker did not stop within its grace");
     let took = t.elapsed();
-    assert!(status.success(), "graceful stop exit {status:?}: {}", std::fs::read_to_string(d.join("w1.log")).unwrap());
+    assert!(
+        status.success(),
+        "graceful stop exit {status:?}: {}",
+        std::fs::read_to_string(d.join("w1.log")).unwrap()
+    );
     assert_eq!(fake.in_flight(), 0, "the worker exited with calls still running");
     // It finished the calls it had (1.2 s each), and did not start new ones after the signal.
-    assert!(took >= Duration::from_millis(300), "exited after {took:?}: did it wait for its calls?");
-    assert!(fake.call_count() <= started + 2 * CONCURRENCY, "calls started after the signal");
+    assert!(
+        took >= Duration::from_millis(300),
+        "exited after {took:?}: did it wait for its calls?"
+    );
+    assert!(
+        fake.call_count() <= started + 2 * CONCURRENCY,
+        "calls started after the signal"
+    );
     let after_1 = fake.call_count();
     coord.signal(libc::SIGTERM);
     let status = coord.wait_timeout(Duration::from_secs(30)).expect("coordinator did not stop");
@@ -100,10 +129,19 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
     let abandoned_2 = fake.call_count() - after_1;
     let t = Instant::now();
     w.signal(libc::SIGTERM);
-    let status = w.wait_timeout(Duration::from_secs(15)).expect("worker ignored its grace deadline");
+    let status = w
+        .wait_timeout(Duration::from_secs(15))
+        .expect("worker ignored its grace deadline");
     let took = t.elapsed();
-    assert!(status.success(), "exit {status:?}: {}", std::fs::read_to_string(d.join("w2.log")).unwrap());
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(8), "stopped after {took:?}, grace 1 s");
+    assert!(
+        status.success(),
+        "exit {status:?}: {}",
+        std::fs::read_to_string(d.join("w2.log")).unwrap()
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(8),
+        "stopped after {took:?}, grace 1 s"
+    );
     let after_2 = fake.call_count();
 
     // 3. A second signal ends it at once.
@@ -113,10 +151,15 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
     let abandoned_3 = fake.call_count() - after_2;
     w.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(300));
-    assert!(w.try_wait().is_none(), "exited on the first signal although its grace is 60 s");
+    assert!(
+        w.try_wait().is_none(),
+        "exited on the first signal although its grace is 60 s"
+    );
     let t = Instant::now();
     w.signal(libc::SIGTERM);
-    let status = w.wait_timeout(Duration::from_secs(5)).expect("second signal did not end the worker");
+    let status = w
+        .wait_timeout(Duration::from_secs(5))
+        .expect("second signal did not end the worker");
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(t.elapsed() < Duration::from_secs(2), "second signal took {:?}", t.elapsed());
 
@@ -125,18 +168,31 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
     gate.open();
     let mut w = worker(&sweep, &url, &state, "10", &d.join("w4.log"));
     let status = coord.wait_timeout(Duration::from_secs(120)).expect("the run did not finish");
-    assert!(status.success(), "{}", std::fs::read_to_string(d.join("coord-2.log")).unwrap());
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(d.join("coord-2.log")).unwrap()
+    );
     w.signal(libc::SIGTERM);
-    assert!(w.wait_timeout(Duration::from_secs(30)).expect("worker did not stop").success());
+    assert!(w
+        .wait_timeout(Duration::from_secs(30))
+        .expect("worker did not stop")
+        .success());
 
     let a = read_json(&d.join("ref/graceful/report.json"));
     let b = read_json(&out.join("graceful/report.json"));
-    assert_eq!(a["benchmarks"], b["benchmarks"], "report differs from the uninterrupted run's");
+    assert_eq!(
+        a["benchmarks"], b["benchmarks"],
+        "report differs from the uninterrupted run's"
+    );
     assert_eq!(
         std::fs::read_to_string(d.join("ref/graceful/labels.jsonl")).unwrap(),
         std::fs::read_to_string(out.join("graceful/labels.jsonl")).unwrap()
     );
     let extra = fake.call_count() as i64 - calls_ref as i64;
     eprintln!("graceful: reference {calls_ref} calls; abandoned {abandoned_2} + {abandoned_3}; repeated {extra}");
-    assert!(extra >= 0 && extra as usize <= abandoned_2 + abandoned_3, "{extra} repeated calls, {abandoned_2} + {abandoned_3} abandoned");
+    assert!(
+        extra >= 0 && extra as usize <= abandoned_2 + abandoned_3,
+        "{extra} repeated calls, {abandoned_2} + {abandoned_3} abandoned"
+    );
 }

@@ -94,6 +94,8 @@ struct Engine {
     progress: Progress,
     progress_tx: watch::Sender<Progress>,
     republish_round: u32,
+    /// Jobs re-queued by `halyard retry-failed`, with their round (see `dead_letters`).
+    retried: HashMap<JobId, u32>,
     /// Items were already finished when this process started: the window's walk must
     /// skip them. (Without any, no item ahead of the walk can be finished, and the walk
     /// need not ask the store.)
@@ -117,6 +119,7 @@ pub async fn run(
     let shape: Vec<(u32, u32)> = cfg.sweep.benchmarks.iter().map(|b| (b.model_count() as u32, b.item_count() as u32)).collect();
     let window = Window::new(&shape, cfg.sweep.run.window);
     let progress_tx = progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0);
+    let retried = crate::dead_letters::retried(&state)?;
     let items_done = state.done_count() as u64;
     let results = state.results_at_open();
     let mut meter = crate::cost::Meter::new(&cfg.sweep);
@@ -133,10 +136,12 @@ pub async fn run(
         progress: Progress { run: Some(meta.id), items_total, items_done, results, targets, ..Default::default() },
         progress_tx,
         republish_round: 0,
+        retried: HashMap::new(),
         resumed_done: items_done > 0,
         meter,
     };
-    e.absorb_backlog(&consumer).await?;
+    e.retried = retried;
+    e.absorb_backlog().await?;
     // Every event of the run carries its id and name (a span; JSON logs show it too).
     let span = tracing::info_span!("run", run = %meta.id, sweep = %meta.name);
     info!(parent: &span, items = items_total, done = items_done, window = e.cfg.sweep.run.window, "planning");
@@ -246,7 +251,8 @@ impl Engine {
                 }
                 self.meter.published(&j, id);
                 let job = job_of(self.run, id, j);
-                self.send(&job, None).await;
+                let round = self.retried.get(&job.id).map(|r| crate::dead_letters::MSG_ID_ROUND_BASE + r);
+                self.send(&job, round).await;
                 self.progress.published += 1;
             }
         }
@@ -430,20 +436,7 @@ impl Engine {
         let mut fresh: HashMap<JobId, Outcome> = HashMap::with_capacity(msgs.len());
         let mut affected: Vec<(ItemKey, JobId)> = Vec::new();
         for m in msgs {
-            // One result, or a worker's batch of them; each stored as it was encoded.
-            match halyard_proto::decode_results(&m.payload) {
-                Ok(results) => {
-                    for (r, bytes) in results {
-                        if r.run != self.run {
-                            debug!(run = %r.run, "result for another run; ignoring");
-                            continue;
-                        }
-                        let new = self.state.insert_result_raw(&r.job, &m.payload[bytes])?;
-                        self.account(r, new, now, &mut affected, &mut fresh);
-                    }
-                }
-                Err(err) => warn!(error = %err, "undecodable result message; dropping it"),
-            }
+            self.store_results(&m.payload, now, &mut affected, &mut fresh)?;
         }
         self.replan(affected, &fresh).await?;
         self.state.put_costs(self.meter.totals())?;
@@ -457,6 +450,35 @@ impl Engine {
         }
         self.publish_progress();
         Ok(())
+    }
+
+    /// Store the results of one message (one result, or a worker's batch of them; each
+    /// stored as it was encoded) and account for them; returns how many were for this run.
+    fn store_results(
+        &mut self,
+        payload: &[u8],
+        now: Instant,
+        affected: &mut Vec<(ItemKey, JobId)>,
+        fresh: &mut HashMap<JobId, Outcome>,
+    ) -> Result<usize, CoordinatorError> {
+        let results = match halyard_proto::decode_results(payload) {
+            Ok(r) => r,
+            Err(err) => {
+                warn!(error = %err, "undecodable result message; dropping it");
+                return Ok(0);
+            }
+        };
+        let mut n = 0;
+        for (r, bytes) in results {
+            if r.run != self.run {
+                debug!(run = %r.run, "result for another run; ignoring");
+                continue;
+            }
+            let new = self.state.insert_result_raw(&r.job, &payload[bytes])?;
+            self.account(r, new, now, affected, fresh);
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Count a stored result (`new`) or a duplicate; collect the items it wakes.

@@ -41,6 +41,7 @@
 
 pub mod cost;
 mod engine;
+pub mod dead_letters;
 pub mod html;
 pub mod latency;
 pub mod leaderboard;

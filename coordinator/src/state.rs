@@ -123,6 +123,15 @@ impl RunState {
             .mode(sled::Mode::HighThroughput)
             .open()
             .map_err(|e| err(&e))?;
+        // A run state whose data vanished is an error, not a fresh run (see
+        // halyard_proto::store_mark).
+        let marks = db.open_tree("halyard_store")?;
+        let marked = marks.contains_key(halyard_proto::store_mark::MARK_KEY)?;
+        halyard_proto::store_mark::guard(dir, marked, || {
+            marks.insert(halyard_proto::store_mark::MARK_KEY, &b"1"[..]).map_err(|e| e.to_string())?;
+            db.flush().map(drop).map_err(|e| e.to_string())
+        })
+        .map_err(|e| err(&e))?;
         let results = db.open_tree("results")?;
         let stored = JobIdFilter::new();
         let mut results_at_open = 0;
@@ -294,6 +303,11 @@ impl RunState {
     /// Finished items of one benchmark and model under test.
     pub fn done_count_of(&self, bench: u32, model: u32) -> u64 {
         self.labels_of(bench, model).count() as u64
+    }
+
+    /// The sled database itself, for trees owned by other modules (`dead_letters`).
+    pub(crate) fn db(&self) -> &sled::Db {
+        &self.db
     }
 
     /// Make everything written so far durable.

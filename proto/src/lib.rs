@@ -1,6 +1,7 @@
 //! # halyard-proto: the wire between Halyard's processes
 //!
-//! Everything that crosses NATS is defined here and nothing else: no tokio, no IO.
+//! Everything that crosses NATS is defined here and nothing else: no tokio, and no IO
+//! but [`store_mark`]'s one file.
 //!
 //! ## Layout
 //! - [`id`]: [`JobId`], the content hash of everything that determines a job's result.
@@ -11,6 +12,7 @@
 //! - [`codec`]: MessagePack (rmp-serde, named fields) with a version check.
 //! - [`filter`]: [`JobIdFilter`], a Bloom filter over job ids that lets the stores skip
 //!   lookups that would miss (pure data structure; still no IO).
+//! - [`store_mark`]: detects a sled store that silently lost its data.
 //!
 //! ## Why content hashes
 //! A job id is a hash of pipeline, stage and stage version, model reference, full
@@ -26,6 +28,7 @@ pub mod filter;
 pub mod id;
 pub mod job;
 pub mod result;
+pub mod store_mark;
 pub mod subjects;
 
 pub use batch::{batch_msg_id, decode_results, encode_batch};

@@ -18,7 +18,11 @@ impl NatsCluster {
     pub fn start(n: usize) -> NatsCluster {
         assert!(n >= 1, "a cluster needs a node");
         let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let all_routes = routes.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+        let all_routes = routes
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
         let nodes = routes
             .iter()
             .enumerate()
@@ -75,7 +79,11 @@ impl NatsCluster {
             if routed && leader {
                 return;
             }
-            assert!(Instant::now() < deadline, "the cluster did not form in {limit:?}:\n{}", logs.join("\n-----\n"));
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not form in {limit:?}:\n{}",
+                logs.join("\n-----\n")
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -94,7 +102,9 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             // Connected to the first node only; the others come from its INFO.
-            let b = halyard_broker::connect(&BrokerConfig::new(cluster.node(0).url(), "cluster-test")).await.unwrap();
+            let b = halyard_broker::connect(&BrokerConfig::new(cluster.node(0).url(), "cluster-test"))
+                .await
+                .unwrap();
             assert_eq!(halyard_broker::cluster_size(&b.client), 3);
             let deadline = Instant::now() + Duration::from_secs(30);
             // The meta leader may still be settling: JetStream answers once it is.
@@ -111,7 +121,9 @@ mod tests {
         });
         cluster.node_mut(0).stop();
         rt.block_on(async {
-            let b = halyard_broker::connect(&BrokerConfig::new(cluster.urls(), "cluster-test-2")).await.unwrap();
+            let b = halyard_broker::connect(&BrokerConfig::new(cluster.urls(), "cluster-test-2"))
+                .await
+                .unwrap();
             let subject = halyard_proto::subjects::job_subject("p");
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {

@@ -50,6 +50,7 @@
 pub mod cluster;
 pub mod fake_openai;
 pub mod fake_quota;
+pub mod mutate;
 pub mod nats;
 pub mod process;
 pub mod prometheus;

@@ -61,6 +61,18 @@ const MAX_GROUP: usize = 1024;
 const LINGER_AFTER: usize = 16;
 const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// A store whose data vanished is an error, not an empty checkpoint (see
+/// [`halyard_proto::store_mark`]).
+pub(crate) fn mark_guard(dir: &Path, db: &sled::Db) -> Result<(), String> {
+    use halyard_proto::store_mark;
+    let marks = db.open_tree("halyard_store").map_err(|e| e.to_string())?;
+    let has = marks.contains_key(store_mark::MARK_KEY).map_err(|e| e.to_string())?;
+    store_mark::guard(dir, has, || {
+        marks.insert(store_mark::MARK_KEY, &b"1"[..]).map_err(|e| e.to_string())?;
+        db.flush().map(|_| ()).map_err(|e| e.to_string())
+    })
+}
+
 impl Checkpoint {
     /// Open (or create) the store in `dir` and start its writer actor.
     pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
@@ -73,6 +85,7 @@ impl Checkpoint {
             .cache_capacity(256 << 20)
             .open()
             .map_err(|e| err(&e))?;
+        mark_guard(dir, &db).map_err(|e| err(&e))?;
         Self::from_db(db).map_err(|e| err(&e))
     }
 

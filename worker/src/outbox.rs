@@ -34,6 +34,8 @@ struct Entry {
     run: Uuid,
     job: JobId,
     encoded: Vec<u8>,
+    /// A dead letter: its message must not be de-duplicated against a later retry's.
+    dead_letter: bool,
     reply: oneshot::Sender<bool>,
 }
 
@@ -52,9 +54,9 @@ impl Outbox {
     }
 
     /// Publish one encoded result of `job` in `run`; true once the broker holds it.
-    pub async fn publish(&self, run: Uuid, job: JobId, encoded: Vec<u8>) -> bool {
+    pub async fn publish(&self, run: Uuid, job: JobId, encoded: Vec<u8>, dead_letter: bool) -> bool {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Entry { run, job, encoded, reply }).await.is_err() {
+        if self.tx.send(Entry { run, job, encoded, dead_letter, reply }).await.is_err() {
             return false;
         }
         rx.await.unwrap_or(false)
@@ -108,7 +110,14 @@ async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver
 
 /// Publish one batch and answer its writers; retry a few times on broker trouble.
 async fn publish_batch(broker: &Broker, failpoints: &Failpoints, subject: async_nats::Subject, run: Uuid, entries: Vec<Entry>) {
-    let msg_id = halyard_proto::batch_msg_id(run, entries.iter().map(|e| &e.job));
+    let mut msg_id = halyard_proto::batch_msg_id(run, entries.iter().map(|e| &e.job));
+    if entries.iter().any(|e| e.dead_letter) {
+        // Unique per batch (retries of this publish below reuse it): a dead letter may be
+        // re-queued by `halyard retry-failed`, and the retry's result must not be dropped
+        // as a duplicate of this message within the stream's de-duplication window.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        msg_id.push_str(&format!(":dead:{}", t.as_nanos()));
+    }
     let payload = bytes::Bytes::from(halyard_proto::encode_batch(&entries.iter().map(|e| &e.encoded[..]).collect::<Vec<_>>()));
     let pass = |point| entries.iter().for_each(|_| failpoints.pass(point));
     let mut ok = false;

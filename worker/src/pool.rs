@@ -308,6 +308,9 @@ async fn call(ctx: &PoolCtx, msg: &jetstream::Message, job: &Job) -> CallOutcome
 /// Publish a result through the outbox (batched with the others ready) and wait for
 /// the broker's ack of the message holding it.
 async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, cached: bool) -> Event {
+    // A dead letter can be re-queued (`halyard retry-failed`): the message holding it
+    // gets a unique id, so the broker does not drop the retry's result as a duplicate.
+    let dead_letter = matches!(outcome, Outcome::Failed(_));
     let result = JobResult {
         v: halyard_proto::WIRE_VERSION,
         job: job.id,
@@ -324,7 +327,7 @@ async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, ca
             return Event::PublishFailed;
         }
     };
-    if ctx.outbox.publish(job.run, job.id, encoded).await {
+    if ctx.outbox.publish(job.run, job.id, encoded, dead_letter).await {
         Event::Published
     } else {
         Event::PublishFailed
