@@ -63,6 +63,7 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
     assert_eq!((stats.completed.get(), stats.replayed.get()), (1, 1), "one call, one replay");
 
     // A new worker process on the same checkpoint answers a third copy without calling.
+    cfg.stats = Default::default();
     publish(&broker.js, &j, "copy-3").await;
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let b = broker.clone();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use halyard_broker::{BrokerConfig, Delivery};
-use halyard_proto::{JobResult, Outcome};
+use halyard_proto::Outcome;
 use halyard_tests::fake_quota::{chat_job, publish_chat_jobs};
 use halyard_tests::{FakeQuotaApi, NatsServer, QuotaConfig};
 use halyard_worker::quota::PoolQuota;
@@ -66,13 +66,16 @@ async fn storm_pauses_the_pool_and_loses_no_job() {
             .unwrap_or_else(|_| panic!("only {} of {JOBS} jobs completed", done.len()))
             .expect("results stream ended")
             .unwrap();
-        let r: JobResult = halyard_proto::decode("result", &m.payload).unwrap();
+        // One result or a worker's batch of them.
+        let results = halyard_proto::decode_results(&m.payload).unwrap();
         m.ack().await.unwrap();
-        match r.outcome {
-            Outcome::Done(_) => {
-                done.insert(r.job);
+        for (r, _) in results {
+            match r.outcome {
+                Outcome::Done(_) => {
+                    done.insert(r.job);
+                }
+                Outcome::Failed(f) => panic!("job {} failed during the storm: {f:?}", r.job),
             }
-            Outcome::Failed(f) => panic!("job {} failed during the storm: {f:?}", r.job),
         }
     }
     let expected: HashSet<_> = (0..JOBS).map(|i| chat_job(run, POOL, &api.base_url(), 20, i).id).collect();
