@@ -44,5 +44,6 @@ pub mod autohall;
 pub mod chainpoll;
 pub mod common;
 pub mod hypotermqa;
+pub mod jsonl;
 pub mod metrics;
 pub mod noop;
