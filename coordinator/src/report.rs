@@ -167,18 +167,12 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
                 }
             }
             Benchmark::AutoHall { config, dataset, claims, dropped, samples } => {
-                let section = judged::AutoHallSection {
-                    bench: b,
-                    config,
-                    dataset,
-                    claims: claims.len() as u64,
-                    dropped,
-                    samples: *samples,
-                };
-                section.write(state, &dir, &mut md, &mut benchmarks, &mut labels_jsonl)?;
+                let mut out = judged::Sink { state, dir: &dir, md: &mut md, benchmarks: &mut benchmarks, labels: &mut labels_jsonl };
+                judged::write_autohall(&mut out, b, config, dataset, claims.len() as u64, dropped, *samples)?;
             }
             Benchmark::ChainPoll { config, dataset, skipped, .. } => {
-                judged::write_chainpoll(b, config, dataset, *skipped, state, &dir, &mut md, &mut benchmarks, &mut labels_jsonl)?;
+                let mut out = judged::Sink { state, dir: &dir, md: &mut md, benchmarks: &mut benchmarks, labels: &mut labels_jsonl };
+                judged::write_chainpoll(&mut out, b, config, dataset, *skipped)?;
             }
             Benchmark::HypoTermQa { config, questions, dataset } => {
                 for (m, c) in config.iter().enumerate() {

@@ -31,78 +31,77 @@ pub(super) fn entry(dir: &Path, report: &impl serde::Serialize, bench: usize, da
     Ok(v)
 }
 
-/// Everything an AutoHall benchmark contributes to the report.
-pub(super) struct AutoHallSection<'a> {
-    pub bench: usize,
-    pub config: &'a [autohall::Config],
-    pub dataset: &'a Path,
-    pub claims: u64,
-    pub dropped: &'a std::collections::BTreeMap<String, u64>,
-    pub samples: u32,
+/// Where a benchmark's section goes: the run state it reads, and the report's parts.
+pub(super) struct Sink<'a> {
+    pub state: &'a RunState,
+    pub dir: &'a Path,
+    pub md: &'a mut String,
+    pub benchmarks: &'a mut Vec<serde_json::Value>,
+    pub labels: &'a mut LabelsFile,
 }
 
-impl AutoHallSection<'_> {
-    /// Appends the section to `md`, the figures to `benchmarks`, the rows to `labels`
-    /// (each with `balanced`: whether the reference is in the detection set).
-    pub(super) fn write(
-        &self,
-        state: &RunState,
-        dir: &Path,
-        md: &mut String,
-        benchmarks: &mut Vec<serde_json::Value>,
-        labels: &mut LabelsFile,
-    ) -> Result<(), CoordinatorError> {
-        let mut reports = Vec::new();
-        for (m, c) in self.config.iter().enumerate() {
-            let items: Vec<autohall::ItemLabel> = typed_labels(state, self.bench as u32, m as u32, dir)?;
-            let balanced = autohall::balanced_set(&items);
-            for l in &items {
-                let mut v = serde_json::to_value(l).map_err(|e| io_err(dir, e))?;
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("balanced".into(), balanced.contains(&l.index).into());
-                }
-                labels.row(dir, &v)?;
-            }
-            let report = autohall::score(&c.model.name, self.claims, self.dropped, self.samples, &items);
-            benchmarks.push(entry(dir, &report, self.bench, self.dataset)?);
-            reports.push(report);
-        }
-        let title = format!("Benchmark {}: autohall on `{}`", self.bench, self.dataset.display());
-        md.push_str(&autohall::render_markdown(&title, &reports));
-        md.push('\n');
-        Ok(())
+impl Sink<'_> {
+    fn labels_of<T: DeserializeOwned>(&self, bench: usize, model: usize) -> Result<Vec<T>, CoordinatorError> {
+        typed_labels(self.state, bench as u32, model as u32, self.dir)
     }
 }
 
-/// Everything a ChainPoll benchmark contributes to the report.
-#[allow(clippy::too_many_arguments)]
+/// An AutoHall benchmark's section, figures and label rows (each row with `balanced`:
+/// whether the reference is in the detection set).
+pub(super) fn write_autohall(
+    out: &mut Sink,
+    bench: usize,
+    config: &[autohall::Config],
+    dataset: &Path,
+    claims: u64,
+    dropped: &std::collections::BTreeMap<String, u64>,
+    samples: u32,
+) -> Result<(), CoordinatorError> {
+    let mut reports = Vec::new();
+    for (m, c) in config.iter().enumerate() {
+        let items: Vec<autohall::ItemLabel> = out.labels_of(bench, m)?;
+        let balanced = autohall::balanced_set(&items);
+        for l in &items {
+            let mut v = serde_json::to_value(l).map_err(|e| io_err(out.dir, e))?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("balanced".into(), balanced.contains(&l.index).into());
+            }
+            out.labels.row(out.dir, &v)?;
+        }
+        let report = autohall::score(&c.model.name, claims, dropped, samples, &items);
+        out.benchmarks.push(entry(out.dir, &report, bench, dataset)?);
+        reports.push(report);
+    }
+    let title = format!("Benchmark {bench}: autohall on `{}`", dataset.display());
+    out.md.push_str(&autohall::render_markdown(&title, &reports));
+    out.md.push('\n');
+    Ok(())
+}
+
+/// A ChainPoll benchmark's section, figures and label rows.
 pub(super) fn write_chainpoll(
+    out: &mut Sink,
     bench: usize,
     config: &[chainpoll::Config],
     dataset: &Path,
     skipped: u64,
-    state: &RunState,
-    dir: &Path,
-    md: &mut String,
-    benchmarks: &mut Vec<serde_json::Value>,
-    labels: &mut LabelsFile,
 ) -> Result<(), CoordinatorError> {
     let mut reports = Vec::new();
     for (m, c) in config.iter().enumerate() {
-        let items: Vec<chainpoll::ItemLabel> = typed_labels(state, bench as u32, m as u32, dir)?;
+        let items: Vec<chainpoll::ItemLabel> = out.labels_of(bench, m)?;
         for l in &items {
-            labels.row(dir, l)?;
+            out.labels.row(out.dir, l)?;
         }
         let report = chainpoll::score(c, &items);
-        let mut v = entry(dir, &report, bench, dataset)?;
+        let mut v = entry(out.dir, &report, bench, dataset)?;
         if let Some(o) = v.as_object_mut() {
             o.insert("skipped_unbalanced_rows".into(), skipped.into());
         }
-        benchmarks.push(v);
+        out.benchmarks.push(v);
         reports.push(report);
     }
     let title = format!("Benchmark {bench}: chainpoll on `{}`", dataset.display());
-    md.push_str(&chainpoll::render_markdown(&title, &reports));
-    md.push('\n');
+    out.md.push_str(&chainpoll::render_markdown(&title, &reports));
+    out.md.push('\n');
     Ok(())
 }

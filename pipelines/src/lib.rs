@@ -50,6 +50,7 @@ pub mod chainpoll;
 pub mod common;
 pub mod hvi;
 pub mod hypotermqa;
+pub mod jsonl;
 pub mod metrics;
 pub mod noop;
 pub mod uhgeval;

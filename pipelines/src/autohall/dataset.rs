@@ -38,13 +38,7 @@ pub struct ClaimSet {
     pub dropped: BTreeMap<String, u64>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum DatasetError {
-    #[error("{file}: {reason}")]
-    Read { file: String, reason: String },
-    #[error("{file}:{line}: {reason}")]
-    Line { file: String, line: usize, reason: String },
-}
+pub use crate::jsonl::DatasetError;
 
 /// `text` with every bare `NaN` token outside a JSON string replaced by `null`.
 pub fn nan_to_null(text: &str) -> Cow<'_, str> {
@@ -76,11 +70,8 @@ pub fn nan_to_null(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Parse one line (`Ok(None)`: blank line). `Err(reason)` for a bad line.
+/// Parse one non-blank line into `set`. `Err(reason)` for a bad line.
 fn parse_line(line_no: usize, text: &str, set: &mut ClaimSet) -> Result<(), String> {
-    if text.trim().is_empty() {
-        return Ok(());
-    }
     let v: Value = serde_json::from_str(&nan_to_null(text)).map_err(|e| format!("not valid JSON: {e}"))?;
     let Value::Object(o) = v else { return Err("not a JSON object".into()) };
     let claim = match o.get("claim") {
@@ -110,16 +101,13 @@ fn parse_line(line_no: usize, text: &str, set: &mut ClaimSet) -> Result<(), Stri
 /// Read a claims file given as text (`file` names it in errors).
 pub fn parse_claims(file: &str, text: &str) -> Result<ClaimSet, DatasetError> {
     let mut set = ClaimSet::default();
-    for (i, line) in text.lines().enumerate() {
-        parse_line(i + 1, line, &mut set).map_err(|reason| DatasetError::Line { file: file.to_string(), line: i + 1, reason })?;
-    }
+    crate::jsonl::each_line(file, text, |n, line| parse_line(n, line, &mut set))?;
     Ok(set)
 }
 
 /// Read a claims file.
 pub fn read_claims(path: &Path) -> Result<ClaimSet, DatasetError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| DatasetError::Read { file: file.clone(), reason: e.to_string() })?;
+    let (file, text) = crate::jsonl::read(path)?;
     parse_claims(&file, &text)
 }
 

@@ -197,7 +197,7 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
             md.push_str(&format!(" Gold {g}: {} of {} hallucinated.", c.hallucinated, c.classified));
         }
         md.push('\n');
-        if let Some(d) = &r.detection {
+        if let Some(d) = r.detection.as_ref().filter(|d| !d.ablation.is_empty()) {
             md.push_str(&format!(
                 "\nDetection: {} scored ({} hallucinated, {} factual), {} left out (failed sample or check).\n\n",
                 d.scored, d.scored_hallucinated, d.scored_factual, d.incomplete
@@ -221,6 +221,8 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
                     num(row.mean_conflicts_factual)
                 ));
             }
+        } else if let Some(d) = &r.detection {
+            md.push_str(&format!("\nDetection: nothing to score (balanced set of {} references, {} left out).\n", r.balanced_per_class * 2, d.incomplete));
         }
     }
     md

@@ -29,13 +29,7 @@ pub struct Item {
     pub label: bool,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum DatasetError {
-    #[error("{file}: {reason}")]
-    Read { file: String, reason: String },
-    #[error("{file}:{line}: {reason}")]
-    Line { file: String, line: usize, reason: String },
-}
+pub use crate::jsonl::DatasetError;
 
 /// A labelled file, read.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -89,23 +83,19 @@ fn parse_line(line: usize, text: &str) -> Result<Option<Item>, String> {
 /// Read a labelled file given as text (`file` names it in errors).
 pub fn parse_items(file: &str, text: &str) -> Result<ItemSet, DatasetError> {
     let mut set = ItemSet::default();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+    crate::jsonl::each_line(file, text, |n, line| {
+        match parse_line(n, line)? {
+            Some(item) => set.items.push(item),
+            None => set.skipped_unbalanced += 1,
         }
-        match parse_line(i + 1, line) {
-            Ok(Some(item)) => set.items.push(item),
-            Ok(None) => set.skipped_unbalanced += 1,
-            Err(reason) => return Err(DatasetError::Line { file: file.into(), line: i + 1, reason }),
-        }
-    }
+        Ok(())
+    })?;
     Ok(set)
 }
 
 /// Read a labelled file.
 pub fn read_items(path: &Path) -> Result<ItemSet, DatasetError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| DatasetError::Read { file: file.clone(), reason: e.to_string() })?;
+    let (file, text) = crate::jsonl::read(path)?;
     parse_items(&file, &text)
 }
 

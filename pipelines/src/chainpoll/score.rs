@@ -50,6 +50,8 @@ pub struct Report {
     pub polls_per_item: u32,
     /// `exclude` or `count_as_no`.
     pub unparseable_policy: String,
+    /// How a poll's verdict is read ([`VERDICT_RULE`]).
+    pub verdict_rule: String,
     pub metrics: Vec<MetricReport>,
     /// SelfCheck-NGram unigram baseline (Avg and Max passage scores), with a sampler.
     pub selfcheck_avg: Option<Ranking>,
@@ -57,6 +59,9 @@ pub struct Report {
     /// Pseudo-entropy needs token log-probabilities, which no Halyard backend returns yet.
     pub pseudo_entropy: Option<f64>,
 }
+
+/// The verdict-parsing rule, as the report states it.
+pub const VERDICT_RULE: &str = "the last standalone word \"yes\" or \"no\" (case-insensitive) of the poll's output; the prompts ask for a final line \"Answer: yes\" or \"Answer: no\"; a poll with neither word is unparseable";
 
 fn ranking(pairs: &[(bool, Option<f64>)]) -> Ranking {
     let scored: Vec<(bool, f64)> = pairs.iter().filter_map(|(l, s)| s.map(|s| (*l, s))).collect();
@@ -120,6 +125,7 @@ pub fn score(cfg: &super::Config, labels: &[ItemLabel]) -> Report {
             crate::metrics::chainpoll::Unparseable::Exclude => "exclude".into(),
             crate::metrics::chainpoll::Unparseable::CountAsNo => "count_as_no".into(),
         },
+        verdict_rule: VERDICT_RULE.into(),
         metrics,
         selfcheck_avg: baseline(|s| s.avg),
         selfcheck_max: baseline(|s| s.max),
@@ -133,7 +139,9 @@ fn num(v: Option<f64>) -> String {
 
 /// The benchmark's Markdown section: a leaderboard of judges by AUROC, then the counts.
 pub fn render_markdown(title: &str, reports: &[Report]) -> String {
-    let mut md = format!("## {title}\n\nAUROC against the labels (hallucinated = positive, ties count ½); ChainPoll score = share of \"yes\" polls.\n\n");
+    let mut md = format!(
+        "## {title}\n\nAUROC against the labels (hallucinated = positive, ties count ½); ChainPoll score = share of \"yes\" polls. Verdict: {VERDICT_RULE}.\n\n"
+    );
     let Some(first) = reports.first() else { return md };
     let mut head = String::from("| judge |");
     for m in &first.metrics {
