@@ -123,14 +123,8 @@ mod tests {
     fn cfg(name: &str) -> Config {
         Config {
             model: ModelSpec {
-                name: name.into(),
                 model_ref: ModelRef { backend: "noop".into(), endpoint: String::new(), model: name.into() },
-                pool: name.into(),
-                api_key_env: None,
-                temperature: 0.0,
-                max_tokens: None,
-                seed: None,
-                timeout_ms: 1000,
+                ..crate::common::test_model(name)
             },
         }
     }
