@@ -20,6 +20,9 @@
 //!   - `labels.rs`: term and answer label rules, and the `labels.jsonl` row;
 //!   - `plan.rs`: [`hypotermqa::evaluate`], the per-question planner;
 //!   - `score.rs`: [`hypotermqa::score()`] and [`hypotermqa::render_markdown`].
+//! - [`hypotermqa_build`]: building a HypoTermQA benchmark for a domain (topics,
+//!   hypothetical terms, existence check, similar valid terms by LLM and embeddings,
+//!   questions) into a dataset the `hypotermqa` pipeline reads.
 //! - [`noop`]: one job per item whose answer is ignored, to measure the job path
 //!   (planning, broker, checkpoint, accounting) with models that answer at once.
 //! - [`metrics`]: the metric functions of `shared/specs/metrics.md` (UHGEval, AutoHall,
@@ -38,5 +41,6 @@
 
 pub mod common;
 pub mod hypotermqa;
+pub mod hypotermqa_build;
 pub mod metrics;
 pub mod noop;
