@@ -201,7 +201,13 @@ fn sweep_worker(s: &sweep::Sweep, state: PathBuf) -> WorkerConfig {
     let mut cfg = WorkerConfig::new(worker_pools(s), state);
     cfg.delivery = delivery(s);
     cfg.local_models = local_models(s);
+    cfg.embed_models = embed_models(s);
     cfg
+}
+
+/// The sweep's embedding models as the worker loads them.
+fn embed_models(s: &sweep::Sweep) -> Vec<halyard_worker::backend::embed::EmbedSpec> {
+    sweep::build::embed_models(s).into_iter().map(|(endpoint, path)| halyard_worker::backend::embed::EmbedSpec { endpoint, path }).collect()
 }
 
 fn delivery(s: &sweep::Sweep) -> Delivery {
@@ -327,6 +333,7 @@ async fn worker(a: WorkerArgs) -> Result<u8> {
         if let Some(gpu) = a.gpu {
             // Pinned to one GPU: only the local models placed there, and their pools.
             cfg.local_models.retain(|m| m.gpu == Some(gpu));
+            cfg.embed_models.clear();
             let pools: std::collections::HashSet<String> =
                 s.models.iter().filter(|m| m.local.as_ref().is_some_and(|l| l.gpu == Some(gpu))).map(|m| m.spec.pool.clone()).collect();
             cfg.pools.retain(|p| pools.contains(&p.name));

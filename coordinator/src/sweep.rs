@@ -7,9 +7,13 @@ use std::path::{Path, PathBuf};
 
 use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::hypotermqa::{self, Question, Semantics};
-use halyard_pipelines::noop;
+use halyard_pipelines::{hypotermqa_build, noop};
 use halyard_proto::ModelRef;
 use serde::Deserialize;
+
+/// `pipeline = "hypotermqa-build"`, embedding models and built datasets.
+#[path = "build.rs"]
+pub mod build;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
@@ -71,6 +75,10 @@ struct RawBenchmark {
     system_prompt: Option<String>,
     /// `noop` only: items (one job each) per model under test.
     jobs: Option<i64>,
+    /// `hypotermqa-build` only: `[benchmark.build]`.
+    build: Option<build::RawBuild>,
+    /// `hypotermqa` only, instead of `dataset`: the index of a `hypotermqa-build` benchmark.
+    dataset_from: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +96,8 @@ pub struct Model {
     pub max_concurrency: usize,
     /// For `backend = "gguf"`: the file and how to run it.
     pub local: Option<LocalModel>,
+    /// For `backend = "embed"`: the model folder.
+    pub embed: Option<PathBuf>,
 }
 
 /// A GGUF model run inside the worker.
@@ -139,6 +149,8 @@ pub enum Benchmark {
     HypoTermQa { config: Vec<hypotermqa::Config>, dataset: PathBuf, questions: Vec<Question> },
     /// `jobs` items of one free job each per model: measures the job path.
     Noop { config: Vec<noop::Config>, jobs: u32 },
+    /// Builds a HypoTermQA dataset: one item per topic, one generator.
+    HypoTermQaBuild { config: Vec<hypotermqa_build::Config>, knowledge_base: PathBuf },
 }
 
 impl Benchmark {
@@ -146,6 +158,7 @@ impl Benchmark {
         match self {
             Benchmark::HypoTermQa { .. } => "hypotermqa",
             Benchmark::Noop { .. } => noop::PIPELINE,
+            Benchmark::HypoTermQaBuild { .. } => hypotermqa_build::PIPELINE,
         }
     }
     /// One configuration per model under test.
@@ -153,12 +166,14 @@ impl Benchmark {
         match self {
             Benchmark::HypoTermQa { config, .. } => config.len(),
             Benchmark::Noop { config, .. } => config.len(),
+            Benchmark::HypoTermQaBuild { config, .. } => config.len(),
         }
     }
     pub fn item_count(&self) -> usize {
         match self {
             Benchmark::HypoTermQa { questions, .. } => questions.len(),
             Benchmark::Noop { jobs, .. } => *jobs as usize,
+            Benchmark::HypoTermQaBuild { config, .. } => config.iter().map(|c| c.topic_count()).max().unwrap_or(0),
         }
     }
 }
@@ -185,6 +200,8 @@ pub struct Sweep {
     pub models: Vec<Model>,
     pub benchmarks: Vec<Benchmark>,
     pub run: RunSettings,
+    /// Evaluation benchmarks that read a dataset built in this run (`dataset_from`).
+    pub built_inputs: Vec<build::BuiltInput>,
 }
 
 impl Sweep {
@@ -233,6 +250,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut local = None;
+        let mut embed = None;
         let endpoint = match m.backend.as_str() {
             "openai" => {
                 let url = m.base_url.clone().ok_or_else(|| key_err(f, k("base_url"), "required for backend \"openai\""))?;
@@ -242,6 +260,15 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 url.trim_end_matches('/').to_string()
             }
             "noop" => String::new(),
+            "embed" => {
+                let rel = m.model_path.clone().ok_or_else(|| key_err(f, k("model_path"), "required for backend \"embed\" (the model folder)"))?;
+                let dir = base.join(&rel);
+                let id = build::embed_identity(&dir).map_err(|e| {
+                    key_err(f, k("model_path"), format!("{}: {e} (fetch the embedding model with scripts/fetch-embedder.sh)", dir.display()))
+                })?;
+                embed = Some(dir);
+                id
+            }
             "gguf" => {
                 let rel = m.model_path.clone().ok_or_else(|| key_err(f, k("model_path"), "required for backend \"gguf\""))?;
                 let file = base.join(&rel);
@@ -274,13 +301,13 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 return Err(key_err(
                     f,
                     k("backend"),
-                    format!("unknown backend {other:?} (expected \"openai\", \"gguf\" or \"noop\")"),
+                    format!("unknown backend {other:?} (expected \"openai\", \"gguf\", \"embed\" or \"noop\")"),
                 ))
             }
         };
         if m.backend != "gguf" {
             for (key, set) in [
-                ("model_path", m.model_path.is_some()),
+                ("model_path", m.model_path.is_some() && m.backend != "embed"),
                 ("gpu", m.gpu.is_some()),
                 ("gpu_layers", m.gpu_layers.is_some()),
                 ("slots", m.slots.is_some()),
@@ -294,7 +321,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         }
         let api_model = match (&m.model, m.backend.as_str()) {
             (Some(x), _) => x.clone(),
-            (None, "noop" | "gguf") => m.name.clone(),
+            (None, "noop" | "gguf" | "embed") => m.name.clone(),
             (None, _) => return Err(key_err(f, k("model"), "required: the model name sent to the API")),
         };
         let temperature = m.temperature.unwrap_or(0.0);
@@ -302,7 +329,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             return Err(key_err(f, k("temperature"), format!("{temperature} is outside 0..=2")));
         }
         // A local model serves as many jobs at once as it has slots.
-        let max_concurrency = m.max_concurrency.unwrap_or(local.as_ref().map_or(4, |l| l.slots as i64));
+        let max_concurrency = m.max_concurrency.unwrap_or(local.as_ref().map_or(if embed.is_some() { 1 } else { 4 }, |l| l.slots as i64));
         if !(1..=4096).contains(&max_concurrency) {
             return Err(key_err(f, k("max_concurrency"), format!("{max_concurrency} is outside 1..=4096")));
         }
@@ -326,6 +353,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             (Some(p), Some(l)) => format!("{p}@{}", l.placement()),
             (Some(p), None) => p.clone(),
             (None, Some(l)) => format!("gguf/{}@{}", m.name, l.placement()),
+            (None, None) if embed.is_some() => format!("embed/{}", m.name),
             (None, None) => m.name.clone(),
         };
         if pool.is_empty() {
@@ -344,6 +372,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             },
             max_concurrency: max_concurrency as usize,
             local,
+            embed,
         });
     }
     let find = |key: String, name: &str| -> Result<ModelSpec, SweepError> {
@@ -354,6 +383,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
     };
     let base = path.parent().unwrap_or(Path::new("."));
     let mut benchmarks = Vec::new();
+    let mut built_inputs = Vec::new();
     if raw.benchmark.is_empty() {
         return Err(key_err(f, "benchmark", "at least one [[benchmark]] is required"));
     }
@@ -365,9 +395,20 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 benchmarks.push(noop_benchmark(f, i, b, &models)?);
                 continue;
             }
-            other => {
-                return Err(key_err(f, k("pipeline"), format!("unknown pipeline {other:?} (expected \"hypotermqa\" or \"noop\")")))
+            "hypotermqa-build" => {
+                benchmarks.push(build::build_benchmark(f, i, b, &models, base)?);
+                continue;
             }
+            other => {
+                return Err(key_err(
+                    f,
+                    k("pipeline"),
+                    format!("unknown pipeline {other:?} (expected \"hypotermqa\", \"hypotermqa-build\" or \"noop\")"),
+                ))
+            }
+        }
+        if b.build.is_some() {
+            return Err(key_err(f, k("build"), "only applies to pipeline \"hypotermqa-build\""));
         }
         if b.models.is_empty() {
             return Err(key_err(f, k("models"), "needs at least one model under test"));
@@ -375,8 +416,19 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         if b.jobs.is_some() {
             return Err(key_err(f, k("jobs"), "only applies to pipeline \"noop\""));
         }
-        let Some(dataset_rel) = &b.dataset else {
-            return Err(key_err(f, k("dataset"), "required for pipeline \"hypotermqa\""));
+        let dataset_rel = match (&b.dataset, b.dataset_from) {
+            (Some(d), None) => d.clone(),
+            (None, Some(from)) => {
+                let built = build::dataset_from(f, i, from, &benchmarks)?;
+                let limit = match b.limit {
+                    Some(l) if l < 1 => return Err(key_err(f, k("limit"), format!("{l} must be at least 1"))),
+                    l => l.map(|l| l as usize),
+                };
+                built_inputs.push(build::BuiltInput { eval: i, build: built, limit });
+                String::new()
+            }
+            (Some(_), Some(_)) => return Err(key_err(f, k("dataset_from"), "give `dataset` or `dataset_from`, not both")),
+            (None, None) => return Err(key_err(f, k("dataset"), "required for pipeline \"hypotermqa\" (or `dataset_from`)")),
         };
         let judge_name = b.judge.as_deref().ok_or_else(|| key_err(f, k("judge"), "required for pipeline \"hypotermqa\""))?;
         let judge = find(k("judge"), judge_name)?;
@@ -393,6 +445,12 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             }
             let model = find(format!("benchmark[{i}].models[{j}]"), name)?;
             config.push(hypotermqa::Config { semantics, model, judge: judge.clone(), system_prompt: b.system_prompt.clone() });
+        }
+        if b.dataset_from.is_some() {
+            // Read after the build phase (build::load_built).
+            let dataset = PathBuf::from(format!("<benchmark[{i}].dataset_from>"));
+            benchmarks.push(Benchmark::HypoTermQa { config, dataset, questions: Vec::new() });
+            continue;
         }
         let dataset = base.join(dataset_rel);
         let mut questions = hypotermqa::read_dataset(&dataset).map_err(|e| SweepError::Dataset {
@@ -431,6 +489,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         models,
         benchmarks,
         run: RunSettings { max_deliver, ack_wait: std::time::Duration::from_secs_f64(ack_wait_s), window: window as usize },
+        built_inputs,
     })
 }
 
@@ -444,6 +503,8 @@ fn noop_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Resu
         ("semantics", b.semantics.is_some()),
         ("limit", b.limit.is_some()),
         ("system_prompt", b.system_prompt.is_some()),
+        ("build", b.build.is_some()),
+        ("dataset_from", b.dataset_from.is_some()),
     ] {
         if set {
             return Err(key_err(f, k(key), "does not apply to pipeline \"noop\""));

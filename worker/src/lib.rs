@@ -70,6 +70,8 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     /// Local GGUF models this worker loads and serves.
     pub local_models: Vec<backend::GgufSpec>,
+    /// Embedding models this worker loads and serves (`backend = "embed"`).
+    pub embed_models: Vec<backend::embed::EmbedSpec>,
 }
 
 impl WorkerConfig {
@@ -82,6 +84,7 @@ impl WorkerConfig {
             retry: retry::RetryPolicy::default(),
             shutdown_grace: Duration::from_secs(10),
             local_models: Vec::new(),
+            embed_models: Vec::new(),
         }
     }
 }
@@ -161,7 +164,8 @@ pub async fn run_with_checkpoint(
     }
     halyard_broker::ensure_streams(&broker).await?;
     let specs = config.local_models.clone();
-    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&specs))
+    let embed_specs = config.embed_models.clone();
+    let backends = tokio::task::spawn_blocking(move || backend::Backends::with_embedders(&specs, &embed_specs))
         .await
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;

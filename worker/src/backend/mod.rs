@@ -1,6 +1,7 @@
 //! Model backends. [`Backends::call`] turns a [`Job`]'s request into a [`Completion`] or
 //! a classified [`CallError`]; retries and pacing are the caller's business.
 
+pub mod embed;
 #[cfg(feature = "gguf")]
 pub mod gguf;
 pub mod openai;
@@ -71,6 +72,8 @@ pub fn gguf_gpu_support() -> bool {
 /// Everything a worker can call: the shared HTTP client and the local models it holds.
 pub struct Backends {
     http: openai::OpenAi,
+    /// Embedding models by endpoint (`backend = "embed"`).
+    embed: HashMap<String, embed::EmbedModel>,
     #[cfg(feature = "gguf")]
     local: HashMap<String, gguf::GgufModel>,
 }
@@ -78,7 +81,17 @@ pub struct Backends {
 impl Backends {
     /// Build the HTTP client and load every local model (blocking: loading takes seconds).
     pub fn new(local_models: &[GgufSpec]) -> Result<Backends, String> {
+        Self::with_embedders(local_models, &[])
+    }
+
+    /// [`Backends::new`], and load these embedding models too.
+    pub fn with_embedders(local_models: &[GgufSpec], embed_models: &[embed::EmbedSpec]) -> Result<Backends, String> {
         let http = openai::OpenAi::new().map_err(|e| e.message)?;
+        let mut embed = HashMap::new();
+        for spec in embed_models {
+            let m = embed::EmbedModel::load(spec).map_err(|e| format!("embedding model {}: {e}", spec.path.display()))?;
+            embed.insert(spec.endpoint.clone(), m);
+        }
         #[cfg(feature = "gguf")]
         {
             let mut local = HashMap::new();
@@ -86,7 +99,7 @@ impl Backends {
                 let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
                 local.insert(spec.endpoint.clone(), m);
             }
-            Ok(Backends { http, local })
+            Ok(Backends { http, embed, local })
         }
         #[cfg(not(feature = "gguf"))]
         {
@@ -97,7 +110,7 @@ impl Backends {
                 ));
             }
             let _: &HashMap<String, ()> = &HashMap::new();
-            Ok(Backends { http })
+            Ok(Backends { http, embed })
         }
     }
 
@@ -108,7 +121,14 @@ impl Backends {
             // Answers at once (throughput benchmarks of the job path).
             "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1 }),
             "gguf" => self.call_local(job).await,
-            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, noop)"))),
+            "embed" => match self.embed.get(&job.key.model.endpoint) {
+                Some(m) => m.call(job).await,
+                None => Err(CallError::permanent(format!(
+                    "this worker does not hold embedding model {} (pool {}); start a worker with that model",
+                    job.key.model.endpoint, job.pool
+                ))),
+            },
+            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, embed, noop)"))),
         }
     }
 
