@@ -39,7 +39,7 @@ fn generator(call: &ChatCall) -> Reply {
         format!("1. {a}: a device that fuses nano machines\n2. {b}: a phone made of holograms\n3. 3D printing: printing things\n4. Just a line\n")
     } else if prompt.starts_with("Here is a hypothetical term") {
         // Two knowledge-base titles and one that is not in it.
-        "Nanorobotics: tiny robots\nSmartphone: a phone\nHolographic gadgetry: not a title\n".into()
+        "Nanorobotics: tiny robots\nVirtual reality: simulated worlds\nHolographic gadgetry: not a title\n".into()
     } else if prompt.starts_with("Write one question") {
         let (a, b) = (field(prompt, "Term 1:"), field(prompt, "Term 2:"));
         if b == LEFT_OUT {
