@@ -190,16 +190,16 @@ impl TopicLabel {
     }
 }
 
-/// Looks up a job: `Err(Some(req))` while it is still needed, `Err(None)` never.
+/// A job's result: its text, its error (dead letter), or the request, still needed.
 enum Got<'a> {
     Text(&'a str),
     Failed(String),
-    Missing(JobRequest),
+    Missing(Box<JobRequest>),
 }
 
 fn get<'a>(results: &'a dyn ResultLookup, req: JobRequest) -> Got<'a> {
     match results.get(&req.id()) {
-        None => Got::Missing(req),
+        None => Got::Missing(Box::new(req)),
         Some(JobOutcome::Done(c)) => Got::Text(&c.text),
         Some(JobOutcome::Failed(e)) => Got::Failed(e.to_string()),
     }
@@ -216,7 +216,7 @@ fn kb_index<'c>(cfg: &'c Config, results: &dyn ResultLookup) -> Result<Result<&'
     let mut texts: Vec<(usize, bool, usize, &str)> = Vec::new();
     for (i, (req, is_title, first)) in jobs.iter().enumerate() {
         match get(results, req.clone()) {
-            Got::Missing(r) => missing.push(r),
+            Got::Missing(r) => missing.push(*r),
             Got::Failed(e) => return Ok(Err(format!("knowledge-base embedding job {} failed: {e}", req.id()))),
             Got::Text(t) => texts.push((i, *is_title, *first, t)),
         }
@@ -253,7 +253,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
             None => return label.fail(format!("no topic {item}")),
         },
         Topics::Generate(n) => match get(results, cfg.topics_request(*n)) {
-            Got::Missing(r) => return Progress::Waiting(vec![r]),
+            Got::Missing(r) => return Progress::Waiting(vec![*r]),
             Got::Failed(e) => return label.fail(format!("topics job failed: {e}")),
             Got::Text(t) => {
                 let parsed = parse_list(t, *n, kb::normalize);
@@ -277,7 +277,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
     let kb_ix = kb_index(cfg, results);
     let terms_text = match get(results, terms_req) {
         Got::Missing(r) => {
-            let mut jobs = vec![r];
+            let mut jobs = vec![*r];
             if let Err(kb_jobs) = &kb_ix {
                 jobs.extend(kb_jobs.iter().cloned());
             }
@@ -318,7 +318,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
     }
     let term_vectors = match get(results, cfg.embed_request(&pieces)) {
         Got::Missing(r) => {
-            waiting.push(r);
+            waiting.push(*r);
             None
         }
         Got::Failed(e) => return label.fail(format!("embedding of the topic's terms failed: {e}")),
@@ -330,7 +330,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
     let mut suggestions = Vec::new();
     for h in &hypothetical {
         match get(results, cfg.ask("suggest", text::suggest_messages(&h.name, &h.explanation, cfg.suggestions))) {
-            Got::Missing(r) => waiting.push(r),
+            Got::Missing(r) => waiting.push(*r),
             Got::Failed(_) => {
                 label.count("suggest.failed", 1);
                 suggestions.push(None);
@@ -378,7 +378,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
         for g in [&hq, &fq] {
             if let Got::Missing(r) = g {
                 if !waiting.iter().any(|w: &JobRequest| w.key == r.key) {
-                    waiting.push(r.clone());
+                    waiting.push((**r).clone());
                 }
             }
         }

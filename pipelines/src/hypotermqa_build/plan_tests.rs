@@ -48,7 +48,7 @@ fn cfg(topics: Topics) -> Config {
 
 /// Letter counts, normalised: texts sharing letters are near (enough for a test).
 fn letters(s: &str) -> Vec<f32> {
-    let mut v = vec![0f32; 26];
+    let mut v = [0f32; 26];
     for c in s.to_lowercase().chars().filter(char::is_ascii_lowercase) {
         v[(c as u8 - b'a') as usize] += 1.0;
     }
