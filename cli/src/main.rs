@@ -287,6 +287,7 @@ fn sweep_worker(s: &sweep::Sweep, state: PathBuf) -> WorkerConfig {
     cfg.local_models = local_models(s);
     cfg.replays = replays(s);
     cfg.quotas = s.quotas.iter().map(|(pool, q)| (pool.clone(), pool_quota(q))).collect();
+    cfg.embed_models = embed_models(s);
     cfg
 }
 
@@ -328,6 +329,11 @@ fn parse_quota(s: &str) -> Result<(String, PoolQuota)> {
     }
     let q = sweep::check_quota(rpm, tpm, burst).map_err(&bad)?.ok_or_else(|| bad("give rpm or tpm".into()))?;
     Ok((pool.to_string(), pool_quota(&q)))
+}
+
+/// The sweep's embedding models as the worker loads them.
+fn embed_models(s: &sweep::Sweep) -> Vec<halyard_worker::backend::embed::EmbedSpec> {
+    sweep::build::embed_models(s).into_iter().map(|(endpoint, path)| halyard_worker::backend::embed::EmbedSpec { endpoint, path }).collect()
 }
 
 fn delivery(s: &sweep::Sweep) -> Delivery {
@@ -526,6 +532,7 @@ async fn worker(a: WorkerArgs) -> Result<u8> {
         if let Some(gpu) = a.gpu {
             // Pinned to one GPU: only the local models placed there, and their pools.
             cfg.local_models.retain(|m| m.gpu == Some(gpu));
+            cfg.embed_models.clear();
             let pools: std::collections::HashSet<String> =
                 s.models.iter().filter(|m| m.local.as_ref().is_some_and(|l| l.gpu == Some(gpu))).map(|m| m.spec.pool.clone()).collect();
             cfg.pools.retain(|p| pools.contains(&p.name));

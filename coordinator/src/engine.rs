@@ -17,7 +17,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use halyard_broker::Broker;
 use halyard_pipelines::common::{JobRequest, Progress as Plan};
-use halyard_pipelines::{autohall, chainpoll, hvi, hypotermqa, noop, uhgeval};
+use halyard_pipelines::{autohall, chainpoll, hvi, hypotermqa, hypotermqa_build, noop, uhgeval};
 use halyard_proto::{subjects, Failure, FailureKind, Job, JobId, JobResult, Outcome};
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -104,7 +104,31 @@ struct Engine {
 }
 
 /// Run the coordinator for `cfg` until the run completes or `shutdown` resolves.
+///
+/// A sweep whose evaluation reads a dataset built in the same run (`dataset_from`) runs
+/// in two phases under one run id: first everything else (the builds write their
+/// datasets with the phase's report), then, with the built datasets read in, the whole
+/// sweep, whose finished items are skipped as on any resumption.
 pub async fn run(
+    broker: Broker,
+    mut cfg: CoordinatorConfig,
+    progress_tx: Option<watch::Sender<Progress>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RunOutcome, CoordinatorError> {
+    if cfg.sweep.built_inputs.is_empty() {
+        return run_phase(broker, cfg, progress_tx, shutdown).await;
+    }
+    let shutdown = shutdown.shared();
+    info!("phase 1 of 2: building the datasets that later benchmarks evaluate on");
+    if let RunOutcome::Interrupted { run } = run_phase(broker.clone(), cfg.clone(), progress_tx.clone(), shutdown.clone()).await? {
+        return Ok(RunOutcome::Interrupted { run });
+    }
+    crate::sweep::build::load_built(&mut cfg.sweep, &cfg.run_dir)?;
+    info!("phase 2 of 2: evaluating on the built datasets");
+    run_phase(broker, cfg, progress_tx, shutdown).await
+}
+
+async fn run_phase(
     broker: Broker,
     cfg: CoordinatorConfig,
     progress_tx: Option<watch::Sender<Progress>>,
@@ -184,6 +208,7 @@ impl Engine {
                 Benchmark::UhgEval { config, cases, .. } => encoded(uhgeval::evaluate(&config[m], &cases[i], &known))?,
                 Benchmark::HviJudge { config, prompts, .. } => encoded(hvi::evaluate(&config[m], &prompts[i], &known))?,
                 Benchmark::HviLabels { models, rows, .. } => encoded(Plan::Done(hvi::evaluate_labelled(&models[m], rows)))?,
+                Benchmark::HypoTermQaBuild { config, .. } => encoded(hypotermqa_build::evaluate(&config[m], key.item as u64, &known))?,
             };
             match plan {
                 Plan::Waiting(jobs) => {

@@ -30,6 +30,7 @@ pub fn model_names(b: &Benchmark) -> Vec<String> {
         Benchmark::UhgEval { config, .. } => names(&mut config.iter().map(|c| &c.model)),
         Benchmark::HviJudge { config, .. } => names(&mut config.iter().map(|c| &c.model)),
         Benchmark::HviLabels { models, .. } => models.clone(),
+        Benchmark::HypoTermQaBuild { config, .. } => names(&mut config.iter().map(|c| &c.generator)),
     }
 }
 

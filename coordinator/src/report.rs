@@ -53,11 +53,11 @@ struct ReportJson<'a> {
     dead_letters: Vec<DeadLetter>,
 }
 
-fn io_err(dir: &Path, e: impl std::fmt::Display) -> CoordinatorError {
+pub(crate) fn io_err(dir: &Path, e: impl std::fmt::Display) -> CoordinatorError {
     CoordinatorError::Report { dir: dir.display().to_string(), reason: e.to_string() }
 }
 
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CoordinatorError> {
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CoordinatorError> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(dir, format!("{name}: {e}")))?;
     f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| io_err(dir, format!("{name}: {e}")))?;
@@ -173,6 +173,12 @@ pub fn write(cfg: &CoordinatorConfig, state: &RunState, run: Uuid) -> Result<Pat
             Benchmark::ChainPoll { config, dataset, skipped, .. } => {
                 let mut out = judged::Sink { state, dir: &dir, md: &mut md, benchmarks: &mut benchmarks, labels: &mut labels_jsonl };
                 judged::write_chainpoll(&mut out, b, config, dataset, *skipped)?;
+            }
+            Benchmark::HypoTermQaBuild { config, knowledge_base } => {
+                for (m, c) in config.iter().enumerate() {
+                    let v = crate::sweep::build::report(state, b, m, c, knowledge_base, &dir, &mut md, |l| labels_jsonl.row(&dir, l))?;
+                    benchmarks.push(v);
+                }
             }
             Benchmark::HypoTermQa { config, questions, dataset } => {
                 for (m, c) in config.iter().enumerate() {

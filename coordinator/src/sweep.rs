@@ -7,13 +7,17 @@ use std::path::{Path, PathBuf};
 
 use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::hypotermqa::{self, Question, Semantics};
-use halyard_pipelines::{autohall, chainpoll, hvi, noop, uhgeval};
+use halyard_pipelines::{autohall, chainpoll, hvi, hypotermqa_build, noop, uhgeval};
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
 #[path = "sweep_quota.rs"]
 mod sweep_quota;
 pub use sweep_quota::{check_quota, QuotaSpec};
+
+/// `pipeline = "hypotermqa-build"`, embedding models and built datasets.
+#[path = "build.rs"]
+pub mod build;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
@@ -113,6 +117,10 @@ struct RawBenchmark {
     p_esl: Option<uhgeval_hvi::RawProbability>,
     delta1: Option<f64>,
     delta2: Option<f64>,
+    /// `hypotermqa-build` only: `[benchmark.build]`.
+    build: Option<build::RawBuild>,
+    /// `hypotermqa` only, instead of `dataset`: the index of a `hypotermqa-build` benchmark.
+    dataset_from: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -137,6 +145,8 @@ pub struct Model {
     pub price: Option<crate::cost::Price>,
     /// The quota of this model's pool, if it gives one.
     pub quota: Option<QuotaSpec>,
+    /// For `backend = "embed"`: the model folder.
+    pub embed: Option<PathBuf>,
 }
 
 /// A GGUF model run inside the worker.
@@ -204,6 +214,8 @@ pub enum Benchmark {
     HviJudge { config: Vec<hvi::Config>, dataset: PathBuf, prompts: Vec<hvi::Prompt>, weights: hvi::Weights },
     /// HVI from a labelled file: one item per model, no job.
     HviLabels { models: Vec<String>, file: PathBuf, rows: Vec<hvi::LabelRow>, weights: hvi::Weights },
+    /// Builds a HypoTermQA dataset: one item per topic, one generator.
+    HypoTermQaBuild { config: Vec<hypotermqa_build::Config>, knowledge_base: PathBuf },
 }
 
 impl Benchmark {
@@ -215,6 +227,7 @@ impl Benchmark {
             Benchmark::ChainPoll { .. } => chainpoll::PIPELINE,
             Benchmark::UhgEval { .. } => uhgeval::PIPELINE,
             Benchmark::HviJudge { .. } | Benchmark::HviLabels { .. } => hvi::PIPELINE,
+            Benchmark::HypoTermQaBuild { .. } => hypotermqa_build::PIPELINE,
         }
     }
     /// One configuration per model under test.
@@ -227,6 +240,7 @@ impl Benchmark {
             Benchmark::UhgEval { config, .. } => config.len(),
             Benchmark::HviJudge { config, .. } => config.len(),
             Benchmark::HviLabels { models, .. } => models.len(),
+            Benchmark::HypoTermQaBuild { config, .. } => config.len(),
         }
     }
     pub fn item_count(&self) -> usize {
@@ -238,6 +252,7 @@ impl Benchmark {
             Benchmark::UhgEval { cases, .. } => cases.len(),
             Benchmark::HviJudge { prompts, .. } => prompts.len(),
             Benchmark::HviLabels { .. } => 1,
+            Benchmark::HypoTermQaBuild { config, .. } => config.iter().map(|c| c.topic_count()).max().unwrap_or(0),
         }
     }
 }
@@ -268,6 +283,8 @@ pub struct Sweep {
     pub run: RunSettings,
     /// Quotas of the pools that have one.
     pub quotas: BTreeMap<String, QuotaSpec>,
+    /// Evaluation benchmarks that read a dataset built in this run (`dataset_from`).
+    pub built_inputs: Vec<build::BuiltInput>,
 }
 
 impl Sweep {
@@ -317,6 +334,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         let base = path.parent().unwrap_or(Path::new("."));
         let mut local = None;
         let replay = judged::replay_model(f, base, i, m)?;
+        let mut embed = None;
         let endpoint = match m.backend.as_str() {
             "openai" => {
                 let url = m.base_url.clone().ok_or_else(|| key_err(f, k("base_url"), "required for backend \"openai\""))?;
@@ -327,6 +345,15 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             }
             "noop" => String::new(),
             "replay" => replay.as_ref().map(|r| r.endpoint.clone()).unwrap_or_default(),
+            "embed" => {
+                let rel = m.model_path.clone().ok_or_else(|| key_err(f, k("model_path"), "required for backend \"embed\" (the model folder)"))?;
+                let dir = base.join(&rel);
+                let id = build::embed_identity(&dir).map_err(|e| {
+                    key_err(f, k("model_path"), format!("{}: {e} (fetch the embedding model with scripts/fetch-embedder.sh)", dir.display()))
+                })?;
+                embed = Some(dir);
+                id
+            }
             "gguf" => {
                 let rel = m.model_path.clone().ok_or_else(|| key_err(f, k("model_path"), "required for backend \"gguf\""))?;
                 let file = base.join(&rel);
@@ -359,13 +386,13 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 return Err(key_err(
                     f,
                     k("backend"),
-                    format!("unknown backend {other:?} (expected \"openai\", \"gguf\", \"replay\" or \"noop\")"),
+                    format!("unknown backend {other:?} (expected \"openai\", \"gguf\", \"replay\", \"embed\" or \"noop\")"),
                 ))
             }
         };
         if m.backend != "gguf" {
             for (key, set) in [
-                ("model_path", m.model_path.is_some()),
+                ("model_path", m.model_path.is_some() && m.backend != "embed"),
                 ("gpu", m.gpu.is_some()),
                 ("gpu_layers", m.gpu_layers.is_some()),
                 ("slots", m.slots.is_some()),
@@ -379,7 +406,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         }
         let api_model = match (&m.model, m.backend.as_str()) {
             (Some(x), _) => x.clone(),
-            (None, "noop" | "gguf" | "replay") => m.name.clone(),
+            (None, "noop" | "gguf" | "replay" | "embed") => m.name.clone(),
             (None, _) => return Err(key_err(f, k("model"), "required: the model name sent to the API")),
         };
         let temperature = m.temperature.unwrap_or(0.0);
@@ -387,7 +414,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             return Err(key_err(f, k("temperature"), format!("{temperature} is outside 0..=2")));
         }
         // A local model serves as many jobs at once as it has slots.
-        let max_concurrency = m.max_concurrency.unwrap_or(local.as_ref().map_or(4, |l| l.slots as i64));
+        let max_concurrency = m.max_concurrency.unwrap_or(local.as_ref().map_or(if embed.is_some() { 1 } else { 4 }, |l| l.slots as i64));
         if !(1..=4096).contains(&max_concurrency) {
             return Err(key_err(f, k("max_concurrency"), format!("{max_concurrency} is outside 1..=4096")));
         }
@@ -411,6 +438,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             (Some(p), Some(l)) => format!("{p}@{}", l.placement()),
             (Some(p), None) => p.clone(),
             (None, Some(l)) => format!("gguf/{}@{}", m.name, l.placement()),
+            (None, None) if embed.is_some() => format!("embed/{}", m.name),
             (None, None) => m.name.clone(),
         };
         if pool.is_empty() {
@@ -444,6 +472,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             local,
             replay,
             quota,
+            embed,
         });
     }
     let find = |key: String, name: &str| -> Result<ModelSpec, SweepError> {
@@ -454,6 +483,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
     };
     let base = path.parent().unwrap_or(Path::new("."));
     let mut benchmarks = Vec::new();
+    let mut built_inputs = Vec::new();
     if raw.benchmark.is_empty() {
         return Err(key_err(f, "benchmark", "at least one [[benchmark]] is required"));
     }
@@ -482,13 +512,20 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 benchmarks.push(uhgeval_hvi::hvi_benchmark(f, i, b, &models, base)?);
                 continue;
             }
+            "hypotermqa-build" => {
+                benchmarks.push(build::build_benchmark(f, i, b, &models, base)?);
+                continue;
+            }
             other => {
                 return Err(key_err(
                     f,
                     k("pipeline"),
-                    format!("unknown pipeline {other:?} (expected \"hypotermqa\", \"autohall\", \"chainpoll\", \"uhgeval\", \"hvi\" or \"noop\")"),
+                    format!("unknown pipeline {other:?} (expected \"hypotermqa\", \"hypotermqa-build\", \"autohall\", \"chainpoll\", \"uhgeval\", \"hvi\" or \"noop\")"),
                 ))
             }
+        }
+        if b.build.is_some() {
+            return Err(key_err(f, k("build"), "only applies to pipeline \"hypotermqa-build\""));
         }
         if b.models.is_empty() {
             return Err(key_err(f, k("models"), "needs at least one model under test"));
@@ -496,8 +533,19 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         if b.jobs.is_some() {
             return Err(key_err(f, k("jobs"), "only applies to pipeline \"noop\""));
         }
-        let Some(dataset_rel) = &b.dataset else {
-            return Err(key_err(f, k("dataset"), "required for pipeline \"hypotermqa\""));
+        let dataset_rel = match (&b.dataset, b.dataset_from) {
+            (Some(d), None) => d.clone(),
+            (None, Some(from)) => {
+                let built = build::dataset_from(f, i, from, &benchmarks)?;
+                let limit = match b.limit {
+                    Some(l) if l < 1 => return Err(key_err(f, k("limit"), format!("{l} must be at least 1"))),
+                    l => l.map(|l| l as usize),
+                };
+                built_inputs.push(build::BuiltInput { eval: i, build: built, limit });
+                String::new()
+            }
+            (Some(_), Some(_)) => return Err(key_err(f, k("dataset_from"), "give `dataset` or `dataset_from`, not both")),
+            (None, None) => return Err(key_err(f, k("dataset"), "required for pipeline \"hypotermqa\" (or `dataset_from`)")),
         };
         let judge_name = b.judge.as_deref().ok_or_else(|| key_err(f, k("judge"), "required for pipeline \"hypotermqa\""))?;
         let judge = find(k("judge"), judge_name)?;
@@ -514,6 +562,12 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
             }
             let model = find(format!("benchmark[{i}].models[{j}]"), name)?;
             config.push(hypotermqa::Config { semantics, model, judge: judge.clone(), system_prompt: b.system_prompt.clone() });
+        }
+        if b.dataset_from.is_some() {
+            // Read after the build phase (build::load_built).
+            let dataset = PathBuf::from(format!("<benchmark[{i}].dataset_from>"));
+            benchmarks.push(Benchmark::HypoTermQa { config, dataset, questions: Vec::new() });
+            continue;
         }
         let dataset = base.join(dataset_rel);
         let mut questions = hypotermqa::read_dataset(&dataset).map_err(|e| SweepError::Dataset {
@@ -559,6 +613,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         models,
         benchmarks,
         run: RunSettings { max_deliver, ack_wait: std::time::Duration::from_secs_f64(ack_wait_s), window: window as usize, max_cost: rr.max_cost },
+        built_inputs,
     })
 }
 
@@ -572,6 +627,8 @@ fn noop_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Resu
         ("semantics", b.semantics.is_some()),
         ("limit", b.limit.is_some()),
         ("system_prompt", b.system_prompt.is_some()),
+        ("build", b.build.is_some()),
+        ("dataset_from", b.dataset_from.is_some()),
     ] {
         if set {
             return Err(key_err(f, k(key), "does not apply to pipeline \"noop\""));

@@ -49,7 +49,7 @@ fn bad_noop_sweeps_name_the_key() {
         ),
         (
             NOOP.replace("pipeline = \"noop\"", "pipeline = \"nope\""),
-            "unknown pipeline \"nope\" (expected \"hypotermqa\", \"autohall\", \"chainpoll\", \"uhgeval\", \"hvi\" or \"noop\")",
+            "unknown pipeline \"nope\" (expected \"hypotermqa\", \"hypotermqa-build\", \"autohall\", \"chainpoll\", \"uhgeval\", \"hvi\" or \"noop\")",
         ),
         (format!("{NOOP}\n[run]\nwindow = 0\n"), "run.window`: 0 is outside"),
     ];

@@ -24,6 +24,9 @@
 //!   hallucination labels, self-contradiction detection with the K-ablation.
 //! - [`chainpoll`]: ChainPoll (arXiv 2310.18344) on labelled items: judge polls,
 //!   Correctness / Adherence, AUROC, and the SelfCheck-NGram unigram baseline.
+//! - [`hypotermqa_build`]: building a HypoTermQA benchmark for a domain (topics,
+//!   hypothetical terms, existence check, similar valid terms by LLM and embeddings,
+//!   questions) into a dataset the `hypotermqa` pipeline reads.
 //! - [`noop`]: one job per item whose answer is ignored, to measure the job path
 //!   (planning, broker, checkpoint, accounting) with models that answer at once.
 //! - [`uhgeval`]: UHGEval (arXiv 2311.15296) in its four forms (keyword level, sentence
@@ -51,6 +54,7 @@ pub mod common;
 pub mod hvi;
 pub mod hypotermqa;
 pub mod jsonl;
+pub mod hypotermqa_build;
 pub mod metrics;
 pub mod noop;
 pub mod uhgeval;

@@ -83,6 +83,8 @@ pub struct WorkerConfig {
     /// Quotas of pools that have one (by pool name); see [`quota`].
     pub quotas: std::collections::HashMap<String, quota::PoolQuota>,
     pub quota_settings: quota::QuotaSettings,
+    /// Embedding models this worker loads and serves (`backend = "embed"`).
+    pub embed_models: Vec<backend::embed::EmbedSpec>,
 }
 
 impl WorkerConfig {
@@ -99,6 +101,7 @@ impl WorkerConfig {
             stats: Arc::default(),
             quotas: Default::default(),
             quota_settings: Default::default(),
+            embed_models: Vec::new(),
         }
     }
 }
@@ -184,8 +187,8 @@ pub async fn run_with_checkpoint(
         tracing::warn!(point = p.name(), pass = n, "failpoint armed: this worker will abort there");
     }
     halyard_broker::ensure_streams(&broker).await?;
-    let (specs, replays) = (config.local_models.clone(), config.replays.clone());
-    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&specs, &replays))
+    let (specs, replays, embed_specs) = (config.local_models.clone(), config.replays.clone(), config.embed_models.clone());
+    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&specs, &replays, &embed_specs))
         .await
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;

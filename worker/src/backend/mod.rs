@@ -1,6 +1,7 @@
 //! Model backends. [`Backends::call`] turns a [`Job`]'s request into a [`Completion`] or
 //! a classified [`CallError`]; retries and pacing are the caller's business.
 
+pub mod embed;
 #[cfg(feature = "gguf")]
 pub mod gguf;
 pub mod openai;
@@ -72,6 +73,8 @@ pub fn gguf_gpu_support() -> bool {
 /// Everything a worker can call: the shared HTTP client and the local models it holds.
 pub struct Backends {
     http: openai::OpenAi,
+    /// Embedding models by endpoint (`backend = "embed"`).
+    embed: HashMap<String, embed::EmbedModel>,
     #[cfg(feature = "gguf")]
     local: HashMap<String, gguf::GgufModel>,
     /// Replay sources, by the endpoint of their jobs.
@@ -80,11 +83,16 @@ pub struct Backends {
 
 impl Backends {
     /// Build the HTTP client and load every local model (blocking: loading takes seconds).
-    pub fn new(local_models: &[GgufSpec], replays: &[replay::ReplaySpec]) -> Result<Backends, String> {
+    pub fn new(local_models: &[GgufSpec], replays: &[replay::ReplaySpec], embed_models: &[embed::EmbedSpec]) -> Result<Backends, String> {
         let http = openai::OpenAi::new().map_err(|e| e.message)?;
         let mut replay = HashMap::new();
         for r in replays {
             replay.insert(r.endpoint.clone(), replay::Replay::load(&r.source)?);
+        }
+        let mut embed = HashMap::new();
+        for spec in embed_models {
+            let m = embed::EmbedModel::load(spec).map_err(|e| format!("embedding model {}: {e}", spec.path.display()))?;
+            embed.insert(spec.endpoint.clone(), m);
         }
         #[cfg(feature = "gguf")]
         {
@@ -93,7 +101,7 @@ impl Backends {
                 let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
                 local.insert(spec.endpoint.clone(), m);
             }
-            Ok(Backends { http, local, replay })
+            Ok(Backends { http, embed, local, replay })
         }
         #[cfg(not(feature = "gguf"))]
         {
@@ -104,7 +112,7 @@ impl Backends {
                 ));
             }
             let _: &HashMap<String, ()> = &HashMap::new();
-            Ok(Backends { http, replay })
+            Ok(Backends { http, embed, replay })
         }
     }
 
@@ -130,7 +138,14 @@ impl Backends {
                     job.key.model.endpoint, job.pool
                 ))),
             },
-            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, replay, noop)"))),
+            "embed" => match self.embed.get(&job.key.model.endpoint) {
+                Some(m) => m.call(job).await,
+                None => Err(CallError::permanent(format!(
+                    "this worker does not hold embedding model {} (pool {}); start a worker with that model",
+                    job.key.model.endpoint, job.pool
+                ))),
+            },
+            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, replay, embed, noop)"))),
         }
     }
 
