@@ -14,7 +14,7 @@ use super::{gguf_identity, key_err, Benchmark, Model, RawBenchmark, RawModel, Sw
 
 /// Keys that only some pipelines take: (key, set, pipelines that take it).
 pub(super) fn reject_foreign_keys(f: &str, i: usize, b: &RawBenchmark, pipeline: &str) -> Result<(), SweepError> {
-    let keys: [(&str, bool, &[&str]); 20] = [
+    let keys: [(&str, bool, &[&str]); 22] = [
         ("judge", b.judge.is_some(), &["hypotermqa", "hvi"]),
         ("semantics", b.semantics.is_some(), &["hypotermqa"]),
         ("system_prompt", b.system_prompt.is_some(), &["hypotermqa", "hvi"]),
@@ -35,6 +35,8 @@ pub(super) fn reject_foreign_keys(f: &str, i: usize, b: &RawBenchmark, pipeline:
         ("p_esl", b.p_esl.is_some(), &["hvi"]),
         ("delta1", b.delta1.is_some(), &["hvi"]),
         ("delta2", b.delta2.is_some(), &["hvi"]),
+        ("build", b.build.is_some(), &["hypotermqa-build"]),
+        ("dataset_from", b.dataset_from.is_some(), &["hypotermqa"]),
     ];
     // hypotermqa and noop check their own keys (with their own messages).
     let legacy = matches!(pipeline, "hypotermqa" | "noop");
