@@ -58,19 +58,7 @@ pub fn embed_identity(dir: &Path) -> std::io::Result<String> {
 /// Check `pipeline = "hypotermqa-build"`.
 pub(super) fn build_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model], base: &Path) -> Result<Benchmark, SweepError> {
     let k = |field: &str| format!("benchmark[{i}].{field}");
-    for (key, set) in [
-        ("dataset", b.dataset.is_some()),
-        ("judge", b.judge.is_some()),
-        ("semantics", b.semantics.is_some()),
-        ("limit", b.limit.is_some()),
-        ("system_prompt", b.system_prompt.is_some()),
-        ("jobs", b.jobs.is_some()),
-        ("dataset_from", b.dataset_from.is_some()),
-    ] {
-        if set {
-            return Err(key_err(f, k(key), "does not apply to pipeline \"hypotermqa-build\""));
-        }
-    }
+    super::judged::reject_foreign_keys(f, i, b, "hypotermqa-build")?;
     let find = |key: String, name: &str| -> Result<&Model, SweepError> {
         models.iter().find(|m| m.spec.name == name).ok_or_else(|| {
             let known: Vec<&str> = models.iter().map(|m| m.spec.name.as_str()).collect();

@@ -524,9 +524,6 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
                 ))
             }
         }
-        if b.build.is_some() {
-            return Err(key_err(f, k("build"), "only applies to pipeline \"hypotermqa-build\""));
-        }
         if b.models.is_empty() {
             return Err(key_err(f, k("models"), "needs at least one model under test"));
         }
@@ -620,20 +617,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
 /// `pipeline = "noop"`: `jobs` items per model, models with `backend = "noop"`, and
 /// none of the keys that belong to datasets and judges.
 fn noop_benchmark(f: &str, i: usize, b: &RawBenchmark, models: &[Model]) -> Result<Benchmark, SweepError> {
+    // Keys of other pipelines were rejected by the caller (judged::reject_foreign_keys).
     let k = |field: &str| format!("benchmark[{i}].{field}");
-    for (key, set) in [
-        ("dataset", b.dataset.is_some()),
-        ("judge", b.judge.is_some()),
-        ("semantics", b.semantics.is_some()),
-        ("limit", b.limit.is_some()),
-        ("system_prompt", b.system_prompt.is_some()),
-        ("build", b.build.is_some()),
-        ("dataset_from", b.dataset_from.is_some()),
-    ] {
-        if set {
-            return Err(key_err(f, k(key), "does not apply to pipeline \"noop\""));
-        }
-    }
     let jobs = b.jobs.ok_or_else(|| key_err(f, k("jobs"), "required for pipeline \"noop\": the number of jobs per model"))?;
     if !(1..=MAX_NOOP_JOBS).contains(&jobs) {
         return Err(key_err(f, k("jobs"), format!("{jobs} is outside 1..={MAX_NOOP_JOBS}")));

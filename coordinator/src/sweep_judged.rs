@@ -14,7 +14,8 @@ use super::{gguf_identity, key_err, Benchmark, Model, RawBenchmark, RawModel, Sw
 
 /// Keys that only some pipelines take: (key, set, pipelines that take it).
 pub(super) fn reject_foreign_keys(f: &str, i: usize, b: &RawBenchmark, pipeline: &str) -> Result<(), SweepError> {
-    let keys: [(&str, bool, &[&str]); 22] = [
+    const READERS: &[&str] = &["hypotermqa", "autohall", "chainpoll", "uhgeval", "hvi"];
+    let keys: [(&str, bool, &[&str]); 24] = [
         ("judge", b.judge.is_some(), &["hypotermqa", "hvi"]),
         ("semantics", b.semantics.is_some(), &["hypotermqa"]),
         ("system_prompt", b.system_prompt.is_some(), &["hypotermqa", "hvi"]),
@@ -37,9 +38,11 @@ pub(super) fn reject_foreign_keys(f: &str, i: usize, b: &RawBenchmark, pipeline:
         ("delta2", b.delta2.is_some(), &["hvi"]),
         ("build", b.build.is_some(), &["hypotermqa-build"]),
         ("dataset_from", b.dataset_from.is_some(), &["hypotermqa"]),
+        ("dataset", b.dataset.is_some(), READERS),
+        ("limit", b.limit.is_some(), READERS),
     ];
-    // hypotermqa and noop check their own keys (with their own messages).
-    let legacy = matches!(pipeline, "hypotermqa" | "noop");
+    // hypotermqa checks its first four keys itself (with its own messages).
+    let legacy = pipeline == "hypotermqa";
     for (n, (key, set, takes)) in keys.into_iter().enumerate() {
         if legacy && n < 4 {
             continue;

@@ -18,14 +18,8 @@ const KB: &str = r#"{"title": "3D printing", "text": "Additive manufacturing bui
 
 fn spec(name: &str, backend: &str) -> ModelSpec {
     ModelSpec {
-        name: name.into(),
         model_ref: ModelRef { backend: backend.into(), endpoint: String::new(), model: name.into() },
-        pool: name.into(),
-        api_key_env: None,
-        temperature: 0.0,
-        max_tokens: None,
-        seed: None,
-        timeout_ms: 1000,
+        ..crate::common::test_model(name)
     }
 }
 
