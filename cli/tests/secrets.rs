@@ -44,28 +44,42 @@ fn planted_api_key_never_reaches_logs_state_or_reports() {
     std::fs::write(&sweep, text).unwrap();
     let out = dir.path().join("runs");
     let port = free_port();
-    let child = halyard()
-        .args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap(), "--log-format", "json"])
+    let mut cmd = halyard();
+    cmd.args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap(), "--log-format", "json"])
         .args(["--metrics", &format!("127.0.0.1:{port}")])
         .env("HALYARD_PLANTED_KEY", KEY)
         .env("HALYARD_LOG", "debug")
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // One scrape while it runs (the endpoint lives as long as the run).
+        .stderr(std::process::Stdio::piped());
+    let mut child = halyard_tests::ChildGuard::spawn(cmd);
+    // Drain both pipes from the start: debug logs fill a pipe buffer in well under a
+    // second, and a child blocked on a full stderr cannot answer the scrape below.
+    let drain = |r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut r = r;
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout_reader = drain(Box::new(child.child_mut().stdout.take().unwrap()));
+    let stderr_reader = drain(Box::new(child.child_mut().stderr.take().unwrap()));
+    // One scrape while it runs (the endpoint lives as long as the run), bounded in time.
     let mut metrics = String::new();
-    for _ in 0..100 {
+    for _ in 0..500 {
         if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
             write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
             let _ = s.read_to_string(&mut metrics);
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let run = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
+    let status = child.wait_timeout(std::time::Duration::from_secs(300)).expect("the run did not end within 5 min");
+    let run_stdout = stdout_reader.join().unwrap();
+    let run_stderr = stderr_reader.join().unwrap();
+    let stderr = String::from_utf8_lossy(&run_stderr);
+    assert!(status.success(), "{stderr}");
 
     // The key was really in play: every request carried it.
     let calls = fake.calls();
@@ -74,12 +88,12 @@ fn planted_api_key_never_reaches_logs_state_or_reports() {
     // Logs were written, at debug level, as JSON.
     assert!(stderr.lines().count() > 20 && stderr.contains("\"level\":\"DEBUG\""), "{stderr}");
 
-    let status = halyard().args(["status", "--out", out.to_str().unwrap(), "secret", "--json"]).output().unwrap();
-    assert!(status.status.success());
+    let status_out = halyard().args(["status", "--out", out.to_str().unwrap(), "secret", "--json"]).output().unwrap();
+    assert!(status_out.status.success());
     for (what, text) in [
-        ("stdout", String::from_utf8_lossy(&run.stdout).into_owned()),
+        ("stdout", String::from_utf8_lossy(&run_stdout).into_owned()),
         ("stderr (logs)", stderr.to_string()),
-        ("status", String::from_utf8_lossy(&status.stdout).into_owned()),
+        ("status", String::from_utf8_lossy(&status_out.stdout).into_owned()),
         ("metrics", metrics.clone()),
     ] {
         assert!(!text.contains(KEY), "the API key appears in {what}");
