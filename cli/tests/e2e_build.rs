@@ -42,7 +42,7 @@ fn generator(call: &ChatCall) -> Reply {
         "Nanorobotics: tiny robots\nVirtual reality: simulated worlds\nHolographic gadgetry: not a title\n".into()
     } else if prompt.starts_with("Write one question") {
         let (a, b) = (field(prompt, "Term 1:"), field(prompt, "Term 2:"));
-        if b == LEFT_OUT {
+        if b.trim_matches('"') == LEFT_OUT {
             format!("How does {a} change relay races?")
         } else {
             format!("How does {a} relate to the recent popularity of {b}?")
@@ -150,6 +150,8 @@ ack_wait_s = 60
         assert!(INVENTED.contains(&hyp.term.as_str()) && hyp.term != LEFT_OUT);
         let secondary = t[0].terms.iter().find(|x| !x.is_hypothetical).unwrap();
         let replacement = t[1].terms.iter().find(|x| x.term != secondary.term).unwrap();
+        // The generator quoted the terms (as the prompt asks); the built questions do not.
+        assert!(t.iter().all(|q| !q.question.contains('"')), "{:?}", t[0].question);
         // The replaced question is the programmatic substitution of the hypothetical one.
         assert_eq!(t[1].question, replace_term(&t[0].question, &hyp.term, &replacement.term).0);
         // Both valid terms of a triple come from one set, the secondary's.

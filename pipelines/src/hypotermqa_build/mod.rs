@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{JobOutcome, JobRequest, ModelSpec, Progress, ResultLookup};
 use crate::hypotermqa::{paper_includes, TermSet};
 use kb::{ExistenceCheck, Kb, KbIndex};
-use text::{parse_list, parse_question, replace_term, ListParse};
+use text::{parse_list, parse_question, replace_term, unquote_terms, ListParse};
 
 /// The pipeline name in job keys.
 pub const PIPELINE: &str = "hypotermqa-build";
@@ -178,6 +178,7 @@ impl TopicLabel {
             ("dropped_duplicate", p.duplicate),
             ("dropped_too_long", p.too_long),
             ("dropped_over_limit", p.over_limit),
+            ("dropped_example", p.example),
         ] {
             self.count(&format!("{stage}.{k}"), v as u64);
         }
@@ -429,6 +430,7 @@ fn gate(label: &mut TopicLabel, stage: &str, got: Got<'_>, terms: &[&str]) -> Op
         label.count(&format!("{stage}.dropped_empty"), 1);
         return None;
     };
+    let q = unquote_terms(&q, terms);
     if !terms.iter().all(|t| paper_includes(&q, t)) {
         label.count(&format!("{stage}.dropped_inclusion"), 1);
         return None;

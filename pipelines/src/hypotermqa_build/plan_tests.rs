@@ -56,7 +56,7 @@ fn field<'a>(prompt: &'a str, name: &str) -> &'a str {
 
 /// The scripted generator and embedder.
 fn answer(req: &JobRequest) -> String {
-    let prompt = &req.key.messages[0].content;
+    let prompt = &req.key.messages.last().expect("a prompt").content;
     match req.key.stage.as_str() {
         "topics" => "1. Textiles: cloth and weaving\n2. Cold physics: low temperatures\n".into(),
         "terms" if prompt.contains("Textiles") => {
@@ -70,7 +70,7 @@ fn answer(req: &JobRequest) -> String {
         "suggest" => "Loom: a weaving device\nQuantum computing: qubits\nQuantum weaving: not a title\n".into(),
         "question" => {
             let (a, b) = (field(prompt, "Term 1:"), field(prompt, "Term 2:"));
-            if b == "Zorb Flux Weave" {
+            if b.trim_matches('"') == "Zorb Flux Weave" {
                 // Leaves the hypothetical term out: the inclusion gate drops it.
                 format!("Question: How is {a} made?")
             } else {

@@ -7,6 +7,7 @@
 //! term towards the end), and a "fresh" question joining two valid terms. The wording
 //! is Halyard's own (the appendices' text is not reproduced), and asks for one item
 //! per line as `Name: explanation` so that answers can be read without a JSON parser.
+//! Each prompt shows one worked example first (see [`EXAMPLE_NAMES`]).
 
 use halyard_proto::ChatMessage;
 
@@ -28,6 +29,8 @@ pub enum LineDrop {
     TooLong,
     /// More entries than asked for.
     OverLimit,
+    /// A name copied from the prompt's worked example ([`EXAMPLE_NAMES`]).
+    Example,
 }
 
 /// What a list answer gave: the entries kept, in order, and what was dropped and why.
@@ -40,18 +43,63 @@ pub struct ListParse {
     pub duplicate: u32,
     pub too_long: u32,
     pub over_limit: u32,
+    pub example: u32,
 }
 
 pub const MAX_NAME_CHARS: usize = 80;
 pub const MAX_NAME_WORDS: usize = 8;
 
-pub fn topics_messages(count: usize) -> Vec<ChatMessage> {
-    vec![ChatMessage::user(format!(
+// Every prompt is preceded by one worked example (a user turn and the answer we want,
+// in a domain of its own). Small local models follow a shown format far better than a
+// described one: SmolLM2-135M wrote no `Term: explanation` line for a zero-shot terms
+// prompt, and mostly well-formed lists after the example. Entries copied from the
+// example are dropped (`dropped_example`).
+
+/// Names in the worked examples; an answer that repeats one copied the example.
+pub const EXAMPLE_NAMES: [&str; 9] = [
+    "Astronomy",
+    "Cooking",
+    "Personal finance",
+    "Thermo-Glaze Folding",
+    "Umami Drift Reduction",
+    "Crystal Brine Lattice",
+    "Puff pastry",
+    "Glaze (cooking technique)",
+    "Lamination (pastry)",
+];
+
+fn with_example(example_request: String, example_answer: &str, request: String) -> Vec<ChatMessage> {
+    vec![ChatMessage::user(example_request), ChatMessage::assistant(example_answer), ChatMessage::user(request)]
+}
+
+fn topics_request(count: usize) -> String {
+    format!(
         "List {count} distinct, broad topics of general interest (for example a field of science, \
          technology, culture or daily life), each with a one-sentence explanation.\n\
          Answer with exactly {count} lines and nothing else, each in the form\n\
          Topic name: explanation"
-    ))]
+    )
+}
+
+pub fn topics_messages(count: usize) -> Vec<ChatMessage> {
+    with_example(
+        topics_request(3),
+        "Astronomy: the study of stars, planets and everything else beyond the Earth's atmosphere.\n\
+         Cooking: the preparation of food with heat, tools and recipes.\n\
+         Personal finance: how people earn, save, borrow and invest their money.",
+        topics_request(count),
+    )
+}
+
+fn terms_request(about: &str, count: usize) -> String {
+    format!(
+        "Invent {count} hypothetical terms in the topic \"{about}\". A hypothetical term is a \
+         plausible-sounding name of a concept, method, device or phenomenon that does NOT exist: \
+         it must not be the name of anything real, and must not appear in any encyclopedia. \
+         Each term is 2 to 5 words. Give each a short made-up explanation of what it would be.\n\
+         Answer with exactly {count} lines and nothing else, each in the form\n\
+         Term: explanation"
+    )
 }
 
 pub fn terms_messages(topic: &str, explanation: Option<&str>, count: usize) -> Vec<ChatMessage> {
@@ -59,39 +107,61 @@ pub fn terms_messages(topic: &str, explanation: Option<&str>, count: usize) -> V
         Some(e) if !e.trim().is_empty() => format!("{topic} ({})", e.trim()),
         _ => topic.to_string(),
     };
-    vec![ChatMessage::user(format!(
-        "Invent {count} hypothetical terms in the topic \"{about}\". A hypothetical term is a \
-         plausible-sounding name of a concept, method, device or phenomenon that does NOT exist: \
-         it must not be the name of anything real, and must not appear in any encyclopedia. \
-         Each term is 2 to 5 words. Give each a short made-up explanation of what it would be.\n\
-         Answer with exactly {count} lines and nothing else, each in the form\n\
-         Term: explanation"
-    ))]
+    with_example(
+        terms_request("Cooking", 3),
+        "Thermo-Glaze Folding: a technique that folds hot sugar glaze into cold dough in thin layers.\n\
+         Umami Drift Reduction: a slow simmer that moves savoury flavour from bones into vegetables.\n\
+         Crystal Brine Lattice: a salt crust grown on meat in a humid cabinet before roasting.",
+        terms_request(&about, count),
+    )
 }
 
-pub fn suggest_messages(term: &str, explanation: &str, count: usize) -> Vec<ChatMessage> {
-    vec![ChatMessage::user(format!(
+fn suggest_request(term: &str, explanation: &str, count: usize) -> String {
+    format!(
         "Here is a hypothetical term and its explanation.\nTerm: {term}\nExplanation: {}\n\
          List {count} real, existing concepts that are closely related to it, each the exact title \
          of an English Wikipedia article, with a one-sentence explanation.\n\
          Answer with exactly {count} lines and nothing else, each in the form\n\
          Wikipedia title: explanation",
         explanation.trim()
-    ))]
+    )
+}
+
+pub fn suggest_messages(term: &str, explanation: &str, count: usize) -> Vec<ChatMessage> {
+    with_example(
+        suggest_request("Thermo-Glaze Folding", "a technique that folds hot sugar glaze into cold dough in thin layers.", 3),
+        "Puff pastry: a light, flaky pastry made by folding butter into dough in many layers.\n\
+         Glaze (cooking technique): a glossy coating of sugar, egg or stock applied to food.\n\
+         Lamination (pastry): the folding of fat into dough to create thin alternating layers.",
+        suggest_request(term, explanation, count),
+    )
+}
+
+fn question_request(first: &str, first_expl: &str, last: &str, last_expl: &str) -> String {
+    format!(
+        "Write one question that a curious person could ask, about how the following two terms relate.\n\
+         Term 1: \"{first}\"\nMeaning of term 1: {}\nTerm 2: \"{last}\"\nMeaning of term 2: {}\n\
+         Rules: copy both terms exactly as written, in quotes; mention term 1 first and put term 2 \
+         towards the end of the question; do not explain or define the terms; write a single \
+         sentence ending with a question mark.\n\
+         Answer with the question only.",
+        first_expl.trim(),
+        last_expl.trim()
+    )
 }
 
 /// A question that uses `first` and `last` verbatim, `last` towards the end.
 pub fn question_messages(first: &str, first_expl: &str, last: &str, last_expl: &str) -> Vec<ChatMessage> {
-    vec![ChatMessage::user(format!(
-        "Write one question that a curious person could ask, about how the following two terms relate.\n\
-         Term 1: {first}\nMeaning of term 1: {}\nTerm 2: {last}\nMeaning of term 2: {}\n\
-         Rules: use both terms exactly as written (same spelling and words); mention term 1 first \
-         and put term 2 towards the end of the question; do not explain or define the terms; \
-         write a single sentence ending with a question mark.\n\
-         Answer with the question only.",
-        first_expl.trim(),
-        last_expl.trim()
-    ))]
+    with_example(
+        question_request(
+            "Puff pastry",
+            "a light, flaky pastry made by folding butter into dough in many layers.",
+            "Thermo-Glaze Folding",
+            "a technique that folds hot sugar glaze into cold dough in thin layers.",
+        ),
+        "How could bakers who make \"Puff pastry\" at home benefit from \"Thermo-Glaze Folding\"?",
+        question_request(first, first_expl, last, last_expl),
+    )
 }
 
 fn strip_list_marker(line: &str) -> &str {
@@ -141,7 +211,12 @@ pub fn parse_list(text: &str, limit: usize, norm: impl Fn(&str) -> String) -> Li
             out.too_long += 1;
             continue;
         }
-        if !seen.insert(norm(&name)) {
+        let key = norm(&name);
+        if EXAMPLE_NAMES.iter().any(|e| norm(e) == key) {
+            out.example += 1;
+            continue;
+        }
+        if !seen.insert(key) {
             out.duplicate += 1;
             continue;
         }
@@ -163,6 +238,38 @@ pub fn parse_question(text: &str) -> Option<String> {
     let line = if lower.starts_with("question:") { line["question:".len()..].trim() } else { line };
     let q = line.trim_matches(|c: char| matches!(c, '"' | '“' | '”' | '*')).trim();
     (!q.is_empty()).then(|| q.to_string())
+}
+
+/// `question` without the quote marks the prompt asked for around its terms: a quoted
+/// span (`"…"` or `“…”`) whose text is one of `terms` (case-insensitively) loses its
+/// quotes; any other quoted span is kept. Asking for quoted terms makes small models
+/// copy them verbatim (SmolLM2-135M: 5 of 10 questions kept both terms, against 3 of 8
+/// unquoted), and the built questions read like the paper's, which have no quotes.
+pub fn unquote_terms(question: &str, terms: &[&str]) -> String {
+    let mut out = String::with_capacity(question.len());
+    let mut rest = question;
+    loop {
+        let Some(open) = rest.find(['"', '“']) else { break };
+        let after = &rest[open..];
+        let q = after.chars().next().map_or(1, char::len_utf8);
+        let inner_start = open + q;
+        let Some(close_rel) = rest[inner_start..].find(['"', '”']) else { break };
+        let inner = &rest[inner_start..inner_start + close_rel];
+        let close_len = rest[inner_start + close_rel..].chars().next().map_or(1, char::len_utf8);
+        let is_term = terms.iter().any(|t| {
+            let t = t.trim();
+            !t.is_empty() && inner.trim().to_lowercase() == t.to_lowercase()
+        });
+        if is_term {
+            out.push_str(&rest[..open]);
+            out.push_str(inner);
+        } else {
+            out.push_str(&rest[..inner_start + close_rel + close_len]);
+        }
+        rest = &rest[inner_start + close_rel + close_len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// K' of spec A.6: `term` with every `(...)` span (no nested parentheses) removed, trimmed.
@@ -242,13 +349,25 @@ mod tests {
                     2) \"Nano-Sync Fusion\" - syncs nano devices\n- quantum loom: again\n\
                     just a sentence without separator\n\
                     A very long name that is clearly a whole sentence and not a term at all: x\n\
-                    Cryo Lattice: cold lattice\nExtra Term: over the limit\n";
+                    Cryo Lattice: cold lattice\nThermo-Glaze folding: copied\nExtra Term: over the limit\n";
         let p = parse_list(text, 3, lower);
         let names: Vec<&str> = p.kept.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["Quantum Loom", "Nano-Sync Fusion", "Cryo Lattice"]);
         assert_eq!(p.kept[0].explanation, "a loom that weaves qubits");
         // "Here are the terms:" has an empty explanation.
-        assert_eq!((p.lines, p.format, p.duplicate, p.too_long, p.over_limit), (8, 2, 1, 1, 1));
+        assert_eq!((p.lines, p.format, p.duplicate, p.too_long, p.over_limit, p.example), (9, 2, 1, 1, 1, 1));
+    }
+
+    #[test]
+    fn quoted_terms_lose_their_quotes() {
+        let terms = ["Puff pastry", "Thermo-Glaze Folding"];
+        assert_eq!(
+            unquote_terms("How could \"puff pastry\" help “Thermo-Glaze Folding”?", &terms),
+            "How could puff pastry help Thermo-Glaze Folding?"
+        );
+        // Other quoted spans, and unbalanced quotes, stay as written.
+        assert_eq!(unquote_terms("Is \"dough\" like \"Puff pastry\"? \"", &terms), "Is \"dough\" like Puff pastry? \"");
+        assert_eq!(unquote_terms("No quotes here?", &terms), "No quotes here?");
     }
 
     #[test]
