@@ -26,10 +26,10 @@ use crate::procs;
 pub const POOL: &str = "noop";
 
 /// The sweep the end-to-end runs use: `jobs` noop jobs, one noop model.
-pub fn write_sweep(dir: &Path, jobs: u64, concurrency: usize, window: usize) -> anyhow::Result<PathBuf> {
+pub fn write_sweep(dir: &Path, jobs: u64, concurrency: usize, window: usize, job_batch: usize) -> anyhow::Result<PathBuf> {
     let text = format!(
         "name = \"noop-bench\"\n\n[[model]]\nname = \"{POOL}\"\nbackend = \"noop\"\nmax_concurrency = {concurrency}\n\n\
-         [[benchmark]]\npipeline = \"noop\"\njobs = {jobs}\nmodels = [\"{POOL}\"]\n\n[run]\nwindow = {window}\n"
+         [[benchmark]]\npipeline = \"noop\"\njobs = {jobs}\nmodels = [\"{POOL}\"]\n\n[run]\nwindow = {window}\njob_batch = {job_batch}\n"
     );
     let path = dir.join("noop-bench.toml");
     std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
@@ -145,6 +145,8 @@ pub async fn role_worker(sweep_path: PathBuf, state: PathBuf, nats: String, id: 
 #[derive(Debug)]
 pub struct E2e {
     pub worker_count: usize,
+    /// `[run] job_batch` of the sweep.
+    pub job_batch: usize,
     pub figures: CoordinatorFigures,
     pub worker_figures: Vec<WorkerFigures>,
     pub coordinator: procs::Usage,
@@ -212,11 +214,12 @@ pub fn run(
     workers: usize,
     in_flight: usize,
     window: usize,
+    job_batch: usize,
 ) -> anyhow::Result<E2e> {
     std::fs::create_dir_all(dir)?;
     let nats = EmbeddedNats::start(&dir.join("nats"))?;
     let url = nats.url();
-    let sweep = write_sweep(dir, jobs, (in_flight / workers).max(1), window)?;
+    let sweep = write_sweep(dir, jobs, (in_flight / workers).max(1), window, job_batch)?;
     let sweep_s = sweep.display().to_string();
     let mut children = Vec::new();
     for i in 0..workers {
@@ -258,7 +261,7 @@ pub fn run(
     drop(nats);
     let (figures, coordinator) = coordinator_result?;
     check_report(&out.join("noop-bench/report.json"), jobs)?;
-    Ok(E2e { worker_count: workers, figures, worker_figures, coordinator, workers: worker_usage, nats_rss, nats_cpu_s })
+    Ok(E2e { worker_count: workers, job_batch, figures, worker_figures, coordinator, workers: worker_usage, nats_rss, nats_cpu_s })
 }
 
 /// The report must count every job once.

@@ -60,6 +60,9 @@ struct Cli {
     /// The coordinator's planning window (`[run] window` of the sweep).
     #[arg(long, default_value_t = sweep::DEFAULT_WINDOW)]
     window: usize,
+    /// `[run] job_batch` values to measure Halyard with (jobs per job message).
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
+    job_batch: Vec<usize>,
     /// Keep stores, logs and reports here instead of a temporary directory.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -219,7 +222,7 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let root = cli.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&root)?;
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let sweep_path = e2e::write_sweep(&root, cli.jobs, cli.in_flight, cli.window)?;
+    let sweep_path = e2e::write_sweep(&root, cli.jobs, cli.in_flight, cli.window, 1)?;
     let sample = messages(&sweep_path)?;
     let (sample_id, sample_job) = sample.job(0);
     println!(
@@ -252,11 +255,13 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     done_with(&root.join("bare-serial"));
     let ceiling = rate(a.jobs, a.secs);
     let mut runs = Vec::new();
-    for &w in &cli.workers {
-        eprintln!("(b) halyard noop end to end, {w} worker(s) ...");
-        let dir = root.join(format!("e2e-{w}"));
-        runs.push(e2e::run(rt, &exe, &dir, cli.jobs, w.max(1), cli.in_flight, cli.window)?);
-        done_with(&dir);
+    for &b in &cli.job_batch {
+        for &w in &cli.workers {
+            eprintln!("(b) halyard noop end to end, {w} worker(s), job_batch {b} ...");
+            let dir = root.join(format!("e2e-{w}-b{b}"));
+            runs.push(e2e::run(rt, &exe, &dir, cli.jobs, w.max(1), cli.in_flight, cli.window, b.max(1))?);
+            done_with(&dir);
+        }
     }
 
     let head = format!(
@@ -291,7 +296,7 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         let jps = rate(c.items, c.done_s);
         println!(
             "{:<34} {:>9} {:>7.2} {:>8} {:>6.2} {:>8.1} {:>8.1} {:>9} {:>10} {:>9}   {} + {} + {}",
-            format!("halyard noop e2e, {} worker{}", r.worker_count, if r.worker_count == 1 { "" } else { "s" }),
+            format!("halyard e2e, {} worker{}, batch {}", r.worker_count, if r.worker_count == 1 { "" } else { "s" }, r.job_batch),
             c.items,
             c.done_s,
             thousands(jps),
@@ -313,9 +318,10 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         let jobs: u64 = r.worker_figures.iter().map(|w| w.completed + w.replayed).sum();
         let pulls: u64 = r.worker_figures.iter().map(|w| w.pulls).sum();
         println!(
-            "{} worker(s): report written {:.2} s after the last result; {} results, {} duplicates, {} dead letters; \
+            "{} worker(s), batch {}: report written {:.2} s after the last result; {} results, {} duplicates, {} dead letters; \
              jobs per worker {}; {:.1} jobs per pull; {:.1} results per coordinator commit",
             r.worker_count,
+            r.job_batch,
             c.total_s - c.done_s,
             c.results,
             c.duplicates,

@@ -31,12 +31,12 @@ const CONCURRENCY: usize = 16;
 /// The failpoint trips on this pass: well inside the run.
 const TRIP_AT: u64 = 60;
 
-fn write_sweep(dir: &Path) -> std::path::PathBuf {
+fn write_sweep(dir: &Path, job_batch: usize) -> std::path::PathBuf {
     // A window larger than the run: the first coordinator publishes every job at once.
     let text = format!(
         "name = \"crash\"\n\n[[model]]\nname = \"free\"\nbackend = \"noop\"\nmax_concurrency = {CONCURRENCY}\n\n\
          [[benchmark]]\npipeline = \"noop\"\njobs = {JOBS}\nmodels = [\"free\"]\n\n\
-         [run]\nwindow = 1000\nack_wait_s = 2\nmax_deliver = 5\n"
+         [run]\nwindow = 1000\nack_wait_s = 2\nmax_deliver = 5\njob_batch = {job_batch}\n"
     );
     let p = dir.join("crash.toml");
     std::fs::write(&p, text).unwrap();
@@ -64,15 +64,17 @@ async fn stored<T>(broker: &halyard_broker::Broker, stream: &str, decode: impl F
     out
 }
 
-async fn wait_stored(broker: &halyard_broker::Broker, stream: &str, n: u64) {
+/// Waits until the jobs stream holds `n` jobs (in messages of one or of several).
+async fn wait_jobs_stored(broker: &halyard_broker::Broker, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(mut s) = broker.js.get_stream(stream).await {
-            if s.info().await.unwrap().state.messages >= n {
+        if broker.js.get_stream(subjects::JOBS_STREAM).await.is_ok() {
+            let jobs = stored(broker, subjects::JOBS_STREAM, |b| halyard_proto::decode_jobs(b).unwrap().len() as u64).await;
+            if jobs.iter().sum::<u64>() >= n {
                 return;
             }
         }
-        assert!(Instant::now() < deadline, "{stream} never held {n} messages");
+        assert!(Instant::now() < deadline, "the jobs stream never held {n} jobs");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -102,11 +104,15 @@ struct AtCrash {
     checkpointed: HashSet<JobId>,
 }
 
-fn crash_and_recover(point: &str) -> AtCrash {
+/// Jobs per job message in `crash_and_recover(.., JOB_BATCH)`: the message is acked only
+/// when all its jobs are durable and published.
+const JOB_BATCH: usize = 8;
+
+fn crash_and_recover(point: &str, job_batch: usize) -> AtCrash {
     let nats = NatsServer::start();
     let url = nats.url();
     let dir = tempfile::tempdir().unwrap();
-    let sweep_path = write_sweep(dir.path());
+    let sweep_path = write_sweep(dir.path(), job_batch);
     let out = dir.path().join("runs");
     let checkpoint = dir.path().join("checkpoint");
     let rt = rt();
@@ -116,7 +122,7 @@ fn crash_and_recover(point: &str) -> AtCrash {
 
     // 1. Plan and publish everything, then stop the coordinator.
     let mut coord = coordinator(&sweep_path, &url, &out, &dir.path().join("coordinator-1.log"));
-    rt.block_on(wait_stored(&broker, subjects::JOBS_STREAM, JOBS));
+    rt.block_on(wait_jobs_stored(&broker, JOBS));
     coord.signal(libc::SIGTERM);
     let status = coord.wait_timeout(Duration::from_secs(30)).expect("coordinator did not stop");
     assert_eq!(status.code(), Some(130), "an interrupted coordinator exits 130");
@@ -129,10 +135,11 @@ fn crash_and_recover(point: &str) -> AtCrash {
     std::thread::sleep(Duration::from_millis(300));
 
     // 3. The durability order, read back from the broker and the dead worker's sled.
-    let queued: HashSet<JobId> = rt
-        .block_on(stored(&broker, subjects::JOBS_STREAM, |b| halyard_proto::decode::<Job>("job", b).unwrap().id))
-        .into_iter()
-        .collect();
+    let messages = rt.block_on(stored(&broker, subjects::JOBS_STREAM, |b| halyard_proto::decode_jobs(b).unwrap()));
+    if job_batch > 1 {
+        assert!(messages.iter().any(|m| m.len() > 1), "{point}: no job message held several jobs");
+    }
+    let queued: HashSet<JobId> = messages.into_iter().flatten().map(|j: Job| j.id).collect();
     // A worker publishes the results of one group commit as one message.
     let results: Vec<JobResult> = rt
         .block_on(stored(&broker, subjects::RESULTS_STREAM, |b| halyard_proto::decode_results(b).unwrap()))
@@ -191,31 +198,92 @@ fn crash_and_recover(point: &str) -> AtCrash {
 /// Killed after the model answered, before the checkpoint write: nothing lost, nothing counted twice.
 #[test]
 fn crash_between_call_and_persist() {
-    crash_and_recover("call-persist");
+    crash_and_recover("call-persist", 1);
 }
 
 /// Killed between the sled flush and the result publish: the flushed result is replayed from sled.
 #[test]
 fn crash_between_flush_and_publish() {
-    let c = crash_and_recover("flush-publish");
+    let c = crash_and_recover("flush-publish", 1);
     assert!(!c.checkpointed.is_subset(&c.published), "the tripping job was flushed and not published");
 }
 
 /// Killed between handing the result publish to the client and its broker ack (publish → flush of the connection).
 #[test]
 fn crash_between_publish_and_confirm() {
-    crash_and_recover("publish-confirm");
+    crash_and_recover("publish-confirm", 1);
 }
 
 /// Killed between the broker's ack of the result and the job's ack (flush → ack).
 #[test]
 fn crash_between_confirm_and_ack() {
-    let c = crash_and_recover("confirm-ack");
+    let c = crash_and_recover("confirm-ack", 1);
     assert!(!c.published.is_subset(&c.acked), "the tripping job was published and not acked");
 }
 
 /// Killed after the job's ack was handed to the client, before the connection was flushed.
 #[test]
 fn crash_between_ack_and_flush() {
-    crash_and_recover("ack-flush");
+    crash_and_recover("ack-flush", 1);
+}
+
+/// With job batches (`[run] job_batch`): killed between the sled flush and the result
+/// publish, and between the result's broker ack and the message's ack. A message is acked
+/// only once every job in it is durable and published; the rest come back, and the
+/// checkpoint answers the jobs it holds.
+#[test]
+fn job_batches_crash_between_flush_and_publish() {
+    let c = crash_and_recover("flush-publish", JOB_BATCH);
+    assert!(!c.checkpointed.is_subset(&c.published), "the tripping job was flushed and not published");
+}
+
+#[test]
+fn job_batches_crash_between_confirm_and_ack() {
+    let c = crash_and_recover("confirm-ack", JOB_BATCH);
+    assert!(!c.published.is_subset(&c.acked), "the tripping job was published and not acked");
+}
+
+/// A job message that no worker survives: after `max_deliver` deliveries the broker's
+/// advisory makes the coordinator record each of its jobs as a dead letter, and the run
+/// completes instead of waiting for them. With `job_batch`, that is every job of the batch.
+#[test]
+fn job_batch_that_kills_every_worker_becomes_dead_letters() {
+    const N: u64 = 4;
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "name = \"poison\"\n\n[[model]]\nname = \"free\"\nbackend = \"noop\"\nmax_concurrency = 8\n\n\
+         [[benchmark]]\npipeline = \"noop\"\njobs = {N}\nmodels = [\"free\"]\n\n\
+         [run]\nack_wait_s = 1\nmax_deliver = 2\njob_batch = {N}\n"
+    );
+    let sweep_path = dir.path().join("poison.toml");
+    std::fs::write(&sweep_path, text).unwrap();
+    let out = dir.path().join("runs");
+    let rt = rt();
+    let broker = rt.block_on(halyard_broker::connect(&BrokerConfig::new(url.clone(), "poison-test"))).unwrap();
+    let log = dir.path().join("coordinator.log");
+    let mut coord = coordinator(&sweep_path, &url, &out, &log);
+    rt.block_on(wait_jobs_stored(&broker, N));
+    let messages = rt.block_on(stored(&broker, subjects::JOBS_STREAM, |b| halyard_proto::decode_jobs(b).unwrap().len()));
+    assert_eq!(messages, vec![N as usize], "the {N} jobs travel as one message");
+    // Each delivery kills its worker at the first job's call.
+    for i in 0..2 {
+        let mut w = worker(&sweep_path, &url, &dir.path().join(format!("checkpoint-{i}")), Some("call-persist:1".into()));
+        let status = w.wait_timeout(Duration::from_secs(60)).expect("the worker never got the job message");
+        assert!(ChildGuard::killed_by(status, libc::SIGABRT), "delivery {i}: worker ended with {status:?}");
+    }
+    // A healthy worker asks for work: the broker, finding the message past max_deliver,
+    // sends the advisory instead of a third delivery.
+    let mut healthy = worker(&sweep_path, &url, &dir.path().join("checkpoint-2"), None);
+    let status = coord.wait_timeout(Duration::from_secs(60)).expect("the run waited on the dead jobs");
+    healthy.signal(libc::SIGTERM);
+    healthy.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "coordinator failed: {log}");
+    let report = read_json(&out.join("poison/report.json"));
+    let jobs = &report["jobs"];
+    assert_eq!((jobs["done"].as_u64(), jobs["dead_letters"].as_u64(), jobs["completed"].as_u64()), (Some(N), Some(N), Some(0)), "{jobs}");
+    let text = std::fs::read_to_string(out.join("poison/report.md")).unwrap();
+    assert!(text.contains("max_deliver reached"), "the report does not say why:\n{text}");
 }

@@ -101,7 +101,21 @@ struct Engine {
     /// need not ask the store.)
     resumed_done: bool,
     meter: crate::cost::Meter,
+    /// Jobs planned per pool and not sent yet (`[run] job_batch` > 1).
+    job_bufs: HashMap<String, JobBuf>,
 }
+
+/// The next job message of a pool: its jobs' encodings, ids and total size.
+#[derive(Default)]
+struct JobBuf {
+    encoded: Vec<Vec<u8>>,
+    ids: Vec<JobId>,
+    bytes: usize,
+}
+
+/// A job message is sent once its jobs take this many bytes, whatever `job_batch` says
+/// (NATS refuses messages over 1 MiB by default).
+const MAX_JOB_MESSAGE_BYTES: usize = 256 << 10;
 
 /// Run the coordinator for `cfg` until the run completes or `shutdown` resolves.
 ///
@@ -163,6 +177,7 @@ async fn run_phase(
         retried: HashMap::new(),
         resumed_done: items_done > 0,
         meter,
+        job_bufs: HashMap::new(),
     };
     e.retried = retried;
     e.absorb_backlog().await?;
@@ -261,6 +276,7 @@ impl Engine {
                 }
             }
         }
+        self.flush_jobs().await;
         self.progress.active = self.window.active_count() as u64;
         Ok(())
     }
@@ -283,23 +299,65 @@ impl Engine {
         }
     }
 
+    /// Publish `job`, or with `[run] job_batch` > 1 add it to its pool's next job
+    /// message (sent when full, and at the end of every planning round by
+    /// [`Engine::flush_jobs`]). A re-publish (`suffix`) always goes alone.
     async fn send(&mut self, job: &Job, suffix: Option<u32>) {
         let payload = match halyard_proto::encode(job) {
-            Ok(p) => bytes::Bytes::from(p),
+            Ok(p) => p,
             Err(err) => {
                 warn!(job = %job.id, error = %err, "cannot encode job");
                 return;
             }
         };
+        let batch = self.cfg.sweep.run.job_batch;
+        if suffix.is_none() && batch > 1 {
+            let buf = self.job_bufs.entry(job.pool.clone()).or_default();
+            buf.bytes += payload.len();
+            buf.ids.push(job.id);
+            buf.encoded.push(payload);
+            if buf.ids.len() >= batch || buf.bytes >= MAX_JOB_MESSAGE_BYTES {
+                if let Some(buf) = self.job_bufs.remove(&job.pool) {
+                    self.publish_jobs(&job.pool, buf).await;
+                }
+            }
+            return;
+        }
         let mut msg_id = subjects::result_msg_id(self.run, &job.id);
         if let Some(n) = suffix {
             msg_id.push_str(&format!(":r{n}"));
         }
-        let subject = match self.subjects.get(&job.pool) {
+        self.publish(&job.pool, bytes::Bytes::from(payload), msg_id).await;
+    }
+
+    /// Send every pool's partly filled job message.
+    async fn flush_jobs(&mut self) {
+        let bufs: Vec<(String, JobBuf)> = self.job_bufs.drain().collect();
+        for (pool, buf) in bufs {
+            self.publish_jobs(&pool, buf).await;
+        }
+    }
+
+    /// One job message holding `buf`'s jobs (a lone job is sent as itself). Its
+    /// `Nats-Msg-Id` is a hash of the run and the job ids, as for result batches.
+    async fn publish_jobs(&mut self, pool: &str, buf: JobBuf) {
+        if buf.ids.is_empty() {
+            return;
+        }
+        let msg_id = halyard_proto::batch_msg_id(self.run, &buf.ids);
+        let payload = match buf.encoded.len() {
+            1 => buf.encoded.into_iter().next().unwrap_or_default(),
+            _ => halyard_proto::encode_batch(&buf.encoded),
+        };
+        self.publish(pool, bytes::Bytes::from(payload), msg_id).await;
+    }
+
+    async fn publish(&mut self, pool: &str, payload: bytes::Bytes, msg_id: String) {
+        let subject = match self.subjects.get(pool) {
             Some(s) => s.clone(),
             None => {
-                let s = async_nats::Subject::from(subjects::job_subject(&job.pool));
-                self.subjects.insert(job.pool.clone(), s.clone());
+                let s = async_nats::Subject::from(subjects::job_subject(pool));
+                self.subjects.insert(pool.to_string(), s.clone());
                 s
             }
         };
@@ -316,7 +374,7 @@ impl Engine {
                     return;
                 }
                 Err(err) => {
-                    warn!(job = %job.id, error = %err, "job publish failed; retrying");
+                    warn!(msg_id, error = %err, "job publish failed; retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
                 }
@@ -593,18 +651,25 @@ impl Engine {
         };
         let Ok(stream) = self.broker.js.get_stream(subjects::JOBS_STREAM).await else { return Ok(()) };
         let Ok(msg) = stream.get_raw_message(adv.stream_seq).await else { return Ok(()) };
-        let Ok(job) = halyard_proto::decode::<Job>("job", &msg.payload) else { return Ok(()) };
-        if job.run != self.run {
+        // One job, or a batch of them (`[run] job_batch`): each of this run's jobs that
+        // has no result yet becomes a dead letter.
+        let Ok(jobs) = halyard_proto::decode_jobs(&msg.payload) else { return Ok(()) };
+        let jobs: Vec<Job> = jobs.into_iter().filter(|j| j.run == self.run).collect();
+        if jobs.is_empty() {
             return Ok(());
         }
         let _ = stream.delete_message(adv.stream_seq).await;
-        self.state.note_job(
-            &job.id,
-            &JobMeta { pool: job.pool.clone(), stage: job.key.stage.clone(), model: job.key.model.model.clone() },
-        )?;
         let error =
             format!("delivered {} times without a result (max_deliver reached; did the worker crash on it?)", adv.deliveries);
-        self.record_own(vec![self.own_dead_letter(job.id, error, adv.deliveries)]).await
+        let mut dead = Vec::new();
+        for job in &jobs {
+            if self.state.result(&job.id)?.is_some() {
+                continue;
+            }
+            self.state.note_job(&job.id, &job_meta_of(job))?;
+            dead.push(self.own_dead_letter(job.id, error.clone(), adv.deliveries));
+        }
+        self.record_own(dead).await
     }
 
     fn own_dead_letter(&self, job: JobId, error: String, deliveries: u64) -> JobResult {

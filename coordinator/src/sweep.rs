@@ -130,6 +130,7 @@ struct RawRun {
     ack_wait_s: Option<f64>,
     window: Option<i64>,
     max_cost: Option<f64>,
+    job_batch: Option<i64>,
 }
 
 /// A model of the sweep, checked.
@@ -259,6 +260,8 @@ impl Benchmark {
 
 /// Largest `jobs` of a noop benchmark (item indices are 32-bit in the run state).
 pub const MAX_NOOP_JOBS: i64 = 1_000_000_000;
+/// Largest `[run] job_batch` (a job message is also sent once its jobs take 256 KiB).
+pub const MAX_JOB_BATCH: i64 = 256;
 /// Default of `[run] window`.
 pub const DEFAULT_WINDOW: usize = 4096;
 
@@ -272,6 +275,10 @@ pub struct RunSettings {
     pub window: usize,
     /// `[run] max_cost` (USD): no new paid calls once the run has spent this much.
     pub max_cost: Option<f64>,
+    /// `[run] job_batch`: jobs per job message (default 1). Above 1, the jobs planned
+    /// together for a pool travel as one message: one publish, delivery and ack for up to
+    /// this many jobs. For cheap, fast jobs (no-op, small local models); see README.
+    pub job_batch: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -584,7 +591,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         }
         benchmarks.push(Benchmark::HypoTermQa { config, dataset, questions });
     }
-    let rr = raw.run.unwrap_or(RawRun { max_deliver: None, ack_wait_s: None, window: None, max_cost: None });
+    let rr = raw.run.unwrap_or(RawRun { max_deliver: None, ack_wait_s: None, window: None, max_cost: None, job_batch: None });
     let max_deliver = rr.max_deliver.unwrap_or(5);
     if !(1..=100).contains(&max_deliver) {
         return Err(key_err(f, "run.max_deliver", format!("{max_deliver} is outside 1..=100")));
@@ -596,6 +603,10 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
     let window = rr.window.unwrap_or(DEFAULT_WINDOW as i64);
     if !(1..=1_000_000).contains(&window) {
         return Err(key_err(f, "run.window", format!("{window} is outside 1..=1000000")));
+    }
+    let job_batch = rr.job_batch.unwrap_or(1);
+    if !(1..=MAX_JOB_BATCH).contains(&job_batch) {
+        return Err(key_err(f, "run.job_batch", format!("{job_batch} is outside 1..={MAX_JOB_BATCH}")));
     }
     if let Some(c) = rr.max_cost {
         if !(c.is_finite() && c >= 0.0) {
@@ -609,7 +620,13 @@ pub fn parse(path: &Path, text: &str) -> Result<Sweep, SweepError> {
         quotas,
         models,
         benchmarks,
-        run: RunSettings { max_deliver, ack_wait: std::time::Duration::from_secs_f64(ack_wait_s), window: window as usize, max_cost: rr.max_cost },
+        run: RunSettings {
+            max_deliver,
+            ack_wait: std::time::Duration::from_secs_f64(ack_wait_s),
+            window: window as usize,
+            max_cost: rr.max_cost,
+            job_batch: job_batch as usize,
+        },
         built_inputs,
     })
 }

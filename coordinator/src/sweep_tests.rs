@@ -28,9 +28,10 @@ fn noop_sweep_parses() {
     let b = &s.benchmarks[0];
     assert_eq!((b.pipeline(), b.model_count(), b.item_count()), ("noop", 1, 1000));
     assert_eq!(s.run.window, DEFAULT_WINDOW);
+    assert_eq!(s.run.job_batch, 1);
     assert_eq!(s.pools().get("free"), Some(&64));
-    let s = parse(Path::new("/tmp/s.toml"), &format!("{NOOP}\n[run]\nwindow = 10\n")).unwrap();
-    assert_eq!(s.run.window, 10);
+    let s = parse(Path::new("/tmp/s.toml"), &format!("{NOOP}\n[run]\nwindow = 10\njob_batch = 64\n")).unwrap();
+    assert_eq!((s.run.window, s.run.job_batch), (10, 64));
 }
 
 /// Wrong noop benchmarks name the key and the reason.
@@ -52,6 +53,8 @@ fn bad_noop_sweeps_name_the_key() {
             "unknown pipeline \"nope\" (expected \"hypotermqa\", \"hypotermqa-build\", \"autohall\", \"chainpoll\", \"uhgeval\", \"hvi\" or \"noop\")",
         ),
         (format!("{NOOP}\n[run]\nwindow = 0\n"), "run.window`: 0 is outside"),
+        (format!("{NOOP}\n[run]\njob_batch = 0\n"), "run.job_batch`: 0 is outside 1..=256"),
+        (format!("{NOOP}\n[run]\njob_batch = 257\n"), "run.job_batch`: 257 is outside 1..=256"),
     ];
     for (text, needle) in cases {
         let e = err(&text);

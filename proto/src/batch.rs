@@ -7,6 +7,9 @@
 //! each per job). [`decode_results`] reads both and also returns where each result's own
 //! encoding lies, so the coordinator stores it without re-encoding.
 //!
+//! Job messages use the same framing: with `[run] job_batch` > 1 the coordinator sends
+//! the jobs it plans together as one message ([`decode_jobs`] reads both forms).
+//!
 //! A batch's `Nats-Msg-Id` ([`batch_msg_id`]) is a hash of its run and job ids: a publish
 //! retried with the same batch is de-duplicated by the stream. The same results grouped
 //! differently (a replay after a crash) get another id; the coordinator keeps the first
@@ -17,7 +20,7 @@ use std::ops::Range;
 use uuid::Uuid;
 
 use crate::codec::CodecError;
-use crate::{JobId, JobResult};
+use crate::{Job, JobId, JobResult};
 
 /// Largest number of results in one batch (keeps a message far below NATS's 1 MiB).
 pub const MAX_BATCH: usize = 1024;
@@ -64,35 +67,47 @@ pub fn batch_msg_id<'a>(run: Uuid, jobs: impl IntoIterator<Item = &'a JobId>) ->
     }
 }
 
-fn malformed(bytes: &[u8], why: &str) -> CodecError {
-    CodecError::Decode { what: "results message", len: bytes.len(), source: rmp_serde::decode::Error::Syntax(why.into()) }
-}
-
 /// The results in a results message, each with the byte range of its own encoding.
 pub fn decode_results(bytes: &[u8]) -> Result<Vec<(JobResult, Range<usize>)>, CodecError> {
+    decode_items(bytes, "results message", "result", "result in a results batch")
+}
+
+/// The jobs in a job message: one [`Job`] (a MessagePack map), or a batch of them (an
+/// array, `[run] job_batch` > 1), as [`encode_batch`] makes it from encoded jobs.
+pub fn decode_jobs(bytes: &[u8]) -> Result<Vec<Job>, CodecError> {
+    Ok(decode_items(bytes, "job message", "job", "job in a job batch")?.into_iter().map(|(j, _)| j).collect())
+}
+
+fn decode_items<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    message: &'static str,
+    single: &'static str,
+    inner: &'static str,
+) -> Result<Vec<(T, Range<usize>)>, CodecError> {
+    let malformed =
+        |why: &str| CodecError::Decode { what: message, len: bytes.len(), source: rmp_serde::decode::Error::Syntax(why.into()) };
     let (n, start) = match bytes.first() {
         Some(&b @ 0x90..=0x9f) => ((b & 0x0f) as usize, 1),
         Some(0xdc) if bytes.len() >= 3 => (u16::from_be_bytes([bytes[1], bytes[2]]) as usize, 3),
         Some(0xdd) if bytes.len() >= 5 => (u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize, 5),
-        Some(0xdc | 0xdd) => return Err(malformed(bytes, "truncated array header")),
-        // A single result.
-        _ => return Ok(vec![(crate::decode("result", bytes)?, 0..bytes.len())]),
+        Some(0xdc | 0xdd) => return Err(malformed("truncated array header")),
+        // A single item.
+        _ => return Ok(vec![(crate::decode(single, bytes)?, 0..bytes.len())]),
     };
-    // Every result takes more than one byte: a count beyond the message is corrupt.
+    // Every item takes more than one byte: a count beyond the message is corrupt.
     if n > bytes.len() {
-        return Err(malformed(bytes, "more results announced than the message can hold"));
+        return Err(malformed("more items announced than the message can hold"));
     }
     let mut out = Vec::with_capacity(n);
     let mut rest = &bytes[start..];
     for _ in 0..n {
         let at = bytes.len() - rest.len();
         let mut de = rmp_serde::Deserializer::new(&mut rest);
-        let r: JobResult = serde::Deserialize::deserialize(&mut de)
-            .map_err(|source| CodecError::Decode { what: "result in a results batch", len: bytes.len(), source })?;
+        let r: T = serde::Deserialize::deserialize(&mut de).map_err(|source| CodecError::Decode { what: inner, len: bytes.len(), source })?;
         out.push((r, at..bytes.len() - rest.len()));
     }
     if !rest.is_empty() {
-        return Err(malformed(bytes, "bytes after the last result"));
+        return Err(malformed("bytes after the last item"));
     }
     Ok(out)
 }
@@ -169,5 +184,34 @@ mod tests {
         assert_ne!(ab, batch_msg_id(run, [&b, &a]));
         assert_ne!(ab, batch_msg_id(Uuid::from_u128(8), [&a, &b]));
         assert!(ab.starts_with(&format!("{}:b", run.simple())), "{ab}");
+    }
+
+    /// Job messages: one job or a batch of them, both read by `decode_jobs`; a corrupt
+    /// batch is an error naming the job message.
+    #[test]
+    fn job_batches_round_trip() {
+        use crate::{ChatMessage, JobKey, ModelRef, Sampling};
+        let job = |i: u32| {
+            let key = JobKey {
+                pipeline: "noop".into(),
+                stage: "call".into(),
+                stage_version: 1,
+                model: ModelRef { backend: "noop".into(), endpoint: "e".into(), model: "m".into() },
+                messages: vec![ChatMessage::user(format!("item {i}"))],
+                sampling: Sampling::default(),
+                sample_index: 0,
+            };
+            Job::new(Uuid::nil(), "pool", key, None, 1000)
+        };
+        let one = job(7);
+        assert_eq!(decode_jobs(&encode(&one).unwrap()).unwrap(), vec![one.clone()]);
+        for n in [2usize, 16, 64] {
+            let jobs: Vec<Job> = (0..n as u32).map(job).collect();
+            let encoded: Vec<Vec<u8>> = jobs.iter().map(|j| encode(j).unwrap()).collect();
+            let msg = encode_batch(&encoded);
+            assert_eq!(decode_jobs(&msg).unwrap(), jobs);
+            let err = decode_jobs(&msg[..msg.len() - 3]).unwrap_err();
+            assert!(err.to_string().contains("job"), "{err}");
+        }
     }
 }

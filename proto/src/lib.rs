@@ -31,7 +31,7 @@ pub mod result;
 pub mod store_mark;
 pub mod subjects;
 
-pub use batch::{batch_msg_id, decode_results, encode_batch};
+pub use batch::{batch_msg_id, decode_jobs, decode_results, encode_batch};
 pub use codec::{decode, encode, CodecError};
 pub use filter::JobIdFilter;
 pub use id::JobId;

@@ -2,6 +2,7 @@
 //! the [`Lifecycle`] state machine, carry out its effects.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,6 +74,7 @@ pub(crate) async fn run_pool(
     // Whether the last pull came back empty: then the queue is idle and the next pull
     // waits at the broker instead of returning at once.
     let mut idle = true;
+    let mut per_msg = 1usize;
     info!(pool, concurrency, "pool loop started");
     'outer: loop {
         if *shutdown.borrow() {
@@ -85,7 +87,9 @@ pub(crate) async fn run_pool(
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = shutdown.changed() => break,
         };
-        let want = slots.available_permits() + 1;
+        // Jobs per message seen last (`[run] job_batch` of the sweep): ask for as many
+        // messages as hold about one job per free slot.
+        let want = (slots.available_permits() + 1).div_ceil(per_msg).max(1);
         // While jobs are queued, take what is there at once (no_wait). When the queue is
         // idle, wait at the broker (up to PULL_WAIT) for the first job rather than asking
         // again in a tight loop; then go back to taking batches. The waiting pull asks
@@ -123,23 +127,28 @@ pub(crate) async fn run_pool(
                     break;
                 }
             };
-            let permit = match first.take() {
-                Some(p) => p,
-                None => match slots.clone().acquire_owned().await {
-                    Ok(p) => p,
-                    Err(_) => break 'outer,
-                },
-            };
-            ctx.stats.pulled.inc();
             idle = false;
-            let ctx = ctx.clone();
-            // Boxed: the job's future is several KiB (call, retries, publish), and a task
-            // that holds it inline is copied whole when spawned and when it finishes.
-            let job = Box::pin(handle(ctx, msg));
-            tasks.spawn(async move {
-                job.await;
-                drop(permit);
-            });
+            let Some((shared, jobs)) = open_message(msg).await else { continue };
+            per_msg = jobs.len().max(1);
+            for job in jobs {
+                // One slot per job; the jobs of a message beyond the free slots wait here.
+                let permit = match first.take() {
+                    Some(p) => p,
+                    None => match slots.clone().acquire_owned().await {
+                        Ok(p) => p,
+                        Err(_) => break 'outer,
+                    },
+                };
+                ctx.stats.pulled.inc();
+                let (ctx, shared) = (ctx.clone(), shared.clone());
+                // Boxed: the job's future is several KiB (call, retries, publish), and a
+                // task that holds it inline is copied whole when spawned and when it finishes.
+                let job = Box::pin(run_job(ctx, shared, job));
+                tasks.spawn(async move {
+                    job.await;
+                    drop(permit);
+                });
+            }
             // Reap finished tasks so the set does not grow.
             while tasks.try_join_next().is_some() {}
         }
@@ -149,40 +158,110 @@ pub(crate) async fn run_pool(
     while tasks.join_next().await.is_some() {}
 }
 
-async fn handle(ctx: Arc<PoolCtx>, msg: jetstream::Message) {
+/// A job message: one job, or several (`[run] job_batch` > 1). It is settled once every
+/// job in it has finished: acked if all of them were (each result durable and published
+/// first), nak'd if one asked for a retry, left to redeliver after `ack_wait` if one
+/// could not finish. A redelivery re-runs only the jobs the checkpoint does not answer.
+pub(crate) struct JobMsg {
+    msg: jetstream::Message,
+    delivered: u64,
+    left: AtomicUsize,
+    fate: std::sync::Mutex<Fate>,
+}
+
+/// What a finished job asks of its message.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fate {
+    Ack,
+    Nak(Duration),
+    /// Neither: the message is redelivered after `ack_wait`.
+    Leave,
+}
+
+impl Fate {
+    /// The message's fate given two of its jobs': leaving beats a nak (the longest delay
+    /// wins), a nak beats an ack.
+    fn and(self, other: Fate) -> Fate {
+        match (self, other) {
+            (Fate::Leave, _) | (_, Fate::Leave) => Fate::Leave,
+            (Fate::Nak(a), Fate::Nak(b)) => Fate::Nak(a.max(b)),
+            (Fate::Nak(d), Fate::Ack) | (Fate::Ack, Fate::Nak(d)) => Fate::Nak(d),
+            (Fate::Ack, Fate::Ack) => Fate::Ack,
+        }
+    }
+}
+
+impl JobMsg {
+    /// One job of the message is finished with `fate`. The last one settles the message;
+    /// an error is the settling ack or nak failing to go out.
+    async fn finish(&self, fate: Fate) -> Result<(), async_nats::Error> {
+        let settled = {
+            let mut f = self.fate.lock().unwrap_or_else(|p| p.into_inner());
+            *f = f.and(fate);
+            *f
+        };
+        if self.left.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return Ok(());
+        }
+        match settled {
+            Fate::Ack => self.msg.ack().await,
+            Fate::Nak(delay) => self.msg.ack_with(AckKind::Nak(Some(delay))).await,
+            Fate::Leave => Ok(()),
+        }
+    }
+}
+
+/// Read a job message: its delivery count and its jobs. `None` when there is nothing
+/// to run (no JetStream metadata; undecodable, which is terminated so it does not loop).
+async fn open_message(msg: jetstream::Message) -> Option<(Arc<JobMsg>, Vec<Job>)> {
     let (delivered, seq) = match msg.info() {
         Ok(i) => (i.delivered.max(1) as u64, i.stream_sequence),
         Err(e) => {
             warn!(error = %e, "job message without JetStream metadata; ignoring");
-            return;
+            return None;
         }
     };
-    let job: Job = match halyard_proto::decode("job", &msg.payload)
-        .and_then(|j: Job| halyard_proto::codec::check_version("job", j.v).map(|_| j))
-    {
-        Ok(j) => j,
+    let jobs = halyard_proto::decode_jobs(&msg.payload).and_then(|jobs| {
+        jobs.iter().try_for_each(|j| halyard_proto::codec::check_version("job", j.v))?;
+        Ok(jobs)
+    });
+    let jobs = match jobs {
+        Ok(j) if !j.is_empty() => j,
+        Ok(_) => {
+            warn!(stream_seq = seq, "terminating an empty job batch");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return None;
+        }
         Err(e) => {
             // Undecodable: nobody can ever run it. Terminate it so it does not loop.
             warn!(stream_seq = seq, error = %e, "terminating undecodable job message");
             let _ = msg.ack_with(AckKind::Term).await;
-            return;
+            return None;
         }
     };
+    let shared = JobMsg { msg, delivered, left: AtomicUsize::new(jobs.len()), fate: std::sync::Mutex::new(Fate::Ack) };
+    Some((Arc::new(shared), jobs))
+}
+
+async fn run_job(ctx: Arc<PoolCtx>, msg: Arc<JobMsg>, job: Job) {
     // A debug span: an info span is formatted eagerly for every job (a measurable share of
     // a no-op job's cost). The warnings below name the job themselves.
-    let span = tracing::debug_span!("job", job = %job.id, run = %job.run, pool = %job.pool, delivery = delivered);
-    run_job(ctx, msg, job, delivered).instrument(span).await
+    let span = tracing::debug_span!("job", job = %job.id, run = %job.run, pool = %job.pool, delivery = msg.delivered);
+    async move {
+        let lock = ctx.job_lock(job.id);
+        let guard = lock.lock().await;
+        run_job_locked(&ctx, &msg, &job).await;
+        drop(guard);
+        ctx.release(job.id, lock);
+    }
+    .instrument(span)
+    .await
 }
 
-async fn run_job(ctx: Arc<PoolCtx>, msg: jetstream::Message, job: Job, delivered: u64) {
-    let lock = ctx.job_lock(job.id);
-    let guard = lock.lock().await;
-    run_job_locked(&ctx, msg, &job, delivered).await;
-    drop(guard);
-    ctx.release(job.id, lock);
-}
-
-async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, delivered: u64) {
+async fn run_job_locked(ctx: &Arc<PoolCtx>, shared: &JobMsg, job: &Job) {
+    let (msg, delivered) = (&shared.msg, shared.delivered);
+    // Whether this job has told its message how it ended (see `JobMsg`).
+    let mut settled = false;
     let mut lc = Lifecycle::new(delivered, ctx.max_deliver);
     let cached = match ctx.checkpoint.get(&job.id) {
         Ok(c) => c,
@@ -196,7 +275,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
     let mut pending: std::collections::VecDeque<Effect> = lc.step(Event::Start { checkpoint_hit: completion.is_some() }).into();
     while let Some(effect) = pending.pop_front() {
         let event = match effect {
-            Effect::CallBackend => match call(ctx, &msg, job).await {
+            Effect::CallBackend => match call(ctx, msg, job).await {
                 CallOutcome::Done(c) => {
                     ctx.stats.add_calls(c.calls as u64);
                     completion = Some(c);
@@ -244,24 +323,33 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, msg: jetstream::Message, job: &Job, 
             // results stream, so a lost ack only means a redelivery that the checkpoint
             // answers without a model call. Acks are not awaited one by one: the client
             // writes all pending acks in one go (batched on the wire).
-            Effect::Ack => match msg.ack().await {
-                Ok(()) => {
-                    ctx.failpoints.pass(Point::AckFlush);
-                    Event::Acked
+            Effect::Ack => {
+                settled = true;
+                match shared.finish(Fate::Ack).await {
+                    Ok(()) => {
+                        ctx.failpoints.pass(Point::AckFlush);
+                        Event::Acked
+                    }
+                    Err(e) => {
+                        warn!(job = %job.id, delivery = delivered, error = %e, "ack not sent; a redelivery will be answered from the checkpoint");
+                        break;
+                    }
                 }
-                Err(e) => {
-                    warn!(job = %job.id, delivery = delivered, error = %e, "ack not sent; a redelivery will be answered from the checkpoint");
-                    break;
-                }
-            },
+            }
             Effect::Nak(delay) => {
-                if let Err(e) = msg.ack_with(AckKind::Nak(Some(delay))).await {
+                settled = true;
+                if let Err(e) = shared.finish(Fate::Nak(delay)).await {
                     warn!(job = %job.id, delivery = delivered, error = %e, "nak failed; the job will be redelivered after ack_wait");
                 }
                 break;
             }
         };
         pending.extend(lc.step(event));
+    }
+    if !settled {
+        if let Err(e) = shared.finish(Fate::Leave).await {
+            debug!(job = %job.id, error = %e, "job message not settled");
+        }
     }
     match lc.state() {
         State::Finished(Disposition::Completed) => ctx.stats.completed.inc(),
@@ -331,5 +419,25 @@ async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, ca
         Event::Published
     } else {
         Event::PublishFailed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fate;
+    use std::time::Duration;
+
+    /// A job message is acked only if every job in it was; a nak (the longest) beats an
+    /// ack; a job that could not finish leaves the whole message to be redelivered.
+    #[test]
+    fn a_message_settles_by_its_worst_job() {
+        let (a, b) = (Duration::from_secs(1), Duration::from_secs(5));
+        assert_eq!(Fate::Ack.and(Fate::Ack), Fate::Ack);
+        assert_eq!(Fate::Ack.and(Fate::Nak(a)), Fate::Nak(a));
+        assert_eq!(Fate::Nak(b).and(Fate::Nak(a)), Fate::Nak(b));
+        assert_eq!(Fate::Nak(a).and(Fate::Leave), Fate::Leave);
+        assert_eq!(Fate::Leave.and(Fate::Ack), Fate::Leave);
+        let all = [Fate::Ack, Fate::Nak(a), Fate::Ack].into_iter().fold(Fate::Ack, Fate::and);
+        assert_eq!(all, Fate::Nak(a));
     }
 }

@@ -248,8 +248,7 @@ pub fn parse_question(text: &str) -> Option<String> {
 pub fn unquote_terms(question: &str, terms: &[&str]) -> String {
     let mut out = String::with_capacity(question.len());
     let mut rest = question;
-    loop {
-        let Some(open) = rest.find(['"', '“']) else { break };
+    while let Some(open) = rest.find(['"', '“']) {
         let after = &rest[open..];
         let q = after.chars().next().map_or(1, char::len_utf8);
         let inner_start = open + q;
