@@ -2,7 +2,6 @@
 //! the [`Lifecycle`] state machine, carry out its effects.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,8 +164,8 @@ pub(crate) async fn run_pool(
 pub(crate) struct JobMsg {
     msg: jetstream::Message,
     delivered: u64,
-    left: AtomicUsize,
-    fate: std::sync::Mutex<Fate>,
+    /// Jobs not finished yet, and the fate of those that are.
+    state: std::sync::Mutex<(usize, Fate)>,
 }
 
 /// What a finished job asks of its message.
@@ -195,12 +194,13 @@ impl JobMsg {
     /// One job of the message is finished with `fate`. The last one settles the message;
     /// an error is the settling ack or nak failing to go out.
     async fn finish(&self, fate: Fate) -> Result<(), async_nats::Error> {
-        let settled = {
-            let mut f = self.fate.lock().unwrap_or_else(|p| p.into_inner());
-            *f = f.and(fate);
-            *f
+        let (left, settled) = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.0 = st.0.saturating_sub(1);
+            st.1 = st.1.and(fate);
+            *st
         };
-        if self.left.fetch_sub(1, Ordering::AcqRel) != 1 {
+        if left > 0 {
             return Ok(());
         }
         match settled {
@@ -239,7 +239,7 @@ async fn open_message(msg: jetstream::Message) -> Option<(Arc<JobMsg>, Vec<Job>)
             return None;
         }
     };
-    let shared = JobMsg { msg, delivered, left: AtomicUsize::new(jobs.len()), fate: std::sync::Mutex::new(Fate::Ack) };
+    let shared = JobMsg { msg, delivered, state: std::sync::Mutex::new((jobs.len(), Fate::Ack)) };
     Some((Arc::new(shared), jobs))
 }
 

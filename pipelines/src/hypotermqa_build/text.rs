@@ -246,26 +246,18 @@ pub fn parse_question(text: &str) -> Option<String> {
 /// copy them verbatim (SmolLM2-135M: 5 of 10 questions kept both terms, against 3 of 8
 /// unquoted), and the built questions read like the paper's, which have no quotes.
 pub fn unquote_terms(question: &str, terms: &[&str]) -> String {
+    // The first quote mark in `s` of `marks`: its byte offset and length.
+    let find = |s: &str, marks: [char; 2]| s.char_indices().find(|(_, c)| marks.contains(c)).map(|(i, c)| (i, c.len_utf8()));
     let mut out = String::with_capacity(question.len());
     let mut rest = question;
-    while let Some(open) = rest.find(['"', '“']) {
-        let after = &rest[open..];
-        let q = after.chars().next().map_or(1, char::len_utf8);
-        let inner_start = open + q;
-        let Some(close_rel) = rest[inner_start..].find(['"', '”']) else { break };
-        let inner = &rest[inner_start..inner_start + close_rel];
-        let close_len = rest[inner_start + close_rel..].chars().next().map_or(1, char::len_utf8);
-        let is_term = terms.iter().any(|t| {
-            let t = t.trim();
-            !t.is_empty() && inner.trim().to_lowercase() == t.to_lowercase()
-        });
-        if is_term {
-            out.push_str(&rest[..open]);
-            out.push_str(inner);
-        } else {
-            out.push_str(&rest[..inner_start + close_rel + close_len]);
-        }
-        rest = &rest[inner_start + close_rel + close_len..];
+    while let Some((open, open_len)) = find(rest, ['"', '“']) {
+        let body = &rest[open + open_len..];
+        let Some((close, close_len)) = find(body, ['"', '”']) else { break };
+        let inner = &body[..close];
+        let is_term = terms.iter().map(|t| t.trim()).any(|t| !t.is_empty() && inner.trim().to_lowercase() == t.to_lowercase());
+        out.push_str(&rest[..open]);
+        out.push_str(if is_term { inner } else { &rest[open..open + open_len + close + close_len] });
+        rest = &body[close + close_len..];
     }
     out.push_str(rest);
     out
