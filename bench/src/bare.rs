@@ -24,12 +24,17 @@ use tokio::task::JoinSet;
 pub const PULL_WAIT: Duration = Duration::from_millis(500);
 
 /// Publish `jobs` (already encoded, with their message ids) to `subject`, pipelined.
-pub async fn preload(broker: &Broker, subject: &str, jobs: impl Iterator<Item = (String, Bytes)>) -> anyhow::Result<u64> {
+pub async fn preload(
+    broker: &Broker,
+    subject: &str,
+    jobs: impl Iterator<Item = (String, Bytes)>,
+) -> anyhow::Result<u64> {
     let mut acks = FuturesUnordered::new();
     let mut n = 0;
     for (msg_id, payload) in jobs {
         let m = jetstream::message::PublishMessage::build().payload(payload).message_id(msg_id);
-        let ack = broker.js.send_publish(subject.to_string(), m).await.context("preload publish")?;
+        let ack =
+            broker.js.send_publish(subject.to_string(), m).await.context("preload publish")?;
         acks.push(std::future::IntoFuture::into_future(ack));
         n += 1;
         while acks.len() >= 4096 {
@@ -79,10 +84,14 @@ pub async fn round_trip(
                 None => slots.clone().acquire_owned().await?,
             };
             pulled += 1;
-            let (js, subject, payload) = (broker.js.clone(), subject.clone(), result_payload.clone());
+            let (js, subject, payload) =
+                (broker.js.clone(), subject.clone(), result_payload.clone());
             tasks.spawn(async move {
-                let id =
-                    m.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)).map(|v| v.as_str().to_string());
+                let id = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+                    .map(|v| v.as_str().to_string());
                 let Some(id) = id else { bail!("job message without Nats-Msg-Id") };
                 let p = jetstream::message::PublishMessage::build().payload(payload).message_id(id);
                 js.send_publish(subject, p).await?.await?;

@@ -12,11 +12,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use halyard_broker::auth::NatsAuth;
 use halyard_broker::embedded::EmbeddedNats;
 use halyard_broker::{BrokerConfig, Delivery};
+use halyard_coordinator::worker_plan::worker_plan;
 use halyard_coordinator::{sweep, CoordinatorConfig, Progress, RunOutcome};
 use halyard_proto::subjects;
-use halyard_worker::{PoolSpec, WorkerConfig};
+use halyard_worker::WorkerConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -26,7 +28,13 @@ use crate::procs;
 pub const POOL: &str = "noop";
 
 /// The sweep the end-to-end runs use: `jobs` noop jobs, one noop model.
-pub fn write_sweep(dir: &Path, jobs: u64, concurrency: usize, window: usize, job_batch: usize) -> anyhow::Result<PathBuf> {
+pub fn write_sweep(
+    dir: &Path,
+    jobs: u64,
+    concurrency: usize,
+    window: usize,
+    job_batch: usize,
+) -> anyhow::Result<PathBuf> {
     let text = format!(
         "name = \"noop-bench\"\n\n[[model]]\nname = \"{POOL}\"\nbackend = \"noop\"\nmax_concurrency = {concurrency}\n\n\
          [[benchmark]]\npipeline = \"noop\"\njobs = {jobs}\nmodels = [\"{POOL}\"]\n\n[run]\nwindow = {window}\njob_batch = {job_batch}\n"
@@ -73,11 +81,18 @@ fn init_logs() {
 }
 
 /// `role-coordinator`: `halyard coordinator SWEEP --nats URL --out DIR`, measured.
-pub async fn role_coordinator(sweep_path: PathBuf, out: PathBuf, nats: String) -> anyhow::Result<()> {
+pub async fn role_coordinator(
+    sweep_path: PathBuf,
+    out: PathBuf,
+    nats: String,
+) -> anyhow::Result<()> {
     init_logs();
     let sweep = sweep::load(&sweep_path)?;
     let run_dir = out.join(&sweep.name);
-    let broker = halyard_broker::connect(&BrokerConfig::new(nats, "halyard-bench coordinator")).await?;
+    let broker = halyard_broker::connect(
+        &BrokerConfig::new(nats, "halyard-bench coordinator").with_auth(role_auth()),
+    )
+    .await?;
     let (tx, mut rx) = watch::channel(Progress::default());
     let started = Instant::now();
     let watcher = tokio::spawn(async move {
@@ -92,8 +107,13 @@ pub async fn role_coordinator(sweep_path: PathBuf, out: PathBuf, nats: String) -
         }
         (done_at, last)
     });
-    let outcome =
-        halyard_coordinator::run(broker, CoordinatorConfig { sweep, run_dir }, Some(tx), std::future::pending()).await?;
+    let outcome = halyard_coordinator::run(
+        broker,
+        CoordinatorConfig { sweep, run_dir },
+        Some(tx),
+        std::future::pending(),
+    )
+    .await?;
     let total = started.elapsed();
     let (done_at, p) = watcher.await?;
     if !matches!(outcome, RunOutcome::Complete { .. }) {
@@ -118,14 +138,22 @@ pub async fn role_coordinator(sweep_path: PathBuf, out: PathBuf, nats: String) -
 }
 
 /// `role-worker`: `halyard worker --sweep SWEEP --nats URL --state DIR`, until SIGTERM.
-pub async fn role_worker(sweep_path: PathBuf, state: PathBuf, nats: String, id: String) -> anyhow::Result<()> {
+pub async fn role_worker(
+    sweep_path: PathBuf,
+    state: PathBuf,
+    nats: String,
+    id: String,
+) -> anyhow::Result<()> {
     init_logs();
     let s = sweep::load(&sweep_path)?;
-    let pools = s.pools().into_iter().map(|(name, concurrency)| PoolSpec { name, concurrency }).collect();
-    let mut cfg = WorkerConfig::new(pools, state);
+    let mut cfg = WorkerConfig::new(worker_plan(&s), state);
     cfg.delivery = Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
     cfg.worker_id = id;
-    let broker = halyard_broker::connect(&BrokerConfig::new(nats, format!("halyard-bench worker {}", cfg.worker_id))).await?;
+    let broker = halyard_broker::connect(
+        &BrokerConfig::new(nats, format!("halyard-bench worker {}", cfg.worker_id))
+            .with_auth(role_auth()),
+    )
+    .await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stats = halyard_worker::run(broker, cfg, async move {
         term.recv().await;
@@ -157,8 +185,25 @@ pub struct E2e {
     pub nats_cpu_s: Option<f64>,
 }
 
-fn role(exe: &Path, args: &[&str], log: &Path) -> anyhow::Result<std::process::Child> {
+/// The roles' broker credentials: the embedded server's nkey seed file, handed down in
+/// `HALYARD_NATS_NKEY` (as `halyard` reads it).
+fn role_auth() -> NatsAuth {
+    NatsAuth {
+        nkey_seed_file: std::env::var_os("HALYARD_NATS_NKEY").map(PathBuf::from),
+        ..Default::default()
+    }
+}
+
+fn role(
+    exe: &Path,
+    args: &[&str],
+    log: &Path,
+    auth: &NatsAuth,
+) -> anyhow::Result<std::process::Child> {
     let mut cmd = Command::new(exe);
+    if let Some(seed) = &auth.nkey_seed_file {
+        cmd.env("HALYARD_NATS_NKEY", seed);
+    }
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -178,15 +223,21 @@ fn finish<T: serde::de::DeserializeOwned>(
     if !status.success() {
         let tail = std::fs::read_to_string(log).unwrap_or_default();
         let tail: Vec<&str> = tail.lines().rev().take(20).collect();
-        bail!("{what} failed ({status}); log {}:\n{}", log.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        bail!(
+            "{what} failed ({status}); log {}:\n{}",
+            log.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
     }
     let line = out.lines().last().with_context(|| format!("{what} printed nothing"))?;
     Ok((serde_json::from_str(line).with_context(|| format!("{what} printed {line:?}"))?, usage))
 }
 
 /// Wait until `n` workers have a pull request open on the pool's consumer.
-async fn workers_ready(url: &str, n: usize) -> anyhow::Result<()> {
-    let broker = halyard_broker::connect(&BrokerConfig::new(url, "halyard-bench probe")).await?;
+async fn workers_ready(url: &str, auth: NatsAuth, n: usize) -> anyhow::Result<()> {
+    let broker =
+        halyard_broker::connect(&BrokerConfig::new(url, "halyard-bench probe").with_auth(auth))
+            .await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(mut stream) = broker.js.get_stream(subjects::JOBS_STREAM).await {
@@ -206,6 +257,7 @@ async fn workers_ready(url: &str, n: usize) -> anyhow::Result<()> {
 
 /// Run the noop sweep with `workers` worker processes and one coordinator process, on a
 /// fresh nats-server; `in_flight` slots in all, split between the workers.
+#[allow(clippy::too_many_arguments)] // the bench's command-line knobs, passed through
 pub fn run(
     rt: &tokio::runtime::Runtime,
     exe: &Path,
@@ -236,14 +288,26 @@ pub fn run(
             "--id",
             &format!("bench-w{i}"),
         ];
-        children.push((role(exe, &args, &log)?, log));
+        children.push((role(exe, &args, &log, &nats.auth())?, log));
     }
-    rt.block_on(workers_ready(&url, workers))?;
+    rt.block_on(workers_ready(&url, nats.auth(), workers))?;
     let nats_cpu_before = procs::cpu_seconds(nats.pid());
     let out = dir.join("runs");
     let clog = dir.join("coordinator.log");
-    let coord =
-        role(exe, &["role-coordinator", "--nats", &url, "--sweep", &sweep_s, "--out", &out.display().to_string()], &clog)?;
+    let coord = role(
+        exe,
+        &[
+            "role-coordinator",
+            "--nats",
+            &url,
+            "--sweep",
+            &sweep_s,
+            "--out",
+            &out.display().to_string(),
+        ],
+        &clog,
+        &nats.auth(),
+    )?;
     let coordinator_result = finish::<CoordinatorFigures>(coord, "coordinator", &clog);
     let nats_rss = procs::peak_rss(nats.pid());
     let nats_cpu_s = procs::cpu_seconds(nats.pid()).zip(nats_cpu_before).map(|(a, b)| a - b);
@@ -261,7 +325,16 @@ pub fn run(
     drop(nats);
     let (figures, coordinator) = coordinator_result?;
     check_report(&out.join("noop-bench/report.json"), jobs)?;
-    Ok(E2e { worker_count: workers, job_batch, figures, worker_figures, coordinator, workers: worker_usage, nats_rss, nats_cpu_s })
+    Ok(E2e {
+        worker_count: workers,
+        job_batch,
+        figures,
+        worker_figures,
+        coordinator,
+        workers: worker_usage,
+        nats_rss,
+        nats_cpu_s,
+    })
 }
 
 /// The report must count every job once.
@@ -271,7 +344,10 @@ fn check_report(path: &Path, jobs: u64) -> anyhow::Result<()> {
     let b = &v["benchmarks"][0];
     let got = (b["labelled"].as_u64(), b["completed"].as_u64(), v["jobs"]["done"].as_u64());
     if got != (Some(jobs), Some(jobs), Some(jobs)) {
-        bail!("{}: expected {jobs} labelled, completed and done jobs, found {got:?}", path.display());
+        bail!(
+            "{}: expected {jobs} labelled, completed and done jobs, found {got:?}",
+            path.display()
+        );
     }
     Ok(())
 }

@@ -41,7 +41,10 @@ use halyard_proto::{subjects, Completion, Job, JobResult, Outcome, Usage};
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "halyard-bench", about = "Bare JetStream round trip vs Halyard's no-op job path, in one run")]
+#[command(
+    name = "halyard-bench",
+    about = "Bare JetStream round trip vs Halyard's no-op job path, in one run"
+)]
 struct Cli {
     #[command(subcommand)]
     role: Option<Role>,
@@ -104,8 +107,12 @@ fn main() -> anyhow::Result<()> {
     };
     let rt = tokio::runtime::Builder::new_multi_thread().thread_name(name).enable_all().build()?;
     match cli.role {
-        Some(Role::RoleCoordinator { nats, sweep, out }) => rt.block_on(e2e::role_coordinator(sweep, out, nats)),
-        Some(Role::RoleWorker { nats, sweep, state, id }) => rt.block_on(e2e::role_worker(sweep, state, nats, id)),
+        Some(Role::RoleCoordinator { nats, sweep, out }) => {
+            rt.block_on(e2e::role_coordinator(sweep, out, nats))
+        }
+        Some(Role::RoleWorker { nats, sweep, state, id }) => {
+            rt.block_on(e2e::role_worker(sweep, state, nats, id))
+        }
         None => bench(&cli, &rt),
     }
 }
@@ -131,7 +138,7 @@ impl Messages {
     /// Job `i`: its `Nats-Msg-Id` and payload.
     fn job(&self, i: u64) -> (String, Bytes) {
         let r = self.config.request(i);
-        let job = Job::new(self.run, r.pool, r.key, r.api_key_env, r.timeout_ms);
+        let job = Job::new(self.run, r.pool, r.key, r.timeout_ms);
         // Encoding a Job (plain data) into a Vec cannot fail.
         let payload = halyard_proto::encode(&job).expect("a job encodes");
         (subjects::result_msg_id(self.run, &job.id), Bytes::from(payload))
@@ -140,10 +147,10 @@ impl Messages {
 
 fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
     let s = sweep::load(sweep_path)?;
-    let Some(Benchmark::Noop { config, .. }) = s.benchmarks.first() else {
+    let Some(Benchmark::Noop(noop)) = s.benchmarks.first() else {
         anyhow::bail!("the bench sweep has a noop benchmark")
     };
-    let config = config[0].clone();
+    let config = noop.config[0].clone();
     let run = uuid::Uuid::now_v7();
     // What the worker's noop backend answers, as the worker publishes it.
     let result = JobResult {
@@ -156,6 +163,7 @@ fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
             latency_ms: 0,
             finish_reason: Some("stop".into()),
             calls: 1,
+            logprobs: None,
         }),
         deliveries: 1,
         worker: halyard_worker::default_worker_id(),
@@ -164,22 +172,40 @@ fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
     Ok(Messages { config, run, result: Bytes::from(halyard_proto::encode(&result)?) })
 }
 
-fn bare(rt: &tokio::runtime::Runtime, dir: &Path, sweep_path: &Path, n: u64, in_flight: usize) -> anyhow::Result<Bare> {
+fn bare(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    sweep_path: &Path,
+    n: u64,
+    in_flight: usize,
+) -> anyhow::Result<Bare> {
     let msgs = messages(sweep_path)?;
     let nats = EmbeddedNats::start(dir)?;
     let mut nats_cpu_before = None;
     let mut client_cpu_before = 0.0;
     let secs = rt.block_on(async {
-        let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "halyard-bench bare")).await?;
+        let broker = halyard_broker::connect(
+            &BrokerConfig::new(nats.url(), "halyard-bench bare").with_auth(nats.auth()),
+        )
+        .await?;
         halyard_broker::ensure_streams(&broker).await?;
         let s = sweep::load(sweep_path)?;
         let delivery = Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
         let consumer = halyard_broker::pool_consumer(&broker, e2e::POOL, delivery).await?;
         let run = uuid::Uuid::now_v7();
-        bare::preload(&broker, &subjects::job_subject(e2e::POOL), (0..n).map(|i| msgs.job(i))).await?;
+        bare::preload(&broker, &subjects::job_subject(e2e::POOL), (0..n).map(|i| msgs.job(i)))
+            .await?;
         nats_cpu_before = procs::cpu_seconds(nats.pid());
         client_cpu_before = procs::cpu_seconds(std::process::id()).unwrap_or(0.0);
-        let d = bare::round_trip(&broker, &consumer, &subjects::result_subject(run), msgs.result, n, in_flight).await?;
+        let d = bare::round_trip(
+            &broker,
+            &consumer,
+            &subjects::result_subject(run),
+            msgs.result,
+            n,
+            in_flight,
+        )
+        .await?;
         anyhow::Ok(d.as_secs_f64())
     })?;
     let nats_rss = procs::peak_rss(nats.pid());
@@ -259,22 +285,41 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         for &w in &cli.workers {
             eprintln!("(b) halyard noop end to end, {w} worker(s), job_batch {b} ...");
             let dir = root.join(format!("e2e-{w}-b{b}"));
-            runs.push(e2e::run(rt, &exe, &dir, cli.jobs, w.max(1), cli.in_flight, cli.window, b.max(1))?);
+            runs.push(e2e::run(
+                rt,
+                &exe,
+                &dir,
+                cli.jobs,
+                w.max(1),
+                cli.in_flight,
+                cli.window,
+                b.max(1),
+            )?);
             done_with(&dir);
         }
     }
 
     let head = format!(
         "{:<34} {:>9} {:>7} {:>8} {:>6} {:>8} {:>8} {:>9} {:>10} {:>9}",
-        "measurement", "jobs", "s", "jobs/s", "ratio", "p50 ms", "p99 ms", "coord RSS", "worker RSS", "nats RSS"
+        "measurement",
+        "jobs",
+        "s",
+        "jobs/s",
+        "ratio",
+        "p50 ms",
+        "p99 ms",
+        "coord RSS",
+        "worker RSS",
+        "nats RSS"
     );
     println!("{head}   CPU µs/job: coord + workers + nats");
     println!("{}", "-".repeat(head.len() + 36));
     let na = |x: Option<u64>| x.map(mib).unwrap_or_else(|| "?".into());
     let per_job = |cpu: f64, jobs: u64| format!("{:.0}", cpu * 1e6 / jobs.max(1) as f64);
-    for (label, b) in
-        [(format!("bare JetStream, {} in flight", cli.in_flight), &a), ("bare JetStream, one at a time".to_string(), &a1)]
-    {
+    for (label, b) in [
+        (format!("bare JetStream, {} in flight", cli.in_flight), &a),
+        ("bare JetStream, one at a time".to_string(), &a1),
+    ] {
         let r = rate(b.jobs, b.secs);
         println!(
             "{label:<34} {:>9} {:>7.2} {:>8} {:>6.2} {:>8} {:>8} {:>9} {:>10} {:>9}   - + {} + {}",
@@ -296,7 +341,12 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         let jps = rate(c.items, c.done_s);
         println!(
             "{:<34} {:>9} {:>7.2} {:>8} {:>6.2} {:>8.1} {:>8.1} {:>9} {:>10} {:>9}   {} + {} + {}",
-            format!("halyard e2e, {} worker{}, batch {}", r.worker_count, if r.worker_count == 1 { "" } else { "s" }, r.job_batch),
+            format!(
+                "halyard e2e, {} worker{}, batch {}",
+                r.worker_count,
+                if r.worker_count == 1 { "" } else { "s" },
+                r.job_batch
+            ),
             c.items,
             c.done_s,
             thousands(jps),
@@ -314,7 +364,8 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     println!();
     for r in &runs {
         let c = &r.figures;
-        let done: Vec<String> = r.worker_figures.iter().map(|w| (w.completed + w.replayed).to_string()).collect();
+        let done: Vec<String> =
+            r.worker_figures.iter().map(|w| (w.completed + w.replayed).to_string()).collect();
         let jobs: u64 = r.worker_figures.iter().map(|w| w.completed + w.replayed).sum();
         let pulls: u64 = r.worker_figures.iter().map(|w| w.pulls).sum();
         println!(

@@ -50,7 +50,10 @@ pub fn reap(child: Child) -> io::Result<(ExitStatus, Usage)> {
     drop(child);
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     // Linux reports ru_maxrss in KiB.
-    let u = Usage { max_rss: usage.ru_maxrss.max(0) as u64 * 1024, cpu_s: secs(usage.ru_utime) + secs(usage.ru_stime) };
+    let u = Usage {
+        max_rss: usage.ru_maxrss.max(0) as u64 * 1024,
+        cpu_s: secs(usage.ru_utime) + secs(usage.ru_stime),
+    };
     Ok((ExitStatus::from_raw(status), u))
 }
 

@@ -10,7 +10,18 @@
 //! seed, decentralised auth). TLS: a custom CA to verify the server with, a client
 //! certificate and key for servers that verify clients, and `require_tls` to refuse a
 //! plain connection even when the URL says `nats://`.
+//!
+//! A process connecting with a user name takes its replies on `_INBOX_<user>.>`
+//! ([`inbox_prefix`]), so that per-role permissions can keep each role to its own replies.
+//!
+//! Transport policy ([`NatsAuth::check_transport`]): a connection to a broker that is not
+//! on loopback, over plain `nats://` and without any credentials, is refused unless
+//! `allow_insecure` (`--allow-insecure`): anyone who can reach such a broker can publish
+//! jobs to every worker and read every result. A password or token sent over plain
+//! `nats://` to another host is allowed but warned about (an nkey or `.creds` file
+//! proves identity without sending a secret).
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use async_nats::ConnectOptions;
@@ -34,6 +45,8 @@ pub struct NatsAuth {
     pub client_key: Option<PathBuf>,
     /// Refuse to talk to the server without TLS.
     pub require_tls: bool,
+    /// Allow a plain, unauthenticated connection to a broker that is not on loopback.
+    pub allow_insecure: bool,
 }
 
 impl std::fmt::Debug for NatsAuth {
@@ -49,6 +62,7 @@ impl std::fmt::Debug for NatsAuth {
             .field("client_cert", &self.client_cert)
             .field("client_key", &self.client_key)
             .field("require_tls", &self.require_tls)
+            .field("allow_insecure", &self.allow_insecure)
             .finish()
     }
 }
@@ -66,6 +80,7 @@ impl NatsAuth {
         if let Some(p) = &self.nkey_seed_file {
             parts.push(format!("nkey from {}", p.display()));
         }
+
         if let Some(p) = &self.creds_file {
             parts.push(format!("credentials file {}", p.display()));
         }
@@ -111,18 +126,74 @@ impl NatsAuth {
         Ok(())
     }
 
+    /// Whether an identity is configured (user, token, nkey or credentials file).
+    fn has_identity(&self) -> bool {
+        self.user.is_some()
+            || self.token.is_some()
+            || self.nkey_seed_file.is_some()
+            || self.creds_file.is_some()
+    }
+
+    /// Whether TLS is asked for by these settings (the URL may ask for it too).
+    fn wants_tls(&self) -> bool {
+        self.require_tls || self.ca_file.is_some() || self.client_cert.is_some()
+    }
+
+    /// Refuse a plain, unauthenticated connection to a broker that is not on loopback
+    /// (unless [`NatsAuth::allow_insecure`]); warn when a password or token would cross
+    /// the network in clear. `urls` as given (`nats://h:4222`, `tls://…`, `h:4222`).
+    pub fn check_transport(&self, urls: &[&str]) -> Result<(), BrokerError> {
+        for url in urls {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("nats", url));
+            let authority = rest.split(['/', '?']).next().unwrap_or_default();
+            let (userinfo, hostport) = match authority.rsplit_once('@') {
+                Some((u, h)) => (Some(u), h),
+                None => (None, authority),
+            };
+            let host = match hostport.strip_prefix('[') {
+                Some(v6) => v6.split(']').next().unwrap_or_default(),
+                None => hostport.rsplit_once(':').map_or(hostport, |(h, _)| h),
+            };
+            let tls = self.wants_tls() || matches!(scheme, "tls" | "wss");
+            let identity = self.has_identity() || userinfo.is_some();
+            if tls || is_loopback_host(host) {
+                continue;
+            }
+            if !identity && !self.allow_insecure {
+                return Err(BrokerError::Config(format!(
+                    "refusing to connect to {} over plain {scheme}:// without credentials or TLS: \
+                     anyone who can reach that broker can publish jobs to every worker and read \
+                     every result. Give credentials (--nats-user/HALYARD_NATS_PASSWORD, \
+                     --nats-nkey, --nats-creds) and TLS (tls://, --nats-ca), or accept it on a \
+                     trusted network with --allow-insecure",
+                    halyard_proto::redact::url(url)
+                )));
+            }
+            if self.user.is_some() || self.token.is_some() || userinfo.is_some() {
+                tracing::warn!(url = %halyard_proto::redact::url(url),
+                    "a password or token goes to the broker unencrypted (plain nats:// to another host); use TLS, or an nkey or .creds file");
+            }
+        }
+        Ok(())
+    }
+
     /// Apply to connect options (after [`NatsAuth::validate`]).
-    pub(crate) async fn apply(&self, mut opts: ConnectOptions) -> Result<ConnectOptions, BrokerError> {
+    pub(crate) async fn apply(
+        &self,
+        mut opts: ConnectOptions,
+    ) -> Result<ConnectOptions, BrokerError> {
         self.validate()?;
         if let (Some(u), Some(p)) = (&self.user, &self.password) {
-            opts = opts.user_and_password(u.clone(), p.clone());
+            opts =
+                opts.user_and_password(u.clone(), p.clone()).custom_inbox_prefix(inbox_prefix(u));
         }
         if let Some(t) = &self.token {
             opts = opts.token(t.clone());
         }
         if let Some(path) = &self.nkey_seed_file {
-            let seed = std::fs::read_to_string(path)
-                .map_err(|e| BrokerError::Config(format!("nkey seed file {}: {e}", path.display())))?;
+            let seed = std::fs::read_to_string(path).map_err(|e| {
+                BrokerError::Config(format!("nkey seed file {}: {e}", path.display()))
+            })?;
             let seed = seed.trim().to_string();
             if let Err(e) = nkeys::KeyPair::from_seed(&seed) {
                 return Err(BrokerError::Config(format!(
@@ -132,11 +203,11 @@ impl NatsAuth {
             }
             opts = opts.nkey(seed);
         }
+
         if let Some(path) = &self.creds_file {
-            opts = opts
-                .credentials_file(path)
-                .await
-                .map_err(|e| BrokerError::Config(format!("credentials file {}: {e}", path.display())))?;
+            opts = opts.credentials_file(path).await.map_err(|e| {
+                BrokerError::Config(format!("credentials file {}: {e}", path.display()))
+            })?;
         }
         if let Some(ca) = &self.ca_file {
             opts = opts.add_root_certificates(ca.clone());
@@ -144,9 +215,95 @@ impl NatsAuth {
         if let (Some(c), Some(k)) = (&self.client_cert, &self.client_key) {
             opts = opts.add_client_certificate(c.clone(), k.clone());
         }
-        if self.require_tls || self.ca_file.is_some() || self.client_cert.is_some() {
+        if self.wants_tls() {
             opts = opts.require_tls(true);
         }
         Ok(opts)
+    }
+}
+
+/// The reply-subject prefix of a process connecting as `user`: `_INBOX_<user>` (other
+/// characters than letters, digits, `-` and `_` become `_`). Per user, so that broker
+/// permissions can let each role subscribe to its own replies only
+/// (`deploy/nats/permissions.conf`): a worker cannot read the coordinator's pulled
+/// results or API answers.
+pub fn inbox_prefix(user: &str) -> String {
+    let clean: String = user
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .collect();
+    format!("_INBOX_{clean}")
+}
+
+/// True for `localhost` (and `*.localhost`), 127.0.0.0/8 and ::1 (IPv6 with or without
+/// brackets).
+pub fn is_loopback_host(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = h.parse::<IpAddr>() {
+        return ip.is_loopback();
+    }
+    let d = h.trim_end_matches('.').to_ascii_lowercase();
+    d == "localhost" || d.ends_with(".localhost")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 13: plain, anonymous connections leave the machine only with
+    /// `allow_insecure`; credentials, TLS or loopback are each enough; the refusal says
+    /// why and hides URL credentials.
+    #[test]
+    fn insecure_brokers_are_refused() {
+        let none = NatsAuth::default();
+        for ok in [
+            "nats://127.0.0.1:4222",
+            "localhost:4222",
+            "nats://[::1]:4222",
+            "tls://nats.example:4222",
+        ] {
+            assert!(none.check_transport(&[ok]).is_ok(), "{ok}");
+        }
+        for bad in ["nats://nats.example:4222", "10.0.0.3:4222", "nats://[2001:db8::1]:4222"] {
+            let e = none.check_transport(&["nats://127.0.0.1:1", bad]).unwrap_err().to_string();
+            assert!(
+                e.contains("--allow-insecure") && e.contains("without credentials or TLS"),
+                "{e}"
+            );
+        }
+        let url = "nats://nats.example:4222";
+        let with = |a: NatsAuth| a.check_transport(&[url]).is_ok();
+        assert!(with(NatsAuth { allow_insecure: true, ..Default::default() }));
+        assert!(with(NatsAuth { nkey_seed_file: Some("seed.nk".into()), ..Default::default() }));
+        assert!(with(NatsAuth { require_tls: true, ..Default::default() }));
+        assert!(with(NatsAuth {
+            user: Some("u".into()),
+            password: Some("p".into()),
+            ..Default::default()
+        }));
+        assert!(none.check_transport(&["nats://u:p@nats.example:4222"]).is_ok());
+        let e =
+            none.check_transport(&["nats://nats.example:4222/?x=sk-abcdefgh123456"]).unwrap_err();
+        assert!(!e.to_string().contains("sk-abcdefgh123456"), "{e}");
+    }
+
+    /// Reply prefixes are per user and always a valid subject token.
+    #[test]
+    fn inbox_prefixes() {
+        assert_eq!(inbox_prefix("halyard-worker"), "_INBOX_halyard-worker");
+        assert_eq!(inbox_prefix("a.b c>*"), "_INBOX_a_b_c__");
+    }
+
+    /// Loopback names and addresses, and nothing else.
+    #[test]
+    fn loopback_hosts() {
+        for h in
+            ["localhost", "LOCALHOST.", "a.localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"]
+        {
+            assert!(is_loopback_host(h), "{h}");
+        }
+        for h in ["localhost.example", "10.0.0.1", "::2", "", "nats"] {
+            assert!(!is_loopback_host(h), "{h}");
+        }
     }
 }

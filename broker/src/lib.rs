@@ -6,12 +6,16 @@
 //!   [`BrokerError`] with the URL named.
 //! - [`ensure_streams`], [`pool_consumer`], [`results_consumer`]: the JetStream layout.
 //! - [`embedded`]: a private `nats-server` for `halyard run` without a broker.
+//! - [`kv`]: KV buckets created in a form nats-server 2.9 accepts.
 //!
 //! ## JetStream layout
 //! - `HALYARD_JOBS` (work-queue retention, file storage): subjects `halyard.jobs.<pool>`.
 //!   One durable pull consumer per pool (`pool-<pool>`), shared by every worker of the
-//!   pool: explicit acks, `ack_wait`, `max_deliver`. A work queue removes a job once it
-//!   is acked, so the stream holds exactly the jobs not yet finished.
+//!   pool: explicit acks, `ack_wait`, and no delivery limit on the server's side: the
+//!   workers keep each job's delivery budget (`max_deliver`) themselves, because only
+//!   they can tell a delivery that failed by the job's fault from one an endpoint outage,
+//!   a 429 cool-down or a shutdown ended (see `halyard_worker::budget`). A work queue
+//!   removes a job once it is acked, so the stream holds exactly the jobs not yet finished.
 //! - `HALYARD_RESULTS` (work-queue retention): subjects `halyard.results.<run>`, one
 //!   durable consumer per run (`coord-<run>`) read by that run's coordinator.
 //! - Both streams de-duplicate on `Nats-Msg-Id` within `duplicate_window`. Job messages
@@ -23,6 +27,7 @@
 
 pub mod auth;
 pub mod embedded;
+pub mod kv;
 pub mod status;
 
 use std::time::Duration;
@@ -91,6 +96,32 @@ pub struct Broker {
     pub config: BrokerConfig,
 }
 
+/// Bytes of a message's headers and protocol line kept free under `max_payload`.
+pub const HEADER_ROOM: usize = 4 << 10;
+
+impl Broker {
+    /// The largest payload to publish: the server's `max_payload` (1 MiB when it has not
+    /// said) less [`HEADER_ROOM`]. Read at every use: a reconnection may reach a server
+    /// configured otherwise.
+    pub fn payload_limit(&self) -> usize {
+        let max = match self.client.server_info().max_payload {
+            0 => 1 << 20,
+            m => m,
+        };
+        max.saturating_sub(HEADER_ROOM).max(HEADER_ROOM)
+    }
+
+    /// Whether the connection is up now (a health check): else the state, for people.
+    pub fn connected(&self) -> Result<(), String> {
+        match self.client.connection_state() {
+            async_nats::connection::State::Connected => Ok(()),
+            other => {
+                Err(format!("broker {}: {other}", halyard_proto::redact::url(&self.config.url)))
+            }
+        }
+    }
+}
+
 /// Connect, waiting up to `connect_wait` for a broker that does not answer yet (then
 /// failing with the URL named), and failing at once with a clear message if the server
 /// rejects the credentials or the TLS setup.
@@ -98,6 +129,9 @@ pub struct Broker {
 /// (to any node of a cluster: the server tells clients its peers' addresses).
 pub async fn connect(config: &BrokerConfig) -> Result<Broker, BrokerError> {
     let urls: Vec<&str> = config.url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+    config.auth.check_transport(&urls)?;
+    // For messages: the URL without credentials.
+    let shown = halyard_proto::redact::url(&config.url);
     let deadline = tokio::time::Instant::now() + config.connect_wait;
     let mut pause = Duration::from_millis(100);
     let client = loop {
@@ -111,12 +145,15 @@ pub async fn connect(config: &BrokerConfig) -> Result<Broker, BrokerError> {
             // Nobody listening (a broker restarting, a worker started first): wait for it
             // up to `connect_wait`. Credentials and TLS are refused at once.
             Err(e) if retryable(&e) && tokio::time::Instant::now() + pause < deadline => {
-                tracing::warn!(url = %config.url, error = %e, "broker not reachable yet; retrying");
+                tracing::warn!(url = %shown, error = %e, "broker not reachable yet; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
             Err(e) => {
-                return Err(BrokerError::Connect { url: config.url.clone(), reason: connect_reason(&e, &config.auth) });
+                return Err(BrokerError::Connect {
+                    url: shown,
+                    reason: halyard_proto::redact::url(&connect_reason(&e, &config.auth)),
+                });
             }
         }
     };
@@ -175,7 +212,10 @@ pub fn stream_replicas(b: &Broker) -> usize {
 /// Create the job and result streams if missing (idempotent; existing streams are kept).
 pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
     let replicas = stream_replicas(b);
-    for (name, prefix) in [(subjects::JOBS_STREAM, subjects::JOBS_PREFIX), (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX)] {
+    for (name, prefix) in [
+        (subjects::JOBS_STREAM, subjects::JOBS_PREFIX),
+        (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX),
+    ] {
         let cfg = stream::Config {
             name: name.to_string(),
             subjects: vec![format!("{prefix}.>")],
@@ -185,7 +225,8 @@ pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
             duplicate_window: b.config.duplicate_window,
             ..Default::default()
         };
-        retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone())).await?;
+        retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone()))
+            .await?;
     }
     Ok(())
 }
@@ -196,7 +237,7 @@ const SETUP_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Run a JetStream setup request, retrying while it times out or finds no JetStream
 /// (yet); other errors (a stream configured differently, say) fail at once.
-async fn retry_js<T, E, F, Fut>(what: &str, mut f: F) -> Result<T, BrokerError>
+pub(crate) async fn retry_js<T, E, F, Fut>(what: &str, mut f: F) -> Result<T, BrokerError>
 where
     E: std::fmt::Display,
     F: FnMut() -> Fut,
@@ -208,9 +249,16 @@ where
             Ok(v) => return Ok(v),
             Err(e) => {
                 let msg = e.to_string();
-                let transient = ["timed out", "no responders", "unavailable", "not available", "leader", "insufficient resources"]
-                    .iter()
-                    .any(|w| msg.to_ascii_lowercase().contains(w));
+                let transient = [
+                    "timed out",
+                    "no responders",
+                    "unavailable",
+                    "not available",
+                    "leader",
+                    "insufficient resources",
+                ]
+                .iter()
+                .any(|w| msg.to_ascii_lowercase().contains(w));
                 if !transient || tokio::time::Instant::now() >= deadline {
                     return Err(BrokerError::js(what, e));
                 }
@@ -226,7 +274,8 @@ where
 pub struct Delivery {
     /// Time a worker has to ack (or send progress) before the job is redelivered.
     pub ack_wait: Duration,
-    /// Deliveries before a job is given up as a dead letter.
+    /// Deliveries that fail by the job's fault before it is given up as a dead letter
+    /// (enforced by the workers; see the crate docs).
     pub max_deliver: i64,
 }
 
@@ -236,27 +285,107 @@ impl Default for Delivery {
     }
 }
 
+/// The pool consumer's `max_deliver` on the server: unlimited. A finite limit there would
+/// count the deliveries that endpoint outages, cool-downs and shutdowns ended, which the
+/// workers excuse; the workers dead-letter a job once its own failures spend its budget.
+pub const BROKER_MAX_DELIVER: i64 = -1;
+
 pub type PullConsumer = consumer::Consumer<consumer::pull::Config>;
 
-/// The durable pull consumer shared by all workers of `pool`.
-pub async fn pool_consumer(b: &Broker, pool: &str, d: Delivery) -> Result<PullConsumer, BrokerError> {
-    let stream = retry_js("get stream HALYARD_JOBS", || b.js.get_stream(subjects::JOBS_STREAM)).await?;
+/// How long a pull request's next answer may take before the request is given up. A
+/// no-wait fetch is answered at once (messages, or "no messages"); a waiting pull within
+/// its expiry. But a request lost in a broker restart (sent as the server went down) is
+/// never answered, and async-nats waits for a no-wait fetch's answer forever: every pull
+/// loop bounds each wait with this instead (seen as a whole run hanging in the chaos test).
+pub const PULL_ANSWER_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// The next message of a pull request, or `None` when it ends, fails, or stays silent
+/// for [`PULL_ANSWER_TIMEOUT`] (then dropping the batch abandons the request; anything
+/// the server still delivers to it is redelivered after `ack_wait`).
+pub async fn next_pulled(batch: &mut consumer::pull::Batch) -> Option<jetstream::Message> {
+    use futures::StreamExt;
+    match tokio::time::timeout(PULL_ANSWER_TIMEOUT, batch.next()).await {
+        Ok(Some(Ok(m))) => Some(m),
+        Ok(Some(Err(e))) => {
+            tracing::debug!(error = %e, "pull ended");
+            None
+        }
+        Ok(None) => None,
+        Err(_) => {
+            tracing::warn!(
+                wait_s = PULL_ANSWER_TIMEOUT.as_secs(),
+                "a pull request got no answer (lost in a broker restart?); asking again"
+            );
+            None
+        }
+    }
+}
+
+/// The durable pull consumer shared by all workers of `pool`, with `d.ack_wait` as its
+/// ack wait and no delivery limit ([`BROKER_MAX_DELIVER`]).
+///
+/// An existing consumer with another ack wait or delivery limit (an earlier sweep with
+/// other `[run]` settings, a consumer made by an older Halyard) is updated to these,
+/// with a warning naming both: a worker's in-progress acks are paced by its ack wait,
+/// and a server waiting less than that would redeliver jobs still being called. If the
+/// server keeps its settings, the worker refuses to start, naming both values.
+pub async fn pool_consumer(
+    b: &Broker,
+    pool: &str,
+    d: Delivery,
+) -> Result<PullConsumer, BrokerError> {
+    let stream =
+        retry_js("get stream HALYARD_JOBS", || b.js.get_stream(subjects::JOBS_STREAM)).await?;
     let name = subjects::pool_consumer(pool);
     let cfg = consumer::pull::Config {
         durable_name: Some(name.clone()),
         filter_subject: subjects::job_subject(pool),
         ack_policy: consumer::AckPolicy::Explicit,
         ack_wait: d.ack_wait,
-        max_deliver: d.max_deliver,
+        max_deliver: BROKER_MAX_DELIVER,
         max_ack_pending: 10_000,
         ..Default::default()
     };
-    retry_js(&format!("consumer {name} for pool {pool:?}"), || stream.get_or_create_consumer(&name, cfg.clone())).await
+    let what = format!("consumer {name} for pool {pool:?}");
+    let mut c = retry_js(&what, || stream.get_or_create_consumer(&name, cfg.clone())).await?;
+    let held = settings(&c.cached_info().config);
+    let wanted = (d.ack_wait, BROKER_MAX_DELIVER);
+    if held == wanted {
+        return Ok(c);
+    }
+    tracing::warn!(
+        consumer = %name,
+        pool,
+        ack_wait_held = ?held.0,
+        max_deliver_held = held.1,
+        ack_wait_wanted = ?wanted.0,
+        max_deliver_wanted = wanted.1,
+        "the pool's consumer has other delivery settings; updating it (every worker of the pool should run with the same [run] ack_wait_s)"
+    );
+    // A create request for an existing durable name updates its settings.
+    c = retry_js(&format!("update {what}"), || stream.create_consumer(cfg.clone())).await?;
+    let now = settings(&c.cached_info().config);
+    if now != wanted {
+        return Err(BrokerError::Config(format!(
+            "{what} has ack_wait {:?} and max_deliver {}, this worker needs ack_wait {:?} and \
+             max_deliver {}, and the server did not update it; delete the consumer or run with \
+             the same [run] ack_wait_s",
+            now.0, now.1, wanted.0, wanted.1
+        )));
+    }
+    Ok(c)
+}
+
+/// A consumer's ack wait and delivery limit, with every "unlimited" spelled -1.
+fn settings(c: &consumer::Config) -> (Duration, i64) {
+    (c.ack_wait, if c.max_deliver <= 0 { -1 } else { c.max_deliver })
 }
 
 /// The durable consumer of one run's results.
 pub async fn results_consumer(b: &Broker, run: uuid::Uuid) -> Result<PullConsumer, BrokerError> {
-    let stream = retry_js("get stream HALYARD_RESULTS", || b.js.get_stream(subjects::RESULTS_STREAM)).await?;
+    let stream =
+        retry_js("get stream HALYARD_RESULTS", || b.js.get_stream(subjects::RESULTS_STREAM))
+            .await?;
     let name = subjects::run_consumer(run);
     let cfg = consumer::pull::Config {
         durable_name: Some(name.clone()),
@@ -266,5 +395,6 @@ pub async fn results_consumer(b: &Broker, run: uuid::Uuid) -> Result<PullConsume
         max_ack_pending: 20_000,
         ..Default::default()
     };
-    retry_js(&format!("consumer {name}"), || stream.get_or_create_consumer(&name, cfg.clone())).await
+    retry_js(&format!("consumer {name}"), || stream.get_or_create_consumer(&name, cfg.clone()))
+        .await
 }

@@ -21,7 +21,10 @@ pub const WORKER_MAX_AGE: Duration = Duration::from_secs(30);
 
 /// A key-value key for any name: characters outside `[-_=.a-zA-Z0-9]` become `_`.
 pub fn kv_key(name: &str) -> String {
-    let k: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_=.".contains(c) { c } else { '_' }).collect();
+    let k: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "-_=.".contains(c) { c } else { '_' })
+        .collect();
     let k = k.trim_matches('.').to_string();
     if k.is_empty() {
         "_".into()
@@ -53,11 +56,17 @@ pub async fn bucket(b: &Broker, name: &str, max_age: Duration) -> Result<KvStore
     if let Err(e) = b.js.get_or_create_stream(cfg).await {
         return Err(BrokerError::js(format!("key-value bucket {name}"), e));
     }
-    b.js.get_key_value(name).await.map_err(|e| BrokerError::js(format!("key-value bucket {name}"), e))
+    b.js.get_key_value(name)
+        .await
+        .map_err(|e| BrokerError::js(format!("key-value bucket {name}"), e))
 }
 
 pub async fn put(store: &KvStore, key: &str, value: Vec<u8>) -> Result<(), BrokerError> {
-    store.put(kv_key(key), value.into()).await.map(|_| ()).map_err(|e| BrokerError::js(format!("put {key}"), e))
+    store
+        .put(kv_key(key), value.into())
+        .await
+        .map(|_| ())
+        .map_err(|e| BrokerError::js(format!("put {key}"), e))
 }
 
 /// Every live entry of a bucket; an empty list when the bucket does not exist.
@@ -70,7 +79,9 @@ pub async fn entries(b: &Broker, name: &str) -> Result<Vec<(String, Vec<u8>)>, B
     let mut out = Vec::new();
     while let Some(k) = keys.next().await {
         let k = k.map_err(|e| BrokerError::js(format!("keys of {name}"), e))?;
-        if let Some(v) = store.get(&k).await.map_err(|e| BrokerError::js(format!("get {name}/{k}"), e))? {
+        if let Some(v) =
+            store.get(&k).await.map_err(|e| BrokerError::js(format!("get {name}/{k}"), e))?
+        {
             out.push((k, v.to_vec()));
         }
     }

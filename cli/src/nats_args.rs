@@ -36,6 +36,10 @@ pub struct NatsAuthArgs {
     /// Refuse a connection without TLS.
     #[arg(long, env = "HALYARD_NATS_TLS")]
     nats_tls: bool,
+    /// Allow a plain nats:// connection without credentials to a broker that is not on
+    /// loopback (anyone who can reach it can publish jobs and read results).
+    #[arg(long, env = "HALYARD_NATS_ALLOW_INSECURE")]
+    allow_insecure: bool,
 }
 
 impl NatsAuthArgs {
@@ -50,6 +54,7 @@ impl NatsAuthArgs {
             client_cert: self.nats_cert.clone(),
             client_key: self.nats_key.clone(),
             require_tls: self.nats_tls,
+            allow_insecure: self.allow_insecure,
         }
     }
 }

@@ -12,7 +12,10 @@ use common::{halyard, read_json};
 use halyard_broker::auth::NatsAuth;
 use halyard_broker::{BrokerConfig, BrokerError};
 use halyard_tests::{ChildGuard, NatsServer};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair,
+};
 
 const USER: &str = "halyard";
 const PASSWORD: &str = "pw-7f3a-not-in-logs";
@@ -131,12 +134,7 @@ fn coordinator_and_worker_run_over_tls_with_password() {
         "--nats-user",
         USER,
     ])
-    .args([
-        "--nats-ca",
-        pki.ca.to_str().unwrap(),
-        "--nats-cert",
-        pki.client_cert.to_str().unwrap(),
-    ])
+    .args(["--nats-ca", pki.ca.to_str().unwrap(), "--nats-cert", pki.client_cert.to_str().unwrap()])
     .args(["--nats-key", pki.client_key.to_str().unwrap(), "--nats-tls"])
     .env("HALYARD_NATS_PASSWORD", PASSWORD);
     let o = c.output().unwrap();
@@ -149,11 +147,9 @@ fn coordinator_and_worker_run_over_tls_with_password() {
     let report = read_json(&out.join("secure/report.json"));
     assert_eq!(report["jobs"]["done"], 40, "{report}");
     assert_eq!(report["jobs"]["completed"], 40, "{report}");
-    for text in [
-        &*stderr,
-        &*wlog,
-        &*std::fs::read_to_string(out.join("secure/report.json")).unwrap(),
-    ] {
+    for text in
+        [&*stderr, &*wlog, &*std::fs::read_to_string(out.join("secure/report.json")).unwrap()]
+    {
         assert!(!text.contains(PASSWORD), "the password leaked into output");
     }
 }
@@ -229,7 +225,8 @@ fn tls_mistakes_are_refused() {
     };
     // The right settings connect (the baseline for the cases below).
     rt().block_on(halyard_broker::connect(
-        &BrokerConfig::new(&url, "t").with_auth(user(&pki.ca, Some((&pki.client_cert, &pki.client_key)))),
+        &BrokerConfig::new(&url, "t")
+            .with_auth(user(&pki.ca, Some((&pki.client_cert, &pki.client_key)))),
     ))
     .expect("correct TLS settings connect");
     // No client certificate: the server ends the handshake.
@@ -288,10 +285,7 @@ fn token_authentication_and_bad_settings() {
     let dir = tempfile::tempdir().unwrap();
     let conf = write(dir.path(), "token.conf", "authorization { token: \"s3cr3t-token\" }\n");
     let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
-    let token = |t: &str| NatsAuth {
-        token: Some(t.into()),
-        ..Default::default()
-    };
+    let token = |t: &str| NatsAuth { token: Some(t.into()), ..Default::default() };
     rt().block_on(halyard_broker::connect(
         &BrokerConfig::new(nats.url(), "tok").with_auth(token("s3cr3t-token")),
     ))
@@ -303,13 +297,8 @@ fn token_authentication_and_bad_settings() {
     assert!(e.contains("authorization violation") && e.contains("no credentials"), "{e}");
 
     let creds = write(dir.path(), "user.creds", "this is not a creds file\n");
-    let (e, _) = connect_err(
-        NatsAuth {
-            creds_file: Some(creds),
-            ..Default::default()
-        },
-        &nats.url(),
-    );
+    let (e, _) =
+        connect_err(NatsAuth { creds_file: Some(creds), ..Default::default() }, &nats.url());
     assert!(e.contains("credentials file") && e.contains("user.creds"), "{e}");
     let both = NatsAuth {
         token: Some("a".into()),
@@ -318,11 +307,10 @@ fn token_authentication_and_bad_settings() {
         ..Default::default()
     };
     assert!(matches!(both.validate(), Err(BrokerError::Config(m)) if m.contains("one way")));
-    let half = NatsAuth {
-        user: Some("u".into()),
-        ..Default::default()
-    };
-    assert!(matches!(half.validate(), Err(BrokerError::Config(m)) if m.contains("needs a password")));
+    let half = NatsAuth { user: Some("u".into()), ..Default::default() };
+    assert!(
+        matches!(half.validate(), Err(BrokerError::Config(m)) if m.contains("needs a password"))
+    );
     // Debug output shows which secrets are set, never their values.
     let dbg = format!(
         "{:?}",

@@ -87,9 +87,11 @@ fn dataset(dir: &Path, n: usize) -> (PathBuf, HashMap<String, i64>) {
         if copy > 0 {
             let q = format!("{} (variant {copy})", v["question"].as_str().unwrap());
             v["question"] = Value::String(q);
-            v["questionId"] = Value::from(v["questionId"].as_i64().unwrap() + 1_000_000 * copy as i64);
+            v["questionId"] =
+                Value::from(v["questionId"].as_i64().unwrap() + 1_000_000 * copy as i64);
         }
-        index.insert(v["question"].as_str().unwrap().to_string(), v["questionId"].as_i64().unwrap());
+        index
+            .insert(v["question"].as_str().unwrap().to_string(), v["questionId"].as_i64().unwrap());
         out.push_str(&v.to_string());
         out.push('\n');
     }
@@ -128,10 +130,9 @@ impl Broker {
     fn logs(&self) -> String {
         match self {
             Broker::One(n) => n.log_tail(30),
-            Broker::Cluster(c) => (0..c.len())
-                .map(|i| c.node(i).log_tail(20))
-                .collect::<Vec<_>>()
-                .join("\n---\n"),
+            Broker::Cluster(c) => {
+                (0..c.len()).map(|i| c.node(i).log_tail(20)).collect::<Vec<_>>().join("\n---\n")
+            }
         }
     }
 }
@@ -188,11 +189,8 @@ fn chaos(cfg: Config) -> Figures {
     let started = Instant::now();
     let mut rng = Rng(cfg.seed.max(1));
     let keep = std::env::var_os("HALYARD_CHAOS_KEEP").is_some();
-    let dir = tempfile::Builder::new()
-        .prefix("halyard-chaos-")
-        .disable_cleanup(keep)
-        .tempdir()
-        .unwrap();
+    let dir =
+        tempfile::Builder::new().prefix("halyard-chaos-").disable_cleanup(keep).tempdir().unwrap();
     let d = dir.path();
     if keep {
         eprintln!("chaos: keeping {}", d.display());
@@ -214,18 +212,13 @@ fn chaos(cfg: Config) -> Figures {
     } else {
         Broker::One(NatsServer::start())
     };
-    let procs = Procs {
-        dir: d,
-        sweep: &sweep,
-        url: broker.url(),
-        out: d.join("runs"),
-    };
+    let procs = Procs { dir: d, sweep: &sweep, url: broker.url(), out: d.join("runs") };
     let mut coord = procs.coordinator();
     let mut workers: Vec<ChildGuard> = (0..cfg.workers).map(|i| procs.worker(i)).collect();
-    let mut f = Figures {
-        calls_reference,
-        ..Default::default()
-    };
+    // When each worker was (re)started: a SIGTERM in its first milliseconds, before the
+    // process has installed its handlers, is the default kill, not a test of Halyard.
+    let mut started_at = vec![Instant::now(); cfg.workers];
+    let mut f = Figures { calls_reference, ..Default::default() };
     // Kill i when the fake has seen this many calls: spread over the run, with jitter.
     let span = calls_reference as u64;
     let mut at: Vec<u64> = (0..cfg.kills as u64)
@@ -253,11 +246,7 @@ fn chaos(cfg: Config) -> Figures {
                 );
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "chaos run did not finish\nbroker:\n{}",
-            broker.logs()
-        );
+        assert!(Instant::now() < deadline, "chaos run did not finish\nbroker:\n{}", broker.logs());
         let calls = fake.call_count() as u64;
         if !broker_done && calls >= broker_event_at {
             broker_done = true;
@@ -296,6 +285,7 @@ fn chaos(cfg: Config) -> Figures {
                 f.in_flight_bound += 2 * CONCURRENCY;
                 std::thread::sleep(Duration::from_millis(rng.below(300)));
                 workers[i] = procs.worker(i);
+                started_at[i] = Instant::now();
             }
             f.restarts += 1;
         }
@@ -303,11 +293,10 @@ fn chaos(cfg: Config) -> Figures {
     };
     assert!(status.success());
     assert!(at.is_empty(), "the run ended before {} planned kills", at.len());
-    for w in workers.iter_mut() {
+    for (w, at) in workers.iter_mut().zip(&started_at) {
+        std::thread::sleep(Duration::from_secs(1).saturating_sub(at.elapsed()));
         w.signal(libc::SIGTERM);
-        let s = w
-            .wait_timeout(Duration::from_secs(30))
-            .expect("worker did not stop on SIGTERM");
+        let s = w.wait_timeout(Duration::from_secs(30)).expect("worker did not stop on SIGTERM");
         assert!(s.success(), "worker stop: {s:?}");
     }
     f.wall = started.elapsed();
@@ -323,8 +312,8 @@ fn chaos(cfg: Config) -> Figures {
     let got: Vec<&str> = labels.lines().collect();
     let got_set: HashSet<&str> = got.iter().copied().collect();
     f.lost = ref_set.difference(&got_set).count();
-    f.double_counted =
-        (got.len() - got_set.len()) + (f.jobs.saturating_sub(reference["jobs"]["done"].as_u64().unwrap())) as usize;
+    f.double_counted = (got.len() - got_set.len())
+        + (f.jobs.saturating_sub(reference["jobs"]["done"].as_u64().unwrap())) as usize;
     for entry in std::fs::read_dir(d).unwrap().flatten() {
         if entry.path().extension().is_some_and(|e| e == "log") {
             f.panics += std::fs::read_to_string(entry.path())
@@ -378,10 +367,8 @@ fn env(name: &str, default: u64) -> u64 {
 fn seed() -> u64 {
     env(
         "HALYARD_CHAOS_SEED",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+            as u64,
     )
 }
 

@@ -48,7 +48,11 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 /// Every message still stored in `stream`, decoded with `decode`.
-async fn stored<T>(broker: &halyard_broker::Broker, stream: &str, decode: impl Fn(&[u8]) -> T) -> Vec<T> {
+async fn stored<T>(
+    broker: &halyard_broker::Broker,
+    stream: &str,
+    decode: impl Fn(&[u8]) -> T,
+) -> Vec<T> {
     let mut s = broker.js.get_stream(stream).await.unwrap();
     let state = s.info().await.unwrap().state.clone();
     let mut out = Vec::new();
@@ -69,7 +73,10 @@ async fn wait_jobs_stored(broker: &halyard_broker::Broker, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if broker.js.get_stream(subjects::JOBS_STREAM).await.is_ok() {
-            let jobs = stored(broker, subjects::JOBS_STREAM, |b| halyard_proto::decode_jobs(b).unwrap().len() as u64).await;
+            let jobs = stored(broker, subjects::JOBS_STREAM, |b| {
+                halyard_proto::decode_jobs(b).unwrap().len() as u64
+            })
+            .await;
             if jobs.iter().sum::<u64>() >= n {
                 return;
             }
@@ -88,7 +95,15 @@ fn coordinator(sweep: &Path, url: &str, out: &Path, log: &Path) -> ChildGuard {
 
 fn worker(sweep: &Path, url: &str, state: &Path, failpoint: Option<String>) -> ChildGuard {
     let mut c: Command = halyard();
-    c.args(["worker", "--nats", url, "--sweep", sweep.to_str().unwrap(), "--state", state.to_str().unwrap()]);
+    c.args([
+        "worker",
+        "--nats",
+        url,
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--state",
+        state.to_str().unwrap(),
+    ]);
     match failpoint {
         Some(f) => c.env("HALYARD_FAILPOINT", f),
         None => c.env_remove("HALYARD_FAILPOINT"),
@@ -116,9 +131,13 @@ fn crash_and_recover(point: &str, job_batch: usize) -> AtCrash {
     let out = dir.path().join("runs");
     let checkpoint = dir.path().join("checkpoint");
     let rt = rt();
-    let broker = rt.block_on(halyard_broker::connect(&BrokerConfig::new(url.clone(), "crash-test"))).unwrap();
-    let Benchmark::Noop { config, .. } = &sweep::load(&sweep_path).unwrap().benchmarks[0] else { panic!("noop sweep") };
-    let all: HashSet<JobId> = (0..JOBS).map(|i| config[0].request(i).id()).collect();
+    let broker = rt
+        .block_on(halyard_broker::connect(&BrokerConfig::new(url.clone(), "crash-test")))
+        .unwrap();
+    let Benchmark::Noop(noop) = &sweep::load(&sweep_path).unwrap().benchmarks[0] else {
+        panic!("noop sweep")
+    };
+    let all: HashSet<JobId> = (0..JOBS).map(|i| noop.config[0].request(i).id()).collect();
 
     // 1. Plan and publish everything, then stop the coordinator.
     let mut coord = coordinator(&sweep_path, &url, &out, &dir.path().join("coordinator-1.log"));
@@ -129,36 +148,57 @@ fn crash_and_recover(point: &str, job_batch: usize) -> AtCrash {
 
     // 2. The armed worker crashes mid-run.
     let mut a = worker(&sweep_path, &url, &checkpoint, Some(format!("{point}:{TRIP_AT}")));
-    let status = a.wait_timeout(Duration::from_secs(60)).expect("worker never reached the failpoint");
-    assert!(ChildGuard::killed_by(status, libc::SIGABRT), "{point}: worker ended with {status:?}, not at the failpoint");
+    let status =
+        a.wait_timeout(Duration::from_secs(60)).expect("worker never reached the failpoint");
+    assert!(
+        ChildGuard::killed_by(status, libc::SIGABRT),
+        "{point}: worker ended with {status:?}, not at the failpoint"
+    );
     // Let the broker finish reading what the dead worker's socket had already sent.
     std::thread::sleep(Duration::from_millis(300));
 
     // 3. The durability order, read back from the broker and the dead worker's sled.
-    let messages = rt.block_on(stored(&broker, subjects::JOBS_STREAM, |b| halyard_proto::decode_jobs(b).unwrap()));
+    let messages = rt.block_on(stored(&broker, subjects::JOBS_STREAM, |b| {
+        halyard_proto::decode_jobs(b).unwrap()
+    }));
     if job_batch > 1 {
         assert!(messages.iter().any(|m| m.len() > 1), "{point}: no job message held several jobs");
     }
     let queued: HashSet<JobId> = messages.into_iter().flatten().map(|j: Job| j.id).collect();
     // A worker publishes the results of one group commit as one message.
     let results: Vec<JobResult> = rt
-        .block_on(stored(&broker, subjects::RESULTS_STREAM, |b| halyard_proto::decode_results(b).unwrap()))
+        .block_on(stored(&broker, subjects::RESULTS_STREAM, |b| {
+            halyard_proto::decode_results(b).unwrap()
+        }))
         .into_iter()
         .flatten()
         .map(|(r, _)| r)
         .collect();
     let published: HashSet<JobId> = results.iter().map(|r| r.job).collect();
-    assert_eq!(published.len(), results.len(), "{point}: a result was stored twice in the results stream");
+    assert_eq!(
+        published.len(),
+        results.len(),
+        "{point}: a result was stored twice in the results stream"
+    );
     let checkpointed: HashSet<JobId> = rt.block_on(async {
-        let cp = halyard_worker::Checkpoint::open(&checkpoint).expect("the dead worker's checkpoint opens");
+        let cp = halyard_worker::Checkpoint::open(&checkpoint)
+            .expect("the dead worker's checkpoint opens");
         let ids = all.iter().filter(|id| cp.get(id).unwrap().is_some()).copied().collect();
         cp.close().await;
         ids
     });
     let acked: HashSet<JobId> = all.difference(&queued).copied().collect();
     assert!(!queued.is_empty(), "{point}: the crash came after the run, not in it");
-    assert!(acked.is_subset(&checkpointed), "{point}: acked jobs missing from sled: {:?}", acked.difference(&checkpointed));
-    assert!(acked.is_subset(&published), "{point}: acked jobs without a published result: {:?}", acked.difference(&published));
+    assert!(
+        acked.is_subset(&checkpointed),
+        "{point}: acked jobs missing from sled: {:?}",
+        acked.difference(&checkpointed)
+    );
+    assert!(
+        acked.is_subset(&published),
+        "{point}: acked jobs without a published result: {:?}",
+        acked.difference(&published)
+    );
     assert!(
         published.is_subset(&checkpointed),
         "{point}: results published before being flushed: {:?}",
@@ -169,14 +209,25 @@ fn crash_and_recover(point: &str, job_batch: usize) -> AtCrash {
     let mut b = worker(&sweep_path, &url, &checkpoint, None);
     let log = dir.path().join("coordinator-2.log");
     let mut coord = coordinator(&sweep_path, &url, &out, &log);
-    let status = coord.wait_timeout(Duration::from_secs(120)).expect("the resumed run did not finish");
-    assert!(status.success(), "{point}: resumed coordinator failed: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    let status =
+        coord.wait_timeout(Duration::from_secs(120)).expect("the resumed run did not finish");
+    assert!(
+        status.success(),
+        "{point}: resumed coordinator failed: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
     b.signal(libc::SIGTERM);
     b.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
 
     let report = read_json(&out.join("crash/report.json"));
     let bench = &report["benchmarks"][0];
-    for (key, want) in [("items", JOBS), ("labelled", JOBS), ("completed", JOBS), ("dead_letters", 0), ("ignored", 0)] {
+    for (key, want) in [
+        ("items", JOBS),
+        ("labelled", JOBS),
+        ("completed", JOBS),
+        ("dead_letters", 0),
+        ("ignored", 0),
+    ] {
         assert_eq!(bench[key].as_u64(), Some(want), "{point}: benchmark {key} in {bench}");
     }
     let jobs = &report["jobs"];
@@ -187,11 +238,20 @@ fn crash_and_recover(point: &str, job_batch: usize) -> AtCrash {
     let replayed = checkpointed.difference(&published).count() as u64;
     assert_eq!(jobs["cache_hits"].as_u64(), Some(replayed), "{point}: jobs {jobs}");
     let labels = std::fs::read_to_string(out.join("crash/labels.jsonl")).unwrap();
-    let items: HashSet<u64> =
-        labels.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["item"].as_u64().unwrap()).collect();
-    assert_eq!((labels.lines().count(), items.len()), (JOBS as usize, JOBS as usize), "{point}: labels");
+    let items: HashSet<u64> = labels
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["item"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        (labels.lines().count(), items.len()),
+        (JOBS as usize, JOBS as usize),
+        "{point}: labels"
+    );
     let log = std::fs::read_to_string(&log).unwrap();
-    assert!(!log.contains("publishing them again"), "{point}: recovery needed the stall check:\n{log}");
+    assert!(
+        !log.contains("publishing them again"),
+        "{point}: recovery needed the stall check:\n{log}"
+    );
     AtCrash { acked, published, checkpointed }
 }
 
@@ -205,7 +265,10 @@ fn crash_between_call_and_persist() {
 #[test]
 fn crash_between_flush_and_publish() {
     let c = crash_and_recover("flush-publish", 1);
-    assert!(!c.checkpointed.is_subset(&c.published), "the tripping job was flushed and not published");
+    assert!(
+        !c.checkpointed.is_subset(&c.published),
+        "the tripping job was flushed and not published"
+    );
 }
 
 /// Killed between handing the result publish to the client and its broker ack (publish → flush of the connection).
@@ -234,7 +297,10 @@ fn crash_between_ack_and_flush() {
 #[test]
 fn job_batches_crash_between_flush_and_publish() {
     let c = crash_and_recover("flush-publish", JOB_BATCH);
-    assert!(!c.checkpointed.is_subset(&c.published), "the tripping job was flushed and not published");
+    assert!(
+        !c.checkpointed.is_subset(&c.published),
+        "the tripping job was flushed and not published"
+    );
 }
 
 #[test]
@@ -261,29 +327,53 @@ fn job_batch_that_kills_every_worker_becomes_dead_letters() {
     std::fs::write(&sweep_path, text).unwrap();
     let out = dir.path().join("runs");
     let rt = rt();
-    let broker = rt.block_on(halyard_broker::connect(&BrokerConfig::new(url.clone(), "poison-test"))).unwrap();
+    let broker = rt
+        .block_on(halyard_broker::connect(&BrokerConfig::new(url.clone(), "poison-test")))
+        .unwrap();
     let log = dir.path().join("coordinator.log");
     let mut coord = coordinator(&sweep_path, &url, &out, &log);
     rt.block_on(wait_jobs_stored(&broker, N));
-    let messages = rt.block_on(stored(&broker, subjects::JOBS_STREAM, |b| halyard_proto::decode_jobs(b).unwrap().len()));
+    let messages = rt.block_on(stored(&broker, subjects::JOBS_STREAM, |b| {
+        halyard_proto::decode_jobs(b).unwrap().len()
+    }));
     assert_eq!(messages, vec![N as usize], "the {N} jobs travel as one message");
     // Each delivery kills its worker at the first job's call.
     for i in 0..2 {
-        let mut w = worker(&sweep_path, &url, &dir.path().join(format!("checkpoint-{i}")), Some("call-persist:1".into()));
-        let status = w.wait_timeout(Duration::from_secs(60)).expect("the worker never got the job message");
-        assert!(ChildGuard::killed_by(status, libc::SIGABRT), "delivery {i}: worker ended with {status:?}");
+        let mut w = worker(
+            &sweep_path,
+            &url,
+            &dir.path().join(format!("checkpoint-{i}")),
+            Some("call-persist:1".into()),
+        );
+        let status =
+            w.wait_timeout(Duration::from_secs(60)).expect("the worker never got the job message");
+        assert!(
+            ChildGuard::killed_by(status, libc::SIGABRT),
+            "delivery {i}: worker ended with {status:?}"
+        );
     }
     // A healthy worker asks for work: the broker, finding the message past max_deliver,
     // sends the advisory instead of a third delivery.
     let mut healthy = worker(&sweep_path, &url, &dir.path().join("checkpoint-2"), None);
-    let status = coord.wait_timeout(Duration::from_secs(60)).expect("the run waited on the dead jobs");
+    let status =
+        coord.wait_timeout(Duration::from_secs(60)).expect("the run waited on the dead jobs");
     healthy.signal(libc::SIGTERM);
     healthy.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
     let log = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(status.success(), "coordinator failed: {log}");
+    // Complete, with dead letters: the distinct exit status, and the last line says how
+    // many and how to run them again.
+    assert_eq!(status.code(), Some(4), "coordinator: {log}");
+    assert!(
+        log.contains(&format!("{N} dead letters remain")) && log.contains("halyard retry-failed"),
+        "{log}"
+    );
     let report = read_json(&out.join("poison/report.json"));
     let jobs = &report["jobs"];
-    assert_eq!((jobs["done"].as_u64(), jobs["dead_letters"].as_u64(), jobs["completed"].as_u64()), (Some(N), Some(N), Some(0)), "{jobs}");
+    assert_eq!(
+        (jobs["done"].as_u64(), jobs["dead_letters"].as_u64(), jobs["completed"].as_u64()),
+        (Some(N), Some(N), Some(0)),
+        "{jobs}"
+    );
     let text = std::fs::read_to_string(out.join("poison/report.md")).unwrap();
     assert!(text.contains("max_deliver reached"), "the report does not say why:\n{text}");
 }

@@ -17,13 +17,18 @@ fn embed_model() -> PathBuf {
     let p = std::env::var_os("HALYARD_EMBED_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("models/all-MiniLM-L6-v2"));
-    assert!(p.join("model.safetensors").exists(), "{} is missing: run scripts/fetch-embedder.sh", p.display());
+    assert!(
+        p.join("model.safetensors").exists(),
+        "{} is missing: run scripts/fetch-embedder.sh",
+        p.display()
+    );
     p
 }
 
 /// Hypothetical terms the fake invents, two per topic; the second of "Sports" is never
 /// put in its question (the inclusion gate must drop it).
-const INVENTED: [&str; 4] = ["Nano-Sync Fusion Gizmo", "Holo-Lattice Phone", "Gravity-Flip Dunk", "Aqua-Sprint Relay"];
+const INVENTED: [&str; 4] =
+    ["Nano-Sync Fusion Gizmo", "Holo-Lattice Phone", "Gravity-Flip Dunk", "Aqua-Sprint Relay"];
 const LEFT_OUT: &str = "Aqua-Sprint Relay";
 
 fn field<'a>(prompt: &'a str, name: &str) -> &'a str {
@@ -33,7 +38,11 @@ fn field<'a>(prompt: &'a str, name: &str) -> &'a str {
 fn generator(call: &ChatCall) -> Reply {
     let prompt = call.messages.last().map(|(_, c)| c.as_str()).unwrap_or("");
     let text = if prompt.starts_with("Invent ") {
-        let (a, b) = if prompt.contains("\"Technology") { (INVENTED[0], INVENTED[1]) } else { (INVENTED[2], INVENTED[3]) };
+        let (a, b) = if prompt.contains("\"Technology") {
+            (INVENTED[0], INVENTED[1])
+        } else {
+            (INVENTED[2], INVENTED[3])
+        };
         // Two invented terms, one real title (rejected by the existence check), one line
         // without an explanation (dropped by the parser).
         format!("1. {a}: a device that fuses nano machines\n2. {b}: a phone made of holograms\n3. 3D printing: printing things\n4. Just a line\n")
@@ -47,7 +56,11 @@ fn generator(call: &ChatCall) -> Reply {
         } else {
             format!("How does {a} relate to the recent popularity of {b}?")
         }
-    } else if call.messages.first().is_some_and(|(r, c)| r == "system" && c.starts_with("You are a linguistic expert.")) {
+    } else if call
+        .messages
+        .first()
+        .is_some_and(|(r, c)| r == "system" && c.starts_with("You are a linguistic expert."))
+    {
         // Judge: the invented terms are unreal, the others real and used in their meaning.
         let user = &call.messages[1].1;
         let unreal = INVENTED.iter().any(|t| user.contains(t));
@@ -119,8 +132,12 @@ ack_wait_s = 60
     let report = read_json(&out.join("build/report.json"));
     let b = &report["benchmarks"][0];
     assert_eq!(b["pipeline"], "hypotermqa-build");
-    let c: HashMap<String, u64> =
-        b["counts"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap())).collect();
+    let c: HashMap<String, u64> = b["counts"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
     let n = |k: &str| c.get(k).copied().unwrap_or(0);
     eprintln!("build counts: {c:?}");
     // Per topic: 4 lines, 3 kept (one without explanation), 1 in the knowledge base.
@@ -158,7 +175,10 @@ ack_wait_s = 60
         assert!(t[1].terms.iter().chain(&t[2].terms).all(|x| x.term_set == secondary.term_set));
     }
     // The existence check rejected the real title: it is never a hypothetical term.
-    assert!(qs.iter().flat_map(|q| &q.terms).all(|t| !(t.is_hypothetical && t.term == "3D printing")));
+    assert!(qs
+        .iter()
+        .flat_map(|q| &q.terms)
+        .all(|t| !(t.is_hypothetical && t.term == "3D printing")));
 
     // Phase 2 evaluated the model on the built dataset.
     let e = &report["benchmarks"][1];

@@ -35,7 +35,8 @@ fn poll_rule(judge: &str, metric: &str, completion: &str, index: u64) -> Poll {
 }
 
 fn sample_text(prompt: &str, k: u64) -> String {
-    let words = ["warming", "climate", "ice", "ocean", "carbon", "the", "is", "study", "data", "rising"];
+    let words =
+        ["warming", "climate", "ice", "ocean", "carbon", "the", "is", "study", "data", "rising"];
     let h = fnv(&format!("{prompt}|{k}"));
     let picked: Vec<&str> = (0..12).map(|i| words[((h >> (i * 4)) % 10) as usize]).collect();
     format!("{} {}.", prompt, picked.join(" "))
@@ -48,14 +49,26 @@ fn responder(call: &ChatCall) -> Reply {
         [(_, u)] => return Reply::Text(sample_text(u, seed - SAMPLER_SEED)),
         _ => return Reply::Status { code: 400, body: "unexpected".into(), retry_after: None },
     };
-    let metric = if system.starts_with("You are a meticulous fact-checker") { "correctness" } else { "adherence" };
-    let Some(start) = user.find(ANSWERED) else { return Reply::Status { code: 400, body: "no completion".into(), retry_after: None } };
+    let metric = if system.starts_with("You are a meticulous fact-checker") {
+        "correctness"
+    } else {
+        "adherence"
+    };
+    let Some(start) = user.find(ANSWERED) else {
+        return Reply::Status { code: 400, body: "no completion".into(), retry_after: None };
+    };
     let rest = &user[start + ANSWERED.len()..];
     let completion = &rest[..rest.find("\n\"\"\"\n\nThink step by step").unwrap_or(rest.len())];
     match poll_rule(&call.model, metric, completion, seed - JUDGE_SEED) {
-        Poll::Failed => Reply::Status { code: 400, body: "poll rejected".into(), retry_after: None },
-        Poll::Unparseable => Reply::Text("The claims are hard to assess; I will not decide.".into()),
-        Poll::Yes => Reply::Text("1. The answer cites a study.\n2. It does not exist.\nAnswer: yes".into()),
+        Poll::Failed => {
+            Reply::Status { code: 400, body: "poll rejected".into(), retry_after: None }
+        }
+        Poll::Unparseable => {
+            Reply::Text("The claims are hard to assess; I will not decide.".into())
+        }
+        Poll::Yes => {
+            Reply::Text("1. The answer cites a study.\n2. It does not exist.\nAnswer: yes".into())
+        }
         Poll::No => Reply::Text("Every claim checks out; no invented source.\nAnswer: no".into()),
     }
 }
@@ -66,7 +79,13 @@ fn mann_whitney(pairs: &[(bool, f64)]) -> f64 {
     for (lp, sp) in pairs.iter().filter(|p| p.0) {
         for (_, sn) in pairs.iter().filter(|p| !p.0) {
             let _ = lp;
-            u += if sp > sn { 1.0 } else if sp == sn { 0.5 } else { 0.0 };
+            u += if sp > sn {
+                1.0
+            } else if sp == sn {
+                0.5
+            } else {
+                0.0
+            };
             n += 1.0;
         }
     }
@@ -96,17 +115,53 @@ fn tokens(text: &str) -> Vec<String> {
     out
 }
 
-/// SelfCheck unigram passage Avg: mean over the completion's tokens of −ln(count / N),
-/// counts over the completion and the samples.
-fn selfcheck_avg(completion: &str, samples: &[String]) -> f64 {
+/// −ln p of each token under the unigram counts of the completion and the samples.
+fn neg_logprob(completion: &str, samples: &[String]) -> impl Fn(&String) -> f64 {
     let mut counts: HashMap<String, f64> = HashMap::new();
     let mut total = 0.0;
-    for t in std::iter::once(completion).chain(samples.iter().map(String::as_str)).flat_map(tokens) {
+    for t in std::iter::once(completion).chain(samples.iter().map(String::as_str)).flat_map(tokens)
+    {
         *counts.entry(t).or_default() += 1.0;
         total += 1.0;
     }
+    move |t: &String| -(counts[t] / total).ln()
+}
+
+/// SelfCheck unigram passage Avg: mean over the completion's tokens of −ln(count / N),
+/// counts over the completion and the samples.
+fn selfcheck_avg(completion: &str, samples: &[String]) -> f64 {
+    let nlp = neg_logprob(completion, samples);
     let own = tokens(completion);
-    own.iter().map(|t| -(counts[t] / total).ln()).sum::<f64>() / own.len() as f64
+    own.iter().map(nlp).sum::<f64>() / own.len() as f64
+}
+
+/// Sentences: split after `.`, `!` or `?` followed by whitespace (or the end) and at line
+/// breaks; trimmed; pieces without a letter or digit dropped.
+fn split_sentences(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let (mut out, mut cur) = (Vec::new(), String::new());
+    for (i, &c) in chars.iter().enumerate() {
+        cur.push(c);
+        let end = c == '\n'
+            || (matches!(c, '.' | '!' | '?') && chars.get(i + 1).is_none_or(|d| d.is_whitespace()));
+        if end {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    out.push(cur);
+    out.into_iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| s.chars().any(char::is_alphanumeric))
+        .collect()
+}
+
+/// SelfCheck unigram passage Max: mean over the completion's sentences of the largest
+/// −ln(count / N) of the sentence's tokens.
+fn selfcheck_max(completion: &str, samples: &[String]) -> f64 {
+    let nlp = neg_logprob(completion, samples);
+    let sentences = split_sentences(completion);
+    let max_of = |s: &String| tokens(s).iter().map(&nlp).fold(f64::NEG_INFINITY, f64::max);
+    sentences.iter().map(max_of).sum::<f64>() / sentences.len() as f64
 }
 
 struct Item {
@@ -122,13 +177,22 @@ fn items(path: &std::path::Path, limit: usize) -> Vec<Item> {
         .take(limit)
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap();
-            Item { prompt: v["prompt"].as_str().unwrap().into(), completion: v["completion"].as_str().unwrap().into(), label: v["label"].as_bool().unwrap() }
+            Item {
+                prompt: v["prompt"].as_str().unwrap().into(),
+                completion: v["completion"].as_str().unwrap().into(),
+                label: v["label"].as_bool().unwrap(),
+            }
         })
         .collect()
 }
 
 /// ChainPoll score of one item under the policy: yes / (yes + no [+ unparseable]).
-fn chainpoll_score(judge: &str, metric: &str, completion: &str, count_unparseable_as_no: bool) -> Option<f64> {
+fn chainpoll_score(
+    judge: &str,
+    metric: &str,
+    completion: &str,
+    count_unparseable_as_no: bool,
+) -> Option<f64> {
     let polls: Vec<Poll> = (0..POLLS).map(|i| poll_rule(judge, metric, completion, i)).collect();
     let yes = polls.iter().filter(|p| **p == Poll::Yes).count() as f64;
     let no = polls.iter().filter(|p| **p == Poll::No).count() as f64;
@@ -159,7 +223,9 @@ fn chainpoll_run_matches_independent_computation() {
     let fake = FakeOpenAi::start_blocking(responder);
     let url = fake.base_url();
     let mut sweep = String::from("name = \"chainpoll-e2e\"\n");
-    for (name, seed, t) in [("judge-1", JUDGE_SEED, 0.7), ("judge-2", JUDGE_SEED, 0.7), ("sampler", SAMPLER_SEED, 1.0)] {
+    for (name, seed, t) in
+        [("judge-1", JUDGE_SEED, 0.7), ("judge-2", JUDGE_SEED, 0.7), ("sampler", SAMPLER_SEED, 1.0)]
+    {
         sweep.push_str(&format!(
             "[[model]]\nname = \"{name}\"\nbackend = \"openai\"\nbase_url = \"{url}\"\nmodel = \"{name}\"\nseed = {seed}\ntemperature = {t}\nmax_concurrency = 8\n\n"
         ));
@@ -175,12 +241,15 @@ fn chainpoll_run_matches_independent_computation() {
     let sweep_path = dir.path().join("chainpoll.toml");
     std::fs::write(&sweep_path, sweep).unwrap();
     let out = dir.path().join("runs");
-    run_to_end(&["run", sweep_path.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let (_, stated) =
+        run_complete(&["run", sweep_path.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     let report = read_json(&out.join("chainpoll-e2e/report.json"));
+    assert_eq!(report["jobs"]["dead_letters"], stated, "the final line's count");
     let benches = report["benchmarks"].as_array().unwrap();
     assert_eq!(benches.len(), 3);
     let mut failed_total = 0;
-    let cases: [(usize, &str, &[Item], &[&str], bool); 3] = [
+    type Case<'a> = (usize, &'a str, &'a [Item], &'a [&'a str], bool);
+    let cases: [Case; 3] = [
         (0, "judge-1", &main_items, &["correctness"], false),
         (0, "judge-2", &main_items, &["correctness"], false),
         (1, "judge-1", &ctx_items, &["correctness", "adherence"], true),
@@ -192,34 +261,64 @@ fn chainpoll_run_matches_independent_computation() {
         for (mi, metric) in metrics.iter().enumerate() {
             let m = &b["metrics"][mi];
             assert_eq!(m["metric"], *metric);
-            let scored: Vec<(bool, f64)> =
-                its.iter().filter_map(|it| chainpoll_score(judge, metric, &it.completion, as_no).map(|s| (it.label, s))).collect();
+            let scored: Vec<(bool, f64)> = its
+                .iter()
+                .filter_map(|it| {
+                    chainpoll_score(judge, metric, &it.completion, as_no).map(|s| (it.label, s))
+                })
+                .collect();
             assert_eq!(m["scored"], scored.len() as u64, "{judge} {metric}");
             let want = mann_whitney(&scored);
             let got = m["auroc"].as_f64().unwrap_or_else(|| panic!("{judge} {metric}: {m}"));
             assert!((got - want).abs() < 1e-12, "{judge} {metric}: AUROC {got} vs {want}");
-            let all: Vec<Poll> = its.iter().flat_map(|it| (0..POLLS).map(|i| poll_rule(judge, metric, &it.completion, i))).collect();
-            for (key, kind) in [("yes", Poll::Yes), ("no", Poll::No), ("unparseable", Poll::Unparseable), ("failed", Poll::Failed)] {
-                assert_eq!(m[key], all.iter().filter(|p| **p == kind).count() as u64, "{judge} {metric} {key}");
+            let all: Vec<Poll> = its
+                .iter()
+                .flat_map(|it| (0..POLLS).map(|i| poll_rule(judge, metric, &it.completion, i)))
+                .collect();
+            for (key, kind) in [
+                ("yes", Poll::Yes),
+                ("no", Poll::No),
+                ("unparseable", Poll::Unparseable),
+                ("failed", Poll::Failed),
+            ] {
+                assert_eq!(
+                    m[key],
+                    all.iter().filter(|p| **p == kind).count() as u64,
+                    "{judge} {metric} {key}"
+                );
             }
             failed_total += all.iter().filter(|p| **p == Poll::Failed).count() as u64;
         }
     }
     // The baseline (benchmark 0): samples are the sampler's, the same for both judges.
-    let pairs: Vec<(bool, f64)> = main_items
-        .iter()
-        .map(|it| {
-            let samples: Vec<String> = (1..=SAMPLES).map(|k| sample_text(&it.prompt, k)).collect();
-            (it.label, selfcheck_avg(&it.completion, &samples))
-        })
-        .collect();
-    let want = mann_whitney(&pairs);
+    let baseline_auroc = |score: fn(&str, &[String]) -> f64| {
+        let pairs: Vec<(bool, f64)> = main_items
+            .iter()
+            .map(|it| {
+                let samples: Vec<String> =
+                    (1..=SAMPLES).map(|k| sample_text(&it.prompt, k)).collect();
+                (it.label, score(&it.completion, &samples))
+            })
+            .collect();
+        mann_whitney(&pairs)
+    };
+    let (want, want_max) = (baseline_auroc(selfcheck_avg), baseline_auroc(selfcheck_max));
     for judge in ["judge-1", "judge-2"] {
         let b = benches.iter().find(|b| b["benchmark"] == 0 && b["model"] == judge).unwrap();
         let got = b["selfcheck_avg"]["auroc"].as_f64().unwrap();
         assert!((got - want).abs() < 1e-9, "SelfCheck Avg AUROC {got} vs {want}");
+        // Issue 16: the Max AUROC exactly, not only within [0, 1].
         let max = b["selfcheck_max"]["auroc"].as_f64().unwrap();
-        assert!((0.0..=1.0).contains(&max));
+        assert!((max - want_max).abs() < 1e-9, "SelfCheck Max AUROC {max} vs {want_max}");
+        // Every AUROC has its 95% DeLong interval around it.
+        let ci = &b["selfcheck_avg"]["auroc_ci95"];
+        assert_eq!((ci["method"].as_str(), ci["n"].as_u64()), (Some("delong"), Some(24)));
+        assert!(ci["low"].as_f64().unwrap() <= got && got <= ci["high"].as_f64().unwrap());
+        // The sampler (openai) doubles as the probability model, which cannot score a text.
+        let pe = &b["pseudo_entropy"];
+        assert!(pe["ranking"].is_null(), "{pe}");
+        assert!(pe["not_computed"].as_str().unwrap().contains("backend openai"), "{pe}");
+        assert_eq!(b["selfcheck_all_samples_failed"], 0);
     }
     assert!(failed_total > 0, "the rules fail no poll; that path is untested");
     assert_eq!(report["jobs"]["dead_letters"], failed_total);
@@ -228,5 +327,8 @@ fn chainpoll_run_matches_independent_computation() {
     assert_eq!(fake.call_count() as u64, expected_calls);
     let md = std::fs::read_to_string(out.join("chainpoll-e2e/report.md")).unwrap();
     assert_eq!(md.matches("chainpoll on").count(), 2);
-    assert!(md.contains("| judge | ChainPoll-correctness AUROC | ChainPoll-adherence AUROC |"), "{md}");
+    assert!(
+        md.contains("| judge | ChainPoll-correctness AUROC | ChainPoll-adherence AUROC |"),
+        "{md}"
+    );
 }

@@ -13,7 +13,9 @@ fn report_counts(report: &serde_json::Value) -> std::collections::HashMap<(Strin
     let b = &report["benchmarks"][0];
     for ty in ["hypothetical", "valid"] {
         for label in ["valid", "hallucination", "irrelevant", "judge_error", "unanswered"] {
-            let n = b["answer_labels"][ty][label].as_u64().unwrap_or_else(|| panic!("answer_labels.{ty}.{label} in {b}"));
+            let n = b["answer_labels"][ty][label]
+                .as_u64()
+                .unwrap_or_else(|| panic!("answer_labels.{ty}.{label} in {b}"));
             if n > 0 {
                 m.insert((ty.to_string(), label.to_string()), n);
             }
@@ -44,7 +46,10 @@ fn full_run_matches_independent_computation() {
     assert_eq!(report_counts(&report), expected.counts);
     let hts = b["hts"].as_f64().expect("hts");
     assert!((hts - expected.hts).abs() < 1e-9, "hts {hts} vs expected {}", expected.hts);
-    assert_eq!(b["valid_answers_to_hypothetical"].as_f64().unwrap(), (expected.hts * 60.0 / 100.0).round());
+    assert_eq!(
+        b["valid_answers_to_hypothetical"].as_f64().unwrap(),
+        (expected.hts * 60.0 / 100.0).round()
+    );
     let jobs = &report["jobs"];
     assert_eq!(jobs["dead_letters"], 0);
     assert_eq!(jobs["done"].as_u64().unwrap(), jobs["completed"].as_u64().unwrap());
@@ -52,7 +57,11 @@ fn full_run_matches_independent_computation() {
     assert_eq!(jobs["model_calls"].as_u64().unwrap(), fake.call_count() as u64);
     let labels = std::fs::read_to_string(out.join("e2e/labels.jsonl")).unwrap();
     assert_eq!(labels.lines().count(), 180);
-    eprintln!("e2e: {} jobs in {secs:.2} s = {:.0} jobs/s", fake.call_count(), fake.call_count() as f64 / secs);
+    eprintln!(
+        "e2e: {} jobs in {secs:.2} s = {:.0} jobs/s",
+        fake.call_count(),
+        fake.call_count() as f64 / secs
+    );
 }
 
 /// SIGKILL midway, run again: the run completes, the report equals an uninterrupted run's,
@@ -64,7 +73,9 @@ fn kill_and_resume_loses_nothing_and_repeats_at_most_in_flight() {
     // One fake for both runs (the endpoint is part of every job id); slow calls, so that
     // the kill lands mid-run.
     let rules = responder(question_index(&qs), None);
-    let fake = FakeOpenAi::start_blocking(move |c| Reply::Delayed(Duration::from_millis(15), Box::new(rules(c))));
+    let fake = FakeOpenAi::start_blocking(move |c| {
+        Reply::Delayed(Duration::from_millis(15), Box::new(rules(c)))
+    });
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "ref", &fake.base_url(), 180, concurrency);
     // Uninterrupted reference run.
@@ -93,7 +104,11 @@ fn kill_and_resume_loses_nothing_and_repeats_at_most_in_flight() {
     let needle = out.to_str().unwrap().to_string();
     let gone = Instant::now() + Duration::from_secs(10);
     while !processes_mentioning(&needle).is_empty() {
-        assert!(Instant::now() < gone, "processes outlived halyard run: {:?}", processes_mentioning(&needle));
+        assert!(
+            Instant::now() < gone,
+            "processes outlived halyard run: {:?}",
+            processes_mentioning(&needle)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     run_to_end(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
@@ -105,7 +120,11 @@ fn kill_and_resume_loses_nothing_and_repeats_at_most_in_flight() {
         calls_total - calls_before
     );
     assert!(extra >= 0, "fewer calls than an uninterrupted run: {extra}");
-    assert!(extra as usize <= 2 * concurrency, "{extra} repeated calls exceed the {} that can be in flight", 2 * concurrency);
+    assert!(
+        extra as usize <= 2 * concurrency,
+        "{extra} repeated calls exceed the {} that can be in flight",
+        2 * concurrency
+    );
 
     let a = read_json(&out_ref.join("ref/report.json"));
     let b = read_json(&out.join("ref/report.json"));
@@ -130,7 +149,7 @@ fn poison_job_becomes_dead_letter() {
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "poison", &fake.base_url(), 9, 4);
     let out = dir.path().join("runs");
-    run_to_end(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    run_to_end_with(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()], 1);
     let report = read_json(&out.join("poison/report.json"));
     assert_eq!(report["jobs"]["dead_letters"], 1);
     let dl = &report["dead_letters"][0];
@@ -141,7 +160,11 @@ fn poison_job_becomes_dead_letter() {
     assert_eq!(report_counts(&report), expected_paper(&qs, Some(poison)).counts);
     // A permanent error is not retried: exactly one request for the poison question.
     let poison_q = &qs[4].question;
-    let hits = fake.calls().iter().filter(|c| c.messages.last().is_some_and(|(_, m)| m == poison_q)).count();
+    let hits = fake
+        .calls()
+        .iter()
+        .filter(|c| c.messages.last().is_some_and(|(_, m)| m == poison_q))
+        .count();
     assert_eq!(hits, 1);
     let md = std::fs::read_to_string(out.join("poison/report.md")).unwrap();
     assert!(md.contains("Dead letters"), "{md}");
@@ -155,17 +178,26 @@ fn bad_sweeps_are_rejected_with_file_and_key() {
     let text = std::fs::read_to_string(&good).unwrap();
     let cases: Vec<(String, &str)> = vec![
         (text.replace("judge = \"judge-a\"", "judge = \"nobody\""), "benchmark[0].judge"),
-        (text.replace("max_tokens = 256", "max_tokens = 256\ncolour = \"red\""), "unknown field `colour`"),
+        (
+            text.replace("max_tokens = 256", "max_tokens = 256\ncolour = \"red\""),
+            "unknown field `colour`",
+        ),
         (text.replace("semantics = \"paper\"", "semantics = \"poetic\""), "benchmark[0].semantics"),
         (text.replace("limit = 3", "limit = 0"), "benchmark[0].limit"),
         (text.replace("HypoTermQA_180.jsonl", "missing.jsonl"), "benchmark[0].dataset"),
-        (text.replace("base_url = \"http://127.0.0.1:9/v1\"", "base_url = \"ftp://x\""), "model[0].base_url"),
+        (
+            text.replace("base_url = \"http://127.0.0.1:9/v1\"", "base_url = \"ftp://x\""),
+            "model[0].base_url",
+        ),
         ("name = 5".to_string(), "name"),
     ];
     for (i, (body, needle)) in cases.into_iter().enumerate() {
         let p = dir.path().join(format!("bad{i}.toml"));
         std::fs::write(&p, body).unwrap();
-        let out = halyard().args(["run", p.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()]).output().unwrap();
+        let out = halyard()
+            .args(["run", p.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "case {i} succeeded");
         assert!(err.contains(needle), "case {i}: {needle:?} not in: {err}");
@@ -176,8 +208,12 @@ fn bad_sweeps_are_rejected_with_file_and_key() {
     let first = std::fs::read_to_string(dataset()).unwrap().lines().next().unwrap().to_string();
     std::fs::write(&ds, format!("{first}\n{{\"questionId\": 2, \"question\": \n")).unwrap();
     let p = dir.path().join("badds.toml");
-    std::fs::write(&p, text.replace(&dataset().display().to_string(), ds.to_str().unwrap())).unwrap();
-    let out = halyard().args(["run", p.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()]).output().unwrap();
+    std::fs::write(&p, text.replace(&dataset().display().to_string(), ds.to_str().unwrap()))
+        .unwrap();
+    let out = halyard()
+        .args(["run", p.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("broken.jsonl") && err.contains('2'), "{err}");

@@ -73,7 +73,11 @@ fn continuation_answer(slot: &str, salt: u64) -> String {
         return "   ".into();
     }
     let beginning = slot.splitn(3, '\n').nth(2).unwrap_or("");
-    let head: String = beginning.chars().filter(|c| !matches!(c, '。' | '；' | '？' | '！')).take(30 + salt as usize).collect();
+    let head: String = beginning
+        .chars()
+        .filter(|c| !matches!(c, '。' | '；' | '？' | '！'))
+        .take(30 + salt as usize)
+        .collect();
     format!("{head}。第二句不算。")
 }
 
@@ -100,7 +104,8 @@ fn hvi_verdict(prompt: &str, sentence: &str) -> &'static str {
 
 fn responder(call: &ChatCall) -> Reply {
     let s = salt(&call.model);
-    let (first_role, first) = call.messages.first().map(|(r, c)| (r.as_str(), c.as_str())).unwrap_or(("", ""));
+    let (first_role, first) =
+        call.messages.first().map(|(r, c)| (r.as_str(), c.as_str())).unwrap_or(("", ""));
     if first_role == "system" && first.starts_with(HVI_JUDGE_SYSTEM) {
         let user = &call.messages[1].1;
         let prompt = between(user, "Prompt: \"\"\"", "\"\"\"");
@@ -198,9 +203,15 @@ fn expected_uhgeval(news: &[News], salt: u64) -> Expected {
     let mut gen: Vec<[f64; 5]> = vec![];
     for n in news {
         // Keyword level: appeared keywords excluded, first n of each class.
-        let cands: Vec<&(String, String)> = n.annotations.iter().filter(|(k, _)| !n.all_text.contains(k.as_str())).collect();
-        let yes: Vec<&str> = cands.iter().filter(|(_, j)| j.starts_with("不合理")).map(|(k, _)| k.as_str()).collect();
-        let no: Vec<&str> = cands.iter().filter(|(_, j)| j.starts_with("合理")).map(|(k, _)| k.as_str()).collect();
+        let cands: Vec<&(String, String)> =
+            n.annotations.iter().filter(|(k, _)| !n.all_text.contains(k.as_str())).collect();
+        let yes: Vec<&str> = cands
+            .iter()
+            .filter(|(_, j)| j.starts_with("不合理"))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        let no: Vec<&str> =
+            cands.iter().filter(|(_, j)| j.starts_with("合理")).map(|(k, _)| k.as_str()).collect();
         let m = yes.len().min(no.len());
         let preds: Vec<(i32, i32)> = yes[..m]
             .iter()
@@ -208,7 +219,13 @@ fn expected_uhgeval(news: &[News], salt: u64) -> Expected {
             .chain(no[..m].iter().map(|k| (0, *k)))
             .map(|(label, k)| {
                 let a = kw_answer(k, salt);
-                let p = if a.starts_with("不符合现实") { 1 } else if a.starts_with("符合现实") { 0 } else { -1 };
+                let p = if a.starts_with("不符合现实") {
+                    1
+                } else if a.starts_with("符合现实") {
+                    0
+                } else {
+                    -1
+                };
                 (label, p)
             })
             .collect();
@@ -245,14 +262,28 @@ fn expected_uhgeval(news: &[News], salt: u64) -> Expected {
         let cont = first_sentence(&answer);
         if !cont.trim().is_empty() {
             let c: Vec<char> = cont.trim().chars().collect();
-            let kws: Vec<String> = [c.iter().take(2).collect::<String>(), c.iter().skip(2).take(3).collect::<String>()]
-                .into_iter()
-                .map(|k| k.trim().to_string())
-                .filter(|k| !k.is_empty() && cont.contains(k.as_str()))
-                .collect();
-            let kwprec = if kws.is_empty() { 0.0 } else { kws.iter().filter(|k| n.remainder.contains(k.as_str())).count() as f64 / kws.len() as f64 };
+            let kws: Vec<String> = [
+                c.iter().take(2).collect::<String>(),
+                c.iter().skip(2).take(3).collect::<String>(),
+            ]
+            .into_iter()
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty() && cont.contains(k.as_str()))
+            .collect();
+            let kwprec = if kws.is_empty() {
+                0.0
+            } else {
+                kws.iter().filter(|k| n.remainder.contains(k.as_str())).count() as f64
+                    / kws.len() as f64
+            };
             let (ct, rt) = (jieba_cut(&cont), jieba_cut(&n.remainder));
-            gen.push([bleu4_paper(&ct, &rt).score, bleu4_v2(&ct, &rt).score, rouge_l(&ct, &rt).f, kwprec, cont.chars().count() as f64]);
+            gen.push([
+                bleu4_paper(&ct, &rt).score,
+                bleu4_v2(&ct, &rt).score,
+                rouge_l(&ct, &rt).f,
+                kwprec,
+                cont.chars().count() as f64,
+            ]);
         }
     }
     e.kw = (mean(&kw_acc), mean(&kw_n), kw_acc.len());
@@ -293,8 +324,19 @@ fn expected_hvi_counts(model: &str) -> (u64, u64, u64, u64, u64) {
     c
 }
 
-fn hvi_formula(u: u64, n: u64, efm: u64, esl: u64, p_efm: f64, p_esl: f64, d1: f64, d2: f64) -> f64 {
-    100.0 / (2.0 * u as f64) * ((n - efm) as f64 * (1.0 - p_efm + d1) + (n - esl) as f64 * (1.0 - p_esl + d2))
+#[allow(clippy::too_many_arguments)] // the paper's formula, term by term
+fn hvi_formula(
+    u: u64,
+    n: u64,
+    efm: u64,
+    esl: u64,
+    p_efm: f64,
+    p_esl: f64,
+    d1: f64,
+    d2: f64,
+) -> f64 {
+    100.0 / (2.0 * u as f64)
+        * ((n - efm) as f64 * (1.0 - p_efm + d1) + (n - esl) as f64 * (1.0 - p_esl + d2))
 }
 
 /// 100 labelled sentences: 40 hallucinated, 10 EFM, 5 ESL (spec §5.5).
@@ -419,7 +461,11 @@ fn mixed_sweep_matches_independent_computation() {
         close(&r["selective"]["overall"]["accuracy"], e.selective.0, "selective acc");
         assert_eq!(r["selective"]["overall"]["num"], e.selective.1);
         for (ty, (ok, valid)) in &e.selective_by_type {
-            close(&r["selective"]["by_type"][ty]["accuracy"], *ok as f64 / *valid as f64, "selective by type");
+            close(
+                &r["selective"]["by_type"][ty]["accuracy"],
+                *ok as f64 / *valid as f64,
+                "selective by type",
+            );
         }
         let g = &r["generative"];
         close(&g["overall"]["avg_bleu4"], e.generative.0, "bleu paper");
@@ -432,9 +478,13 @@ fn mixed_sweep_matches_independent_computation() {
         assert_eq!(g["bert_score"]["avg"], Value::Null);
         assert_eq!(g["bert_score"]["note"], "not computed (no embedding model configured)");
         // Each form exercised both valid and invalid answers.
-        assert!(e.kw.2 > 0 && e.sentence.1 < 20 && e.selective.1 < 20 && e.generative.5 < 20, "{e:?}");
+        assert!(
+            e.kw.2 > 0 && e.sentence.1 < 20 && e.selective.1 < 20 && e.generative.5 < 20,
+            "{e:?}"
+        );
 
-        let (u, n, efm, esl, errors) = expected_hvi_counts(if s == 0 { "fake-a" } else { "fake-b" });
+        let (u, n, efm, esl, errors) =
+            expected_hvi_counts(if s == 0 { "fake-a" } else { "fake-b" });
         let h = entry(&report, 1, model);
         assert_eq!(h["pipeline"], "hvi");
         assert_eq!(h["counts"]["sentences"], u);
@@ -460,20 +510,40 @@ fn mixed_sweep_matches_independent_computation() {
         .take(6)
         .map(|v| v["selective"]["order"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(orders, ["real_first", "hallucinated_first", "hallucinated_first", "real_first", "hallucinated_first", "hallucinated_first"]);
+    assert_eq!(
+        orders,
+        [
+            "real_first",
+            "hallucinated_first",
+            "hallucinated_first",
+            "real_first",
+            "hallucinated_first",
+            "hallucinated_first"
+        ]
+    );
     assert_eq!(report["jobs"]["dead_letters"], 0);
     assert_eq!(report["jobs"]["model_calls"].as_u64().unwrap(), fake.call_count() as u64);
     // Every uhgeval call used UHGEval's lengths: 24 tokens, 128 for generative ones.
-    let uhgeval_calls: Vec<ChatCall> =
-        fake.calls().into_iter().filter(|c| c.messages[0].1.contains("新华社") || c.messages[0].1.contains("续写评测器")).collect();
+    let uhgeval_calls: Vec<ChatCall> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.messages[0].1.contains("新华社") || c.messages[0].1.contains("续写评测器"))
+        .collect();
     assert!(uhgeval_calls.len() > 100);
     for c in &uhgeval_calls {
-        let generative = c.messages[0].1.contains("续写的文本") || c.messages[0].1.contains("<keywords>");
+        let generative =
+            c.messages[0].1.contains("续写的文本") || c.messages[0].1.contains("<keywords>");
         let head: String = c.messages[0].1.chars().take(40).collect();
         assert_eq!(c.max_tokens, Some(if generative { 128 } else { 24 }), "{head}");
     }
     let md = std::fs::read_to_string(out.join("mixed/report.md")).unwrap();
-    for needle in ["## Benchmark 0: uhgeval", "## Benchmark 1: hvi", "## Benchmark 2: hvi from labelled", "### Leaderboard", "| `model-b` |"] {
+    for needle in [
+        "## Benchmark 0: uhgeval",
+        "## Benchmark 1: hvi",
+        "## Benchmark 2: hvi from labelled",
+        "### Leaderboard",
+        "| `model-b` |",
+    ] {
         assert!(md.contains(needle), "{needle:?} not in report.md:\n{md}");
     }
 }
@@ -486,12 +556,18 @@ fn bad_uhgeval_and_hvi_sweeps_name_the_key() {
     let text = std::fs::read_to_string(&good).unwrap();
     let cases: Vec<(String, &str)> = vec![
         (text.replace("variant = \"paper\"", "variant = \"v3\""), "benchmark[0].variant"),
-        (text.replace("variant = \"paper\"", "forms = [\"keyword\", \"poem\"]"), "benchmark[0].forms[1]"),
+        (
+            text.replace("variant = \"paper\"", "forms = [\"keyword\", \"poem\"]"),
+            "benchmark[0].forms[1]",
+        ),
         (text.replace("variant = \"paper\"", "judge = \"judge-a\""), "benchmark[0].judge"),
         (text.replace("judge = \"judge-a\"\ndelta1 = 0.1", "delta1 = 0.1"), "benchmark[1].judge"),
         (text.replace("p_efm = 0.3", "p_efm = 1.5"), "benchmark[2].p_efm"),
         (text.replace("p_esl = 0.2", "p_esl = \"often\""), "benchmark[2].p_esl"),
-        (text.replace("models = [\"annotated-llm\"]", "models = [\"nobody\"]"), "benchmark[2].models[0]"),
+        (
+            text.replace("models = [\"annotated-llm\"]", "models = [\"nobody\"]"),
+            "benchmark[2].models[0]",
+        ),
         (text.replace("uhgeval_concise_sample_20.jsonl", "missing.jsonl"), "benchmark[0].dataset"),
     ];
     for (i, (body, needle)) in cases.into_iter().enumerate() {
@@ -499,8 +575,13 @@ fn bad_uhgeval_and_hvi_sweeps_name_the_key() {
     }
     // A broken dataset line is reported with its file and line.
     let ds = dir.path().join("broken.jsonl");
-    let first = std::fs::read_to_string(uhgeval_dataset()).unwrap().lines().next().unwrap().to_string();
-    std::fs::write(&ds, format!("{first}\n{}\n", first.replace("\"type\": \"doc\"", "\"type\": \"sport\""))).unwrap();
+    let first =
+        std::fs::read_to_string(uhgeval_dataset()).unwrap().lines().next().unwrap().to_string();
+    std::fs::write(
+        &ds,
+        format!("{first}\n{}\n", first.replace("\"type\": \"doc\"", "\"type\": \"sport\"")),
+    )
+    .unwrap();
     let body = text.replace(&uhgeval_dataset().display().to_string(), ds.to_str().unwrap());
     assert_sweep_rejected(dir.path(), "badds", &body, "broken.jsonl:2: field `type`");
 }

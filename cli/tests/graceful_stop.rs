@@ -44,15 +44,8 @@ fn worker(sweep: &Path, url: &str, state: &Path, grace: &str, log: &Path) -> Chi
 
 fn coordinator(sweep: &Path, url: &str, out: &Path, log: &Path) -> ChildGuard {
     let mut c = halyard();
-    c.args([
-        "coordinator",
-        sweep.to_str().unwrap(),
-        "--nats",
-        url,
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .stderr(std::fs::File::create(log).unwrap());
+    c.args(["coordinator", sweep.to_str().unwrap(), "--nats", url, "--out", out.to_str().unwrap()])
+        .stderr(std::fs::File::create(log).unwrap());
     ChildGuard::spawn(c)
 }
 
@@ -96,9 +89,8 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
     let started = fake.call_count();
     let t = Instant::now();
     w.signal(libc::SIGTERM);
-    let status = w
-        .wait_timeout(Duration::from_secs(15))
-        .expect("worker did not stop within its grace");
+    let status =
+        w.wait_timeout(Duration::from_secs(15)).expect("worker did not stop within its grace");
     let took = t.elapsed();
     assert!(
         status.success(),
@@ -111,10 +103,7 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
         took >= Duration::from_millis(300),
         "exited after {took:?}: did it wait for its calls?"
     );
-    assert!(
-        fake.call_count() <= started + 2 * CONCURRENCY,
-        "calls started after the signal"
-    );
+    assert!(fake.call_count() <= started + 2 * CONCURRENCY, "calls started after the signal");
     let after_1 = fake.call_count();
     coord.signal(libc::SIGTERM);
     let status = coord.wait_timeout(Duration::from_secs(30)).expect("coordinator did not stop");
@@ -129,9 +118,8 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
     let abandoned_2 = fake.call_count() - after_1;
     let t = Instant::now();
     w.signal(libc::SIGTERM);
-    let status = w
-        .wait_timeout(Duration::from_secs(15))
-        .expect("worker ignored its grace deadline");
+    let status =
+        w.wait_timeout(Duration::from_secs(15)).expect("worker ignored its grace deadline");
     let took = t.elapsed();
     assert!(
         status.success(),
@@ -151,15 +139,11 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
     let abandoned_3 = fake.call_count() - after_2;
     w.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        w.try_wait().is_none(),
-        "exited on the first signal although its grace is 60 s"
-    );
+    assert!(w.try_wait().is_none(), "exited on the first signal although its grace is 60 s");
     let t = Instant::now();
     w.signal(libc::SIGTERM);
-    let status = w
-        .wait_timeout(Duration::from_secs(5))
-        .expect("second signal did not end the worker");
+    let status =
+        w.wait_timeout(Duration::from_secs(5)).expect("second signal did not end the worker");
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(t.elapsed() < Duration::from_secs(2), "second signal took {:?}", t.elapsed());
 
@@ -168,23 +152,13 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
     gate.open();
     let mut w = worker(&sweep, &url, &state, "10", &d.join("w4.log"));
     let status = coord.wait_timeout(Duration::from_secs(120)).expect("the run did not finish");
-    assert!(
-        status.success(),
-        "{}",
-        std::fs::read_to_string(d.join("coord-2.log")).unwrap()
-    );
+    assert!(status.success(), "{}", std::fs::read_to_string(d.join("coord-2.log")).unwrap());
     w.signal(libc::SIGTERM);
-    assert!(w
-        .wait_timeout(Duration::from_secs(30))
-        .expect("worker did not stop")
-        .success());
+    assert!(w.wait_timeout(Duration::from_secs(30)).expect("worker did not stop").success());
 
     let a = read_json(&d.join("ref/graceful/report.json"));
     let b = read_json(&out.join("graceful/report.json"));
-    assert_eq!(
-        a["benchmarks"], b["benchmarks"],
-        "report differs from the uninterrupted run's"
-    );
+    assert_eq!(a["benchmarks"], b["benchmarks"], "report differs from the uninterrupted run's");
     assert_eq!(
         std::fs::read_to_string(d.join("ref/graceful/labels.jsonl")).unwrap(),
         std::fs::read_to_string(out.join("graceful/labels.jsonl")).unwrap()
@@ -195,4 +169,49 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
         extra >= 0 && extra as usize <= abandoned_2 + abandoned_3,
         "{extra} repeated calls, {abandoned_2} + {abandoned_3} abandoned"
     );
+}
+
+/// A process still waiting for its broker stops on the first SIGTERM: a worker exits 0
+/// (it held nothing), a coordinator 130 with a line saying nothing had started.
+#[test]
+fn a_stop_while_waiting_for_the_broker_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("nats://127.0.0.1:{}", halyard_tests::free_port());
+    let sweep = noop_sweep(dir.path(), "x", 10);
+    let state = dir.path().join("w");
+    let out = dir.path().join("runs");
+    for (args, code) in [
+        (vec!["worker", "--nats", &url, "--pool", "p=1", "--state", state.to_str().unwrap()], 0),
+        (
+            vec![
+                "coordinator",
+                sweep.to_str().unwrap(),
+                "--nats",
+                &url,
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            130,
+        ),
+    ] {
+        let log = dir.path().join(format!("{}.log", args[0]));
+        let mut cmd = halyard();
+        cmd.args(&args).args(["--metrics", "off"]).stderr(std::fs::File::create(&log).unwrap());
+        let mut p = halyard_tests::ChildGuard::spawn(cmd);
+        // Wait until it is retrying the connection (the handlers are installed by then).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("broker not reachable yet")
+        {
+            assert!(std::time::Instant::now() < deadline, "{}: never tried the broker", args[0]);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        p.signal(libc::SIGTERM);
+        let st =
+            p.wait_timeout(std::time::Duration::from_secs(10)).expect("did not stop on SIGTERM");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(st.code(), Some(code), "{}: {text}", args[0]);
+        assert!(text.contains("before the broker"), "{text}");
+    }
 }

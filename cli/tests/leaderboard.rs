@@ -11,7 +11,11 @@ use halyard_tests::FakeOpenAi;
 
 fn report(args: &[&str]) -> (bool, String, String) {
     let out = halyard().arg("report").args(args).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn hts(run: &Path) -> f64 {
@@ -27,7 +31,9 @@ fn leaderboard_merges_runs_and_warns_on_mixed_semantics() {
     let o = out.to_str().unwrap();
     let paper = write_sweep(dir.path(), "lb-paper", &fake.base_url(), 15, 2);
     let reference = write_sweep(dir.path(), "lb-ref", &fake.base_url(), 15, 2);
-    let text = std::fs::read_to_string(&reference).unwrap().replace("semantics = \"paper\"", "semantics = \"reference\"");
+    let text = std::fs::read_to_string(&reference)
+        .unwrap()
+        .replace("semantics = \"paper\"", "semantics = \"reference\"");
     std::fs::write(&reference, text).unwrap();
     // Another model under test (it answers with the same fake, fewer questions).
     let other = write_sweep(dir.path(), "lb-other", &fake.base_url(), 10, 2);
@@ -40,7 +46,8 @@ fn leaderboard_merges_runs_and_warns_on_mixed_semantics() {
 
     // Same judge and semantics, different question sets: warned about that only.
     let lb1 = dir.path().join("lb1");
-    let (ok, md, err) = report(&[a.to_str().unwrap(), b.to_str().unwrap(), "--out", lb1.to_str().unwrap()]);
+    let (ok, md, err) =
+        report(&[a.to_str().unwrap(), b.to_str().unwrap(), "--out", lb1.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert!(md.contains("different semantics (paper, reference)"), "{md}");
     assert!(err.contains("different semantics"), "warning not logged: {err}");
@@ -48,12 +55,23 @@ fn leaderboard_merges_runs_and_warns_on_mixed_semantics() {
 
     // Three runs: ranked by the HTS each report holds.
     let lb2 = dir.path().join("lb2");
-    let (ok, md, err) = report(&[a.to_str().unwrap(), b.to_str().unwrap(), c.to_str().unwrap(), "--out", lb2.to_str().unwrap()]);
+    let (ok, md, err) = report(&[
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        c.to_str().unwrap(),
+        "--out",
+        lb2.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     // Best HTS first; ties by model, then run.
-    let mut want: Vec<(f64, &str, &str)> = vec![(hts(&a), "model-a", "lb-paper"), (hts(&b), "model-a", "lb-ref"), (hts(&c), "model-b", "lb-other")];
+    let mut want: Vec<(f64, &str, &str)> = vec![
+        (hts(&a), "model-a", "lb-paper"),
+        (hts(&b), "model-a", "lb-ref"),
+        (hts(&c), "model-b", "lb-other"),
+    ];
     want.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(y.1)).then(x.2.cmp(y.2)));
-    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| rank")).collect();
+    let rows: Vec<&str> =
+        md.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| rank")).collect();
     assert_eq!(rows.len(), 3, "{md}");
     for (i, (h, model, run)) in want.iter().enumerate() {
         let cells: Vec<&str> = rows[i].split('|').map(str::trim).collect();

@@ -61,7 +61,14 @@ fn smollm2_answers_and_judges_and_reruns_from_checkpoint() {
     let sweep = local_sweep(dir.path(), "local", 3, "");
     let ckpt = dir.path().join("ckpt");
     let args = |out: &str| {
-        vec!["run".to_string(), sweep.display().to_string(), "--out".into(), dir.path().join(out).display().to_string(), "--checkpoint".into(), ckpt.display().to_string()]
+        vec![
+            "run".to_string(),
+            sweep.display().to_string(),
+            "--out".into(),
+            dir.path().join(out).display().to_string(),
+            "--checkpoint".into(),
+            ckpt.display().to_string(),
+        ]
     };
     let a1 = args("first");
     run_to_end(&a1.iter().map(String::as_str).collect::<Vec<_>>());
@@ -75,13 +82,19 @@ fn smollm2_answers_and_judges_and_reruns_from_checkpoint() {
     for line in labels1.lines() {
         let l: serde_json::Value = serde_json::from_str(line).unwrap();
         let answer = l["answer"].as_str().expect("answered");
-        assert!(answer.chars().filter(|c| c.is_alphabetic()).count() >= 3, "not model text: {answer:?}");
+        assert!(
+            answer.chars().filter(|c| c.is_alphabetic()).count() >= 3,
+            "not model text: {answer:?}"
+        );
         assert_ne!(l["answer_label"], "unanswered");
     }
     let b = &r1["benchmarks"][0];
     let counted: u64 = ["hypothetical", "valid"]
         .iter()
-        .flat_map(|t| ["valid", "hallucination", "irrelevant", "judge_error"].map(|k| b["answer_labels"][t][k].as_u64().unwrap()))
+        .flat_map(|t| {
+            ["valid", "hallucination", "irrelevant", "judge_error"]
+                .map(|k| b["answer_labels"][t][k].as_u64().unwrap())
+        })
         .sum();
     assert_eq!(counted, 3, "every question labelled, judge errors included: {b}");
 
@@ -92,11 +105,17 @@ fn smollm2_answers_and_judges_and_reruns_from_checkpoint() {
     assert_eq!(r2["jobs"]["model_calls"], 0, "{}", r2["jobs"]);
     assert_eq!(r2["jobs"]["cache_hits"], r1["jobs"]["done"]);
     assert_eq!(r2["benchmarks"], r1["benchmarks"]);
-    assert_eq!(std::fs::read_to_string(dir.path().join("second/local/labels.jsonl")).unwrap(), labels1);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("second/local/labels.jsonl")).unwrap(),
+        labels1
+    );
 }
 
 fn run_fails(sweep: &Path, out: &Path) -> String {
-    let o = halyard().args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]).output().unwrap();
+    let o = halyard()
+        .args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(!o.status.success(), "run succeeded");
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -112,11 +131,22 @@ fn bad_model_files_fail_with_the_file_named() {
     let truncated = dir.path().join("cut.gguf");
     std::fs::write(&truncated, &std::fs::read(model()).unwrap()[..3_000_000]).unwrap();
     let missing = dir.path().join("absent.gguf");
-    for (i, (file, needle)) in [(&missing, "No such file"), (&notes, "not a GGUF file"), (&truncated, "could not load")].into_iter().enumerate() {
+    for (i, (file, needle)) in
+        [(&missing, "No such file"), (&notes, "not a GGUF file"), (&truncated, "could not load")]
+            .into_iter()
+            .enumerate()
+    {
         let s = dir.path().join(format!("bad{i}.toml"));
-        std::fs::write(&s, base.replace(&model().display().to_string(), &file.display().to_string())).unwrap();
+        std::fs::write(
+            &s,
+            base.replace(&model().display().to_string(), &file.display().to_string()),
+        )
+        .unwrap();
         let err = run_fails(&s, &dir.path().join("out"));
-        assert!(err.contains(&file.display().to_string()) && err.contains(needle), "case {i}: {err}");
+        assert!(
+            err.contains(&file.display().to_string()) && err.contains(needle),
+            "case {i}: {err}"
+        );
     }
 }
 
@@ -128,7 +158,22 @@ fn gpu_placement_needs_cuda_and_names_the_pool() {
     let s = local_sweep(dir.path(), "gpu", 1, "gpu = 0");
     let err = run_fails(&s, &dir.path().join("out"));
     assert!(err.contains("cuda") && err.contains("GPU 0"), "{err}");
-    let o = halyard().args(["worker", "--nats", "nats://127.0.0.1:9", "--sweep", s.to_str().unwrap(), "--gpu", "0"]).output().unwrap();
+    let o = halyard()
+        .args([
+            "worker",
+            "--nats",
+            "nats://127.0.0.1:9",
+            "--sweep",
+            s.to_str().unwrap(),
+            "--gpu",
+            "0",
+        ])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--features cuda"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--features cuda"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -3,28 +3,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use halyard_tests::prometheus::{self, Scrape};
+use halyard_tests::prometheus::{self, scrape, Scrape};
 use halyard_tests::{free_port, ChildGuard, FakeOpenAi, Reply};
-
-/// GET http://addr/metrics: (content type, body), or None if nobody answers.
-fn scrape(port: u16) -> Option<(String, String)> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let ctype = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type:").map(|v| v.trim().to_string()))?;
-    // Chunked or not, axum sends this small body in one piece with a content-length.
-    Some((ctype, body.to_string()))
-}
 
 fn get(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
     s.sum(name, labels)
@@ -40,18 +25,31 @@ fn metrics_endpoint_scrapes_during_a_run() {
     let l = limited.clone();
     let fake = FakeOpenAi::start_blocking(move |c| {
         if !l.swap(true, Ordering::SeqCst) {
-            return Reply::Status { code: 429, body: "slow down".into(), retry_after: Some("1".into()) };
+            return Reply::Status {
+                code: 429,
+                body: "slow down".into(),
+                retry_after: Some("1".into()),
+            };
         }
         Reply::Delayed(Duration::from_millis(30), Box::new(rules(c)))
     });
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "m", &fake.base_url(), 30, 2);
-    let text = std::fs::read_to_string(&sweep).unwrap().replace("max_tokens = 256", "max_tokens = 256\nprice = { input = 3.0, output = 15.0 }");
+    let text = std::fs::read_to_string(&sweep)
+        .unwrap()
+        .replace("max_tokens = 256", "max_tokens = 256\nprice = { input = 3.0, output = 15.0 }");
     std::fs::write(&sweep, text).unwrap();
     let out = dir.path().join("runs");
     let port = free_port();
     let mut cmd = halyard();
-    cmd.args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap(), "--metrics", &format!("127.0.0.1:{port}")]);
+    cmd.args([
+        "run",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--metrics",
+        &format!("127.0.0.1:{port}"),
+    ]);
     let mut child = ChildGuard::spawn(cmd);
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut scrapes: Vec<Scrape> = Vec::new();
@@ -63,7 +61,8 @@ fn metrics_endpoint_scrapes_during_a_run() {
         }
         if let Some((ctype, body)) = scrape(port) {
             assert!(ctype.starts_with("text/plain") && ctype.contains("version=0.0.4"), "{ctype}");
-            let s = prometheus::parse(&body).unwrap_or_else(|e| panic!("bad exposition: {e}\n{body}"));
+            let s =
+                prometheus::parse(&body).unwrap_or_else(|e| panic!("bad exposition: {e}\n{body}"));
             let done = get(&s, "halyard_items", &[("state", "done")]);
             let total = get(&s, "halyard_items", &[("state", "total")]);
             if total == 30.0 && done > 0.0 && done < total {
@@ -100,12 +99,17 @@ fn metrics_endpoint_scrapes_during_a_run() {
     }
     // Counters never go down between scrapes.
     for w in scrapes.windows(2) {
-        for name in ["halyard_model_calls_total", "halyard_tokens_total", "halyard_worker_calls_total"] {
+        for name in
+            ["halyard_model_calls_total", "halyard_tokens_total", "halyard_worker_calls_total"]
+        {
             assert!(get(&w[1], name, &[]) >= get(&w[0], name, &[]), "{name} went down");
         }
     }
     // The 429 was seen and retried.
-    assert!(scrapes.iter().any(|s| get(s, "halyard_worker_rate_limited_total", &[]) >= 1.0), "429 not counted");
+    assert!(
+        scrapes.iter().any(|s| get(s, "halyard_worker_rate_limited_total", &[]) >= 1.0),
+        "429 not counted"
+    );
     assert!(get(last, "halyard_model_retries_total", &[]) >= 1.0);
     // The last scrape (taken at most 100 ms before the end) agrees with the report where
     // it had the whole run; totals can only lag.
@@ -114,10 +118,17 @@ fn metrics_endpoint_scrapes_during_a_run() {
     assert!(prompt <= report["jobs"]["prompt_tokens"].as_f64().unwrap());
     if done == 30.0 {
         assert_eq!(prompt, report["jobs"]["prompt_tokens"].as_f64().unwrap());
-        assert_eq!(get(last, "halyard_tokens_total", &[("kind", "completion")]), report["jobs"]["completion_tokens"].as_f64().unwrap());
+        assert_eq!(
+            get(last, "halyard_tokens_total", &[("kind", "completion")]),
+            report["jobs"]["completion_tokens"].as_f64().unwrap()
+        );
         let cost = get(last, "halyard_cost_usd_total", &[("model", "model-a")]);
         assert!((cost - report["costs"]["by_model"][0]["cost"].as_f64().unwrap()).abs() < 1e-9);
-        assert_eq!(get(last, "halyard_cost_usd_total", &[("model", "judge-a")]), 0.0, "unpriced model has a cost");
+        assert_eq!(
+            get(last, "halyard_cost_usd_total", &[("model", "judge-a")]),
+            0.0,
+            "unpriced model has a cost"
+        );
     }
     assert!(get(last, "halyard_model_call_latency_seconds_count", &[("model", "model-a")]) > 0.0);
 }

@@ -18,12 +18,17 @@ fn priced_sweep(dir: &Path, name: &str, base_url: &str, limit: usize, second: bo
     let text = std::fs::read_to_string(&p).unwrap();
     let mut text = text
         .replace("max_tokens = 256", "max_tokens = 256\nprice = { input = 2.0, output = 8.0 }")
-        .replace("model = \"fake-judge\"", "model = \"fake-judge\"\nprice = { input = 1.0, output = 1.0 }");
+        .replace(
+            "model = \"fake-judge\"",
+            "model = \"fake-judge\"\nprice = { input = 1.0, output = 1.0 }",
+        );
     if second {
         let b = format!(
             "[[model]]\nname = \"model-b\"\nbackend = \"openai\"\nbase_url = \"{base_url}\"\nmodel = \"fake-model-b\"\nmax_tokens = 256\nprice = {{ input = 2.0, output = 8.0 }}\n\n[[benchmark]]"
         );
-        text = text.replace("[[benchmark]]", &b).replace("models = [\"model-a\"]", "models = [\"model-a\", \"model-b\"]");
+        text = text
+            .replace("[[benchmark]]", &b)
+            .replace("models = [\"model-a\"]", "models = [\"model-a\", \"model-b\"]");
     }
     std::fs::write(&p, text).unwrap();
     p
@@ -48,9 +53,13 @@ fn report_html_renders_in_chromium_with_costs() {
     let dir = tempfile::tempdir().unwrap();
     let sweep = priced_sweep(dir.path(), "html", &fake.base_url(), 30, true);
     let out = dir.path().join("runs");
-    run_to_end(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let (_, stated) =
+        run_complete(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     let run = out.join("html");
     let report = read_json(&run.join("report.json"));
+    // The poison question's jobs are dead letters: the run says how many (exit 4).
+    let listed = report["dead_letters"].as_array().map_or(0, |d| d.len()) as u64;
+    assert!(listed > 0 && stated == listed, "{stated} stated, {listed} listed");
 
     // Cost accounting: per (model, stage), against the totals computed from stored results.
     let costs = &report["costs"];
@@ -58,13 +67,20 @@ fn report_html_renders_in_chromium_with_costs() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["model"].as_str().unwrap().to_string(), c["stage"].as_str().unwrap().to_string()))
+        .map(|c| {
+            (c["model"].as_str().unwrap().to_string(), c["stage"].as_str().unwrap().to_string())
+        })
         .collect();
     assert!(stages.contains(&("model-a".into(), "answer".into())), "{stages:?}");
     assert!(stages.iter().any(|(m, s)| m == "judge-a" && s != "answer"), "{stages:?}");
     assert!(stages.contains(&("model-b".into(), "answer".into())), "{stages:?}");
-    assert!(stages.iter().all(|(m, _)| ["model-a", "model-b", "judge-a"].contains(&m.as_str())), "unattributed jobs: {stages:?}");
-    let sum = |k: &str| costs["by_model"].as_array().unwrap().iter().map(|c| c[k].as_u64().unwrap()).sum::<u64>();
+    assert!(
+        stages.iter().all(|(m, _)| ["model-a", "model-b", "judge-a"].contains(&m.as_str())),
+        "unattributed jobs: {stages:?}"
+    );
+    let sum = |k: &str| {
+        costs["by_model"].as_array().unwrap().iter().map(|c| c[k].as_u64().unwrap()).sum::<u64>()
+    };
     assert_eq!(sum("prompt_tokens"), report["jobs"]["prompt_tokens"].as_u64().unwrap());
     assert_eq!(sum("completion_tokens"), report["jobs"]["completion_tokens"].as_u64().unwrap());
     // Every request the fake saw, but the poison ones (one call each: HTTP 400 is not
@@ -75,7 +91,9 @@ fn report_html_renders_in_chromium_with_costs() {
     let mut expected_total = 0.0;
     for c in costs["by_model"].as_array().unwrap() {
         let (pi, po) = if c["model"] == "judge-a" { (1.0, 1.0) } else { (2.0, 8.0) };
-        let want = (c["prompt_tokens"].as_f64().unwrap() * pi + c["completion_tokens"].as_f64().unwrap() * po) / 1e6;
+        let want = (c["prompt_tokens"].as_f64().unwrap() * pi
+            + c["completion_tokens"].as_f64().unwrap() * po)
+            / 1e6;
         assert!((c["cost"].as_f64().unwrap() - want).abs() < 1e-9, "{c}");
         assert!(want > 0.0);
         expected_total += want;
@@ -91,17 +109,33 @@ fn report_html_renders_in_chromium_with_costs() {
     }
     let segments = html.matches("<rect class=\"seg ").count();
     assert!(segments >= 8, "{segments} segments");
-    assert!(html.contains("Answers to hypothetical questions") && html.contains("Answers to valid questions"));
+    assert!(
+        html.contains("Answers to hypothetical questions")
+            && html.contains("Answers to valid questions")
+    );
     assert!(html.contains(&format!("Dead letters ({dead})")));
     // A segment links to its rows: the anchor exists and lists real labels.jsonl lines.
-    let labels: Vec<serde_json::Value> =
-        std::fs::read_to_string(run.join("labels.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let unanswered = labels.iter().position(|l| l["answer_label"] == "unanswered").expect("the poison question");
-    let group = if labels[unanswered]["question_type"] == "hypothetical" { "hypothetical" } else { "valid" };
+    let labels: Vec<serde_json::Value> = std::fs::read_to_string(run.join("labels.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let unanswered =
+        labels.iter().position(|l| l["answer_label"] == "unanswered").expect("the poison question");
+    let group = if labels[unanswered]["question_type"] == "hypothetical" {
+        "hypothetical"
+    } else {
+        "valid"
+    };
     let anchor = format!("s-0-{group}-unanswered");
     assert!(html.contains(&format!("href=\"#{anchor}\"")), "no link to {anchor}");
     let details = &html[html.find(&format!("id=\"{anchor}\"")).expect("anchor target")..];
-    assert!(details[..details.find("</details>").unwrap()].contains(&format!(">{}</a>", unanswered + 1)), "line {} not listed", unanswered + 1);
+    assert!(
+        details[..details.find("</details>").unwrap()]
+            .contains(&format!(">{}</a>", unanswered + 1)),
+        "line {} not listed",
+        unanswered + 1
+    );
 
     let Some(bin) = chromium() else { return };
     let attr = render_check(&bin, &run.join("report.html"));
@@ -139,7 +173,10 @@ fn max_cost_stops_and_resumes() {
     let sweep = priced_sweep(dir.path(), "capped", &fake.base_url(), 30, false);
     let out = dir.path().join("runs");
     let limit = "0.0005";
-    let first = halyard().args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap(), "--max-cost", limit]).output().unwrap();
+    let first = halyard()
+        .args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap(), "--max-cost", limit])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&first.stderr);
     assert_eq!(first.status.code(), Some(3), "{err}");
     assert!(err.contains("cost limit reached"), "{err}");
@@ -149,9 +186,20 @@ fn max_cost_stops_and_resumes() {
     run_to_end(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     let report = read_json(&out.join("capped/report.json"));
     let calls_total = fake.call_count();
-    assert!(calls_first < calls_total, "the capped run did everything: {calls_first} of {calls_total} calls");
-    let calls: u64 = report["costs"]["by_model"].as_array().unwrap().iter().map(|c| c["calls"].as_u64().unwrap()).sum();
+    assert!(
+        calls_first < calls_total,
+        "the capped run did everything: {calls_first} of {calls_total} calls"
+    );
+    let calls: u64 = report["costs"]["by_model"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["calls"].as_u64().unwrap())
+        .sum();
     assert_eq!(calls, calls_total as u64, "the cost totals carried over from the capped run");
     assert!(report["costs"]["total"].as_f64().unwrap() >= 0.0005);
-    assert_eq!(std::fs::read_to_string(out.join("capped/labels.jsonl")).unwrap().lines().count(), 30);
+    assert_eq!(
+        std::fs::read_to_string(out.join("capped/labels.jsonl")).unwrap().lines().count(),
+        30
+    );
 }

@@ -17,18 +17,19 @@ fn retry_failed_requeues_dead_letters_and_the_rerun_completes_them() {
     let poison = qs[4].id;
     let poison_q = qs[4].question.clone();
     let on = Arc::new(AtomicBool::new(true));
-    let (with, without) = (
-        responder(question_index(&qs), Some(poison)),
-        responder(question_index(&qs), None),
-    );
+    let (with, without) =
+        (responder(question_index(&qs), Some(poison)), responder(question_index(&qs), None));
     let flag = on.clone();
-    let fake = FakeOpenAi::start_blocking(move |c| if flag.load(Ordering::SeqCst) { with(c) } else { without(c) });
+    let fake =
+        FakeOpenAi::start_blocking(
+            move |c| if flag.load(Ordering::SeqCst) { with(c) } else { without(c) },
+        );
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "retry", &fake.base_url(), 9, 4);
     let out = dir.path().join("runs");
     let run_dir = out.join("retry");
     let args = ["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()];
-    run_to_end(&args);
+    run_to_end_with(&args, 1);
     let report = read_json(&run_dir.join("report.json"));
     assert_eq!(report["jobs"]["dead_letters"], 1);
     assert_eq!(halyard_coordinator::dead_letters::count(&run_dir).unwrap(), 1);
@@ -37,7 +38,9 @@ fn retry_failed_requeues_dead_letters_and_the_rerun_completes_them() {
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(listed.contains("1 dead letter(s)"), "{listed}");
     assert!(
-        listed.contains("stage answer") && listed.contains("attempts 1") && listed.contains("HTTP 400"),
+        listed.contains("stage answer")
+            && listed.contains("attempts 1")
+            && listed.contains("HTTP 400"),
         "{listed}"
     );
     assert!(listed.contains("poison"), "last error not shown: {listed}");
@@ -83,10 +86,7 @@ fn retry_failed_requeues_dead_letters_and_the_rerun_completes_them() {
 
     let nothing = run_to_end(&["retry-failed", run_dir.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&nothing.stdout).contains("no dead letters"));
-    let bad = halyard()
-        .args(["retry-failed", dir.path().to_str().unwrap()])
-        .output()
-        .unwrap();
+    let bad = halyard().args(["retry-failed", dir.path().to_str().unwrap()]).output().unwrap();
     assert!(!bad.status.success());
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("not a run directory"),

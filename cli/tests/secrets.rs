@@ -40,17 +40,27 @@ fn planted_api_key_never_reaches_logs_state_or_reports() {
     let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), Some(qs[2].id)));
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "secret", &fake.base_url(), 9, 2);
-    let text = std::fs::read_to_string(&sweep).unwrap().replace("backend = \"openai\"", "backend = \"openai\"\napi_key_env = \"HALYARD_PLANTED_KEY\"");
+    let text = std::fs::read_to_string(&sweep).unwrap().replace(
+        "backend = \"openai\"",
+        "backend = \"openai\"\napi_key_env = \"HALYARD_PLANTED_KEY\"",
+    );
     std::fs::write(&sweep, text).unwrap();
     let out = dir.path().join("runs");
     let port = free_port();
     let mut cmd = halyard();
-    cmd.args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap(), "--log-format", "json"])
-        .args(["--metrics", &format!("127.0.0.1:{port}")])
-        .env("HALYARD_PLANTED_KEY", KEY)
-        .env("HALYARD_LOG", "debug")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    cmd.args([
+        "run",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--log-format",
+        "json",
+    ])
+    .args(["--metrics", &format!("127.0.0.1:{port}")])
+    .env("HALYARD_PLANTED_KEY", KEY)
+    .env("HALYARD_LOG", "debug")
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
     let mut child = halyard_tests::ChildGuard::spawn(cmd);
     // Drain both pipes from the start: debug logs fill a pipe buffer in well under a
     // second, and a child blocked on a full stderr cannot answer the scrape below.
@@ -75,20 +85,29 @@ fn planted_api_key_never_reaches_logs_state_or_reports() {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let status = child.wait_timeout(std::time::Duration::from_secs(300)).expect("the run did not end within 5 min");
+    let status = child
+        .wait_timeout(std::time::Duration::from_secs(300))
+        .expect("the run did not end within 5 min");
     let run_stdout = stdout_reader.join().unwrap();
     let run_stderr = stderr_reader.join().unwrap();
     let stderr = String::from_utf8_lossy(&run_stderr);
-    assert!(status.success(), "{stderr}");
+    // Complete, with or without dead letters (exit 0 or 4).
+    assert!(matches!(status.code(), Some(0 | 4)), "{status:?}: {stderr}");
 
     // The key was really in play: every request carried it.
     let calls = fake.calls();
     assert!(!calls.is_empty());
-    assert!(calls.iter().all(|c| c.authorization.as_deref() == Some(&format!("Bearer {KEY}"))), "the key was not sent");
+    assert!(
+        calls.iter().all(|c| c.authorization.as_deref() == Some(&format!("Bearer {KEY}"))),
+        "the key was not sent"
+    );
     // Logs were written, at debug level, as JSON.
     assert!(stderr.lines().count() > 20 && stderr.contains("\"level\":\"DEBUG\""), "{stderr}");
 
-    let status_out = halyard().args(["status", "--out", out.to_str().unwrap(), "secret", "--json"]).output().unwrap();
+    let status_out = halyard()
+        .args(["status", "--out", out.to_str().unwrap(), "secret", "--json"])
+        .output()
+        .unwrap();
     assert!(status_out.status.success());
     for (what, text) in [
         ("stdout", String::from_utf8_lossy(&run_stdout).into_owned()),

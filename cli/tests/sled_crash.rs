@@ -42,13 +42,11 @@ fn completion(i: u64) -> Completion {
     // Sizes vary so that records straddle sled's segments now and then.
     Completion {
         text: format!("completion {i} {}", "x".repeat((i % 97) as usize * 40)),
-        usage: Usage {
-            prompt_tokens: i,
-            completion_tokens: i / 2,
-        },
+        usage: Usage { prompt_tokens: i, completion_tokens: i / 2 },
         latency_ms: i % 1000,
         finish_reason: Some("stop".into()),
         calls: 1,
+        logprobs: None,
     }
 }
 
@@ -69,16 +67,14 @@ fn result(i: u64) -> JobResult {
 /// stdout naming a record once it is durable.
 #[test]
 fn sled_crash_child() {
-    let (Some(dir), Some(start)) = (std::env::var_os(CHILD_DIR), std::env::var(CHILD_START).ok()) else {
+    let (Some(dir), Some(start)) = (std::env::var_os(CHILD_DIR), std::env::var(CHILD_START).ok())
+    else {
         return;
     };
     let dir = std::path::PathBuf::from(dir);
     let start: u64 = start.parse().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async move {
         let cp = Checkpoint::open(&dir.join("checkpoint")).unwrap();
         let mut tasks = Vec::new();
@@ -145,16 +141,14 @@ fn run_child(dir: &Path, start: u64, kill_after: Duration) -> Acked {
             .filter_map(|n| n.parse().ok())
             .collect::<Vec<u64>>()
     };
-    Acked {
-        checkpoint: pick("cp "),
-        state: pick("st "),
-    }
+    Acked { checkpoint: pick("cp "), state: pick("st ") }
 }
 
 fn verify(dir: &Path, all_cp: &[u64], all_st: &[u64], tried_up_to: u64) -> (usize, usize) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let cp = Checkpoint::open(&dir.join("checkpoint")).expect("the checkpoint reopens after a crash");
+        let cp = Checkpoint::open(&dir.join("checkpoint"))
+            .expect("the checkpoint reopens after a crash");
         for &i in all_cp {
             let got = cp
                 .get(&id(i))
@@ -208,14 +202,11 @@ fn crash_loop(iterations: u64, seed: u64) {
 
 #[test]
 fn sled_crash_loop() {
-    let iterations = std::env::var("HALYARD_CRASH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4);
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
+    let iterations =
+        std::env::var("HALYARD_CRASH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    let seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+            as u64;
     crash_loop(iterations, seed);
 }
 

@@ -12,7 +12,11 @@ use serde_json::Value;
 
 fn status(args: &[&str]) -> (bool, String, String) {
     let out = halyard().arg("status").args(args).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn spawn(args: &[&str], log: &Path) -> ChildGuard {
@@ -27,7 +31,9 @@ fn spawn(args: &[&str], log: &Path) -> ChildGuard {
 fn status_over_nats_shows_progress_and_live_workers() {
     let qs = load_questions(24);
     let rules = responder(question_index(&qs), None);
-    let fake = FakeOpenAi::start_blocking(move |c| Reply::Delayed(Duration::from_millis(150), Box::new(rules(c))));
+    let fake = FakeOpenAi::start_blocking(move |c| {
+        Reply::Delayed(Duration::from_millis(150), Box::new(rules(c)))
+    });
     let nats = NatsServer::start();
     let url = nats.url();
     let dir = tempfile::tempdir().unwrap();
@@ -41,9 +47,24 @@ fn status_over_nats_shows_progress_and_live_workers() {
     let (ok, _, err) = status(&["--nats", &url, "watched"]);
     assert!(!ok && err.contains("no run \"watched\""), "{err}");
 
-    let mut coord = spawn(&["coordinator", s, "--nats", &url, "--out", o, "--metrics", "off"], &dir.path().join("c.log"));
+    let mut coord = spawn(
+        &["coordinator", s, "--nats", &url, "--out", o, "--metrics", "off"],
+        &dir.path().join("c.log"),
+    );
     let mut worker = spawn(
-        &["worker", "--nats", &url, "--sweep", s, "--state", state.to_str().unwrap(), "--id", "w-status-test", "--metrics", "off"],
+        &[
+            "worker",
+            "--nats",
+            &url,
+            "--sweep",
+            s,
+            "--state",
+            state.to_str().unwrap(),
+            "--id",
+            "w-status-test",
+            "--metrics",
+            "off",
+        ],
         &dir.path().join("w.log"),
     );
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -54,22 +75,44 @@ fn status_over_nats_shows_progress_and_live_workers() {
         if ok {
             let v: Value = serde_json::from_str(&stdout).unwrap();
             let done = v["items_done"].as_u64().unwrap();
-            let workers: Vec<&str> =
-                v["pools"].as_array().unwrap().iter().flat_map(|p| p["workers"].as_array().unwrap().iter().map(|w| w.as_str().unwrap())).collect();
-            if v["state"] == "running" && done > 0 && done < 24 && workers.contains(&"w-status-test") {
+            let workers: Vec<&str> = v["pools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|p| p["workers"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()))
+                .collect();
+            if v["state"] == "running"
+                && done > 0
+                && done < 24
+                && workers.contains(&"w-status-test")
+            {
                 assert_eq!(v["items_total"], 24);
                 assert_eq!(v["name"], "watched");
                 assert_eq!(v["targets"][0]["model"], "model-a");
-                let pools: Vec<&str> = v["pools"].as_array().unwrap().iter().map(|p| p["pool"].as_str().unwrap()).collect();
+                let pools: Vec<&str> = v["pools"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p["pool"].as_str().unwrap())
+                    .collect();
                 assert_eq!(pools, ["judge-a", "model-a"]);
                 let (ok, human, _) = status(&["--nats", &url, "watched"]);
-                assert!(ok && human.contains("run watched (") && human.contains("w-status-test") && human.contains("items "), "{human}");
+                assert!(
+                    ok && human.contains("run watched (")
+                        && human.contains("w-status-test")
+                        && human.contains("items "),
+                    "{human}"
+                );
                 seen_running = true;
             }
         }
         std::thread::sleep(Duration::from_millis(150));
     }
-    assert!(coord.try_wait().unwrap().success(), "coordinator failed: {}", std::fs::read_to_string(dir.path().join("c.log")).unwrap());
+    assert!(
+        coord.try_wait().unwrap().success(),
+        "coordinator failed: {}",
+        std::fs::read_to_string(dir.path().join("c.log")).unwrap()
+    );
     assert!(seen_running, "status never showed the run in progress with its worker");
     worker.kill();
 

@@ -1,13 +1,13 @@
 //! Cost accounting: tokens, calls, latency and money per (model, stage).
 //!
 //! The sweep gives each model an optional price (USD per million input and output
-//! tokens, `price = { input = …, output = … }`). The engine tells the [`Meter`] about
+//! tokens, `price = { input = …, output = … }`). The planner tells the [`Meter`] about
 //! every job it publishes (which sweep model and stage it belongs to: results carry only
 //! the job id) and about every new result; the meter adds the result's usage to its
 //! (model, stage) class. The totals are stored in the run state with every committed
 //! batch, so a resumed run continues from what the earlier processes spent.
 //!
-//! `--max-cost` (`[run] max_cost`): once the spent total reaches the limit, the engine
+//! `--max-cost` (`[run] max_cost`): once the spent total reaches the limit, the planner
 //! publishes no new job of a priced model; jobs already published finish, free (unpriced)
 //! models keep going, and then the run stops, resumable with a higher limit.
 //!
@@ -41,7 +41,8 @@ impl Price {
 
 /// Upper bounds (seconds) of the per-model call latency histogram buckets (Prometheus
 /// style: cumulative at export, `+Inf` implied).
-pub const LATENCY_BUCKETS_S: [f64; 12] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+pub const LATENCY_BUCKETS_S: [f64; 12] =
+    [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
 
 /// Model alias of results whose job this process never published (none in practice:
 /// a resumed run publishes again every job its unfinished items wait for).
@@ -174,6 +175,14 @@ impl Meter {
         self.max_cost
     }
 
+    /// Whether the run must stop at its cost limit: the limit is reached and the calls in
+    /// flight are back, or no result came for a while (`stalled`: those calls were lost,
+    /// and a resumed run plans them again). Returns (spent, limit).
+    pub fn stop_at_limit(&self, stalled: bool) -> Option<(f64, f64)> {
+        (self.limit_reached() && (self.in_flight() == 0 || stalled))
+            .then(|| (self.spent(), self.max_cost.unwrap_or_default()))
+    }
+
     /// Whether `j` may be published now (false: a paid call while over the limit).
     pub fn may_publish(&self, j: &JobRequest) -> bool {
         if !self.limit_reached() {
@@ -216,7 +225,10 @@ impl Meter {
                 t.completion_tokens += done.usage.completion_tokens;
                 t.latency_ms_total += done.latency_ms;
                 let secs = done.latency_ms as f64 / 1000.0;
-                let b = LATENCY_BUCKETS_S.iter().position(|ub| secs <= *ub).unwrap_or(LATENCY_BUCKETS_S.len());
+                let b = LATENCY_BUCKETS_S
+                    .iter()
+                    .position(|ub| secs <= *ub)
+                    .unwrap_or(LATENCY_BUCKETS_S.len());
                 t.latency_buckets[b] += 1;
                 t.cost += price.cost(done.usage.prompt_tokens, done.usage.completion_tokens);
             }
@@ -246,7 +258,11 @@ pub fn by_model(classes: &[ClassTotals]) -> Vec<ClassTotals> {
         let slot = match out.iter_mut().find(|o| o.model == c.model) {
             Some(s) => s,
             None => {
-                out.push(ClassTotals { model: c.model.clone(), stage: "*".into(), ..Default::default() });
+                out.push(ClassTotals {
+                    model: c.model.clone(),
+                    stage: "*".into(),
+                    ..Default::default()
+                });
                 out.last_mut().expect("just pushed")
             }
         };
@@ -281,16 +297,23 @@ impl CostSection {
         CostSection {
             total: classes.iter().map(|c| c.cost).sum(),
             max_cost: sweep.run.max_cost,
-            prices: sweep.models.iter().filter_map(|m| m.price.map(|p| (m.spec.name.clone(), p))).collect(),
+            prices: sweep
+                .models
+                .iter()
+                .filter_map(|m| m.price.map(|p| (m.spec.name.clone(), p)))
+                .collect(),
             by_model: by_model(&classes),
             by_model_stage: classes,
         }
     }
 
     pub fn render_markdown(&self) -> String {
-        let mut md = format!("## Tokens and cost
+        let mut md = format!(
+            "## Tokens and cost
 
-Total cost: **${:.4}**", self.total);
+Total cost: **${:.4}**",
+            self.total
+        );
         if let Some(m) = self.max_cost {
             md.push_str(&format!(" (limit ${m:.2})"));
         }
@@ -303,7 +326,16 @@ Total cost: **${:.4}**", self.total);
             let mean = if c.jobs == 0 { 0.0 } else { c.latency_ms_total as f64 / c.jobs as f64 };
             md.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.4} |\n",
-                c.model, c.stage, c.jobs, c.calls, c.retries, c.cache_hits, c.prompt_tokens, c.completion_tokens, mean, c.cost
+                c.model,
+                c.stage,
+                c.jobs,
+                c.calls,
+                c.retries,
+                c.cache_hits,
+                c.prompt_tokens,
+                c.completion_tokens,
+                mean,
+                c.cost
             ));
         }
         md.push('\n');
@@ -325,9 +357,24 @@ mod tests {
 
     #[test]
     fn by_model_sums_stages() {
-        let a = ClassTotals { model: "m".into(), stage: "answer".into(), jobs: 2, cost: 1.0, latency_buckets: vec![1; 13], ..Default::default() };
-        let b = ClassTotals { model: "m".into(), stage: "judge".into(), jobs: 3, cost: 0.5, latency_buckets: vec![2; 13], ..Default::default() };
-        let c = ClassTotals { model: "j".into(), stage: "judge".into(), jobs: 1, ..Default::default() };
+        let a = ClassTotals {
+            model: "m".into(),
+            stage: "answer".into(),
+            jobs: 2,
+            cost: 1.0,
+            latency_buckets: vec![1; 13],
+            ..Default::default()
+        };
+        let b = ClassTotals {
+            model: "m".into(),
+            stage: "judge".into(),
+            jobs: 3,
+            cost: 0.5,
+            latency_buckets: vec![2; 13],
+            ..Default::default()
+        };
+        let c =
+            ClassTotals { model: "j".into(), stage: "judge".into(), jobs: 1, ..Default::default() };
         let m = by_model(&[a, b, c]);
         assert_eq!(m.len(), 2);
         assert_eq!((m[0].jobs, m[0].cost, m[0].latency_buckets[0]), (5, 1.5, 3));

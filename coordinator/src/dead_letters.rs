@@ -73,11 +73,7 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
     let jobs = report::dead_letters(&state)?;
     let db = state.db();
     let meta = db.open_tree("meta").map_err(StateError::from)?;
-    let last = meta
-        .get(ROUND_KEY)
-        .map_err(StateError::from)?
-        .map(|v| be_u32(&v))
-        .unwrap_or(0);
+    let last = meta.get(ROUND_KEY).map_err(StateError::from)?.map(|v| be_u32(&v)).unwrap_or(0);
     if jobs.is_empty() {
         return Ok(Requeued { round: last, jobs });
     }
@@ -97,10 +93,7 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
             retried.insert(key, &round.to_be_bytes()).map_err(StateError::from)?;
         }
     }
-    db.open_tree("done")
-        .map_err(StateError::from)?
-        .clear()
-        .map_err(StateError::from)?;
+    db.open_tree("done").map_err(StateError::from)?.clear().map_err(StateError::from)?;
     meta.insert(ROUND_KEY, &round.to_be_bytes()).map_err(StateError::from)?;
     db.flush().map_err(StateError::from)?;
     Ok(Requeued { round, jobs })

@@ -2,12 +2,34 @@
 //!
 //! ## Layout
 //! - [`sweep`]: the sweep file, parsed and checked (datasets included) before anything
-//!   is published.
-//! - [`state`]: run state in sled (run id, results, finished items, job metadata).
-//! - `window`: the planning window (which items are planned, which jobs they wait on).
-//! - `engine`: the planning and collecting loop.
-//! - [`latency`]: publish-to-result latency histogram, reported in [`Progress`].
-//! - [`report`]: `report.json`, `report.md`, `labels.jsonl`.
+//!   is published: models, prices, quotas, `[run]`.
+//! - [`benchmarks`]: one file per pipeline (its `[[benchmark]]` table, its evaluation,
+//!   its report section) and the one dispatch over them.
+//! - [`run`](mod@run): a run of the coordinator, split by role:
+//!   - `run::planner`: the pure core: results in, effects out (store, publish), no IO;
+//!   - `run::dispatcher`: publishes jobs (job batches, retries), reaps publish acks;
+//!   - `run::collector`: pulls and decodes results, reads max-deliveries advisories;
+//!   - `run::backlog` and `run::stall`: results that arrived while no coordinator ran,
+//!     and jobs lost from the queue;
+//!   - the cost limit: [`cost::Meter`].
+//! - [`store`]: [`store::RunStore`], what the planner reads and writes, with the sled
+//!   [`state::RunState`] and the in-memory [`store::MemStore`] the planner's tests use.
+//! - `window`: the planning window (which items are planned, which jobs
+//!   they wait on).
+//! - [`progress`]: the live figures ([`Progress`]); [`latency`]: publish-to-result
+//!   latency; [`cost`]: tokens, calls and money per model and stage.
+//! - [`report`]: `report.json`, `report.md`, `labels.jsonl`, `report.html`, and the
+//!   leaderboard over runs; [`dead_letters`]: listing and re-queueing them.
+//!
+//! ## Roles
+//! DESIGN.md names the coordinator's roles Planner, Dispatcher, Collector, RunState and
+//! Reporter. They are not actors here: one task runs them in turn (collect a batch, plan,
+//! publish, commit), because the order between them *is* the durability contract (a
+//! result is acked only after it is flushed, and it is flushed only after the jobs it
+//! led to were handed to the dispatcher), and a single owner of the run state needs no
+//! locks. The planner has no IO at all, so that counting once, recovery and the window
+//! are tested without sled, tokio or NATS (`run/planner_tests.rs`).
+//! - [`worker_plan`]: the plan of a worker serving a sweep (pools, quotas, models).
 //!
 //! ## Planning is a pure function of known results
 //! For each item (benchmark × model under test × dataset row) the pipeline's `evaluate`
@@ -24,7 +46,9 @@
 //!
 //! ## Recovery, in order
 //! 1. Open the run state; the run id (UUID v7) is created once and reused.
-//! 2. Create streams and the run's result consumer if missing (idempotent).
+//! 2. Create streams and the run's result consumer if missing (idempotent); store every
+//!    result already waiting in the results stream (`run::backlog`), so that nothing
+//!    finished while no coordinator ran is published again.
 //! 3. Walk the items from the first, skipping finished ones; evaluate each unfinished
 //!    item against the stored results and publish the jobs it waits for
 //!    (`Nats-Msg-Id` = `<run>:<job>`, so JetStream drops re-publications of jobs still
@@ -39,21 +63,23 @@
 //! that arrives for an item not yet back in the window is stored and found when the
 //! walk reaches the item.
 
+pub mod benchmarks;
 pub mod cost;
-mod engine;
 pub mod dead_letters;
-pub mod html;
 pub mod latency;
-pub mod leaderboard;
 pub mod progress;
 pub mod report;
+pub mod run;
 pub mod state;
+pub mod store;
 pub mod sweep;
 mod window;
+pub mod worker_plan;
 
 use std::path::PathBuf;
 
-pub use engine::{run, Progress, RunOutcome};
+pub use progress::Progress;
+pub use run::{run, RunOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CoordinatorError {

@@ -1,13 +1,41 @@
-//! Per-target progress (benchmark × model under test) and the run's status snapshot:
-//! what `halyard run` draws as progress bars, what `halyard status` prints, what
-//! `status.json` and the NATS status bucket hold.
+//! A run's live figures ([`Progress`]), published by the coordinator on a watch channel
+//! after every committed batch: what `halyard run` draws, what the status file and the
+//! metrics endpoint report.
 
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
-use crate::cost::ClassTotals;
-use crate::state::{ItemKey, RunState};
-use crate::sweep::{Benchmark, Sweep};
-use crate::Progress;
+use crate::latency::LatencyHistogram;
+use crate::state::ItemKey;
+use crate::store::RunStore;
+use crate::sweep::Sweep;
+
+/// Live figures of a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Progress {
+    pub run: Option<Uuid>,
+    pub items_total: u64,
+    pub items_done: u64,
+    pub results: u64,
+    pub duplicates: u64,
+    pub dead_letters: u64,
+    pub published: u64,
+    /// Items planned and unfinished (bounded by the window).
+    pub active: u64,
+    /// Batches of results committed (one flush each).
+    pub batches: u64,
+    /// Publish-to-result latency of the jobs this process published.
+    pub latency: LatencyHistogram,
+    /// Items per benchmark and model under test.
+    pub targets: Vec<TargetProgress>,
+    /// Tokens, calls and cost per (model, stage), all processes of the run.
+    pub costs: Vec<crate::cost::ClassTotals>,
+    /// `[run] max_cost` / `--max-cost`, and paid jobs held back because it was reached.
+    pub max_cost: Option<f64>,
+    pub held: u64,
+    /// Pools of the run whose endpoint is down now (their workers paused them).
+    pub outages: Vec<crate::run::outage::PoolOutage>,
+}
 
 /// Items of one benchmark and model under test.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -19,31 +47,16 @@ pub struct TargetProgress {
     pub total: u64,
 }
 
-/// The model under test of each configuration of a benchmark.
-pub fn model_names(b: &Benchmark) -> Vec<String> {
-    let names = |specs: &mut dyn Iterator<Item = &halyard_pipelines::common::ModelSpec>| specs.map(|m| m.name.clone()).collect();
-    match b {
-        Benchmark::HypoTermQa { config, .. } => names(&mut config.iter().map(|c| &c.model)),
-        Benchmark::Noop { config, .. } => names(&mut config.iter().map(|c| &c.model)),
-        Benchmark::AutoHall { config, .. } => names(&mut config.iter().map(|c| &c.model)),
-        Benchmark::ChainPoll { config, .. } => names(&mut config.iter().map(|c| &c.judge)),
-        Benchmark::UhgEval { config, .. } => names(&mut config.iter().map(|c| &c.model)),
-        Benchmark::HviJudge { config, .. } => names(&mut config.iter().map(|c| &c.model)),
-        Benchmark::HviLabels { models, .. } => models.clone(),
-        Benchmark::HypoTermQaBuild { config, .. } => names(&mut config.iter().map(|c| &c.generator)),
-    }
-}
-
-/// Every target of a sweep with the items already finished in `state`.
-pub fn targets(sweep: &Sweep, state: &RunState) -> Vec<TargetProgress> {
+/// Every target of a sweep with the items already finished in `store`.
+pub fn targets(sweep: &Sweep, store: &impl RunStore) -> Vec<TargetProgress> {
     let mut out = Vec::new();
     for (b, bench) in sweep.benchmarks.iter().enumerate() {
-        for (m, model) in model_names(bench).into_iter().enumerate() {
+        for (m, model) in bench.ops().model_names().into_iter().enumerate() {
             out.push(TargetProgress {
                 bench: b as u32,
                 pipeline: bench.pipeline().to_string(),
                 model,
-                done: state.done_count_of(b as u32, m as u32),
+                done: store.done_count_of(b as u32, m as u32),
                 total: bench.item_count() as u64,
             });
         }
@@ -62,119 +75,4 @@ impl Progress {
             }
         }
     }
-}
-
-/// A point-in-time view of a run, serialisable (status.json, NATS, `halyard status --json`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Status {
-    pub run: Option<String>,
-    pub name: String,
-    /// `running`, `complete`, `interrupted` or `cost_limit`.
-    pub state: String,
-    pub updated_unix_ms: u64,
-    /// Seconds since this coordinator process started.
-    pub elapsed_s: f64,
-    pub items_done: u64,
-    pub items_total: u64,
-    pub results: u64,
-    pub dead_letters: u64,
-    pub published: u64,
-    pub duplicates: u64,
-    pub active: u64,
-    pub targets: Vec<TargetProgress>,
-    pub costs: Vec<ClassTotals>,
-    pub spent: f64,
-    pub max_cost: Option<f64>,
-    pub held: u64,
-    /// Items finished per second by this coordinator process, and the time left at that rate.
-    pub rate_items_per_s: Option<f64>,
-    pub eta_s: Option<f64>,
-    /// The sweep's pools.
-    pub pool_names: Vec<String>,
-    /// Filled by `halyard status` from the broker: live workers and queue per pool.
-    #[serde(default)]
-    pub pools: Vec<PoolStatus>,
-}
-
-/// A worker's heartbeat in the `halyard_workers` bucket.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct WorkerBeat {
-    pub worker: String,
-    /// Pool name → concurrency.
-    pub pools: Vec<(String, usize)>,
-    pub calls: u64,
-    pub completed: u64,
-    pub replayed: u64,
-    pub dead_letters: u64,
-    pub rate_limited: u64,
-    pub updated_unix_ms: u64,
-}
-
-/// A pool as the broker sees it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PoolStatus {
-    pub pool: String,
-    /// Jobs queued and not yet delivered.
-    pub pending: u64,
-    /// Jobs delivered and not yet acked (in flight at workers).
-    pub in_flight: u64,
-    /// Pull requests waiting at the broker (idle worker slots asking for work).
-    pub waiting_pulls: u64,
-    /// Workers with a live heartbeat serving this pool.
-    pub workers: Vec<String>,
-}
-
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-impl Status {
-    pub fn from_progress(name: &str, p: &Progress, state: &str, elapsed_s: f64) -> Status {
-        Status {
-            run: p.run.map(|r| r.to_string()),
-            name: name.to_string(),
-            state: state.to_string(),
-            updated_unix_ms: unix_ms(),
-            elapsed_s,
-            items_done: p.items_done,
-            items_total: p.items_total,
-            results: p.results,
-            dead_letters: p.dead_letters,
-            published: p.published,
-            duplicates: p.duplicates,
-            active: p.active,
-            targets: p.targets.clone(),
-            spent: p.costs.iter().map(|c| c.cost).sum(),
-            costs: p.costs.clone(),
-            max_cost: p.max_cost,
-            held: p.held,
-            rate_items_per_s: None,
-            eta_s: None,
-            pool_names: Vec::new(),
-            pools: Vec::new(),
-        }
-    }
-
-    /// Retries and calls summed over models.
-    pub fn retries(&self) -> u64 {
-        self.costs.iter().map(|c| c.retries).sum()
-    }
-}
-
-/// Queue figures of `pools` from the broker (consumers not yet created read as empty).
-pub async fn pool_status(broker: &halyard_broker::Broker, pools: &[String]) -> Vec<PoolStatus> {
-    let mut out = Vec::new();
-    let stream = tokio::time::timeout(std::time::Duration::from_secs(2), broker.js.get_stream(halyard_proto::subjects::JOBS_STREAM)).await;
-    let Ok(Ok(stream)) = stream else { return out };
-    for pool in pools {
-        let name = halyard_proto::subjects::pool_consumer(pool);
-        let mut s = PoolStatus { pool: pool.clone(), ..Default::default() };
-        if let Ok(Ok(info)) = tokio::time::timeout(std::time::Duration::from_secs(2), stream.consumer_info(&name)).await {
-            s.pending = info.num_pending;
-            s.in_flight = info.num_ack_pending as u64;
-            s.waiting_pulls = info.num_waiting as u64;
-        }
-        out.push(s);
-    }
-    out
 }

@@ -83,7 +83,7 @@ impl ItemKey {
 /// nothing.
 pub const CACHE_BYTES: u64 = 256 << 20;
 
-/// A run's state. Its one writer is the engine that opened it (sled's file lock keeps
+/// A run's state. Its one writer is the coordinator that opened it (sled's file lock keeps
 /// other processes out); [`RunState::insert_result_raw`] relies on that.
 pub struct RunState {
     db: sled::Db,
@@ -115,8 +115,11 @@ pub struct JobTotals {
 
 impl RunState {
     pub fn open(dir: &Path) -> Result<RunState, StateError> {
-        let err = |e: &dyn std::fmt::Display| StateError::Open { path: dir.display().to_string(), reason: e.to_string() };
-        std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
+        let err = |e: &dyn std::fmt::Display| StateError::Open {
+            path: dir.display().to_string(),
+            reason: e.to_string(),
+        };
+        halyard_proto::store_mark::create_private_dir(dir).map_err(|e| err(&e))?;
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(CACHE_BYTES)
@@ -128,7 +131,9 @@ impl RunState {
         let marks = db.open_tree("halyard_store")?;
         let marked = marks.contains_key(halyard_proto::store_mark::MARK_KEY)?;
         halyard_proto::store_mark::guard(dir, marked, || {
-            marks.insert(halyard_proto::store_mark::MARK_KEY, &b"1"[..]).map_err(|e| e.to_string())?;
+            marks
+                .insert(halyard_proto::store_mark::MARK_KEY, &b"1"[..])
+                .map_err(|e| e.to_string())?;
             db.flush().map(drop).map_err(|e| e.to_string())
         })
         .map_err(|e| err(&e))?;
@@ -137,8 +142,10 @@ impl RunState {
         let mut results_at_open = 0;
         for key in results.iter().keys() {
             let key = key?;
-            let id = JobId::from_slice(&key)
-                .ok_or_else(|| StateError::Corrupt { what: "results key".into(), reason: format!("{} bytes", key.len()) })?;
+            let id = JobId::from_slice(&key).ok_or_else(|| StateError::Corrupt {
+                what: "results key".into(),
+                reason: format!("{} bytes", key.len()),
+            })?;
             stored.insert(&id);
             results_at_open += 1;
         }
@@ -156,11 +163,15 @@ impl RunState {
     /// The run's identity, created (UUID v7) on first use.
     pub fn run_meta(&self, name: &str) -> Result<(RunMeta, bool), StateError> {
         if let Some(b) = self.meta.get(b"run")? {
-            let m: RunMeta =
-                halyard_proto::decode("run meta", &b).map_err(|e| StateError::Corrupt { what: "meta/run".into(), reason: e.to_string() })?;
+            let m: RunMeta = halyard_proto::decode("run meta", &b).map_err(|e| {
+                StateError::Corrupt { what: "meta/run".into(), reason: e.to_string() }
+            })?;
             return Ok((m, false));
         }
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
         let m = RunMeta { id: Uuid::now_v7(), name: name.to_string(), created_unix_ms: now };
         self.meta.insert(b"run", enc(&m)?)?;
         self.db.flush()?;
@@ -176,7 +187,7 @@ impl RunState {
     /// false if one was already recorded for this job. Saves decoding and re-encoding.
     pub fn insert_result_raw(&self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError> {
         if !self.stored.may_contain(job) {
-            // Never stored (the filter has no false negatives), and the engine that owns
+            // Never stored (the filter has no false negatives), and the coordinator that owns
             // this state is its only writer (sled's lock keeps other processes out): a
             // plain insert does what the compare-and-swap would, for less.
             self.stored.insert(job);
@@ -198,10 +209,18 @@ impl RunState {
         }
         match self.results.get(job.as_bytes())? {
             None => Ok(None),
-            Some(b) => halyard_proto::decode("stored result", &b)
-                .map(Some)
-                .map_err(|e| StateError::Corrupt { what: format!("results/{job}"), reason: e.to_string() }),
+            Some(b) => halyard_proto::decode("stored result", &b).map(Some).map_err(|e| {
+                StateError::Corrupt { what: format!("results/{job}"), reason: e.to_string() }
+            }),
         }
+    }
+
+    /// Whether a result is stored for `job` (no decoding; most lookups stop at the filter).
+    pub fn has_result(&self, job: &JobId) -> Result<bool, StateError> {
+        if !self.stored.may_contain(job) {
+            return Ok(false);
+        }
+        Ok(self.results.contains_key(job.as_bytes())?)
     }
 
     pub fn note_job(&self, job: &JobId, meta: &JobMeta) -> Result<(), StateError> {
@@ -214,9 +233,9 @@ impl RunState {
     pub fn job_meta(&self, job: &JobId) -> Result<Option<JobMeta>, StateError> {
         match self.jobs.get(job.as_bytes())? {
             None => Ok(None),
-            Some(b) => halyard_proto::decode("job meta", &b)
-                .map(Some)
-                .map_err(|e| StateError::Corrupt { what: format!("jobs/{job}"), reason: e.to_string() }),
+            Some(b) => halyard_proto::decode("job meta", &b).map(Some).map_err(|e| {
+                StateError::Corrupt { what: format!("jobs/{job}"), reason: e.to_string() }
+            }),
         }
     }
 
@@ -239,17 +258,26 @@ impl RunState {
     }
 
     /// Labels of one benchmark and model in item order (a range scan, not a full pass).
-    pub fn labels_of(&self, bench: u32, model: u32) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> + '_ {
+    pub fn labels_of(
+        &self,
+        bench: u32,
+        model: u32,
+    ) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> + '_ {
         let mut prefix = [0u8; 8];
         prefix[..4].copy_from_slice(&bench.to_be_bytes());
         prefix[4..].copy_from_slice(&model.to_be_bytes());
         Self::decode_labels(self.done.scan_prefix(prefix))
     }
 
-    fn decode_labels(it: sled::Iter) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> {
+    fn decode_labels(
+        it: sled::Iter,
+    ) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> {
         it.map(|r| {
             let (k, v) = r?;
-            let key = ItemKey::from_bytes(&k).ok_or_else(|| StateError::Corrupt { what: "done key".into(), reason: format!("{} bytes", k.len()) })?;
+            let key = ItemKey::from_bytes(&k).ok_or_else(|| StateError::Corrupt {
+                what: "done key".into(),
+                reason: format!("{} bytes", k.len()),
+            })?;
             Ok((key, v))
         })
     }
@@ -258,8 +286,10 @@ impl RunState {
     pub fn results(&self) -> impl Iterator<Item = Result<JobResult, StateError>> + '_ {
         self.results.iter().map(|r| {
             let (k, v) = r?;
-            halyard_proto::decode("stored result", &v)
-                .map_err(|e| StateError::Corrupt { what: format!("results/{k:?}"), reason: e.to_string() })
+            halyard_proto::decode("stored result", &v).map_err(|e| StateError::Corrupt {
+                what: format!("results/{k:?}"),
+                reason: e.to_string(),
+            })
         })
     }
 
@@ -296,7 +326,27 @@ impl RunState {
     pub fn costs(&self) -> Result<Vec<crate::cost::ClassTotals>, StateError> {
         match self.meta.get(b"costs")? {
             None => Ok(Vec::new()),
-            Some(b) => halyard_proto::decode("cost totals", &b).map_err(|e| StateError::Corrupt { what: "meta/costs".into(), reason: e.to_string() }),
+            Some(b) => halyard_proto::decode("cost totals", &b).map_err(|e| StateError::Corrupt {
+                what: "meta/costs".into(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// Store the endpoint outages seen during the run (for its report).
+    pub fn put_outages(&self, spans: &[crate::run::outage::OutageSpan]) -> Result<(), StateError> {
+        self.meta.insert(b"outages", enc(&spans)?)?;
+        Ok(())
+    }
+
+    /// The endpoint outages stored so far (empty if none).
+    pub fn outages(&self) -> Result<Vec<crate::run::outage::OutageSpan>, StateError> {
+        match self.meta.get(b"outages")? {
+            None => Ok(Vec::new()),
+            Some(b) => halyard_proto::decode("outages", &b).map_err(|e| StateError::Corrupt {
+                what: "meta/outages".into(),
+                reason: e.to_string(),
+            }),
         }
     }
 
@@ -331,7 +381,14 @@ mod tests {
             v: 1,
             job: JobId([job; 16]),
             run: Uuid::nil(),
-            outcome: Outcome::Done(Completion { text: text.into(), usage: Usage::default(), latency_ms: 1, finish_reason: None, calls: 2 }),
+            outcome: Outcome::Done(Completion {
+                text: text.into(),
+                usage: Usage::default(),
+                latency_ms: 1,
+                finish_reason: None,
+                calls: 2,
+                logprobs: None,
+            }),
             deliveries: 1,
             worker: "w".into(),
             cached,
@@ -371,6 +428,9 @@ mod tests {
         assert_eq!(m.id, id);
         let k = ItemKey { bench: 1, model: 2, item: 300 };
         assert_eq!(ItemKey::from_bytes(&k.to_bytes()), Some(k));
-        assert!(ItemKey { bench: 0, model: 0, item: 256 }.to_bytes() > ItemKey { bench: 0, model: 0, item: 255 }.to_bytes());
+        assert!(
+            ItemKey { bench: 0, model: 0, item: 256 }.to_bytes()
+                > ItemKey { bench: 0, model: 0, item: 255 }.to_bytes()
+        );
     }
 }

@@ -13,7 +13,8 @@
 //! and finished items, so after a restart the cursors start again at item 0, skip
 //! finished items and re-plan every unfinished one.
 //!
-//! No IO: the engine evaluates items and publishes jobs; this only keeps the books.
+//! No IO: the planner evaluates items and asks for jobs to be published; this only
+//! keeps the books.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -70,7 +71,14 @@ impl Window {
                 lanes.push(Lane { bench: b as u32, model: m, items, next: 0, active: 0 });
             }
         }
-        Window { lanes, lane_of_bench, per_lane: per_lane.max(1), turn: 0, active: HashSet::new(), waiters: HashMap::new() }
+        Window {
+            lanes,
+            lane_of_bench,
+            per_lane: per_lane.max(1),
+            turn: 0,
+            active: HashSet::new(),
+            waiters: HashMap::new(),
+        }
     }
 
     fn lane(&self, key: ItemKey) -> Option<usize> {

@@ -8,7 +8,8 @@ use halyard_tests::mutate::mutate;
 use proptest::prelude::*;
 
 fn valid() -> String {
-    let dataset = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/hypotermqa/HypoTermQA_180.jsonl");
+    let dataset =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/hypotermqa/HypoTermQA_180.jsonl");
     format!(
         r#"name = "fuzz"
 

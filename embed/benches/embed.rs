@@ -12,10 +12,17 @@ use halyard_embed::Embedder;
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = std::env::var_os("HALYARD_EMBED_MODEL").map(PathBuf::from).unwrap_or_else(|| root.join("models/all-MiniLM-L6-v2"));
+    let dir = std::env::var_os("HALYARD_EMBED_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("models/all-MiniLM-L6-v2"));
     let e = Embedder::load(&dir).unwrap_or_else(|err| panic!("{err}"));
-    let kb = std::fs::read_to_string(root.join("datasets/hypotermqa-build/sample_kb.jsonl")).expect("sample knowledge base");
-    let rows: Vec<serde_json::Value> = kb.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kb = std::fs::read_to_string(root.join("datasets/hypotermqa-build/sample_kb.jsonl"))
+        .expect("sample knowledge base");
+    let rows: Vec<serde_json::Value> = kb
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let titles: Vec<&str> = rows.iter().map(|r| r["title"].as_str().unwrap()).collect();
     let texts: Vec<&str> = rows.iter().map(|r| r["text"].as_str().unwrap()).collect();
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -44,5 +51,9 @@ fn main() {
     let hits = idx.search_many(&q, 10, Metric::Cosine);
     let s = t.elapsed().as_secs_f64();
     assert_eq!(hits.len(), 16);
-    println!("flat index: 16 queries over {n} × 384 in {:.3} s = {:.1} ms per query (one core)", s, s * 1000.0 / 16.0);
+    println!(
+        "flat index: 16 queries over {n} × 384 in {:.3} s = {:.1} ms per query (one core)",
+        s,
+        s * 1000.0 / 16.0
+    );
 }

@@ -67,18 +67,26 @@ struct Weights {
 impl Weights {
     fn take(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, EmbedError> {
         // Checkpoints saved from `BertForX` carry a `bert.` prefix; sentence-transformers' do not.
-        let t = self
-            .map
-            .remove(name)
-            .or_else(|| self.map.remove(&format!("bert.{name}")))
-            .ok_or_else(|| EmbedError::Model(format!("{}: tensor {name} is missing", self.file)))?;
+        let t =
+            self.map.remove(name).or_else(|| self.map.remove(&format!("bert.{name}"))).ok_or_else(
+                || EmbedError::Model(format!("{}: tensor {name} is missing", self.file)),
+            )?;
         if t.dims() != shape {
-            return Err(EmbedError::Model(format!("{}: tensor {name} has shape {:?}, expected {shape:?}", self.file, t.dims())));
+            return Err(EmbedError::Model(format!(
+                "{}: tensor {name} has shape {:?}, expected {shape:?}",
+                self.file,
+                t.dims()
+            )));
         }
         Ok(t.to_dtype(DType::F32)?)
     }
 
-    fn linear(&mut self, prefix: &str, out_dim: usize, in_dim: usize) -> Result<Linear, EmbedError> {
+    fn linear(
+        &mut self,
+        prefix: &str,
+        out_dim: usize,
+        in_dim: usize,
+    ) -> Result<Linear, EmbedError> {
         let w = self.take(&format!("{prefix}.weight"), &[out_dim, in_dim])?;
         let b = self.take(&format!("{prefix}.bias"), &[out_dim])?;
         Ok(Linear::new(w, Some(b)))
@@ -92,9 +100,16 @@ impl Weights {
 }
 
 impl Bert {
-    pub fn load(cfg: &BertConfig, safetensors: &std::path::Path, device: &Device) -> Result<Bert, EmbedError> {
+    pub fn load(
+        cfg: &BertConfig,
+        safetensors: &std::path::Path,
+        device: &Device,
+    ) -> Result<Bert, EmbedError> {
         if cfg.hidden_act != "gelu" {
-            return Err(EmbedError::Model(format!("hidden_act {:?} is not supported (only \"gelu\")", cfg.hidden_act)));
+            return Err(EmbedError::Model(format!(
+                "hidden_act {:?} is not supported (only \"gelu\")",
+                cfg.hidden_act
+            )));
         }
         if cfg.position_embedding_type != "absolute" {
             return Err(EmbedError::Model(format!(
@@ -114,8 +129,10 @@ impl Bert {
         let mut w = Weights { map, file };
         let (h, eps) = (cfg.hidden_size, cfg.layer_norm_eps);
         let word = w.take("embeddings.word_embeddings.weight", &[cfg.vocab_size, h])?;
-        let position = w.take("embeddings.position_embeddings.weight", &[cfg.max_position_embeddings, h])?;
-        let token_type = w.take("embeddings.token_type_embeddings.weight", &[cfg.type_vocab_size, h])?;
+        let position =
+            w.take("embeddings.position_embeddings.weight", &[cfg.max_position_embeddings, h])?;
+        let token_type =
+            w.take("embeddings.token_type_embeddings.weight", &[cfg.type_vocab_size, h])?;
         let emb_norm = w.norm("embeddings.LayerNorm", h, eps)?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
@@ -126,7 +143,11 @@ impl Bert {
                 value: w.linear(&format!("{p}.attention.self.value"), h, h)?,
                 attn_out: w.linear(&format!("{p}.attention.output.dense"), h, h)?,
                 attn_norm: w.norm(&format!("{p}.attention.output.LayerNorm"), h, eps)?,
-                intermediate: w.linear(&format!("{p}.intermediate.dense"), cfg.intermediate_size, h)?,
+                intermediate: w.linear(
+                    &format!("{p}.intermediate.dense"),
+                    cfg.intermediate_size,
+                    h,
+                )?,
                 output: w.linear(&format!("{p}.output.dense"), h, cfg.intermediate_size)?,
                 out_norm: w.norm(&format!("{p}.output.LayerNorm"), h, eps)?,
             });
@@ -165,7 +186,8 @@ impl Bert {
             let v = split(layer.value.forward(&x)?)?;
             let scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?.broadcast_add(&bias)?;
             let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-            let ctx = probs.matmul(&v)?.transpose(1, 2)?.contiguous()?.reshape((b, l, self.hidden))?;
+            let ctx =
+                probs.matmul(&v)?.transpose(1, 2)?.contiguous()?.reshape((b, l, self.hidden))?;
             let attn = layer.attn_norm.forward(&(layer.attn_out.forward(&ctx)? + &x)?)?;
             let ff = layer.output.forward(&layer.intermediate.forward(&attn)?.gelu_erf()?)?;
             x = layer.out_norm.forward(&(ff + &attn)?)?;

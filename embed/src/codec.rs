@@ -21,8 +21,13 @@ pub fn encode(vectors: &[Vec<f32>], dim: usize) -> String {
 /// Decode what [`encode`] wrote; `expect` is the number of vectors the job asked for.
 pub fn decode(text: &str, expect: usize) -> Result<Vec<Vec<f32>>, String> {
     let mut parts = text.splitn(4, ' ');
-    let (Some("v1"), Some(n), Some(dim), Some(data)) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return Err(format!("not an embedding result (expected `v1 <count> <dim> <base64>`): {:?}", preview(text)));
+    let (Some("v1"), Some(n), Some(dim), Some(data)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!(
+            "not an embedding result (expected `v1 <count> <dim> <base64>`): {:?}",
+            preview(text)
+        ));
     };
     let n: usize = n.parse().map_err(|_| format!("bad vector count {n:?}"))?;
     let dim: usize = dim.parse().map_err(|_| format!("bad dimension {dim:?}"))?;
@@ -31,9 +36,14 @@ pub fn decode(text: &str, expect: usize) -> Result<Vec<Vec<f32>>, String> {
     }
     let bytes = B64.decode(data.trim()).map_err(|e| format!("bad base64: {e}"))?;
     if bytes.len() != n * dim * 4 {
-        return Err(format!("{} bytes of vectors, expected {} ({n} × {dim} × 4)", bytes.len(), n * dim * 4));
+        return Err(format!(
+            "{} bytes of vectors, expected {} ({n} × {dim} × 4)",
+            bytes.len(),
+            n * dim * 4
+        ));
     }
-    let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let floats: Vec<f32> =
+        bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     if floats.iter().any(|x| !x.is_finite()) {
         return Err("a vector has a non-finite component".into());
     }

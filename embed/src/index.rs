@@ -146,7 +146,8 @@ impl FlatIndex {
 
     /// [`FlatIndex::search`] for several queries in one pass over the index.
     pub fn search_many(&self, queries: &[&[f32]], k: usize, metric: Metric) -> Vec<Vec<Hit>> {
-        let mut heaps: Vec<BinaryHeap<Kept>> = queries.iter().map(|_| BinaryHeap::with_capacity(k + 1)).collect();
+        let mut heaps: Vec<BinaryHeap<Kept>> =
+            queries.iter().map(|_| BinaryHeap::with_capacity(k + 1)).collect();
         if k > 0 && self.dim > 0 {
             let n = self.len();
             let mut start = 0;

@@ -21,7 +21,7 @@ pub mod index;
 mod model;
 
 #[cfg(feature = "model")]
-pub use model::{BertConfig, Embedder, EmbedError};
+pub use model::{BertConfig, EmbedError, Embedder};
 
 /// sentence-transformers' `max_seq_length` for all-MiniLM-L6-v2 (`sentence_bert_config.json`).
 pub const MAX_SEQ_LENGTH: usize = 256;

@@ -9,7 +9,6 @@ use crate::bert;
 pub use crate::bert::BertConfig;
 use crate::MAX_SEQ_LENGTH;
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
     #[error("embedding model: {0}")]
@@ -91,7 +90,10 @@ impl Embedder {
     /// The word-piece ids of `text` as the model sees it (stripped, truncated, with
     /// `[CLS]` and `[SEP]`).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
-        let enc = self.tokenizer.encode(py_strip(text), true).map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        let enc = self
+            .tokenizer
+            .encode(py_strip(text), true)
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -101,7 +103,8 @@ impl Embedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<Vec<u32>> = texts.iter().map(|t| self.token_ids(t)).collect::<Result<_, _>>()?;
+        let ids: Vec<Vec<u32>> =
+            texts.iter().map(|t| self.token_ids(t)).collect::<Result<_, _>>()?;
         let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
         let (b, l) = (ids.len(), longest);
         let mut flat = Vec::with_capacity(b * l);

@@ -1,6 +1,6 @@
 //! The embedder against `shared/golden/minilm_embeddings.json`: all 28 cases (token ids
 //! exact, every embedding component within the file's tolerance, 1e-4), one at a time
-//! and as one padded batch, and the file's sentence-pair cosines.
+//! and as one padded batch, and the file's 10 sentence-pair cosines.
 
 use std::path::PathBuf;
 
@@ -16,13 +16,20 @@ fn model_dir() -> PathBuf {
     let p = std::env::var_os("HALYARD_EMBED_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("models/all-MiniLM-L6-v2"));
-    assert!(p.join("model.safetensors").exists(), "{} is missing: run scripts/fetch-embedder.sh", p.display());
+    assert!(
+        p.join("model.safetensors").exists(),
+        "{} is missing: run scripts/fetch-embedder.sh",
+        p.display()
+    );
     p
 }
 
 fn golden() -> Value {
     let path = repo_root().join("../shared/golden/minilm_embeddings.json");
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+    serde_json::from_str(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
 }
 
 fn floats(v: &Value) -> Vec<f32> {
@@ -34,6 +41,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
+/// All 28 cases: token ids exact, vectors within the tolerance, alone, batched and grouped.
 #[test]
 fn golden_cases_single_and_batched() {
     let g = golden();
@@ -47,7 +55,8 @@ fn golden_cases_single_and_batched() {
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
     let mut worst = 0f32;
     for (c, text) in cases.iter().zip(&texts) {
-        let want_ids: Vec<u32> = c["token_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        let want_ids: Vec<u32> =
+            c["token_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
         assert_eq!(e.token_ids(text).unwrap(), want_ids, "token ids of {text:?}");
         assert_eq!(want_ids.len() as u64, c["num_tokens"].as_u64().unwrap());
         let got = e.embed(&[text]).unwrap().remove(0);
@@ -69,11 +78,15 @@ fn golden_cases_single_and_batched() {
     eprintln!("worst component difference over 28 cases: {worst:e}");
 }
 
+/// The 10 sentence-pair cosines of the file, within 1e-4.
 #[test]
 fn golden_pair_cosines() {
     let g = golden();
     let e = Embedder::load(&model_dir()).unwrap();
-    for p in g["pairs"].as_array().unwrap() {
+    let pairs = g["pairs"].as_array().unwrap();
+    // Issue 16: all 10 pairs are checked (a truncated file would otherwise pass).
+    assert_eq!(pairs.len(), 10);
+    for p in pairs {
         let (a, b) = (p["a"].as_str().unwrap(), p["b"].as_str().unwrap());
         let v = e.embed(&[a, b]).unwrap();
         let cos = dot(&v[0], &v[1]);

@@ -2,7 +2,7 @@
 //! results and the planner's answer.
 //!
 //! A pipeline's planner is a pure function `evaluate(config, item, results) ->
-//! Progress<Label>`. The coordinator calls it again whenever a result arrives; the
+//! Plan<Label>`. The coordinator calls it again whenever a result arrives; the
 //! planner recomputes everything from the results it is shown, so it is deterministic
 //! and idempotent, and it never needs its own state. A job is identified by the content
 //! hash of its [`JobKey`], so asking for the same job twice is harmless.
@@ -32,7 +32,12 @@ pub struct ModelSpec {
 impl ModelSpec {
     /// The sampling parameters of every call to this model.
     pub fn sampling(&self) -> Sampling {
-        Sampling { temperature: self.temperature, max_tokens: self.max_tokens, seed: self.seed }
+        Sampling {
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            seed: self.seed,
+            ..Sampling::default()
+        }
     }
 
     /// A request for one call to this model.
@@ -110,10 +115,11 @@ impl ResultLookup for BTreeMap<JobId, Outcome> {
     }
 }
 
-/// The planner's answer for one item.
+/// The planner's answer for one item: the plan of what it still needs, or its label.
+/// (Called `Plan`, not `Progress`: the coordinator's `Progress` is a run's live figures.)
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Progress<T> {
+pub enum Plan<T> {
     /// Jobs needed now whose results are not known yet (several may run in parallel);
     /// never empty.
     Waiting(Vec<JobRequest>),
@@ -121,23 +127,14 @@ pub enum Progress<T> {
     Done(T),
 }
 
-impl<T> Progress<T> {
+impl<T> Plan<T> {
     /// The final value, if done.
     pub fn done(self) -> Option<T> {
         match self {
-            Progress::Done(t) => Some(t),
-            Progress::Waiting(_) => None,
+            Plan::Done(t) => Some(t),
+            Plan::Waiting(_) => None,
         }
     }
-}
-
-/// A dataset file that cannot be read, or a line of it that is not a valid row.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DatasetError {
-    #[error("cannot read {file}: {reason}")]
-    Read { file: String, reason: String },
-    #[error("{file}:{line}: {reason}")]
-    Line { file: String, line: usize, reason: String },
 }
 
 /// A model for unit tests: OpenAI backend at a dummy endpoint, pool = name.
@@ -145,7 +142,11 @@ pub enum DatasetError {
 pub(crate) fn test_model(name: &str) -> ModelSpec {
     ModelSpec {
         name: name.into(),
-        model_ref: ModelRef { backend: "openai".into(), endpoint: "http://x".into(), model: name.into() },
+        model_ref: ModelRef {
+            backend: "openai".into(),
+            endpoint: "http://x".into(),
+            model: name.into(),
+        },
         pool: name.into(),
         api_key_env: None,
         temperature: 0.0,

@@ -8,7 +8,7 @@
 //! ## Layout
 //! - [`common`]: what every pipeline shares with the coordinator: [`common::ModelSpec`],
 //!   [`common::JobRequest`], [`common::ResultLookup`] (the results known so far) and
-//!   [`common::Progress`] (jobs still needed, or the final label).
+//!   [`common::Plan`] (jobs still needed, or the final label).
 //! - [`hypotermqa`]: HypoTermQA evaluation (arXiv 2402.16211), in `paper` and
 //!   `reference` semantics:
 //!   - `dataset.rs`: the JSONL reader with located errors;
@@ -39,10 +39,10 @@
 //!
 //! ## How the coordinator drives a pipeline
 //! 1. For each item, call `evaluate(config, item, &results)`.
-//! 2. `Progress::Waiting(jobs)`: publish every job not yet published (ids are content
+//! 2. `Plan::Waiting(jobs)`: publish every job not yet published (ids are content
 //!    hashes, so re-publishing is harmless), and call `evaluate` again for that item when
 //!    one of them gets a terminal result (done or dead letter).
-//! 3. `Progress::Done(label)`: write the label row; when every item is done, `score`.
+//! 3. `Plan::Done(label)`: write the label row; when every item is done, `score`.
 //!
 //! `evaluate` recomputes from the results it is shown: it keeps no state, is
 //! deterministic, and gives the same answer when called twice with the same results,
@@ -53,8 +53,8 @@ pub mod chainpoll;
 pub mod common;
 pub mod hvi;
 pub mod hypotermqa;
-pub mod jsonl;
 pub mod hypotermqa_build;
+pub mod jsonl;
 pub mod metrics;
 pub mod noop;
 pub mod uhgeval;

@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Progress, ResultLookup};
+use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 use halyard_proto::ChatMessage;
 
 /// The pipeline name in job keys.
@@ -33,7 +33,13 @@ pub struct Config {
 impl Config {
     /// The one job of item `item`.
     pub fn request(&self, item: u64) -> JobRequest {
-        self.model.request(PIPELINE, STAGE, STAGE_VERSION, vec![ChatMessage::user(format!("noop item {item}"))], 0)
+        self.model.request(
+            PIPELINE,
+            STAGE,
+            STAGE_VERSION,
+            vec![ChatMessage::user(format!("noop item {item}"))],
+            0,
+        )
     }
 }
 
@@ -47,12 +53,12 @@ pub struct ItemLabel {
 }
 
 /// Item `item` is done once its job has a terminal result.
-pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress<ItemLabel> {
+pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Plan<ItemLabel> {
     let req = cfg.request(item);
     match results.get(&req.id()) {
-        None => Progress::Waiting(vec![req]),
-        Some(JobOutcome::Done(_)) => Progress::Done(ItemLabel { item, error: None }),
-        Some(JobOutcome::Failed(e)) => Progress::Done(ItemLabel { item, error: Some(e.to_string()) }),
+        None => Plan::Waiting(vec![req]),
+        Some(JobOutcome::Done(_)) => Plan::Done(ItemLabel { item, error: None }),
+        Some(JobOutcome::Failed(e)) => Plan::Done(ItemLabel { item, error: Some(e.to_string()) }),
     }
 }
 
@@ -82,7 +88,15 @@ pub struct Tally {
 
 impl Tally {
     pub fn new(model: &str, items: u64) -> Tally {
-        Tally { report: Report { pipeline: PIPELINE.into(), model: model.into(), items, ..Report::default() }, last: None }
+        Tally {
+            report: Report {
+                pipeline: PIPELINE.into(),
+                model: model.into(),
+                items,
+                ..Report::default()
+            },
+            last: None,
+        }
     }
 
     /// Count one label. Labels must come in increasing item order (the state's key
@@ -123,14 +137,25 @@ mod tests {
     fn cfg(name: &str) -> Config {
         Config {
             model: ModelSpec {
-                model_ref: ModelRef { backend: "noop".into(), endpoint: String::new(), model: name.into() },
+                model_ref: ModelRef {
+                    backend: "noop".into(),
+                    endpoint: String::new(),
+                    model: name.into(),
+                },
                 ..crate::common::test_model(name)
             },
         }
     }
 
     fn done() -> Outcome {
-        Outcome::Done(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: None, calls: 1 })
+        Outcome::Done(Completion {
+            text: String::new(),
+            usage: Usage::default(),
+            latency_ms: 0,
+            finish_reason: None,
+            calls: 1,
+            logprobs: None,
+        })
     }
 
     /// An item waits for exactly its one job, then is done; a dead letter is labelled with its error.
@@ -139,14 +164,14 @@ mod tests {
         let c = cfg("m");
         let mut known: HashMap<JobId, Outcome> = HashMap::new();
         let jobs = match evaluate(&c, 7, &known) {
-            Progress::Waiting(j) => j,
+            Plan::Waiting(j) => j,
             d => panic!("{d:?}"),
         };
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].key.pipeline, "noop");
         assert_eq!(jobs[0].pool, "m");
         known.insert(jobs[0].id(), done());
-        assert_eq!(evaluate(&c, 7, &known), Progress::Done(ItemLabel { item: 7, error: None }));
+        assert_eq!(evaluate(&c, 7, &known), Plan::Done(ItemLabel { item: 7, error: None }));
         let other = c.request(8).id();
         known.insert(
             other,
@@ -156,7 +181,10 @@ mod tests {
                 http_status: None,
             }),
         );
-        assert_eq!(evaluate(&c, 8, &known), Progress::Done(ItemLabel { item: 8, error: Some("boom".into()) }));
+        assert_eq!(
+            evaluate(&c, 8, &known),
+            Plan::Done(ItemLabel { item: 8, error: Some("boom".into()) })
+        );
     }
 
     /// Job ids differ between items and between models, and are stable.

@@ -30,7 +30,8 @@ fn ops() -> impl Strategy<Value = Vec<(u8, usize, u32)>> {
 /// An error for line `n` of `file` says `file:n:` first.
 fn names_line(err: &dataset::DatasetError, file: &str, lines: usize) -> bool {
     let msg = err.to_string();
-    (1..=lines.max(1)).any(|n| msg.starts_with(&format!("{file}:{n}: "))) && msg.len() > file.len() + 4
+    (1..=lines.max(1)).any(|n| msg.starts_with(&format!("{file}:{n}: ")))
+        && msg.len() > file.len() + 4
 }
 
 proptest! {

@@ -7,15 +7,20 @@ use halyard_pipelines::hypotermqa::judge::{
     parse_paper_certainty, parse_paper_verified, reference_certainty, reference_verified,
 };
 use halyard_pipelines::hypotermqa::labels::{
-    paper_answer_label, paper_term_label, reference_answer_label, reference_rows, worst, CheckRow, EvalType, Judged,
+    paper_answer_label, paper_term_label, reference_answer_label, reference_rows, worst, CheckRow,
+    EvalType, Judged,
 };
 use halyard_pipelines::hypotermqa::{AnswerLabel, Label};
 use serde_json::Value;
 
 fn golden() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/hypotermqa_labels.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/golden/hypotermqa_labels.json");
     let body = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("golden file {} is missing or unreadable ({e}); it ships in shared/golden/", path.display())
+        panic!(
+            "golden file {} is missing or unreadable ({e}); it ships in shared/golden/",
+            path.display()
+        )
     });
     serde_json::from_str(&body).expect("golden labels file is valid JSON")
 }
@@ -54,13 +59,17 @@ fn term_level_grid() {
     for row in grid {
         let hyp = row["term_type"] == "hypothetical";
         let included = row["included"].as_bool().expect("included");
-        let certainty_json =
-            format!("{{\"certainty\": \"{}\"}}", row["judge_certainty_string"].as_str().expect("certainty"));
-        let verified_json = row["judge_verified_string"].as_str().map(|v| format!("{{\"verified\": \"{v}\"}}"));
+        let certainty_json = format!(
+            "{{\"certainty\": \"{}\"}}",
+            row["judge_certainty_string"].as_str().expect("certainty")
+        );
+        let verified_json =
+            row["judge_verified_string"].as_str().map(|v| format!("{{\"verified\": \"{v}\"}}"));
         let ctx = format!("{row}");
 
         // Paper semantics: the paper parser reads the judge strings.
-        let acceptance = Judged::Value(parse_paper_certainty(&certainty_json).expect("paper certainty").value);
+        let acceptance =
+            Judged::Value(parse_paper_certainty(&certainty_json).expect("paper certainty").value);
         let meaning = match &verified_json {
             Some(j) => Judged::Value(parse_paper_verified(j).expect("paper verified").value),
             None => Judged::NotRun,
@@ -71,7 +80,8 @@ fn term_level_grid() {
         // Reference semantics: their parser and their rows. The code never runs the
         // meaning check for a hypothetical term ("row shown as if meaning not run").
         let certainty = reference_certainty(&certainty_json).value;
-        let verified = verified_json.as_deref().filter(|_| !hyp).map(|j| reference_verified(j).value);
+        let verified =
+            verified_json.as_deref().filter(|_| !hyp).map(|j| reference_verified(j).value);
         let got = reference_rows(hyp, included, Some(&certainty), verified.as_ref());
         assert_eq!(got, rows(&row["code_rows"]), "reference rows: {ctx}");
         let want = label(row["code_label"].as_str().expect("code_label"));
@@ -99,7 +109,10 @@ fn term_level_failure_cases() {
             assert!(name.starts_with("valid term"), "{name}");
             false
         };
-        let certainty = reference_certainty(case["judge_acceptance_output"].as_str().expect("acceptance output")).value;
+        let certainty = reference_certainty(
+            case["judge_acceptance_output"].as_str().expect("acceptance output"),
+        )
+        .value;
         let verified = case["judge_meaning_output"].as_str().map(|m| reference_verified(m).value);
         let got = reference_rows(hyp, true, Some(&certainty), verified.as_ref());
         assert_eq!(got, rows(&case["code_rows"]), "{name}");
@@ -127,7 +140,10 @@ fn answer_level() {
     }
     // Paper mode's extra label sits between hallucination and irrelevant.
     assert_eq!(paper_answer_label([Label::JudgeError, Label::Irrelevant]), AnswerLabel::JudgeError);
-    assert_eq!(paper_answer_label([Label::JudgeError, Label::Hallucination]), AnswerLabel::Hallucination);
+    assert_eq!(
+        paper_answer_label([Label::JudgeError, Label::Hallucination]),
+        AnswerLabel::Hallucination
+    );
 }
 
 /// Labels serialise as the spec's snake_case names.

@@ -13,25 +13,28 @@ use std::path::PathBuf;
 
 use halyard_pipelines::metrics::auroc::{aggregate_auroc, auroc, relative_quality};
 use halyard_pipelines::metrics::autohall::{
-    detect, is_hallucinated, pair_conflicts, parse_claim_verdict, selfck_1gm_hallucinated, ClaimVerdict, GoldLabel,
-    NoConflictPhrases,
+    detect, is_hallucinated, pair_conflicts, parse_claim_verdict, selfck_1gm_hallucinated,
+    ClaimVerdict, GoldLabel, NoConflictPhrases,
 };
 use halyard_pipelines::metrics::bleu::{bleu4_paper, bleu4_v2, NgramPrecision};
 use halyard_pipelines::metrics::chainpoll::{
-    chainpoll_score, chainpoll_score_parsed, parse_verdict_final_answer, parse_verdict_first_word, Unparseable,
+    chainpoll_score, chainpoll_score_parsed, parse_verdict_final_answer, parse_verdict_first_word,
+    Unparseable,
 };
 use halyard_pipelines::metrics::classification::Confusion;
 use halyard_pipelines::metrics::hvi::{hvi, HviCounts, HviParams};
 use halyard_pipelines::metrics::kwprec::{kw_prec, parse_extracted_keywords};
 use halyard_pipelines::metrics::pseudo_entropy::token_pseudo_entropy;
 use halyard_pipelines::metrics::rouge::rouge_l;
-use halyard_pipelines::metrics::selfcheck::{selfcheck_unigram, selfcheck_unigram_text, SelfCheckNgram};
+use halyard_pipelines::metrics::selfcheck::{
+    selfcheck_unigram, selfcheck_unigram_text, SelfCheckNgram,
+};
 use halyard_pipelines::metrics::tokenize::jieba_cut;
 use halyard_pipelines::metrics::uhgeval::{
-    generative_item, keyword_item, keyword_overall, option_order_v2, paper_block_coverage, paper_option_orders,
-    parse_keyword_judgement, parse_selective_choice, parse_sentence_judgement, select_keywords_paper,
-    select_keywords_v2, selective_overall, sentence_item, sentence_overall, v2_batch_sizes, Judgement, KeywordCase,
-    KeywordItem, OptionOrder, SelectiveItem, UhgVariant,
+    generative_item, keyword_item, keyword_overall, option_order_v2, paper_block_coverage,
+    paper_option_orders, parse_keyword_judgement, parse_selective_choice, parse_sentence_judgement,
+    select_keywords_paper, select_keywords_v2, selective_overall, sentence_item, sentence_overall,
+    v2_batch_sizes, Judgement, KeywordCase, KeywordItem, OptionOrder, SelectiveItem, UhgVariant,
 };
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -54,7 +57,10 @@ fn golden_path() -> PathBuf {
 fn golden_text() -> String {
     let path = golden_path();
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("golden file {} is missing or unreadable ({e}); it ships in shared/golden/", path.display())
+        panic!(
+            "golden file {} is missing or unreadable ({e}); it ships in shared/golden/",
+            path.display()
+        )
     })
 }
 
@@ -95,8 +101,14 @@ impl fmt::Debug for Mismatch {
 }
 
 /// Compares every leaf of `expected` with `actual`; returns the number of leaves checked.
-fn compare(expected: &Value, actual: &Value, tol: Tolerance, path: &str) -> Result<usize, Mismatch> {
-    let fail = |why: String| Err(Mismatch(format!("{path}: {why} (expected {expected}, got {actual})")));
+fn compare(
+    expected: &Value,
+    actual: &Value,
+    tol: Tolerance,
+    path: &str,
+) -> Result<usize, Mismatch> {
+    let fail =
+        |why: String| Err(Mismatch(format!("{path}: {why} (expected {expected}, got {actual})")));
     match (expected, actual) {
         (Value::Number(e), Value::Number(a)) => {
             let (e, a) = (e.as_f64().expect("finite"), a.as_f64().expect("finite"));
@@ -135,7 +147,11 @@ fn compare(expected: &Value, actual: &Value, tol: Tolerance, path: &str) -> Resu
 // Input helpers
 
 fn strs(v: &Value) -> Vec<String> {
-    v.as_array().expect("list of strings").iter().map(|s| s.as_str().expect("string").to_owned()).collect()
+    v.as_array()
+        .expect("list of strings")
+        .iter()
+        .map(|s| s.as_str().expect("string").to_owned())
+        .collect()
 }
 
 fn f64s(v: &Value) -> Vec<f64> {
@@ -232,7 +248,10 @@ impl Golden<'_> {
     fn reference_for(&self, continuation: &str) -> String {
         self.vectors
             .iter()
-            .find(|v| v["metric"] == "uhgeval_generative_metrics_zh" && v["inputs"]["continuation"] == continuation)
+            .find(|v| {
+                v["metric"] == "uhgeval_generative_metrics_zh"
+                    && v["inputs"]["continuation"] == continuation
+            })
             .and_then(|v| v["inputs"]["reference"].as_str())
             .unwrap_or_else(|| panic!("no generative vector with continuation {continuation:?}"))
             .to_owned()
@@ -264,10 +283,19 @@ impl Golden<'_> {
                 json!({ "lcs": r.lcs, "precision": r.precision, "recall": r.recall, "f": r.f })
             }
             "uhgeval_generative_metrics_zh" => {
-                let (cont, refr) = (i["continuation"].as_str().unwrap(), i["reference"].as_str().unwrap());
+                let (cont, refr) =
+                    (i["continuation"].as_str().unwrap(), i["reference"].as_str().unwrap());
                 let (c, r) = (jieba_cut(cont), jieba_cut(refr));
-                assert_eq!(c, strs(&i["jieba_candidate_tokens"]), "jieba-rs differs from jieba 0.42.1 on {cont:?}");
-                assert_eq!(r, strs(&i["jieba_reference_tokens"]), "jieba-rs differs from jieba 0.42.1 on {refr:?}");
+                assert_eq!(
+                    c,
+                    strs(&i["jieba_candidate_tokens"]),
+                    "jieba-rs differs from jieba 0.42.1 on {cont:?}"
+                );
+                assert_eq!(
+                    r,
+                    strs(&i["jieba_reference_tokens"]),
+                    "jieba-rs differs from jieba 0.42.1 on {refr:?}"
+                );
                 let kws = strs(&i["keywords"]);
                 let paper = generative_item(cont, refr, &kws, UhgVariant::Paper);
                 let v2 = generative_item(cont, refr, &kws, UhgVariant::V2);
@@ -280,19 +308,27 @@ impl Golden<'_> {
                     "length_chars": paper.length,
                 })
             }
-            "uhgeval_kwprec" => json!({ "score": kw_prec(&strs(&i["keywords"]), i["reference"].as_str().unwrap()) }),
+            "uhgeval_kwprec" => {
+                json!({ "score": kw_prec(&strs(&i["keywords"]), i["reference"].as_str().unwrap()) })
+            }
             "uhgeval_keyword_extraction_parse" => {
                 let cont = i["continuation"].as_str().unwrap();
                 let kws = parse_extracted_keywords(i["llm_response"].as_str().unwrap(), cont);
                 json!({ "keywords": kws, "kwPrec_vs_reference": kw_prec(&kws, &self.reference_for(cont)) })
             }
-            "uhgeval_parse_keyword_level" | "uhgeval_parse_sentence_level" | "uhgeval_parse_selective" => {
+            "uhgeval_parse_keyword_level"
+            | "uhgeval_parse_sentence_level"
+            | "uhgeval_parse_selective" => {
                 let parse = |variant| -> Vec<i8> {
                     strs(&i["responses"])
                         .iter()
                         .map(|r| match metric {
-                            "uhgeval_parse_keyword_level" => parse_keyword_judgement(r, variant).code(),
-                            "uhgeval_parse_sentence_level" => parse_sentence_judgement(r, variant).code(),
+                            "uhgeval_parse_keyword_level" => {
+                                parse_keyword_judgement(r, variant).code()
+                            }
+                            "uhgeval_parse_sentence_level" => {
+                                parse_sentence_judgement(r, variant).code()
+                            }
                             _ => parse_selective_choice(r, variant).code(),
                         })
                         .collect()
@@ -315,17 +351,24 @@ impl Golden<'_> {
                 })
             }
             "uhgeval_disc_keyword_balancing" => {
-                let pairs = &self.ordered[index].inputs.all_keywords.as_ref().expect("allKeywords").0;
+                let pairs =
+                    &self.ordered[index].inputs.all_keywords.as_ref().expect("allKeywords").0;
                 let preds = |key: &str, cases: &[KeywordCase]| -> Vec<Judgement> {
                     cases.iter().map(|c| judgement(&i[key][c.keyword.as_str()])).collect()
                 };
                 let v1 = select_keywords_paper(pairs, &strs(&i["appearedKeywords"]));
-                let v1_item = keyword_item(&v1, &preds("predictions_v1", &v1), UhgVariant::Paper).unwrap();
-                let lines: Vec<String> = pairs.iter().map(|(k, a)| format!("{k}<sep>{a}")).collect();
+                let v1_item =
+                    keyword_item(&v1, &preds("predictions_v1", &v1), UhgVariant::Paper).unwrap();
+                let lines: Vec<String> =
+                    pairs.iter().map(|(k, a)| format!("{k}<sep>{a}")).collect();
                 let v2 = select_keywords_v2(&lines).unwrap();
-                let v2_item = keyword_item(&v2, &preds("predictions_v2", &v2), UhgVariant::V2).unwrap();
-                let names = |cs: &[KeywordCase]| cs.iter().map(|c| c.keyword.clone()).collect::<Vec<_>>();
-                let labels = |cs: &[KeywordCase]| cs.iter().map(|c| u8::from(c.hallucinated)).collect::<Vec<_>>();
+                let v2_item =
+                    keyword_item(&v2, &preds("predictions_v2", &v2), UhgVariant::V2).unwrap();
+                let names =
+                    |cs: &[KeywordCase]| cs.iter().map(|c| c.keyword.clone()).collect::<Vec<_>>();
+                let labels = |cs: &[KeywordCase]| {
+                    cs.iter().map(|c| u8::from(c.hallucinated)).collect::<Vec<_>>()
+                };
                 json!({
                     "v1_selected": names(&v1), "v1_labels": labels(&v1),
                     "v1_num_kws": v1_item.num_kws, "v1_accuracy": v1_item.accuracy,
@@ -335,12 +378,18 @@ impl Golden<'_> {
             }
             "uhgeval_selective_order" => {
                 let seed = u64_of(&i["v1_seed"]);
-                let swaps: Vec<bool> = paper_option_orders(seed).take(6).map(|o| o == OptionOrder::RealFirst).collect();
+                let swaps: Vec<bool> = paper_option_orders(seed)
+                    .take(6)
+                    .map(|o| o == OptionOrder::RealFirst)
+                    .collect();
                 let v2: Vec<bool> = i["v2_hallucinated_lengths"]
                     .as_array()
                     .unwrap()
                     .iter()
-                    .map(|n| option_order_v2(&"字".repeat(u64_of(n) as usize)) == OptionOrder::HallucinatedFirst)
+                    .map(|n| {
+                        option_order_v2(&"字".repeat(u64_of(n) as usize))
+                            == OptionOrder::HallucinatedFirst
+                    })
                     .collect();
                 json!({ "v1_first_six_swaps": swaps, "v2_hallucinated_is_option_A": v2 })
             }
@@ -373,8 +422,12 @@ impl Golden<'_> {
                     .unwrap()
                     .iter()
                     .map(|c| {
-                        paper_block_coverage(u64_of(&c["total"]) as usize, u64_of(&c["num_blocks"]) as usize, 0)
-                            .unwrap()
+                        paper_block_coverage(
+                            u64_of(&c["total"]) as usize,
+                            u64_of(&c["num_blocks"]) as usize,
+                            0,
+                        )
+                        .unwrap()
                     })
                     .collect();
                 json!({
@@ -413,7 +466,8 @@ impl Golden<'_> {
                             Some("F") => ClaimVerdict::False,
                             other => panic!("classification {other:?}"),
                         };
-                        let gold = GoldLabel::from_dataset(p[1].as_str().unwrap()).expect("a kept gold label");
+                        let gold = GoldLabel::from_dataset(p[1].as_str().unwrap())
+                            .expect("a kept gold label");
                         is_hallucinated(verdict, gold)
                     })
                     .collect();
@@ -434,29 +488,44 @@ impl Golden<'_> {
             "autohall_accuracy_f1" => {
                 let c = if i.get("TP").is_some() {
                     let n = |k: &str| u64_of(&i[k]);
-                    Confusion::from_counts(n("num_hallucinated"), n("num_factual"), n("TP"), n("FP")).unwrap()
+                    Confusion::from_counts(
+                        n("num_hallucinated"),
+                        n("num_factual"),
+                        n("TP"),
+                        n("FP"),
+                    )
+                    .unwrap()
                 } else {
-                    Confusion::from_labels(&labels01(&i["y_true_hallucination"]), &labels01(&i["y_pred_hallucination"]))
-                        .unwrap()
+                    Confusion::from_labels(
+                        &labels01(&i["y_true_hallucination"]),
+                        &labels01(&i["y_pred_hallucination"]),
+                    )
+                    .unwrap()
                 };
                 let m = c.metrics();
                 json!({ "accuracy": m.accuracy, "precision": m.precision, "recall": m.recall, "f1": m.f1 })
             }
             "autohall_selfcheck_1gram_threshold" => {
-                let p: Vec<bool> =
-                    f64s(&i["doc_avg_neg_logprob"]).into_iter().map(|x| selfck_1gm_hallucinated(x).unwrap()).collect();
+                let p: Vec<bool> = f64s(&i["doc_avg_neg_logprob"])
+                    .into_iter()
+                    .map(|x| selfck_1gm_hallucinated(x).unwrap())
+                    .collect();
                 json!({ "predicted_hallucination": p })
             }
             "chainpoll_score" => {
                 if let Some(verdicts) = i.get("verdicts") {
                     json!({ "score": chainpoll_score(&bools(verdicts)).unwrap() })
                 } else if i["parse"].as_str().unwrap().starts_with("first word") {
-                    let verdicts: Vec<bool> =
-                        strs(&i["judge_responses"]).iter().map(|r| parse_verdict_first_word(r)).collect();
+                    let verdicts: Vec<bool> = strs(&i["judge_responses"])
+                        .iter()
+                        .map(|r| parse_verdict_first_word(r))
+                        .collect();
                     json!({ "verdicts": verdicts, "score": chainpoll_score(&verdicts).unwrap() })
                 } else {
-                    let verdicts: Vec<Option<bool>> =
-                        strs(&i["judge_responses"]).iter().map(|r| parse_verdict_final_answer(r)).collect();
+                    let verdicts: Vec<Option<bool>> = strs(&i["judge_responses"])
+                        .iter()
+                        .map(|r| parse_verdict_final_answer(r))
+                        .collect();
                     json!({
                         "verdicts": verdicts,
                         "score_over_parsed": chainpoll_score_parsed(&verdicts, Unparseable::Exclude).unwrap(),
@@ -464,10 +533,16 @@ impl Golden<'_> {
                     })
                 }
             }
-            "auroc" => json!({ "auroc": auroc(&labels01(&i["labels_hallucinated"]), &f64s(&i["scores"])).unwrap() }),
+            "auroc" => {
+                json!({ "auroc": auroc(&labels01(&i["labels_hallucinated"]), &f64s(&i["scores"])).unwrap() })
+            }
             "realhall_aggregate_and_relative_quality" => {
-                let per: BTreeMap<String, Vec<f64>> =
-                    i["per_dataset_auroc"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), f64s(v))).collect();
+                let per: BTreeMap<String, Vec<f64>> = i["per_dataset_auroc"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), f64s(v)))
+                    .collect();
                 let aggregate: BTreeMap<&String, f64> =
                     per.iter().map(|(k, v)| (k, aggregate_auroc(v).unwrap())).collect();
                 json!({
@@ -522,9 +597,14 @@ impl Golden<'_> {
 fn all_golden_vectors() {
     let text = golden_text();
     let file: Value = serde_json::from_str(&text).expect("golden vectors file is valid JSON");
-    let ordered: OrderedFile = serde_json::from_str(&text).expect("golden vectors file re-reads in key order");
+    let ordered: OrderedFile =
+        serde_json::from_str(&text).expect("golden vectors file re-reads in key order");
     let vectors = file["vectors"].as_array().expect("a `vectors` list");
-    assert_eq!(vectors.len(), EXPECTED_VECTORS, "the golden file should hold {EXPECTED_VECTORS} vectors");
+    assert_eq!(
+        vectors.len(),
+        EXPECTED_VECTORS,
+        "the golden file should hold {EXPECTED_VECTORS} vectors"
+    );
     let golden = Golden { vectors, ordered: &ordered.vectors };
 
     let mut checked_vectors = 0;
@@ -550,9 +630,18 @@ fn all_golden_vectors() {
             Err(m) => failures.push(m.0),
         }
     }
-    assert!(failures.is_empty(), "{} golden vector(s) failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} golden vector(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert_eq!(checked_vectors, EXPECTED_VECTORS, "every vector must be checked");
-    assert_eq!(unchecked_used, UNCHECKED.len(), "every UNCHECKED entry must match a leaf of the file");
+    assert_eq!(
+        unchecked_used,
+        UNCHECKED.len(),
+        "every UNCHECKED entry must match a leaf of the file"
+    );
     eprintln!("checked {checked_vectors} vectors, {checked_leaves} leaves");
 }
 
@@ -560,8 +649,12 @@ fn all_golden_vectors() {
 #[test]
 fn comparator_detects_deviations() {
     let e = json!({ "x": 1.0, "l": [1, 2] });
-    assert!(compare(&e, &json!({ "x": 1.0 + 2e-9, "l": [1, 2] }), Tolerance::Abs(1e-9), "t").is_err());
-    assert!(compare(&e, &json!({ "x": 1.0 + 5e-10, "l": [1, 2] }), Tolerance::Abs(1e-9), "t").is_ok());
+    assert!(
+        compare(&e, &json!({ "x": 1.0 + 2e-9, "l": [1, 2] }), Tolerance::Abs(1e-9), "t").is_err()
+    );
+    assert!(
+        compare(&e, &json!({ "x": 1.0 + 5e-10, "l": [1, 2] }), Tolerance::Abs(1e-9), "t").is_ok()
+    );
     assert!(compare(&e, &json!({ "x": 1.000002, "l": [1, 2] }), Tolerance::Rel(1e-6), "t").is_err());
     assert!(compare(&e, &json!({ "x": 1.0, "l": [1, 2, 3] }), Tolerance::Abs(0.0), "t").is_err());
     assert!(compare(&e, &json!({ "l": [1, 2] }), Tolerance::Abs(0.0), "t").is_err());

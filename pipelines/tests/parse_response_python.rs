@@ -23,11 +23,13 @@ fn expected(v: &serde_json::Value) -> String {
 #[test]
 fn matches_python_rendering_of_the_authors_parser() {
     let vectors: Vec<serde_json::Value> =
-        serde_json::from_str(include_str!("data/parse_response_vectors.json")).expect("vector file is valid JSON");
+        serde_json::from_str(include_str!("data/parse_response_vectors.json"))
+            .expect("vector file is valid JSON");
     let mut failures = Vec::new();
     for v in &vectors {
         let input = v["input"].as_str().expect("input");
-        let got = (outcome(reference_certainty(input).value), outcome(reference_verified(input).value));
+        let got =
+            (outcome(reference_certainty(input).value), outcome(reference_verified(input).value));
         let want = (expected(&v["certainty"]), expected(&v["verified"]));
         if got != want {
             failures.push(format!("{input:?}: got {got:?}, want {want:?}"));

@@ -7,7 +7,8 @@ use halyard_pipelines::hypotermqa::pyjson::loads;
 #[test]
 fn matches_cpython_json_loads() {
     let vectors: Vec<serde_json::Value> =
-        serde_json::from_str(include_str!("data/pyjson_vectors.json")).expect("vector file is valid JSON");
+        serde_json::from_str(include_str!("data/pyjson_vectors.json"))
+            .expect("vector file is valid JSON");
     assert!(vectors.len() > 100);
     let mut failures = Vec::new();
     for v in &vectors {

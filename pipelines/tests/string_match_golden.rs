@@ -20,15 +20,20 @@ struct Case {
 fn cases() -> Vec<Case> {
     let path = golden_path("string_match.jsonl");
     let body = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("golden file {} is missing or unreadable ({e}); it ships in shared/golden/", path.display())
+        panic!(
+            "golden file {} is missing or unreadable ({e}); it ships in shared/golden/",
+            path.display()
+        )
     });
     body.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            let v: serde_json::Value =
-                serde_json::from_str(l).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), i + 1));
-            let s = |k: &str| v[k].as_str().unwrap_or_else(|| panic!("line {}: field {k}", i + 1)).to_string();
+            let v: serde_json::Value = serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), i + 1));
+            let s = |k: &str| {
+                v[k].as_str().unwrap_or_else(|| panic!("line {}: field {k}", i + 1)).to_string()
+            };
             let b = |k: &str| v[k].as_bool().unwrap_or_else(|| panic!("line {}: field {k}", i + 1));
             Case {
                 line: i + 1,
@@ -48,9 +53,24 @@ fn check(mode: &str, f: fn(&str, &str) -> bool, want: fn(&Case) -> bool) {
     let failures: Vec<String> = cases
         .iter()
         .filter(|c| f(&c.text, &c.term) != want(c))
-        .map(|c| format!("line {} [{}] text={:?} term={:?} want {}", c.line, c.category, c.text, c.term, want(c)))
+        .map(|c| {
+            format!(
+                "line {} [{}] text={:?} term={:?} want {}",
+                c.line,
+                c.category,
+                c.text,
+                c.term,
+                want(c)
+            )
+        })
         .collect();
-    assert!(failures.is_empty(), "{mode}: {} of {} cases fail:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{mode}: {} of {} cases fail:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 /// Every golden case matches the authors' own function (field `reference`).

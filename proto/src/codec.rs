@@ -21,7 +21,11 @@ pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, CodecError> {
 
 /// Decode a message; `what` names it in the error.
 pub fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, CodecError> {
-    rmp_serde::from_slice(bytes).map_err(|source| CodecError::Decode { what, len: bytes.len(), source })
+    rmp_serde::from_slice(bytes).map_err(|source| CodecError::Decode {
+        what,
+        len: bytes.len(),
+        source,
+    })
 }
 
 /// Reject a message of another wire version.
@@ -49,7 +53,7 @@ mod tests {
             sampling: Sampling::default(),
             sample_index: 0,
         };
-        let job = Job::new(uuid::Uuid::nil(), "pool", key, None, 1000);
+        let job = Job::new(uuid::Uuid::nil(), "pool", key, 1000);
         let bytes = encode(&job).unwrap();
         let back: Job = decode("job", &bytes).unwrap();
         assert_eq!(back, job);

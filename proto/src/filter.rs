@@ -44,7 +44,8 @@ impl JobIdFilter {
 
     fn positions(id: &JobId) -> [u64; PROBES] {
         let b = id.as_bytes();
-        let word = |i: usize| u64::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3], b[i + 4], 0, 0, 0]);
+        let word =
+            |i: usize| u64::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3], b[i + 4], 0, 0, 0]);
         [word(0) & BITS_MASK, word(5) & BITS_MASK, word(10) & BITS_MASK]
     }
 
@@ -56,7 +57,9 @@ impl JobIdFilter {
 
     /// False only if `id` was never inserted.
     pub fn may_contain(&self, id: &JobId) -> bool {
-        Self::positions(id).iter().all(|p| self.words[(p / 64) as usize].load(Ordering::Acquire) & (1 << (p % 64)) != 0)
+        Self::positions(id)
+            .iter()
+            .all(|p| self.words[(p / 64) as usize].load(Ordering::Acquire) & (1 << (p % 64)) != 0)
     }
 }
 

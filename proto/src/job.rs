@@ -53,17 +53,52 @@ pub struct ModelRef {
     pub model: String,
 }
 
+/// How the model samples. The fields after `seed` are optional additions: absent from the
+/// wire and from the job id unless set, so every job planned before they existed keeps
+/// its id (and its checkpoint).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sampling {
     pub temperature: f32,
     pub max_tokens: Option<u32>,
     pub seed: Option<u64>,
+    /// Nucleus sampling (`top_p`); `None`: the backend's default, nothing sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    /// Top-k sampling; `None`: the backend's default. Only local models honour it (the
+    /// OpenAI chat API has no such parameter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u32>,
+    /// Token log-probabilities wanted in the completion; `None`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<LogprobsRequest>,
 }
 
 impl Default for Sampling {
     fn default() -> Self {
-        Sampling { temperature: 0.0, max_tokens: None, seed: None }
+        Sampling {
+            temperature: 0.0,
+            max_tokens: None,
+            seed: None,
+            top_p: None,
+            top_k: None,
+            logprobs: None,
+        }
     }
+}
+
+/// Which token log-probabilities a job wants (see [`crate::TokenLogprob`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogprobsRequest {
+    /// Most likely alternatives per position besides the chosen token (OpenAI
+    /// `top_logprobs`, 0 to 20).
+    pub top: u8,
+    /// Score instead of generate: the last message is an assistant message holding a given
+    /// text, and the completion carries the log-probability of each of its tokens after
+    /// the messages before it (teacher forcing, as a "probability model" scores a
+    /// completion written by another model), with no text generated. Only backends that
+    /// can read the model's distribution at given positions (`gguf`) can do it.
+    #[serde(default)]
+    pub score_last: bool,
 }
 
 /// Everything that determines a job's result. Its hash is the [`JobId`].
@@ -97,6 +132,17 @@ impl JobKey {
         h.opt_u64(self.sampling.max_tokens.map(u64::from));
         h.opt_u64(self.sampling.seed);
         h.u64(self.sample_index as u64);
+        // Later additions, each tagged and hashed only when set: the ids of keys that
+        // leave them unset are those of earlier releases.
+        if let Some(p) = self.sampling.top_p {
+            h.str("top_p").u64(p.to_bits() as u64);
+        }
+        if let Some(k) = self.sampling.top_k {
+            h.str("top_k").u64(k as u64);
+        }
+        if let Some(l) = self.sampling.logprobs {
+            h.str("logprobs").u64(l.top as u64).u64(l.score_last as u64);
+        }
         h.finish()
     }
 }
@@ -110,16 +156,16 @@ pub struct Job {
     /// The pool whose workers may run it (also encoded in the subject).
     pub pool: String,
     pub key: JobKey,
-    /// Name of the environment variable holding the API key, read by the worker.
-    /// The key itself never travels.
-    pub api_key_env: Option<String>,
+    // No API key variable travels: the worker takes it from its own configuration
+    // (`crate::pool`). A message from an older coordinator that still carries
+    // `api_key_env` decodes, the field ignored.
     /// Per-call timeout in milliseconds.
     pub timeout_ms: u64,
 }
 
 impl Job {
-    pub fn new(run: Uuid, pool: impl Into<String>, key: JobKey, api_key_env: Option<String>, timeout_ms: u64) -> Job {
-        Job { v: crate::WIRE_VERSION, id: key.id(), run, pool: pool.into(), key, api_key_env, timeout_ms }
+    pub fn new(run: Uuid, pool: impl Into<String>, key: JobKey, timeout_ms: u64) -> Job {
+        Job { v: crate::WIRE_VERSION, id: key.id(), run, pool: pool.into(), key, timeout_ms }
     }
 }
 
@@ -132,7 +178,11 @@ mod tests {
             pipeline: "hypotermqa".into(),
             stage: "answer".into(),
             stage_version: 1,
-            model: ModelRef { backend: "openai".into(), endpoint: "http://x/v1".into(), model: "m".into() },
+            model: ModelRef {
+                backend: "openai".into(),
+                endpoint: "http://x/v1".into(),
+                model: "m".into(),
+            },
             messages: vec![ChatMessage::user("What is X?")],
             sampling: Sampling::default(),
             sample_index: 0,
@@ -159,6 +209,15 @@ mod tests {
             Box::new(|k| k.sampling.max_tokens = Some(5)),
             Box::new(|k| k.sampling.seed = Some(1)),
             Box::new(|k| k.sample_index = 1),
+            Box::new(|k| k.sampling.top_p = Some(0.9)),
+            Box::new(|k| k.sampling.top_k = Some(5)),
+            Box::new(|k| k.sampling.logprobs = Some(LogprobsRequest { top: 5, score_last: false })),
+            Box::new(|k| k.sampling.logprobs = Some(LogprobsRequest { top: 0, score_last: false })),
+            Box::new(|k| k.sampling.logprobs = Some(LogprobsRequest { top: 5, score_last: true })),
+            Box::new(|k| {
+                k.sampling.top_p = Some(0.9);
+                k.sampling.top_k = Some(5);
+            }),
         ];
         let mut seen = std::collections::HashSet::new();
         seen.insert(a.id());
@@ -189,4 +248,55 @@ mod tests {
         assert_eq!(pinned, PINNED);
     }
     const PINNED: &str = "a96905e201fa7b6d63263fa7976bcca5";
+
+    /// Issue 13: a job from an older coordinator that names an API key variable decodes,
+    /// and the variable goes nowhere (the worker's configuration names the key).
+    #[test]
+    fn api_key_env_on_the_wire_is_ignored() {
+        #[derive(Serialize)]
+        struct OldJob {
+            v: u16,
+            id: JobId,
+            run: Uuid,
+            pool: String,
+            key: JobKey,
+            api_key_env: Option<String>,
+            timeout_ms: u64,
+        }
+        let new = Job::new(Uuid::nil(), "p", key(), 5);
+        let old = OldJob {
+            v: new.v,
+            id: new.id,
+            run: new.run,
+            pool: new.pool.clone(),
+            key: new.key.clone(),
+            api_key_env: Some("HALYARD_NATS_PASSWORD".into()),
+            timeout_ms: 5,
+        };
+        let bytes = crate::encode(&old).unwrap();
+        let back: Job = crate::decode("job", &bytes).unwrap();
+        assert_eq!(back, new);
+        assert!(!crate::encode(&back).unwrap().windows(11).any(|w| w == b"api_key_env"));
+    }
+
+    /// Issue 16: the optional sampling fields are left off the wire when unset, so a job
+    /// encoded by an earlier release decodes unchanged and re-encodes to the same bytes.
+    #[test]
+    fn unset_additions_leave_the_wire_unchanged() {
+        #[derive(Serialize)]
+        struct OldSampling {
+            temperature: f32,
+            max_tokens: Option<u32>,
+            seed: Option<u64>,
+        }
+        let old = OldSampling { temperature: 0.5, max_tokens: Some(3), seed: None };
+        let bytes = crate::encode(&old).unwrap();
+        let new: Sampling = crate::decode("sampling", &bytes).unwrap();
+        assert_eq!(new, Sampling { temperature: 0.5, max_tokens: Some(3), ..Sampling::default() });
+        assert_eq!(crate::encode(&new).unwrap(), bytes);
+        let mut set = new.clone();
+        set.top_k = Some(5);
+        let back: Sampling = crate::decode("sampling", &crate::encode(&set).unwrap()).unwrap();
+        assert_eq!(back, set);
+    }
 }

@@ -1,13 +1,18 @@
 //! # halyard-proto: the wire between Halyard's processes
 //!
-//! Everything that crosses NATS is defined here and nothing else: no tokio, and no IO
-//! but [`store_mark`]'s one file.
+//! Everything that crosses NATS is defined here, with the worker's configuration
+//! contract ([`pool`]) that jobs are checked against: no tokio, and no IO but
+//! [`store_mark`]'s files.
 //!
 //! ## Layout
 //! - [`id`]: [`JobId`], the content hash of everything that determines a job's result.
 //! - [`job`]: [`Job`] (what a worker receives) and the request it carries.
 //! - [`result`]: [`JobResult`] (what a worker publishes back), outcomes and failures.
+//! - [`pool`]: the worker's contract, [`pool::WorkerPlan`]: the pools it serves, their
+//!   quotas and the models it may call; and the check every received job passes.
+//! - [`redact`]: secrets out of text bound for logs, errors and dead letters.
 //! - [`batch`]: results messages holding many results (one per sled group commit).
+//! - [`health`]: a pool's endpoint health ([`PoolHealthRecord`]) as workers publish it.
 //! - [`subjects`]: stream, subject and consumer names, and pool-name encoding.
 //! - [`codec`]: MessagePack (rmp-serde, named fields) with a version check.
 //! - [`filter`]: [`JobIdFilter`], a Bloom filter over job ids that lets the stores skip
@@ -25,18 +30,26 @@
 pub mod batch;
 pub mod codec;
 pub mod filter;
+pub mod health;
 pub mod id;
 pub mod job;
+pub mod pool;
+pub mod redact;
 pub mod result;
 pub mod store_mark;
 pub mod subjects;
 
-pub use batch::{batch_msg_id, decode_jobs, decode_results, encode_batch};
+pub use batch::{
+    batch_msg_id, decode_job_items, decode_jobs, decode_results, encode_batch, JobItem,
+};
 pub use codec::{decode, encode, CodecError};
 pub use filter::JobIdFilter;
+pub use health::{OutageReason, PoolHealthRecord};
 pub use id::JobId;
-pub use job::{ChatMessage, Job, JobKey, ModelRef, Role, Sampling};
-pub use result::{Completion, Failure, FailureKind, JobResult, Outcome, Usage};
+pub use job::{ChatMessage, Job, JobKey, LogprobsRequest, ModelRef, Role, Sampling};
+pub use result::{
+    Completion, Failure, FailureKind, JobResult, Outcome, TokenLogprob, TopLogprob, Usage,
+};
 
 /// Version of the wire format. A process refuses messages of another major version.
 pub const WIRE_VERSION: u16 = 1;

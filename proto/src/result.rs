@@ -20,6 +20,27 @@ pub struct Completion {
     pub finish_reason: Option<String>,
     /// HTTP attempts (or engine calls) spent to obtain it, retries included.
     pub calls: u32,
+    /// Per-token log-probabilities, when the job asked for them and the backend gave them
+    /// (see [`crate::LogprobsRequest`]); absent otherwise, and then not on the wire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprob>>,
+}
+
+/// One token of a completion with its natural-log probability and, when asked, the most
+/// likely alternatives at its position (which may include the token itself).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<TopLogprob>,
+}
+
+/// An alternative token at a position, with its natural-log probability.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +50,12 @@ pub enum FailureKind {
     Permanent,
     /// Transient failures until the delivery budget (`max_deliver`) ran out.
     Exhausted,
+    /// A worker refused the message: its id is not its key's hash, or its model is not
+    /// one the worker was configured with for the pool (see `pool::WorkerPlan::admit`).
+    /// Reported so the run can count it, but **never the job's outcome**: a forged
+    /// message may carry a real job's id, so a coordinator must not let a refusal stand
+    /// for (or overwrite) the result of the job whose id it names.
+    Refused,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

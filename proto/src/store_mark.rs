@@ -13,7 +13,7 @@
 //! zeroed data file), not the loss of a tail of recent records (which sled's own
 //! recovery treats as an interrupted write).
 //!
-//! The only file-system code in this crate; std only.
+//! The only file-system code in this crate (with [`create_private_dir`]); std only.
 
 use std::io::Write;
 use std::path::Path;
@@ -50,12 +50,27 @@ pub fn check(dir: &Path, store_has_mark: bool) -> Result<Mark, String> {
 
 /// [`check`], and on [`Mark::Missing`] run `mark_store` (put `MARK_KEY` in the store and
 /// flush it) and then [`write_file`].
-pub fn guard(dir: &Path, store_has_mark: bool, mark_store: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+pub fn guard(
+    dir: &Path,
+    store_has_mark: bool,
+    mark_store: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
     if check(dir, store_has_mark)? == Mark::Missing {
         mark_store()?;
         write_file(dir)?;
     }
     Ok(())
+}
+
+/// Create a store's directory (and missing parents) readable by its owner only (0700):
+/// a store holds paid answers and run state that other local users have no business
+/// reading. An existing directory keeps its mode.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
 }
 
 /// Write the file mark, synced (after the store's own mark is flushed).
@@ -81,5 +96,19 @@ mod tests {
         assert_eq!(check(d.path(), true), Ok(Mark::Intact));
         let e = check(d.path(), false).unwrap_err();
         assert!(e.contains("truncated"), "{e}");
+    }
+
+    /// Issue 13: new store directories (and the parents created with them) are 0700.
+    #[cfg(unix)]
+    #[test]
+    fn store_dirs_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("a/b");
+        create_private_dir(&dir).unwrap();
+        create_private_dir(&dir).unwrap();
+        for p in [d.path().join("a"), dir] {
+            assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o700);
+        }
     }
 }

@@ -9,6 +9,13 @@ pub const RESULTS_STREAM: &str = "HALYARD_RESULTS";
 pub const JOBS_PREFIX: &str = "halyard.jobs";
 pub const RESULTS_PREFIX: &str = "halyard.results";
 
+/// KV bucket of each pool's endpoint health (key: [`pool_token`]; value: JSON
+/// [`crate::PoolHealthRecord`]), written by workers.
+pub const POOL_HEALTH_BUCKET: &str = "halyard_pool_health";
+/// KV bucket of the deliveries of job messages that ended for a reason that was not the
+/// job's fault (key: the message's stream sequence in `HALYARD_JOBS`), written by workers.
+pub const DELIVERY_BUDGET_BUCKET: &str = "halyard_delivery_budget";
+
 /// A pool name as a single NATS subject token. Pool names such as `openai/gpt-4o@team`
 /// contain characters a token cannot (`.`, `*`, `>`, spaces); those become `_` and a short
 /// hash of the original name is appended so that different names never share a subject.

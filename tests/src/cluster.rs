@@ -18,11 +18,8 @@ impl NatsCluster {
     pub fn start(n: usize) -> NatsCluster {
         assert!(n >= 1, "a cluster needs a node");
         let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let all_routes = routes
-            .iter()
-            .map(|p| format!("nats://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let all_routes =
+            routes.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
         let nodes = routes
             .iter()
             .enumerate()
@@ -75,7 +72,8 @@ impl NatsCluster {
         loop {
             let logs: Vec<String> = self.nodes.iter().map(|n| n.log_tail(10_000)).collect();
             let routed = logs.iter().all(|l| l.matches("Route connection created").count() >= want);
-            let leader = self.nodes.len() == 1 || logs.iter().any(|l| l.contains("JetStream cluster new metadata leader"));
+            let leader = self.nodes.len() == 1
+                || logs.iter().any(|l| l.contains("JetStream cluster new metadata leader"));
             if routed && leader {
                 return;
             }
@@ -102,9 +100,10 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             // Connected to the first node only; the others come from its INFO.
-            let b = halyard_broker::connect(&BrokerConfig::new(cluster.node(0).url(), "cluster-test"))
-                .await
-                .unwrap();
+            let b =
+                halyard_broker::connect(&BrokerConfig::new(cluster.node(0).url(), "cluster-test"))
+                    .await
+                    .unwrap();
             assert_eq!(halyard_broker::cluster_size(&b.client), 3);
             let deadline = Instant::now() + Duration::from_secs(30);
             // The meta leader may still be settling: JetStream answers once it is.
@@ -112,7 +111,9 @@ mod tests {
                 assert!(Instant::now() < deadline, "streams never created: {e}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            for name in [halyard_proto::subjects::JOBS_STREAM, halyard_proto::subjects::RESULTS_STREAM] {
+            for name in
+                [halyard_proto::subjects::JOBS_STREAM, halyard_proto::subjects::RESULTS_STREAM]
+            {
                 let mut s = b.js.get_stream(name).await.unwrap();
                 assert_eq!(s.info().await.unwrap().config.num_replicas, 3, "{name}");
             }
@@ -130,14 +131,23 @@ mod tests {
                 match b.js.publish(subject.clone(), "after".into()).await {
                     Ok(ack) => match ack.await {
                         Ok(_) => break,
-                        Err(e) => assert!(Instant::now() < deadline, "no publish after the node loss: {e}"),
+                        Err(e) => assert!(
+                            Instant::now() < deadline,
+                            "no publish after the node loss: {e}"
+                        ),
                     },
-                    Err(e) => assert!(Instant::now() < deadline, "no publish after the node loss: {e}"),
+                    Err(e) => {
+                        assert!(Instant::now() < deadline, "no publish after the node loss: {e}")
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             let mut s = b.js.get_stream(halyard_proto::subjects::JOBS_STREAM).await.unwrap();
-            assert_eq!(s.info().await.unwrap().state.messages, 2, "a message was lost with the node");
+            assert_eq!(
+                s.info().await.unwrap().state.messages,
+                2,
+                "a message was lost with the node"
+            );
         });
     }
 }

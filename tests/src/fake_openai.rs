@@ -10,6 +10,11 @@
 //! while the test blocks its thread (waiting on a `halyard` child process, say) and
 //! whether or not the test is async. Drop aborts the server and every open connection
 //! and joins that thread.
+//!
+//! Scripted outages ([`FakeOpenAi::go_down`], [`FakeOpenAi::come_back`],
+//! [`FakeOpenAi::outage_for`]): refused connections (the listener really closed, open
+//! connections dropped), 503s, or requests that hang. [`FakeOpenAi::paid_calls`] lists
+//! the calls answered with a completion, so a test can count paid calls made twice.
 
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -25,7 +30,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use serde_json::{json, Value};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc as tmpsc, watch};
+
+mod server;
+pub use server::Outage;
+use server::{Cmd, Control, OutageState};
 
 /// One chat-completions request as the server received it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -51,18 +60,10 @@ pub enum Reply {
     /// prompt (all message contents) and of the completion.
     Text(String),
     /// 200 with this completion and the given usage.
-    TextWithUsage {
-        text: String,
-        prompt_tokens: u64,
-        completion_tokens: u64,
-    },
+    TextWithUsage { text: String, prompt_tokens: u64, completion_tokens: u64 },
     /// This HTTP status and body (`application/json` if it parses as JSON), with a
     /// `Retry-After` header when given.
-    Status {
-        code: u16,
-        body: String,
-        retry_after: Option<String>,
-    },
+    Status { code: u16, body: String, retry_after: Option<String> },
     /// Waits, then answers with the inner reply.
     Delayed(Duration, Box<Reply>),
     /// Waits until the gate opens, then answers with the inner reply.
@@ -136,9 +137,7 @@ impl Default for Gate {
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gate")
-            .field("open", &self.is_open())
-            .finish()
+        f.debug_struct("Gate").field("open", &self.is_open()).finish()
     }
 }
 
@@ -150,14 +149,16 @@ struct Shared {
     next_seq: AtomicU64,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    /// Calls answered with a completion (200).
+    paid: Mutex<Vec<ChatCall>>,
+    /// The current `Unavailable` or `Hang` outage.
+    outage: OutageState,
 }
 
 impl Shared {
     fn calls(&self) -> MutexGuard<'_, Vec<ChatCall>> {
         // A panic while holding the lock cannot leave the Vec half-written.
-        self.calls
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.calls.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Logs the call and counts it in flight, under one lock so that a test that saw
@@ -185,7 +186,7 @@ impl Drop for InFlight {
 pub struct FakeOpenAi {
     shared: Arc<Shared>,
     addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
+    control: Control,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -203,39 +204,49 @@ impl FakeOpenAi {
     where
         F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
     {
-        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .unwrap_or_else(|e| panic!("fake OpenAI: bind 127.0.0.1:0: {e}"));
+        FakeOpenAi::start_blocking_on(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), responder)
+    }
+
+    /// As [`FakeOpenAi::start_blocking`], listening on `addr` (the `fake-api` binary
+    /// serves containers on `0.0.0.0:8080`).
+    pub fn start_blocking_on<F>(addr: SocketAddr, responder: F) -> FakeOpenAi
+    where
+        F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
+    {
+        let listener = std::net::TcpListener::bind(addr)
+            .unwrap_or_else(|e| panic!("fake OpenAI: bind {addr}: {e}"));
         listener
             .set_nonblocking(true)
             .unwrap_or_else(|e| panic!("fake OpenAI: set_nonblocking: {e}"));
-        let addr = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("fake OpenAI: local_addr: {e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("fake OpenAI: local_addr: {e}"));
         let shared = Arc::new(Shared {
             responder: Box::new(responder),
             calls: Mutex::new(Vec::new()),
             next_seq: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
+            paid: Mutex::new(Vec::new()),
+            outage: OutageState::default(),
         });
-        let (stop_tx, stop_rx) = oneshot::channel();
+        let (orders, orders_rx) = tmpsc::unbounded_channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let app = router(Arc::clone(&shared));
         let thread = std::thread::Builder::new()
             .name(format!("fake-openai-{}", addr.port()))
-            .spawn(move || serve(listener, app, stop_rx, ready_tx))
+            .spawn(move || server::serve(listener, app, orders_rx, ready_tx))
             .unwrap_or_else(|e| panic!("fake OpenAI: spawn server thread: {e}"));
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(msg)) => panic!("fake OpenAI: {msg}"),
             Err(_) => panic!("fake OpenAI: server thread died while starting"),
         }
-        FakeOpenAi {
-            shared,
-            addr,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
+        FakeOpenAi { shared, addr, control: Control { orders }, thread: Some(thread) }
+    }
+
+    /// The calls answered with a completion (200), in answer order: what a paid API
+    /// would bill.
+    pub fn paid_calls(&self) -> Vec<ChatCall> {
+        self.shared.paid.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// `http://127.0.0.1:PORT/v1`, the base URL an OpenAI client expects.
@@ -276,6 +287,7 @@ impl FakeOpenAi {
     pub fn reset_counters(&self) {
         let mut calls = self.shared.calls();
         calls.clear();
+        self.shared.paid.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let now = self.shared.in_flight.load(Ordering::SeqCst);
         self.shared.max_in_flight.store(now, Ordering::SeqCst);
     }
@@ -283,9 +295,8 @@ impl FakeOpenAi {
 
 impl Drop for FakeOpenAi {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        let (done, _) = mpsc::channel();
+        let _ = self.control.orders.send((Cmd::Stop, done));
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -300,45 +311,6 @@ impl std::fmt::Debug for FakeOpenAi {
             .field("in_flight", &self.in_flight())
             .finish()
     }
-}
-
-/// The server thread: its own runtime, the axum server as an owned task, until `stop`.
-fn serve(
-    listener: std::net::TcpListener,
-    app: Router,
-    stop: oneshot::Receiver<()>,
-    ready: mpsc::Sender<Result<(), String>>,
-) {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("fake-openai-rt")
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            let _ = ready.send(Err(format!("build tokio runtime: {e}")));
-            return;
-        }
-    };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(listener) => listener,
-            Err(e) => {
-                let _ = ready.send(Err(format!("register listener with tokio: {e}")));
-                return;
-            }
-        };
-        let mut server = tokio::spawn(async move { axum::serve(listener, app).await });
-        let _ = ready.send(Ok(()));
-        tokio::select! {
-            // Sent by Drop, or the sender dropped: either way, stop.
-            _ = stop => server.abort(),
-            ended = &mut server => eprintln!("fake OpenAI server ended early: {ended:?}"),
-        }
-    });
-    // Dropping the runtime cancels every connection task, hanging ones included.
-    drop(runtime);
 }
 
 fn router(shared: Arc<Shared>) -> Router {
@@ -364,6 +336,16 @@ async fn chat_completions(
         .get(header::AUTHORIZATION)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let (call, _in_flight) = shared.enter(parse_call(value, authorization));
+    let outage = *shared.outage.lock().unwrap_or_else(|p| p.into_inner());
+    match outage {
+        Some(Outage::Hang) => return std::future::pending().await,
+        Some(_) => {
+            let body =
+                error_body("The server is temporarily unavailable (fake outage)", "unavailable");
+            return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+        }
+        None => {}
+    }
     let reply = match catch_unwind(AssertUnwindSafe(|| (shared.responder)(&call))) {
         Ok(reply) => reply,
         Err(panic) => {
@@ -375,16 +357,17 @@ async fn chat_completions(
             eprintln!("fake OpenAI responder panicked on call {}: {msg}", call.seq);
             Reply::Status {
                 code: 500,
-                body: error_body(
-                    &format!("fake responder panicked: {msg}"),
-                    "responder_panic",
-                )
-                .to_string(),
+                body: error_body(&format!("fake responder panicked: {msg}"), "responder_panic")
+                    .to_string(),
                 retry_after: None,
             }
         }
     };
-    respond(reply, &call).await
+    let response = respond(reply, &call).await;
+    if response.status() == StatusCode::OK {
+        shared.paid.lock().unwrap_or_else(|p| p.into_inner()).push(call);
+    }
+    response
 }
 
 /// Lenient: missing or odd fields become empty/`None`, so the call is always logged.
@@ -405,9 +388,7 @@ fn parse_call(body: Value, authorization: Option<String>) -> ChatCall {
         model: body["model"].as_str().unwrap_or_default().to_string(),
         messages,
         temperature: body["temperature"].as_f64(),
-        max_tokens: body["max_tokens"]
-            .as_u64()
-            .or_else(|| body["max_completion_tokens"].as_u64()),
+        max_tokens: body["max_tokens"].as_u64().or_else(|| body["max_completion_tokens"].as_u64()),
         authorization,
         seq: 0,
         body,
@@ -417,11 +398,9 @@ fn parse_call(body: Value, authorization: Option<String>) -> ChatCall {
 fn content_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Value::Array(parts) => {
+            parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
+        }
         _ => String::new(),
     }
 }
@@ -443,22 +422,14 @@ async fn respond(mut reply: Reply, call: &ChatCall) -> Response {
                 let completion = words(&text);
                 return completion_response(call, &text, prompt, completion);
             }
-            Reply::TextWithUsage {
-                text,
-                prompt_tokens,
-                completion_tokens,
-            } => return completion_response(call, &text, prompt_tokens, completion_tokens),
-            Reply::Status {
-                code,
-                body,
-                retry_after,
-            } => return status_response(code, body, retry_after),
+            Reply::TextWithUsage { text, prompt_tokens, completion_tokens } => {
+                return completion_response(call, &text, prompt_tokens, completion_tokens)
+            }
+            Reply::Status { code, body, retry_after } => {
+                return status_response(code, body, retry_after)
+            }
             Reply::Garbage(body) => {
-                return (
-                    StatusCode::OK,
-                    [(header::CONTENT_TYPE, "application/json")],
-                    body,
-                )
+                return (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body)
                     .into_response()
             }
         }
@@ -470,10 +441,7 @@ fn words(text: &str) -> u64 {
 }
 
 fn completion_response(call: &ChatCall, text: &str, prompt: u64, completion: u64) -> Response {
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let body = json!({
         "id": format!("chatcmpl-fake-{}", call.seq),
         "object": "chat.completion",
@@ -529,10 +497,7 @@ pub fn request_key(call: &ChatCall) -> String {
 /// How many calls repeat the model and messages of an earlier call.
 pub fn repeats(calls: &[ChatCall]) -> usize {
     let mut seen = HashSet::new();
-    calls
-        .iter()
-        .filter(|c| !seen.insert(request_key(c)))
-        .count()
+    calls.iter().filter(|c| !seen.insert(request_key(c))).count()
 }
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
 //! A fake OpenAI-compatible API that enforces a quota the way a paid API does.
 //!
 //! [`FakeQuotaApi`] is a [`FakeOpenAi`] whose responder keeps a sliding window (60 s by
-//! default) of the requests it admitted and the tokens they used. A request is admitted
-//! when one more request and its tokens (prompt + completion) still fit in the window;
+//! default) of the requests it admitted and the tokens charged for them. How a request is
+//! charged is [`QuotaConfig::counts`]: [`Counting::MaxTokens`] charges its prompt plus its
+//! `max_tokens` at admission and refunds nothing (OpenAI's documented behaviour),
+//! [`Counting::Usage`] charges the tokens it used (prompt + completion). A request is
+//! admitted when one more request and its charge still fit in the window;
 //! otherwise it gets `429` with a `Retry-After` of the seconds until enough of the window
 //! has slid by. Admitted requests are answered after a configurable latency with a
 //! completion of `completion_tokens` tokens (at most the request's `max_tokens`) and the
@@ -35,15 +38,34 @@ pub struct QuotaConfig {
     pub latency: Duration,
     /// Completion tokens of each answer (capped by the request's `max_tokens`).
     pub completion_tokens: u64,
+    /// How a request's tokens are charged.
+    pub counts: Counting,
+}
+
+/// How the fake charges a request's tokens against the quota.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Counting {
+    /// Prompt + completion actually produced.
+    #[default]
+    Usage,
+    /// Prompt + `max_tokens` (or, without it, the completion) at admission, no refund.
+    MaxTokens,
 }
 
 impl QuotaConfig {
     pub fn per_minute(rpm: u64, tpm: u64) -> QuotaConfig {
-        QuotaConfig { rpm, tpm, window: Duration::from_secs(60), latency: Duration::from_millis(100), completion_tokens: 20 }
+        QuotaConfig {
+            rpm,
+            tpm,
+            window: Duration::from_secs(60),
+            latency: Duration::from_millis(100),
+            completion_tokens: 20,
+            counts: Counting::Usage,
+        }
     }
 }
 
-/// One admitted request: when (since the fake started) and the tokens it used.
+/// One admitted request: when (since the fake started) and the tokens charged for it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Admission {
     pub at: Duration,
@@ -71,7 +93,11 @@ struct LedgerState {
 
 /// Prompt tokens as the fake counts them.
 pub fn prompt_tokens(messages: &[(String, String)]) -> u64 {
-    messages.iter().map(|(_, c)| (c.split_whitespace().count() as u64 * 4).div_ceil(3) + 3).sum::<u64>() + 3
+    messages
+        .iter()
+        .map(|(_, c)| (c.split_whitespace().count() as u64 * 4).div_ceil(3) + 3)
+        .sum::<u64>()
+        + 3
 }
 
 impl QuotaLedger {
@@ -81,9 +107,14 @@ impl QuotaLedger {
 
     /// Admit or refuse one call.
     fn decide(&self, call: &ChatCall) -> Reply {
-        let completion = call.max_tokens.map_or(self.cfg.completion_tokens, |m| m.min(self.cfg.completion_tokens));
+        let completion = call
+            .max_tokens
+            .map_or(self.cfg.completion_tokens, |m| m.min(self.cfg.completion_tokens));
         let prompt = prompt_tokens(&call.messages);
-        let cost = prompt + completion;
+        let cost = match self.cfg.counts {
+            Counting::Usage => prompt + completion,
+            Counting::MaxTokens => prompt + call.max_tokens.unwrap_or(completion),
+        };
         let now = Instant::now();
         let at = now.duration_since(self.start);
         let mut s = self.lock();
@@ -123,8 +154,12 @@ impl QuotaLedger {
         s.recent_tokens += cost;
         s.all.push(a);
         drop(s);
-        Reply::TextWithUsage { text: format!("answer {}", call.seq), prompt_tokens: prompt, completion_tokens: completion }
-            .after(self.cfg.latency)
+        Reply::TextWithUsage {
+            text: format!("answer {}", call.seq),
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+        }
+        .after(self.cfg.latency)
     }
 
     /// Time since the fake started (the clock of [`Admission::at`]).
@@ -182,7 +217,12 @@ pub struct FakeQuotaApi {
 impl FakeQuotaApi {
     /// Start the server (from any thread); it listens on `127.0.0.1`.
     pub fn start(cfg: QuotaConfig) -> FakeQuotaApi {
-        let ledger = Arc::new(QuotaLedger { cfg, start: Instant::now(), state: Mutex::default(), rejected: AtomicU64::new(0) });
+        let ledger = Arc::new(QuotaLedger {
+            cfg,
+            start: Instant::now(),
+            state: Mutex::default(),
+            rejected: AtomicU64::new(0),
+        });
         let l = ledger.clone();
         let server = FakeOpenAi::start_blocking(move |call| l.decide(call));
         FakeQuotaApi { server, ledger }
@@ -202,7 +242,13 @@ impl FakeQuotaApi {
 
 /// The `i`th chat job of a quota test or benchmark: one short user message to the
 /// OpenAI-compatible API at `base_url`, in `pool`, for run `run`.
-pub fn chat_job(run: uuid::Uuid, pool: &str, base_url: &str, max_tokens: u32, i: u64) -> halyard_proto::Job {
+pub fn chat_job(
+    run: uuid::Uuid,
+    pool: &str,
+    base_url: &str,
+    max_tokens: u32,
+    i: u64,
+) -> halyard_proto::Job {
     use halyard_proto::{ChatMessage, JobKey, ModelRef, Sampling};
     let key = JobKey {
         pipeline: "quota-test".into(),
@@ -213,7 +259,7 @@ pub fn chat_job(run: uuid::Uuid, pool: &str, base_url: &str, max_tokens: u32, i:
         sampling: Sampling { max_tokens: Some(max_tokens), ..Default::default() },
         sample_index: 0,
     };
-    halyard_proto::Job::new(run, pool, key, None, 30_000)
+    halyard_proto::Job::new(run, pool, key, 30_000)
 }
 
 /// Publish jobs `from..to` of [`chat_job`] to the pool's job subject (the streams must
@@ -234,7 +280,11 @@ pub async fn publish_chat_jobs(
         let m = async_nats::jetstream::message::PublishMessage::build()
             .payload(payload.into())
             .message_id(format!("{run}:{}", job.id));
-        acks.push(js.send_publish(subject.clone(), m).await.map_err(|e| format!("publish job {i}: {e}"))?);
+        acks.push(
+            js.send_publish(subject.clone(), m)
+                .await
+                .map_err(|e| format!("publish job {i}: {e}"))?,
+        );
         if acks.len() >= 256 {
             for a in acks.drain(..) {
                 a.await.map_err(|e| format!("job not confirmed: {e}"))?;
@@ -252,20 +302,38 @@ mod tests {
     use super::*;
 
     fn call(words: usize, max_tokens: Option<u64>) -> ChatCall {
-        ChatCall { messages: vec![("user".into(), vec!["w"; words].join(" "))], max_tokens, ..Default::default() }
+        ChatCall {
+            messages: vec![("user".into(), vec!["w"; words].join(" "))],
+            max_tokens,
+            ..Default::default()
+        }
     }
 
     /// Requests beyond the window's quota get 429 with the wait until room frees up;
     /// tokens bind as well as requests.
     #[test]
     fn window_limits_requests_and_tokens() {
-        let cfg = QuotaConfig { rpm: 3, tpm: 1000, window: Duration::from_secs(60), latency: Duration::ZERO, completion_tokens: 10 };
-        let l = QuotaLedger { cfg, start: Instant::now(), state: Mutex::default(), rejected: AtomicU64::new(0) };
+        let cfg = QuotaConfig {
+            rpm: 3,
+            tpm: 1000,
+            window: Duration::from_secs(60),
+            latency: Duration::ZERO,
+            completion_tokens: 10,
+            counts: Counting::Usage,
+        };
+        let l = QuotaLedger {
+            cfg,
+            start: Instant::now(),
+            state: Mutex::default(),
+            rejected: AtomicU64::new(0),
+        };
         for _ in 0..3 {
             assert!(matches!(l.decide(&call(3, None)), Reply::Delayed(..)));
         }
         match l.decide(&call(3, None)) {
-            Reply::Status { code: 429, retry_after: Some(s), .. } => assert!((59..=60).contains(&s.parse::<u64>().unwrap()), "{s}"),
+            Reply::Status { code: 429, retry_after: Some(s), .. } => {
+                assert!((59..=60).contains(&s.parse::<u64>().unwrap()), "{s}")
+            }
             other => panic!("expected 429, got {other:?}"),
         }
         assert_eq!((l.admitted(), l.rejected()), (3, 1));
@@ -273,10 +341,45 @@ mod tests {
         assert_eq!(l.max_in_window(Duration::from_secs(60)), (3, 60));
         // 15 tokens a call (10 prompt, 5 completion): two fit in 44, a third does not.
         let tcfg = QuotaConfig { rpm: 100, tpm: 44, ..l.cfg.clone() };
-        let t = QuotaLedger { cfg: tcfg, start: Instant::now(), state: Mutex::default(), rejected: AtomicU64::new(0) };
+        let t = QuotaLedger {
+            cfg: tcfg,
+            start: Instant::now(),
+            state: Mutex::default(),
+            rejected: AtomicU64::new(0),
+        };
         assert!(matches!(t.decide(&call(3, Some(5))), Reply::Delayed(..)));
         assert!(matches!(t.decide(&call(3, Some(5))), Reply::Delayed(..)));
         assert!(matches!(t.decide(&call(3, Some(5))), Reply::Status { code: 429, .. }));
+    }
+
+    /// With `max_tokens` counting a request is charged prompt + max_tokens however short
+    /// its answer; with `usage` counting, what it used (issue 18).
+    #[test]
+    fn max_tokens_counting_charges_the_reservation() {
+        let ledger = |counts| QuotaLedger {
+            cfg: QuotaConfig {
+                counts,
+                completion_tokens: 10,
+                ..QuotaConfig::per_minute(100, 1000)
+            },
+            start: Instant::now(),
+            state: Mutex::default(),
+            rejected: AtomicU64::new(0),
+        };
+        // Prompt: 3 words → 4 + 3 + 3 = 10 tokens; max_tokens 90, answer 10 tokens.
+        let u = ledger(Counting::Usage);
+        let m = ledger(Counting::MaxTokens);
+        for l in [&u, &m] {
+            assert!(matches!(l.decide(&call(3, Some(90))), Reply::Delayed(..)));
+        }
+        assert_eq!(u.admissions()[0].tokens, 20);
+        assert_eq!(m.admissions()[0].tokens, 100);
+        // Ten fit in 1000 tokens reserved this way, the eleventh does not.
+        for _ in 1..10 {
+            assert!(matches!(m.decide(&call(3, Some(90))), Reply::Delayed(..)));
+        }
+        assert!(matches!(m.decide(&call(3, Some(90))), Reply::Status { code: 429, .. }));
+        assert!(matches!(u.decide(&call(3, Some(90))), Reply::Delayed(..)));
     }
 
     /// The sliding maximum counts every window, not only aligned minutes.

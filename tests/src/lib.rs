@@ -7,8 +7,13 @@
 //!   and cleaned up on drop. Also [`free_port`].
 //! - [`fake_openai`]: [`FakeOpenAi`], a real HTTP server speaking OpenAI chat
 //!   completions, scripted per call with a [`Reply`] (text, HTTP errors with
-//!   `Retry-After`, delays, gates, hangs, garbage), logging every call it receives.
+//!   `Retry-After`, delays, gates, hangs, garbage), logging every call it receives,
+//!   with scripted [`Outage`]s (refused connections, 503s, hangs) for a window.
 //!   Also [`request_key`] and [`repeats`] to count paid-for calls made twice.
+//! - [`compose`]: [`compose::Compose`], a Docker Compose project under a unique name,
+//!   torn down with its volumes and images on drop; and a std-only HTTP GET.
+//! - [`fake_api`]: the HypoTermQA rules and per-prompt ledger of the `fake-api` binary
+//!   (`src/bin/fake-api.rs`), the fake paid API of the container deployments.
 //! - [`fake_quota`]: [`FakeQuotaApi`], a `FakeOpenAi` that enforces requests- and
 //!   tokens-per-minute quotas over a sliding window (429 with `Retry-After` beyond
 //!   them), with a configurable latency and 429 storms, and a ledger of admissions.
@@ -48,6 +53,8 @@
 //! ```
 
 pub mod cluster;
+pub mod compose;
+pub mod fake_api;
 pub mod fake_openai;
 pub mod fake_quota;
 pub mod mutate;
@@ -55,8 +62,8 @@ pub mod nats;
 pub mod process;
 pub mod prometheus;
 
-pub use fake_openai::{repeats, request_key, ChatCall, FakeOpenAi, Gate, Reply};
 pub use cluster::NatsCluster;
+pub use fake_openai::{repeats, request_key, ChatCall, FakeOpenAi, Gate, Outage, Reply};
 pub use fake_quota::{FakeQuotaApi, QuotaConfig, QuotaLedger};
 pub use nats::{free_port, NatsServer};
 pub use process::{cargo_bin, pid_alive, spawn_tied, ChildGuard};

@@ -86,7 +86,8 @@ mod tests {
         for kind in 0..6u8 {
             for pos in 0..40usize {
                 for tok in 0..TOKENS.len() as u32 {
-                    let _ = mutate(text, &[(kind, pos, tok), (kind.wrapping_add(1), pos * 7, tok + 3)]);
+                    let _ =
+                        mutate(text, &[(kind, pos, tok), (kind.wrapping_add(1), pos * 7, tok + 3)]);
                 }
             }
         }

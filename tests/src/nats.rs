@@ -39,10 +39,7 @@ const START_ATTEMPTS: usize = 3;
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap_or_else(|e| panic!("bind 127.0.0.1:0 to find a free port: {e}"));
-    listener
-        .local_addr()
-        .unwrap_or_else(|e| panic!("local_addr of a bound listener: {e}"))
-        .port()
+    listener.local_addr().unwrap_or_else(|e| panic!("local_addr of a bound listener: {e}")).port()
 }
 
 /// A running (or stopped) `nats-server` owned by one test.
@@ -173,13 +170,7 @@ impl NatsServer {
     /// log tail if it does not come back.
     pub fn restart(&mut self) {
         self.stop();
-        match launch(
-            &self.binary,
-            self.port,
-            &self.store,
-            &self.log_path,
-            &self.extra,
-        ) {
+        match launch(&self.binary, self.port, &self.store, &self.log_path, &self.extra) {
             Ok(child) => *self.lock_child() = Some(child),
             Err(failure) if failure.port_taken => panic!(
                 "nats-server restart: port {} was taken by another process while the \
@@ -192,9 +183,7 @@ impl NatsServer {
 
     fn lock_child(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
         // A poisoned lock only means another thread panicked mid-call; the Option is intact.
-        self.child
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -225,19 +214,14 @@ fn launch(
     log_path: &Path,
     extra: &[String],
 ) -> Result<Child, LaunchFailure> {
-    let fail = |message: String| LaunchFailure {
-        message,
-        port_taken: false,
-    };
+    let fail = |message: String| LaunchFailure { message, port_taken: false };
     let log = OpenOptions::new()
         .create(true)
         .append(true)
         .open(log_path)
         .map_err(|e| fail(format!("open {}: {e}", log_path.display())))?;
     let offset = log.metadata().map(|m| m.len()).unwrap_or(0);
-    let log_out = log
-        .try_clone()
-        .map_err(|e| fail(format!("dup {}: {e}", log_path.display())))?;
+    let log_out = log.try_clone().map_err(|e| fail(format!("dup {}: {e}", log_path.display())))?;
 
     let mut cmd = Command::new(binary);
     cmd.arg("-js")
@@ -299,21 +283,15 @@ fn find_binary(env: Option<OsString>, path: Option<OsString>) -> Result<PathBuf,
             ))
         };
     }
-    let from_path = path
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("nats-server"));
+    let from_path = path.iter().flat_map(std::env::split_paths).map(|dir| dir.join("nats-server"));
     let fallback = ["/usr/sbin", "/usr/bin", "/usr/local/bin"]
         .iter()
         .map(|dir| Path::new(dir).join("nats-server"));
-    from_path
-        .chain(fallback)
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            "nats-server not found (set NATS_SERVER or put it on PATH); \
+    from_path.chain(fallback).find(|p| p.is_file()).ok_or_else(|| {
+        "nats-server not found (set NATS_SERVER or put it on PATH); \
          install nats-server: apt-get install -y nats-server"
-                .to_string()
-        })
+            .to_string()
+    })
 }
 
 /// The log from byte `offset` on (the current run's part); empty if unreadable.
@@ -362,13 +340,9 @@ mod tests {
     fn info_line(port: u16) -> String {
         let stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
             .unwrap_or_else(|e| panic!("connect to nats on {port}: {e}"));
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("set read timeout");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).expect("set read timeout");
         let mut line = String::new();
-        BufReader::new(stream)
-            .read_line(&mut line)
-            .expect("read INFO line");
+        BufReader::new(stream).read_line(&mut line).expect("read INFO line");
         assert!(line.starts_with("INFO "), "unexpected first line {line:?}");
         line
     }
@@ -386,21 +360,11 @@ mod tests {
         nats.restart();
         let second = nats.pid().expect("running after restart");
         assert_ne!(first, second, "restart kept the old process");
-        assert!(
-            !pid_alive(first),
-            "old nats-server {first} survived restart"
-        );
+        assert!(!pid_alive(first), "old nats-server {first} survived restart");
         assert_eq!(nats.port(), port);
         assert!(accepts(port), "port {port} closed after restart");
-        assert!(
-            nats.store_dir().join("jetstream").is_dir(),
-            "store dir not reused"
-        );
-        let dir = nats
-            .store_dir()
-            .parent()
-            .expect("store has a parent")
-            .to_path_buf();
+        assert!(nats.store_dir().join("jetstream").is_dir(), "store dir not reused");
+        let dir = nats.store_dir().parent().expect("store has a parent").to_path_buf();
 
         drop(nats);
         assert!(!pid_alive(second), "nats-server {second} survived drop");
@@ -427,10 +391,7 @@ mod tests {
         let nats = NatsServer::start_with_args(&["--server_name", "halyard-test-n1"]);
         let info = info_line(nats.port());
         assert!(info.contains("\"jetstream\":true"), "JetStream off: {info}");
-        assert!(
-            info.contains("\"server_name\":\"halyard-test-n1\""),
-            "{info}"
-        );
+        assert!(info.contains("\"server_name\":\"halyard-test-n1\""), "{info}");
         assert!(nats.log_tail(100).contains(READY_LINE));
     }
 

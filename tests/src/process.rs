@@ -58,9 +58,7 @@ pub fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
         });
     }
     let (tx, rx) = mpsc::channel();
-    spawner()
-        .send((cmd, tx))
-        .expect("halyard-tests spawner thread has died");
+    spawner().send((cmd, tx)).expect("halyard-tests spawner thread has died");
     rx.recv().expect("halyard-tests spawner thread has died")
 }
 
@@ -126,11 +124,7 @@ impl ChildGuard {
     pub fn spawn(cmd: Command) -> ChildGuard {
         let what = format!("{cmd:?}");
         match spawn_tied(cmd) {
-            Ok(child) => ChildGuard {
-                child,
-                what,
-                status: None,
-            },
+            Ok(child) => ChildGuard { child, what, status: None },
             Err(e) => panic!("could not spawn {what}: {e}"),
         }
     }
@@ -223,10 +217,7 @@ mod tests {
         .join()
         .expect("spawning thread panicked");
         std::thread::sleep(Duration::from_millis(200));
-        assert!(
-            guard.try_wait().is_none(),
-            "child died with its spawning thread"
-        );
+        assert!(guard.try_wait().is_none(), "child died with its spawning thread");
         let pid = guard.pid();
         drop(guard);
         assert!(!pid_alive(pid), "ChildGuard drop left pid {pid} running");
@@ -237,19 +228,14 @@ mod tests {
     fn wait_timeout_reports_exit_or_none() {
         let mut quick = ChildGuard::spawn(Command::new("true"));
         let status = quick.wait_timeout(Duration::from_secs(10));
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "`true` did not exit 0: {status:?}"
-        );
+        assert!(status.is_some_and(|s| s.success()), "`true` did not exit 0: {status:?}");
 
         let mut cmd = Command::new("sleep");
         cmd.arg("30");
         let mut slow = ChildGuard::spawn(cmd);
         assert_eq!(slow.wait_timeout(Duration::from_millis(50)), None);
         slow.signal(libc::SIGTERM);
-        let status = slow
-            .wait_timeout(Duration::from_secs(10))
-            .expect("SIGTERM ignored");
+        let status = slow.wait_timeout(Duration::from_secs(10)).expect("SIGTERM ignored");
         assert!(ChildGuard::killed_by(status, libc::SIGTERM), "{status:?}");
     }
 
@@ -257,20 +243,12 @@ mod tests {
     #[test]
     fn cargo_bin_locates_or_explains() {
         let exe = std::env::current_exe().expect("current exe");
-        let name = exe
-            .file_name()
-            .and_then(|n| n.to_str())
-            .expect("utf-8 name");
+        let name = exe.file_name().and_then(|n| n.to_str()).expect("utf-8 name");
         assert_eq!(cargo_bin(name), exe);
         let err = std::panic::catch_unwind(|| cargo_bin("no-such-halyard-binary"))
             .expect_err("a missing binary must panic");
-        let msg = err
-            .downcast_ref::<String>()
-            .expect("formatted panic message");
-        assert!(
-            msg.contains("cargo build -p no-such-halyard-binary"),
-            "{msg}"
-        );
+        let msg = err.downcast_ref::<String>().expect("formatted panic message");
+        assert!(msg.contains("cargo build -p no-such-halyard-binary"), "{msg}");
     }
 
     const HELPER_ENV: &str = "HALYARD_TESTS_PDEATHSIG_HELPER";
@@ -290,10 +268,7 @@ mod tests {
             "SLEEP_PID={} NATS_PID={} NATS_DIR={}",
             sleeper.id(),
             nats.pid().expect("nats-server is running"),
-            nats.store_dir()
-                .parent()
-                .expect("store dir has a parent")
-                .display()
+            nats.store_dir().parent().expect("store dir has a parent").display()
         );
         // Exit like a crashed test: no destructors, no kill.
         std::process::exit(0);
@@ -310,15 +285,12 @@ mod tests {
             .output()
             .expect("re-run the test binary as helper");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with("SLEEP_PID="))
-            .unwrap_or_else(|| {
-                panic!(
-                    "helper printed no pids; stdout:\n{stdout}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                )
-            });
+        let line = stdout.lines().find(|l| l.starts_with("SLEEP_PID=")).unwrap_or_else(|| {
+            panic!(
+                "helper printed no pids; stdout:\n{stdout}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
         let field = |name: &str| -> String {
             line.split_whitespace()
                 .find_map(|kv| kv.strip_prefix(name))
@@ -334,10 +306,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         for pid in pids {
             while pid_alive(pid) {
-                assert!(
-                    Instant::now() < deadline,
-                    "pid {pid} outlived its dead parent"
-                );
+                assert!(Instant::now() < deadline, "pid {pid} outlived its dead parent");
                 std::thread::sleep(Duration::from_millis(20));
             }
         }

@@ -5,6 +5,37 @@
 //! `le="+Inf"` equal to `_count`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// GET http://127.0.0.1:port/metrics: (content type, body), or None if nobody answers.
+pub fn scrape(port: u16) -> Option<(String, String)> {
+    let (head, body) = request(port, "/metrics")?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let ctype = head.lines().find_map(|l| {
+        l.to_ascii_lowercase().strip_prefix("content-type:").map(|v| v.trim().to_string())
+    })?;
+    Some((ctype, body))
+}
+
+/// GET http://127.0.0.1:port{path}: (status code, body), or None if nobody answers.
+pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let (head, body) = request(port, path)?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body))
+}
+
+/// One HTTP/1.1 GET: (status line and headers, body). Axum sends these small bodies in
+/// one piece with a content-length, so the body is what follows the headers.
+fn request(port: u16, path: &str) -> Option<(String, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    Some((head.to_string(), body.to_string()))
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
@@ -22,10 +53,15 @@ pub struct Scrape {
 
 impl Scrape {
     /// Samples named `name` whose labels include every pair of `labels`.
-    pub fn find<'a>(&'a self, name: &'a str, labels: &'a [(&'a str, &'a str)]) -> impl Iterator<Item = &'a Sample> + 'a {
-        self.samples
-            .iter()
-            .filter(move |s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+    pub fn find<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples.iter().filter(move |s| {
+            s.name == name
+                && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
     }
 
     /// Sum of the values of [`Scrape::find`].
@@ -42,7 +78,8 @@ fn valid_metric_name(n: &str) -> bool {
 
 fn valid_label_name(n: &str) -> bool {
     let mut c = n.chars();
-    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_') && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
 }
 
 fn parse_value(v: &str) -> Result<f64, String> {
@@ -201,27 +238,41 @@ fn check_histograms(s: &Scrape) -> Result<(), String> {
         let mut series: BTreeMap<Labels, Vec<(f64, f64)>> = BTreeMap::new();
         for b in s.samples.iter().filter(|x| x.name == format!("{fam}_bucket")) {
             let le = b.labels.get("le").ok_or_else(|| format!("{fam}_bucket without le"))?;
-            let key: Vec<(String, String)> = b.labels.iter().filter(|(k, _)| *k != "le").map(|(k, v)| (k.clone(), v.clone())).collect();
+            let key: Vec<(String, String)> = b
+                .labels
+                .iter()
+                .filter(|(k, _)| *k != "le")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
             series.entry(key).or_default().push((parse_value(le)?, b.value));
         }
         for (key, buckets) in series {
             let mut last = (f64::NEG_INFINITY, 0.0);
             for &(le, v) in &buckets {
                 if le <= last.0 || v < last.1 {
-                    return Err(format!("{fam}{key:?}: buckets not increasing/cumulative at le={le}"));
+                    return Err(format!(
+                        "{fam}{key:?}: buckets not increasing/cumulative at le={le}"
+                    ));
                 }
                 last = (le, v);
             }
             if last.0 != f64::INFINITY {
                 return Err(format!("{fam}{key:?}: no le=\"+Inf\" bucket"));
             }
-            let labels: Vec<(&str, &str)> = key.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let labels: Vec<(&str, &str)> =
+                key.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let count_name = format!("{fam}_count");
-            let count = s.find(&count_name, &labels).next().ok_or_else(|| format!("{fam}{key:?}: no _count"))?.value;
+            let count = s
+                .find(&count_name, &labels)
+                .next()
+                .ok_or_else(|| format!("{fam}{key:?}: no _count"))?
+                .value;
             if count != last.1 {
                 return Err(format!("{fam}{key:?}: +Inf bucket {} != _count {count}", last.1));
             }
-            s.find(&format!("{fam}_sum"), &labels).next().ok_or_else(|| format!("{fam}{key:?}: no _sum"))?;
+            s.find(&format!("{fam}_sum"), &labels)
+                .next()
+                .ok_or_else(|| format!("{fam}{key:?}: no _sum"))?;
         }
     }
     Ok(())

@@ -7,9 +7,10 @@ use std::time::Duration;
 use async_nats::jetstream;
 use futures::StreamExt;
 use halyard_broker::{BrokerConfig, Delivery};
+use halyard_proto::pool::{PoolPlan, WorkerModel, WorkerPlan};
 use halyard_proto::{subjects, ChatMessage, Job, JobKey, JobResult, ModelRef, Outcome, Sampling};
 use halyard_tests::{FakeOpenAi, NatsServer, Reply};
-use halyard_worker::{PoolSpec, WorkerConfig};
+use halyard_worker::WorkerConfig;
 
 fn job(base_url: &str, run: uuid::Uuid, text: &str) -> Job {
     let key = JobKey {
@@ -21,7 +22,7 @@ fn job(base_url: &str, run: uuid::Uuid, text: &str) -> Job {
         sampling: Sampling::default(),
         sample_index: 0,
     };
-    Job::new(run, "pool-a", key, None, 10_000)
+    Job::new(run, "pool-a", key, 10_000)
 }
 
 async fn publish(js: &jetstream::Context, job: &Job, msg_id: &str) {
@@ -36,7 +37,10 @@ async fn publish(js: &jetstream::Context, job: &Job, msg_id: &str) {
 async fn duplicate_delivery_calls_model_once_per_worker() {
     let nats = NatsServer::start();
     // Slow enough that both copies are in flight together with 4 slots.
-    let fake = FakeOpenAi::start(|_| Reply::Delayed(Duration::from_millis(300), Box::new(Reply::Text("an answer".into())))).await;
+    let fake = FakeOpenAi::start(|_| {
+        Reply::Delayed(Duration::from_millis(300), Box::new(Reply::Text("an answer".into())))
+    })
+    .await;
     let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
     halyard_broker::ensure_streams(&broker).await.unwrap();
     let run = uuid::Uuid::now_v7();
@@ -46,12 +50,26 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
     publish(&broker.js, &j, "copy-2").await;
 
     let state = tempfile::tempdir().unwrap();
-    let mut cfg = WorkerConfig::new(vec![PoolSpec { name: "pool-a".into(), concurrency: 4 }], state.path().to_path_buf());
+    let mut cfg = WorkerConfig::new(
+        WorkerPlan {
+            pools: vec![PoolPlan::new("pool-a", 4).with_model(WorkerModel::openai(
+                &fake.base_url(),
+                "m",
+                None,
+            ))],
+        },
+        state.path().to_path_buf(),
+    );
     cfg.delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let b = broker.clone();
     let c = cfg.clone();
-    let worker = tokio::spawn(async move { halyard_worker::run(b, c, async move { let _ = stop_rx.wait_for(|v| *v).await; }).await });
+    let worker = tokio::spawn(async move {
+        halyard_worker::run(b, c, async move {
+            let _ = stop_rx.wait_for(|v| *v).await;
+        })
+        .await
+    });
 
     // The replayed result carries the same message id, so the results stream keeps one.
     let results = collect_results(&broker, run, 1).await;
@@ -59,7 +77,9 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
     stop_tx.send(true).unwrap();
     let stats = worker.await.unwrap().unwrap();
     assert_eq!(fake.call_count(), 1, "the model was called for a duplicate delivery");
-    assert!(results.iter().all(|r| r.job == j.id && matches!(&r.outcome, Outcome::Done(c) if c.text == "an answer")));
+    assert!(results
+        .iter()
+        .all(|r| r.job == j.id && matches!(&r.outcome, Outcome::Done(c) if c.text == "an answer")));
     assert_eq!((stats.completed.get(), stats.replayed.get()), (1, 1), "one call, one replay");
 
     // A new worker process on the same checkpoint answers a third copy without calling.
@@ -67,7 +87,12 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
     publish(&broker.js, &j, "copy-3").await;
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let b = broker.clone();
-    let worker = tokio::spawn(async move { halyard_worker::run(b, cfg, async move { let _ = stop_rx.wait_for(|v| *v).await; }).await });
+    let worker = tokio::spawn(async move {
+        halyard_worker::run(b, cfg, async move {
+            let _ = stop_rx.wait_for(|v| *v).await;
+        })
+        .await
+    });
     wait_jobs_acked(&broker).await;
     stop_tx.send(true).unwrap();
     let stats = worker.await.unwrap().unwrap();
@@ -85,22 +110,41 @@ async fn wait_jobs_acked(broker: &halyard_broker::Broker) {
         }
         if tokio::time::Instant::now() >= deadline {
             let c = stream.consumer_info(subjects::pool_consumer("pool-a")).await.unwrap();
-            panic!("jobs were not acked: stream {:?}, consumer {c:?}", stream.info().await.unwrap().state);
+            panic!(
+                "jobs were not acked: stream {:?}, consumer {c:?}",
+                stream.info().await.unwrap().state
+            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-async fn collect_results(broker: &halyard_broker::Broker, run: uuid::Uuid, n: usize) -> Vec<JobResult> {
+async fn collect_results(
+    broker: &halyard_broker::Broker,
+    run: uuid::Uuid,
+    n: usize,
+) -> Vec<JobResult> {
     let consumer = halyard_broker::results_consumer(broker, run).await.unwrap();
     let mut out = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while out.len() < n {
-        assert!(tokio::time::Instant::now() < deadline, "only {} of {n} results arrived", out.len());
-        let mut batch = consumer.fetch().max_messages(n - out.len()).expires(Duration::from_millis(500)).messages().await.unwrap();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} of {n} results arrived",
+            out.len()
+        );
+        let mut batch = consumer
+            .fetch()
+            .max_messages(n - out.len())
+            .expires(Duration::from_millis(500))
+            .messages()
+            .await
+            .unwrap();
         while let Some(Ok(m)) = batch.next().await {
             // A worker publishes the results that became durable together as one message.
-            out.extend(halyard_proto::decode_results(&m.payload).unwrap().into_iter().map(|(r, _)| r));
+            out.extend(
+                halyard_proto::decode_results(&m.payload).unwrap().into_iter().map(|(r, _)| r),
+            );
             m.ack().await.unwrap();
         }
     }

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use halyard_broker::{BrokerConfig, Delivery};
 use halyard_coordinator::{sweep, CoordinatorConfig, Progress, RunOutcome};
+use halyard_proto::pool::{PoolPlan, WorkerModel, WorkerPlan};
 use halyard_tests::NatsServer;
-use halyard_worker::{PoolSpec, WorkerConfig};
+use halyard_worker::WorkerConfig;
 use tokio::sync::watch;
 
 const ITEMS: u64 = 300;
@@ -33,8 +34,12 @@ async fn window_bounds_planning_and_restart_finishes_the_rest() {
     )
     .unwrap();
     let sweep = sweep::load(&path).unwrap();
-    let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "lazy-test")).await.unwrap();
-    let mut wcfg = WorkerConfig::new(vec![PoolSpec { name: "free".into(), concurrency: 4 }], dir.path().join("checkpoint"));
+    let broker =
+        halyard_broker::connect(&BrokerConfig::new(nats.url(), "lazy-test")).await.unwrap();
+    let mut wcfg = WorkerConfig::new(
+        WorkerPlan { pools: vec![PoolPlan::new("free", 4).with_model(WorkerModel::Noop)] },
+        dir.path().join("checkpoint"),
+    );
     wcfg.delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 5 };
     let (wstop_tx, wstop_rx) = watch::channel(false);
     let worker = tokio::spawn(halyard_worker::run(broker.clone(), wcfg, until(wstop_rx)));
@@ -43,7 +48,12 @@ async fn window_bounds_planning_and_restart_finishes_the_rest() {
     // First coordinator: watch the window, stop it a third of the way through.
     let (ptx, mut prx) = watch::channel(Progress::default());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let first = tokio::spawn(halyard_coordinator::run(broker.clone(), cfg.clone(), Some(ptx), until(stop_rx)));
+    let first = tokio::spawn(halyard_coordinator::run(
+        broker.clone(),
+        cfg.clone(),
+        Some(ptx),
+        until(stop_rx),
+    ));
     let (mut max_active, mut max_in_flight) = (0, 0);
     while prx.changed().await.is_ok() {
         let p = prx.borrow_and_update().clone();
@@ -56,8 +66,14 @@ async fn window_bounds_planning_and_restart_finishes_the_rest() {
     stop_tx.send(true).unwrap();
     let outcome = first.await.unwrap().unwrap();
     assert!(matches!(outcome, RunOutcome::Interrupted { .. }), "{outcome:?}");
-    assert!(max_active > 0 && max_active <= WINDOW, "{max_active} items planned at once, window {WINDOW}");
-    assert!(max_in_flight <= WINDOW, "{max_in_flight} jobs in flight, window {WINDOW} (one job per item)");
+    assert!(
+        max_active > 0 && max_active <= WINDOW,
+        "{max_active} items planned at once, window {WINDOW}"
+    );
+    assert!(
+        max_in_flight <= WINDOW,
+        "{max_in_flight} jobs in flight, window {WINDOW} (one job per item)"
+    );
     // The last progress sent is the state as flushed at the stop.
     let done_before = prx.borrow().items_done;
     assert!(done_before >= ITEMS / 3, "{done_before} items done before the stop");
@@ -76,17 +92,26 @@ async fn window_bounds_planning_and_restart_finishes_the_rest() {
         }
         (first, Progress::default())
     });
-    let outcome = halyard_coordinator::run(broker.clone(), cfg, Some(ptx), std::future::pending()).await.unwrap();
+    let outcome = halyard_coordinator::run(broker.clone(), cfg, Some(ptx), std::future::pending())
+        .await
+        .unwrap();
     let RunOutcome::Complete { report_dir, .. } = outcome else { panic!("{outcome:?}") };
     let (at_start, last) = seen.await.unwrap();
     let at_start = at_start.expect("the resumed coordinator reported progress");
     wstop_tx.send(true).unwrap();
     worker.await.unwrap().unwrap();
 
-    assert!(at_start.items_done >= done_before, "the resumed run started from scratch: {at_start:?}");
+    assert!(
+        at_start.items_done >= done_before,
+        "the resumed run started from scratch: {at_start:?}"
+    );
     assert_eq!((last.items_done, last.items_total), (ITEMS, ITEMS));
-    assert!(last.published <= ITEMS - done_before, "republished finished items: {last:?}, {done_before} done before");
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(report_dir.join("report.json")).unwrap()).unwrap();
+    assert!(
+        last.published <= ITEMS - done_before,
+        "republished finished items: {last:?}, {done_before} done before"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report_dir.join("report.json")).unwrap()).unwrap();
     let b = &report["benchmarks"][0];
     for key in ["items", "labelled", "completed"] {
         assert_eq!(b[key].as_u64(), Some(ITEMS), "{key}: {b}");

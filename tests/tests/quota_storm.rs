@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use halyard_broker::{BrokerConfig, Delivery};
+use halyard_proto::pool::{PoolPlan, QuotaSpec, WorkerModel, WorkerPlan};
 use halyard_proto::Outcome;
 use halyard_tests::fake_quota::{chat_job, publish_chat_jobs};
 use halyard_tests::{FakeQuotaApi, NatsServer, QuotaConfig};
-use halyard_worker::quota::PoolQuota;
-use halyard_worker::{PoolSpec, WorkerConfig};
+use halyard_worker::WorkerConfig;
 
 const POOL: &str = "paid";
 const JOBS: u64 = 80;
@@ -20,7 +20,10 @@ const JOBS: u64 = 80;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_pauses_the_pool_and_loses_no_job() {
     let nats = NatsServer::start();
-    let api = FakeQuotaApi::start(QuotaConfig { latency: Duration::from_millis(50), ..QuotaConfig::per_minute(600, 10_000_000) });
+    let api = FakeQuotaApi::start(QuotaConfig {
+        latency: Duration::from_millis(50),
+        ..QuotaConfig::per_minute(600, 10_000_000)
+    });
     let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
     halyard_broker::ensure_streams(&broker).await.unwrap();
     let run = uuid::Uuid::now_v7();
@@ -29,11 +32,17 @@ async fn storm_pauses_the_pool_and_loses_no_job() {
     let dir = tempfile::tempdir().unwrap();
     let mut workers = Vec::new();
     for n in 0..2 {
-        let mut cfg = WorkerConfig::new(vec![PoolSpec { name: POOL.into(), concurrency: 4 }], dir.path().join(format!("w{n}")));
+        let mut pool =
+            PoolPlan::new(POOL, 4).with_model(WorkerModel::openai(&api.base_url(), "m", None));
+        pool.quota =
+            Some(QuotaSpec { rpm: Some(600), tpm: None, burst: 1, tpm_counts: Default::default() });
+        let mut cfg =
+            WorkerConfig::new(WorkerPlan { pools: vec![pool] }, dir.path().join(format!("w{n}")));
         cfg.worker_id = format!("storm-worker-{n}");
         cfg.delivery = Delivery { ack_wait: Duration::from_secs(30), max_deliver: 5 };
-        cfg.quotas.insert(POOL.into(), PoolQuota::new(Some(600), None));
-        let b = halyard_broker::connect(&BrokerConfig::new(nats.url(), cfg.worker_id.clone())).await.unwrap();
+        let b = halyard_broker::connect(&BrokerConfig::new(nats.url(), cfg.worker_id.clone()))
+            .await
+            .unwrap();
         let (tx, mut rx) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(halyard_worker::run(b, cfg, async move {
             let _ = rx.wait_for(|v| *v).await;
@@ -78,9 +87,13 @@ async fn storm_pauses_the_pool_and_loses_no_job() {
             }
         }
     }
-    let expected: HashSet<_> = (0..JOBS).map(|i| chat_job(run, POOL, &api.base_url(), 20, i).id).collect();
+    let expected: HashSet<_> =
+        (0..JOBS).map(|i| chat_job(run, POOL, &api.base_url(), 20, i).id).collect();
     assert_eq!(done, expected);
-    assert!(storm_start.elapsed() >= Duration::from_secs(10) || before >= JOBS - 8, "the storm did not hold the jobs back");
+    assert!(
+        storm_start.elapsed() >= Duration::from_secs(10) || before >= JOBS - 8,
+        "the storm did not hold the jobs back"
+    );
 
     let mut cooldowns = 0;
     let mut rate_limited = 0;
@@ -94,9 +107,15 @@ async fn storm_pauses_the_pool_and_loses_no_job() {
     // The pool paused: a few probes per cool-down rather than every in-flight job
     // retrying on its own (8 slots, a 2 s Retry-After over 10 s: some 40 429s).
     let rejected = api.ledger.rejected();
-    eprintln!("storm: {rejected} 429s, {cooldowns} cool-downs started, {} s to finish", storm_start.elapsed().as_secs());
+    eprintln!(
+        "storm: {rejected} 429s, {cooldowns} cool-downs started, {} s to finish",
+        storm_start.elapsed().as_secs()
+    );
     assert!(cooldowns >= 1, "no cool-down started");
-    assert!((1..=20).contains(&rejected), "{rejected} 429s during a 10 s storm: the pool did not pause as a whole");
+    assert!(
+        (1..=20).contains(&rejected),
+        "{rejected} 429s during a 10 s storm: the pool did not pause as a whole"
+    );
     assert_eq!(rate_limited, rejected, "every 429 was seen by a worker");
     assert_eq!(api.ledger.admitted(), JOBS, "a job was called twice or not at all");
 }

@@ -26,6 +26,7 @@ fn result_of(job: &Job) -> Vec<u8> {
             latency_ms: 0,
             finish_reason: None,
             calls: 1,
+            logprobs: None,
         }),
         deliveries: 1,
         worker: "test".into(),
@@ -55,30 +56,45 @@ async fn batches_and_singles_count_each_job_once() {
     )
     .unwrap();
     let sweep = sweep::load(&path).unwrap();
-    let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "batch-test")).await.unwrap();
+    let broker =
+        halyard_broker::connect(&BrokerConfig::new(nats.url(), "batch-test")).await.unwrap();
     let cfg = CoordinatorConfig { sweep, run_dir: dir.path().join("runs/batches") };
     let (ptx, prx) = watch::channel(Progress::default());
-    let coordinator = tokio::spawn(halyard_coordinator::run(broker.clone(), cfg, Some(ptx), std::future::pending()));
+    let coordinator = tokio::spawn(halyard_coordinator::run(
+        broker.clone(),
+        cfg,
+        Some(ptx),
+        std::future::pending(),
+    ));
 
     // Take every job, as a worker would.
     halyard_broker::ensure_streams(&broker).await.unwrap();
-    let consumer = halyard_broker::pool_consumer(&broker, "free", Delivery::default()).await.unwrap();
+    let consumer =
+        halyard_broker::pool_consumer(&broker, "free", Delivery::default()).await.unwrap();
     let mut msgs = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while msgs.len() < ITEMS {
-        assert!(tokio::time::Instant::now() < deadline, "only {} of {ITEMS} jobs published", msgs.len());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} of {ITEMS} jobs published",
+            msgs.len()
+        );
         let mut batch = consumer.fetch().max_messages(ITEMS).messages().await.unwrap();
         while let Some(Ok(m)) = batch.next().await {
             msgs.push(m);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let jobs: Vec<Job> = msgs.iter().map(|m| halyard_proto::decode("job", &m.payload).unwrap()).collect();
+    let jobs: Vec<Job> =
+        msgs.iter().map(|m| halyard_proto::decode("job", &m.payload).unwrap()).collect();
     let run = jobs[0].run;
     let subject = subjects::result_subject(run);
     let encoded: Vec<Vec<u8>> = jobs.iter().map(result_of).collect();
     let batch = |r: std::ops::Range<usize>| {
-        (halyard_proto::encode_batch(&encoded[r.clone()]), halyard_proto::batch_msg_id(run, jobs[r].iter().map(|j| &j.id)))
+        (
+            halyard_proto::encode_batch(&encoded[r.clone()]),
+            halyard_proto::batch_msg_id(run, jobs[r].iter().map(|j| &j.id)),
+        )
     };
 
     // Jobs 0..20 in one batch, 10..30 in another (10 duplicates), the first batch again
@@ -96,12 +112,18 @@ async fn batches_and_singles_count_each_job_once() {
         m.ack().await.unwrap();
     }
 
-    let outcome = tokio::time::timeout(Duration::from_secs(60), coordinator).await.expect("run finishes").unwrap().unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), coordinator)
+        .await
+        .expect("run finishes")
+        .unwrap()
+        .unwrap();
     assert!(matches!(outcome, RunOutcome::Complete { .. }), "{outcome:?}");
     let p = prx.borrow().clone();
     assert_eq!((p.items_done, p.results, p.duplicates), (ITEMS as u64, ITEMS as u64, 10), "{p:?}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("runs/batches/report.json")).unwrap()).unwrap();
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("runs/batches/report.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(report["jobs"]["done"].as_u64(), Some(ITEMS as u64), "{report}");
     assert_eq!(report["benchmarks"][0]["completed"].as_u64(), Some(ITEMS as u64), "{report}");
 }

@@ -38,7 +38,9 @@ impl Direct {
     fn new(path: &PathBuf, threads: i32) -> Direct {
         let backend = gguf::backend().expect("llama backend");
         // Leaked: the benchmark process lives exactly as long as the model.
-        let model: &'static LlamaModel = Box::leak(Box::new(LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).expect("load")));
+        let model: &'static LlamaModel = Box::leak(Box::new(
+            LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).expect("load"),
+        ));
         let tmpl = model.chat_template(None).expect("template");
         let chat = [LlamaChatMessage::new("user".into(), PROMPT.into()).unwrap()];
         let text = model.apply_chat_template(&tmpl, &chat, true).unwrap();
@@ -80,7 +82,10 @@ impl Direct {
             }
             ctx.decode(batch).unwrap();
         }
-        ((seqs * prompt.len()) as f64 / prefill, (seqs as f64 * GEN as f64) / t1.elapsed().as_secs_f64())
+        (
+            (seqs * prompt.len()) as f64 / prefill,
+            (seqs as f64 * GEN as f64) / t1.elapsed().as_secs_f64(),
+        )
     }
 }
 
@@ -98,23 +103,37 @@ async fn backend_single(model: &GgufModel) -> (f64, f64) {
 /// subtracted at the measured prompt rate.
 async fn backend_batched(model: &GgufModel, prompt_tps: f64) -> f64 {
     let t = Instant::now();
-    let cs = futures::future::join_all((0..SLOTS).map(|_| model.generate(vec![ChatMessage::user(PROMPT)], 0.0, Some(GEN), 1))).await;
+    let cs = futures::future::join_all(
+        (0..SLOTS).map(|_| model.generate(vec![ChatMessage::user(PROMPT)], 0.0, Some(GEN), 1)),
+    )
+    .await;
     let toks: u64 = cs.iter().map(|c| c.as_ref().unwrap().usage.completion_tokens).sum();
-    let pre: f64 = cs.iter().map(|c| c.as_ref().unwrap().usage.prompt_tokens as f64).sum::<f64>() / prompt_tps;
+    let pre: f64 =
+        cs.iter().map(|c| c.as_ref().unwrap().usage.prompt_tokens as f64).sum::<f64>() / prompt_tps;
     toks as f64 / (t.elapsed().as_secs_f64() - pre)
 }
 
 fn main() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(path.exists(), "{} is missing: run scripts/fetch-model.sh", path.display());
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let mut direct = Direct::new(&path, threads as i32);
-    let spec = GgufSpec { endpoint: "bench".into(), path: path.clone(), gpu: None, gpu_layers: 0, slots: SLOTS, threads, ctx_size: 1024 };
+    let spec = GgufSpec {
+        endpoint: "bench".into(),
+        path: path.clone(),
+        gpu: None,
+        gpu_layers: 0,
+        slots: SLOTS,
+        threads,
+        ctx_size: 1024,
+    };
     let model = GgufModel::load(spec).expect("load");
     // Rounds interleave direct and backend measurements, so background load on this
     // 2-core machine hits both sides alike.
-    let (mut dp, mut ds, mut db, mut hp, mut hs, mut hb) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut dp, mut ds, mut db, mut hp, mut hs, mut hb) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..3 {
         let (p, g) = direct.run(1);
         dp.push(p);

@@ -76,8 +76,11 @@ pub(crate) fn mark_guard(dir: &Path, db: &sled::Db) -> Result<(), String> {
 impl Checkpoint {
     /// Open (or create) the store in `dir` and start its writer actor.
     pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
-        let err = |e: &dyn std::fmt::Display| CheckpointError::Open { path: dir.display().to_string(), reason: e.to_string() };
-        std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
+        let err = |e: &dyn std::fmt::Display| CheckpointError::Open {
+            path: dir.display().to_string(),
+            reason: e.to_string(),
+        };
+        halyard_proto::store_mark::create_private_dir(dir).map_err(|e| err(&e))?;
         // sled's default page cache is 1 GiB; a checkpoint does not need that much to stay fast.
         let db = sled::Config::new()
             .path(dir)
@@ -95,7 +98,10 @@ impl Checkpoint {
             path: "<temporary>".into(),
             reason: e.to_string(),
         })?;
-        Self::from_db(db).map_err(|e| CheckpointError::Open { path: "<temporary>".into(), reason: e.to_string() })
+        Self::from_db(db).map_err(|e| CheckpointError::Open {
+            path: "<temporary>".into(),
+            reason: e.to_string(),
+        })
     }
 
     fn from_db(db: sled::Db) -> Result<Checkpoint, sled::Error> {
@@ -131,7 +137,9 @@ impl Checkpoint {
         if self.known.complete.load(Ordering::Acquire) && !self.known.filter.may_contain(job) {
             return Ok(None);
         }
-        let Some(bytes) = self.tree.get(job.as_bytes()).map_err(|e| CheckpointError::Write(e.to_string()))? else {
+        let Some(bytes) =
+            self.tree.get(job.as_bytes()).map_err(|e| CheckpointError::Write(e.to_string()))?
+        else {
             return Ok(None);
         };
         halyard_proto::decode::<Completion>("checkpoint record", &bytes)
@@ -141,7 +149,8 @@ impl Checkpoint {
 
     /// Store `completion` and return once it is flushed to disk.
     pub async fn put(&self, job: JobId, completion: &Completion) -> Result<(), CheckpointError> {
-        let bytes = halyard_proto::encode(completion).map_err(|e| CheckpointError::Write(e.to_string()))?;
+        let bytes =
+            halyard_proto::encode(completion).map_err(|e| CheckpointError::Write(e.to_string()))?;
         self.known.filter.insert(&job);
         let (tx, rx) = oneshot::channel();
         self.tx.send((job, bytes, tx)).await.map_err(|_| CheckpointError::Stopped)?;
@@ -237,7 +246,14 @@ mod tests {
     use halyard_proto::Usage;
 
     fn completion(text: &str) -> Completion {
-        Completion { text: text.into(), usage: Usage { prompt_tokens: 3, completion_tokens: 1 }, latency_ms: 5, finish_reason: None, calls: 1 }
+        Completion {
+            text: text.into(),
+            usage: Usage { prompt_tokens: 3, completion_tokens: 1 },
+            latency_ms: 5,
+            finish_reason: None,
+            calls: 1,
+            logprobs: None,
+        }
     }
 
     /// A put is readable after it returns, and survives closing and reopening the store.

@@ -33,8 +33,13 @@ pub enum Point {
 }
 
 impl Point {
-    pub const ALL: [Point; 5] =
-        [Point::CallPersist, Point::FlushPublish, Point::PublishConfirm, Point::ConfirmAck, Point::AckFlush];
+    pub const ALL: [Point; 5] = [
+        Point::CallPersist,
+        Point::FlushPublish,
+        Point::PublishConfirm,
+        Point::ConfirmAck,
+        Point::AckFlush,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -71,7 +76,12 @@ impl Failpoints {
     /// `<point>:<n>` with `n ≥ 1`.
     pub fn parse(spec: &str) -> Result<Failpoints, String> {
         let names: Vec<&str> = Point::ALL.iter().map(|p| p.name()).collect();
-        let bad = || format!("{ENV}={spec:?}: expected <point>:<n>, n ≥ 1, point one of {}", names.join(", "));
+        let bad = || {
+            format!(
+                "{ENV}={spec:?}: expected <point>:<n>, n ≥ 1, point one of {}",
+                names.join(", ")
+            )
+        };
         let (name, n) = spec.split_once(':').ok_or_else(bad)?;
         let point = Point::ALL.into_iter().find(|p| p.name() == name).ok_or_else(bad)?;
         let n: u64 = n.parse().ok().filter(|n| *n >= 1).ok_or_else(bad)?;
@@ -85,7 +95,11 @@ impl Failpoints {
     /// Pass `point`: abort the process if it is armed and this is the n-th pass.
     pub fn pass(&self, point: Point) {
         if self.trips(point) {
-            eprintln!("{ENV}: reached {} the {}-th time; aborting", point.name(), self.passes.load(Ordering::SeqCst));
+            eprintln!(
+                "{ENV}: reached {} the {}-th time; aborting",
+                point.name(),
+                self.passes.load(Ordering::SeqCst)
+            );
             std::process::abort();
         }
     }

@@ -3,16 +3,35 @@
 //! ## Layout
 //! - [`lifecycle`]: the life of one delivery as a pure state machine (no IO).
 //! - [`checkpoint`]: sled store of completed calls, with group commit.
+//! - [`config_file`]: the worker configuration file (`halyard worker --config`): pools,
+//!   the models each may call, quotas and HTTP limits, for workers without a sweep.
 //! - [`backend`]: model backends (`openai`, `gguf`, `replay`, `noop`) and error classification.
 //! - [`retry`]: in-delivery retries with backoff, jitter and `Retry-After`.
+//! - [`health`]: each pool's endpoint health: an outage pauses the pool across all its
+//!   workers (no fetching, held jobs handed back, one probe), an answer resumes it.
+//! - [`budget`]: delivery budgets that outages, cool-downs and shutdowns do not spend.
+//! - `calling`: one job's call inside its delivery (retries, in-progress acks, pauses).
+//! - `message`: a job message (one job or a batch) and how it settles.
 //! - [`failpoint`]: crash points between the durability steps, armed by an environment
 //!   variable, for crash tests.
 //! - [`quota`]: pool quotas (requests and tokens per minute) shared by all the
 //!   pool's workers through a KV membership, with pool-wide cool-downs on 429.
 //! - `pool`: the fetch loop of one pool and the effects of the state machine.
+//! - `admit`: the receiving half: job messages decoded item by item and each job checked
+//!   against the worker's plan before anything else happens.
+//!
+//! ## What a worker runs
+//! Only its operator's configuration, the [`WorkerConfig::plan`]
+//! (`halyard_proto::pool::WorkerPlan`): the pools it serves and, in each, the models it
+//! may call with their URL and API key *variable*. A job names a model; the worker checks
+//! that its id is the hash of its key and that the model is configured for the pool that
+//! delivered it, and then calls the configured model. Anything else is refused: never
+//! called, never checkpointed, terminated, logged, counted (`Stats::refused`) and
+//! reported to its run as `FailureKind::Refused`.
 //!
 //! ## The life of a job in a worker
-//! 1. Fetch as many jobs as the pool has free slots (`max_concurrency`).
+//! 1. Fetch as many jobs as the pool has free slots (`max_concurrency`); decode and
+//!    check each job of a message on its own (`admit`).
 //! 2. If the checkpoint holds the job's result, publish it and ack: no model call.
 //! 3. Otherwise call the backend (retrying transient failures, honouring `Retry-After`,
 //!    sending in-progress acks while the call runs longer than a third of `ack_wait`).
@@ -23,7 +42,12 @@
 //!    connection: a lost ack costs a redelivery answered from the checkpoint, never a
 //!    model call, so it is not worth a round trip per job (a double ack).
 //! 5. A permanent error, or a transient one on the last delivery, publishes a dead
-//!    letter and acks; other failures nak with a backoff delay.
+//!    letter and acks; other failures nak with a backoff delay. Failures that are the
+//!    pool's (the endpoint down, 429s past the in-place retries) hand the job back
+//!    without spending its delivery budget; an endpoint-wide failure pauses the pool
+//!    (see [`health`]) and the delivery that began the pause counts, so a job that
+//!    brings the endpoint down every time it is sent still ends as a dead letter.
+//!    "The last delivery" is counted by [`budget`], not by JetStream alone.
 //!
 //! A crash anywhere loses at most the calls in flight: a job acked is durable in both
 //! sled and the results stream; a job not acked is redelivered and, if its call had
@@ -33,13 +57,20 @@
 //! When `shutdown` resolves, the worker stops fetching and leaves its quota pools at
 //! once (the others take over its shares; its calls still waiting for the share do not
 //! start). In-flight jobs get `shutdown_grace` to finish; after that their calls are
-//! abandoned and the jobs nak'd with a short delay, so another worker picks them up.
+//! abandoned and the jobs handed back with a short delay (their budget kept), so another
+//! worker picks them up. A job holding a paused pool's probe is handed back at once.
 //! The checkpoint is flushed last.
 
+mod admit;
 pub mod backend;
+pub mod budget;
+mod calling;
 pub mod checkpoint;
+pub mod config_file;
 pub mod failpoint;
+pub mod health;
 pub mod lifecycle;
+mod message;
 mod outbox;
 mod pool;
 pub mod quota;
@@ -53,20 +84,15 @@ use std::time::Duration;
 
 pub use checkpoint::Checkpoint;
 use halyard_broker::{Broker, BrokerError, Delivery};
+use halyard_proto::pool::WorkerPlan;
 use tokio::sync::watch;
 use tracing::info;
 
-/// A pool this worker serves.
-#[derive(Clone, Debug)]
-pub struct PoolSpec {
-    pub name: String,
-    /// Calls in flight at once for this pool, in this worker.
-    pub concurrency: usize,
-}
-
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
-    pub pools: Vec<PoolSpec>,
+    /// What this worker serves: its pools, their quotas and the models it may call in
+    /// each (see `halyard_proto::pool`). Every job received is checked against it.
+    pub plan: WorkerPlan,
     /// sled directory of the checkpoint.
     pub state_dir: PathBuf,
     pub worker_id: String,
@@ -74,40 +100,33 @@ pub struct WorkerConfig {
     pub retry: retry::RetryPolicy,
     /// Time in-flight calls get to finish after shutdown before they are nak'd.
     pub shutdown_grace: Duration,
-    /// Local GGUF models this worker loads and serves.
-    pub local_models: Vec<backend::GgufSpec>,
-    /// Recorded results this worker serves (`replay` backend).
-    pub replays: Vec<backend::replay::ReplaySpec>,
     /// Where the worker counts what it does (read live by `/metrics`).
     pub stats: Arc<Stats>,
-    /// Quotas of pools that have one (by pool name); see [`quota`].
-    pub quotas: std::collections::HashMap<String, quota::PoolQuota>,
     pub quota_settings: quota::QuotaSettings,
-    /// Embedding models this worker loads and serves (`backend = "embed"`).
-    pub embed_models: Vec<backend::embed::EmbedSpec>,
+    /// Response size limit and plain-http policy of the HTTP backend.
+    pub http: backend::http_guard::HttpPolicy,
 }
 
 impl WorkerConfig {
-    pub fn new(pools: Vec<PoolSpec>, state_dir: PathBuf) -> Self {
+    pub fn new(plan: WorkerPlan, state_dir: PathBuf) -> Self {
         WorkerConfig {
-            pools,
+            plan,
             state_dir,
             worker_id: default_worker_id(),
             delivery: Delivery::default(),
             retry: retry::RetryPolicy::default(),
             shutdown_grace: Duration::from_secs(10),
-            local_models: Vec::new(),
-            replays: Vec::new(),
             stats: Arc::default(),
-            quotas: Default::default(),
             quota_settings: Default::default(),
-            embed_models: Vec::new(),
+            http: Default::default(),
         }
     }
 }
 
 pub fn default_worker_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
     format!("{}-{}", if host.is_empty() { "worker" } else { &host }, std::process::id())
 }
 
@@ -119,7 +138,7 @@ pub enum WorkerError {
     Checkpoint(#[from] checkpoint::CheckpointError),
     #[error("{0}")]
     Backend(String),
-    #[error("no pools to serve: give --pool or a sweep file")]
+    #[error("no pools to serve: give --pool, --config or a sweep file")]
     NoPools,
     #[error("{0}")]
     Failpoint(String),
@@ -158,6 +177,18 @@ pub struct Stats {
     pub rate_limited: Counter,
     /// Pool-wide cool-downs this worker started (one per 429 storm).
     pub cooldowns: Counter,
+    /// Jobs refused at receipt: undecodable, an id that is not the hash of its key, or a
+    /// model not configured for the pool (never called, never checkpointed).
+    pub refused: Counter,
+    /// Job deliveries handed back for the pool's reason (outage, 429s, shutdown): their
+    /// budget kept.
+    pub handed_back: Counter,
+    /// Pool pauses this worker began (an endpoint-wide failure of one of its calls).
+    pub pauses: Counter,
+    /// Each pool's endpoint health (paused or not, outage time).
+    pub pool_health: health::PoolHealthStats,
+    /// Models loaded and every pool's consumer bound, until shutdown begins (`/readyz`).
+    pub ready: std::sync::atomic::AtomicBool,
 }
 
 impl Stats {
@@ -167,7 +198,11 @@ impl Stats {
 }
 
 /// Run a worker until `shutdown` resolves; returns its statistics.
-pub async fn run(broker: Broker, config: WorkerConfig, shutdown: impl Future<Output = ()>) -> Result<Arc<Stats>, WorkerError> {
+pub async fn run(
+    broker: Broker,
+    config: WorkerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Arc<Stats>, WorkerError> {
     let checkpoint = Checkpoint::open(&config.state_dir)?;
     run_with_checkpoint(broker, checkpoint, config, shutdown).await
 }
@@ -179,7 +214,7 @@ pub async fn run_with_checkpoint(
     config: WorkerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Arc<Stats>, WorkerError> {
-    if config.pools.is_empty() {
+    if config.plan.pools.is_empty() {
         return Err(WorkerError::NoPools);
     }
     let failpoints = Arc::new(failpoint::Failpoints::from_env().map_err(WorkerError::Failpoint)?);
@@ -187,19 +222,33 @@ pub async fn run_with_checkpoint(
         tracing::warn!(point = p.name(), pass = n, "failpoint armed: this worker will abort there");
     }
     halyard_broker::ensure_streams(&broker).await?;
-    let (specs, replays, embed_specs) = (config.local_models.clone(), config.replays.clone(), config.embed_models.clone());
-    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&specs, &replays, &embed_specs))
+    let (plan, http) = (config.plan.clone(), config.http);
+    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
         .await
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;
     let stats = config.stats.clone();
     let mut quotas = std::collections::HashMap::new();
-    for p in &config.pools {
-        if let Some(q) = config.quotas.get(&p.name) {
-            let gate = quota::QuotaGate::join(&broker, &p.name, q.clone(), &config.worker_id, config.quota_settings, stats.clone()).await?;
-            quotas.insert(p.name.clone(), gate);
+    for p in &config.plan.pools {
+        if let Some(q) = &p.quota {
+            let gate = quota::QuotaGate::join(
+                &broker,
+                &p.pool.name,
+                quota::PoolQuota::from(q),
+                &config.worker_id,
+                config.quota_settings,
+                stats.clone(),
+            )
+            .await?;
+            quotas.insert(p.pool.name.clone(), gate);
         }
     }
+    let mut health = std::collections::HashMap::new();
+    for p in config.plan.pools.iter().map(|p| &p.pool) {
+        let h = health::PoolHealth::join(&broker, &p.name, &config.worker_id, stats.clone());
+        health.insert(p.name.clone(), h.await?);
+    }
+    let budget = budget::Budget::open(&broker).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (hard_tx, hard_rx) = watch::channel(false);
     let ctx = Arc::new(pool::PoolCtx {
@@ -211,22 +260,34 @@ pub async fn run_with_checkpoint(
         max_deliver: config.delivery.max_deliver.max(1) as u64,
         ack_wait: config.delivery.ack_wait,
         hard_stop: hard_rx,
+        stop: stop_rx.clone(),
         running: Default::default(),
         outbox: outbox::Outbox::start(broker.clone(), failpoints.clone()),
         failpoints,
         quotas: quotas.clone(),
+        plan: config.plan.clone(),
+        budget,
     });
     let mut loops = tokio::task::JoinSet::new();
-    for p in &config.pools {
+    for p in config.plan.pools.iter().map(|p| &p.pool) {
         let consumer = halyard_broker::pool_consumer(&broker, &p.name, config.delivery).await?;
-        loops.spawn(pool::run_pool(ctx.clone(), p.name.clone(), consumer, p.concurrency, stop_rx.clone()));
+        loops.spawn(pool::run_pool(
+            ctx.clone(),
+            p.name.clone(),
+            health[&p.name].clone(),
+            consumer,
+            p.concurrency,
+            stop_rx.clone(),
+        ));
     }
-    info!(worker = %config.worker_id, pools = config.pools.len(), "worker running");
+    info!(worker = %config.worker_id, pools = config.plan.pools.len(), "worker running");
+    stats.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     tokio::select! {
         _ = shutdown => {}
         // A pool loop only ends on its own if its semaphore closes; treat as shutdown.
         _ = loops.join_next() => {}
     }
+    stats.ready.store(false, std::sync::atomic::Ordering::Relaxed);
     let _ = stop_tx.send(true);
     // Hand the quota shares to the other workers now: this one admits no more calls.
     for gate in quotas.values() {
@@ -242,12 +303,16 @@ pub async fn run_with_checkpoint(
     // since with the broker gone a flush would wait for a reconnection forever.
     let _ = tokio::time::timeout(Duration::from_secs(5), broker.client.flush()).await;
     drop(ctx);
+    for h in health.values() {
+        h.close().await;
+    }
     checkpoint.close().await;
     info!(
         calls = stats.calls.get(),
         completed = stats.completed.get(),
         replayed = stats.replayed.get(),
         dead_letters = stats.dead_letters.get(),
+        refused = stats.refused.get(),
         "worker stopped"
     );
     Ok(stats)

@@ -9,8 +9,17 @@
 //! 3. permanent failure, or transient failure on the last allowed delivery → publish a
 //!    dead letter → ack (the job is terminal, the run does not wait for it);
 //! 4. transient failure with deliveries left → nak with a backoff delay;
-//! 5. shutdown while calling → nak at once with a short delay, so another worker takes it;
-//! 6. a failed persist or publish → nak (nothing is acked that is not durable).
+//! 5. the pool's fault, not the job's (an endpoint outage, 429s past the in-place
+//!    retries, the pool paused before the call) → hand back: a nak that does not spend
+//!    the job's delivery budget (see [`crate::budget`]);
+//! 6. shutdown while calling → hand back at once with a short delay, so another worker
+//!    takes it;
+//! 7. a failed persist or publish → nak (nothing is acked that is not durable);
+//! 8. a job that arrives past its budget (its earlier deliveries ended without a result:
+//!    crashed workers) → dead letter without a call, unless its result is checkpointed.
+//!
+//! The delivery number the machine compares with `max_deliver` is the *effective* one:
+//! JetStream's count less the deliveries handed back (see [`crate::budget`]).
 //!
 //! An ack is only ever emitted after the result is durable in sled *and* in the results
 //! stream; a crash at any point loses at most the call in flight.
@@ -36,21 +45,33 @@ pub enum Disposition {
     Replayed,
     /// Job terminal without a completion.
     DeadLetter,
-    /// Handed back to the queue (nak) for a later delivery.
+    /// Handed back to the queue (nak) for a later delivery, the budget spent.
     Retried,
+    /// Handed back for the pool's reason (outage, cool-down, shutdown): budget kept.
+    HandedBack,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// The job arrived; `checkpoint_hit` says whether sled already holds its result.
-    Start { checkpoint_hit: bool },
+    Start {
+        checkpoint_hit: bool,
+    },
     CallSucceeded,
-    CallFailed { permanent: bool, retry_after: Option<Duration> },
+    CallFailed {
+        permanent: bool,
+        retry_after: Option<Duration>,
+    },
     Persisted,
     PersistFailed,
     Published,
     PublishFailed,
     Acked,
+    /// The call did not happen or failed for the pool's reason (endpoint outage, 429s,
+    /// a pause); hand the job back after `retry_after` (at least [`HANDBACK_NAK`]).
+    HandBack {
+        retry_after: Option<Duration>,
+    },
     /// The worker is shutting down and the call was abandoned.
     Shutdown,
 }
@@ -66,6 +87,8 @@ pub enum Effect {
     PublishDeadLetter,
     Ack,
     Nak(Duration),
+    /// Nak without spending the delivery budget: record the excused delivery, then nak.
+    HandBack(Duration),
 }
 
 #[derive(Clone, Debug)]
@@ -87,9 +110,17 @@ pub fn nak_delay(delivery: u64, retry_after: Option<Duration>) -> Duration {
 /// Redelivery delay for a job abandoned at shutdown: soon, but not in a hot loop.
 pub const SHUTDOWN_NAK: Duration = Duration::from_secs(1);
 
+/// Redelivery delay for a job handed back while its pool is paused. Short: nobody
+/// fetches a paused pool's jobs but its probe, and when it resumes they should be there.
+pub const HANDBACK_NAK: Duration = Duration::from_secs(1);
+
 impl Lifecycle {
     pub fn new(delivery: u64, max_deliver: u64) -> Self {
-        Lifecycle { state: State::Received, delivery: delivery.max(1), max_deliver: max_deliver.max(1) }
+        Lifecycle {
+            state: State::Received,
+            delivery: delivery.max(1),
+            max_deliver: max_deliver.max(1),
+        }
     }
 
     pub fn state(&self) -> State {
@@ -98,6 +129,17 @@ impl Lifecycle {
 
     pub fn is_last_delivery(&self) -> bool {
         self.delivery >= self.max_deliver
+    }
+
+    /// The job arrived past its budget: its earlier deliveries all ended without a
+    /// result or a hand-back (their workers crashed).
+    pub fn over_budget(&self) -> bool {
+        self.delivery > self.max_deliver
+    }
+
+    /// The effective delivery number (see the module docs).
+    pub fn delivery(&self) -> u64 {
+        self.delivery
     }
 
     /// Apply one event. An event that makes no sense in the current state is ignored and
@@ -110,17 +152,31 @@ impl Lifecycle {
             (S::Received, E::Start { checkpoint_hit: true }) => {
                 (S::Publishing { dead_letter: false, replay: true }, vec![F::PublishResult])
             }
+            (S::Received, E::Start { checkpoint_hit: false }) if self.over_budget() => {
+                (S::Publishing { dead_letter: true, replay: false }, vec![F::PublishDeadLetter])
+            }
             (S::Received, E::Start { checkpoint_hit: false }) => (S::Calling, vec![F::CallBackend]),
             (S::Calling, E::CallSucceeded) => (S::Persisting, vec![F::Persist]),
             (S::Calling, E::CallFailed { permanent, retry_after }) => {
                 if permanent || self.is_last_delivery() {
                     (S::Publishing { dead_letter: true, replay: false }, vec![F::PublishDeadLetter])
                 } else {
-                    (S::Finished(Disposition::Retried), vec![F::Nak(nak_delay(self.delivery, retry_after))])
+                    (
+                        S::Finished(Disposition::Retried),
+                        vec![F::Nak(nak_delay(self.delivery, retry_after))],
+                    )
                 }
             }
-            (S::Calling, E::Shutdown) => (S::Finished(Disposition::Retried), vec![F::Nak(SHUTDOWN_NAK)]),
-            (S::Persisting, E::Persisted) => (S::Publishing { dead_letter: false, replay: false }, vec![F::PublishResult]),
+            (S::Calling, E::HandBack { retry_after }) => {
+                let delay = retry_after.map_or(HANDBACK_NAK, |r| r.max(HANDBACK_NAK));
+                (S::Finished(Disposition::HandedBack), vec![F::HandBack(delay)])
+            }
+            (S::Calling, E::Shutdown) => {
+                (S::Finished(Disposition::HandedBack), vec![F::HandBack(SHUTDOWN_NAK)])
+            }
+            (S::Persisting, E::Persisted) => {
+                (S::Publishing { dead_letter: false, replay: false }, vec![F::PublishResult])
+            }
             (S::Persisting, E::PersistFailed) => {
                 (S::Finished(Disposition::Retried), vec![F::Nak(nak_delay(self.delivery, None))])
             }
@@ -160,7 +216,16 @@ mod tests {
     #[test]
     fn call_persist_publish_ack() {
         let mut lc = Lifecycle::new(1, 5);
-        let fx = drive(&mut lc, &[E::Start { checkpoint_hit: false }, E::CallSucceeded, E::Persisted, E::Published, E::Acked]);
+        let fx = drive(
+            &mut lc,
+            &[
+                E::Start { checkpoint_hit: false },
+                E::CallSucceeded,
+                E::Persisted,
+                E::Published,
+                E::Acked,
+            ],
+        );
         assert_eq!(fx, vec![F::CallBackend, F::Persist, F::PublishResult, F::Ack]);
         assert_eq!(lc.state(), State::Finished(Disposition::Completed));
     }
@@ -181,7 +246,12 @@ mod tests {
         let mut lc = Lifecycle::new(1, 5);
         let fx = drive(
             &mut lc,
-            &[E::Start { checkpoint_hit: false }, E::CallFailed { permanent: true, retry_after: None }, E::Published, E::Acked],
+            &[
+                E::Start { checkpoint_hit: false },
+                E::CallFailed { permanent: true, retry_after: None },
+                E::Published,
+                E::Acked,
+            ],
         );
         assert_eq!(fx, vec![F::CallBackend, F::PublishDeadLetter, F::Ack]);
         assert_eq!(lc.state(), State::Finished(Disposition::DeadLetter));
@@ -193,7 +263,13 @@ mod tests {
         let mut delays = vec![];
         for d in 1..5 {
             let mut lc = Lifecycle::new(d, 5);
-            let fx = drive(&mut lc, &[E::Start { checkpoint_hit: false }, E::CallFailed { permanent: false, retry_after: None }]);
+            let fx = drive(
+                &mut lc,
+                &[
+                    E::Start { checkpoint_hit: false },
+                    E::CallFailed { permanent: false, retry_after: None },
+                ],
+            );
             match fx.as_slice() {
                 [F::CallBackend, F::Nak(delay)] => delays.push(*delay),
                 other => panic!("delivery {d}: {other:?}"),
@@ -201,7 +277,13 @@ mod tests {
         }
         assert!(delays.windows(2).all(|w| w[0] < w[1]), "{delays:?}");
         let mut lc = Lifecycle::new(5, 5);
-        let fx = drive(&mut lc, &[E::Start { checkpoint_hit: false }, E::CallFailed { permanent: false, retry_after: None }]);
+        let fx = drive(
+            &mut lc,
+            &[
+                E::Start { checkpoint_hit: false },
+                E::CallFailed { permanent: false, retry_after: None },
+            ],
+        );
         assert_eq!(fx, vec![F::CallBackend, F::PublishDeadLetter]);
     }
 
@@ -211,7 +293,10 @@ mod tests {
         let mut lc = Lifecycle::new(1, 5);
         let fx = drive(
             &mut lc,
-            &[E::Start { checkpoint_hit: false }, E::CallFailed { permanent: false, retry_after: Some(Duration::from_secs(17)) }],
+            &[
+                E::Start { checkpoint_hit: false },
+                E::CallFailed { permanent: false, retry_after: Some(Duration::from_secs(17)) },
+            ],
         );
         assert_eq!(fx.last(), Some(&F::Nak(Duration::from_secs(17))));
     }
@@ -220,25 +305,70 @@ mod tests {
     #[test]
     fn no_ack_without_durability() {
         let mut lc = Lifecycle::new(1, 5);
-        let fx = drive(&mut lc, &[E::Start { checkpoint_hit: false }, E::CallSucceeded, E::PersistFailed]);
+        let fx = drive(
+            &mut lc,
+            &[E::Start { checkpoint_hit: false }, E::CallSucceeded, E::PersistFailed],
+        );
         assert!(matches!(fx.last(), Some(F::Nak(_))));
         assert!(!fx.contains(&F::Ack));
         let mut lc = Lifecycle::new(1, 5);
-        let fx = drive(&mut lc, &[E::Start { checkpoint_hit: false }, E::CallSucceeded, E::Persisted, E::PublishFailed]);
+        let fx = drive(
+            &mut lc,
+            &[E::Start { checkpoint_hit: false }, E::CallSucceeded, E::Persisted, E::PublishFailed],
+        );
         assert!(!fx.contains(&F::Ack));
         // Out-of-order events are ignored rather than producing an ack.
         let mut lc = Lifecycle::new(1, 5);
-        let fx = drive(&mut lc, &[E::Start { checkpoint_hit: false }, E::Published, E::Acked, E::Persisted]);
+        let fx = drive(
+            &mut lc,
+            &[E::Start { checkpoint_hit: false }, E::Published, E::Acked, E::Persisted],
+        );
         assert_eq!(fx, vec![F::CallBackend]);
         assert_eq!(lc.state(), State::Calling);
     }
 
-    /// Shutdown during a call hands the job back quickly instead of acking it.
+    /// Shutdown during a call hands the job back quickly, keeping its budget.
     #[test]
-    fn shutdown_naks_in_flight_call() {
+    fn shutdown_hands_back_in_flight_call() {
         let mut lc = Lifecycle::new(1, 5);
         let fx = drive(&mut lc, &[E::Start { checkpoint_hit: false }, E::Shutdown]);
-        assert_eq!(fx, vec![F::CallBackend, F::Nak(SHUTDOWN_NAK)]);
-        assert_eq!(lc.state(), State::Finished(Disposition::Retried));
+        assert_eq!(fx, vec![F::CallBackend, F::HandBack(SHUTDOWN_NAK)]);
+        assert_eq!(lc.state(), State::Finished(Disposition::HandedBack));
+    }
+
+    /// The pool's faults hand the job back even on its last delivery (no dead letter),
+    /// honouring a Retry-After (issue 18).
+    #[test]
+    fn pool_faults_hand_back_on_any_delivery() {
+        for d in [1, 5] {
+            let mut lc = Lifecycle::new(d, 5);
+            let fx = drive(
+                &mut lc,
+                &[E::Start { checkpoint_hit: false }, E::HandBack { retry_after: None }],
+            );
+            assert_eq!(fx, vec![F::CallBackend, F::HandBack(HANDBACK_NAK)]);
+            assert_eq!(lc.state(), State::Finished(Disposition::HandedBack));
+        }
+        let mut lc = Lifecycle::new(5, 5);
+        let ra = Some(Duration::from_secs(9));
+        let fx =
+            drive(&mut lc, &[E::Start { checkpoint_hit: false }, E::HandBack { retry_after: ra }]);
+        assert_eq!(fx.last(), Some(&F::HandBack(Duration::from_secs(9))));
+    }
+
+    /// A job arriving past its budget (effective delivery > max_deliver: crashed workers
+    /// before) is dead-lettered without a call, unless the checkpoint answers it
+    /// (issue 18).
+    #[test]
+    fn past_the_budget_dead_letters_without_a_call() {
+        let mut lc = Lifecycle::new(6, 5);
+        assert!(lc.over_budget());
+        let fx = drive(&mut lc, &[E::Start { checkpoint_hit: false }, E::Published, E::Acked]);
+        assert_eq!(fx, vec![F::PublishDeadLetter, F::Ack]);
+        assert_eq!(lc.state(), State::Finished(Disposition::DeadLetter));
+        let mut lc = Lifecycle::new(6, 5);
+        let fx = drive(&mut lc, &[E::Start { checkpoint_hit: true }, E::Published, E::Acked]);
+        assert_eq!(fx, vec![F::PublishResult, F::Ack]);
+        assert!(!Lifecycle::new(5, 5).over_budget());
     }
 }

@@ -54,7 +54,13 @@ impl Outbox {
     }
 
     /// Publish one encoded result of `job` in `run`; true once the broker holds it.
-    pub async fn publish(&self, run: Uuid, job: JobId, encoded: Vec<u8>, dead_letter: bool) -> bool {
+    pub async fn publish(
+        &self,
+        run: Uuid,
+        job: JobId,
+        encoded: Vec<u8>,
+        dead_letter: bool,
+    ) -> bool {
         let (reply, rx) = oneshot::channel();
         if self.tx.send(Entry { run, job, encoded, dead_letter, reply }).await.is_err() {
             return false;
@@ -85,9 +91,11 @@ async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver
                 Err(_) => break,
             }
         }
-        let mut groups = by_run.into_iter();
         let mut permit = Some(permit);
-        while let Some((run, entries)) = groups.next() {
+        let limit = broker.payload_limit();
+        let batches =
+            by_run.into_iter().flat_map(|(run, e)| by_size(e, limit).map(move |b| (run, b)));
+        for (run, entries) in batches {
             // One slot per batch (a worker rarely serves more than one run at a time).
             let p = match permit.take() {
                 Some(p) => p,
@@ -96,7 +104,8 @@ async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver
                     Err(_) => return,
                 },
             };
-            let subject = subjects.entry(run).or_insert_with(|| subjects::result_subject(run).into()).clone();
+            let subject =
+                subjects.entry(run).or_insert_with(|| subjects::result_subject(run).into()).clone();
             let (broker, failpoints) = (broker.clone(), failpoints.clone());
             tokio::spawn(async move {
                 publish_batch(&broker, &failpoints, subject, run, entries).await;
@@ -108,21 +117,54 @@ async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver
     let _ = slots.acquire_many(IN_FLIGHT as u32).await;
 }
 
+/// `entries` in order, cut into batches whose message stays within `limit` bytes (the
+/// batch framing counted; a single larger result goes alone, and the broker's refusal
+/// of it is its writer's answer).
+fn by_size(entries: Vec<Entry>, limit: usize) -> impl Iterator<Item = Vec<Entry>> {
+    const FRAME: usize = halyard_proto::batch::BATCH_HEADER_MAX;
+    let mut out = Vec::new();
+    let mut cur: Vec<Entry> = Vec::new();
+    let mut bytes = FRAME;
+    for e in entries {
+        if !cur.is_empty() && bytes + e.encoded.len() > limit {
+            out.push(std::mem::take(&mut cur));
+            bytes = FRAME;
+        }
+        bytes += e.encoded.len();
+        cur.push(e);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out.into_iter()
+}
+
 /// Publish one batch and answer its writers; retry a few times on broker trouble.
-async fn publish_batch(broker: &Broker, failpoints: &Failpoints, subject: async_nats::Subject, run: Uuid, entries: Vec<Entry>) {
+async fn publish_batch(
+    broker: &Broker,
+    failpoints: &Failpoints,
+    subject: async_nats::Subject,
+    run: Uuid,
+    entries: Vec<Entry>,
+) {
     let mut msg_id = halyard_proto::batch_msg_id(run, entries.iter().map(|e| &e.job));
     if entries.iter().any(|e| e.dead_letter) {
         // Unique per batch (retries of this publish below reuse it): a dead letter may be
         // re-queued by `halyard retry-failed`, and the retry's result must not be dropped
         // as a duplicate of this message within the stream's de-duplication window.
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let t =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         msg_id.push_str(&format!(":dead:{}", t.as_nanos()));
     }
-    let payload = bytes::Bytes::from(halyard_proto::encode_batch(&entries.iter().map(|e| &e.encoded[..]).collect::<Vec<_>>()));
+    let payload = bytes::Bytes::from(halyard_proto::encode_batch(
+        &entries.iter().map(|e| &e.encoded[..]).collect::<Vec<_>>(),
+    ));
     let pass = |point| entries.iter().for_each(|_| failpoints.pass(point));
     let mut ok = false;
     for attempt in 0..ATTEMPTS {
-        let m = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(&msg_id);
+        let m = jetstream::message::PublishMessage::build()
+            .payload(payload.clone())
+            .message_id(&msg_id);
         match broker.js.send_publish(subject.clone(), m).await {
             Ok(ack) => {
                 pass(Point::PublishConfirm);
@@ -132,7 +174,9 @@ async fn publish_batch(broker: &Broker, failpoints: &Failpoints, subject: async_
                         ok = true;
                         break;
                     }
-                    Err(e) => warn!(results = entries.len(), attempt, error = %e, "result publish not acknowledged"),
+                    Err(e) => {
+                        warn!(results = entries.len(), attempt, error = %e, "result publish not acknowledged")
+                    }
                 }
             }
             Err(e) => warn!(results = entries.len(), attempt, error = %e, "result publish failed"),
@@ -142,5 +186,33 @@ async fn publish_batch(broker: &Broker, failpoints: &Failpoints, subject: async_
     for e in entries {
         // A dropped receiver means the job's task is gone; nothing to do.
         let _ = e.reply.send(ok);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Batches keep their order and stay within the limit, framing counted; a result
+    /// larger than the limit goes alone.
+    #[test]
+    fn batches_are_cut_by_bytes() {
+        let entry = |n: usize| Entry {
+            run: Uuid::nil(),
+            job: JobId([n as u8; 16]),
+            encoded: vec![0; n],
+            dead_letter: false,
+            reply: oneshot::channel().0,
+        };
+        let sizes = [400, 400, 400, 2000, 10, 585];
+        let batches: Vec<Vec<usize>> = by_size(sizes.map(entry).into(), 1000)
+            .map(|b| b.iter().map(|e| e.encoded.len()).collect())
+            .collect();
+        assert_eq!(batches, [vec![400, 400], vec![400], vec![2000], vec![10, 585]]);
+        for b in &batches {
+            let encoded =
+                halyard_proto::encode_batch(&b.iter().map(|n| vec![0; *n]).collect::<Vec<_>>());
+            assert!(b.len() == 1 || encoded.len() <= 1000, "{b:?}: {} bytes", encoded.len());
+        }
     }
 }

@@ -1,23 +1,28 @@
 //! One pool's work loop: fetch as many jobs as there are free slots, run each through
-//! the [`Lifecycle`] state machine, carry out its effects.
+//! the [`Lifecycle`] state machine, carry out its effects. While the pool's endpoint is
+//! down (see [`crate::health`]) the loop fetches nothing but one job to probe with.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
-use futures::StreamExt;
 use halyard_broker::PullConsumer;
-use halyard_proto::{Failure, FailureKind, Job, JobId, JobResult, Outcome};
-use tokio::sync::{watch, Semaphore};
+use halyard_proto::{Job, JobId, JobResult, Outcome};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn, Instrument};
 
+use crate::admit::{self, Received};
 use crate::backend::{Backends, CallError};
+use crate::budget::Budget;
+use crate::calling::{call, call_event, dead_letter};
 use crate::failpoint::{Failpoints, Point};
+use crate::health::{FetchTurn, PoolHealth, ProbeClaim};
 use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State};
+use crate::message::{Fate, JobMsg};
 use crate::outbox::Outbox;
-use crate::retry::{call_with_retry_gated, RetryPolicy};
+use crate::retry::RetryPolicy;
 use crate::{Checkpoint, Stats};
 
 pub(crate) struct PoolCtx {
@@ -30,6 +35,8 @@ pub(crate) struct PoolCtx {
     pub ack_wait: Duration,
     /// Flips to true when in-flight calls must be abandoned (grace period over).
     pub hard_stop: watch::Receiver<bool>,
+    /// Flips to true when the worker stops fetching (a probe's wait ends then).
+    pub stop: watch::Receiver<bool>,
     /// Jobs being run by this worker: a second delivery of the same job (a lost ack, a
     /// duplicate publish) waits for the first and is then answered from the checkpoint.
     pub running: std::sync::Mutex<HashMap<JobId, Arc<tokio::sync::Mutex<()>>>>,
@@ -39,6 +46,10 @@ pub(crate) struct PoolCtx {
     pub outbox: Outbox,
     /// Quota gates of the pools that have a quota.
     pub quotas: HashMap<String, Arc<crate::quota::QuotaGate>>,
+    /// Deliveries excused from the jobs' budgets (see [`crate::budget`]).
+    pub budget: Budget,
+    /// What this worker serves; every job received is checked against it.
+    pub plan: halyard_proto::pool::WorkerPlan,
 }
 
 /// How long an open pull request waits for jobs before it is renewed.
@@ -64,6 +75,7 @@ impl PoolCtx {
 pub(crate) async fn run_pool(
     ctx: Arc<PoolCtx>,
     pool: String,
+    health: Arc<PoolHealth>,
     consumer: PullConsumer,
     concurrency: usize,
     mut shutdown: watch::Receiver<bool>,
@@ -78,6 +90,25 @@ pub(crate) async fn run_pool(
     'outer: loop {
         if *shutdown.borrow() {
             break;
+        }
+        if health.is_paused() {
+            // Paused: fetch nothing, but one job to probe with when a probe is due.
+            let turn = tokio::select! {
+                t = health.fetch_turn() => t,
+                _ = shutdown.changed() => break,
+            };
+            if turn == FetchTurn::Probe {
+                let probe = fetch_probe(&ctx, &health, &consumer, &slots, &mut tasks);
+                let go_on = tokio::select! {
+                    g = probe => g,
+                    _ = shutdown.changed() => false,
+                };
+                if !go_on {
+                    break;
+                }
+            }
+            idle = true;
+            continue;
         }
         // Wait for at least one free slot, then ask for as many jobs as slots are free
         // (never more: a job pulled waits for nothing but its call, so its ack_wait is
@@ -115,41 +146,17 @@ pub(crate) async fn run_pool(
         let mut first = Some(first);
         loop {
             let next = tokio::select! {
-                m = batch.next() => m,
+                m = halyard_broker::next_pulled(&mut batch) => m,
                 _ = shutdown.changed() => break 'outer,
             };
             let Some(msg) = next else { break };
-            let msg = match msg {
-                Ok(m) => m,
-                Err(e) => {
-                    debug!(pool, error = %e, "fetch batch ended");
-                    break;
-                }
-            };
             idle = false;
-            let Some((shared, jobs)) = open_message(msg).await else { continue };
+            let Some((shared, jobs)) = open_message(&ctx, &pool, msg).await else { continue };
             per_msg = jobs.len().max(1);
-            for job in jobs {
-                // One slot per job; the jobs of a message beyond the free slots wait here.
-                let permit = match first.take() {
-                    Some(p) => p,
-                    None => match slots.clone().acquire_owned().await {
-                        Ok(p) => p,
-                        Err(_) => break 'outer,
-                    },
-                };
-                ctx.stats.pulled.inc();
-                let (ctx, shared) = (ctx.clone(), shared.clone());
-                // Boxed: the job's future is several KiB (call, retries, publish), and a
-                // task that holds it inline is copied whole when spawned and when it finishes.
-                let job = Box::pin(run_job(ctx, shared, job));
-                tasks.spawn(async move {
-                    job.await;
-                    drop(permit);
-                });
+            let run = Spawn { ctx: &ctx, health: &health, slots: &slots };
+            if !run.jobs(&mut tasks, &mut first, shared, jobs, None).await {
+                break 'outer;
             }
-            // Reap finished tasks so the set does not grow.
-            while tasks.try_join_next().is_some() {}
         }
     }
     while tasks.try_join_next().is_some() {}
@@ -157,63 +164,101 @@ pub(crate) async fn run_pool(
     while tasks.join_next().await.is_some() {}
 }
 
-/// A job message: one job, or several (`[run] job_batch` > 1). It is settled once every
-/// job in it has finished: acked if all of them were (each result durable and published
-/// first), nak'd if one asked for a retry, left to redeliver after `ack_wait` if one
-/// could not finish. A redelivery re-runs only the jobs the checkpoint does not answer.
-pub(crate) struct JobMsg {
+/// Spawns a message's jobs, one concurrency slot each.
+struct Spawn<'a> {
+    ctx: &'a Arc<PoolCtx>,
+    health: &'a Arc<PoolHealth>,
+    slots: &'a Arc<Semaphore>,
+}
+
+impl Spawn<'_> {
+    /// Run the admitted jobs of message `shared` and settle its refused ones, the first
+    /// on the slot in `first` if any; the first admitted job holds `probe` if given (a
+    /// message with none gives the probe up). False when the slots are closed.
+    async fn jobs(
+        &self,
+        tasks: &mut JoinSet<()>,
+        first: &mut Option<OwnedSemaphorePermit>,
+        shared: Arc<JobMsg>,
+        jobs: Vec<Received>,
+        mut probe: Option<ProbeClaim>,
+    ) -> bool {
+        if probe.is_some() && !jobs.iter().any(|j| matches!(j, Received::Run(_))) {
+            drop(probe.take());
+            self.health.defer_probe();
+        }
+        for item in jobs {
+            // One slot per job; the jobs of a message beyond the free slots wait here.
+            let permit = match first.take() {
+                Some(p) => p,
+                None => match self.slots.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => return false,
+                },
+            };
+            self.ctx.stats.pulled.inc();
+            let (ctx, health, shared) = (self.ctx.clone(), self.health.clone(), shared.clone());
+            // Boxed: the job's future is several KiB (call, retries, publish), and a
+            // task that holds it inline is copied whole when spawned and when it finishes.
+            let job: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match item {
+                Received::Run(job) => Box::pin(run_job(ctx, health, shared, job, probe.take())),
+                Received::Refuse(r) => {
+                    Box::pin(async move { admit::refuse(&ctx, &shared, r).await })
+                }
+            };
+            tasks.spawn(async move {
+                job.await;
+                drop(permit);
+            });
+        }
+        // Reap finished tasks so the set does not grow.
+        while tasks.try_join_next().is_some() {}
+        true
+    }
+}
+
+/// While paused with a probe due and no job holding it: fetch one job message and let
+/// its first job probe. With nothing queued, try again an interval later. False when the
+/// slots are closed.
+async fn fetch_probe(
+    ctx: &Arc<PoolCtx>,
+    health: &Arc<PoolHealth>,
+    consumer: &PullConsumer,
+    slots: &Arc<Semaphore>,
+    tasks: &mut JoinSet<()>,
+) -> bool {
+    let Some(claim) = health.claim_probe() else { return true };
+    let Ok(permit) = slots.clone().acquire_owned().await else { return false };
+    ctx.stats.pulls.inc();
+    let msg = match consumer.fetch().max_messages(1).messages().await {
+        Ok(mut batch) => halyard_broker::next_pulled(&mut batch).await,
+        Err(e) => {
+            debug!(pool = %health.pool(), error = %e, "probe fetch failed");
+            None
+        }
+    };
+    let opened = match msg {
+        Some(m) => open_message(ctx, health.pool(), m).await,
+        None => None,
+    };
+    let Some((shared, jobs)) = opened else {
+        drop(claim);
+        health.defer_probe();
+        return true;
+    };
+    let run = Spawn { ctx, health, slots };
+    run.jobs(tasks, &mut Some(permit), shared, jobs, Some(claim)).await
+}
+
+/// Read a job message: its delivery count and its items, each decoded and checked
+/// against the plan on its own (see `admit`). `None` when there is nothing to run: no
+/// JetStream metadata, an empty batch (terminated), or a message of another wire
+/// version (handed back with a delay for a compatible worker).
+async fn open_message(
+    ctx: &PoolCtx,
+    pool: &str,
     msg: jetstream::Message,
-    delivered: u64,
-    /// Jobs not finished yet, and the fate of those that are.
-    state: std::sync::Mutex<(usize, Fate)>,
-}
-
-/// What a finished job asks of its message.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Fate {
-    Ack,
-    Nak(Duration),
-    /// Neither: the message is redelivered after `ack_wait`.
-    Leave,
-}
-
-impl Fate {
-    /// The message's fate given two of its jobs': leaving beats a nak (the longest delay
-    /// wins), a nak beats an ack.
-    fn and(self, other: Fate) -> Fate {
-        match (self, other) {
-            (Fate::Leave, _) | (_, Fate::Leave) => Fate::Leave,
-            (Fate::Nak(a), Fate::Nak(b)) => Fate::Nak(a.max(b)),
-            (Fate::Nak(d), Fate::Ack) | (Fate::Ack, Fate::Nak(d)) => Fate::Nak(d),
-            (Fate::Ack, Fate::Ack) => Fate::Ack,
-        }
-    }
-}
-
-impl JobMsg {
-    /// One job of the message is finished with `fate`. The last one settles the message;
-    /// an error is the settling ack or nak failing to go out.
-    async fn finish(&self, fate: Fate) -> Result<(), async_nats::Error> {
-        let (left, settled) = {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.0 = st.0.saturating_sub(1);
-            st.1 = st.1.and(fate);
-            *st
-        };
-        if left > 0 {
-            return Ok(());
-        }
-        match settled {
-            Fate::Ack => self.msg.ack().await,
-            Fate::Nak(delay) => self.msg.ack_with(AckKind::Nak(Some(delay))).await,
-            Fate::Leave => Ok(()),
-        }
-    }
-}
-
-/// Read a job message: its delivery count and its jobs. `None` when there is nothing
-/// to run (no JetStream metadata; undecodable, which is terminated so it does not loop).
-async fn open_message(msg: jetstream::Message) -> Option<(Arc<JobMsg>, Vec<Job>)> {
+) -> Option<(Arc<JobMsg>, Vec<Received>)> {
     let (delivered, seq) = match msg.info() {
         Ok(i) => (i.delivered.max(1) as u64, i.stream_sequence),
         Err(e) => {
@@ -221,36 +266,46 @@ async fn open_message(msg: jetstream::Message) -> Option<(Arc<JobMsg>, Vec<Job>)
             return None;
         }
     };
-    let jobs = halyard_proto::decode_jobs(&msg.payload).and_then(|jobs| {
-        jobs.iter().try_for_each(|j| halyard_proto::codec::check_version("job", j.v))?;
-        Ok(jobs)
-    });
-    let jobs = match jobs {
-        Ok(j) if !j.is_empty() => j,
+    let items = match admit::receive(&ctx.plan, pool, &msg.payload) {
+        Ok(items) if !items.is_empty() => items,
         Ok(_) => {
             warn!(stream_seq = seq, "terminating an empty job batch");
             let _ = msg.ack_with(AckKind::Term).await;
             return None;
         }
-        Err(e) => {
-            // Undecodable: nobody can ever run it. Terminate it so it does not loop.
-            warn!(stream_seq = seq, error = %e, "terminating undecodable job message");
-            let _ = msg.ack_with(AckKind::Term).await;
+        Err(version) => {
+            warn!(
+                pool,
+                stream_seq = seq,
+                version,
+                ours = halyard_proto::WIRE_VERSION,
+                delay_s = admit::OTHER_VERSION_DELAY.as_secs(),
+                "job message of another wire version; handing it back for a compatible worker"
+            );
+            // Handed back, not counted: a compatible worker will take it.
+            let shared = JobMsg::new(msg, delivered, 1);
+            let _ = shared.finish(Fate::HandBack(admit::OTHER_VERSION_DELAY), &ctx.budget).await;
             return None;
         }
     };
-    let shared = JobMsg { msg, delivered, state: std::sync::Mutex::new((jobs.len(), Fate::Ack)) };
-    Some((Arc::new(shared), jobs))
+    let shared = JobMsg::new(msg, delivered, items.len());
+    Some((Arc::new(shared), items))
 }
 
-async fn run_job(ctx: Arc<PoolCtx>, msg: Arc<JobMsg>, job: Job) {
+async fn run_job(
+    ctx: Arc<PoolCtx>,
+    health: Arc<PoolHealth>,
+    msg: Arc<JobMsg>,
+    job: Job,
+    probe: Option<ProbeClaim>,
+) {
     // A debug span: an info span is formatted eagerly for every job (a measurable share of
     // a no-op job's cost). The warnings below name the job themselves.
     let span = tracing::debug_span!("job", job = %job.id, run = %job.run, pool = %job.pool, delivery = msg.delivered);
     async move {
         let lock = ctx.job_lock(job.id);
         let guard = lock.lock().await;
-        run_job_locked(&ctx, &msg, &job).await;
+        run_job_locked(&ctx, &health, &msg, &job, probe).await;
         drop(guard);
         ctx.release(job.id, lock);
     }
@@ -258,11 +313,16 @@ async fn run_job(ctx: Arc<PoolCtx>, msg: Arc<JobMsg>, job: Job) {
     .await
 }
 
-async fn run_job_locked(ctx: &Arc<PoolCtx>, shared: &JobMsg, job: &Job) {
+async fn run_job_locked(
+    ctx: &Arc<PoolCtx>,
+    health: &Arc<PoolHealth>,
+    shared: &JobMsg,
+    job: &Job,
+    mut probe: Option<ProbeClaim>,
+) {
     let (msg, delivered) = (&shared.msg, shared.delivered);
     // Whether this job has told its message how it ended (see `JobMsg`).
     let mut settled = false;
-    let mut lc = Lifecycle::new(delivered, ctx.max_deliver);
     let cached = match ctx.checkpoint.get(&job.id) {
         Ok(c) => c,
         Err(e) => {
@@ -270,27 +330,19 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, shared: &JobMsg, job: &Job) {
             None
         }
     };
+    // A redelivery's budget is read only when the checkpoint does not answer it.
+    let effective = if cached.is_some() { 1 } else { shared.effective(&ctx.budget).await };
+    let mut lc = Lifecycle::new(effective, ctx.max_deliver);
     let mut completion = cached;
     let mut last_error: Option<CallError> = None;
-    let mut pending: std::collections::VecDeque<Effect> = lc.step(Event::Start { checkpoint_hit: completion.is_some() }).into();
+    let mut pending: std::collections::VecDeque<Effect> =
+        lc.step(Event::Start { checkpoint_hit: completion.is_some() }).into();
     while let Some(effect) = pending.pop_front() {
         let event = match effect {
-            Effect::CallBackend => match call(ctx, msg, job).await {
-                CallOutcome::Done(c) => {
-                    ctx.stats.add_calls(c.calls as u64);
-                    completion = Some(c);
-                    ctx.failpoints.pass(Point::CallPersist);
-                    Event::CallSucceeded
-                }
-                CallOutcome::Failed(e, calls) => {
-                    ctx.stats.add_calls(calls as u64);
-                    warn!(job = %job.id, delivery = delivered, error = %e.message, status = ?e.status, permanent = e.is_permanent(), "model call failed");
-                    let ev = Event::CallFailed { permanent: e.is_permanent(), retry_after: e.retry_after };
-                    last_error = Some(e);
-                    ev
-                }
-                CallOutcome::Abandoned => Event::Shutdown,
-            },
+            Effect::CallBackend => {
+                let outcome = call(ctx, health, msg, job, probe.take()).await;
+                call_event(ctx, job, &lc, outcome, &mut completion, &mut last_error)
+            }
             Effect::Persist => {
                 let Some(c) = completion.as_ref() else { break };
                 match ctx.checkpoint.put(job.id, c).await {
@@ -310,14 +362,8 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, shared: &JobMsg, job: &Job) {
                 publish(ctx, job, Outcome::Done(c), delivered, replay).await
             }
             Effect::PublishDeadLetter => {
-                let e = last_error.clone().unwrap_or_else(|| CallError::transient("unknown error"));
-                let kind = if e.is_permanent() { FailureKind::Permanent } else { FailureKind::Exhausted };
-                let error = if kind == FailureKind::Exhausted {
-                    format!("gave up after {delivered} deliveries: {}", e.message)
-                } else {
-                    e.message.clone()
-                };
-                publish(ctx, job, Outcome::Failed(Failure { kind, error, http_status: e.status }), delivered, false).await
+                let failure = dead_letter(&lc, delivered, last_error.as_ref());
+                publish(ctx, job, Outcome::Failed(failure), delivered, false).await
             }
             // A plain ack, not a double ack: the result is durable in sled and in the
             // results stream, so a lost ack only means a redelivery that the checkpoint
@@ -325,7 +371,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, shared: &JobMsg, job: &Job) {
             // writes all pending acks in one go (batched on the wire).
             Effect::Ack => {
                 settled = true;
-                match shared.finish(Fate::Ack).await {
+                match shared.finish(Fate::Ack, &ctx.budget).await {
                     Ok(()) => {
                         ctx.failpoints.pass(Point::AckFlush);
                         Event::Acked
@@ -336,9 +382,14 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, shared: &JobMsg, job: &Job) {
                     }
                 }
             }
-            Effect::Nak(delay) => {
+            Effect::Nak(delay) | Effect::HandBack(delay) => {
                 settled = true;
-                if let Err(e) = shared.finish(Fate::Nak(delay)).await {
+                let fate = if matches!(effect, Effect::Nak(_)) {
+                    Fate::Nak(delay)
+                } else {
+                    Fate::HandBack(delay)
+                };
+                if let Err(e) = shared.finish(fate, &ctx.budget).await {
                     warn!(job = %job.id, delivery = delivered, error = %e, "nak failed; the job will be redelivered after ack_wait");
                 }
                 break;
@@ -347,7 +398,7 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, shared: &JobMsg, job: &Job) {
         pending.extend(lc.step(event));
     }
     if !settled {
-        if let Err(e) = shared.finish(Fate::Leave).await {
+        if let Err(e) = shared.finish(Fate::Leave, &ctx.budget).await {
             debug!(job = %job.id, error = %e, "job message not settled");
         }
     }
@@ -355,47 +406,20 @@ async fn run_job_locked(ctx: &Arc<PoolCtx>, shared: &JobMsg, job: &Job) {
         State::Finished(Disposition::Completed) => ctx.stats.completed.inc(),
         State::Finished(Disposition::Replayed) => ctx.stats.replayed.inc(),
         State::Finished(Disposition::DeadLetter) => ctx.stats.dead_letters.inc(),
+        State::Finished(Disposition::HandedBack) => ctx.stats.handed_back.inc(),
         _ => ctx.stats.retried.inc(),
-    }
-}
-
-enum CallOutcome {
-    Done(halyard_proto::Completion),
-    Failed(CallError, u32),
-    Abandoned,
-}
-
-/// Run the call with retries, sending in-progress acks while it lasts longer than a
-/// fraction of `ack_wait`, and abandoning it when the hard stop comes.
-async fn call(ctx: &PoolCtx, msg: &jetstream::Message, job: &Job) -> CallOutcome {
-    let fut = call_with_retry_gated(&ctx.backends, ctx.quotas.get(&job.pool).map(|g| &**g), &ctx.stats, job, ctx.retry);
-    tokio::pin!(fut);
-    let period = (ctx.ack_wait / 3).max(Duration::from_millis(200));
-    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let mut hard_stop = ctx.hard_stop.clone();
-    loop {
-        tokio::select! {
-            (res, n) = &mut fut => return match res {
-                Ok(c) => CallOutcome::Done(c),
-                Err(e) => CallOutcome::Failed(e, n),
-            },
-            _ = progress.tick() => {
-                if let Err(e) = msg.ack_with(AckKind::Progress).await {
-                    debug!(error = %e, "progress ack failed");
-                }
-            }
-            stopped = async { hard_stop.wait_for(|s| *s).await.is_ok() } => {
-                if stopped { return CallOutcome::Abandoned; }
-                // The sender is gone: no hard stop can come any more; keep calling.
-                return match (&mut fut).await { (Ok(c), _) => CallOutcome::Done(c), (Err(e), n) => CallOutcome::Failed(e, n) };
-            }
-        }
     }
 }
 
 /// Publish a result through the outbox (batched with the others ready) and wait for
 /// the broker's ack of the message holding it.
-async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, cached: bool) -> Event {
+pub(crate) async fn publish(
+    ctx: &PoolCtx,
+    job: &Job,
+    outcome: Outcome,
+    deliveries: u64,
+    cached: bool,
+) -> Event {
     // A dead letter can be re-queued (`halyard retry-failed`): the message holding it
     // gets a unique id, so the broker does not drop the retry's result as a duplicate.
     let dead_letter = matches!(outcome, Outcome::Failed(_));
@@ -419,25 +443,5 @@ async fn publish(ctx: &PoolCtx, job: &Job, outcome: Outcome, deliveries: u64, ca
         Event::Published
     } else {
         Event::PublishFailed
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Fate;
-    use std::time::Duration;
-
-    /// A job message is acked only if every job in it was; a nak (the longest) beats an
-    /// ack; a job that could not finish leaves the whole message to be redelivered.
-    #[test]
-    fn a_message_settles_by_its_worst_job() {
-        let (a, b) = (Duration::from_secs(1), Duration::from_secs(5));
-        assert_eq!(Fate::Ack.and(Fate::Ack), Fate::Ack);
-        assert_eq!(Fate::Ack.and(Fate::Nak(a)), Fate::Nak(a));
-        assert_eq!(Fate::Nak(b).and(Fate::Nak(a)), Fate::Nak(b));
-        assert_eq!(Fate::Nak(a).and(Fate::Leave), Fate::Leave);
-        assert_eq!(Fate::Leave.and(Fate::Ack), Fate::Leave);
-        let all = [Fate::Ack, Fate::Nak(a), Fate::Ack].into_iter().fold(Fate::Ack, Fate::and);
-        assert_eq!(all, Fate::Nak(a));
     }
 }

@@ -1,6 +1,9 @@
 //! The gguf backend with the real embedded model (SmolLM2-135M-Instruct Q4_1).
 //! `scripts/fetch-model.sh` puts it in models/ (scripts/test and CI run it first).
 #![cfg(feature = "gguf")]
+// The turn lock is held across awaits on purpose: it serialises the model tests (each
+// on its own runtime), so no task of the same runtime waits for it.
+#![allow(clippy::await_holding_lock)]
 
 use std::path::PathBuf;
 
@@ -17,13 +20,22 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn model_path() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(p.exists(), "{} is missing: run scripts/fetch-model.sh", p.display());
     p
 }
 
 fn spec(path: PathBuf, slots: usize) -> GgufSpec {
-    GgufSpec { endpoint: "test".into(), path, gpu: None, gpu_layers: 0, slots, threads: 0, ctx_size: 1024 }
+    GgufSpec {
+        endpoint: "test".into(),
+        path,
+        gpu: None,
+        gpu_layers: 0,
+        slots,
+        threads: 0,
+        ctx_size: 1024,
+    }
 }
 
 fn ask(q: &str) -> Vec<ChatMessage> {
@@ -36,21 +48,35 @@ fn ask(q: &str) -> Vec<ChatMessage> {
 async fn greedy_generation_is_deterministic_alone_and_batched() {
     let _turn = turn();
     let model = GgufModel::load(spec(model_path(), 4)).expect("model loads");
-    let prompts = ["What is the capital of France?", "Name a primary colour.", "What is 2 plus 2?", "Say hello in Spanish."];
+    let prompts = [
+        "What is the capital of France?",
+        "Name a primary colour.",
+        "What is 2 plus 2?",
+        "Say hello in Spanish.",
+    ];
     let mut alone = Vec::new();
     for p in prompts {
         alone.push(model.generate(ask(p), 0.0, Some(24), 1).await.expect("generation"));
     }
-    let batched = futures::future::join_all(prompts.iter().map(|p| model.generate(ask(p), 0.0, Some(24), 1))).await;
+    let batched =
+        futures::future::join_all(prompts.iter().map(|p| model.generate(ask(p), 0.0, Some(24), 1)))
+            .await;
     for (a, b) in alone.iter().zip(batched) {
         let b = b.expect("batched generation");
         assert!(!a.text.trim().is_empty(), "empty answer");
         assert_eq!(a.text, b.text, "batched greedy output differs from the sequential one");
-        assert!(a.usage.prompt_tokens > 5 && a.usage.completion_tokens > 0 && a.usage.completion_tokens <= 24, "{:?}", a.usage);
+        assert!(
+            a.usage.prompt_tokens > 5
+                && a.usage.completion_tokens > 0
+                && a.usage.completion_tokens <= 24,
+            "{:?}",
+            a.usage
+        );
         assert!(matches!(a.finish_reason.as_deref(), Some("stop" | "length")));
     }
     // max_tokens is honoured exactly when the model does not stop earlier.
-    let long = model.generate(ask("Write a long story about the sea."), 0.0, Some(7), 1).await.unwrap();
+    let long =
+        model.generate(ask("Write a long story about the sea."), 0.0, Some(7), 1).await.unwrap();
     assert_eq!((long.usage.completion_tokens, long.finish_reason.as_deref()), (7, Some("length")));
 }
 
@@ -87,8 +113,12 @@ fn bad_model_files_are_named() {
     let truncated = dir.path().join("truncated.gguf");
     let bytes = std::fs::read(model_path()).unwrap();
     std::fs::write(&truncated, &bytes[..2_000_000]).unwrap();
-    for (path, needle) in [(&missing, "cannot open"), (&text, "not a GGUF file"), (&truncated, "could not load")] {
-        let err = GgufModel::load(spec(path.clone(), 1)).err().unwrap_or_else(|| panic!("{} loaded", path.display()));
+    for (path, needle) in
+        [(&missing, "cannot open"), (&text, "not a GGUF file"), (&truncated, "could not load")]
+    {
+        let err = GgufModel::load(spec(path.clone(), 1))
+            .err()
+            .unwrap_or_else(|| panic!("{} loaded", path.display()));
         let msg = err.to_string();
         assert!(matches!(err, GgufError::File { .. }), "{msg}");
         assert!(msg.contains(&path.display().to_string()) && msg.contains(needle), "{msg}");
@@ -105,4 +135,52 @@ fn gpu_placement_without_cuda_is_an_error() {
     let err = GgufModel::load(s).err().expect("refused");
     assert!(matches!(err, GgufError::NoGpuSupport { gpu: 0, .. }), "{err}");
     assert!(err.to_string().contains("--features cuda"));
+}
+
+/// Issue 16: generated tokens carry their log-probabilities (greedy: the chosen token is the
+/// most likely alternative), their pieces spell the text; scoring the same text as a given
+/// assistant message (teacher forcing) gives the same tokens and log-probabilities without
+/// generating; top_k/top_p sampling is reproducible from its seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_of_generated_and_scored_text() {
+    use halyard_proto::{LogprobsRequest, Sampling};
+    let _turn = turn();
+    let model = GgufModel::load(spec(model_path(), 2)).expect("model loads");
+    let want = |score_last| Some(LogprobsRequest { top: 5, score_last });
+    let greedy = Sampling { max_tokens: Some(12), logprobs: want(false), ..Sampling::default() };
+    let q = ask("Name a primary colour.");
+    let g = model.generate_with(q.clone(), greedy, 1).await.expect("generation");
+    let lp = g.logprobs.as_ref().expect("log-probabilities asked for");
+    assert_eq!(lp.len() as u64, g.usage.completion_tokens);
+    assert_eq!(lp.iter().map(|t| t.token.as_str()).collect::<String>(), g.text);
+    for t in lp {
+        assert!(t.logprob <= 0.0 && t.top.len() == 5, "{t:?}");
+        assert_eq!((t.top[0].token.as_str(), t.top[0].logprob), (t.token.as_str(), t.logprob));
+        assert!(t.top.windows(2).all(|w| w[0].logprob >= w[1].logprob));
+    }
+    let mut scored_msgs = q.clone();
+    scored_msgs.push(ChatMessage::assistant(g.text.clone()));
+    let scoring = Sampling { logprobs: want(true), ..Sampling::default() };
+    let s = model.generate_with(scored_msgs, scoring.clone(), 1).await.expect("scoring");
+    assert_eq!((s.text.as_str(), s.usage.completion_tokens), ("", 0));
+    let slp = s.logprobs.expect("scored log-probabilities");
+    let tokens =
+        |v: &[halyard_proto::TokenLogprob]| v.iter().map(|t| t.token.clone()).collect::<Vec<_>>();
+    assert_eq!(tokens(&slp), tokens(lp));
+    for (a, b) in slp.iter().zip(lp) {
+        assert!((a.logprob - b.logprob).abs() < 1e-3, "{a:?} vs {b:?}");
+    }
+    let bad = model.generate_with(q.clone(), scoring, 1).await.unwrap_err();
+    assert!(bad.is_permanent() && bad.message.contains("assistant"), "{}", bad.message);
+    let nucleus = Sampling {
+        temperature: 0.9,
+        max_tokens: Some(12),
+        top_p: Some(0.9),
+        top_k: Some(5),
+        ..Sampling::default()
+    };
+    let a = model.generate_with(q.clone(), nucleus.clone(), 22).await.unwrap();
+    let b = model.generate_with(q, nucleus, 22).await.unwrap();
+    assert_eq!(a.text, b.text);
+    assert!(a.logprobs.is_none(), "none asked for");
 }

@@ -10,6 +10,11 @@
 //! per scenario, what the API admitted: requests and tokens per minute as a ratio of
 //! the quota, the most admitted in any 60 s window, the 429s, and the cool-downs.
 //!
+//! How tokens are counted is part of a scenario: the fake API charges a request either
+//! the tokens it used or its prompt plus `max_tokens` at admission without refund
+//! ([`Counting`]), and the workers' pool quota says which it expects (`tpm_counts`).
+//! Token ratios are of the tokens the API charged.
+//!
 //! `cargo run --release -p halyard-bench --bin quota -- [--secs 180] [--only NAME]`
 
 use std::path::Path;
@@ -18,13 +23,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
+use halyard_broker::auth::NatsAuth;
 use halyard_broker::embedded::EmbeddedNats;
 use halyard_broker::BrokerConfig;
 use halyard_coordinator::sweep;
-use halyard_tests::fake_quota::{max_in_window, publish_chat_jobs};
+use halyard_coordinator::worker_plan::worker_plan;
+use halyard_tests::fake_quota::{max_in_window, publish_chat_jobs, Counting};
 use halyard_tests::{FakeQuotaApi, QuotaConfig};
-use halyard_worker::quota::PoolQuota;
-use halyard_worker::{PoolSpec, Stats, WorkerConfig};
+use halyard_worker::quota::TpmCounts;
+use halyard_worker::{Stats, WorkerConfig};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -52,12 +59,45 @@ struct Scenario {
     schedule: &'static [(f64, usize)],
     /// Which quota binds (the ratio the targets apply to).
     binds_on_tokens: bool,
+    /// How the API charges tokens, and how the workers expect it to.
+    api_counts: Counting,
+    tpm_counts: TpmCounts,
 }
 
 const SCENARIOS: &[Scenario] = &[
-    Scenario { name: "1 worker", rpm: 600, tpm: 60_000, max_tokens: 50, completion: 30, schedule: &[(0.0, 1)], binds_on_tokens: false },
-    Scenario { name: "4 workers", rpm: 600, tpm: 60_000, max_tokens: 50, completion: 30, schedule: &[(0.0, 4)], binds_on_tokens: false },
-    Scenario { name: "8 workers", rpm: 600, tpm: 60_000, max_tokens: 50, completion: 30, schedule: &[(0.0, 8)], binds_on_tokens: false },
+    Scenario {
+        name: "1 worker",
+        rpm: 600,
+        tpm: 60_000,
+        max_tokens: 50,
+        completion: 30,
+        schedule: &[(0.0, 1)],
+        binds_on_tokens: false,
+        api_counts: Counting::Usage,
+        tpm_counts: TpmCounts::MaxTokens,
+    },
+    Scenario {
+        name: "4 workers",
+        rpm: 600,
+        tpm: 60_000,
+        max_tokens: 50,
+        completion: 30,
+        schedule: &[(0.0, 4)],
+        binds_on_tokens: false,
+        api_counts: Counting::Usage,
+        tpm_counts: TpmCounts::MaxTokens,
+    },
+    Scenario {
+        name: "8 workers",
+        rpm: 600,
+        tpm: 60_000,
+        max_tokens: 50,
+        completion: 30,
+        schedule: &[(0.0, 8)],
+        binds_on_tokens: false,
+        api_counts: Counting::Usage,
+        tpm_counts: TpmCounts::MaxTokens,
+    },
     Scenario {
         name: "1->4->2 workers",
         rpm: 600,
@@ -66,9 +106,43 @@ const SCENARIOS: &[Scenario] = &[
         completion: 30,
         schedule: &[(0.0, 1), (1.0 / 3.0, 4), (2.0 / 3.0, 2)],
         binds_on_tokens: false,
+        api_counts: Counting::Usage,
+        tpm_counts: TpmCounts::MaxTokens,
     },
-    Scenario { name: "tokens bind (4 workers)", rpm: 6_000, tpm: 60_000, max_tokens: 100, completion: 80, schedule: &[(0.0, 4)], binds_on_tokens: true },
+    tokens_bind("tokens bind, usage counted (4 workers)", 80, Counting::Usage, TpmCounts::Usage),
+    tokens_bind(
+        "tokens bind, max_tokens counted (4 workers)",
+        40,
+        Counting::MaxTokens,
+        TpmCounts::MaxTokens,
+    ),
+    tokens_bind(
+        "tokens bind, API counts max_tokens, pool says usage (4 workers)",
+        40,
+        Counting::MaxTokens,
+        TpmCounts::Usage,
+    ),
 ];
+
+/// Four workers against 6,000 RPM / 60,000 TPM with `max_tokens` 100: tokens bind.
+const fn tokens_bind(
+    name: &'static str,
+    completion: u64,
+    api_counts: Counting,
+    tpm_counts: TpmCounts,
+) -> Scenario {
+    Scenario {
+        name,
+        rpm: 6_000,
+        tpm: 60_000,
+        max_tokens: 100,
+        completion,
+        schedule: &[(0.0, 4)],
+        binds_on_tokens: true,
+        api_counts,
+        tpm_counts,
+    }
+}
 
 const POOL: &str = "paid-key";
 
@@ -90,15 +164,31 @@ struct Worker {
     task: JoinHandle<Result<Arc<Stats>, halyard_worker::WorkerError>>,
 }
 
-async fn start_worker(url: &str, s: &sweep::Sweep, dir: &Path, n: usize) -> anyhow::Result<Worker> {
-    let pools = s.pools().into_iter().filter(|(name, _)| name == POOL).map(|(name, concurrency)| PoolSpec { name, concurrency }).collect();
-    let mut cfg = WorkerConfig::new(pools, dir.join(format!("worker-{n}")));
+async fn start_worker(
+    url: &str,
+    auth: &NatsAuth,
+    s: &sweep::Sweep,
+    sc: &Scenario,
+    dir: &Path,
+    n: usize,
+) -> anyhow::Result<Worker> {
+    let mut plan = worker_plan(s);
+    plan.pools.retain(|p| p.pool.name == POOL);
+    for p in &mut plan.pools {
+        if let Some(q) = p.quota.as_mut() {
+            q.tpm_counts = sc.tpm_counts;
+        }
+    }
+    let mut cfg = WorkerConfig::new(plan, dir.join(format!("worker-{n}")));
     cfg.worker_id = format!("bench-worker-{n}");
     // Calls still waiting for the share when a worker stops go back to the queue soon.
     cfg.shutdown_grace = Duration::from_secs(2);
-    cfg.delivery = halyard_broker::Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
-    cfg.quotas = s.quotas.iter().map(|(p, q)| (p.clone(), PoolQuota { burst: q.burst, ..PoolQuota::new(q.rpm, q.tpm) })).collect();
-    let broker = halyard_broker::connect(&BrokerConfig::new(url, cfg.worker_id.clone())).await?;
+    cfg.delivery =
+        halyard_broker::Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
+    let broker = halyard_broker::connect(
+        &BrokerConfig::new(url, cfg.worker_id.clone()).with_auth(auth.clone()),
+    )
+    .await?;
     let (stop, rx) = watch::channel(false);
     let task = tokio::spawn(halyard_worker::run(broker, cfg, async move {
         let mut rx = rx;
@@ -122,6 +212,7 @@ async fn stop_workers(ws: Vec<Worker>, totals: &mut (u64, u64)) -> anyhow::Resul
 
 struct Row {
     name: &'static str,
+    counts: String,
     rpm_ratio: f64,
     tpm_ratio: f64,
     max_req_60s: u64,
@@ -141,16 +232,28 @@ async fn run_scenario(sc: &Scenario, secs: u64, latency: Duration) -> anyhow::Re
         window: Duration::from_secs(60),
         latency,
         completion_tokens: sc.completion,
+        counts: sc.api_counts,
     });
     let sweep_path = write_sweep(dir.path(), sc, &api.base_url())?;
     let s = sweep::load(&sweep_path)?;
     // More jobs than the quota lets through in the run.
-    let broker = halyard_broker::connect(&BrokerConfig::new(url.clone(), "quota-bench publisher")).await?;
+    let broker = halyard_broker::connect(
+        &BrokerConfig::new(url.clone(), "quota-bench publisher").with_auth(nats.auth()),
+    )
+    .await?;
     halyard_broker::ensure_streams(&broker).await?;
-    let jobs = (sc.rpm.min(sc.tpm / sc.completion.max(1)) as f64 * secs as f64 / 60.0 * 1.3) as u64 + 100;
-    publish_chat_jobs(&broker.js, uuid::Uuid::now_v7(), POOL, &api.base_url(), sc.max_tokens as u32, 0..jobs)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let jobs =
+        (sc.rpm.min(sc.tpm / sc.completion.max(1)) as f64 * secs as f64 / 60.0 * 1.3) as u64 + 100;
+    publish_chat_jobs(
+        &broker.js,
+        uuid::Uuid::now_v7(),
+        POOL,
+        &api.base_url(),
+        sc.max_tokens as u32,
+        0..jobs,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
     let start = Instant::now();
     let total = Duration::from_secs(secs);
     let mut workers: Vec<Worker> = Vec::new();
@@ -159,7 +262,7 @@ async fn run_scenario(sc: &Scenario, secs: u64, latency: Duration) -> anyhow::Re
     for &(frac, n) in sc.schedule {
         tokio::time::sleep_until((start + total.mul_f64(frac)).into()).await;
         while workers.len() < n {
-            workers.push(start_worker(&url, &s, dir.path(), next_id).await?);
+            workers.push(start_worker(&url, &nats.auth(), &s, sc, dir.path(), next_id).await?);
             next_id += 1;
         }
         if workers.len() > n {
@@ -179,7 +282,10 @@ async fn run_scenario(sc: &Scenario, secs: u64, latency: Duration) -> anyhow::Re
             b.1 += a.tokens;
         }
     }
-    eprintln!("  per 10 s (requests/tokens): {}", shape.iter().map(|(r, t)| format!("{r}/{t}")).collect::<Vec<_>>().join(" "));
+    eprintln!(
+        "  per 10 s (requests/tokens): {}",
+        shape.iter().map(|(r, t)| format!("{r}/{t}")).collect::<Vec<_>>().join(" ")
+    );
     drop(nats);
     // Admissions within the measured span (the fake's clock started just before `start`).
     let in_run: Vec<_> = admissions.into_iter().filter(|a| a.at <= start.elapsed()).collect();
@@ -189,8 +295,13 @@ async fn run_scenario(sc: &Scenario, secs: u64, latency: Duration) -> anyhow::Re
     let (max_req_60s, max_tok_60s) = max_in_window(&in_run, Duration::from_secs(60));
     let rpm_ratio = reqs / minutes / sc.rpm as f64;
     let tpm_ratio = tokens as f64 / minutes / sc.tpm as f64;
+    let api = match sc.api_counts {
+        Counting::Usage => "usage",
+        Counting::MaxTokens => "max_tokens",
+    };
     Ok(Row {
         name: sc.name,
+        counts: format!("{api} / {}", sc.tpm_counts.as_str()),
         rpm_ratio,
         tpm_ratio,
         max_req_60s,
@@ -221,12 +332,13 @@ async fn main() -> anyhow::Result<()> {
         );
         rows.push((row, sc.rpm, sc.tpm));
     }
-    println!("\n| scenario | quota (RPM / TPM) | requests/min ÷ quota | tokens/min ÷ quota | max requests in a 60 s window | max tokens in a 60 s window | 429s | cool-downs |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("\n| scenario | quota (RPM / TPM) | tokens counted (API / pool) | requests/min ÷ quota | tokens/min ÷ quota | max requests in a 60 s window | max tokens in a 60 s window | 429s | cool-downs |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (r, rpm, tpm) in rows {
         println!(
-            "| {} | {rpm} / {tpm} | {:.1}% | {:.1}% | {} | {} | {} | {} |",
+            "| {} | {rpm} / {tpm} | {} | {:.1}% | {:.1}% | {} | {} | {} | {} |",
             r.name,
+            r.counts,
             r.rpm_ratio * 100.0,
             r.tpm_ratio * 100.0,
             r.max_req_60s,

@@ -13,6 +13,17 @@ pub const SEED: u64 = 100;
 const REF_PREFIX: &str = "Given one claim whose authenticity is unknown, you should provide one reference about it and summarize the reference in a paragraph. Claim: ";
 const CLS_PREFIX: &str = "Given the claim and the reference, you should answer whether the claim is true or false. Claim: ";
 const PAIR_PREFIX: &str = "Are there any conflicting parts in these paragraphs P1,P2? P1: ";
+const SELF_CHECK_PREFIX: &str = "You are given a claim and a reference written about it.";
+
+/// Zero- (`few = false`) or Few-Self-Check verdict on a claim's reference: hallucinated,
+/// factual, or an answer without a verdict (`None`).
+pub fn self_check(model: &str, claim: &str, few: bool) -> Option<bool> {
+    match fnv(&format!("{model}|{claim}|{few}")) % 3 {
+        0 => Some(true),
+        1 => Some(false),
+        _ => None,
+    }
+}
 
 fn h(model: &str, claim: &str) -> u64 {
     fnv(&format!("{model}|{claim}"))
@@ -53,7 +64,9 @@ pub fn autohall_responder(call: &ChatCall) -> Reply {
         }
         let seed = call.body["seed"].as_u64().unwrap_or(0);
         return Reply::Text(match seed.checked_sub(SEED) {
-            Some(0) if refuses(m, claim) => "I cannot provide a specific reference for this claim.".into(),
+            Some(0) if refuses(m, claim) => {
+                "I cannot provide a specific reference for this claim.".into()
+            }
             Some(0) => format!("REF[{claim}]"),
             Some(k) => format!("SAMPLE{k}[{claim}]"),
             None => return bad(format!("seed {seed}")),
@@ -63,17 +76,39 @@ pub fn autohall_responder(call: &ChatCall) -> Reply {
         return bad(format!("check at temperature {t}"));
     }
     if let Some(rest) = user.strip_prefix(CLS_PREFIX) {
-        let Some((claim, _)) = rest.split_once(" Reference: REF[") else { return bad("no reference".into()) };
+        let Some((claim, _)) = rest.split_once(" Reference: REF[") else {
+            return bad("no reference".into());
+        };
         if poisoned(m, claim) {
             return bad("poison".into());
         }
         return Reply::Text(classification(m, claim).0.into());
     }
+    if user.starts_with(SELF_CHECK_PREFIX) {
+        let few = user.contains("Here are three examples.");
+        let Some((_, rest)) = user.rsplit_once("[claim]: ") else {
+            return bad("self-check without a claim".into());
+        };
+        let Some((claim, _)) = rest.split_once("\n[reference]: REF[") else {
+            return bad("self-check without the reference".into());
+        };
+        return Reply::Text(match self_check(m, claim, few) {
+            Some(true) => "{\"reasoning\": \"made up\", \"factuality\": false}".into(),
+            Some(false) => "{\"reasoning\": \"fine\", \"factuality\": true}".into(),
+            None => "I cannot tell.".into(),
+        });
+    }
     if let Some(rest) = user.strip_prefix(PAIR_PREFIX) {
-        let (Some(a), Some(b)) = (rest.find("REF["), rest.find(" P2: SAMPLE")) else { return bad("bad pair".into()) };
+        let (Some(a), Some(b)) = (rest.find("REF["), rest.find(" P2: SAMPLE")) else {
+            return bad("bad pair".into());
+        };
         let claim = &rest[a + 4..b - 1];
         let k: u64 = rest[b + 11..].split('[').next().and_then(|s| s.parse().ok()).unwrap_or(0);
-        let text = if conflict(m, claim, k) { "Yes. P1 and P2 conflict." } else { "There are no conflicting parts in P1 and P2." };
+        let text = if conflict(m, claim, k) {
+            "Yes. P1 and P2 conflict."
+        } else {
+            "There are no conflicting parts in P1 and P2."
+        };
         return Reply::Text(text.into());
     }
     bad(format!("unexpected request {user:?}"))
@@ -98,6 +133,9 @@ pub struct AutoHallExpected {
     /// (TP, FP, TN, FN) for k = 1..=K on the balanced set.
     pub ablation: Vec<(u64, u64, u64, u64)>,
     pub balanced: BTreeSet<usize>,
+    /// Zero- and Few-Self-Check on the balanced set: (TP, FP, TN, FN) and unparseable
+    /// answers (each scored as the wrong prediction).
+    pub self_checks: [((u64, u64, u64, u64), u64); 2],
 }
 
 pub fn expected(model: &str, claims: &[(String, bool)]) -> AutoHallExpected {
@@ -136,7 +174,24 @@ pub fn expected(model: &str, claims: &[(String, bool)]) -> AutoHallExpected {
             c
         })
         .collect();
+    let self_checks = [false, true].map(|few| {
+        let (mut c, mut unparseable) = ((0, 0, 0, 0), 0);
+        for &(i, halluc) in labelled.iter().filter(|(i, _)| balanced.contains(i)) {
+            let predicted = self_check(model, &claims[i].0, few).unwrap_or_else(|| {
+                unparseable += 1;
+                !halluc
+            });
+            match (halluc, predicted) {
+                (true, true) => c.0 += 1,
+                (false, true) => c.1 += 1,
+                (false, false) => c.2 += 1,
+                (true, false) => c.3 += 1,
+            }
+        }
+        (c, unparseable)
+    });
     AutoHallExpected {
+        self_checks,
         status: [
             ("reference_failed", 0),
             ("refused", refused),
@@ -165,7 +220,14 @@ pub fn fake_models(base_url: &str) -> String {
 
 /// A sweep `name` with these model blocks and one AutoHall benchmark per file, run by
 /// `models`, on the first `limit` claims.
-pub fn autohall_sweep(dir: &std::path::Path, name: &str, model_blocks: &str, models: &[&str], files: &[std::path::PathBuf], limit: usize) -> std::path::PathBuf {
+pub fn autohall_sweep(
+    dir: &std::path::Path,
+    name: &str,
+    model_blocks: &str,
+    models: &[&str],
+    files: &[std::path::PathBuf],
+    limit: usize,
+) -> std::path::PathBuf {
     let mut text = format!("name = \"{name}\"\n{model_blocks}");
     for f in files {
         text.push_str(&format!(

@@ -51,10 +51,13 @@ pub fn check_attr(dom: &str, name: &str) -> Option<String> {
 pub fn render_check(bin: &Path, page: &Path) -> impl Fn(&str) -> String {
     let profile = tempfile::tempdir().unwrap();
     let url = format!("file://{}", page.display());
-    let dump = browser(bin, profile.path()).arg("--dump-dom").arg(&url).output().expect("run chromium");
+    let dump =
+        browser(bin, profile.path()).arg("--dump-dom").arg(&url).output().expect("run chromium");
     assert!(dump.status.success(), "chromium failed: {}", String::from_utf8_lossy(&dump.stderr));
     let dom = String::from_utf8_lossy(&dump.stdout).into_owned();
     move |n: &str| {
-        check_attr(&dom, n).unwrap_or_else(|| panic!("no {n} on #render-check; DOM tail: {}", &dom[dom.len().saturating_sub(600)..]))
+        check_attr(&dom, n).unwrap_or_else(|| {
+            panic!("no {n} on #render-check; DOM tail: {}", &dom[dom.len().saturating_sub(600)..])
+        })
     }
 }

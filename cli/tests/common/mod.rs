@@ -23,22 +23,61 @@ pub fn dataset() -> PathBuf {
 pub fn halyard() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_halyard"));
     c.env("PATH", format!("{}:/usr/sbin", std::env::var("PATH").unwrap_or_default()));
-    c.env("HALYARD_LOG", "info,sled=warn,async_nats=warn");
+    // HALYARD_TEST_LOG overrides the children's log filter when debugging a test.
+    let log = std::env::var("HALYARD_TEST_LOG");
+    c.env("HALYARD_LOG", log.as_deref().unwrap_or("info,sled=warn,async_nats=warn"));
     c
 }
 
 pub fn run_to_end(args: &[&str]) -> Output {
-    let out = halyard().args(args).output().expect("run halyard");
-    if !out.status.success() {
-        panic!(
-            "halyard {args:?} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    run_to_end_with(args, 0)
+}
+
+/// Run halyard to a complete run with `dead_letters` dead letters (exit 0 when none,
+/// else exit 4 with a last line saying that many remain).
+pub fn run_to_end_with(args: &[&str], dead_letters: u64) -> Output {
+    let (out, stated) = run_complete(args);
+    assert_eq!(stated, dead_letters, "halyard {args:?}: dead letters stated");
     out
 }
+
+/// Run halyard to a complete run and return how many dead letters its last line says
+/// remain: exit 0 (none) or exit 4 with that line; anything else panics. Tests compare
+/// the number with their own count and the report's.
+pub fn run_complete(args: &[&str]) -> (Output, u64) {
+    let out = halyard().args(args).output().expect("run halyard");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stated = stderr.lines().find_map(|l| {
+        if !(l.starts_with("run ") && l.contains("halyard retry-failed")) {
+            return None;
+        }
+        let (_, rest) = l.split_once(": ")?;
+        rest.split_once(" dead letter")?.0.parse::<u64>().ok()
+    });
+    let n = match (out.status.code(), stated) {
+        (Some(0), None) => 0,
+        (Some(EXIT_DEAD_LETTERS), Some(n)) if n > 0 => n,
+        other => panic!(
+            "halyard {args:?}: (exit, dead letters stated) {other:?}\nstdout:\n{}\nstderr:\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+    };
+    (out, n)
+}
+
+/// A sweep `name` of `jobs` noop jobs on one noop model, written into `dir`.
+pub fn noop_sweep(dir: &Path, name: &str, jobs: u64) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        "name = \"{name}\"\n[[model]]\nname = \"free\"\nbackend = \"noop\"\n\
+         [[benchmark]]\npipeline = \"noop\"\njobs = {jobs}\nmodels = [\"free\"]\n"
+    );
+    std::fs::write(&path, text).expect("write sweep");
+    path
+}
+
+/// The exit status of a run that completes with dead letters.
+pub const EXIT_DEAD_LETTERS: i32 = 4;
 
 pub fn fnv(s: &str) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
@@ -89,32 +128,53 @@ fn term_of(user: &str) -> Option<String> {
 }
 
 /// The fake's rules: model under test and judge, by request content only.
-pub fn responder(questions: HashMap<String, i64>, poison: Option<i64>) -> impl Fn(&ChatCall) -> Reply + Send + Sync + 'static {
+pub fn responder(
+    questions: HashMap<String, i64>,
+    poison: Option<i64>,
+) -> impl Fn(&ChatCall) -> Reply + Send + Sync + 'static {
     move |call: &ChatCall| {
         let msgs = &call.messages;
-        let is_judge = msgs.first().is_some_and(|(r, c)| r == "system" && c.starts_with("You are a linguistic expert."));
+        let is_judge = msgs
+            .first()
+            .is_some_and(|(r, c)| r == "system" && c.starts_with("You are a linguistic expert."));
         if !is_judge {
             let q = msgs.last().map(|(_, c)| c.clone()).unwrap_or_default();
             let Some(&id) = questions.get(&q) else {
-                return Reply::Status { code: 400, body: format!("unknown question {q:?}"), retry_after: None };
+                return Reply::Status {
+                    code: 400,
+                    body: format!("unknown question {q:?}"),
+                    retry_after: None,
+                };
             };
             if poison == Some(id) {
-                return Reply::Status { code: 400, body: "{\"error\":\"poison\"}".into(), retry_after: None };
+                return Reply::Status {
+                    code: 400,
+                    body: "{\"error\":\"poison\"}".into(),
+                    retry_after: None,
+                };
             }
-            return Reply::Text(if answers_with_question(id) { format!("Here is what I know: {q}") } else { NO_INFO.into() });
+            return Reply::Text(if answers_with_question(id) {
+                format!("Here is what I know: {q}")
+            } else {
+                NO_INFO.into()
+            });
         }
         let user = &msgs[1].1;
         let Some(term) = term_of(user) else { return Reply::Text("no term found".into()) };
         let repair = msgs.len() > 2;
         if msgs[0].1.contains("Verify if the answer uses the term in its real meaning.") {
             let v = if meaning_rule(&term) { "TRUE" } else { "FALSE" };
-            return Reply::Text(format!("{{\"term\":\"{term}\",\"reasoning\":\"checked\",\"verified\":\"{v}\"}}"));
+            return Reply::Text(format!(
+                "{{\"term\":\"{term}\",\"reasoning\":\"checked\",\"verified\":\"{v}\"}}"
+            ));
         }
         let certainty = match (acceptance_rule(&term), repair) {
             (Acc::Mentioned, _) | (Acc::GarbageThenMentioned, true) => "MENTIONED",
             (Acc::Unreal, _) => "UNREAL",
             (Acc::Unknown, _) => "UNKNOWN",
-            (Acc::GarbageThenMentioned, false) | (Acc::AlwaysGarbage, _) => return Reply::Text("Hmm, hard to say.".into()),
+            (Acc::GarbageThenMentioned, false) | (Acc::AlwaysGarbage, _) => {
+                return Reply::Text("Hmm, hard to say.".into())
+            }
         };
         Reply::Text(format!("Reasoning first.\n```json\n{{\"term\":\"{term}\",\"reasoning\":\"r\",\"certainty\":\"{certainty}\"}}\n```"))
     }
@@ -142,7 +202,12 @@ pub fn load_questions(limit: usize) -> Vec<Question> {
                     .as_array()
                     .expect("terms")
                     .iter()
-                    .map(|t| (t["term"].as_str().expect("term").to_string(), t["isHypotheticalTerm"].as_bool().expect("h")))
+                    .map(|t| {
+                        (
+                            t["term"].as_str().expect("term").to_string(),
+                            t["isHypotheticalTerm"].as_bool().expect("h"),
+                        )
+                    })
                     .collect(),
             }
         })
@@ -162,7 +227,10 @@ pub fn golden_inclusion() -> HashMap<(String, String), bool> {
     for l in text.lines() {
         let v: Value = serde_json::from_str(l).expect("golden line");
         if v["category"] == "dataset:question+own_term" {
-            m.insert((v["text"].as_str().unwrap().to_string(), v["term"].as_str().unwrap().to_string()), v["paper"].as_bool().unwrap());
+            m.insert(
+                (v["text"].as_str().unwrap().to_string(), v["term"].as_str().unwrap().to_string()),
+                v["paper"].as_bool().unwrap(),
+            );
         }
     }
     m
@@ -189,7 +257,8 @@ pub fn expected_paper(qs: &[Question], poison: Option<i64>) -> Expected {
                 .terms
                 .iter()
                 .map(|(t, is_h)| {
-                    let included = answers_with_question(q.id) && incl[&(q.question.clone(), t.clone())];
+                    let included =
+                        answers_with_question(q.id) && incl[&(q.question.clone(), t.clone())];
                     if !included {
                         return "irrelevant";
                     }
@@ -209,7 +278,10 @@ pub fn expected_paper(qs: &[Question], poison: Option<i64>) -> Expected {
                     }
                 })
                 .collect();
-            ["hallucination", "judge_error", "irrelevant"].into_iter().find(|l| labels.contains(l)).unwrap_or("valid")
+            ["hallucination", "judge_error", "irrelevant"]
+                .into_iter()
+                .find(|l| labels.contains(l))
+                .unwrap_or("valid")
         };
         if q.hypothetical && label == "valid" {
             valid_hyp += 1;
@@ -221,7 +293,13 @@ pub fn expected_paper(qs: &[Question], poison: Option<i64>) -> Expected {
     e
 }
 
-pub fn write_sweep(dir: &Path, name: &str, base_url: &str, limit: usize, concurrency: usize) -> PathBuf {
+pub fn write_sweep(
+    dir: &Path,
+    name: &str,
+    base_url: &str,
+    limit: usize,
+    concurrency: usize,
+) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     let text = format!(
         r#"name = "{name}"
@@ -285,7 +363,10 @@ pub fn processes_mentioning(needle: &str) -> Vec<u32> {
 pub fn assert_sweep_rejected(dir: &Path, name: &str, body: &str, needle: &str) {
     let p = dir.join(format!("{name}.toml"));
     std::fs::write(&p, body).unwrap();
-    let out = halyard().args(["run", p.to_str().unwrap(), "--out", dir.join("o").to_str().unwrap()]).output().unwrap();
+    let out = halyard()
+        .args(["run", p.to_str().unwrap(), "--out", dir.join("o").to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{name} succeeded");
     assert!(err.contains(needle), "{name}: {needle:?} not in: {err}");

@@ -72,7 +72,8 @@ pub fn nan_to_null(text: &str) -> Cow<'_, str> {
 
 /// Parse one non-blank line into `set`. `Err(reason)` for a bad line.
 fn parse_line(line_no: usize, text: &str, set: &mut ClaimSet) -> Result<(), String> {
-    let v: Value = serde_json::from_str(&nan_to_null(text)).map_err(|e| format!("not valid JSON: {e}"))?;
+    let v: Value =
+        serde_json::from_str(&nan_to_null(text)).map_err(|e| format!("not valid JSON: {e}"))?;
     let Value::Object(o) = v else { return Err("not a JSON object".into()) };
     let claim = match o.get("claim") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
@@ -84,7 +85,11 @@ fn parse_line(line_no: usize, text: &str, set: &mut ClaimSet) -> Result<(), Stri
         (Some(Value::String(s)), _) | (None, Some(Value::String(s))) => s.clone(),
         (Some(_), _) => return Err("field `claim_label` is not a string".into()),
         (None, Some(_)) => return Err("field `label` is not a string".into()),
-        (None, None) => return Err("missing field `claim_label` (Climate-FEVER) or `label` (PubHealth, WICE)".into()),
+        (None, None) => {
+            return Err(
+                "missing field `claim_label` (Climate-FEVER) or `label` (PubHealth, WICE)".into()
+            )
+        }
     };
     let id = match o.get("claim_id") {
         Some(Value::String(s)) => s.clone(),
@@ -131,7 +136,10 @@ mod tests {
         let s = parse_claims("f", text).unwrap();
         assert_eq!(s.claims.len(), 2);
         assert_eq!((s.claims[0].id.as_str(), s.claims[0].gold), ("7", GoldLabel::Refuted));
-        assert_eq!((s.claims[1].id.as_str(), s.claims[1].line, s.claims[1].gold), ("3", 3, GoldLabel::Supported));
+        assert_eq!(
+            (s.claims[1].id.as_str(), s.claims[1].line, s.claims[1].gold),
+            ("3", 3, GoldLabel::Supported)
+        );
         assert_eq!(s.dropped.get("mixture"), Some(&1));
     }
 
@@ -145,7 +153,11 @@ mod tests {
             ("{\"claim\": \"A\", \"label\": ", "not valid JSON"),
             ("{\"claim\": 3, \"label\": \"true\"}", "not a string"),
         ] {
-            let e = parse_claims("x.json", &format!("{{\"claim\": \"ok\", \"label\": \"true\"}}\n{text}")).unwrap_err();
+            let e = parse_claims(
+                "x.json",
+                &format!("{{\"claim\": \"ok\", \"label\": \"true\"}}\n{text}"),
+            )
+            .unwrap_err();
             let msg = e.to_string();
             assert!(msg.starts_with("x.json:2: ") && msg.contains(needle), "{msg}");
         }

@@ -10,10 +10,12 @@
 //!
 //! Files, in pipeline order: [`dataset`] → [`plan`] → [`mod@score`].
 
+pub mod baselines;
 pub mod dataset;
 pub mod plan;
 pub mod score;
 
+pub use baselines::{Baseline, BaselineLabels, BaselineVerdict};
 pub use dataset::{nan_to_null, parse_claims, read_claims, Claim, ClaimSet, DatasetError};
 pub use plan::{evaluate, Config, ItemLabel, Pair, Status, PIPELINE, STAGE_VERSION};
 pub use score::{balanced_set, render_markdown, score, Report};

@@ -16,6 +16,10 @@
 //!    temperature) whose answer is read with the no-conflict rule. Samples run in
 //!    parallel; each pair check starts as soon as its sample is in.
 //!
+//! 6. Baselines (when `baselines`), for every classified reference: Zero-Self-Check and
+//!    Few-Self-Check jobs, and SelfCk-1gm over the K samples of step 5 (see
+//!    [`super::baselines`]).
+//!
 //! Class balancing needs every claim's label, so it cannot be decided per claim: it is
 //! done by the scorer ([`super::score`]), and detection runs for every classified
 //! reference, balanced set or not (see the README for the cost).
@@ -23,10 +27,12 @@
 use halyard_proto::ChatMessage;
 use serde::{Deserialize, Serialize};
 
+use super::baselines::{self, BaselineLabels};
 use super::dataset::Claim;
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Progress, ResultLookup};
+use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 use crate::metrics::autohall::{
-    is_hallucinated, pair_conflicts, parse_claim_verdict, ClaimVerdict, GoldLabel, NoConflictPhrases,
+    is_hallucinated, pair_conflicts, parse_claim_verdict, ClaimVerdict, GoldLabel,
+    NoConflictPhrases,
 };
 
 /// The pipeline name in job keys.
@@ -66,7 +72,9 @@ pub fn classify_messages(claim: &str, reference: &str) -> Vec<ChatMessage> {
 
 /// Detection (spec §2.2 step 2): the pairwise prompt of the authors' code, verbatim.
 pub fn pair_messages(reference: &str, sample: &str) -> Vec<ChatMessage> {
-    vec![ChatMessage::user(format!("Are there any conflicting parts in these paragraphs P1,P2? P1: {reference} P2: {sample}"))]
+    vec![ChatMessage::user(format!(
+        "Are there any conflicting parts in these paragraphs P1,P2? P1: {reference} P2: {sample}"
+    ))]
 }
 
 /// How one model runs AutoHall.
@@ -81,6 +89,9 @@ pub struct Config {
     /// Lower-case phrases that mark a reference as a refusal; empty: no filter.
     pub refusal_phrases: Vec<String>,
     pub no_conflict: NoConflictPhrases,
+    /// Run the paper's baselines (Zero-/Few-Self-Check, SelfCk-1gm) next to detection.
+    #[serde(default)]
+    pub baselines: bool,
 }
 
 impl Config {
@@ -95,7 +106,8 @@ impl Config {
     /// Whether a reference is dropped by the refusal filter.
     pub fn is_refusal(&self, reference: &str) -> bool {
         let lower = reference.to_lowercase();
-        reference.trim().is_empty() || self.refusal_phrases.iter().any(|p| lower.contains(p.as_str()))
+        reference.trim().is_empty()
+            || self.refusal_phrases.iter().any(|p| lower.contains(p.as_str()))
     }
 }
 
@@ -116,8 +128,13 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 5] =
-        [Status::ReferenceFailed, Status::Refused, Status::ClassifyFailed, Status::Unclassified, Status::Classified];
+    pub const ALL: [Status; 5] = [
+        Status::ReferenceFailed,
+        Status::Refused,
+        Status::ClassifyFailed,
+        Status::Unclassified,
+        Status::Classified,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -160,6 +177,9 @@ pub struct ItemLabel {
     pub hallucinated: Option<bool>,
     /// The K comparisons, in sample order (empty without detection).
     pub pairs: Vec<Pair>,
+    /// The baselines' verdicts (classified items, with `baselines` on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baselines: Option<BaselineLabels>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -172,7 +192,12 @@ impl ItemLabel {
 }
 
 /// Advances one claim as far as the known results allow.
-pub fn evaluate(cfg: &Config, index: u32, c: &Claim, results: &dyn ResultLookup) -> Progress<ItemLabel> {
+pub fn evaluate(
+    cfg: &Config,
+    index: u32,
+    c: &Claim,
+    results: &dyn ResultLookup,
+) -> Plan<ItemLabel> {
     let mut label = ItemLabel {
         pipeline: PIPELINE.into(),
         model: cfg.model.name.clone(),
@@ -187,36 +212,43 @@ pub fn evaluate(cfg: &Config, index: u32, c: &Claim, results: &dyn ResultLookup)
         verdict: None,
         hallucinated: None,
         pairs: Vec::new(),
+        baselines: None,
         error: None,
     };
     let reference_req = cfg.reference_request(&c.claim, 0);
     let reference = match results.get(&reference_req.id()) {
-        None => return Progress::Waiting(vec![reference_req]),
+        None => return Plan::Waiting(vec![reference_req]),
         Some(JobOutcome::Failed(e)) => {
             label.error = Some(format!("reference job failed: {e}"));
-            return Progress::Done(label);
+            return Plan::Done(label);
         }
         Some(JobOutcome::Done(r)) => r.text.clone(),
     };
     label.reference = Some(reference.clone());
     if cfg.is_refusal(&reference) {
         label.status = Status::Refused;
-        return Progress::Done(label);
+        return Plan::Done(label);
     }
-    let classify_req = cfg.classifier.request(PIPELINE, "classify", STAGE_VERSION, classify_messages(&c.claim, &reference), 0);
+    let classify_req = cfg.classifier.request(
+        PIPELINE,
+        "classify",
+        STAGE_VERSION,
+        classify_messages(&c.claim, &reference),
+        0,
+    );
     let answer = match results.get(&classify_req.id()) {
-        None => return Progress::Waiting(vec![classify_req]),
+        None => return Plan::Waiting(vec![classify_req]),
         Some(JobOutcome::Failed(e)) => {
             label.status = Status::ClassifyFailed;
             label.error = Some(format!("classification job failed: {e}"));
-            return Progress::Done(label);
+            return Plan::Done(label);
         }
         Some(JobOutcome::Done(r)) => r.text.clone(),
     };
     label.classification = Some(answer.clone());
     let Some(verdict) = parse_claim_verdict(&answer) else {
         label.status = Status::Unclassified;
-        return Progress::Done(label);
+        return Plan::Done(label);
     };
     label.status = Status::Classified;
     label.verdict = Some(verdict);
@@ -229,11 +261,20 @@ pub fn evaluate(cfg: &Config, index: u32, c: &Claim, results: &dyn ResultLookup)
                 waiting.push(sample_req);
                 continue;
             }
-            Some(JobOutcome::Failed(e)) => {
-                Pair { sample: None, answer: None, conflict: None, error: Some(format!("sample job failed: {e}")) }
-            }
+            Some(JobOutcome::Failed(e)) => Pair {
+                sample: None,
+                answer: None,
+                conflict: None,
+                error: Some(format!("sample job failed: {e}")),
+            },
             Some(JobOutcome::Done(s)) => {
-                let pair_req = cfg.classifier.request(PIPELINE, "pair", STAGE_VERSION, pair_messages(&reference, &s.text), 0);
+                let pair_req = cfg.classifier.request(
+                    PIPELINE,
+                    "pair",
+                    STAGE_VERSION,
+                    pair_messages(&reference, &s.text),
+                    0,
+                );
                 let sample = Some(s.text.clone());
                 match results.get(&pair_req.id()) {
                     None => {
@@ -243,9 +284,12 @@ pub fn evaluate(cfg: &Config, index: u32, c: &Claim, results: &dyn ResultLookup)
                         }
                         continue;
                     }
-                    Some(JobOutcome::Failed(e)) => {
-                        Pair { sample, answer: None, conflict: None, error: Some(format!("pair check failed: {e}")) }
-                    }
+                    Some(JobOutcome::Failed(e)) => Pair {
+                        sample,
+                        answer: None,
+                        conflict: None,
+                        error: Some(format!("pair check failed: {e}")),
+                    },
                     Some(JobOutcome::Done(a)) => Pair {
                         sample,
                         answer: Some(a.text.clone()),
@@ -257,12 +301,22 @@ pub fn evaluate(cfg: &Config, index: u32, c: &Claim, results: &dyn ResultLookup)
         };
         label.pairs.push(pair);
     }
+    let checks = cfg
+        .baselines
+        .then(|| baselines::self_checks(cfg, &c.claim, &reference, results, &mut waiting));
     if !waiting.is_empty() {
-        return Progress::Waiting(waiting);
+        return Plan::Waiting(waiting);
     }
-    Progress::Done(label)
+    if let Some((zero, few)) = checks {
+        let samples: Vec<&str> = label.pairs.iter().filter_map(|p| p.sample.as_deref()).collect();
+        label.baselines = Some(BaselineLabels {
+            zero_self_check: zero,
+            few_self_check: few,
+            selfck_1gm: (cfg.samples > 0).then(|| baselines::selfck_1gm(&reference, &samples)),
+        });
+    }
+    Plan::Done(label)
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

@@ -11,15 +11,22 @@
 //!   the first k pairs (the K-ablation from the same calls). References of the balanced
 //!   set whose K verdicts are not all known (a failed sample or check) are left out and
 //!   counted.
+//! - The baselines (when run): Zero-/Few-Self-Check and SelfCk-1gm on the same balanced
+//!   set, hallucination positive (see [`super::baselines`]).
+//!
+//! Every rate carries its 95% interval (issue 16): the hallucination rate, accuracy,
+//! precision and recall Wilson; F1 a seeded bootstrap over the references.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::baselines::Baseline;
 use super::plan::{ItemLabel, Status};
-use crate::metrics::autohall::{k_ablation, DetectionRecord};
-use crate::metrics::classification::{ClassificationMetrics, Confusion};
 use crate::metrics::autohall::GoldLabel;
+use crate::metrics::autohall::{k_ablation, DetectionRecord};
+use crate::metrics::classification::{ClassificationIntervals, ClassificationMetrics, Confusion};
+use crate::metrics::interval::{wilson, Interval};
 
 /// One row of the K-ablation (the last row is the headline at K).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -27,6 +34,8 @@ pub struct KRow {
     pub k: usize,
     pub confusion: Confusion,
     pub metrics: ClassificationMetrics,
+    #[serde(default)]
+    pub ci95: ClassificationIntervals,
     pub mean_conflicts_hallucinated: Option<f64>,
     pub mean_conflicts_factual: Option<f64>,
 }
@@ -69,11 +78,67 @@ pub struct Report {
     pub factual: u64,
     /// hallucinated / classified; `None` when nothing was classified.
     pub hallucination_rate: Option<f64>,
+    /// Its 95% Wilson interval.
+    #[serde(default)]
+    pub hallucination_rate_ci95: Option<Interval>,
     pub by_gold: BTreeMap<String, GoldCounts>,
     /// n of the balanced set (per class); the set holds 2n references.
     pub balanced_per_class: u64,
     /// `None` when detection is off (`samples = 0`).
     pub detection: Option<DetectionReport>,
+    /// The paper's baselines on the balanced set (empty when not run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baselines: Vec<BaselineReport>,
+}
+
+/// One baseline's detection figures on the balanced set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BaselineReport {
+    pub method: Baseline,
+    /// Balanced references with a verdict or an unparseable answer (the denominator).
+    pub scored: u64,
+    /// Of those, answers without a verdict, scored as wrong predictions (the notebook's rule).
+    pub unparseable: u64,
+    /// Balanced references left out: the job failed, or no sample came back (SelfCk-1gm).
+    pub incomplete: u64,
+    pub confusion: Confusion,
+    pub metrics: ClassificationMetrics,
+    pub ci95: ClassificationIntervals,
+}
+
+/// A baseline's figures over the balanced references.
+fn baseline_report(method: Baseline, balanced: &[&ItemLabel]) -> BaselineReport {
+    let (mut truth, mut predicted) = (Vec::new(), Vec::new());
+    let (mut unparseable, mut incomplete) = (0, 0);
+    for l in balanced {
+        let (Some(h), Some(v)) = (l.hallucinated, l.baselines.as_ref().and_then(|b| b.get(method)))
+        else {
+            incomplete += 1;
+            continue;
+        };
+        match (v.hallucinated, &v.error) {
+            (Some(p), _) => predicted.push(p),
+            (None, None) => {
+                unparseable += 1;
+                predicted.push(!h);
+            }
+            (None, Some(_)) => {
+                incomplete += 1;
+                continue;
+            }
+        }
+        truth.push(h);
+    }
+    let confusion = Confusion::from_labels(&truth, &predicted).unwrap_or_default();
+    BaselineReport {
+        method,
+        scored: truth.len() as u64,
+        unparseable,
+        incomplete,
+        confusion,
+        metrics: confusion.metrics(),
+        ci95: ClassificationIntervals::of(&confusion),
+    }
 }
 
 /// The balanced set (see the module doc): item indices, in file order.
@@ -88,14 +153,22 @@ fn k_row(r: &crate::metrics::autohall::AblationRow) -> KRow {
         k: r.k,
         confusion: r.confusion,
         metrics: r.confusion.metrics(),
+        ci95: ClassificationIntervals::of(&r.confusion),
         mean_conflicts_hallucinated: r.mean_conflicts_hallucinated,
         mean_conflicts_factual: r.mean_conflicts_factual,
     }
 }
 
 /// Score one model's labels (`samples` = K of the benchmark, `claims` its claim count).
-pub fn score(model: &str, claims: u64, dropped: &BTreeMap<String, u64>, samples: u32, labels: &[ItemLabel]) -> Report {
-    let mut status: BTreeMap<String, u64> = Status::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
+pub fn score(
+    model: &str,
+    claims: u64,
+    dropped: &BTreeMap<String, u64>,
+    samples: u32,
+    labels: &[ItemLabel],
+) -> Report {
+    let mut status: BTreeMap<String, u64> =
+        Status::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
     let mut by_gold: BTreeMap<String, GoldCounts> = BTreeMap::new();
     for l in labels {
         *status.entry(l.status.as_str().to_string()).or_default() += 1;
@@ -113,12 +186,15 @@ pub fn score(model: &str, claims: u64, dropped: &BTreeMap<String, u64>, samples:
         let mut incomplete = 0;
         for l in labels.iter().filter(|l| balanced.contains(&l.index)) {
             match (l.hallucinated, l.conflicts()) {
-                (Some(h), Some(c)) if c.len() == samples as usize => records.push(DetectionRecord { hallucinated: h, conflicts: c }),
+                (Some(h), Some(c)) if c.len() == samples as usize => {
+                    records.push(DetectionRecord { hallucinated: h, conflicts: c })
+                }
                 _ => incomplete += 1,
             }
         }
-        let ablation: Vec<KRow> =
-            k_ablation(&records, samples as usize).map(|rows| rows.iter().map(k_row).collect()).unwrap_or_default();
+        let ablation: Vec<KRow> = k_ablation(&records, samples as usize)
+            .map(|rows| rows.iter().map(k_row).collect())
+            .unwrap_or_default();
         let scored_hallucinated = records.iter().filter(|r| r.hallucinated).count() as u64;
         DetectionReport {
             k: samples,
@@ -140,10 +216,48 @@ pub fn score(model: &str, claims: u64, dropped: &BTreeMap<String, u64>, samples:
         hallucinated,
         factual: classified - hallucinated,
         hallucination_rate: (classified > 0).then(|| hallucinated as f64 / classified as f64),
+        hallucination_rate_ci95: wilson(hallucinated, classified).ok(),
         by_gold,
         balanced_per_class: balanced.len() as u64 / 2,
         detection,
+        baselines: baselines_of(labels, &balanced),
     }
+}
+
+/// The baselines' reports, when any balanced reference holds baseline verdicts.
+fn baselines_of(labels: &[ItemLabel], balanced: &BTreeSet<u32>) -> Vec<BaselineReport> {
+    let set: Vec<&ItemLabel> = labels.iter().filter(|l| balanced.contains(&l.index)).collect();
+    if !set.iter().any(|l| l.baselines.is_some()) {
+        return Vec::new();
+    }
+    let with_1gm = set.iter().any(|l| l.baselines.as_ref().is_some_and(|b| b.selfck_1gm.is_some()));
+    Baseline::ALL
+        .into_iter()
+        .filter(|b| *b != Baseline::SelfCk1gm || with_1gm)
+        .map(|b| baseline_report(b, &set))
+        .collect()
+}
+
+/// The baselines' table (none when they did not run).
+fn baselines_markdown(rows: &[BaselineReport]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from("\nBaselines on the same balanced set (unparseable answers count as wrong, failed checks are left out):\n\n| method | scored | unparseable | left out | acc | P | R | F1 |\n|---|---|---|---|---|---|---|---|\n");
+    for b in rows {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            b.method.as_str(),
+            b.scored,
+            b.unparseable,
+            b.incomplete,
+            pct(b.metrics.accuracy),
+            pct(b.metrics.precision),
+            pct(b.metrics.recall),
+            pct(b.metrics.f1)
+        ));
+    }
+    md
 }
 
 fn gold_name(g: GoldLabel) -> &'static str {
@@ -164,7 +278,13 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
     md.push_str("Hallucination rate = hallucinated / classified references; detection on the balanced set, hallucination positive, figures ×100.\n\n");
     md.push_str("| model | claims | classified | hallucinated | rate % | balanced 2n | K | scored | acc | P | R | F1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut order: Vec<&Report> = reports.iter().collect();
-    let f1 = |r: &Report| r.detection.as_ref().and_then(|d| d.at_k.as_ref()).and_then(|k| k.metrics.f1).unwrap_or(-1.0);
+    let f1 = |r: &Report| {
+        r.detection
+            .as_ref()
+            .and_then(|d| d.at_k.as_ref())
+            .and_then(|k| k.metrics.f1)
+            .unwrap_or(-1.0)
+    };
     order.sort_by(|a, b| f1(b).total_cmp(&f1(a)).then(a.model.cmp(&b.model)));
     for r in order {
         let (k, scored, m) = match &r.detection {
@@ -194,7 +314,10 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
             md.push_str(&format!(" Rows dropped for their label: {}.", d.join(", ")));
         }
         for (g, c) in &r.by_gold {
-            md.push_str(&format!(" Gold {g}: {} of {} hallucinated.", c.hallucinated, c.classified));
+            md.push_str(&format!(
+                " Gold {g}: {} of {} hallucinated.",
+                c.hallucinated, c.classified
+            ));
         }
         md.push('\n');
         if let Some(d) = r.detection.as_ref().filter(|d| !d.ablation.is_empty()) {
@@ -221,8 +344,13 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
                     num(row.mean_conflicts_factual)
                 ));
             }
+            md.push_str(&baselines_markdown(&r.baselines));
         } else if let Some(d) = &r.detection {
-            md.push_str(&format!("\nDetection: nothing to score (balanced set of {} references, {} left out).\n", r.balanced_per_class * 2, d.incomplete));
+            md.push_str(&format!(
+                "\nDetection: nothing to score (balanced set of {} references, {} left out).\n",
+                r.balanced_per_class * 2,
+                d.incomplete
+            ));
         }
     }
     md

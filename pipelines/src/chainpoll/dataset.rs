@@ -68,7 +68,9 @@ fn parse_line(line: usize, text: &str) -> Result<Option<Item>, String> {
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Array(a)) => {
             let docs: Option<Vec<&str>> = a.iter().map(Value::as_str).collect();
-            Some(docs.ok_or("field `context` must be a string or an array of strings")?.join("\n\n"))
+            Some(
+                docs.ok_or("field `context` must be a string or an array of strings")?.join("\n\n"),
+            )
         }
         Some(_) => return Err("field `context` must be a string or an array of strings".into()),
     };
@@ -112,8 +114,14 @@ mod tests {
         let s = parse_items("f", text).unwrap();
         assert_eq!(s.items.len(), 2);
         assert_eq!(s.skipped_unbalanced, 1);
-        assert_eq!((s.items[0].id.as_str(), s.items[0].label, s.items[0].context.as_deref()), ("9", true, Some("a\n\nb")));
-        assert_eq!((s.items[1].prompt.as_str(), s.items[1].label, s.items[1].line), ("X", false, 2));
+        assert_eq!(
+            (s.items[0].id.as_str(), s.items[0].label, s.items[0].context.as_deref()),
+            ("9", true, Some("a\n\nb"))
+        );
+        assert_eq!(
+            (s.items[1].prompt.as_str(), s.items[1].label, s.items[1].line),
+            ("X", false, 2)
+        );
     }
 
     /// Bad lines are located and explained.
@@ -123,8 +131,14 @@ mod tests {
             ("{\"prompt\": \"P\", \"completion\": \"C\"}", "missing field `label`"),
             ("{\"prompt\": \"P\", \"completion\": \"C\", \"label\": \"yes\"}", "is not true/false"),
             ("{\"completion\": \"C\", \"label\": true}", "missing field `prompt`"),
-            ("{\"prompt\": \"P\", \"completion\": 3, \"label\": true}", "`completion` is not a string"),
-            ("{\"prompt\": \"P\", \"completion\": \"C\", \"label\": true, \"context\": [1]}", "context"),
+            (
+                "{\"prompt\": \"P\", \"completion\": 3, \"label\": true}",
+                "`completion` is not a string",
+            ),
+            (
+                "{\"prompt\": \"P\", \"completion\": \"C\", \"label\": true, \"context\": [1]}",
+                "context",
+            ),
             ("nope", "not valid JSON"),
         ] {
             let e = parse_items("d.jsonl", line).unwrap_err().to_string();

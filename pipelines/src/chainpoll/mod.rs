@@ -10,10 +10,16 @@
 //!
 //! Files, in pipeline order: [`dataset`] → [`plan`] → [`mod@score`].
 
+pub mod aggregate;
+pub mod baselines;
 pub mod dataset;
 pub mod plan;
 pub mod score;
 
+pub use aggregate::{realhall_aggregate, Aggregate, AggregateRow};
+pub use baselines::{PseudoEntropyLabel, SelfCheckLabel};
 pub use dataset::{parse_items, read_items, DatasetError, Item, ItemSet};
-pub use plan::{evaluate, sentences, Config, ItemLabel, Metric, MetricLabel, Poll, SelfCheckLabel, PIPELINE, STAGE_VERSION};
-pub use score::{render_markdown, score, Report};
+pub use plan::{
+    evaluate, sentences, Config, ItemLabel, Metric, MetricLabel, Poll, PIPELINE, STAGE_VERSION,
+};
+pub use score::{render_markdown, score, PseudoEntropyReport, Report};

@@ -6,7 +6,10 @@
 //!   index 0..N, one job each, so each poll has its own job id and checkpoint). The
 //!   OpenAI `n` parameter is not used: a job is one completion here.
 //! - `sample` (only with a `sampler`): S answers of the sampler to the item's prompt
-//!   (sample index 1..=S), for the SelfCheck-NGram baseline.
+//!   (sample index 1..=S), for the SelfCheck-NGram baseline;
+//! - `probability` (only with a `probability` model that can score a given text): the
+//!   completion's token log-probabilities, for the pseudo-entropy baseline
+//!   (see [`super::baselines`]).
 //!
 //! Every job of an item is independent, so all are requested at once.
 //!
@@ -19,10 +22,10 @@
 use halyard_proto::ChatMessage;
 use serde::{Deserialize, Serialize};
 
+use super::baselines::{self, PseudoEntropyLabel, SelfCheckLabel};
 use super::dataset::Item;
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Progress, ResultLookup};
+use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 use crate::metrics::chainpoll::{chainpoll_score_parsed, parse_verdict_final_answer, Unparseable};
-use crate::metrics::selfcheck::selfcheck_unigram_text;
 
 /// The pipeline name in job keys.
 pub const PIPELINE: &str = "chainpoll";
@@ -91,6 +94,10 @@ pub struct Config {
     pub unparseable: Unparseable,
     /// The model drawing the SelfCheck-NGram samples, and S; `None`: no baseline.
     pub sampler: Option<(ModelSpec, u32)>,
+    /// The "probability model" scoring each completion for the pseudo-entropy baseline
+    /// (spec §3.3); `None`: not computed.
+    #[serde(default)]
+    pub probability: Option<ModelSpec>,
 }
 
 impl Config {
@@ -101,9 +108,7 @@ impl Config {
     }
 
     pub fn sample_request(sampler: &ModelSpec, item: &Item, index: u32) -> JobRequest {
-        let mut spec = sampler.clone();
-        spec.seed = spec.seed.map(|s| s.wrapping_add(index as u64));
-        spec.request(PIPELINE, "sample", STAGE_VERSION, vec![ChatMessage::user(item.prompt.clone())], index)
+        baselines::sample_request(sampler, item, index)
     }
 }
 
@@ -126,19 +131,6 @@ pub struct MetricLabel {
     pub score: Option<f64>,
 }
 
-/// SelfCheck-NGram (unigram) scores of an item's completion (spec §3.4, passage level).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SelfCheckLabel {
-    /// Samples used (failed sample jobs are left out).
-    pub samples: u32,
-    /// Token-weighted passage `avg_neg_logprob` (Avg(−log p)).
-    pub avg: Option<f64>,
-    /// Passage `avg_max_neg_logprob`: mean over sentences of Max(−log p).
-    pub max: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
 /// The final label of one item for one judge (a row of `labels.jsonl`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ItemLabel {
@@ -151,6 +143,8 @@ pub struct ItemLabel {
     pub metrics: Vec<MetricLabel>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selfcheck: Option<SelfCheckLabel>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pseudo_entropy: Option<PseudoEntropyLabel>,
 }
 
 /// Sentences of an English passage: split after `.`, `!` or `?` followed by
@@ -174,7 +168,12 @@ pub fn sentences(text: &str) -> Vec<&str> {
 }
 
 /// Advances one item as far as the known results allow.
-pub fn evaluate(cfg: &Config, index: u32, item: &Item, results: &dyn ResultLookup) -> Progress<ItemLabel> {
+pub fn evaluate(
+    cfg: &Config,
+    index: u32,
+    item: &Item,
+    results: &dyn ResultLookup,
+) -> Plan<ItemLabel> {
     let mut waiting = Vec::new();
     let mut metrics = Vec::new();
     for &metric in &cfg.metrics {
@@ -183,38 +182,35 @@ pub fn evaluate(cfg: &Config, index: u32, item: &Item, results: &dyn ResultLooku
             let req = cfg.poll_request(metric, item, i);
             match results.get(&req.id()) {
                 None => waiting.push(req),
-                Some(JobOutcome::Failed(e)) => polls.push(Poll { output: None, verdict: None, error: Some(format!("poll job failed: {e}")) }),
-                Some(JobOutcome::Done(c)) => {
-                    polls.push(Poll { output: Some(c.text.clone()), verdict: parse_verdict_final_answer(&c.text), error: None })
-                }
+                Some(JobOutcome::Failed(e)) => polls.push(Poll {
+                    output: None,
+                    verdict: None,
+                    error: Some(format!("poll job failed: {e}")),
+                }),
+                Some(JobOutcome::Done(c)) => polls.push(Poll {
+                    output: Some(c.text.clone()),
+                    verdict: parse_verdict_final_answer(&c.text),
+                    error: None,
+                }),
             }
         }
-        let answered: Vec<Option<bool>> = polls.iter().filter(|p| p.error.is_none()).map(|p| p.verdict).collect();
+        let answered: Vec<Option<bool>> =
+            polls.iter().filter(|p| p.error.is_none()).map(|p| p.verdict).collect();
         let score = chainpoll_score_parsed(&answered, cfg.unparseable).ok();
         metrics.push(MetricLabel { metric, polls, score });
     }
-    let mut selfcheck = None;
-    if let Some((sampler, s)) = &cfg.sampler {
-        let mut samples = Vec::new();
-        for k in 1..=*s {
-            let req = Config::sample_request(sampler, item, k);
-            match results.get(&req.id()) {
-                None => waiting.push(req),
-                Some(JobOutcome::Failed(_)) => {}
-                Some(JobOutcome::Done(c)) => samples.push(c.text.clone()),
-            }
+    let selfcheck =
+        cfg.sampler.as_ref().map(|(m, s)| baselines::selfcheck(m, *s, item, results, &mut waiting));
+    let pseudo_entropy = match &cfg.probability {
+        Some(m) if baselines::probability_support(m).is_ok() => {
+            baselines::pseudo_entropy(m, item, results, &mut waiting)
         }
-        let refs: Vec<&str> = samples.iter().map(String::as_str).collect();
-        let scored = selfcheck_unigram_text(&sentences(&item.completion), &item.completion, &refs);
-        selfcheck = Some(match scored {
-            Ok(r) => SelfCheckLabel { samples: refs.len() as u32, avg: Some(r.doc_avg_neg_logprob), max: Some(r.doc_avg_max_neg_logprob), error: None },
-            Err(e) => SelfCheckLabel { samples: refs.len() as u32, avg: None, max: None, error: Some(e.to_string()) },
-        });
-    }
+        _ => None,
+    };
     if !waiting.is_empty() {
-        return Progress::Waiting(waiting);
+        return Plan::Waiting(waiting);
     }
-    Progress::Done(ItemLabel {
+    Plan::Done(ItemLabel {
         pipeline: PIPELINE.into(),
         model: cfg.judge.name.clone(),
         index,
@@ -223,6 +219,7 @@ pub fn evaluate(cfg: &Config, index: u32, item: &Item, results: &dyn ResultLooku
         label: item.label,
         metrics,
         selfcheck,
+        pseudo_entropy,
     })
 }
 
@@ -235,7 +232,11 @@ mod tests {
     fn spec(name: &str) -> ModelSpec {
         ModelSpec {
             name: name.into(),
-            model_ref: ModelRef { backend: "openai".into(), endpoint: "http://x".into(), model: name.into() },
+            model_ref: ModelRef {
+                backend: "openai".into(),
+                endpoint: "http://x".into(),
+                model: name.into(),
+            },
             pool: name.into(),
             api_key_env: None,
             temperature: 0.7,
@@ -246,7 +247,14 @@ mod tests {
     }
 
     fn item() -> Item {
-        Item { line: 1, id: "1".into(), prompt: "Tell me.".into(), completion: "The sky is green. It rains.".into(), context: None, label: true }
+        Item {
+            line: 1,
+            id: "1".into(),
+            prompt: "Tell me.".into(),
+            completion: "The sky is green. It rains.".into(),
+            context: None,
+            label: true,
+        }
     }
 
     /// Polls are separate jobs; verdicts are the final yes/no; a failed poll is left out
@@ -260,27 +268,146 @@ mod tests {
                 metrics: vec![Metric::Correctness],
                 unparseable: policy,
                 sampler: Some((spec("s"), 2)),
+                probability: None,
             };
-            let Progress::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new()) else { panic!() };
+            let Plan::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new())
+            else {
+                panic!()
+            };
             assert_eq!(jobs.len(), 7);
-            let outputs = ["Reasoning.\nAnswer: yes", "Answer: no", "hmm", "FAIL", "Yes, clearly. Answer: YES"];
+            let outputs = [
+                "Reasoning.\nAnswer: yes",
+                "Answer: no",
+                "hmm",
+                "FAIL",
+                "Yes, clearly. Answer: YES",
+            ];
             let mut known = HashMap::new();
             for (i, j) in jobs.iter().enumerate() {
                 let text = if i < 5 { outputs[i] } else { "the sky is blue. it rains." };
-                let o = if text == "FAIL" {
-                    Outcome::Failed(Failure { kind: FailureKind::Permanent, error: "x".into(), http_status: None })
-                } else {
-                    Outcome::Done(Completion { text: text.into(), usage: Usage::default(), latency_ms: 0, finish_reason: None, calls: 1 })
-                };
+                let o = if text == "FAIL" { failed() } else { done(text, None) };
                 known.insert(j.id(), o);
             }
-            let Progress::Done(l) = evaluate(&cfg, 0, &item(), &known) else { panic!() };
+            let Plan::Done(l) = evaluate(&cfg, 0, &item(), &known) else { panic!() };
             assert!((l.metrics[0].score.unwrap() - want).abs() < 1e-12, "{policy:?}");
             assert_eq!(l.metrics[0].polls.iter().filter(|p| p.error.is_some()).count(), 1);
             let sc = l.selfcheck.unwrap();
             assert_eq!(sc.samples, 2);
             assert!(sc.avg.unwrap() > 0.0 && sc.max.unwrap() >= sc.avg.unwrap());
         }
+    }
+
+    fn done(text: &str, logprobs: Option<Vec<halyard_proto::TokenLogprob>>) -> Outcome {
+        Outcome::Done(Completion {
+            text: text.into(),
+            usage: Usage::default(),
+            latency_ms: 0,
+            finish_reason: None,
+            calls: 1,
+            logprobs,
+        })
+    }
+
+    fn failed() -> Outcome {
+        Outcome::Failed(Failure {
+            kind: FailureKind::Permanent,
+            error: "x".into(),
+            http_status: None,
+        })
+    }
+
+    /// Issue 16: an item whose samples all failed is unscored by SelfCheck and says why (it
+    /// was scored on the completion alone); a partial failure is counted.
+    #[test]
+    fn all_samples_failed_is_unscored() {
+        let cfg = Config {
+            judge: spec("j"),
+            polls: 1,
+            metrics: vec![Metric::Correctness],
+            unparseable: Unparseable::Exclude,
+            sampler: Some((spec("s"), 2)),
+            probability: None,
+        };
+        let Plan::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new())
+        else {
+            panic!()
+        };
+        for (fail_second, want) in [(true, None), (false, Some(()))] {
+            let mut known = HashMap::new();
+            for j in &jobs {
+                let o = match j.key.stage.as_str() {
+                    "sample" if j.key.sample_index == 1 || fail_second => failed(),
+                    "sample" => done("the sky is green. it rains.", None),
+                    _ => done("Answer: yes", None),
+                };
+                known.insert(j.id(), o);
+            }
+            let Plan::Done(l) = evaluate(&cfg, 0, &item(), &known) else { panic!() };
+            let sc = l.selfcheck.unwrap();
+            assert_eq!(sc.avg.map(|_| ()), want);
+            assert_eq!(sc.failed_samples, if fail_second { 2 } else { 1 });
+            if fail_second {
+                assert_eq!(sc.error.as_deref(), Some("every sample job failed (2 of 2): unscored"));
+            }
+        }
+    }
+
+    /// Issue 16: a gguf probability model gets one scoring job (prompt, then completion as
+    /// the assistant message, log-probabilities with 5 alternatives); the label holds the
+    /// mean pseudo-entropy; an openai one gets no job.
+    #[test]
+    fn pseudo_entropy_from_a_scoring_job() {
+        use halyard_proto::{TokenLogprob, TopLogprob};
+        let mut local = spec("p");
+        local.model_ref.backend = "gguf".into();
+        let mut cfg = Config {
+            judge: spec("j"),
+            polls: 1,
+            metrics: vec![Metric::Correctness],
+            unparseable: Unparseable::Exclude,
+            sampler: None,
+            probability: Some(local),
+        };
+        let Plan::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new())
+        else {
+            panic!()
+        };
+        let p = jobs.iter().find(|j| j.key.stage == "probability").expect("a scoring job");
+        assert_eq!(p.key.messages[1], ChatMessage::assistant(item().completion));
+        assert_eq!(p.key.sampling.logprobs.map(|l| (l.top, l.score_last)), Some((5, true)));
+        let token = |t: &str, probs: &[f64]| TokenLogprob {
+            token: t.into(),
+            logprob: probs[0].ln(),
+            top: probs
+                .iter()
+                .enumerate()
+                .map(|(i, q)| TopLogprob {
+                    token: if i == 0 { t.into() } else { format!("{t}{i}") },
+                    logprob: q.ln(),
+                })
+                .collect(),
+        };
+        let lp = vec![token("a", &[0.2; 5]), token("b", &[0.1; 5])];
+        let mut known: HashMap<JobId, Outcome> = HashMap::new();
+        for j in &jobs {
+            let o = if j.key.stage == "probability" {
+                done("", Some(lp.clone()))
+            } else {
+                done("Answer: no", None)
+            };
+            known.insert(j.id(), o);
+        }
+        let Plan::Done(l) = evaluate(&cfg, 0, &item(), &known) else { panic!() };
+        let pe = l.pseudo_entropy.unwrap();
+        let want = (5f64.ln() + 10f64.ln()) / 2.0;
+        assert_eq!(pe.tokens, 2);
+        assert!((pe.score.unwrap() - want).abs() < 1e-12, "{pe:?}");
+        cfg.probability = Some(spec("o"));
+        let Plan::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new())
+        else {
+            panic!()
+        };
+        assert!(jobs.iter().all(|j| j.key.stage != "probability"));
     }
 
     /// Sentence split on end punctuation followed by space, and on line breaks.

@@ -1,13 +1,16 @@
 //! ChainPoll figures from the item labels (spec `metrics.md` §3.1, §3.2, §3.4): per
 //! metric, AUROC of the ChainPoll score against the labels (hallucinated positive, ties
 //! counted ½), with the poll counts behind it; the same for the SelfCheck-NGram Avg and
-//! Max passage scores. Items without a score (every poll failed or unparseable under
-//! `exclude`; no usable sample text) are left out of that AUROC and counted.
+//! Max passage scores, and for the pseudo-entropy of a probability model. Items without a
+//! score (every poll failed or unparseable under `exclude`; every sample failed; no
+//! log-probabilities) are left out of that AUROC and counted. Every AUROC carries its 95%
+//! DeLong interval and variance (issue 16); [`super::aggregate`] combines datasets.
 
 use serde::{Deserialize, Serialize};
 
 use super::plan::{ItemLabel, Metric};
 use crate::metrics::auroc::auroc;
+use crate::metrics::interval::{auroc_delong, delong, Interval};
 
 /// AUROC of one score over the items that have it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -21,6 +24,12 @@ pub struct Ranking {
     pub auroc: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auroc_error: Option<String>,
+    /// 95% DeLong interval of the AUROC (`None` with fewer than 2 items of a class).
+    #[serde(default)]
+    pub auroc_ci95: Option<Interval>,
+    /// DeLong's variance of the AUROC (what the aggregate over datasets combines).
+    #[serde(default)]
+    pub auroc_variance: Option<f64>,
     /// Mean score of hallucinated and of faithful items.
     pub mean_positive: Option<f64>,
     pub mean_negative: Option<f64>,
@@ -56,8 +65,24 @@ pub struct Report {
     /// SelfCheck-NGram unigram baseline (Avg and Max passage scores), with a sampler.
     pub selfcheck_avg: Option<Ranking>,
     pub selfcheck_max: Option<Ranking>,
-    /// Pseudo-entropy needs token log-probabilities, which no Halyard backend returns yet.
-    pub pseudo_entropy: Option<f64>,
+    /// Items whose SelfCheck samples all failed (unscored, not scored on the completion
+    /// alone); with a sampler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selfcheck_all_samples_failed: Option<u64>,
+    /// The pseudo-entropy baseline (spec §3.3).
+    pub pseudo_entropy: PseudoEntropyReport,
+}
+
+/// The pseudo-entropy baseline of one judge's benchmark: its AUROC, or why there is none.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PseudoEntropyReport {
+    /// The probability model (sweep alias).
+    pub model: Option<String>,
+    /// Score = mean per-token pseudo-entropy of the completion under that model.
+    pub ranking: Option<Ranking>,
+    /// Why there is no figure (no probability model, or one that cannot score a text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_computed: Option<String>,
 }
 
 /// The verdict-parsing rule, as the report states it.
@@ -75,12 +100,16 @@ fn ranking(pairs: &[(bool, Option<f64>)]) -> Ranking {
         Ok(a) => (Some(a), None),
         Err(e) => (None, Some(e.to_string())),
     };
+    let auroc_ci95 = auroc_delong(&labels, &scores).ok();
+    let auroc_variance = delong(&labels, &scores).ok().map(|d| d.variance);
     Ranking {
         scored: scored.len() as u64,
         scored_positive: labels.iter().filter(|l| **l).count() as u64,
         unscored: (pairs.len() - scored.len()) as u64,
         auroc,
         auroc_error,
+        auroc_ci95,
+        auroc_variance,
         mean_positive: mean(true),
         mean_negative: mean(false),
     }
@@ -93,9 +122,12 @@ pub fn score(cfg: &super::Config, labels: &[ItemLabel]) -> Report {
         .iter()
         .map(|&metric| {
             let of = |l: &ItemLabel| l.metrics.iter().find(|m| m.metric == metric).cloned();
-            let pairs: Vec<(bool, Option<f64>)> = labels.iter().map(|l| (l.label, of(l).and_then(|m| m.score))).collect();
-            let polls: Vec<super::Poll> = labels.iter().filter_map(of).flat_map(|m| m.polls).collect();
-            let count = |f: &dyn Fn(&super::Poll) -> bool| polls.iter().filter(|p| f(p)).count() as u64;
+            let pairs: Vec<(bool, Option<f64>)> =
+                labels.iter().map(|l| (l.label, of(l).and_then(|m| m.score))).collect();
+            let polls: Vec<super::Poll> =
+                labels.iter().filter_map(of).flat_map(|m| m.polls).collect();
+            let count =
+                |f: &dyn Fn(&super::Poll) -> bool| polls.iter().filter(|p| f(p)).count() as u64;
             MetricReport {
                 metric,
                 ranking: ranking(&pairs),
@@ -109,7 +141,8 @@ pub fn score(cfg: &super::Config, labels: &[ItemLabel]) -> Report {
         .collect();
     let baseline = |pick: fn(&super::SelfCheckLabel) -> Option<f64>| {
         cfg.sampler.as_ref().map(|_| {
-            let pairs: Vec<(bool, Option<f64>)> = labels.iter().map(|l| (l.label, l.selfcheck.as_ref().and_then(pick))).collect();
+            let pairs: Vec<(bool, Option<f64>)> =
+                labels.iter().map(|l| (l.label, l.selfcheck.as_ref().and_then(pick))).collect();
             ranking(&pairs)
         })
     };
@@ -129,8 +162,30 @@ pub fn score(cfg: &super::Config, labels: &[ItemLabel]) -> Report {
         metrics,
         selfcheck_avg: baseline(|s| s.avg),
         selfcheck_max: baseline(|s| s.max),
-        pseudo_entropy: None,
+        selfcheck_all_samples_failed: cfg.sampler.as_ref().map(|(_, s)| {
+            let all_failed = |l: &&ItemLabel| {
+                l.selfcheck.as_ref().is_some_and(|c| c.samples == 0 && c.failed_samples == *s)
+            };
+            labels.iter().filter(all_failed).count() as u64
+        }),
+        pseudo_entropy: pseudo_entropy_report(cfg, labels),
     }
+}
+
+fn pseudo_entropy_report(cfg: &super::Config, labels: &[ItemLabel]) -> PseudoEntropyReport {
+    let Some(m) = &cfg.probability else {
+        return PseudoEntropyReport {
+            not_computed: Some("no probability model configured".into()),
+            ..PseudoEntropyReport::default()
+        };
+    };
+    let model = Some(m.name.clone());
+    if let Err(why) = super::baselines::probability_support(m) {
+        return PseudoEntropyReport { model, ranking: None, not_computed: Some(why) };
+    }
+    let pairs: Vec<(bool, Option<f64>)> =
+        labels.iter().map(|l| (l.label, l.pseudo_entropy.as_ref().and_then(|p| p.score))).collect();
+    PseudoEntropyReport { model, ranking: Some(ranking(&pairs)), not_computed: None }
 }
 
 fn num(v: Option<f64>) -> String {
@@ -147,8 +202,10 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
     for m in &first.metrics {
         head.push_str(&format!(" ChainPoll-{} AUROC |", m.metric.as_str()));
     }
-    head.push_str(" SelfCheck-1gram Avg AUROC | SelfCheck-1gram Max AUROC |\n|---|");
-    head.push_str(&"---|".repeat(first.metrics.len() + 2));
+    head.push_str(
+        " SelfCheck-1gram Avg AUROC | SelfCheck-1gram Max AUROC | pseudo-entropy AUROC |\n|---|",
+    );
+    head.push_str(&"---|".repeat(first.metrics.len() + 3));
     md.push_str(&head);
     md.push('\n');
     let mut order: Vec<&Report> = reports.iter().collect();
@@ -160,9 +217,10 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
             md.push_str(&format!(" {} |", num(m.ranking.auroc)));
         }
         md.push_str(&format!(
-            " {} | {} |\n",
+            " {} | {} | {} |\n",
             num(r.selfcheck_avg.as_ref().and_then(|s| s.auroc)),
-            num(r.selfcheck_max.as_ref().and_then(|s| s.auroc))
+            num(r.selfcheck_max.as_ref().and_then(|s| s.auroc)),
+            r.pseudo_entropy.ranking.as_ref().map_or("n/c".into(), |s| num(s.auroc))
         ));
     }
     for r in reports {
@@ -195,12 +253,18 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
         for m in &r.metrics {
             md.push_str(&row(format!("ChainPoll-{}", m.metric.as_str()), &m.ranking, Some(m)));
         }
-        for (name, s) in [("SelfCheck-1gram Avg", &r.selfcheck_avg), ("SelfCheck-1gram Max", &r.selfcheck_max)] {
+        for (name, s) in [
+            ("SelfCheck-1gram Avg", &r.selfcheck_avg),
+            ("SelfCheck-1gram Max", &r.selfcheck_max),
+            ("pseudo-entropy", &r.pseudo_entropy.ranking),
+        ] {
             if let Some(s) = s {
                 md.push_str(&row(name.into(), s, None));
             }
         }
-        md.push_str("\nPseudo-entropy: not computed (no backend returns token log-probabilities).\n");
+        if let Some(why) = &r.pseudo_entropy.not_computed {
+            md.push_str(&format!("\nPseudo-entropy: not computed ({why}).\n"));
+        }
     }
     md
 }

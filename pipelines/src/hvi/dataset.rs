@@ -57,32 +57,35 @@ pub struct LabelRow {
     pub category: Option<Category>,
 }
 
-pub use crate::common::DatasetError;
+pub use crate::jsonl::DatasetError;
 
-fn read_lines<T>(path: &Path, check: impl Fn(&str, &T) -> Result<(), String>) -> Result<Vec<T>, DatasetError>
+fn read_lines<T>(
+    path: &Path,
+    check: impl Fn(&str, &T) -> Result<(), String>,
+) -> Result<Vec<T>, DatasetError>
 where
     T: for<'de> Deserialize<'de>,
 {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| DatasetError::Read { file: file.clone(), reason: e.to_string() })?;
+    let (file, text) = crate::jsonl::read(path)?;
     parse_lines(&file, &text, check)
 }
 
 /// Parses JSON lines into `T`, running `check` on each; errors carry file and line.
-pub fn parse_lines<T>(file: &str, text: &str, check: impl Fn(&str, &T) -> Result<(), String>) -> Result<Vec<T>, DatasetError>
+pub fn parse_lines<T>(
+    file: &str,
+    text: &str,
+    check: impl Fn(&str, &T) -> Result<(), String>,
+) -> Result<Vec<T>, DatasetError>
 where
     T: for<'de> Deserialize<'de>,
 {
     let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
-        if l.trim().is_empty() {
-            continue;
-        }
-        let err = |reason: String| DatasetError::Line { file: file.to_string(), line: i + 1, reason };
-        let row: T = serde_json::from_str(l).map_err(|e| err(e.to_string()))?;
-        check(l, &row).map_err(err)?;
+    crate::jsonl::each_line(file, text, |_, l| {
+        let row: T = serde_json::from_str(l).map_err(|e| e.to_string())?;
+        check(l, &row)?;
         out.push(row);
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 
@@ -130,8 +133,14 @@ mod tests {
         let good = r#"{"model": "a", "sentence": "s.", "hallucinated": true, "category": "EFM"}"#;
         assert_eq!(parse_labels("l.jsonl", good).unwrap()[0].category, Some(Category::EFM));
         for (bad, needle) in [
-            (r#"{"model": "a", "sentence": "s.", "hallucinated": false, "category": "ESL"}"#, "category"),
-            (r#"{"model": "a", "sentence": "s.", "hallucinated": true, "category": "XFM"}"#, "unknown variant"),
+            (
+                r#"{"model": "a", "sentence": "s.", "hallucinated": false, "category": "ESL"}"#,
+                "category",
+            ),
+            (
+                r#"{"model": "a", "sentence": "s.", "hallucinated": true, "category": "XFM"}"#,
+                "unknown variant",
+            ),
             (r#"{"model": "", "sentence": "s.", "hallucinated": true}"#, "model"),
             (r#"{"model": "a", "hallucinated": true}"#, "sentence"),
         ] {
@@ -143,7 +152,8 @@ mod tests {
     /// The shipped prompt sample parses: 12 prompts, half factual.
     #[test]
     fn shipped_prompts() {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/hvi/climate_fever_claims_12.jsonl");
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../datasets/hvi/climate_fever_claims_12.jsonl");
         let ps = read_prompts(&p).unwrap();
         assert_eq!((ps.len(), ps.iter().filter(|p| p.factual).count()), (12, 6));
     }

@@ -10,7 +10,8 @@
 use halyard_proto::ChatMessage;
 
 /// The judge's system message.
-pub const SYSTEM: &str = "You are a careful fact-checker who labels hallucinations in text written by language models.";
+pub const SYSTEM: &str =
+    "You are a careful fact-checker who labels hallucinations in text written by language models.";
 
 /// The per-sentence judge request.
 pub fn judge_messages(prompt: &str, passage: &str, sentence: &str) -> Vec<ChatMessage> {
@@ -40,27 +41,38 @@ pub enum Verdict {
     Extrinsic,
 }
 
-/// The verdict after the **last** `VERDICT:` (case-insensitive; spaces, `_`, `-` and
-/// surrounding `*`/`` ` `` tolerated: `not hallucinated`, `**EXTRINSIC**`); `None` if there
-/// is no such marker or no known word follows it.
+/// The verdict of the **last line of the form `VERDICT: <label>`** (issue 16: not the last
+/// "verdict" anywhere, so prose such as "my verdict." before the final line does not hide
+/// it). A verdict line is, after trimming and dropping Markdown decoration (`*`, `` ` ``,
+/// `#`, `>`, `-`, `_`), the word `VERDICT` (any case), optional decoration, a colon, and the
+/// label: `NOT_HALLUCINATED` (also `not hallucinated`, `not-hallucinated`), `INTRINSIC` or
+/// `EXTRINSIC`, any case, optionally decorated (`**EXTRINSIC**`), with nothing else but
+/// end punctuation after it. `None` when there is no verdict line, or when the last one
+/// holds no known label (the final answer is unreadable; an earlier line is not used).
 pub fn parse_verdict(output: &str) -> Option<Verdict> {
-    let upper = output.to_uppercase();
-    let at = upper.rfind("VERDICT")?;
-    let rest = upper[at + "VERDICT".len()..].trim_start_matches(|c: char| c == ':' || c == '*' || c.is_whitespace());
-    let word: String = rest
+    let line = output.lines().rev().find_map(verdict_line)?;
+    let word: String = line
         .chars()
-        .take_while(|c| c.is_alphabetic() || matches!(c, '_' | '-' | ' ' | '*' | '`'))
-        .filter(|c| c.is_alphabetic())
-        .collect();
-    if word.starts_with("NOTHALLUCINATED") {
-        Some(Verdict::NotHallucinated)
-    } else if word.starts_with("INTRINSIC") {
-        Some(Verdict::Intrinsic)
-    } else if word.starts_with("EXTRINSIC") {
-        Some(Verdict::Extrinsic)
-    } else {
-        None
+        .filter(|c| !matches!(c, '*' | '`' | '.' | '!' | '_' | '-' | ' ' | '\t'))
+        .collect::<String>()
+        .to_uppercase();
+    match word.as_str() {
+        "NOTHALLUCINATED" => Some(Verdict::NotHallucinated),
+        "INTRINSIC" => Some(Verdict::Intrinsic),
+        "EXTRINSIC" => Some(Verdict::Extrinsic),
+        _ => None,
     }
+}
+
+/// The text after `VERDICT:` when `line` is a verdict line.
+fn verdict_line(line: &str) -> Option<&str> {
+    let decoration = |c: char| matches!(c, '*' | '`' | '#' | '>' | '-' | '_') || c.is_whitespace();
+    let rest = line.trim_start_matches(decoration);
+    let head = rest.get(..7)?;
+    if !head.eq_ignore_ascii_case("VERDICT") {
+        return None;
+    }
+    rest[7..].trim_start_matches(decoration).strip_prefix(':')
 }
 
 /// Splits a passage into sentences: after `.`, `!` or `?` (with any closing quotes or
@@ -77,7 +89,9 @@ pub fn split_sentences(passage: &str) -> Vec<String> {
             let (_, c) = chars[i];
             if matches!(c, '.' | '!' | '?') {
                 let mut j = i + 1;
-                while j < chars.len() && matches!(chars[j].1, '.' | '!' | '?' | '"' | '\'' | ')' | ']' | '”' | '’') {
+                while j < chars.len()
+                    && matches!(chars[j].1, '.' | '!' | '?' | '"' | '\'' | ')' | ']' | '”' | '’')
+                {
                     j += 1;
                 }
                 if j == chars.len() || chars[j].1.is_whitespace() {
@@ -100,15 +114,38 @@ pub fn split_sentences(passage: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// The last marker wins; case and decoration are tolerated; anything else is None.
+    /// The last verdict line wins; case and decoration are tolerated; anything else is None.
     #[test]
     fn verdicts() {
         assert_eq!(parse_verdict("VERDICT: EXTRINSIC"), Some(Verdict::Extrinsic));
         assert_eq!(parse_verdict("verdict: not hallucinated"), Some(Verdict::NotHallucinated));
-        assert_eq!(parse_verdict("VERDICT: INTRINSIC\n...\nVerdict: **NOT_HALLUCINATED**"), Some(Verdict::NotHallucinated));
+        assert_eq!(
+            parse_verdict("VERDICT: INTRINSIC\n...\nVerdict: **NOT_HALLUCINATED**"),
+            Some(Verdict::NotHallucinated)
+        );
+        assert_eq!(parse_verdict("**VERDICT:** `extrinsic`."), Some(Verdict::Extrinsic));
         assert_eq!(parse_verdict("VERDICT: maybe"), None);
         assert_eq!(parse_verdict("It is extrinsic."), None);
         assert_eq!(parse_verdict(""), None);
+    }
+
+    /// Issue 16: prose mentioning "verdict" after or around the verdict line does not hide it;
+    /// a verdict word inside a sentence is not a verdict line; the last verdict line decides.
+    #[test]
+    fn verdict_is_the_last_verdict_line() {
+        assert_eq!(
+            parse_verdict("VERDICT: INTRINSIC\nThat is my verdict."),
+            Some(Verdict::Intrinsic)
+        );
+        assert_eq!(
+            parse_verdict(
+                "My verdict: it adds facts.\nVERDICT: EXTRINSIC\nI stand by this verdict."
+            ),
+            Some(Verdict::Extrinsic)
+        );
+        assert_eq!(parse_verdict("The verdict is EXTRINSIC"), None);
+        assert_eq!(parse_verdict("VERDICT: EXTRINSIC because it adds a date"), None);
+        assert_eq!(parse_verdict("VERDICT: EXTRINSIC\nVERDICT: unsure"), None);
     }
 
     /// Sentences end at . ! ? before whitespace and at line breaks; decimals stay whole.

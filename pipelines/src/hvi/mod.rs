@@ -22,5 +22,7 @@ pub mod plan;
 pub mod score;
 
 pub use dataset::{read_labels, read_prompts, LabelRow, Prompt};
-pub use plan::{evaluate, evaluate_labelled, Config, ItemLabel, ModelLabels, PIPELINE, STAGE_VERSION};
+pub use plan::{
+    evaluate, evaluate_labelled, Config, ItemLabel, ModelLabels, PIPELINE, STAGE_VERSION,
+};
 pub use score::{render_markdown, score, Probability, Report, Weights};

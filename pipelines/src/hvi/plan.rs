@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dataset::{Category, LabelRow, Prompt};
 use super::judge::{judge_messages, parse_verdict, split_sentences, Verdict};
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Progress, ResultLookup};
+use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 use crate::metrics::hvi::HviCounts;
 
 /// The pipeline name in job keys.
@@ -78,7 +78,7 @@ impl Config {
 }
 
 /// Advances one prompt as far as the known results allow.
-pub fn evaluate(cfg: &Config, p: &Prompt, results: &dyn ResultLookup) -> Progress<ItemLabel> {
+pub fn evaluate(cfg: &Config, p: &Prompt, results: &dyn ResultLookup) -> Plan<ItemLabel> {
     let req = cfg.passage_request(p);
     let label = |passage, passage_error, sentences| ItemLabel {
         id: p.id.clone(),
@@ -90,8 +90,10 @@ pub fn evaluate(cfg: &Config, p: &Prompt, results: &dyn ResultLookup) -> Progres
         sentences,
     };
     let passage = match results.get(&req.id()) {
-        None => return Progress::Waiting(vec![req]),
-        Some(JobOutcome::Failed(e)) => return Progress::Done(label(None, Some(e.to_string()), Vec::new())),
+        None => return Plan::Waiting(vec![req]),
+        Some(JobOutcome::Failed(e)) => {
+            return Plan::Done(label(None, Some(e.to_string()), Vec::new()))
+        }
         Some(JobOutcome::Done(c)) => c.text.clone(),
     };
     let mut waiting = Vec::new();
@@ -107,9 +109,9 @@ pub fn evaluate(cfg: &Config, p: &Prompt, results: &dyn ResultLookup) -> Progres
         }
     }
     if waiting.is_empty() {
-        Progress::Done(label(Some(passage), None, sentences))
+        Plan::Done(label(Some(passage), None, sentences))
     } else {
-        Progress::Waiting(waiting)
+        Plan::Waiting(waiting)
     }
 }
 
@@ -123,13 +125,20 @@ fn judge_sentence(
     let messages = judge_messages(&p.prompt, passage, &sentence);
     let mut outputs = Vec::new();
     for attempt in 0..JUDGE_ATTEMPTS {
-        let req = cfg.judge.request(PIPELINE, "sentence_judge", STAGE_VERSION, messages.clone(), attempt);
+        let req =
+            cfg.judge.request(PIPELINE, "sentence_judge", STAGE_VERSION, messages.clone(), attempt);
         match results.get(&req.id()) {
             None => return Err(Box::new(req)),
             Some(JobOutcome::Failed(e)) => {
                 outputs.push(None);
                 let error = Some(format!("judge job failed: {e}"));
-                return Ok(SentenceLabel { sentence, verdict: None, category: None, outputs, error });
+                return Ok(SentenceLabel {
+                    sentence,
+                    verdict: None,
+                    category: None,
+                    outputs,
+                    error,
+                });
             }
             Some(JobOutcome::Done(c)) => {
                 outputs.push(Some(c.text.clone()));
@@ -139,7 +148,13 @@ fn judge_sentence(
                         Verdict::Intrinsic => Some(Category::of(p.factual, false)),
                         Verdict::Extrinsic => Some(Category::of(p.factual, true)),
                     };
-                    return Ok(SentenceLabel { sentence, verdict: Some(v), category, outputs, error: None });
+                    return Ok(SentenceLabel {
+                        sentence,
+                        verdict: Some(v),
+                        category,
+                        outputs,
+                        error: None,
+                    });
                 }
             }
         }
@@ -184,17 +199,28 @@ mod tests {
     use super::*;
 
     fn done(t: &str) -> Outcome {
-        Outcome::Done(Completion { text: t.into(), usage: Usage::default(), latency_ms: 0, finish_reason: None, calls: 1 })
+        Outcome::Done(Completion {
+            text: t.into(),
+            usage: Usage::default(),
+            latency_ms: 0,
+            finish_reason: None,
+            calls: 1,
+            logprobs: None,
+        })
     }
 
     /// Passage, then one judge job per sentence; a garbled verdict is asked again, twice
     /// garbled is a judge error; categories follow the prompt's orientation.
     #[test]
     fn passage_then_sentences() {
-        let cfg = Config { model: spec("m"), judge: spec("j"), system_prompt: Some("Write news.".into()) };
+        let cfg = Config {
+            model: spec("m"),
+            judge: spec("j"),
+            system_prompt: Some("Write news.".into()),
+        };
         let p = Prompt { id: "1".into(), prompt: "The sky is green.".into(), factual: false };
         let mut known: HashMap<JobId, Outcome> = HashMap::new();
-        let Progress::Waiting(jobs) = evaluate(&cfg, &p, &known) else { panic!() };
+        let Plan::Waiting(jobs) = evaluate(&cfg, &p, &known) else { panic!() };
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].key.messages.len(), 2);
         known.insert(jobs[0].id(), done("Green skies. Experts agree. Unclear one."));
@@ -202,8 +228,8 @@ mod tests {
         let label = loop {
             rounds += 1;
             match evaluate(&cfg, &p, &known) {
-                Progress::Done(l) => break l,
-                Progress::Waiting(jobs) => {
+                Plan::Done(l) => break l,
+                Plan::Waiting(jobs) => {
                     for j in jobs {
                         let user = &j.key.messages[1].content;
                         let out = if user.contains("\"\"\"Green skies.\"\"\"") {
@@ -222,14 +248,29 @@ mod tests {
         let cats: Vec<Option<Category>> = label.sentences.iter().map(|s| s.category).collect();
         assert_eq!(cats, [Some(Category::ISL), Some(Category::ESL), None]);
         assert!(label.sentences[2].error.is_some() && label.sentences[2].outputs.len() == 2);
-        assert_eq!(counts_of(&[label]), HviCounts { sentences: 2, hallucinated: 2, efm: 0, esl: 1 });
+        assert_eq!(
+            counts_of(&[label]),
+            HviCounts { sentences: 2, hallucinated: 2, efm: 0, esl: 1 }
+        );
     }
 
     /// Labelled mode counts only the named model's rows.
     #[test]
     fn labelled_counts() {
-        let row = |m: &str, h, c| LabelRow { model: m.into(), sentence: "s".into(), hallucinated: h, category: c };
-        let rows = [row("a", true, Some(Category::EFM)), row("a", false, None), row("b", true, Some(Category::ESL))];
-        assert_eq!(evaluate_labelled("a", &rows).counts, HviCounts { sentences: 2, hallucinated: 1, efm: 1, esl: 0 });
+        let row = |m: &str, h, c| LabelRow {
+            model: m.into(),
+            sentence: "s".into(),
+            hallucinated: h,
+            category: c,
+        };
+        let rows = [
+            row("a", true, Some(Category::EFM)),
+            row("a", false, None),
+            row("b", true, Some(Category::ESL)),
+        ];
+        assert_eq!(
+            evaluate_labelled("a", &rows).counts,
+            HviCounts { sentences: 2, hallucinated: 1, efm: 1, esl: 0 }
+        );
     }
 }

@@ -42,7 +42,12 @@ pub struct Weights {
 
 impl Default for Weights {
     fn default() -> Weights {
-        Weights { p_efm: Probability::RelativeFrequency, p_esl: Probability::RelativeFrequency, delta1: 0.0, delta2: 0.0 }
+        Weights {
+            p_efm: Probability::RelativeFrequency,
+            p_esl: Probability::RelativeFrequency,
+            delta1: 0.0,
+            delta2: 0.0,
+        }
     }
 }
 
@@ -74,11 +79,19 @@ pub struct Report {
 }
 
 /// HVI of one model from its counts.
-pub fn score(model: &str, source: &str, counts: HviCounts, judge_errors: u64, failed_passages: u64, w: Weights) -> Report {
+pub fn score(
+    model: &str,
+    source: &str,
+    counts: HviCounts,
+    judge_errors: u64,
+    failed_passages: u64,
+    w: Weights,
+) -> Report {
     let p_efm = w.p_efm.value(counts.efm, counts.sentences);
     let p_esl = w.p_esl.value(counts.esl, counts.sentences);
     let params = HviParams::new(p_efm, p_esl);
-    let (hvi_initial, adjusted) = (hvi(counts, params), hvi(counts, params.with_deltas(w.delta1, w.delta2)));
+    let (hvi_initial, adjusted) =
+        (hvi(counts, params), hvi(counts, params.with_deltas(w.delta1, w.delta2)));
     let error = adjusted.as_ref().err().map(|e| e.to_string());
     let hvi_value = adjusted.ok();
     Report {
@@ -106,7 +119,9 @@ fn num(v: Option<f64>) -> String {
 /// One benchmark's section: the leaderboard, most vulnerable (highest HVI) first.
 pub fn render_markdown(reports: &[Report]) -> String {
     let mut rows: Vec<&Report> = reports.iter().collect();
-    rows.sort_by(|a, b| b.hvi.unwrap_or(f64::NEG_INFINITY).total_cmp(&a.hvi.unwrap_or(f64::NEG_INFINITY)));
+    rows.sort_by(|a, b| {
+        b.hvi.unwrap_or(f64::NEG_INFINITY).total_cmp(&a.hvi.unwrap_or(f64::NEG_INFINITY))
+    });
     let mut md = String::from(
         "HVI = 100/(2U) · [(N − N_EFM)(1 − P_EFM + δ1) + (N − N_ESL)(1 − P_ESL + δ2)] (Rawte et al. 2023, Eq. 1, count form). \
          Higher = more vulnerable. `initial`: δ1 = δ2 = 0; `HVI`: with the configured δ; `0–100`: HVI clipped for ranking.\n\n",
@@ -138,7 +153,10 @@ pub fn render_markdown(reports: &[Report]) -> String {
             md.push_str(&format!("`{}`: HVI not computed: {e}.\n", r.model));
         }
         if r.failed_passages > 0 {
-            md.push_str(&format!("`{}`: {} passage call(s) failed (no sentences).\n", r.model, r.failed_passages));
+            md.push_str(&format!(
+                "`{}`: {} passage call(s) failed (no sentences).\n",
+                r.model, r.failed_passages
+            ));
         }
     }
     md
@@ -152,14 +170,26 @@ mod tests {
     #[test]
     fn worked_example_and_default() {
         let c = HviCounts { sentences: 100, hallucinated: 40, efm: 10, esl: 5 };
-        let w = Weights { p_efm: Probability::Fixed(0.3), p_esl: Probability::Fixed(0.2), delta1: 0.1, delta2: 0.05 };
+        let w = Weights {
+            p_efm: Probability::Fixed(0.3),
+            p_esl: Probability::Fixed(0.2),
+            delta1: 0.1,
+            delta2: 0.05,
+        };
         let r = score("m", "labels", c, 0, 0, w);
         assert!((r.hvi_initial.unwrap() - 24.5).abs() < 1e-9);
         assert!((r.hvi.unwrap() - 26.875).abs() < 1e-9);
         let r = score("m", "labels", c, 0, 0, Weights::default());
         assert_eq!((r.p_efm, r.p_esl), (0.1, 0.05));
         assert!((r.hvi.unwrap() - 0.5 * (30.0 * 0.9 + 35.0 * 0.95)).abs() < 1e-9);
-        let r = score("m", "judge", HviCounts { sentences: 0, hallucinated: 0, efm: 0, esl: 0 }, 2, 1, Weights::default());
+        let r = score(
+            "m",
+            "judge",
+            HviCounts { sentences: 0, hallucinated: 0, efm: 0, esl: 0 },
+            2,
+            1,
+            Weights::default(),
+        );
         assert!(r.hvi.is_none() && r.error.is_some());
         let md = render_markdown(&[r]);
         assert!(md.contains("HVI not computed") && md.contains("1 passage call(s) failed"), "{md}");

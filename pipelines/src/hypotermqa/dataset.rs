@@ -33,8 +33,12 @@ pub enum TermSet {
 }
 
 impl TermSet {
-    pub const ALL: [TermSet; 4] =
-        [TermSet::Hypothetical, TermSet::LlmSuggestion, TermSet::TitleSimilarity, TermSet::TextSimilarity];
+    pub const ALL: [TermSet; 4] = [
+        TermSet::Hypothetical,
+        TermSet::LlmSuggestion,
+        TermSet::TitleSimilarity,
+        TermSet::TextSimilarity,
+    ];
 
     /// The dataset's `termSetId`.
     pub fn id(self) -> i64 {
@@ -126,7 +130,8 @@ pub enum DatasetError {
 pub fn read_dataset(path: impl AsRef<Path>) -> Result<Vec<Question>, DatasetError> {
     let path = path.as_ref();
     let name = path.display().to_string();
-    let body = std::fs::read_to_string(path).map_err(|source| DatasetError::Io { path: name.clone(), source })?;
+    let body = std::fs::read_to_string(path)
+        .map_err(|source| DatasetError::Io { path: name.clone(), source })?;
     parse_dataset(&name, &body)
 }
 
@@ -140,7 +145,12 @@ pub fn parse_dataset(source_name: &str, body: &str) -> Result<Vec<Question>, Dat
         }
         let q = parse_line(source_name, i + 1, line)?;
         if let Some(&first_line) = seen.get(&q.id) {
-            return Err(DatasetError::DuplicateId { file: source_name.into(), line: i + 1, id: q.id, first_line });
+            return Err(DatasetError::DuplicateId {
+                file: source_name.into(),
+                line: i + 1,
+                id: q.id,
+                first_line,
+            });
         }
         seen.insert(q.id, i + 1);
         out.push(q);
@@ -167,7 +177,10 @@ pub fn parse_line(source_name: &str, line_no: usize, line: &str) -> Result<Quest
         "programmatic" => ReplacementType::Programmatic,
         "fresh" => ReplacementType::Fresh,
         other => {
-            return Err(ctx.err("replacementType", &format!("expected none, programmatic or fresh, found {other:?}")))
+            return Err(ctx.err(
+                "replacementType",
+                &format!("expected none, programmatic or fresh, found {other:?}"),
+            ))
         }
     };
     if is_hypothetical != (replacement == ReplacementType::None) {
@@ -188,7 +201,9 @@ pub fn parse_line(source_name: &str, line_no: usize, line: &str) -> Result<Quest
         let kind = if is_hypothetical { "a hypothetical" } else { "a valid" };
         return Err(ctx.err(
             "terms",
-            &format!("{kind} question needs exactly {want} hypothetical term(s), found {hypothetical}"),
+            &format!(
+                "{kind} question needs exactly {want} hypothetical term(s), found {hypothetical}"
+            ),
         ));
     }
     Ok(Question { id, is_hypothetical, question, replacement, terms })
@@ -201,10 +216,20 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn err(&self, field: &str, reason: &str) -> DatasetError {
-        DatasetError::Field { file: self.file.into(), line: self.line, field: field.into(), reason: reason.into() }
+        DatasetError::Field {
+            file: self.file.into(),
+            line: self.line,
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 
-    fn get<'v>(&self, obj: &'v Map<String, Value>, key: &str, path: &str) -> Result<&'v Value, DatasetError> {
+    fn get<'v>(
+        &self,
+        obj: &'v Map<String, Value>,
+        key: &str,
+        path: &str,
+    ) -> Result<&'v Value, DatasetError> {
         obj.get(key).ok_or_else(|| self.err(path, "missing"))
     }
 
@@ -216,14 +241,24 @@ impl Ctx<'_> {
         self.get(obj, key, path)?.as_bool().ok_or_else(|| self.err(path, "expected true or false"))
     }
 
-    fn string(&self, obj: &Map<String, Value>, key: &str, path: &str) -> Result<String, DatasetError> {
-        let s = self.get(obj, key, path)?.as_str().ok_or_else(|| self.err(path, "expected a string"))?;
+    fn string(
+        &self,
+        obj: &Map<String, Value>,
+        key: &str,
+        path: &str,
+    ) -> Result<String, DatasetError> {
+        let s = self
+            .get(obj, key, path)?
+            .as_str()
+            .ok_or_else(|| self.err(path, "expected a string"))?;
         Ok(s.to_string())
     }
 
     fn term(&self, v: &Value, index: usize) -> Result<Term, DatasetError> {
         let p = |k: &str| format!("terms[{index}].{k}");
-        let obj = v.as_object().ok_or_else(|| self.err(&format!("terms[{index}]"), "expected a JSON object"))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| self.err(&format!("terms[{index}]"), "expected a JSON object"))?;
         let term_id = self.int(obj, "termId", &p("termId"))?;
         let is_hypothetical = self.bool(obj, "isHypotheticalTerm", &p("isHypotheticalTerm"))?;
         let set_id = self.int(obj, "termSetId", &p("termSetId"))?;
@@ -237,9 +272,10 @@ impl Ctx<'_> {
             )
         })?;
         if set_id != term_set.id() {
-            return Err(
-                self.err(&p("termSetId"), &format!("is {set_id} but termSet {set_name:?} has id {}", term_set.id()))
-            );
+            return Err(self.err(
+                &p("termSetId"),
+                &format!("is {set_id} but termSet {set_name:?} has id {}", term_set.id()),
+            ));
         }
         if is_hypothetical != (term_set == TermSet::Hypothetical) {
             return Err(self.err(
@@ -257,5 +293,4 @@ impl Ctx<'_> {
 }
 
 #[cfg(test)]
-#[path = "dataset_tests.rs"]
 mod tests;

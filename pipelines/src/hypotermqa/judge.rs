@@ -1,10 +1,21 @@
 //! Reading the judge's output, in both semantics.
 //!
 //! - Paper mode ([`parse_paper_certainty`], [`parse_paper_verified`]): the output must
-//!   contain a JSON object with the key (`certainty` or `verified`) and an allowed value,
-//!   compared case-insensitively after trimming. The object may sit inside a code fence
-//!   or prose. Anything else is a [`JudgeParseError`] saying why; the planner then asks
-//!   again and finally records `judge_error`.
+//!   contain a JSON object with the key (`certainty` or `verified`) and an allowed value.
+//!   Anything else is a [`JudgeParseError`] saying why; the planner then asks again and
+//!   finally records `judge_error`. Exactly what it accepts (each rule has its test in
+//!   `judge_tests.rs`, issue 16):
+//!   1. every outermost JSON object anywhere in the output (in a code fence, after or
+//!      before prose); single quotes, trailing commas and other non-JSON are not objects;
+//!   2. raw control characters (a line break) inside a JSON string;
+//!   3. the key matched case-insensitively after trimming (`"Certainty"`, `" verified "`);
+//!      a key given twice in one object: the last one (as Python's `json` reads it);
+//!   4. the value: a string, trimmed and case-insensitive (`" mentioned "`); for `verified`
+//!      also a JSON boolean (`true`/`false`); any other value or type is `BadValue`;
+//!   5. several objects: those without the key, or whose value is not allowed (the echoed
+//!      empty template), are skipped when another object gives an allowed value; all
+//!      allowed values must agree (else `Conflicting`); the reasoning is the first
+//!      allowed object's.
 //! - Reference mode ([`reference_certainty`], [`reference_verified`]): an exact
 //!   emulation of the authors' `LLmResponseParser.parse_response` (spec E.1, built on
 //!   [`crate::hypotermqa::pyjson`]) and of its callers (spec B.2), which turn *every*
@@ -17,8 +28,9 @@ use super::string_match::{py_lower, py_strip};
 
 /// The prefix the authors' code puts before the stored reflection of an unreadable output.
 pub const PARSE_FAILURE_PREFIX: &str = "WARNING: Failed to parse response: ";
-/// What the authors' Ollama client returns when all attempts fail (spec E.2); reference
-/// mode reads a dead-lettered judge job as this output.
+/// What the authors' Ollama client returns when all attempts fail (spec E.2), which their
+/// parser then labels valid. Halyard does **not** feed it for a dead-lettered judge job:
+/// that check is `judge_error` in both semantics (see [`super::plan`]).
 pub const MODEL_FAILURE_OUTPUT: &str = "WARNING! Model failure.";
 
 /// Which judge check.
@@ -161,13 +173,19 @@ fn parse_paper<T: PartialEq + Copy>(
     }
     let Some((first, reasoning)) = found.first().cloned() else {
         return Err(match rejected {
-            Some(value) => JudgeParseError::BadValue { key, value: value.py_repr(), allowed: kind.allowed() },
+            Some(value) => {
+                JudgeParseError::BadValue { key, value: value.py_repr(), allowed: kind.allowed() }
+            }
             None => JudgeParseError::MissingKey { key },
         });
     };
     if found.iter().any(|(v, _)| *v != first) {
-        let values =
-            objects.iter().filter_map(|items| field(items, key)).map(|v| v.py_repr()).collect::<Vec<_>>().join(", ");
+        let values = objects
+            .iter()
+            .filter_map(|items| field(items, key))
+            .map(|v| v.py_repr())
+            .collect::<Vec<_>>()
+            .join(", ");
         return Err(JudgeParseError::Conflicting { key, values });
     }
     Ok(Verdict { value: first, reasoning })
@@ -237,7 +255,9 @@ pub fn parse_response(output: &str) -> Result<PyValue, String> {
     // 5. Repair loop, then a final lenient parse whose error propagates.
     match repair_loop(s) {
         Some(s) => loads(&s, false).map_err(|e| format!("JSONDecodeError: {e}")),
-        None => Err("TypeError: the JSON object must be str, bytes or bytearray, not NoneType".into()),
+        None => {
+            Err("TypeError: the JSON object must be str, bytes or bytearray, not NoneType".into())
+        }
     }
 }
 
@@ -283,7 +303,9 @@ fn repair_loop(mut s: String) -> Option<String> {
             s = chars[..from].iter().collect::<String>() + &tail;
         } else {
             let at = pos.min(chars.len());
-            s = chars[..at].iter().collect::<String>() + "," + &chars[at..].iter().collect::<String>();
+            s = chars[..at].iter().collect::<String>()
+                + ","
+                + &chars[at..].iter().collect::<String>();
         }
     }
     None
@@ -294,17 +316,23 @@ fn subscript(value: &PyValue, key: &str) -> Result<PyValue, String> {
     match value {
         PyValue::Dict(_) => value.get(key).cloned().ok_or_else(|| format!("KeyError: '{key}'")),
         PyValue::Str(_) => Err("TypeError: string indices must be integers, not 'str'".into()),
-        PyValue::List(_) => Err("TypeError: list indices must be integers or slices, not str".into()),
+        PyValue::List(_) => {
+            Err("TypeError: list indices must be integers or slices, not str".into())
+        }
         other => Err(format!("TypeError: '{}' object is not subscriptable", other.type_name())),
     }
 }
 
 fn reading(output: &str, value: Result<(String, Option<String>), String>) -> ReferenceReading {
     match value {
-        Ok((v, reasoning)) => ReferenceReading { value: Ok(v), reflection: output.to_string(), reasoning },
-        Err(e) => {
-            ReferenceReading { value: Err(e), reflection: format!("{PARSE_FAILURE_PREFIX}{output}"), reasoning: None }
+        Ok((v, reasoning)) => {
+            ReferenceReading { value: Ok(v), reflection: output.to_string(), reasoning }
         }
+        Err(e) => ReferenceReading {
+            value: Err(e),
+            reflection: format!("{PARSE_FAILURE_PREFIX}{output}"),
+            reasoning: None,
+        },
     }
 }
 
@@ -319,18 +347,19 @@ fn reasoning_of(v: &PyValue) -> Option<String> {
 pub fn reference_certainty(output: &str) -> ReferenceReading {
     let value = parse_response(output).and_then(|v| match subscript(&v, "certainty")? {
         PyValue::Str(c) => Ok((py_lower(&c), reasoning_of(&v))),
-        other => Err(format!("AttributeError: '{}' object has no attribute 'lower'", other.type_name())),
+        other => {
+            Err(format!("AttributeError: '{}' object has no attribute 'lower'", other.type_name()))
+        }
     });
     reading(output, value)
 }
 
 /// Reference mode, meaning check: `str(parse_response(s)["verified"]).lower()`.
 pub fn reference_verified(output: &str) -> ReferenceReading {
-    let value =
-        parse_response(output).and_then(|v| Ok((py_lower(&subscript(&v, "verified")?.py_str()), reasoning_of(&v))));
+    let value = parse_response(output)
+        .and_then(|v| Ok((py_lower(&subscript(&v, "verified")?.py_str()), reasoning_of(&v))));
     reading(output, value)
 }
 
 #[cfg(test)]
-#[path = "judge_tests.rs"]
 mod tests;

@@ -3,8 +3,8 @@
 //!
 //! Each check writes a [`CheckRow`] (`code_check`, `acceptance`, `meaning`), as the
 //! authors' code does. A term's label and an answer's label are priority maxima:
-//! hallucination > judge_error > irrelevant > valid (reference rows never hold
-//! judge_error). In paper mode the term label is the paper's formula (Section 3.1), which
+//! hallucination > judge_error > irrelevant > valid (a reference row holds judge_error
+//! only when its judge job is a dead letter, Halyard's deviation from the authors' code). In paper mode the term label is the paper's formula (Section 3.1), which
 //! equals the maximum of the rows paper mode writes; in reference mode it is the
 //! maximum of the rows the authors' code writes (spec B.3).
 
@@ -21,12 +21,14 @@ pub enum Label {
     Valid,
     Hallucination,
     Irrelevant,
-    /// Paper mode only: the judge never gave a usable verdict.
+    /// The judge never gave a usable verdict (paper mode), or its job is a dead letter
+    /// (both modes).
     JudgeError,
 }
 
 impl Label {
-    pub const ALL: [Label; 4] = [Label::Valid, Label::Hallucination, Label::Irrelevant, Label::JudgeError];
+    pub const ALL: [Label; 4] =
+        [Label::Valid, Label::Hallucination, Label::Irrelevant, Label::JudgeError];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -135,7 +137,10 @@ pub fn worst(labels: impl IntoIterator<Item = Label>) -> Option<Label> {
 }
 
 fn inclusion_row(included: bool) -> CheckRow {
-    CheckRow { eval_type: EvalType::CodeCheck, label: if included { Label::Valid } else { Label::Irrelevant } }
+    CheckRow {
+        eval_type: EvalType::CodeCheck,
+        label: if included { Label::Valid } else { Label::Irrelevant },
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -225,7 +230,10 @@ pub fn paper_answer_label(term_labels: impl IntoIterator<Item = Label>) -> Answe
 
 /// The authors' acceptance row (spec B.2). `certainty` is `Ok(value.lower())` or the
 /// parse failure, which they label valid.
-pub fn reference_acceptance_row(is_hypothetical: bool, certainty: &Result<String, String>) -> Label {
+pub fn reference_acceptance_row(
+    is_hypothetical: bool,
+    certainty: &Result<String, String>,
+) -> Label {
     match certainty {
         Err(_) => Label::Valid,
         Ok(c) if c == "unknown" => {
@@ -262,7 +270,10 @@ pub fn reference_rows(
         return rows;
     }
     if let Some(c) = certainty {
-        rows.push(CheckRow { eval_type: EvalType::Acceptance, label: reference_acceptance_row(is_hypothetical, c) });
+        rows.push(CheckRow {
+            eval_type: EvalType::Acceptance,
+            label: reference_acceptance_row(is_hypothetical, c),
+        });
     }
     if let (false, Some(v)) = (is_hypothetical, verified) {
         rows.push(CheckRow { eval_type: EvalType::Meaning, label: reference_meaning_row(v) });

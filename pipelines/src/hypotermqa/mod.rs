@@ -27,10 +27,13 @@ pub mod score;
 pub mod string_match;
 
 pub use dataset::{
-    parse_dataset, parse_line, read_dataset, DatasetError, Question, QuestionType, ReplacementType, Term, TermSet,
+    parse_dataset, parse_line, read_dataset, DatasetError, Question, QuestionType, ReplacementType,
+    Term, TermSet,
 };
 pub use judge::Certainty;
-pub use labels::{AnswerLabel, CheckRow, EvalType, ItemLabel, JudgeAttempt, JudgeCheck, Label, TermEval};
+pub use labels::{
+    AnswerLabel, CheckRow, EvalType, ItemLabel, JudgeAttempt, JudgeCheck, Label, TermEval,
+};
 pub use plan::{evaluate, Config, PIPELINE, STAGE_VERSION};
 pub use score::{render_markdown, score, QuestionCounts, Report, ScoreMeta};
 pub use string_match::{paper_includes, reference_includes};

@@ -17,25 +17,32 @@
 //! Paper mode retries an unusable judge output: attempt 1 repeats the prompt with
 //! `sample_index` 1 (a new job id), attempt 2 adds the bad output and a repair
 //! instruction (`sample_index` 2); still unusable, or a failed judge job, gives
-//! `judge_error`. Reference mode makes one call and reads a failed job as the authors'
-//! `"WARNING! Model failure."` output (a parse failure, labelled valid by their rules).
+//! `judge_error`. Reference mode makes one call per check.
+//!
+//! A judge job that ended as a dead letter is `judge_error` in **both** semantics (issue
+//! 16). This deviates from the authors' Ollama path, which returns the string
+//! `"WARNING! Model failure."` after its retries and then parses it, fails, and labels the
+//! check **valid**: an infrastructure failure would raise the reference HTS. Reference mode
+//! keeps the authors' rule for outputs the judge did give (an unparseable output is still
+//! valid there); only a missing output is an error.
 
 use halyard_proto::ChatMessage;
 use serde::{Deserialize, Serialize};
 
 use super::dataset::{Question, Term};
 use super::judge::{
-    parse_paper_certainty, parse_paper_verified, reference_certainty, reference_verified, JudgeKind, JudgeParseError,
-    ReferenceReading, Verdict, MODEL_FAILURE_OUTPUT,
+    parse_paper_certainty, parse_paper_verified, reference_certainty, reference_verified,
+    JudgeKind, JudgeParseError, ReferenceReading, Verdict,
 };
 use super::labels::{
-    paper_answer_label, paper_needs_meaning, paper_rows, paper_term_label, reference_answer_label, reference_rows,
-    worst, AnswerLabel, CheckRow, ItemLabel, JudgeAttempt, JudgeCheck, Judged, Label, TermEval,
+    paper_answer_label, paper_needs_meaning, paper_rows, paper_term_label, reference_answer_label,
+    reference_rows, worst, AnswerLabel, CheckRow, ItemLabel, JudgeAttempt, JudgeCheck, Judged,
+    Label, TermEval,
 };
 use super::prompts::{acceptance_messages, answer_messages, meaning_messages, repair_messages};
 use super::string_match::{paper_includes, reference_includes};
 use super::Semantics;
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Progress, ResultLookup};
+use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 
 /// The pipeline name in job keys.
 pub const PIPELINE: &str = "hypotermqa";
@@ -66,27 +73,29 @@ impl Config {
 }
 
 /// Advances one question as far as the known results allow.
-pub fn evaluate(cfg: &Config, q: &Question, results: &dyn ResultLookup) -> Progress<ItemLabel> {
+pub fn evaluate(cfg: &Config, q: &Question, results: &dyn ResultLookup) -> Plan<ItemLabel> {
     let answer_req = cfg.answer_request(q);
     let answer_job = answer_req.id().to_string();
-    let item = |answer: Option<String>, answer_error: Option<String>, answer_label, terms| ItemLabel {
-        question_id: q.id,
-        question_type: q.question_type(),
-        question: q.question.clone(),
-        model: cfg.model.name.clone(),
-        judge: cfg.judge.name.clone(),
-        semantics: cfg.semantics,
-        answer_job: answer_job.clone(),
-        answer,
-        answer_error,
-        answer_label,
-        terms,
-    };
+    let item =
+        |answer: Option<String>, answer_error: Option<String>, answer_label, terms| ItemLabel {
+            question_id: q.id,
+            question_type: q.question_type(),
+            question: q.question.clone(),
+            model: cfg.model.name.clone(),
+            judge: cfg.judge.name.clone(),
+            semantics: cfg.semantics,
+            answer_job: answer_job.clone(),
+            answer,
+            answer_error,
+            answer_label,
+            terms,
+        };
     let answer = match results.get(&answer_req.id()) {
-        None => return Progress::Waiting(vec![answer_req]),
+        None => return Plan::Waiting(vec![answer_req]),
         Some(JobOutcome::Failed(error)) => {
-            let terms = q.terms.iter().map(|t| term_eval(t, false, None, None, None, Vec::new())).collect();
-            return Progress::Done(item(None, Some(error.to_string()), AnswerLabel::Unanswered, terms));
+            let terms =
+                q.terms.iter().map(|t| term_eval(t, false, None, None, None, Vec::new())).collect();
+            return Plan::Done(item(None, Some(error.to_string()), AnswerLabel::Unanswered, terms));
         }
         Some(JobOutcome::Done(c)) => c.text.clone(),
     };
@@ -109,13 +118,13 @@ pub fn evaluate(cfg: &Config, q: &Question, results: &dyn ResultLookup) -> Progr
         }
     }
     if !waiting.is_empty() {
-        return Progress::Waiting(waiting);
+        return Plan::Waiting(waiting);
     }
     let answer_label = match cfg.semantics {
         Semantics::Paper => paper_answer_label(terms.iter().filter_map(|t| t.term_label)),
         Semantics::Reference => reference_answer_label(terms.iter().flat_map(|t| &t.rows)),
     };
-    Progress::Done(item(Some(answer), None, answer_label, terms))
+    Plan::Done(item(Some(answer), None, answer_label, terms))
 }
 
 fn term_eval(
@@ -145,7 +154,13 @@ type TermStep = Result<TermEval, Vec<JobRequest>>;
 /// A judge check is finished (its attempts and verdict) or needs this job next.
 type JudgeStep<T> = Result<(Vec<JudgeAttempt>, Option<Verdict<T>>), Box<JobRequest>>;
 
-fn paper_term(cfg: &Config, q: &Question, answer: &str, t: &Term, results: &dyn ResultLookup) -> TermStep {
+fn paper_term(
+    cfg: &Config,
+    q: &Question,
+    answer: &str,
+    t: &Term,
+    results: &dyn ResultLookup,
+) -> TermStep {
     let included = paper_includes(answer, &t.term);
     if !included {
         let rows = paper_rows(t.is_hypothetical, false, Judged::NotRun, Judged::NotRun);
@@ -153,19 +168,23 @@ fn paper_term(cfg: &Config, q: &Question, answer: &str, t: &Term, results: &dyn 
     }
     let base = acceptance_messages(&t.term, &q.question, answer);
     let (acc_attempts, acc) =
-        paper_judge(cfg, JudgeKind::Acceptance, base, results, parse_paper_certainty).map_err(|r| vec![*r])?;
+        paper_judge(cfg, JudgeKind::Acceptance, base, results, parse_paper_certainty)
+            .map_err(|r| vec![*r])?;
     let acceptance = judged(&acc);
     let mut meaning_run = None;
     if paper_needs_meaning(t.is_hypothetical, acceptance) {
         let base = meaning_messages(&t.term, &t.explanation, &q.question, answer);
-        meaning_run =
-            Some(paper_judge(cfg, JudgeKind::Meaning, base, results, parse_paper_verified).map_err(|r| vec![*r])?);
+        meaning_run = Some(
+            paper_judge(cfg, JudgeKind::Meaning, base, results, parse_paper_verified)
+                .map_err(|r| vec![*r])?,
+        );
     }
     let meaning = meaning_run.as_ref().map_or(Judged::NotRun, |(_, v)| judged(v));
     let rows = paper_rows(t.is_hypothetical, true, acceptance, meaning);
     let row_label = |i: usize| rows.get(i).map_or(Label::JudgeError, |r| r.label);
     let acc_parsed = acc.as_ref().map(|v| v.value.as_str().to_string());
-    let acc_check = paper_check(acc_attempts, acc_parsed, row_label(1), acc.and_then(|v| v.reasoning));
+    let acc_check =
+        paper_check(acc_attempts, acc_parsed, row_label(1), acc.and_then(|v| v.reasoning));
     let meaning_check = meaning_run.map(|(attempts, verdict)| {
         let parsed = verdict.as_ref().map(|v| if v.value { "TRUE" } else { "FALSE" }.to_string());
         paper_check(attempts, parsed, row_label(2), verdict.and_then(|v| v.reasoning))
@@ -212,16 +231,28 @@ fn paper_judge<T>(
         match results.get(&req.id()) {
             None => return Err(Box::new(req)),
             Some(JobOutcome::Failed(e)) => {
-                attempts.push(JudgeAttempt { job_id, output: None, error: Some(format!("judge job failed: {e}")) });
+                attempts.push(JudgeAttempt {
+                    job_id,
+                    output: None,
+                    error: Some(format!("judge job failed: {e}")),
+                });
                 return Ok((attempts, None));
             }
             Some(JobOutcome::Done(c)) => match parse(&c.text) {
                 Ok(v) => {
-                    attempts.push(JudgeAttempt { job_id, output: Some(c.text.clone()), error: None });
+                    attempts.push(JudgeAttempt {
+                        job_id,
+                        output: Some(c.text.clone()),
+                        error: None,
+                    });
                     return Ok((attempts, Some(v)));
                 }
                 Err(e) => {
-                    attempts.push(JudgeAttempt { job_id, output: Some(c.text.clone()), error: Some(e.to_string()) });
+                    attempts.push(JudgeAttempt {
+                        job_id,
+                        output: Some(c.text.clone()),
+                        error: Some(e.to_string()),
+                    });
                     last_bad = c.text.clone();
                 }
             },
@@ -230,7 +261,13 @@ fn paper_judge<T>(
     Ok((attempts, None))
 }
 
-fn reference_term(cfg: &Config, q: &Question, answer: &str, t: &Term, results: &dyn ResultLookup) -> TermStep {
+fn reference_term(
+    cfg: &Config,
+    q: &Question,
+    answer: &str,
+    t: &Term,
+    results: &dyn ResultLookup,
+) -> TermStep {
     let included = reference_includes(answer, &t.term);
     if !included {
         let rows = reference_rows(t.is_hypothetical, false, None, None);
@@ -256,11 +293,24 @@ fn reference_term(cfg: &Config, q: &Question, answer: &str, t: &Term, results: &
         (Ok(a), None) => (a, None),
         (Ok(a), Some(Ok(m))) => (a, Some(m)),
         (a, m) => {
-            let waiting = [a.err(), m.and_then(Result::err)].into_iter().flatten().map(|r| *r).collect();
+            let waiting =
+                [a.err(), m.and_then(Result::err)].into_iter().flatten().map(|r| *r).collect();
             return Err(waiting);
         }
     };
-    let rows = reference_rows(t.is_hypothetical, true, Some(&acc.1.value), meaning.as_ref().map(|m| &m.1.value));
+    let mut rows = reference_rows(
+        t.is_hypothetical,
+        true,
+        Some(&acc.1.value),
+        meaning.as_ref().map(|m| &m.1.value),
+    );
+    // A dead-lettered judge job gave no output: its row is judge_error, not the authors'
+    // "parse failure counts as valid" (see the module doc).
+    for (row, check) in rows.iter_mut().skip(1).zip([Some(&acc), meaning.as_ref()]) {
+        if check.is_some_and(|(attempt, _)| attempt.output.is_none()) {
+            row.label = Label::JudgeError;
+        }
+    }
     let label = worst(rows.iter().map(|r| r.label)).unwrap_or(Label::Valid);
     let row_label = |i: usize| rows.get(i).map_or(Label::Valid, |r| r.label);
     let acc_check = reference_check(acc, row_label(1));
@@ -281,8 +331,13 @@ fn reference_judge(
     match results.get(&req.id()) {
         None => Err(Box::new(req)),
         Some(JobOutcome::Failed(e)) => {
-            let reading = read(MODEL_FAILURE_OUTPUT);
-            Ok((JudgeAttempt { job_id, output: None, error: Some(format!("judge job failed: {e}")) }, reading))
+            let error = format!("judge job failed: {e}");
+            let reading = ReferenceReading {
+                value: Err(error.clone()),
+                reflection: error.clone(),
+                reasoning: None,
+            };
+            Ok((JudgeAttempt { job_id, output: None, error: Some(error) }, reading))
         }
         Some(JobOutcome::Done(c)) => {
             let reading = read(&c.text);
@@ -292,7 +347,10 @@ fn reference_judge(
     }
 }
 
-fn reference_check((attempt, reading): (JudgeAttempt, ReferenceReading), label: Label) -> JudgeCheck {
+fn reference_check(
+    (attempt, reading): (JudgeAttempt, ReferenceReading),
+    label: Label,
+) -> JudgeCheck {
     JudgeCheck {
         attempts: vec![attempt],
         parsed: reading.value.ok(),
@@ -303,5 +361,4 @@ fn reference_check((attempt, reading): (JudgeAttempt, ReferenceReading), label: 
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

@@ -67,12 +67,23 @@ pub fn answer_messages(system_prompt: Option<&str>, question: &str) -> Vec<ChatM
 
 /// `[system, user]` for an acceptance check.
 pub fn acceptance_messages(term: &str, question: &str, answer: &str) -> Vec<ChatMessage> {
-    vec![ChatMessage::system(ACCEPTANCE_SYSTEM), ChatMessage::user(acceptance_user(term, question, answer))]
+    vec![
+        ChatMessage::system(ACCEPTANCE_SYSTEM),
+        ChatMessage::user(acceptance_user(term, question, answer)),
+    ]
 }
 
 /// `[system, user]` for a meaning check (`definition` is the term's stored explanation).
-pub fn meaning_messages(term: &str, definition: &str, question: &str, answer: &str) -> Vec<ChatMessage> {
-    vec![ChatMessage::system(MEANING_SYSTEM), ChatMessage::user(meaning_user(term, definition, question, answer))]
+pub fn meaning_messages(
+    term: &str,
+    definition: &str,
+    question: &str,
+    answer: &str,
+) -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::system(MEANING_SYSTEM),
+        ChatMessage::user(meaning_user(term, definition, question, answer)),
+    ]
 }
 
 /// Halyard's paper-mode repair request (not from the paper or the authors' code).
@@ -87,7 +98,11 @@ pub fn repair_instruction(kind: JudgeKind) -> String {
 
 /// The third paper-mode attempt: the original messages, the judge's last unusable
 /// output, and [`repair_instruction`].
-pub fn repair_messages(base: &[ChatMessage], bad_output: &str, kind: JudgeKind) -> Vec<ChatMessage> {
+pub fn repair_messages(
+    base: &[ChatMessage],
+    bad_output: &str,
+    kind: JudgeKind,
+) -> Vec<ChatMessage> {
     let mut m = base.to_vec();
     m.push(ChatMessage::assistant(bad_output));
     m.push(ChatMessage::user(repair_instruction(kind)));
@@ -101,9 +116,9 @@ mod tests {
     /// The distinctive bytes of the authors' templates survive exactly.
     #[test]
     fn templates_are_verbatim() {
-        assert!(
-            ACCEPTANCE_SYSTEM.contains("about the term , label the certainty of the term as \"UNKNOWN\". \nAnalyse")
-        );
+        assert!(ACCEPTANCE_SYSTEM.contains(
+            "about the term , label the certainty of the term as \"UNKNOWN\". \nAnalyse"
+        ));
         assert!(ACCEPTANCE_SYSTEM.contains(
             "\"UNKNOWN\"  in the following json format.\n{\"term\":\"\",\n\"reasoning\":\"\",\n\"certainty\":\"\"}"
         ));

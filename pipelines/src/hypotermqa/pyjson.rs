@@ -76,7 +76,11 @@ impl PyValue {
             }
             PyValue::Dict(items) => format!(
                 "{{{}}}",
-                items.iter().map(|(k, v)| format!("{}: {}", repr_str(k), v.py_repr())).collect::<Vec<_>>().join(", ")
+                items
+                    .iter()
+                    .map(|(k, v)| format!("{}: {}", repr_str(k), v.py_repr()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }
     }
@@ -261,10 +265,18 @@ impl Scanner<'_> {
                 };
             }
             // CPython checks `idx + n < length` before comparing the literal's tail.
-            'n' if idx + 3 < len && self.starts_with(idx, "null") => return Ok((PyValue::None, idx + 4)),
-            't' if idx + 3 < len && self.starts_with(idx, "true") => return Ok((PyValue::Bool(true), idx + 4)),
-            'f' if idx + 4 < len && self.starts_with(idx, "false") => return Ok((PyValue::Bool(false), idx + 5)),
-            'N' if idx + 2 < len && self.starts_with(idx, "NaN") => return Ok((PyValue::Float(f64::NAN), idx + 3)),
+            'n' if idx + 3 < len && self.starts_with(idx, "null") => {
+                return Ok((PyValue::None, idx + 4))
+            }
+            't' if idx + 3 < len && self.starts_with(idx, "true") => {
+                return Ok((PyValue::Bool(true), idx + 4))
+            }
+            'f' if idx + 4 < len && self.starts_with(idx, "false") => {
+                return Ok((PyValue::Bool(false), idx + 5))
+            }
+            'N' if idx + 2 < len && self.starts_with(idx, "NaN") => {
+                return Ok((PyValue::Float(f64::NAN), idx + 3))
+            }
             'I' if idx + 7 < len && self.starts_with(idx, "Infinity") => {
                 return Ok((PyValue::Float(f64::INFINITY), idx + 8))
             }
@@ -329,7 +341,11 @@ impl Scanner<'_> {
                 Some(d) => (true, d),
                 None => (false, text.as_str()),
             };
-            PyValue::Int(if neg && digits != "0" { format!("-{digits}") } else { digits.to_string() })
+            PyValue::Int(if neg && digits != "0" {
+                format!("-{digits}")
+            } else {
+                digits.to_string()
+            })
         };
         Ok((value, idx))
     }
@@ -388,7 +404,11 @@ impl Scanner<'_> {
             let Some(mut cp) = hex4(&doc[next..end]) else {
                 return Err(self.err("Invalid \\uXXXX escape", end - 5));
             };
-            if (0xD800..=0xDBFF).contains(&cp) && end + 6 < len && doc[end] == '\\' && doc[end + 1] == 'u' {
+            if (0xD800..=0xDBFF).contains(&cp)
+                && end + 6 < len
+                && doc[end] == '\\'
+                && doc[end + 1] == 'u'
+            {
                 let second_end = end + 6;
                 let Some(low) = hex4(&doc[end + 2..second_end]) else {
                     return Err(self.err("Invalid \\uXXXX escape", second_end - 5));
@@ -462,5 +482,4 @@ fn hex4(digits: &[char]) -> Option<u32> {
 }
 
 #[cfg(test)]
-#[path = "pyjson_tests.rs"]
 mod tests;

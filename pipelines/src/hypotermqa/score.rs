@@ -12,6 +12,10 @@
 //! In reference semantics the report also gives `hts_labelled_only`, the authors' DB
 //! denominator: answers to hypothetical questions that received a label there, i.e.
 //! excluding unanswered questions and answers in which neither term was included.
+//!
+//! Every share carries its 95% Wilson interval (`ci95`, in percent; issue 16). Answers are
+//! independent units; evaluation rows and terms of one answer are not, so the row- and
+//! term-level intervals treat correlated units as independent and are too narrow.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +25,7 @@ use super::dataset::{Question, QuestionType, TermSet};
 use super::labels::{AnswerLabel, EvalType, ItemLabel, Label};
 use super::plan::PIPELINE;
 use super::Semantics;
+use crate::metrics::interval::{wilson, Interval};
 
 /// Which labels a report covers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,18 +69,23 @@ impl QuestionCounts {
     }
 }
 
-/// `numerator / denominator`, and as a percentage (0 when the denominator is 0).
+/// `numerator / denominator`, as a percentage (0 when the denominator is 0), with its 95%
+/// Wilson interval in percent (`None` when the denominator is 0).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Share {
     pub numerator: u64,
     pub denominator: u64,
     pub percent: f64,
+    #[serde(default)]
+    pub ci95: Option<Interval>,
 }
 
 impl Share {
     pub fn new(numerator: u64, denominator: u64) -> Share {
-        let percent = if denominator == 0 { 0.0 } else { numerator as f64 * 100.0 / denominator as f64 };
-        Share { numerator, denominator, percent }
+        let percent =
+            if denominator == 0 { 0.0 } else { numerator as f64 * 100.0 / denominator as f64 };
+        let ci95 = wilson(numerator, denominator).ok().map(|w| w.scaled(100.0));
+        Share { numerator, denominator, percent, ci95 }
     }
 }
 
@@ -273,7 +283,11 @@ fn term_type_key(is_hypothetical: bool) -> &'static str {
 
 /// Scores the labels of `meta`'s (model, judge, semantics); others are counted in
 /// `items_ignored`, as are repeated question ids (the last label of a question wins).
-pub fn score<'a>(meta: &ScoreMeta, totals: &QuestionCounts, labels: impl IntoIterator<Item = &'a ItemLabel>) -> Report {
+pub fn score<'a>(
+    meta: &ScoreMeta,
+    totals: &QuestionCounts,
+    labels: impl IntoIterator<Item = &'a ItemLabel>,
+) -> Report {
     let mut items: BTreeMap<i64, &ItemLabel> = BTreeMap::new();
     let mut ignored = 0u64;
     for l in labels {
@@ -287,14 +301,16 @@ pub fn score<'a>(meta: &ScoreMeta, totals: &QuestionCounts, labels: impl IntoIte
     let mut rows_by: BTreeMap<&'static str, Tally> = BTreeMap::new();
     let mut terms_by: BTreeMap<&'static str, Tally> = BTreeMap::new();
     let (mut labelled_hyp, mut labelled_hyp_valid) = (0u64, 0u64);
-    let (mut answered, mut checks, mut check_errors, mut retried, mut calls) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut answered, mut checks, mut check_errors, mut retried, mut calls) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
     for item in items.values() {
         answers.entry(item.question_type).or_default().add(item.answer_label.as_str());
         if item.answer_label == AnswerLabel::Unanswered {
             continue;
         }
         answered += 1;
-        if item.question_type == QuestionType::Hypothetical && item.terms.iter().any(|t| t.included) {
+        if item.question_type == QuestionType::Hypothetical && item.terms.iter().any(|t| t.included)
+        {
             labelled_hyp += 1;
             labelled_hyp_valid += u64::from(item.answer_label == AnswerLabel::Valid);
         }
@@ -325,8 +341,11 @@ pub fn score<'a>(meta: &ScoreMeta, totals: &QuestionCounts, labels: impl IntoIte
     }
     let empty = Tally::default();
     let a = |t: QuestionType| answers.get(&t).unwrap_or(&empty);
-    let (hyp, prog, fresh) =
-        (a(QuestionType::Hypothetical), a(QuestionType::ValidProgrammatic), a(QuestionType::ValidFresh));
+    let (hyp, prog, fresh) = (
+        a(QuestionType::Hypothetical),
+        a(QuestionType::ValidProgrammatic),
+        a(QuestionType::ValidFresh),
+    );
     let valid_all = prog.merge(fresh);
     let group = |m: &BTreeMap<&'static str, Tally>, k: &str| m.get(k).unwrap_or(&empty).labels();
     let hypothetical = hyp.answers(totals.hypothetical);
@@ -348,7 +367,10 @@ pub fn score<'a>(meta: &ScoreMeta, totals: &QuestionCounts, labels: impl IntoIte
         questions: questions.max(items.len() as u64),
         items_labelled: items.len() as u64,
         items_ignored: ignored,
-        answer_labels: AnswerLabelTable { hypothetical: (&hypothetical).into(), valid: (&valid).into() },
+        answer_labels: AnswerLabelTable {
+            hypothetical: (&hypothetical).into(),
+            valid: (&valid).into(),
+        },
         by_question_type: ByQuestionType {
             all: judge_answers.answers(questions),
             hypothetical,
@@ -461,7 +483,10 @@ pub fn render_markdown(r: &Report) -> String {
     s.push_str(&label_table(
         "By term type",
         "rows",
-        &[("hypothetical term", &r.rows_by_term_type.hypothetical), ("valid term", &r.rows_by_term_type.valid)],
+        &[
+            ("hypothetical term", &r.rows_by_term_type.hypothetical),
+            ("valid term", &r.rows_by_term_type.valid),
+        ],
     ));
     let src = &r.rows_by_valid_term_source;
     s.push_str(&label_table(
@@ -477,7 +502,11 @@ pub fn render_markdown(r: &Report) -> String {
     s.push_str(&label_table(
         "By check type",
         "rows",
-        &[("inclusion (code_check)", &c.code_check), ("acceptance", &c.acceptance), ("meaning", &c.meaning)],
+        &[
+            ("inclusion (code_check)", &c.code_check),
+            ("acceptance", &c.acceptance),
+            ("meaning", &c.meaning),
+        ],
     ));
     s.push_str("\n### Term labels (one per term of an answered question)\n");
     let src = &r.terms_by_valid_term_source;
@@ -505,5 +534,4 @@ pub fn render_markdown(r: &Report) -> String {
 }
 
 #[cfg(test)]
-#[path = "score_tests.rs"]
 mod tests;

@@ -201,7 +201,9 @@ mod tests {
     /// Reference mode: terms empty after cleaning match anything; `the` deletion artefacts.
     #[test]
     fn reference_artefacts() {
-        for t in ["", "  ", "-", "\"", "!!!", "(disambiguation)", "The", "This", "the the", "The (x)"] {
+        for t in
+            ["", "  ", "-", "\"", "!!!", "(disambiguation)", "The", "This", "the the", "The (x)"]
+        {
             assert!(reference_includes("unrelated", t), "{t:?}");
         }
         assert!(reference_includes("attachment ory", "Attachment theory"));

@@ -49,7 +49,8 @@ pub struct KbIndex {
 impl Kb {
     pub fn read(path: &Path) -> Result<Kb, KbError> {
         let file = path.display().to_string();
-        let body = std::fs::read_to_string(path).map_err(|e| KbError::Io { path: file.clone(), reason: e.to_string() })?;
+        let body = std::fs::read_to_string(path)
+            .map_err(|e| KbError::Io { path: file.clone(), reason: e.to_string() })?;
         Kb::parse(&file, &body)
     }
 
@@ -61,9 +62,13 @@ impl Kb {
             if line.trim().is_empty() {
                 continue;
             }
-            let err = |reason: String| KbError::Line { file: file.to_string(), line: i + 1, reason };
-            let v: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("invalid JSON: {e}")))?;
-            let obj = v.as_object().ok_or_else(|| err("expected a JSON object {\"title\", \"text\"}".into()))?;
+            let err =
+                |reason: String| KbError::Line { file: file.to_string(), line: i + 1, reason };
+            let v: serde_json::Value =
+                serde_json::from_str(line).map_err(|e| err(format!("invalid JSON: {e}")))?;
+            let obj = v
+                .as_object()
+                .ok_or_else(|| err("expected a JSON object {\"title\", \"text\"}".into()))?;
             let field = |k: &str| -> Result<String, KbError> {
                 let s = obj.get(k).ok_or_else(|| err(format!("field `{k}`: missing")))?;
                 let s = s.as_str().ok_or_else(|| err(format!("field `{k}`: expected a string")))?;
@@ -136,12 +141,15 @@ pub struct KnownPhrases {
 impl KnownPhrases {
     pub fn read(path: &Path) -> Result<KnownPhrases, KbError> {
         let file = path.display().to_string();
-        let body = std::fs::read_to_string(path).map_err(|e| KbError::Io { path: file.clone(), reason: e.to_string() })?;
+        let body = std::fs::read_to_string(path)
+            .map_err(|e| KbError::Io { path: file.clone(), reason: e.to_string() })?;
         Ok(KnownPhrases::new(body.lines()))
     }
 
     pub fn new<'a>(lines: impl IntoIterator<Item = &'a str>) -> KnownPhrases {
-        KnownPhrases { phrases: lines.into_iter().map(normalize).filter(|p| !p.is_empty()).collect() }
+        KnownPhrases {
+            phrases: lines.into_iter().map(normalize).filter(|p| !p.is_empty()).collect(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -185,7 +193,9 @@ mod tests {
     /// Bad lines name the file, the line and the field.
     #[test]
     fn bad_lines_are_located() {
-        let e = Kb::parse("kb.jsonl", "{\"title\":\"A\",\"text\":\"x\"}\n{\"title\":\"B\"}\n").unwrap_err().to_string();
+        let e = Kb::parse("kb.jsonl", "{\"title\":\"A\",\"text\":\"x\"}\n{\"title\":\"B\"}\n")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "kb.jsonl:2: field `text`: missing");
         let e = Kb::parse("kb.jsonl", "[1]\n").unwrap_err().to_string();
         assert!(e.starts_with("kb.jsonl:1: expected a JSON object"), "{e}");
@@ -193,6 +203,9 @@ mod tests {
         assert!(e.contains("field `title`: expected a string"), "{e}");
         let e = Kb::parse("kb.jsonl", "{oops").unwrap_err().to_string();
         assert!(e.starts_with("kb.jsonl:1: invalid JSON"), "{e}");
-        assert_eq!(Kb::parse("kb.jsonl", "\n").unwrap_err().to_string(), "kb.jsonl: holds no entries");
+        assert_eq!(
+            Kb::parse("kb.jsonl", "\n").unwrap_err().to_string(),
+            "kb.jsonl: holds no entries"
+        );
     }
 }

@@ -42,7 +42,7 @@ use halyard_embed::index::{FlatIndex, Metric};
 use halyard_proto::ChatMessage;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Progress, ResultLookup};
+use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 use crate::hypotermqa::{paper_includes, TermSet};
 use kb::{ExistenceCheck, Kb, KbIndex};
 use text::{parse_list, parse_question, replace_term, unquote_terms, ListParse};
@@ -102,7 +102,13 @@ impl Config {
     fn terms_request(&self, topic: &str, explanation: Option<&str>) -> JobRequest {
         let mut spec = self.generator.clone();
         spec.temperature = self.term_temperature;
-        spec.request(PIPELINE, "terms", STAGE_VERSION, text::terms_messages(topic, explanation, self.terms_per_topic), 0)
+        spec.request(
+            PIPELINE,
+            "terms",
+            STAGE_VERSION,
+            text::terms_messages(topic, explanation, self.terms_per_topic),
+            0,
+        )
     }
 
     /// An `embed` job for `texts` (one user message each).
@@ -184,10 +190,10 @@ impl TopicLabel {
         }
     }
 
-    fn fail(mut self, error: String) -> Progress<TopicLabel> {
+    fn fail(mut self, error: String) -> Plan<TopicLabel> {
         self.count("topics.failed", 1);
         self.error = Some(error);
-        Progress::Done(self)
+        Plan::Done(self)
     }
 }
 
@@ -208,7 +214,10 @@ fn get<'a>(results: &'a dyn ResultLookup, req: JobRequest) -> Got<'a> {
 
 /// The knowledge-base vectors, once every `embed` job of the knowledge base is done
 /// (built once and kept in the [`Kb`]): `Err(jobs)` lists those still needed.
-fn kb_index<'c>(cfg: &'c Config, results: &dyn ResultLookup) -> Result<Result<&'c KbIndex, String>, Vec<JobRequest>> {
+fn kb_index<'c>(
+    cfg: &'c Config,
+    results: &dyn ResultLookup,
+) -> Result<Result<&'c KbIndex, String>, Vec<JobRequest>> {
     if let Some(ix) = cfg.kb.index.get() {
         return Ok(Ok(ix));
     }
@@ -218,7 +227,9 @@ fn kb_index<'c>(cfg: &'c Config, results: &dyn ResultLookup) -> Result<Result<&'
     for (i, (req, is_title, first)) in jobs.iter().enumerate() {
         match get(results, req.clone()) {
             Got::Missing(r) => missing.push(*r),
-            Got::Failed(e) => return Ok(Err(format!("knowledge-base embedding job {} failed: {e}", req.id()))),
+            Got::Failed(e) => {
+                return Ok(Err(format!("knowledge-base embedding job {} failed: {e}", req.id())))
+            }
             Got::Text(t) => texts.push((i, *is_title, *first, t)),
         }
     }
@@ -230,7 +241,9 @@ fn kb_index<'c>(cfg: &'c Config, results: &dyn ResultLookup) -> Result<Result<&'
         let n = jobs[i].0.key.messages.len();
         let vectors = match halyard_embed::codec::decode(t, n) {
             Ok(v) => v,
-            Err(e) => return Ok(Err(format!("knowledge-base embedding job {}: {e}", jobs[i].0.id()))),
+            Err(e) => {
+                return Ok(Err(format!("knowledge-base embedding job {}: {e}", jobs[i].0.id())))
+            }
         };
         for v in vectors {
             let ix = if is_title { &mut titles } else { &mut paras };
@@ -245,7 +258,7 @@ fn kb_index<'c>(cfg: &'c Config, results: &dyn ResultLookup) -> Result<Result<&'
 }
 
 /// Advances one topic as far as the known results allow.
-pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress<TopicLabel> {
+pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Plan<TopicLabel> {
     let mut label = TopicLabel { item, ..TopicLabel::default() };
     // 1. The topic.
     let (topic, topic_expl) = match &cfg.topics {
@@ -254,7 +267,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
             None => return label.fail(format!("no topic {item}")),
         },
         Topics::Generate(n) => match get(results, cfg.topics_request(*n)) {
-            Got::Missing(r) => return Progress::Waiting(vec![*r]),
+            Got::Missing(r) => return Plan::Waiting(vec![*r]),
             Got::Failed(e) => return label.fail(format!("topics job failed: {e}")),
             Got::Text(t) => {
                 let parsed = parse_list(t, *n, kb::normalize);
@@ -265,7 +278,9 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
                     Some(e) => (e.name.clone(), Some(e.explanation.clone())),
                     None => {
                         let kept = parsed.kept.len();
-                        return label.fail(format!("the topics answer has {kept} usable topics; this is topic {item}"));
+                        return label.fail(format!(
+                            "the topics answer has {kept} usable topics; this is topic {item}"
+                        ));
                     }
                 }
             }
@@ -282,7 +297,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
             if let Err(kb_jobs) = &kb_ix {
                 jobs.extend(kb_jobs.iter().cloned());
             }
-            return Progress::Waiting(jobs);
+            return Plan::Waiting(jobs);
         }
         Got::Failed(e) => return label.fail(format!("terms job failed: {e}")),
         Got::Text(t) => t,
@@ -292,9 +307,14 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
     // 3. Existence check.
     let mut hypothetical = Vec::new();
     for e in &parsed.kept {
-        let status = cfg.checks.iter().find(|c| c.exists(&e.name)).map_or("hypothetical", |c| c.name());
+        let status =
+            cfg.checks.iter().find(|c| c.exists(&e.name)).map_or("hypothetical", |c| c.name());
         label.count(&format!("exists.{status}"), 1);
-        label.terms.push(TermRecord { term: e.name.clone(), explanation: e.explanation.clone(), status: status.into() });
+        label.terms.push(TermRecord {
+            term: e.name.clone(),
+            explanation: e.explanation.clone(),
+            status: status.into(),
+        });
         if status == "hypothetical" {
             hypothetical.push(e.clone());
         }
@@ -330,7 +350,10 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
     };
     let mut suggestions = Vec::new();
     for h in &hypothetical {
-        match get(results, cfg.ask("suggest", text::suggest_messages(&h.name, &h.explanation, cfg.suggestions))) {
+        match get(
+            results,
+            cfg.ask("suggest", text::suggest_messages(&h.name, &h.explanation, cfg.suggestions)),
+        ) {
             Got::Missing(r) => waiting.push(*r),
             Got::Failed(_) => {
                 label.count("suggest.failed", 1);
@@ -340,7 +363,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
         }
     }
     let (Some(ix), Some(vectors), true) = (ix, term_vectors, waiting.is_empty()) else {
-        return Progress::Waiting(waiting);
+        return Plan::Waiting(waiting);
     };
     // Candidate rows per (term, set), best first, the term itself never among them.
     let mut plans = Vec::new();
@@ -358,9 +381,15 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
             label.count("suggest.in_kb", llm.len() as u64);
         }
         let k = cfg.top_k.max(2);
-        let title: Vec<usize> = ix.titles.search(&vectors[2 * i], k, cfg.metric).iter().map(|h| h.row).collect();
-        let texts: Vec<usize> = ix.texts.search(&vectors[2 * i + 1], k, cfg.metric).iter().map(|h| h.row).collect();
-        for (set, rows) in [(TermSet::LlmSuggestion, llm), (TermSet::TitleSimilarity, title), (TermSet::TextSimilarity, texts)] {
+        let title: Vec<usize> =
+            ix.titles.search(&vectors[2 * i], k, cfg.metric).iter().map(|h| h.row).collect();
+        let texts: Vec<usize> =
+            ix.texts.search(&vectors[2 * i + 1], k, cfg.metric).iter().map(|h| h.row).collect();
+        for (set, rows) in [
+            (TermSet::LlmSuggestion, llm),
+            (TermSet::TitleSimilarity, title),
+            (TermSet::TextSimilarity, texts),
+        ] {
             if rows.len() < 2 {
                 label.count(&format!("pairs.{}_short", set.as_str()), 1);
                 continue;
@@ -373,8 +402,19 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
     let kb = &cfg.kb;
     let mut asked = Vec::new();
     for &(h, _, sec, rep) in &plans {
-        let hq = cfg.ask("question", text::question_messages(&kb.titles[sec], &kb.texts[sec], &h.name, &h.explanation));
-        let fq = cfg.ask("question", text::question_messages(&kb.titles[rep], &kb.texts[rep], &kb.titles[sec], &kb.texts[sec]));
+        let hq = cfg.ask(
+            "question",
+            text::question_messages(&kb.titles[sec], &kb.texts[sec], &h.name, &h.explanation),
+        );
+        let fq = cfg.ask(
+            "question",
+            text::question_messages(
+                &kb.titles[rep],
+                &kb.texts[rep],
+                &kb.titles[sec],
+                &kb.texts[sec],
+            ),
+        );
         let (hq, fq) = (get(results, hq), get(results, fq));
         for g in [&hq, &fq] {
             if let Got::Missing(r) = g {
@@ -386,7 +426,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
         asked.push((hq, fq));
     }
     if !waiting.is_empty() {
-        return Progress::Waiting(waiting);
+        return Plan::Waiting(waiting);
     }
     for (&(h, set, sec, rep), (hq, fq)) in plans.iter().zip(asked) {
         let (sec_t, rep_t) = (&kb.titles[sec], &kb.titles[rep]);
@@ -413,7 +453,7 @@ pub fn evaluate(cfg: &Config, item: u64, results: &dyn ResultLookup) -> Progress
             fresh_question: fresh_q,
         });
     }
-    Progress::Done(label)
+    Plan::Done(label)
 }
 
 /// A generated question through its gates: the job, a readable question, both terms
@@ -440,5 +480,4 @@ fn gate(label: &mut TopicLabel, stage: &str, got: Got<'_>, terms: &[&str]) -> Op
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

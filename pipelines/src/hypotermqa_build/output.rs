@@ -101,7 +101,9 @@ pub fn assemble(labels: &[TopicLabel], kb: &Kb) -> Built {
             }
             seen.extend(keys);
             let n = hyp_ids.len() as i64 + 1;
-            let hid = *hyp_ids.entry((t.hypothetical.clone(), t.hypothetical_explanation.clone())).or_insert(n);
+            let hid = *hyp_ids
+                .entry((t.hypothetical.clone(), t.hypothetical_explanation.clone()))
+                .or_insert(n);
             valid_ids.insert(t.secondary);
             valid_ids.insert(t.replacement);
             for line in triple_lines(t, hid, next_q, kb) {
@@ -143,12 +145,28 @@ fn triple_lines<'a>(t: &'a Triple, hid: i64, first_id: i64, kb: &'a Kb) -> [Stri
         }
     };
     let line = |id: i64, q: &str, replacement: &'static str, terms: [TermOut<'_>; 2]| {
-        ascii_json(&QuestionOut { question_id: id, is_hypothetical: replacement == "none", question: q, replacement, terms })
+        ascii_json(&QuestionOut {
+            question_id: id,
+            is_hypothetical: replacement == "none",
+            question: q,
+            replacement,
+            terms,
+        })
     };
     [
         line(first_id, &t.hypothetical_question, "none", order(valid(t.secondary), hyp)),
-        line(first_id + 1, &t.programmatic_question, "programmatic", order(valid(t.secondary), valid(t.replacement))),
-        line(first_id + 2, &t.fresh_question, "fresh", order(valid(t.secondary), valid(t.replacement))),
+        line(
+            first_id + 1,
+            &t.programmatic_question,
+            "programmatic",
+            order(valid(t.secondary), valid(t.replacement)),
+        ),
+        line(
+            first_id + 2,
+            &t.fresh_question,
+            "fresh",
+            order(valid(t.secondary), valid(t.replacement)),
+        ),
     ]
 }
 

@@ -68,8 +68,16 @@ pub const EXAMPLE_NAMES: [&str; 9] = [
     "Lamination (pastry)",
 ];
 
-fn with_example(example_request: String, example_answer: &str, request: String) -> Vec<ChatMessage> {
-    vec![ChatMessage::user(example_request), ChatMessage::assistant(example_answer), ChatMessage::user(request)]
+fn with_example(
+    example_request: String,
+    example_answer: &str,
+    request: String,
+) -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::user(example_request),
+        ChatMessage::assistant(example_answer),
+        ChatMessage::user(request),
+    ]
 }
 
 fn topics_request(count: usize) -> String {
@@ -129,7 +137,11 @@ fn suggest_request(term: &str, explanation: &str, count: usize) -> String {
 
 pub fn suggest_messages(term: &str, explanation: &str, count: usize) -> Vec<ChatMessage> {
     with_example(
-        suggest_request("Thermo-Glaze Folding", "a technique that folds hot sugar glaze into cold dough in thin layers.", 3),
+        suggest_request(
+            "Thermo-Glaze Folding",
+            "a technique that folds hot sugar glaze into cold dough in thin layers.",
+            3,
+        ),
         "Puff pastry: a light, flaky pastry made by folding butter into dough in many layers.\n\
          Glaze (cooking technique): a glossy coating of sugar, egg or stock applied to food.\n\
          Lamination (pastry): the folding of fat into dough to create thin alternating layers.",
@@ -151,7 +163,12 @@ fn question_request(first: &str, first_expl: &str, last: &str, last_expl: &str) 
 }
 
 /// A question that uses `first` and `last` verbatim, `last` towards the end.
-pub fn question_messages(first: &str, first_expl: &str, last: &str, last_expl: &str) -> Vec<ChatMessage> {
+pub fn question_messages(
+    first: &str,
+    first_expl: &str,
+    last: &str,
+    last_expl: &str,
+) -> Vec<ChatMessage> {
     with_example(
         question_request(
             "Puff pastry",
@@ -181,7 +198,10 @@ fn strip_list_marker(line: &str) -> &str {
 
 /// Strip decoration a model puts around a name: `**bold**`, quotes, trailing colon.
 fn clean_name(s: &str) -> String {
-    s.trim().trim_matches(|c: char| matches!(c, '*' | '"' | '\'' | '`' | '“' | '”' | '‘' | '’' | '_')).trim().to_string()
+    s.trim()
+        .trim_matches(|c: char| matches!(c, '*' | '"' | '\'' | '`' | '“' | '”' | '‘' | '’' | '_'))
+        .trim()
+        .to_string()
 }
 
 /// Read a `Name: explanation` list answer, keeping at most `limit` entries.
@@ -196,7 +216,11 @@ pub fn parse_list(text: &str, limit: usize, norm: impl Fn(&str) -> String) -> Li
         out.lines += 1;
         let line = strip_list_marker(raw);
         // The separator: the first ':' (or " - " / " – " when there is no colon).
-        let split = line.find(':').map(|i| (i, 1)).or_else(|| line.find(" - ").map(|i| (i, 3))).or_else(|| line.find(" – ").map(|i| (i, " – ".len())));
+        let split = line
+            .find(':')
+            .map(|i| (i, 1))
+            .or_else(|| line.find(" - ").map(|i| (i, 3)))
+            .or_else(|| line.find(" – ").map(|i| (i, " – ".len())));
         let Some((at, width)) = split else {
             out.format += 1;
             continue;
@@ -207,7 +231,8 @@ pub fn parse_list(text: &str, limit: usize, norm: impl Fn(&str) -> String) -> Li
             out.format += 1;
             continue;
         }
-        if name.chars().count() > MAX_NAME_CHARS || name.split_whitespace().count() > MAX_NAME_WORDS {
+        if name.chars().count() > MAX_NAME_CHARS || name.split_whitespace().count() > MAX_NAME_WORDS
+        {
             out.too_long += 1;
             continue;
         }
@@ -247,16 +272,25 @@ pub fn parse_question(text: &str) -> Option<String> {
 /// unquoted), and the built questions read like the paper's, which have no quotes.
 pub fn unquote_terms(question: &str, terms: &[&str]) -> String {
     // The first quote mark in `s` of `marks`: its byte offset and length.
-    let find = |s: &str, marks: [char; 2]| s.char_indices().find(|(_, c)| marks.contains(c)).map(|(i, c)| (i, c.len_utf8()));
+    let find = |s: &str, marks: [char; 2]| {
+        s.char_indices().find(|(_, c)| marks.contains(c)).map(|(i, c)| (i, c.len_utf8()))
+    };
     let mut out = String::with_capacity(question.len());
     let mut rest = question;
     while let Some((open, open_len)) = find(rest, ['"', '“']) {
         let body = &rest[open + open_len..];
         let Some((close, close_len)) = find(body, ['"', '”']) else { break };
         let inner = &body[..close];
-        let is_term = terms.iter().map(|t| t.trim()).any(|t| !t.is_empty() && inner.trim().to_lowercase() == t.to_lowercase());
+        let is_term = terms
+            .iter()
+            .map(|t| t.trim())
+            .any(|t| !t.is_empty() && inner.trim().to_lowercase() == t.to_lowercase());
         out.push_str(&rest[..open]);
-        out.push_str(if is_term { inner } else { &rest[open..open + open_len + close + close_len] });
+        out.push_str(if is_term {
+            inner
+        } else {
+            &rest[open..open + open_len + close + close_len]
+        });
         rest = &body[close + close_len..];
     }
     out.push_str(rest);
@@ -306,7 +340,9 @@ pub fn replace_term(text: &str, term: &str, replacement: &str) -> (String, usize
     let mut i = 0;
     while i <= text.len() {
         let rest = &text[i..];
-        let hit = match_ci(rest, term).filter(|&n| n > 0).or_else(|| match_ci(rest, &short).filter(|&n| n > 0));
+        let hit = match_ci(rest, term)
+            .filter(|&n| n > 0)
+            .or_else(|| match_ci(rest, &short).filter(|&n| n > 0));
         match hit {
             Some(n) => {
                 out.push_str(replacement);
@@ -346,7 +382,10 @@ mod tests {
         assert_eq!(names, ["Quantum Loom", "Nano-Sync Fusion", "Cryo Lattice"]);
         assert_eq!(p.kept[0].explanation, "a loom that weaves qubits");
         // "Here are the terms:" has an empty explanation.
-        assert_eq!((p.lines, p.format, p.duplicate, p.too_long, p.over_limit, p.example), (9, 2, 1, 1, 1, 1));
+        assert_eq!(
+            (p.lines, p.format, p.duplicate, p.too_long, p.over_limit, p.example),
+            (9, 2, 1, 1, 1, 1)
+        );
     }
 
     #[test]
@@ -357,13 +396,19 @@ mod tests {
             "How could puff pastry help Thermo-Glaze Folding?"
         );
         // Other quoted spans, and unbalanced quotes, stay as written.
-        assert_eq!(unquote_terms("Is \"dough\" like \"Puff pastry\"? \"", &terms), "Is \"dough\" like Puff pastry? \"");
+        assert_eq!(
+            unquote_terms("Is \"dough\" like \"Puff pastry\"? \"", &terms),
+            "Is \"dough\" like Puff pastry? \""
+        );
         assert_eq!(unquote_terms("No quotes here?", &terms), "No quotes here?");
     }
 
     #[test]
     fn question_parsing() {
-        assert_eq!(parse_question("\n  Question: \"How does X relate to Y?\"\nmore"), Some("How does X relate to Y?".into()));
+        assert_eq!(
+            parse_question("\n  Question: \"How does X relate to Y?\"\nmore"),
+            Some("How does X relate to Y?".into())
+        );
         assert_eq!(parse_question("1. What is Z?"), Some("What is Z?".into()));
         assert_eq!(parse_question("  \n \"\" "), None);
     }
@@ -372,7 +417,11 @@ mod tests {
     /// parenthetical; the replacement is inserted verbatim.
     #[test]
     fn replacement_follows_a6() {
-        let (q, n) = replace_term("What is nano-sync FUSION technology, and Nano-Sync Fusion Technology?", "Nano-Sync Fusion Technology", "Nanoparticle");
+        let (q, n) = replace_term(
+            "What is nano-sync FUSION technology, and Nano-Sync Fusion Technology?",
+            "Nano-Sync Fusion Technology",
+            "Nanoparticle",
+        );
         assert_eq!((q.as_str(), n), ("What is Nanoparticle, and Nanoparticle?", 2));
         let (q, n) = replace_term("How does Mercury orbit?", "Mercury (planet)", "Venus");
         assert_eq!((q.as_str(), n), ("How does Venus orbit?", 1));

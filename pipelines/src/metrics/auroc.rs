@@ -14,7 +14,11 @@ use super::{mean, reject_nan, MetricError};
 /// only one class is present (scikit-learn raises there too).
 pub fn auroc(labels: &[bool], scores: &[f64]) -> Result<f64, MetricError> {
     if labels.len() != scores.len() {
-        return Err(MetricError::LengthMismatch { what: "labels vs scores", left: labels.len(), right: scores.len() });
+        return Err(MetricError::LengthMismatch {
+            what: "labels vs scores",
+            left: labels.len(),
+            right: scores.len(),
+        });
     }
     if labels.is_empty() {
         return Err(MetricError::Empty { what: "labels" });
@@ -53,7 +57,9 @@ pub fn auroc(labels: &[bool], scores: &[f64]) -> Result<f64, MetricError> {
 fn check_auroc_values(what: &'static str, values: &[f64]) -> Result<(), MetricError> {
     reject_nan(what, values)?;
     match values.iter().find(|v| !(0.0..=1.0).contains(*v)) {
-        Some(&value) => Err(MetricError::OutOfRange { what, value, expected: "an AUROC in [0, 1]" }),
+        Some(&value) => {
+            Err(MetricError::OutOfRange { what, value, expected: "an AUROC in [0, 1]" })
+        }
         None => Ok(()),
     }
 }
@@ -122,16 +128,28 @@ mod tests {
     /// Infinite scores are ranked, not rejected.
     #[test]
     fn infinities_rank() {
-        assert_eq!(auroc(&[true, false, true], &[f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY]), Ok(1.0));
+        assert_eq!(
+            auroc(&[true, false, true], &[f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY]),
+            Ok(1.0)
+        );
     }
 
     /// Empty input, one class only, NaN and mismatched lengths are typed errors.
     #[test]
     fn bad_inputs() {
         assert_eq!(auroc(&[], &[]), Err(MetricError::Empty { what: "labels" }));
-        assert_eq!(auroc(&[true, true], &[0.1, 0.2]), Err(MetricError::SingleClass { positives: 2, negatives: 0 }));
-        assert_eq!(auroc(&[false], &[0.1]), Err(MetricError::SingleClass { positives: 0, negatives: 1 }));
-        assert_eq!(auroc(&[true, false], &[0.1, f64::NAN]), Err(MetricError::NotANumber { what: "scores", index: 1 }));
+        assert_eq!(
+            auroc(&[true, true], &[0.1, 0.2]),
+            Err(MetricError::SingleClass { positives: 2, negatives: 0 })
+        );
+        assert_eq!(
+            auroc(&[false], &[0.1]),
+            Err(MetricError::SingleClass { positives: 0, negatives: 1 })
+        );
+        assert_eq!(
+            auroc(&[true, false], &[0.1, f64::NAN]),
+            Err(MetricError::NotANumber { what: "scores", index: 1 })
+        );
         assert!(matches!(auroc(&[true], &[0.1, 0.2]), Err(MetricError::LengthMismatch { .. })));
     }
 
@@ -141,7 +159,10 @@ mod tests {
         assert!(aggregate_auroc(&[]).is_err());
         assert!(matches!(aggregate_auroc(&[0.7, 1.2]), Err(MetricError::OutOfRange { .. })));
         assert!(matches!(relative_quality(&[0.7], &[0.5]), Err(MetricError::Undefined { .. })));
-        assert!(matches!(relative_quality(&[0.7], &[0.6, 0.8]), Err(MetricError::LengthMismatch { .. })));
+        assert!(matches!(
+            relative_quality(&[0.7], &[0.6, 0.8]),
+            Err(MetricError::LengthMismatch { .. })
+        ));
         assert!((relative_quality(&[0.6], &[0.7]).unwrap() - 0.5).abs() < 1e-12);
     }
 }

@@ -56,7 +56,10 @@ impl GoldLabel {
 /// AutoHall step 3 (spec §2.1): a reference is hallucinated iff the classification it led
 /// to differs from the gold label (`True` vs `Supported`, `False` vs `Refuted`).
 pub fn is_hallucinated(verdict: ClaimVerdict, gold: GoldLabel) -> bool {
-    !matches!((verdict, gold), (ClaimVerdict::True, GoldLabel::Supported) | (ClaimVerdict::False, GoldLabel::Refuted))
+    !matches!(
+        (verdict, gold),
+        (ClaimVerdict::True, GoldLabel::Supported) | (ClaimVerdict::False, GoldLabel::Refuted)
+    )
 }
 
 /// Which answers to the pairwise prompt mean "no conflict" (spec §2.2 step 3).
@@ -138,7 +141,10 @@ pub struct AblationRow {
 /// **first k** pair verdicts of each record (the same samples, a growing prefix), scored
 /// against the gold labels. `Empty` for no records or `max_k = 0`; `TooFewSamples` if a
 /// record has fewer than `max_k` verdicts.
-pub fn k_ablation(records: &[DetectionRecord], max_k: usize) -> Result<Vec<AblationRow>, MetricError> {
+pub fn k_ablation(
+    records: &[DetectionRecord],
+    max_k: usize,
+) -> Result<Vec<AblationRow>, MetricError> {
     if records.is_empty() {
         return Err(MetricError::Empty { what: "detection records" });
     }
@@ -156,7 +162,8 @@ pub fn k_ablation(records: &[DetectionRecord], max_k: usize) -> Result<Vec<Ablat
     let truth: Vec<bool> = records.iter().map(|r| r.hallucinated).collect();
     let mut rows = Vec::with_capacity(max_k);
     for k in 1..=max_k {
-        let detections: Vec<Detection> = records.iter().map(|r| detect(&r.conflicts[..k])).collect::<Result<_, _>>()?;
+        let detections: Vec<Detection> =
+            records.iter().map(|r| detect(&r.conflicts[..k])).collect::<Result<_, _>>()?;
         let predicted: Vec<bool> = detections.iter().map(|d| d.hallucinated).collect();
         let confusion = Confusion::from_labels(&truth, &predicted)?;
         let mean_conflicts = |class: bool| {
@@ -208,7 +215,14 @@ mod tests {
     fn gold_labels() {
         assert_eq!(GoldLabel::from_dataset("not_supported"), Some(GoldLabel::Refuted));
         assert_eq!(GoldLabel::from_dataset("true"), Some(GoldLabel::Supported));
-        for dropped in ["DISPUTED", "NOT_ENOUGH_INFO", "mixture", "unproven", "partially_supported", "Supports"] {
+        for dropped in [
+            "DISPUTED",
+            "NOT_ENOUGH_INFO",
+            "mixture",
+            "unproven",
+            "partially_supported",
+            "Supports",
+        ] {
             assert_eq!(GoldLabel::from_dataset(dropped), None, "{dropped}");
         }
     }
@@ -226,7 +240,10 @@ mod tests {
     #[test]
     fn detect_needs_k() {
         assert!(detect(&[]).is_err());
-        assert_eq!(detect(&[false, false]).unwrap(), Detection { hallucinated: false, num_conflicts: 0 });
+        assert_eq!(
+            detect(&[false, false]).unwrap(),
+            Detection { hallucinated: false, num_conflicts: 0 }
+        );
     }
 
     /// The ablation uses prefixes of the same samples: recall never falls as K grows.
@@ -257,7 +274,12 @@ mod tests {
         ];
         assert_eq!(
             k_ablation(&records, 2),
-            Err(MetricError::TooFewSamples { what: "detection record", index: 1, needed: 2, got: 1 })
+            Err(MetricError::TooFewSamples {
+                what: "detection record",
+                index: 1,
+                needed: 2,
+                got: 1
+            })
         );
         assert!(k_ablation(&[], 2).is_err());
         assert!(k_ablation(&records, 0).is_err());

@@ -51,7 +51,8 @@ fn clipped_matches<T: Eq + Hash>(candidate: &[T], reference: &[T]) -> [(u64, u64
         for g in candidate.windows(n) {
             *cand_counts.entry(g).or_insert(0) += 1;
         }
-        let matches = cand_counts.iter().map(|(g, &c)| c.min(ref_counts.get(g).copied().unwrap_or(0))).sum();
+        let matches =
+            cand_counts.iter().map(|(g, &c)| c.min(ref_counts.get(g).copied().unwrap_or(0))).sum();
         *slot = (matches, candidate.len().saturating_sub(n - 1) as u64);
     }
     out
@@ -83,8 +84,11 @@ pub struct Bleu4Paper {
 /// exception fallback), with `brevity_penalty` and `library_bleu` `None`.
 pub fn bleu4_paper<T: Eq + Hash>(candidate: &[T], reference: &[T]) -> Bleu4Paper {
     let counts = clipped_matches(candidate, reference);
-    let precisions =
-        std::array::from_fn(|i| NgramPrecision { order: i + 1, matches: counts[i].0, possible: counts[i].1 });
+    let precisions = std::array::from_fn(|i| NgramPrecision {
+        order: i + 1,
+        matches: counts[i].0,
+        possible: counts[i].1,
+    });
     let values: Vec<f64> = precisions.iter().map(NgramPrecision::value).collect();
     let geo_mean = if values.iter().all(|&p| p > 0.0) {
         // Python: sum((1. / max_order) * math.log(p) for p in precisions), left to right.
@@ -125,8 +129,11 @@ pub struct Bleu4V2 {
 /// last bit in the cases checked. Never fails; empty inputs give 0.
 pub fn bleu4_v2<T: Eq + Hash>(candidate: &[T], reference: &[T]) -> Bleu4V2 {
     let counts = clipped_matches(candidate, reference);
-    let precisions =
-        std::array::from_fn(|i| NgramPrecision { order: i + 1, matches: counts[i].0, possible: counts[i].1.max(1) });
+    let precisions = std::array::from_fn(|i| NgramPrecision {
+        order: i + 1,
+        matches: counts[i].0,
+        possible: counts[i].1.max(1),
+    });
     let (c, r) = (candidate.len(), reference.len());
     let brevity_penalty = if c > r {
         1.0
@@ -141,7 +148,11 @@ pub fn bleu4_v2<T: Eq + Hash>(candidate: &[T], reference: &[T]) -> Bleu4V2 {
     let terms: Vec<f64> = precisions
         .iter()
         .map(|p| {
-            let v = if p.matches == 0 { f64::MIN_POSITIVE } else { p.matches as f64 / p.possible as f64 };
+            let v = if p.matches == 0 {
+                f64::MIN_POSITIVE
+            } else {
+                p.matches as f64 / p.possible as f64
+            };
             0.25 * v.ln()
         })
         .collect();

@@ -41,7 +41,10 @@ pub enum Unparseable {
 /// ChainPoll score over parsed polls (`None` = unparseable), with `policy` deciding how
 /// the unparseable ones count (spec §3.1). Errors: `Empty` for no polls; `Undefined`
 /// under [`Unparseable::Exclude`] when no poll parsed.
-pub fn chainpoll_score_parsed(verdicts: &[Option<bool>], policy: Unparseable) -> Result<f64, MetricError> {
+pub fn chainpoll_score_parsed(
+    verdicts: &[Option<bool>],
+    policy: Unparseable,
+) -> Result<f64, MetricError> {
     if verdicts.is_empty() {
         return Err(MetricError::Empty { what: "ChainPoll verdicts" });
     }
@@ -51,7 +54,10 @@ pub fn chainpoll_score_parsed(verdicts: &[Option<bool>], policy: Unparseable) ->
         Unparseable::CountAsNo => verdicts.len(),
     };
     if n == 0 {
-        return Err(MetricError::Undefined { what: "ChainPoll score", reason: "no poll gave a readable verdict" });
+        return Err(MetricError::Undefined {
+            what: "ChainPoll score",
+            reason: "no poll gave a readable verdict",
+        });
     }
     Ok(yes as f64 / n as f64)
 }

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::interval::{f1_bootstrap, wilson, Bootstrap, Interval};
 use super::MetricError;
 
 /// Confusion counts, hallucination = positive (spec §2.3): `true_pos` = hallucinated and
@@ -16,6 +17,29 @@ pub struct Confusion {
     pub false_pos: u64,
     pub true_neg: u64,
     pub false_neg: u64,
+}
+
+/// 95% intervals of the four rates (issue 16): accuracy, precision and recall are
+/// proportions (Wilson); F1 is not (seeded bootstrap over the items). `None` where the
+/// rate is undefined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassificationIntervals {
+    pub accuracy: Option<Interval>,
+    pub precision: Option<Interval>,
+    pub recall: Option<Interval>,
+    pub f1: Option<Interval>,
+}
+
+impl ClassificationIntervals {
+    pub fn of(c: &Confusion) -> ClassificationIntervals {
+        let (tp, fp, tn, fn_) = (c.true_pos, c.false_pos, c.true_neg, c.false_neg);
+        ClassificationIntervals {
+            accuracy: wilson(tp + tn, tp + fp + tn + fn_).ok(),
+            precision: wilson(tp, tp + fp).ok(),
+            recall: wilson(tp, tp + fn_).ok(),
+            f1: f1_bootstrap(c, Bootstrap::default()).ok(),
+        }
+    }
 }
 
 /// The four rates of one [`Confusion`]; each is `None` when its denominator is 0.
@@ -80,7 +104,12 @@ impl Confusion {
                 expected: "at most the number of factual references",
             });
         }
-        Ok(Confusion { true_pos, false_pos, true_neg: num_factual - false_pos, false_neg: num_hallucinated - true_pos })
+        Ok(Confusion {
+            true_pos,
+            false_pos,
+            true_neg: num_factual - false_pos,
+            false_neg: num_hallucinated - true_pos,
+        })
     }
 
     /// Number of classified items.
@@ -157,7 +186,11 @@ mod tests {
     fn mismatched_lengths_rejected() {
         assert_eq!(
             Confusion::from_labels(&[true], &[true, false]),
-            Err(MetricError::LengthMismatch { what: "gold labels vs predictions", left: 1, right: 2 })
+            Err(MetricError::LengthMismatch {
+                what: "gold labels vs predictions",
+                left: 1,
+                right: 2
+            })
         );
     }
 
@@ -173,7 +206,10 @@ mod tests {
     #[test]
     fn all_positive_class_missed() {
         let c = Confusion::from_labels(&[true, true, true], &[false, false, false]).unwrap();
-        assert_eq!((c.accuracy(), c.recall(), c.f1(), c.precision()), (Some(0.0), Some(0.0), Some(0.0), None));
+        assert_eq!(
+            (c.accuracy(), c.recall(), c.f1(), c.precision()),
+            (Some(0.0), Some(0.0), Some(0.0), None)
+        );
     }
 
     /// F1 from counts equals the harmonic mean of precision and recall.
@@ -187,8 +223,14 @@ mod tests {
     /// Counts that exceed their class size are rejected rather than wrapping around.
     #[test]
     fn from_counts_checks_bounds() {
-        assert!(matches!(Confusion::from_counts(3, 3, 4, 0), Err(MetricError::OutOfRange { what: "TP", .. })));
-        assert!(matches!(Confusion::from_counts(3, 3, 0, 4), Err(MetricError::OutOfRange { what: "FP", .. })));
+        assert!(matches!(
+            Confusion::from_counts(3, 3, 4, 0),
+            Err(MetricError::OutOfRange { what: "TP", .. })
+        ));
+        assert!(matches!(
+            Confusion::from_counts(3, 3, 0, 4),
+            Err(MetricError::OutOfRange { what: "FP", .. })
+        ));
         assert_eq!(
             Confusion::from_counts(3, 5, 2, 1).unwrap(),
             Confusion { true_pos: 2, false_pos: 1, true_neg: 4, false_neg: 1 }

@@ -70,7 +70,9 @@ pub fn hvi(counts: HviCounts, params: HviParams) -> Result<f64, MetricError> {
     if u == 0 {
         return Err(MetricError::Empty { what: "sentences (U)" });
     }
-    let over = |what, value: u64, expected| Err(MetricError::OutOfRange { what, value: value as f64, expected });
+    let over = |what, value: u64, expected| {
+        Err(MetricError::OutOfRange { what, value: value as f64, expected })
+    };
     if n > u {
         return over("N (hallucinated sentences)", n, "at most U");
     }
@@ -82,7 +84,11 @@ pub fn hvi(counts: HviCounts, params: HviParams) -> Result<f64, MetricError> {
     }
     for (what, p) in [("P_EFM", p_efm), ("P_ESL", p_esl)] {
         if !(0.0..=1.0).contains(&p) {
-            return Err(MetricError::OutOfRange { what, value: p, expected: "a probability in [0, 1]" });
+            return Err(MetricError::OutOfRange {
+                what,
+                value: p,
+                expected: "a probability in [0, 1]",
+            });
         }
     }
     for (what, d) in [("δ1", delta1), ("δ2", delta2)] {
@@ -117,7 +123,10 @@ mod tests {
     /// No hallucinated sentence gives 0, whatever the weights.
     #[test]
     fn no_hallucination_is_zero() {
-        assert_eq!(hvi(counts(10, 0, 0, 0), HviParams::new(0.2, 0.9).with_deltas(0.3, 0.1)), Ok(0.0));
+        assert_eq!(
+            hvi(counts(10, 0, 0, 0), HviParams::new(0.2, 0.9).with_deltas(0.3, 0.1)),
+            Ok(0.0)
+        );
     }
 
     /// Inconsistent counts, U = 0, P outside [0, 1], NaN and infinite δ are typed errors.
@@ -126,10 +135,22 @@ mod tests {
         let p = HviParams::new(0.1, 0.1);
         assert!(matches!(hvi(counts(0, 0, 0, 0), p), Err(MetricError::Empty { .. })));
         assert!(matches!(hvi(counts(5, 6, 0, 0), p), Err(MetricError::OutOfRange { .. })));
-        assert!(matches!(hvi(counts(5, 2, 3, 0), p), Err(MetricError::OutOfRange { what: "N_EFM", .. })));
-        assert!(matches!(hvi(counts(5, 2, 0, 3), p), Err(MetricError::OutOfRange { what: "N_ESL", .. })));
-        assert!(matches!(hvi(counts(5, 2, 0, 0), HviParams::new(1.1, 0.0)), Err(MetricError::OutOfRange { .. })));
-        assert!(matches!(hvi(counts(5, 2, 0, 0), HviParams::new(f64::NAN, 0.0)), Err(MetricError::NotANumber { .. })));
+        assert!(matches!(
+            hvi(counts(5, 2, 3, 0), p),
+            Err(MetricError::OutOfRange { what: "N_EFM", .. })
+        ));
+        assert!(matches!(
+            hvi(counts(5, 2, 0, 3), p),
+            Err(MetricError::OutOfRange { what: "N_ESL", .. })
+        ));
+        assert!(matches!(
+            hvi(counts(5, 2, 0, 0), HviParams::new(1.1, 0.0)),
+            Err(MetricError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            hvi(counts(5, 2, 0, 0), HviParams::new(f64::NAN, 0.0)),
+            Err(MetricError::NotANumber { .. })
+        ));
         assert!(hvi(counts(5, 2, 0, 0), p.with_deltas(f64::INFINITY, 0.0)).is_err());
     }
 

@@ -15,7 +15,12 @@ use super::pystr::py_strip;
 pub fn parse_extracted_keywords(response: &str, continuation: &str) -> Vec<String> {
     let after_open = response.rsplit("<keywords>").next().unwrap_or(response);
     let inner = after_open.split("</keywords>").next().unwrap_or(after_open);
-    inner.split('\n').map(py_strip).filter(|k| !k.is_empty() && continuation.contains(k)).map(str::to_owned).collect()
+    inner
+        .split('\n')
+        .map(py_strip)
+        .filter(|k| !k.is_empty() && continuation.contains(k))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// kwPrec (spec §1.6 kwPrec (ii)): the share of `keywords` that occur verbatim

@@ -31,6 +31,10 @@
 //! - [`rouge`]: ROUGE-L F-measure on token lists (§1.6).
 //! - [`kwprec`]: kwPrec and the keyword-extraction response parser (§1.6).
 //! - [`hvi`]: the Hallucination Vulnerability Index (§4.2).
+//! - [`interval`]: the 95% interval of every figure (Wilson for proportions, seeded
+//!   bootstrap over items for means and F1, DeLong for AUROC) with its method and n.
+//! - [`paired`]: paired comparisons of two models on shared items (paired bootstrap,
+//!   McNemar's exact test) for the leaderboard.
 //! - [`uhgeval`]: UHGEval's answer parsers, keyword balancing, item and overall
 //!   accuracies, `#valid`, selective option order, generative item metrics and the
 //!   runner's block/batch arithmetic (§1.2–§1.8).
@@ -49,7 +53,9 @@ pub mod bleu;
 pub mod chainpoll;
 pub mod classification;
 pub mod hvi;
+pub mod interval;
 pub mod kwprec;
+pub mod paired;
 pub mod pseudo_entropy;
 pub mod rouge;
 pub mod selfcheck;

@@ -36,11 +36,18 @@ pub fn token_pseudo_entropy(top_probs: &[f64]) -> Result<TokenPseudoEntropy, Met
     }
     reject_nan("top-M probabilities", top_probs)?;
     if let Some(&value) = top_probs.iter().find(|p| !(0.0..=1.0).contains(*p)) {
-        return Err(MetricError::OutOfRange { what: "top-M probability", value, expected: "a probability in [0, 1]" });
+        return Err(MetricError::OutOfRange {
+            what: "top-M probability",
+            value,
+            expected: "a probability in [0, 1]",
+        });
     }
     let sum_top: f64 = top_probs.iter().sum();
     if sum_top <= 0.0 {
-        return Err(MetricError::Undefined { what: "pseudo-entropy", reason: "the top-M probabilities sum to 0" });
+        return Err(MetricError::Undefined {
+            what: "pseudo-entropy",
+            reason: "the top-M probabilities sum to 0",
+        });
     }
     let mut ppl5 = 0.0;
     let mut pseudo_entropy = 0.0;
@@ -55,10 +62,16 @@ pub fn token_pseudo_entropy(top_probs: &[f64]) -> Result<TokenPseudoEntropy, Met
 /// Pseudo-entropy of one token from its top-M **log-probabilities** (natural log, as the
 /// OpenAI API returns them): `p_i = exp(lp_i)`, then [`token_pseudo_entropy`]. `−∞` is a
 /// zero probability. Errors as there, plus `OutOfRange` for a log-probability above 0.
-pub fn token_pseudo_entropy_from_logprobs(top_logprobs: &[f64]) -> Result<TokenPseudoEntropy, MetricError> {
+pub fn token_pseudo_entropy_from_logprobs(
+    top_logprobs: &[f64],
+) -> Result<TokenPseudoEntropy, MetricError> {
     reject_nan("top-M log-probabilities", top_logprobs)?;
     if let Some(&value) = top_logprobs.iter().find(|&&lp| lp > 0.0) {
-        return Err(MetricError::OutOfRange { what: "top-M log-probability", value, expected: "at most 0" });
+        return Err(MetricError::OutOfRange {
+            what: "top-M log-probability",
+            value,
+            expected: "at most 0",
+        });
     }
     let probs: Vec<f64> = top_logprobs.iter().map(|lp| lp.exp()).collect();
     token_pseudo_entropy(&probs)
@@ -68,7 +81,9 @@ pub fn token_pseudo_entropy_from_logprobs(top_logprobs: &[f64]) -> Result<TokenP
 /// pseudo-entropy, each position given by its top-M log-probabilities (spec §3.3: the
 /// paper does not state the aggregation; the mean is this implementation's choice).
 /// Errors: `Empty` for no token, or the first error of a position.
-pub fn completion_pseudo_entropy<T: AsRef<[f64]>>(tokens_top_logprobs: &[T]) -> Result<f64, MetricError> {
+pub fn completion_pseudo_entropy<T: AsRef<[f64]>>(
+    tokens_top_logprobs: &[T],
+) -> Result<f64, MetricError> {
     if tokens_top_logprobs.is_empty() {
         return Err(MetricError::Empty { what: "token positions" });
     }
@@ -77,6 +92,36 @@ pub fn completion_pseudo_entropy<T: AsRef<[f64]>>(tokens_top_logprobs: &[T]) -> 
         sum += token_pseudo_entropy_from_logprobs(position.as_ref())?.pseudo_entropy;
     }
     Ok(sum / tokens_top_logprobs.len() as f64)
+}
+
+/// The top-M log-probabilities of one position as an API returns them (spec §3.3): the
+/// first `m` alternatives, plus the chosen token's own log-probability when it is not among
+/// them (M + 1 values then). Alternatives are matched to the token by their text.
+pub fn position_top_logprobs(token: &halyard_proto::TokenLogprob, m: usize) -> Vec<f64> {
+    let top = &token.top[..token.top.len().min(m)];
+    let mut out: Vec<f64> = top.iter().map(|t| t.logprob).collect();
+    if !top.iter().any(|t| t.token == token.token) {
+        out.push(token.logprob);
+    }
+    out
+}
+
+/// Completion-level pseudo-entropy of a completion's token log-probabilities with top-`m`
+/// alternatives ([`position_top_logprobs`], then [`completion_pseudo_entropy`]).
+/// Errors: `Empty` for no token; `Undefined` when a position has no alternative at all
+/// (the backend was not asked for them).
+pub fn pseudo_entropy_of_tokens(
+    tokens: &[halyard_proto::TokenLogprob],
+    m: usize,
+) -> Result<f64, MetricError> {
+    if tokens.iter().any(|t| t.top.is_empty()) {
+        return Err(MetricError::Undefined {
+            what: "pseudo-entropy",
+            reason: "a token position has no top alternatives",
+        });
+    }
+    let positions: Vec<Vec<f64>> = tokens.iter().map(|t| position_top_logprobs(t, m)).collect();
+    completion_pseudo_entropy(&positions)
 }
 
 #[cfg(test)]
@@ -117,5 +162,27 @@ mod tests {
         let toks = vec![vec![0.0], vec![0.5f64.ln(), 0.5f64.ln()]];
         assert!((completion_pseudo_entropy(&toks).unwrap() - 2f64.ln() / 2.0).abs() < 1e-15);
         assert!(completion_pseudo_entropy::<Vec<f64>>(&[]).is_err());
+    }
+
+    /// M = 5 alternatives, plus the chosen token when it is not among them (spec §3.3).
+    #[test]
+    fn positions_from_api_tokens() {
+        use halyard_proto::{TokenLogprob, TopLogprob};
+        let alt = |t: &str, p: f64| TopLogprob { token: t.into(), logprob: p.ln() };
+        let top: Vec<TopLogprob> =
+            [("a", 0.5), ("b", 0.3), ("c", 0.1), ("d", 0.05), ("e", 0.03), ("f", 0.01)]
+                .iter()
+                .map(|(t, p)| alt(t, *p))
+                .collect();
+        let inside = TokenLogprob { token: "b".into(), logprob: 0.3f64.ln(), top: top.clone() };
+        assert_eq!(position_top_logprobs(&inside, 5).len(), 5);
+        let outside = TokenLogprob { token: "z".into(), logprob: 0.001f64.ln(), top };
+        let v = position_top_logprobs(&outside, 5);
+        assert_eq!((v.len(), v[5]), (6, 0.001f64.ln()));
+        let pe = pseudo_entropy_of_tokens(std::slice::from_ref(&inside), 5).unwrap();
+        assert!((pe - 1.217354379).abs() < 1e-9, "{pe}");
+        let bare = TokenLogprob { token: "x".into(), logprob: -0.1, top: vec![] };
+        assert!(pseudo_entropy_of_tokens(&[bare], 5).is_err());
+        assert!(pseudo_entropy_of_tokens(&[], 5).is_err());
     }
 }

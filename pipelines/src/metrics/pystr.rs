@@ -24,6 +24,10 @@ mod tests {
     #[test]
     fn strip_matches_python_whitespace() {
         assert_eq!(py_strip("\u{1C}\u{3000} a b\u{85}\n"), "a b");
-        assert_eq!(py_strip("\u{200B}x"), "\u{200B}x", "zero-width space is not whitespace in Python");
+        assert_eq!(
+            py_strip("\u{200B}x"),
+            "\u{200B}x",
+            "zero-width space is not whitespace in Python"
+        );
     }
 }

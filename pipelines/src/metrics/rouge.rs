@@ -28,7 +28,11 @@ pub fn rouge_l<T: Eq>(candidate: &[T], reference: &[T]) -> RougeL {
     let precision = lcs as f64 / candidate.len() as f64;
     let recall = lcs as f64 / reference.len() as f64;
     // rouge_score.scoring.fmeasure, same operation order.
-    let f = if precision + recall > 0.0 { 2.0 * precision * recall / (precision + recall) } else { 0.0 };
+    let f = if precision + recall > 0.0 {
+        2.0 * precision * recall / (precision + recall)
+    } else {
+        0.0
+    };
     RougeL { lcs, precision, recall, f }
 }
 
@@ -62,7 +66,10 @@ mod tests {
     /// No common token: F is 0.
     #[test]
     fn disjoint() {
-        assert_eq!(rouge_l(&["a", "b"], &["c"]), RougeL { lcs: 0, precision: 0.0, recall: 0.0, f: 0.0 });
+        assert_eq!(
+            rouge_l(&["a", "b"], &["c"]),
+            RougeL { lcs: 0, precision: 0.0, recall: 0.0, f: 0.0 }
+        );
     }
 
     /// LCS is order-sensitive and symmetric in its arguments.

@@ -92,7 +92,10 @@ impl SelfCheckNgram {
 /// Errors: `Empty` if there is no sentence or a sentence has no token (SelfCheckGPT would
 /// produce NaN / raise there). An unseen token gives `+∞` scores (spec §3.4 step 2),
 /// which cannot happen when the sentences are the passage's own tokens.
-pub fn selfcheck_unigram<T, S, U, R>(sentences: &[T], training: &[U]) -> Result<SelfCheckNgram, MetricError>
+pub fn selfcheck_unigram<T, S, U, R>(
+    sentences: &[T],
+    training: &[U],
+) -> Result<SelfCheckNgram, MetricError>
 where
     T: AsRef<[S]>,
     S: AsRef<str>,
@@ -108,7 +111,8 @@ where
     let mut all_sum = 0.0_f64;
     let mut all_count = 0usize;
     for sentence in sentences {
-        let scores: Vec<f64> = sentence.as_ref().iter().map(|t| model.neg_logprob(t.as_ref())).collect();
+        let scores: Vec<f64> =
+            sentence.as_ref().iter().map(|t| model.neg_logprob(t.as_ref())).collect();
         if scores.is_empty() {
             return Err(MetricError::Empty { what: "a sentence's tokens" });
         }
@@ -140,7 +144,8 @@ pub fn selfcheck_unigram_text(
 ) -> Result<SelfCheckNgram, MetricError> {
     let lower = |s: &str| s.to_lowercase();
     let sentence_texts: Vec<String> = sentences.iter().map(|s| lower(s)).collect();
-    let training_texts: Vec<String> = std::iter::once(passage).chain(samples.iter().copied()).map(lower).collect();
+    let training_texts: Vec<String> =
+        std::iter::once(passage).chain(samples.iter().copied()).map(lower).collect();
     let sentence_tokens: Vec<Vec<&str>> = sentence_texts.iter().map(|s| english_words(s)).collect();
     let training_tokens: Vec<Vec<&str>> = training_texts.iter().map(|s| english_words(s)).collect();
     selfcheck_unigram(&sentence_tokens, &training_tokens)

@@ -142,7 +142,11 @@ mod tests {
         assert_eq!(python_skip_split("a_b-5%"), ["a", "_", "b", "-", "5%"]);
         assert_eq!(python_skip_split("3.a"), ["3", ".", "a"]);
         assert!(is_joined_alphanumeric("6-3") && is_joined_alphanumeric("1.5%"));
-        assert!(!is_joined_alphanumeric("-3") && !is_joined_alphanumeric("6-") && !is_joined_alphanumeric("63"));
+        assert!(
+            !is_joined_alphanumeric("-3")
+                && !is_joined_alphanumeric("6-")
+                && !is_joined_alphanumeric("63")
+        );
         assert!(!is_joined_alphanumeric("6--3") && !is_joined_alphanumeric("%"));
     }
 

@@ -63,28 +63,39 @@ pub struct NewsItem {
     pub news_remainder: String,
 }
 
-pub use crate::common::DatasetError;
+pub use crate::jsonl::DatasetError;
 
 /// Checks one line (1-based `line` for the error).
 pub fn parse_line(file: &str, line: usize, text: &str) -> Result<NewsItem, DatasetError> {
-    let err = |reason: String| DatasetError::Line { file: file.to_string(), line, reason };
+    check_line(text).map_err(|reason| DatasetError::Line { file: file.to_string(), line, reason })
+}
+
+/// One line's item, or why it is not one.
+fn check_line(text: &str) -> Result<NewsItem, String> {
     let item: NewsItem = serde_json::from_str(text).map_err(|e| {
         // serde names the missing or unknown field and the bad type; an unknown `type`
         // value is reported with the values it may take.
         let msg = e.to_string();
-        err(if msg.contains("unknown variant") { format!("field `type`: {msg}") } else { msg })
+        if msg.contains("unknown variant") {
+            format!("field `type`: {msg}")
+        } else {
+            msg
+        }
     })?;
     let prefix = item.id.split('_').next().unwrap_or("");
     let digits = item.id.get(prefix.len() + 1..).unwrap_or("");
-    if NewsType::parse(prefix) != Some(item.news_type) || digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(err(format!(
+    if NewsType::parse(prefix) != Some(item.news_type)
+        || digits.is_empty()
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(format!(
             "field `id`: {:?} is not \"{}_<digits>\" (the id carries the news type)",
             item.id,
             item.news_type.as_str()
-        )));
+        ));
     }
     for (i, a) in item.annotations.iter().enumerate() {
-        split_annotation(a).map_err(|e| err(format!("field `annotations[{i}]`: {e}")))?;
+        split_annotation(a).map_err(|e| format!("field `annotations[{i}]`: {e}"))?;
     }
     Ok(item)
 }
@@ -93,23 +104,20 @@ pub fn parse_line(file: &str, line: usize, text: &str) -> Result<NewsItem, Datas
 pub fn parse_dataset(file: &str, text: &str) -> Result<Vec<NewsItem>, DatasetError> {
     let mut items: Vec<NewsItem> = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    for (i, l) in text.lines().enumerate() {
-        if l.trim().is_empty() {
-            continue;
-        }
-        let item = parse_line(file, i + 1, l)?;
+    crate::jsonl::each_line(file, text, |_, l| {
+        let item = check_line(l)?;
         if !seen.insert(item.id.clone()) {
-            return Err(DatasetError::Line { file: file.to_string(), line: i + 1, reason: format!("duplicate id {:?}", item.id) });
+            return Err(format!("duplicate id {:?}", item.id));
         }
         items.push(item);
-    }
+        Ok(())
+    })?;
     Ok(items)
 }
 
 /// Reads and checks a dataset file.
 pub fn read_dataset(path: &Path) -> Result<Vec<NewsItem>, DatasetError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| DatasetError::Read { file: file.clone(), reason: e.to_string() })?;
+    let (file, text) = crate::jsonl::read(path)?;
     parse_dataset(&file, &text)
 }
 
@@ -127,7 +135,11 @@ impl NewsItem {
         self.keyword_annotations()
             .into_iter()
             .map(|(k, _)| k)
-            .filter(|k| self.head_line.contains(k) || self.news_beginning.contains(k) || self.news_remainder.contains(k))
+            .filter(|k| {
+                self.head_line.contains(k)
+                    || self.news_beginning.contains(k)
+                    || self.news_remainder.contains(k)
+            })
             .collect()
     }
 }
@@ -167,7 +179,8 @@ mod tests {
     /// The shipped sample parses: 20 items, 5 of each type.
     #[test]
     fn shipped_sample_parses() {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/uhgeval/uhgeval_concise_sample_20.jsonl");
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../datasets/uhgeval/uhgeval_concise_sample_20.jsonl");
         let items = read_dataset(&p).unwrap();
         assert_eq!(items.len(), 20);
         for t in NewsType::ALL {

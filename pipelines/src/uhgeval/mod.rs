@@ -15,11 +15,17 @@
 
 pub mod dataset;
 pub mod embed;
+pub mod generation;
 pub mod plan;
 pub mod prompts;
+pub mod render;
 pub mod score;
 
 pub use dataset::{parse_dataset, parse_line, read_dataset, DatasetError, NewsItem, NewsType};
 pub use embed::{similarity, Embedder};
-pub use plan::{evaluate, prepare, Case, Config, Form, ItemLabel, PIPELINE, STAGE_VERSION};
-pub use score::{render_markdown, score, Report, BERT_NOT_COMPUTED};
+pub use plan::{
+    evaluate, prepare, AppliedGeneration, Case, Config, Form, Generation, ItemLabel, PIPELINE,
+    STAGE_VERSION,
+};
+pub use render::render_markdown;
+pub use score::{score, score_config, Report, BERT_NOT_COMPUTED};

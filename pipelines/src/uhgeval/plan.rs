@@ -13,26 +13,39 @@
 //!
 //! Generation length is UHGEval's `max_new_tokens` (24 for discriminative and selective
 //! calls, 128 for generative ones), whatever the model's `max_tokens` in the sweep; the
-//! temperature and seed are the model's (the paper used 0.1 and 22).
+//! temperature and seed are the model's (the paper used 0.1 and 22). UHGEval's `top_p`
+//! 0.9 and `top_k` 5 ([`Generation`]) go into every request where the backend supports
+//! them (issue 16): both for local models, `top_p` only for OpenAI-compatible APIs (they
+//! have no `top_k`; UHGEval's own v2 OpenAI wrapper drops it too); the report says which
+//! were applied.
+//!
+//! With a BERTScore embedder (a model with `backend = "embed"`), each valid continuation
+//! gets a `bert` job embedding it and the reference ([`super::embed::bert_step`]).
 //!
 //! A job that became a dead letter reads as the empty answer, as UHGEval's `safe_request`
 //! returns `""` on any failure (§1.2): the verdict is invalid and the error is kept in the
 //! label.
 
+// `Err` carries the job still needed (not an error path); boxing it would allocate per
+// call for nothing.
+#![allow(clippy::result_large_err)]
+
 use halyard_proto::ChatMessage;
 use serde::{Deserialize, Serialize};
 
 use super::dataset::{NewsItem, NewsType};
+use super::embed::{bert_step, BertLabel};
+pub use super::generation::{AppliedGeneration, Generation};
 use super::prompts;
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Progress, ResultLookup};
+use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 use crate::metrics::bleu::bleu4_v2;
 use crate::metrics::kwprec::parse_extracted_keywords;
 use crate::metrics::tokenize::jieba_cut;
 use crate::metrics::uhgeval::{
-    continuation_from_answer, first_sentence, generative_item, generative_valid, keyword_item, option_order_v2,
-    paper_option_orders, parse_keyword_judgement, parse_selective_choice, parse_sentence_judgement,
-    select_keywords_paper, select_keywords_v2, selective_item, sentence_item, strip_echo, Choice, Judgement,
-    OptionOrder, UhgVariant,
+    continuation_from_answer, first_sentence, generative_item, generative_valid, keyword_item,
+    option_order_v2, paper_option_orders, parse_keyword_judgement, parse_selective_choice,
+    parse_sentence_judgement, select_keywords_paper, select_keywords_v2, selective_item,
+    sentence_item, strip_echo, Choice, Judgement, OptionOrder, UhgVariant,
 };
 
 /// The pipeline name in job keys.
@@ -87,6 +100,13 @@ pub struct Config {
     pub forms: Vec<Form>,
     /// The model under test (also the kwPrec keyword extractor).
     pub model: ModelSpec,
+    /// UHGEval's `top_p` / `top_k`, applied where the backend supports them.
+    #[serde(default)]
+    pub generation: Generation,
+    /// The sentence-embedding model of "BERTScore" (`backend = "embed"`); `None`: not
+    /// computed (unless the scorer is given an in-process embedder).
+    #[serde(default)]
+    pub bert_embedder: Option<ModelSpec>,
 }
 
 /// A dataset item ready for planning: the item, its position, and its \[paper\] selective
@@ -105,7 +125,11 @@ pub struct Case {
 /// Halyard draws once per item in dataset order: item `i` gets draw `i`. The order then
 /// depends only on the item's position, not on which worker or run scores it.
 pub fn prepare(items: Vec<NewsItem>) -> Vec<Case> {
-    items.into_iter().zip(paper_option_orders(PAPER_SWAP_SEED)).map(|(item, paper_order)| Case { item, paper_order }).collect()
+    items
+        .into_iter()
+        .zip(paper_option_orders(PAPER_SWAP_SEED))
+        .map(|(item, paper_order)| Case { item, paper_order })
+        .collect()
 }
 
 /// One model answer as the label keeps it.
@@ -181,6 +205,9 @@ pub struct GenerativeLabel {
     pub kw_prec: f64,
     /// Code points of the continuation.
     pub length: usize,
+    /// "BERTScore" from the `bert` job (valid continuations, with an embedder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bert: Option<BertLabel>,
 }
 
 /// The final label of one (item, model).
@@ -209,19 +236,39 @@ impl Config {
         ModelSpec { max_tokens: Some(max_tokens), ..self.model.clone() }
     }
 
-    /// The request for `prompt` at `stage` (a user message holding the whole query).
+    /// The request for `prompt` at `stage` (a user message holding the whole query), with
+    /// the generation parameters the model's backend supports.
     pub fn request(&self, stage: &str, prompt: String, max_tokens: u32) -> JobRequest {
-        self.spec(max_tokens).request(PIPELINE, stage, STAGE_VERSION, vec![ChatMessage::user(prompt)], 0)
+        let mut req = self.spec(max_tokens).request(
+            PIPELINE,
+            stage,
+            STAGE_VERSION,
+            vec![ChatMessage::user(prompt)],
+            0,
+        );
+        let g = self.generation.applied_to(&self.model.model_ref.backend).applied;
+        (req.key.sampling.top_p, req.key.sampling.top_k) = (g.top_p, g.top_k);
+        req
     }
 
     /// Runs one call: its answer, or the job still needed.
-    fn call(&self, stage: &str, prompt: String, max_tokens: u32, results: &dyn ResultLookup) -> Result<Answer, JobRequest> {
+    fn call(
+        &self,
+        stage: &str,
+        prompt: String,
+        max_tokens: u32,
+        results: &dyn ResultLookup,
+    ) -> Result<Answer, JobRequest> {
         let req = self.request(stage, prompt, max_tokens);
         let job = req.id().to_string();
         match results.get(&req.id()) {
             None => Err(req),
-            Some(JobOutcome::Done(c)) => Ok(Answer { job, text: Some(c.text.clone()), error: None }),
-            Some(JobOutcome::Failed(e)) => Ok(Answer { job, text: None, error: Some(e.to_string()) }),
+            Some(JobOutcome::Done(c)) => {
+                Ok(Answer { job, text: Some(c.text.clone()), error: None })
+            }
+            Some(JobOutcome::Failed(e)) => {
+                Ok(Answer { job, text: None, error: Some(e.to_string()) })
+            }
         }
     }
 
@@ -236,7 +283,7 @@ impl Config {
 }
 
 /// Advances one item as far as the known results allow.
-pub fn evaluate(cfg: &Config, case: &Case, results: &dyn ResultLookup) -> Progress<ItemLabel> {
+pub fn evaluate(cfg: &Config, case: &Case, results: &dyn ResultLookup) -> Plan<ItemLabel> {
     let item = &case.item;
     let mut label = ItemLabel {
         id: item.id.clone(),
@@ -252,15 +299,21 @@ pub fn evaluate(cfg: &Config, case: &Case, results: &dyn ResultLookup) -> Progre
     for form in &cfg.forms {
         match form {
             Form::Keyword => settle(keyword(cfg, item, results), &mut label.keyword, &mut waiting),
-            Form::Sentence => settle(sentence(cfg, item, results), &mut label.sentence, &mut waiting),
-            Form::Selective => settle(selective(cfg, case, results), &mut label.selective, &mut waiting),
-            Form::Generative => settle(generative(cfg, item, results), &mut label.generative, &mut waiting),
+            Form::Sentence => {
+                settle(sentence(cfg, item, results), &mut label.sentence, &mut waiting)
+            }
+            Form::Selective => {
+                settle(selective(cfg, case, results), &mut label.selective, &mut waiting)
+            }
+            Form::Generative => {
+                settle(generative(cfg, item, results), &mut label.generative, &mut waiting)
+            }
         }
     }
     if waiting.is_empty() {
-        Progress::Done(label)
+        Plan::Done(label)
     } else {
-        Progress::Waiting(waiting)
+        Plan::Waiting(waiting)
     }
 }
 
@@ -287,7 +340,9 @@ fn unechoed<'a>(answer: &'a Answer, query: &str, variant: UhgVariant) -> &'a str
 
 fn keyword(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step<KeywordLabel> {
     let cases = match cfg.variant {
-        UhgVariant::Paper => select_keywords_paper(&item.keyword_annotations(), &item.appeared_keywords()),
+        UhgVariant::Paper => {
+            select_keywords_paper(&item.keyword_annotations(), &item.appeared_keywords())
+        }
         // Annotations were checked when the dataset was read.
         UhgVariant::V2 => select_keywords_v2(&item.annotations).unwrap_or_default(),
     };
@@ -298,8 +353,14 @@ fn keyword(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step<Ke
         match cfg.call(Form::Keyword.as_str(), query.clone(), SHORT_MAX_TOKENS, results) {
             Err(req) => waiting.push(req),
             Ok(answer) => {
-                let verdict = parse_keyword_judgement(unechoed(&answer, &query, cfg.variant), cfg.variant);
-                judged.push(KeywordVerdict { keyword: c.keyword.clone(), hallucinated: c.hallucinated, answer, verdict });
+                let verdict =
+                    parse_keyword_judgement(unechoed(&answer, &query, cfg.variant), cfg.variant);
+                judged.push(KeywordVerdict {
+                    keyword: c.keyword.clone(),
+                    hallucinated: c.hallucinated,
+                    answer,
+                    verdict,
+                });
             }
         }
     }
@@ -308,11 +369,9 @@ fn keyword(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step<Ke
     }
     let verdicts: Vec<Judgement> = judged.iter().map(|k| k.verdict).collect();
     // Same lengths by construction.
-    let r = keyword_item(&cases, &verdicts, cfg.variant).unwrap_or(crate::metrics::uhgeval::KeywordItem {
-        accuracy: 0.0,
-        num_kws: 0,
-        valid: false,
-    });
+    let r = keyword_item(&cases, &verdicts, cfg.variant).unwrap_or(
+        crate::metrics::uhgeval::KeywordItem { accuracy: 0.0, num_kws: 0, valid: false },
+    );
     Ok(KeywordLabel { keywords: judged, accuracy: r.accuracy, num_kws: r.num_kws, valid: r.valid })
 }
 
@@ -353,7 +412,9 @@ fn selective(cfg: &Config, case: &Case, results: &dyn ResultLookup) -> Step<Sele
         OptionOrder::RealFirst => (r, h),
     };
     let query = prompts::compare_two_continuation(item, a, b, cfg.variant);
-    let answer = cfg.call(Form::Selective.as_str(), query.clone(), SHORT_MAX_TOKENS, results).map_err(|r| vec![r])?;
+    let answer = cfg
+        .call(Form::Selective.as_str(), query.clone(), SHORT_MAX_TOKENS, results)
+        .map_err(|r| vec![r])?;
     let choice = parse_selective_choice(unechoed(&answer, &query, cfg.variant), cfg.variant);
     let s = selective_item(choice, order);
     Ok(SelectiveLabel { order, answer, choice, correct: s.correct, valid: s.valid })
@@ -361,23 +422,38 @@ fn selective(cfg: &Config, case: &Case, results: &dyn ResultLookup) -> Step<Sele
 
 fn generative(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step<GenerativeLabel> {
     let query = prompts::continue_writing(item, cfg.variant);
-    let answer = cfg.call("continue", query.clone(), LONG_MAX_TOKENS, results).map_err(|r| vec![r])?;
+    let answer =
+        cfg.call("continue", query.clone(), LONG_MAX_TOKENS, results).map_err(|r| vec![r])?;
     let continuation = continuation_from_answer(answer.as_str(), &query, cfg.variant).to_string();
     let valid = generative_valid(&continuation, cfg.variant);
-    let (extraction, keywords) = if valid {
-        let kq = prompts::extract_kws(&continuation, cfg.variant);
-        let a = cfg.call("extract_kws", kq.clone(), LONG_MAX_TOKENS, results).map_err(|r| vec![r])?;
+    let reference = &item.news_remainder;
+    // Keyword extraction and the BERTScore embedding run in parallel.
+    let kq = prompts::extract_kws(&continuation, cfg.variant);
+    let extraction = valid.then(|| cfg.call("extract_kws", kq.clone(), LONG_MAX_TOKENS, results));
+    let bert = match (&cfg.bert_embedder, valid) {
+        (Some(e), true) => Some(bert_step(e, &continuation, reference, results)),
+        _ => None,
+    };
+    let waiting: Vec<JobRequest> = [
+        extraction.as_ref().and_then(|r| r.as_ref().err().cloned()),
+        bert.as_ref().and_then(|r| r.as_ref().err().cloned()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !waiting.is_empty() {
+        return Err(waiting);
+    }
+    let extraction = extraction.and_then(Result::ok);
+    let bert = bert.and_then(Result::ok);
+    let keywords = extraction.as_ref().map_or_else(Vec::new, |a| {
         // \[v2\] drops an echoed query from every answer; \[paper\] reads it as is.
         let text = match cfg.variant {
             UhgVariant::Paper => a.as_str(),
             UhgVariant::V2 => strip_echo(a.as_str(), &kq, UhgVariant::V2),
         };
-        let kws = parse_extracted_keywords(text, &continuation);
-        (Some(a), kws)
-    } else {
-        (None, Vec::new())
-    };
-    let reference = &item.news_remainder;
+        parse_extracted_keywords(text, &continuation)
+    });
     let m = generative_item(&continuation, reference, &keywords, UhgVariant::Paper);
     let v2 = bleu4_v2(&jieba_cut(&continuation), &jieba_cut(reference)).score;
     Ok(GenerativeLabel {
@@ -391,9 +467,9 @@ fn generative(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step
         rouge_l: m.rouge_l,
         kw_prec: m.kw_prec,
         length: m.length,
+        bert,
     })
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

@@ -13,7 +13,8 @@ use crate::metrics::uhgeval::UhgVariant;
 const CONTINUE_WRITING: &str = include_str!("templates/continue_writing.txt");
 const EXTRACT_KWS: &str = include_str!("templates/extract_kws.txt");
 const IS_KW_HALLUCINATED: &str = include_str!("templates/is_kw_hallucinated.txt");
-const IS_CONTINUATION_HALLUCINATED: &str = include_str!("templates/is_continuation_hallucinated.txt");
+const IS_CONTINUATION_HALLUCINATED: &str =
+    include_str!("templates/is_continuation_hallucinated.txt");
 const COMPARE_TWO_CONTINUATION: &str = include_str!("templates/compare_two_continuation.txt");
 
 /// The template text for a variant: \[v2\] turns every literal backslash-`n` into a newline.
@@ -27,7 +28,8 @@ fn template(raw: &str, variant: UhgVariant) -> String {
 /// Fills `{name}` slots (and the positional `{}`, named `""` here) in one left-to-right
 /// pass. The templates hold no other braces.
 fn fill(template: &str, slots: &[(&str, &str)]) -> String {
-    let mut out = String::with_capacity(template.len() + slots.iter().map(|(_, v)| v.len()).sum::<usize>());
+    let mut out =
+        String::with_capacity(template.len() + slots.iter().map(|(_, v)| v.len()).sum::<usize>());
     let mut rest = template;
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
@@ -75,20 +77,36 @@ pub fn extract_kws(continuation: &str, variant: UhgVariant) -> String {
 /// the hallucinated one.
 pub fn is_kw_hallucinated(item: &NewsItem, keyword: &str, variant: UhgVariant) -> String {
     let [a, b, c] = news_slots(item);
-    let slots = [a, b, c, ("continuation", item.hallucinated_continuation.as_str()), ("keyword", keyword)];
+    let slots =
+        [a, b, c, ("continuation", item.hallucinated_continuation.as_str()), ("keyword", keyword)];
     fill(&template(IS_KW_HALLUCINATED, variant), &slots)
 }
 
 /// A.4 `is_continuation_hallucinated` (sentence level, spec §1.4).
-pub fn is_continuation_hallucinated(item: &NewsItem, continuation: &str, variant: UhgVariant) -> String {
+pub fn is_continuation_hallucinated(
+    item: &NewsItem,
+    continuation: &str,
+    variant: UhgVariant,
+) -> String {
     let [a, b, c] = news_slots(item);
-    fill(&template(IS_CONTINUATION_HALLUCINATED, variant), &[a, b, c, ("continuation", continuation)])
+    fill(
+        &template(IS_CONTINUATION_HALLUCINATED, variant),
+        &[a, b, c, ("continuation", continuation)],
+    )
 }
 
 /// A.5 `compare_two_continuation` (selective, spec §1.5): option A = `contn1`, B = `contn2`.
-pub fn compare_two_continuation(item: &NewsItem, contn1: &str, contn2: &str, variant: UhgVariant) -> String {
+pub fn compare_two_continuation(
+    item: &NewsItem,
+    contn1: &str,
+    contn2: &str,
+    variant: UhgVariant,
+) -> String {
     let [a, b, c] = news_slots(item);
-    fill(&template(COMPARE_TWO_CONTINUATION, variant), &[a, b, c, ("contn1", contn1), ("contn2", contn2)])
+    fill(
+        &template(COMPARE_TWO_CONTINUATION, variant),
+        &[a, b, c, ("contn1", contn1), ("contn2", contn2)],
+    )
 }
 
 #[cfg(test)]
@@ -115,7 +133,12 @@ mod tests {
     #[test]
     fn newline_variants_and_single_pass() {
         let p = is_kw_hallucinated(&item(), "KW", UhgVariant::Paper);
-        assert!(p.contains("新闻的开头：\"\"\"《（国际）标题{keyword}》\\n2015-01-22 12:16:02\\n开头。\"\"\""), "{p}");
+        assert!(
+            p.contains(
+                "新闻的开头：\"\"\"《（国际）标题{keyword}》\\n2015-01-22 12:16:02\\n开头。\"\"\""
+            ),
+            "{p}"
+        );
         assert!(p.ends_with("是否符合现实：续写中的\"\"\"KW\"\"\""));
         assert!(p.contains("续写：\"\"\"假续写。\"\"\""));
         let v = is_kw_hallucinated(&item(), "KW", UhgVariant::V2);
@@ -136,9 +159,12 @@ mod tests {
     #[test]
     fn endings() {
         let s = compare_two_continuation(&item(), "甲", "乙", UhgVariant::V2);
-        assert!(s.ends_with("A：\"\"\"甲\"\"\"\n\nB：\"\"\"乙\"\"\"\n\n哪个续写更符合现实，更准确："));
+        assert!(
+            s.ends_with("A：\"\"\"甲\"\"\"\n\nB：\"\"\"乙\"\"\"\n\n哪个续写更符合现实，更准确：")
+        );
         let c = is_continuation_hallucinated(&item(), "真续写。", UhgVariant::Paper);
         assert!(c.ends_with("续写：\"\"\"真续写。\"\"\"\n\n判断："));
-        assert!(extract_kws("句子。", UhgVariant::Paper).contains("现在我的句子是：\n\n句子。\n\n请给出"));
+        assert!(extract_kws("句子。", UhgVariant::Paper)
+            .contains("现在我的句子是：\n\n句子。\n\n请给出"));
     }
 }

@@ -15,10 +15,7 @@ struct RawResponse {
 
 impl RawResponse {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     fn json(&self) -> Value {
@@ -65,11 +62,7 @@ fn raw_post(
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
-    Ok(RawResponse {
-        status,
-        headers,
-        body: body.to_string(),
-    })
+    Ok(RawResponse { status, headers, body: body.to_string() })
 }
 
 fn chat_body(model: &str, user: &str) -> String {
@@ -111,10 +104,7 @@ fn eventually(what: &str, cond: impl Fn() -> bool) {
 #[test]
 fn text_reply_is_a_chat_completion() {
     let fake = FakeOpenAi::start_blocking(|call| Reply::Text(format!("echo {}", call.model)));
-    assert_eq!(
-        fake.base_url(),
-        format!("http://127.0.0.1:{}/v1", fake.port())
-    );
+    assert_eq!(fake.base_url(), format!("http://127.0.0.1:{}/v1", fake.port()));
     let res = raw_post(
         fake.port(),
         "/v1/chat/completions",
@@ -134,10 +124,7 @@ fn text_reply_is_a_chat_completion() {
     assert_eq!(v["choices"][0]["message"]["content"], "echo m1");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     // "be brief" (2) + "what is a halyard" (4); "echo m1" (2).
-    assert_eq!(
-        v["usage"],
-        json!({"prompt_tokens": 6, "completion_tokens": 2, "total_tokens": 8})
-    );
+    assert_eq!(v["usage"], json!({"prompt_tokens": 6, "completion_tokens": 2, "total_tokens": 8}));
 
     let calls = fake.calls();
     assert_eq!(calls.len(), 1);
@@ -210,19 +197,15 @@ fn garbage_is_served_verbatim() {
     let res = post_chat(&fake, "text");
     assert_eq!((res.status, res.body.as_str()), (200, "<html>not json"));
     let res = post_chat(&fake, "shape");
-    assert_eq!(
-        (res.status, res.body.as_str()),
-        (200, r#"{"choices": "nope"}"#)
-    );
+    assert_eq!((res.status, res.body.as_str()), (200, r#"{"choices": "nope"}"#));
 }
 
 /// A `Delayed` call is logged and in flight before it is answered, and answered after the delay.
 #[test]
 fn delayed_reply_is_logged_before_answering() {
     let delay = Duration::from_millis(300);
-    let fake = Arc::new(FakeOpenAi::start_blocking(move |_| {
-        Reply::Text("late".into()).after(delay)
-    }));
+    let fake =
+        Arc::new(FakeOpenAi::start_blocking(move |_| Reply::Text("late".into()).after(delay)));
     let client = {
         let fake = Arc::clone(&fake);
         std::thread::spawn(move || {
@@ -234,10 +217,7 @@ fn delayed_reply_is_logged_before_answering() {
     assert_eq!(fake.call_count(), 1, "call not logged before its reply");
     let (res, elapsed) = client.join().expect("client thread");
     assert_eq!(res.status, 200);
-    assert!(
-        elapsed >= delay,
-        "answered after {elapsed:?}, before the {delay:?} delay"
-    );
+    assert!(elapsed >= delay, "answered after {elapsed:?}, before the {delay:?} delay");
     eventually("in_flight back to 0", || fake.in_flight() == 0);
 }
 
@@ -317,14 +297,9 @@ fn call_log_order_and_repeats() {
 #[test]
 fn bad_json_and_responder_panic() {
     let fake = FakeOpenAi::start_blocking(|_| panic!("scripted failure"));
-    let res = raw_post(
-        fake.port(),
-        "/v1/chat/completions",
-        "{not json",
-        &[],
-        Duration::from_secs(10),
-    )
-    .expect("POST");
+    let res =
+        raw_post(fake.port(), "/v1/chat/completions", "{not json", &[], Duration::from_secs(10))
+            .expect("POST");
     assert_eq!(res.status, 400, "{res:?}");
     assert_eq!(fake.call_count(), 0);
     let res = post_chat(&fake, "hi");
@@ -352,8 +327,68 @@ fn drop_closes_the_port() {
     let port = fake.port();
     assert_eq!(post_chat(&fake, "hi").status, 200);
     drop(fake);
-    assert!(
-        TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err(),
-        "port {port} still open"
+    assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err(), "port {port} still open");
+}
+
+/// A `Refuse` outage closes the listener and cuts the request in flight; the fake
+/// listens again on the same port when it comes back; only answered calls are paid.
+#[test]
+fn refused_connections_then_back_on_the_same_port() {
+    let gate = Gate::new();
+    let fake = FakeOpenAi::start_blocking({
+        let gate = gate.clone();
+        move |_| Reply::Text("ok".into()).behind(&gate)
+    });
+    let port = fake.port();
+    let held = std::thread::spawn(move || {
+        raw_post(
+            port,
+            "/v1/chat/completions",
+            &chat_body("m", "held"),
+            &[],
+            Duration::from_secs(10),
+        )
+    });
+    eventually("the held call in flight", || fake.in_flight() == 1);
+    fake.go_down(Outage::Refuse);
+    // The client sees the connection closed without an answer (raw_post panics on an
+    // empty response, or reports the IO error).
+    let cut = held.join();
+    assert!(!matches!(&cut, Ok(Ok(r)) if r.status == 200), "the held call was answered");
+    assert_eq!(fake.in_flight(), 0);
+    let refused = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    gate.open();
+    fake.come_back();
+    assert_eq!(post_chat(&fake, "after").status, 200);
+    assert_eq!(fake.port(), port);
+    let paid: Vec<String> = fake.paid_calls().iter().map(|c| c.messages[1].1.clone()).collect();
+    assert_eq!(paid, ["after"], "the cut call was not answered");
+    assert_eq!(fake.call_count(), 2);
+}
+
+/// An `Unavailable` outage answers 503 to every call for its window, then the responder
+/// answers again; a `Hang` outage answers nothing; neither is paid.
+#[test]
+fn unavailable_and_hang_windows() {
+    let fake = FakeOpenAi::start_blocking(|_| Reply::Text("ok".into()));
+    let end = fake.outage_for(Outage::Unavailable, Duration::from_millis(300));
+    let r = post_chat(&fake, "during");
+    assert_eq!(r.status, 503);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("unavailable"));
+    end.join().unwrap();
+    assert_eq!(post_chat(&fake, "after").status, 200);
+    fake.go_down(Outage::Hang);
+    let hung = raw_post(
+        fake.port(),
+        "/v1/chat/completions",
+        &chat_body("m", "hung"),
+        &[],
+        Duration::from_millis(200),
     );
+    assert!(hung.is_err(), "a hung call was answered: {hung:?}");
+    fake.come_back();
+    assert_eq!(post_chat(&fake, "back").status, 200);
+    assert_eq!(fake.paid_calls().len(), 2);
+    assert_eq!(fake.call_count(), 4);
 }

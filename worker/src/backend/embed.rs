@@ -6,7 +6,6 @@
 //! on blocking threads, one job at a time per model (its matrix products already use
 //! every core); jobs of up to [`SUB_BATCH`] sentences are computed as one padded batch.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,14 +17,7 @@ use super::CallError;
 /// Sentences computed together (sorted by length, so padding stays small).
 pub const SUB_BATCH: usize = 32;
 
-/// An embedding model the worker holds.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EmbedSpec {
-    /// The model's identity in job keys (`ModelRef::endpoint`).
-    pub endpoint: String,
-    /// The folder with `config.json`, `model.safetensors`, `tokenizer.json`.
-    pub path: PathBuf,
-}
+pub use halyard_proto::pool::EmbedSpec;
 
 pub struct EmbedModel {
     model: Arc<Embedder>,
@@ -39,14 +31,21 @@ impl EmbedModel {
     }
 
     pub async fn call(&self, job: &Job) -> Result<Completion, CallError> {
-        let _turn = self.one_at_a_time.acquire().await.map_err(|_| CallError::transient("embedding model closed"))?;
+        let _turn = self
+            .one_at_a_time
+            .acquire()
+            .await
+            .map_err(|_| CallError::transient("embedding model closed"))?;
         let texts: Vec<String> = job.key.messages.iter().map(|m| m.content.clone()).collect();
         let model = self.model.clone();
         let start = Instant::now();
         let out = tokio::task::spawn_blocking(move || {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let tokens: u64 = refs.iter().map(|t| model.token_ids(t).map_or(0, |ids| ids.len() as u64)).sum();
-            model.embed_all(&refs, SUB_BATCH).map(|v| (halyard_embed::codec::encode(&v, model.dim()), tokens))
+            let tokens: u64 =
+                refs.iter().map(|t| model.token_ids(t).map_or(0, |ids| ids.len() as u64)).sum();
+            model
+                .embed_all(&refs, SUB_BATCH)
+                .map(|v| (halyard_embed::codec::encode(&v, model.dim()), tokens))
         })
         .await
         .map_err(|e| CallError::transient(format!("embedding task panicked: {e}")))?;
@@ -58,6 +57,7 @@ impl EmbedModel {
             latency_ms: start.elapsed().as_millis() as u64,
             finish_reason: Some("stop".into()),
             calls: 1,
+            logprobs: None,
         })
     }
 }

@@ -20,6 +20,16 @@
 //! token, at `max_tokens`, or at the slot's context size. A caller that gave up (worker
 //! shutdown) frees its slot at the next step.
 //!
+//! ## Sampling options and log-probabilities (issue 16)
+//! `top_k` and `top_p` apply after the temperature (the order of Hugging Face's
+//! `generate`, which UHGEval used); greedy decoding ignores them. A job that asks for
+//! log-probabilities gets, for each generated token, the log-softmax of the raw logits at
+//! its position (before temperature and truncation: the model's own distribution) and the
+//! most likely alternatives ([`super::logits`]). A job that asks to *score* its last
+//! (assistant) message feeds that text after the rendered chat and returns the
+//! log-probability of each of its tokens (teacher forcing), generating nothing: a local
+//! model can serve as ChainPoll's "probability model".
+//!
 //! ## GPU pinning
 //! With the cargo feature `cuda`, a model placed on GPU N is loaded with all (or
 //! `gpu_layers`) layers on device N and no split across devices. Without the feature,
@@ -30,7 +40,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use halyard_proto::{ChatMessage, Completion, Usage};
+use halyard_proto::{
+    ChatMessage, Completion, LogprobsRequest, Role, Sampling, TokenLogprob, Usage,
+};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -40,8 +52,9 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::{mpsc, oneshot};
 
-pub use super::GgufSpec;
+use super::logits::{logprob_of, sampler_for};
 use super::CallError;
+pub use super::GgufSpec;
 
 /// True when this build can place models on CUDA GPUs.
 pub const GPU_SUPPORT: bool = cfg!(feature = "cuda");
@@ -62,8 +75,7 @@ pub enum GgufError {
 /// A generation request.
 pub struct Request {
     pub messages: Vec<ChatMessage>,
-    pub temperature: f32,
-    pub max_tokens: Option<u32>,
+    pub sampling: Sampling,
     pub seed: u32,
     pub reply: oneshot::Sender<Result<Completion, CallError>>,
 }
@@ -91,7 +103,9 @@ pub fn backend() -> Result<&'static LlamaBackend, GgufError> {
 pub fn check_file(path: &Path) -> Result<(), GgufError> {
     use std::io::Read;
     let err = |reason: String| GgufError::File { path: path.display().to_string(), reason };
-    let mut f = std::fs::File::open(path).map_err(|e| err(format!("cannot open: {e} (fetch the default model with scripts/fetch-model.sh)")))?;
+    let mut f = std::fs::File::open(path).map_err(|e| {
+        err(format!("cannot open: {e} (fetch the default model with scripts/fetch-model.sh)"))
+    })?;
     let mut magic = [0u8; 4];
     f.read_exact(&mut magic).map_err(|_| err("too short to be a GGUF file".into()))?;
     if &magic != b"GGUF" {
@@ -113,18 +127,40 @@ impl GgufModel {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let s = spec.clone();
         std::thread::Builder::new()
-            .name(format!("gguf:{}", spec.path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()))
+            .name(format!(
+                "gguf:{}",
+                spec.path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+            ))
             .spawn(move || engine_thread(s, rx, ready_tx))
             .map_err(|e| GgufError::Engine(format!("cannot start engine thread: {e}")))?;
-        ready_rx.recv().map_err(|_| GgufError::Engine("engine thread died while loading".into()))??;
+        ready_rx
+            .recv()
+            .map_err(|_| GgufError::Engine("engine thread died while loading".into()))??;
         Ok(GgufModel { tx, spec })
     }
 
     /// Generate a completion.
-    pub async fn generate(&self, messages: Vec<ChatMessage>, temperature: f32, max_tokens: Option<u32>, seed: u32) -> Result<Completion, CallError> {
+    pub async fn generate(
+        &self,
+        messages: Vec<ChatMessage>,
+        temperature: f32,
+        max_tokens: Option<u32>,
+        seed: u32,
+    ) -> Result<Completion, CallError> {
+        let sampling = Sampling { temperature, max_tokens, ..Sampling::default() };
+        self.generate_with(messages, sampling, seed).await
+    }
+
+    /// Generate (or score, see the module doc) with every sampling option of a job.
+    pub async fn generate_with(
+        &self,
+        messages: Vec<ChatMessage>,
+        sampling: Sampling,
+        seed: u32,
+    ) -> Result<Completion, CallError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Request { messages, temperature, max_tokens, seed, reply })
+            .send(Request { messages, sampling, seed, reply })
             .await
             .map_err(|_| CallError::transient("local model engine has stopped"))?;
         rx.await.map_err(|_| CallError::transient("local model engine dropped the request"))?
@@ -149,10 +185,23 @@ struct Seq {
     /// The last sampled token, to feed in the next step.
     pending: Option<LlamaToken>,
     started: Instant,
+    /// Log-probabilities wanted, and those gathered so far.
+    want: Option<LogprobsRequest>,
+    logprobs: Vec<TokenLogprob>,
+    /// Scoring: the prompt index of the first scored token (the given text's).
+    score_from: Option<usize>,
+    /// Scoring: (batch index, prompt index) of the positions in the current batch whose
+    /// logits predict a scored token.
+    scored_at: Vec<(i32, usize)>,
 }
 
-fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sync::mpsc::Sender<Result<(), GgufError>>) {
-    let file_err = |reason: String| GgufError::File { path: spec.path.display().to_string(), reason };
+fn engine_thread(
+    spec: GgufSpec,
+    mut rx: mpsc::Receiver<Request>,
+    ready: std::sync::mpsc::Sender<Result<(), GgufError>>,
+) {
+    let file_err =
+        |reason: String| GgufError::File { path: spec.path.display().to_string(), reason };
     let backend = match backend() {
         Ok(b) => b,
         Err(e) => {
@@ -168,14 +217,13 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
     let model = match LlamaModel::load_from_file(backend, &spec.path, &mp) {
         Ok(m) => m,
         Err(e) => {
-            let _ = ready.send(Err(file_err(format!("llama.cpp could not load it ({e}); is it a complete GGUF model?"))));
+            let _ = ready.send(Err(file_err(format!(
+                "llama.cpp could not load it ({e}); is it a complete GGUF model?"
+            ))));
             return;
         }
     };
-    let template = match model.chat_template(None) {
-        Ok(t) => Some(t),
-        Err(_) => None,
-    };
+    let template = model.chat_template(None).ok();
     let slots = spec.slots.max(1);
     let threads = if spec.threads == 0 {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
@@ -215,14 +263,14 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
                     Err(_) => break,
                 }
             };
-            let prompt_text = match render_prompt(&model, template.as_ref(), &req.messages) {
+            let want = req.sampling.logprobs;
+            let (prompt, score_from) = match tokenize_request(&model, template.as_ref(), &req) {
                 Ok(p) => p,
                 Err(e) => {
                     let _ = req.reply.send(Err(CallError::permanent(e)));
                     continue;
                 }
             };
-            let prompt = vocab.tokenize(prompt_text.as_bytes(), true, true);
             if prompt.is_empty() || prompt.len() as u32 + 1 >= spec.ctx_size {
                 let _ = req.reply.send(Err(CallError::permanent(format!(
                     "prompt of {} tokens does not fit the model's context of {} tokens per slot (ctx_size)",
@@ -231,12 +279,22 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
                 ))));
                 continue;
             }
-            let sampler = if req.temperature <= 0.0 {
-                LlamaSampler::greedy()
-            } else {
-                LlamaSampler::chain_simple([LlamaSampler::temp(req.temperature), LlamaSampler::dist(req.seed)])
-            };
-            let max_tokens = req.max_tokens.unwrap_or(u32::MAX);
+            if score_from == Some(prompt.len()) {
+                // Nothing to score: an empty text.
+                let c = completion(
+                    String::new(),
+                    prompt.len(),
+                    0,
+                    Instant::now(),
+                    "stop",
+                    Some(Vec::new()),
+                );
+                let _ = req.reply.send(Ok(c));
+                continue;
+            }
+            let sampler = sampler_for(&req.sampling, req.seed);
+            let max_tokens =
+                if score_from.is_some() { 0 } else { req.sampling.max_tokens.unwrap_or(u32::MAX) };
             let id = free_ids.pop().unwrap_or(0); // non-empty: checked by the loop condition
             active.push(Seq {
                 id,
@@ -251,6 +309,10 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
                 logits_at: None,
                 pending: None,
                 started: Instant::now(),
+                want,
+                logprobs: Vec::new(),
+                score_from,
+                scored_at: Vec::new(),
             });
         }
         // Drop sequences whose caller gave up.
@@ -280,16 +342,24 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
             }
         }
         for s in active.iter_mut() {
+            s.scored_at.clear();
             if s.fed < s.prompt.len() && room > 0 {
                 let take = (s.prompt.len() - s.fed).min(room);
                 for k in 0..take {
-                    let last = s.fed + k + 1 == s.prompt.len();
-                    if batch.add(s.prompt[s.fed + k], s.pos, &[s.id], last).is_err() {
+                    let p = s.fed + k;
+                    let last = p + 1 == s.prompt.len();
+                    // Scoring: position p's logits predict the scored token p + 1.
+                    let scores = s.score_from.is_some_and(|f| p + 1 >= f && !last);
+                    let sample = last && s.score_from.is_none();
+                    if batch.add(s.prompt[p], s.pos, &[s.id], sample || scores).is_err() {
                         break;
                     }
                     s.pos += 1;
-                    if last {
+                    if sample {
                         s.logits_at = Some(batch.n_tokens() - 1);
+                    }
+                    if scores {
+                        s.scored_at.push((batch.n_tokens() - 1, p + 1));
                     }
                 }
                 s.fed += take;
@@ -301,7 +371,10 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
             for s in active.drain(..) {
                 let _ = ctx.clear_kv_cache_seq(Some(s.id as u32), None, None);
                 free_ids.push(s.id);
-                let _ = s.req.reply.send(Err(CallError::transient(format!("llama.cpp decode failed: {e}"))));
+                let _ = s
+                    .req
+                    .reply
+                    .send(Err(CallError::transient(format!("llama.cpp decode failed: {e}"))));
             }
             continue;
         }
@@ -309,6 +382,28 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
         let mut i = 0;
         while i < active.len() {
             let s = &mut active[i];
+            if let Some(want) = s.want {
+                for &(at, p) in &s.scored_at {
+                    let lp = logprob_of(&vocab, ctx.get_logits_ith(at), s.prompt[p], want.top);
+                    s.logprobs.extend(lp);
+                }
+            }
+            if s.score_from.is_some() && s.fed == s.prompt.len() {
+                let s = active.swap_remove(i);
+                let _ = ctx.clear_kv_cache_seq(Some(s.id as u32), None, None);
+                free_ids.push(s.id);
+                let scored = s.prompt.len() - s.score_from.unwrap_or(0);
+                let c = completion(
+                    String::new(),
+                    s.prompt.len() - scored,
+                    0,
+                    s.started,
+                    "stop",
+                    Some(s.logprobs),
+                );
+                let _ = s.req.reply.send(Ok(c));
+                continue;
+            }
             let Some(at) = s.logits_at else {
                 i += 1;
                 continue;
@@ -319,6 +414,9 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
             if !eog {
                 s.out.extend_from_slice(&vocab.token_to_piece(token, false, None));
                 s.generated += 1;
+                if let Some(want) = s.want {
+                    s.logprobs.extend(logprob_of(&vocab, ctx.get_logits_ith(at), token, want.top));
+                }
             }
             let full = s.pos as u32 + 1 >= spec.ctx_size;
             let done = eog || s.generated >= s.max_tokens || full;
@@ -327,13 +425,9 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
                 let _ = ctx.clear_kv_cache_seq(Some(s.id as u32), None, None);
                 free_ids.push(s.id);
                 let finish = if eog { "stop" } else { "length" };
-                let c = Completion {
-                    text: String::from_utf8_lossy(&s.out).into_owned(),
-                    usage: Usage { prompt_tokens: s.prompt.len() as u64, completion_tokens: s.generated as u64 },
-                    latency_ms: s.started.elapsed().as_millis() as u64,
-                    finish_reason: Some(finish.into()),
-                    calls: 1,
-                };
+                let text = String::from_utf8_lossy(&s.out).into_owned();
+                let logprobs = s.want.map(|_| s.logprobs);
+                let c = completion(text, s.prompt.len(), s.generated, s.started, finish, logprobs);
                 let _ = s.req.reply.send(Ok(c));
             } else {
                 s.pending = Some(token);
@@ -343,14 +437,64 @@ fn engine_thread(spec: GgufSpec, mut rx: mpsc::Receiver<Request>, ready: std::sy
     }
 }
 
+fn completion(
+    text: String,
+    prompt_tokens: usize,
+    generated: u32,
+    started: Instant,
+    finish: &str,
+    logprobs: Option<Vec<TokenLogprob>>,
+) -> Completion {
+    Completion {
+        text,
+        usage: Usage { prompt_tokens: prompt_tokens as u64, completion_tokens: generated as u64 },
+        latency_ms: started.elapsed().as_millis() as u64,
+        finish_reason: Some(finish.into()),
+        calls: 1,
+        logprobs,
+    }
+}
+
+/// The request's prompt tokens, and for a scoring request the index where the scored text
+/// (its last, assistant, message, appended after the rendered chat) begins.
+fn tokenize_request(
+    model: &LlamaModel,
+    template: Option<&LlamaChatTemplate>,
+    req: &Request,
+) -> Result<(Vec<LlamaToken>, Option<usize>), String> {
+    let vocab = model.vocab();
+    let scoring = req.sampling.logprobs.is_some_and(|l| l.score_last);
+    if !scoring {
+        let text = render_prompt(model, template, &req.messages)?;
+        return Ok((vocab.tokenize(text.as_bytes(), true, true), None));
+    }
+    let Some((last, chat)) = req.messages.split_last().filter(|(m, _)| m.role == Role::Assistant)
+    else {
+        return Err("a scoring request must end with the assistant message to score".into());
+    };
+    let text = render_prompt(model, template, chat)?;
+    let mut tokens = vocab.tokenize(text.as_bytes(), true, true);
+    let from = tokens.len();
+    tokens.extend(vocab.tokenize(last.content.as_bytes(), false, false));
+    Ok((tokens, Some(from)))
+}
+
 /// The prompt as the model's own chat template renders it (ChatML for SmolLM2), or a
 /// plain ChatML rendering when the file carries no template.
-fn render_prompt(model: &LlamaModel, template: Option<&LlamaChatTemplate>, messages: &[ChatMessage]) -> Result<String, String> {
+fn render_prompt(
+    model: &LlamaModel,
+    template: Option<&LlamaChatTemplate>,
+    messages: &[ChatMessage],
+) -> Result<String, String> {
     if let Some(t) = template {
-        let chat: Result<Vec<LlamaChatMessage>, _> =
-            messages.iter().map(|m| LlamaChatMessage::new(m.role.as_str().to_string(), m.content.clone())).collect();
+        let chat: Result<Vec<LlamaChatMessage>, _> = messages
+            .iter()
+            .map(|m| LlamaChatMessage::new(m.role.as_str().to_string(), m.content.clone()))
+            .collect();
         let chat = chat.map_err(|e| format!("message contains a NUL byte: {e}"))?;
-        return model.apply_chat_template(t, &chat, true).map_err(|e| format!("chat template failed: {e}"));
+        return model
+            .apply_chat_template(t, &chat, true)
+            .map_err(|e| format!("chat template failed: {e}"));
     }
     let mut s = String::new();
     for m in messages {

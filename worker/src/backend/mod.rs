@@ -4,23 +4,32 @@
 pub mod embed;
 #[cfg(feature = "gguf")]
 pub mod gguf;
+pub mod http_guard;
+#[cfg(feature = "gguf")]
+pub mod logits;
 pub mod openai;
 pub mod replay;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use halyard_proto::{Completion, Job};
+use halyard_proto::pool::{HttpModelSpec, WorkerModel, WorkerPlan};
+use halyard_proto::{Completion, Job, OutageReason};
 
 /// How a failed call should be treated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
-    /// Worth retrying: connection errors, timeouts, 5xx, 408, malformed bodies.
+    /// Worth retrying, and the job's own failure: HTTP 500 and other 5xx not listed under
+    /// `Unavailable`, 408, 409, 425, malformed or truncated bodies.
     Transient,
     /// HTTP 429: retry after the server's `Retry-After` (or a backoff).
     RateLimited,
-    /// Will never succeed: 400, 401, 403, 404, 422, unknown backend, missing API key.
+    /// The endpoint as a whole is not answering: connection refused or reset, DNS, TLS,
+    /// timeouts, HTTP 502/503/504/529. The pool pauses (see [`crate::health`]); the job
+    /// goes back to the queue without spending its delivery budget.
+    Unavailable(OutageReason),
+    /// Will never succeed: other 4xx (400, 401, 403, 404, 413, 422, ... a prompt too
+    /// long), unknown backend, missing API key.
     Permanent,
 }
 
@@ -35,32 +44,44 @@ pub struct CallError {
 
 impl CallError {
     pub fn permanent(message: impl Into<String>) -> Self {
-        CallError { class: ErrorClass::Permanent, status: None, message: message.into(), retry_after: None }
+        CallError {
+            class: ErrorClass::Permanent,
+            status: None,
+            message: message.into(),
+            retry_after: None,
+        }
     }
     pub fn transient(message: impl Into<String>) -> Self {
-        CallError { class: ErrorClass::Transient, status: None, message: message.into(), retry_after: None }
+        CallError {
+            class: ErrorClass::Transient,
+            status: None,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+    /// The endpoint as a whole failed (see [`ErrorClass::Unavailable`]).
+    pub fn unavailable(reason: OutageReason, message: impl Into<String>) -> Self {
+        CallError {
+            class: ErrorClass::Unavailable(reason),
+            status: None,
+            message: message.into(),
+            retry_after: None,
+        }
     }
     pub fn is_permanent(&self) -> bool {
         self.class == ErrorClass::Permanent
     }
+    /// Why the endpoint as a whole failed, if it did.
+    pub fn outage(&self) -> Option<OutageReason> {
+        match self.class {
+            ErrorClass::Unavailable(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
-/// How to run one local GGUF model (see [`gguf`]).
-#[derive(Clone, Debug, PartialEq)]
-pub struct GgufSpec {
-    /// The model's identity in job keys (`ModelRef::endpoint`).
-    pub endpoint: String,
-    pub path: PathBuf,
-    /// GPU index, or None for CPU.
-    pub gpu: Option<u32>,
-    pub gpu_layers: u32,
-    /// Parallel sequences decoded in one batch.
-    pub slots: usize,
-    /// CPU threads; 0 = all available cores.
-    pub threads: usize,
-    /// Context per sequence, in tokens.
-    pub ctx_size: u32,
-}
+/// How to run one local GGUF model (see [`gguf`]); part of the worker's plan.
+pub use halyard_proto::pool::GgufSpec;
 
 /// True when this build runs GGUF models.
 pub const GGUF_SUPPORT: bool = cfg!(feature = "gguf");
@@ -70,9 +91,13 @@ pub fn gguf_gpu_support() -> bool {
     cfg!(feature = "cuda")
 }
 
-/// Everything a worker can call: the shared HTTP client and the local models it holds.
+/// Everything a worker can call: the shared HTTP client with the HTTP models of each
+/// pool, and the local models it holds.
 pub struct Backends {
     http: openai::OpenAi,
+    /// HTTP models by pool: a job (admitted against the plan) is sent to its pool's
+    /// model, with that model's URL and API key variable, not anything from the message.
+    http_models: HashMap<String, Vec<HttpModelSpec>>,
     /// Embedding models by endpoint (`backend = "embed"`).
     embed: HashMap<String, embed::EmbedModel>,
     #[cfg(feature = "gguf")]
@@ -82,17 +107,33 @@ pub struct Backends {
 }
 
 impl Backends {
-    /// Build the HTTP client and load every local model (blocking: loading takes seconds).
-    pub fn new(local_models: &[GgufSpec], replays: &[replay::ReplaySpec], embed_models: &[embed::EmbedSpec]) -> Result<Backends, String> {
-        let http = openai::OpenAi::new().map_err(|e| e.message)?;
+    /// Build the HTTP client and load every local model of the plan (blocking: loading
+    /// takes seconds). A model named by several pools is loaded once.
+    pub fn new(plan: &WorkerPlan, policy: http_guard::HttpPolicy) -> Result<Backends, String> {
+        http_guard::check_plan(plan, policy)?;
+        let http = openai::OpenAi::new(policy.max_body_bytes).map_err(|e| e.message)?;
+        let mut http_models: HashMap<String, Vec<HttpModelSpec>> = HashMap::new();
         let mut replay = HashMap::new();
-        for r in replays {
-            replay.insert(r.endpoint.clone(), replay::Replay::load(&r.source)?);
-        }
         let mut embed = HashMap::new();
-        for spec in embed_models {
-            let m = embed::EmbedModel::load(spec).map_err(|e| format!("embedding model {}: {e}", spec.path.display()))?;
-            embed.insert(spec.endpoint.clone(), m);
+        let mut local_models: Vec<&GgufSpec> = Vec::new();
+        for (pool, m) in plan.models() {
+            match m {
+                WorkerModel::Http(h) => {
+                    http_models.entry(pool.name.clone()).or_default().push(h.clone())
+                }
+                WorkerModel::Replay(r) if !replay.contains_key(&r.endpoint) => {
+                    replay.insert(r.endpoint.clone(), replay::Replay::load(&r.source)?);
+                }
+                WorkerModel::Embed(spec) if !embed.contains_key(&spec.endpoint) => {
+                    let m = embed::EmbedModel::load(spec)
+                        .map_err(|e| format!("embedding model {}: {e}", spec.path.display()))?;
+                    embed.insert(spec.endpoint.clone(), m);
+                }
+                WorkerModel::Gguf(g) if !local_models.iter().any(|l| l.endpoint == g.endpoint) => {
+                    local_models.push(g)
+                }
+                _ => {}
+            }
         }
         #[cfg(feature = "gguf")]
         {
@@ -101,7 +142,7 @@ impl Backends {
                 let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
                 local.insert(spec.endpoint.clone(), m);
             }
-            Ok(Backends { http, embed, local, replay })
+            Ok(Backends { http, http_models, embed, local, replay })
         }
         #[cfg(not(feature = "gguf"))]
         {
@@ -111,15 +152,36 @@ impl Backends {
                     s.path.display()
                 ));
             }
-            let _: &HashMap<String, ()> = &HashMap::new();
-            Ok(Backends { http, embed, replay })
+            Ok(Backends { http, http_models, embed, replay })
         }
     }
 
+    /// The HTTP model of `job`'s pool that it calls. Jobs are admitted against the plan
+    /// before they get here; a miss is refused all the same.
+    fn http_model(&self, job: &Job) -> Result<&HttpModelSpec, CallError> {
+        self.http_models
+            .get(&job.pool)
+            .and_then(|ms| ms.iter().find(|h| h.serves(&job.key.model)))
+            .ok_or_else(|| {
+                CallError::permanent(format!(
+                    "model {:?} at {:?} is not configured for pool {:?} on this worker",
+                    halyard_proto::redact::secrets(&job.key.model.model),
+                    halyard_proto::redact::url(&job.key.model.endpoint),
+                    job.pool
+                ))
+            })
+    }
+
     /// One attempt at the call, with the API's rate-limit headers (HTTP backends only).
-    pub async fn call_with_limits(&self, job: &Job) -> (Result<Completion, CallError>, RateHeaders) {
+    pub async fn call_with_limits(
+        &self,
+        job: &Job,
+    ) -> (Result<Completion, CallError>, RateHeaders) {
         match job.key.model.backend.as_str() {
-            "openai" => self.http.call_with_limits(job).await,
+            "openai" => match self.http_model(job) {
+                Ok(m) => self.http.call_with_limits(job, m).await,
+                Err(e) => (Err(e), RateHeaders::default()),
+            },
             _ => (self.call(job).await, RateHeaders::default()),
         }
     }
@@ -127,9 +189,9 @@ impl Backends {
     /// One attempt at the call (no retries).
     pub async fn call(&self, job: &Job) -> Result<Completion, CallError> {
         match job.key.model.backend.as_str() {
-            "openai" => self.http.call(job).await,
+            "openai" => self.http.call(job, self.http_model(job)?).await,
             // Answers at once (throughput benchmarks of the job path).
-            "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1 }),
+            "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1, logprobs: None }),
             "gguf" => self.call_local(job).await,
             "replay" => match self.replay.get(&job.key.model.endpoint) {
                 Some(r) => r.answer(job),
@@ -163,7 +225,7 @@ impl Backends {
             let b = job.id.as_bytes();
             u32::from_le_bytes([b[0], b[1], b[2], b[3]])
         });
-        model.generate(key.messages.clone(), key.sampling.temperature, key.sampling.max_tokens, seed).await
+        model.generate_with(key.messages.clone(), key.sampling.clone(), seed).await
     }
 
     #[cfg(not(feature = "gguf"))]

@@ -1,11 +1,17 @@
 //! Any OpenAI-compatible `POST {base_url}/chat/completions` endpoint.
 //!
-//! The API key is read from the environment variable the job names, at call time, and
-//! goes only into the `Authorization` header: never into logs, errors or results.
+//! The URL, the model name and the API key variable come from the worker's own
+//! configuration ([`HttpModelSpec`], matched to the job when it was received), never from
+//! the message. The key is read from that variable at call time and goes only into the
+//! `Authorization` header: never into logs, errors or results. Response bodies are read
+//! up to the configured limit ([`super::http_guard`]); URLs in errors are shown without
+//! credentials and error bodies with key-like text redacted.
 
 use std::time::{Duration, Instant};
 
-use halyard_proto::{Completion, Job, Usage};
+use halyard_proto::pool::HttpModelSpec;
+use halyard_proto::redact;
+use halyard_proto::{Completion, Job, OutageReason, TokenLogprob, TopLogprob, Usage};
 use serde::Deserialize;
 
 use super::{CallError, ErrorClass};
@@ -14,6 +20,8 @@ use crate::quota::RateHeaders;
 #[derive(Clone)]
 pub struct OpenAi {
     client: reqwest::Client,
+    /// Largest response body read (bytes).
+    max_body_bytes: u64,
 }
 
 #[derive(Deserialize)]
@@ -28,12 +36,46 @@ struct Choice {
     message: Message,
     #[serde(default)]
     finish_reason: Option<String>,
+    #[serde(default)]
+    logprobs: Option<ChoiceLogprobs>,
 }
 
 #[derive(Deserialize)]
 struct Message {
     #[serde(default)]
     content: Option<String>,
+    /// The model's refusal, given instead of `content` by APIs with structured refusals.
+    #[serde(default)]
+    refusal: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceLogprobs {
+    #[serde(default)]
+    content: Option<Vec<ApiTokenLogprob>>,
+}
+
+#[derive(Deserialize)]
+struct ApiTokenLogprob {
+    token: String,
+    logprob: f64,
+    #[serde(default)]
+    top_logprobs: Vec<ApiTopLogprob>,
+}
+
+#[derive(Deserialize)]
+struct ApiTopLogprob {
+    token: String,
+    logprob: f64,
+}
+
+/// A decoded chat completion.
+pub struct Decoded {
+    pub text: String,
+    pub usage: Usage,
+    pub finish_reason: Option<String>,
+    /// `choices[0].logprobs.content`, when the API returned it.
+    pub logprobs: Option<Vec<TokenLogprob>>,
 }
 
 #[derive(Deserialize)]
@@ -57,8 +99,13 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
     Some(when.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
 }
 
-/// Map an HTTP status to an error class.
+/// Map an HTTP status to an error class: 502/503/504/529 are the endpoint's (the pool
+/// pauses), other 5xx and 408/409/425 the job's to retry, 429 a rate limit, any other
+/// 4xx (a bad request, a prompt too long) permanent.
 pub fn classify_status(status: u16) -> ErrorClass {
+    if let Some(reason) = OutageReason::from_status(status) {
+        return ErrorClass::Unavailable(reason);
+    }
     match status {
         429 => ErrorClass::RateLimited,
         408 | 409 | 425 => ErrorClass::Transient,
@@ -67,22 +114,157 @@ pub fn classify_status(status: u16) -> ErrorClass {
     }
 }
 
+/// Classify a failed request (no HTTP status): a timeout, a connection that could not be
+/// made (refused, DNS, TLS) or that broke before the answer (reset, closed) is the
+/// endpoint's; anything else is the job's to retry.
+pub fn classify_transport(e: &reqwest::Error) -> (ErrorClass, &'static str) {
+    let chain = error_chain(e);
+    let lower = chain.to_ascii_lowercase();
+    if e.is_timeout() {
+        return (ErrorClass::Unavailable(OutageReason::Timeout), "timed out");
+    }
+    if e.is_connect() {
+        let reason = if lower.contains("dns error") || lower.contains("failed to lookup") {
+            OutageReason::Dns
+        } else if ["tls", "certificate", "handshake"].iter().any(|w| lower.contains(w)) {
+            OutageReason::Tls
+        } else {
+            OutageReason::Connection
+        };
+        return (ErrorClass::Unavailable(reason), "connection failed");
+    }
+    if broken_connection(e) || BROKEN.iter().any(|w| lower.contains(w)) {
+        return (ErrorClass::Unavailable(OutageReason::Connection), "connection broken");
+    }
+    (ErrorClass::Transient, "request failed")
+}
+
+/// How hyper and the OS word a connection that broke before the answer was complete.
+const BROKEN: [&str; 6] = [
+    "connection closed before message completed",
+    "end of file before message length reached",
+    "connection reset",
+    "broken pipe",
+    "connection aborted",
+    "unexpected eof",
+];
+
+/// An IO error somewhere in the chain says the connection broke.
+fn broken_connection(e: &reqwest::Error) -> bool {
+    use std::io::ErrorKind as K;
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                K::ConnectionRefused
+                    | K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::BrokenPipe
+                    | K::UnexpectedEof
+                    | K::NotConnected
+            ) {
+                return true;
+            }
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// The error and its sources, `: `-separated (reqwest's own message names only the
+/// outermost layer).
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// Decode a 200 body into a completion; a body that is not a chat completion is an error
 /// that says what was wrong (and shows the start of the body).
 pub fn decode_body(body: &[u8]) -> Result<(String, Usage, Option<String>), CallError> {
-    let snippet = || String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+    decode_completion(body).map(|d| (d.text, d.usage, d.finish_reason))
+}
+
+/// [`decode_body`] with the token log-probabilities. A `null` `content` is never an empty
+/// answer (issue 16): with `message.refusal` the refusal is the answer (it is what the
+/// model said); without one it is a permanent error naming the finish reason (a tool call
+/// or a filtered answer: asking again does not give text).
+pub fn decode_completion(body: &[u8]) -> Result<Decoded, CallError> {
+    let snippet = || redact::secrets(&String::from_utf8_lossy(&body[..body.len().min(200)]));
     let r: Response = serde_json::from_slice(body).map_err(|e| {
-        CallError::transient(format!("response is not a chat completion ({e}); body starts: {:?}", snippet()))
+        CallError::transient(format!(
+            "response is not a chat completion ({e}); body starts: {:?}",
+            snippet()
+        ))
     })?;
     let Some(choice) = r.choices.into_iter().next() else {
-        return Err(CallError::transient(format!("response has no choices; body starts: {:?}", snippet())));
+        return Err(CallError::transient(format!(
+            "response has no choices; body starts: {:?}",
+            snippet()
+        )));
     };
-    let usage = r.usage.map(|u| Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
-    Ok((choice.message.content.unwrap_or_default(), usage.unwrap_or_default(), choice.finish_reason))
+    let usage = r
+        .usage
+        .map(|u| Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+    let text = match (choice.message.content, choice.message.refusal) {
+        (Some(text), _) | (None, Some(text)) => text,
+        (None, None) => {
+            return Err(CallError::permanent(format!(
+                "the response's answer has no content and no refusal (finish_reason {:?}); body starts: {:?}",
+                choice.finish_reason.as_deref().unwrap_or("none"),
+                snippet()
+            )))
+        }
+    };
+    let logprobs = choice.logprobs.and_then(|l| l.content).map(|tokens| {
+        tokens
+            .into_iter()
+            .map(|t| TokenLogprob {
+                token: t.token,
+                logprob: t.logprob,
+                top: t
+                    .top_logprobs
+                    .into_iter()
+                    .map(|a| TopLogprob { token: a.token, logprob: a.logprob })
+                    .collect(),
+            })
+            .collect()
+    });
+    Ok(Decoded {
+        text,
+        usage: usage.unwrap_or_default(),
+        finish_reason: choice.finish_reason,
+        logprobs,
+    })
+}
+
+/// A failed request as a classified error. reqwest errors carry the URL but never
+/// headers, so the key cannot leak here.
+/// A failed request or body read as a [`CallError`]: classified (an endpoint-wide failure
+/// pauses the pool), and worded with `what` (the request, its URL already without
+/// credentials) and the error chain with any URL in it redacted the same way.
+pub(super) fn transport_error(what: &str, during: &str, e: &reqwest::Error) -> CallError {
+    let (class, kind) = classify_transport(e);
+    let mut chain = error_chain(e);
+    if let Some(u) = e.url() {
+        chain = chain.replace(u.as_str(), &redact::url(u.as_str()));
+    }
+    CallError {
+        class,
+        status: None,
+        message: format!("{what}: {during}{kind}: {}", redact::secrets(&chain)),
+        retry_after: None,
+    }
 }
 
 impl OpenAi {
-    pub fn new() -> Result<OpenAi, CallError> {
+    pub fn new(max_body_bytes: u64) -> Result<OpenAi, CallError> {
         // reqwest is built without a default TLS provider; use ring (already linked by async-nats).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
@@ -90,30 +272,41 @@ impl OpenAi {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| CallError::permanent(format!("cannot build HTTP client: {e}")))?;
-        Ok(OpenAi { client })
+        Ok(OpenAi { client, max_body_bytes })
     }
 
-    pub async fn call(&self, job: &Job) -> Result<Completion, CallError> {
-        self.call_with_limits(job).await.0
+    pub async fn call(&self, job: &Job, model: &HttpModelSpec) -> Result<Completion, CallError> {
+        self.call_with_limits(job, model).await.0
     }
 
     /// One call, with the rate-limit headers of its answer (default when none came).
-    pub async fn call_with_limits(&self, job: &Job) -> (Result<Completion, CallError>, RateHeaders) {
+    pub async fn call_with_limits(
+        &self,
+        job: &Job,
+        model: &HttpModelSpec,
+    ) -> (Result<Completion, CallError>, RateHeaders) {
         let mut limits = RateHeaders::default();
-        let res = self.call_inner(job, &mut limits).await;
+        let res = self.call_inner(job, model, &mut limits).await;
         (res, limits)
     }
 
-    async fn call_inner(&self, job: &Job, limits: &mut RateHeaders) -> Result<Completion, CallError> {
+    async fn call_inner(
+        &self,
+        job: &Job,
+        model: &HttpModelSpec,
+        limits: &mut RateHeaders,
+    ) -> Result<Completion, CallError> {
         let key = &job.key;
-        let url = format!("{}/chat/completions", key.model.endpoint.trim_end_matches('/'));
+        let url = format!("{}/chat/completions", model.base_url.trim_end_matches('/'));
+        // For messages: the URL without credentials.
+        let shown = redact::url(&url);
         let messages: Vec<serde_json::Value> = key
             .messages
             .iter()
             .map(|m| serde_json::json!({"role": m.role.as_str(), "content": m.content}))
             .collect();
         let mut body = serde_json::json!({
-            "model": key.model.model,
+            "model": model.model,
             "messages": messages,
             "temperature": key.sampling.temperature,
         });
@@ -123,59 +316,166 @@ impl OpenAi {
         if let Some(seed) = key.sampling.seed {
             body["seed"] = seed.into();
         }
-        let mut req = self.client.post(&url).json(&body).timeout(Duration::from_millis(job.timeout_ms.max(1)));
-        if let Some(var) = &job.api_key_env {
+        apply_optional_sampling(&mut body, &key.sampling)?;
+        let mut req = self
+            .client
+            .post(&url)
+            .json(&body)
+            .timeout(Duration::from_millis(job.timeout_ms.max(1)));
+        if let Some(var) = &model.api_key_env {
             match std::env::var(var) {
                 Ok(k) if !k.is_empty() => req = req.bearer_auth(k),
                 _ => {
                     return Err(CallError::permanent(format!(
-                        "environment variable {var} (api_key_env of model {:?}) is not set on worker",
-                        key.model.model
-                    )))
+                    "environment variable {var} (api_key_env of model {:?}) is not set on worker",
+                    model.model
+                )))
                 }
             }
         }
         let started = Instant::now();
-        let resp = req.send().await.map_err(|e| {
-            let what = if e.is_timeout() { "timed out" } else if e.is_connect() { "connection failed" } else { "request failed" };
-            // reqwest errors carry the URL but never headers, so the key cannot leak here.
-            CallError::transient(format!("POST {url}: {what}: {e}"))
-        })?;
+        let resp =
+            req.send().await.map_err(|e| transport_error(&format!("POST {shown}"), "", &e))?;
         let status = resp.status().as_u16();
         *limits = RateHeaders::parse(|n| resp.headers().get(n).and_then(|v| v.to_str().ok()));
-        let retry_after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
-        let bytes = resp.bytes().await.map_err(|e| CallError::transient(format!("POST {url}: reading body: {e}")))?;
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let bytes =
+            super::http_guard::read_body(resp, self.max_body_bytes, &format!("POST {shown}"))
+                .await?;
         if status != 200 {
-            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned();
+            // The start of the body, with anything that looks like a key redacted.
+            let text = redact::secrets(&String::from_utf8_lossy(&bytes[..bytes.len().min(300)]));
             return Err(CallError {
                 class: classify_status(status),
                 status: Some(status),
-                message: format!("POST {url}: HTTP {status}: {text}"),
+                message: format!("POST {shown}: HTTP {status}: {text}"),
                 retry_after,
             });
         }
-        let (text, usage, finish_reason) = decode_body(&bytes).map_err(|mut e| {
-            e.message = format!("POST {url}: {}", e.message);
+        let d = decode_completion(&bytes).map_err(|mut e| {
+            // The endpoint answered (200); the answer is unusable, a fault of the job's.
+            e.status = Some(status);
+            e.message = format!("POST {shown}: {}", e.message);
             e
         })?;
-        Ok(Completion { text, usage, latency_ms: started.elapsed().as_millis() as u64, finish_reason, calls: 1 })
+        Ok(Completion {
+            text: d.text,
+            usage: d.usage,
+            latency_ms: started.elapsed().as_millis() as u64,
+            finish_reason: d.finish_reason,
+            calls: 1,
+            logprobs: d.logprobs,
+        })
     }
+}
+
+/// The optional sampling fields in the request body (issue 16): `top_p`; `logprobs: true`
+/// and `top_logprobs` when the job wants token log-probabilities. `top_k` is not sent (the
+/// OpenAI chat API has no such parameter and rejects unknown ones); scoring a given text
+/// (`score_last`) is impossible here: the chat API gives log-probabilities only of tokens
+/// it generates, so such a job is a permanent error.
+pub fn apply_optional_sampling(
+    body: &mut serde_json::Value,
+    sampling: &halyard_proto::Sampling,
+) -> Result<(), CallError> {
+    if let Some(p) = sampling.top_p {
+        body["top_p"] = p.into();
+    }
+    if let Some(l) = sampling.logprobs {
+        if l.score_last {
+            return Err(CallError::permanent(
+                "backend openai cannot score a given completion: the chat completions API returns \
+                 log-probabilities only of the tokens it generates",
+            ));
+        }
+        body["logprobs"] = true.into();
+        if l.top > 0 {
+            body["top_logprobs"] = l.top.into();
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Status codes map to the retry classes DESIGN.md names.
+    /// Status codes map to the retry classes DESIGN.md names: gateway and overload
+    /// statuses are the endpoint's, other 5xx and 408/409 the job's to retry, other 4xx
+    /// (a prompt too long among them) permanent (issue 18).
     #[test]
     fn status_classes() {
         assert_eq!(classify_status(429), ErrorClass::RateLimited);
-        for s in [500, 502, 503, 504, 408] {
+        for s in [500, 501, 505, 408, 409, 425] {
             assert_eq!(classify_status(s), ErrorClass::Transient, "{s}");
         }
-        for s in [400, 401, 403, 404, 422] {
+        for (s, r) in [
+            (502, OutageReason::BadGateway),
+            (503, OutageReason::Unavailable),
+            (504, OutageReason::GatewayTimeout),
+            (529, OutageReason::Overloaded),
+        ] {
+            assert_eq!(classify_status(s), ErrorClass::Unavailable(r), "{s}");
+        }
+        for s in [400, 401, 403, 404, 405, 410, 413, 422, 451] {
             assert_eq!(classify_status(s), ErrorClass::Permanent, "{s}");
         }
+    }
+
+    /// Transport failures against real sockets: a refused connection, an unresolvable
+    /// host, a connection reset mid-request and a timeout are the endpoint's; each is
+    /// named in the message (issue 18).
+    #[tokio::test]
+    async fn transport_failures_are_the_endpoints() {
+        use std::io::{Read, Write};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+        let body = serde_json::json!({"model": "m", "messages": []});
+        let post = |url: String, timeout_ms: u64| {
+            client.post(url).json(&body).timeout(Duration::from_millis(timeout_ms)).send()
+        };
+        // Refused: a port bound and released, so nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let e = post(format!("http://127.0.0.1:{port}/v1"), 5000).await.unwrap_err();
+        assert_eq!(classify_transport(&e).0, ErrorClass::Unavailable(OutageReason::Connection));
+        let e = post("http://no-such-host.invalid/v1".into(), 5000).await.unwrap_err();
+        assert_eq!(classify_transport(&e).0, ErrorClass::Unavailable(OutageReason::Dns), "{e:?}");
+        // A server that reads the request, then closes without an answer, sends half an
+        // answer and closes, or hangs.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            for (i, conn) in listener.incoming().take(3).enumerate() {
+                let mut conn = conn.unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                match i {
+                    0 => drop(conn),
+                    1 => {
+                        let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{");
+                        drop(conn);
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(800)),
+                }
+            }
+        });
+        for _ in 0..2 {
+            let e = match post(format!("http://{addr}/v1"), 5000).await {
+                Ok(r) => r.bytes().await.unwrap_err(),
+                Err(e) => e,
+            };
+            let class = classify_transport(&e).0;
+            assert_eq!(class, ErrorClass::Unavailable(OutageReason::Connection), "{e:?}");
+        }
+        let e = post(format!("http://{addr}/v1"), 200).await.unwrap_err();
+        assert_eq!(classify_transport(&e).0, ErrorClass::Unavailable(OutageReason::Timeout));
+        let msg = transport_error("http://x/v1", "", &e).message;
+        assert!(msg.contains("timed out"), "{msg}");
+        server.join().unwrap();
     }
 
     /// Retry-After accepts seconds and HTTP dates, and rejects nonsense.
@@ -185,7 +485,8 @@ mod tests {
         assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
         assert_eq!(parse_retry_after("-1"), None);
         assert_eq!(parse_retry_after("soon"), None);
-        let future = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(120));
+        let future =
+            httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(120));
         let d = parse_retry_after(&future).unwrap();
         assert!(d > Duration::from_secs(100) && d <= Duration::from_secs(120), "{d:?}");
     }
@@ -195,14 +496,84 @@ mod tests {
     fn bad_bodies_are_errors() {
         let ok = br#"{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":1}}"#;
         let (t, u, f) = decode_body(ok).unwrap();
-        assert_eq!((t.as_str(), u.prompt_tokens, u.completion_tokens, f.as_deref()), ("hi", 4, 1, Some("stop")));
-        for bad in [&b"<html>502</html>"[..], b"{}", br#"{"choices":[]}"#, br#"{"choices":[{"message":7}]}"#, b"", b"\xff\xfe"] {
+        assert_eq!(
+            (t.as_str(), u.prompt_tokens, u.completion_tokens, f.as_deref()),
+            ("hi", 4, 1, Some("stop"))
+        );
+        for bad in [
+            &b"<html>502</html>"[..],
+            b"{}",
+            br#"{"choices":[]}"#,
+            br#"{"choices":[{"message":7}]}"#,
+            b"",
+            b"\xff\xfe",
+        ] {
             let e = decode_body(bad).unwrap_err();
             assert_eq!(e.class, ErrorClass::Transient);
             assert!(!e.message.is_empty());
         }
-        // null content (e.g. tool calls) is an empty answer, not an error.
-        let (t, _, _) = decode_body(br#"{"choices":[{"message":{"content":null}}]}"#).unwrap();
-        assert_eq!(t, "");
+    }
+
+    /// Issue 16: a null content is never an empty answer: the refusal is the answer when
+    /// given, otherwise a permanent error naming the finish reason.
+    #[test]
+    fn null_content_is_the_refusal_or_an_error() {
+        let refusal =
+            br#"{"choices":[{"message":{"content":null,"refusal":"I can't help with that."}}]}"#;
+        assert_eq!(decode_body(refusal).unwrap().0, "I can't help with that.");
+        let e = decode_body(
+            br#"{"choices":[{"message":{"content":null,"tool_calls":[]},"finish_reason":"tool_calls"}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.class, ErrorClass::Permanent);
+        assert!(
+            e.message.contains("no content") && e.message.contains("tool_calls"),
+            "{}",
+            e.message
+        );
+        assert_eq!(decode_body(br#"{"choices":[{"message":{"content":""}}]}"#).unwrap().0, "");
+    }
+
+    /// Issue 16: token log-probabilities (with their alternatives) are read from
+    /// `choices[0].logprobs.content`; an answer without them has none.
+    #[test]
+    fn logprobs_are_decoded() {
+        let body = br#"{"choices":[{"message":{"content":"Hi!"},"logprobs":{"content":[
+            {"token":"Hi","logprob":-0.25,"bytes":[72,105],"top_logprobs":[{"token":"Hi","logprob":-0.25},{"token":"Hello","logprob":-1.5}]},
+            {"token":"!","logprob":-0.01,"top_logprobs":[]}]}}]}"#;
+        let d = decode_completion(body).unwrap();
+        let lp = d.logprobs.unwrap();
+        assert_eq!(lp.len(), 2);
+        assert_eq!((lp[0].token.as_str(), lp[0].logprob, lp[0].top.len()), ("Hi", -0.25, 2));
+        assert_eq!((lp[0].top[1].token.as_str(), lp[0].top[1].logprob), ("Hello", -1.5));
+        assert!(lp[1].top.is_empty());
+        assert!(decode_completion(br#"{"choices":[{"message":{"content":"x"}}]}"#)
+            .unwrap()
+            .logprobs
+            .is_none());
+    }
+
+    /// Issue 16: top_p and the log-probability request go into the body only when set;
+    /// top_k never does; scoring a given text is refused.
+    #[test]
+    fn optional_sampling_in_the_body() {
+        use halyard_proto::{LogprobsRequest, Sampling};
+        let mut body = serde_json::json!({});
+        apply_optional_sampling(&mut body, &Sampling::default()).unwrap();
+        assert_eq!(body, serde_json::json!({}));
+        let s = Sampling {
+            top_p: Some(0.5),
+            top_k: Some(5),
+            logprobs: Some(LogprobsRequest { top: 5, score_last: false }),
+            ..Sampling::default()
+        };
+        apply_optional_sampling(&mut body, &s).unwrap();
+        assert_eq!(body, serde_json::json!({"top_p": 0.5, "logprobs": true, "top_logprobs": 5}));
+        let score = Sampling {
+            logprobs: Some(LogprobsRequest { top: 5, score_last: true }),
+            ..Sampling::default()
+        };
+        let e = apply_optional_sampling(&mut serde_json::json!({}), &score).unwrap_err();
+        assert!(e.is_permanent() && e.message.contains("cannot score"));
     }
 }

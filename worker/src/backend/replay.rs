@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use halyard_proto::{Completion, Job, ModelRef, Usage};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -32,21 +32,7 @@ use serde::Deserialize;
 use super::CallError;
 use crate::Checkpoint;
 
-/// Where recorded results come from.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ReplaySource {
-    Jsonl(PathBuf),
-    /// A Halyard worker checkpoint, and the model reference its jobs had.
-    Checkpoint { dir: PathBuf, backend: String, endpoint: String },
-}
-
-/// One replay model of a sweep.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ReplaySpec {
-    /// The model's identity in job keys (`ModelRef::endpoint` of its jobs).
-    pub endpoint: String,
-    pub source: ReplaySource,
-}
+pub use halyard_proto::pool::{ReplaySource, ReplaySpec};
 
 /// A line that could not be used.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,18 +102,33 @@ impl<'de> Deserialize<'de> for Part {
 }
 
 fn parse_line(text: &str) -> Result<(RequestKey, Recorded), String> {
-    let parts: Vec<Part> = serde_json::from_str(text).map_err(|e| format!("not a JSON array of objects: {e}"))?;
-    let req = parts.iter().find(|p| p.messages.is_some()).ok_or("no request object (with `messages`)")?;
-    let resp = parts.iter().find(|p| p.choices.is_some()).ok_or("no response object (with `choices`)")?;
+    let parts: Vec<Part> =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON array of objects: {e}"))?;
+    let req =
+        parts.iter().find(|p| p.messages.is_some()).ok_or("no request object (with `messages`)")?;
+    let resp =
+        parts.iter().find(|p| p.choices.is_some()).ok_or("no response object (with `choices`)")?;
     let model = req.model.clone().ok_or("the request has no `model`")?;
     let mut messages = Vec::new();
-    for (i, m) in req.messages.as_ref().and_then(|m| m.as_array()).ok_or("`messages` is not an array")?.iter().enumerate() {
-        let role = m["role"].as_str().ok_or_else(|| format!("messages[{i}].role is not a string"))?;
-        let content = m["content"].as_str().ok_or_else(|| format!("messages[{i}].content is not a string"))?;
+    for (i, m) in req
+        .messages
+        .as_ref()
+        .and_then(|m| m.as_array())
+        .ok_or("`messages` is not an array")?
+        .iter()
+        .enumerate()
+    {
+        let role =
+            m["role"].as_str().ok_or_else(|| format!("messages[{i}].role is not a string"))?;
+        let content = m["content"]
+            .as_str()
+            .ok_or_else(|| format!("messages[{i}].content is not a string"))?;
         messages.push((role.to_string(), content.to_string()));
     }
     let choice = &resp.choices.as_ref().and_then(|c| c.get(0)).ok_or("`choices` is empty")?;
-    let text = choice["message"]["content"].as_str().ok_or("choices[0].message.content is not a string")?;
+    let text = choice["message"]["content"]
+        .as_str()
+        .ok_or("choices[0].message.content is not a string")?;
     let usage = resp.usage.as_ref().map_or(Usage::default(), |u| Usage {
         prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
         completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
@@ -158,7 +159,8 @@ impl Recordings {
     /// Read a recordings file; unreadable lines are logged (file:line: what) and skipped.
     pub fn load(path: &Path) -> Result<Recordings, String> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| format!("replay recordings {file}: {e}"))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("replay recordings {file}: {e}"))?;
         let r = Recordings::parse(&file, &text);
         for b in &r.bad_lines {
             tracing::warn!("replay recordings {file}:{}: skipped: {}", b.line, b.reason);
@@ -168,17 +170,32 @@ impl Recordings {
     }
 
     /// The recorded answer to `messages` by `model`, sample `index` (0-based).
-    pub fn answer(&self, model: &str, messages: &[(String, String)], index: u32) -> Result<Completion, CallError> {
+    pub fn answer(
+        &self,
+        model: &str,
+        messages: &[(String, String)],
+        index: u32,
+    ) -> Result<Completion, CallError> {
         let key = (model.to_string(), messages.to_vec());
         let found = self.calls.get(&key).map_or(0, Vec::len);
         let Some(rec) = self.calls.get(&key).and_then(|v| v.get(index as usize)) else {
-            let last = messages.last().map(|(_, c)| c.chars().take(80).collect::<String>()).unwrap_or_default();
+            let last = messages
+                .last()
+                .map(|(_, c)| c.chars().take(80).collect::<String>())
+                .unwrap_or_default();
             return Err(CallError::permanent(format!(
                 "replay: {} holds {found} recorded response(s) for model {model:?} and these messages, sample {index} needed (last message starts {last:?})",
                 self.file
             )));
         };
-        Ok(Completion { text: rec.text.clone(), usage: rec.usage, latency_ms: 0, finish_reason: rec.finish_reason.clone(), calls: 1 })
+        Ok(Completion {
+            text: rec.text.clone(),
+            usage: rec.usage,
+            latency_ms: 0,
+            finish_reason: rec.finish_reason.clone(),
+            calls: 1,
+            logprobs: None,
+        })
     }
 }
 
@@ -195,7 +212,12 @@ impl Replay {
             ReplaySource::Jsonl(path) => Recordings::load(path).map(Replay::Jsonl),
             ReplaySource::Checkpoint { dir, backend, endpoint } => {
                 let store = Checkpoint::open(dir).map_err(|e| format!("replay checkpoint: {e}"))?;
-                Ok(Replay::Checkpoint { store, dir: dir.display().to_string(), backend: backend.clone(), endpoint: endpoint.clone() })
+                Ok(Replay::Checkpoint {
+                    store,
+                    dir: dir.display().to_string(),
+                    backend: backend.clone(),
+                    endpoint: endpoint.clone(),
+                })
             }
         }
     }
@@ -205,13 +227,20 @@ impl Replay {
         let key = &job.key;
         match self {
             Replay::Jsonl(r) => {
-                let messages: Vec<(String, String)> =
-                    key.messages.iter().map(|m| (m.role.as_str().to_string(), m.content.clone())).collect();
+                let messages: Vec<(String, String)> = key
+                    .messages
+                    .iter()
+                    .map(|m| (m.role.as_str().to_string(), m.content.clone()))
+                    .collect();
                 r.answer(&key.model.model, &messages, key.sample_index)
             }
             Replay::Checkpoint { store, dir, backend, endpoint } => {
                 let mut original = key.clone();
-                original.model = ModelRef { backend: backend.clone(), endpoint: endpoint.clone(), model: key.model.model.clone() };
+                original.model = ModelRef {
+                    backend: backend.clone(),
+                    endpoint: endpoint.clone(),
+                    model: key.model.model.clone(),
+                };
                 let id = original.id();
                 match store.get(&id) {
                     Ok(Some(mut c)) => {
@@ -258,10 +287,18 @@ mod tests {
         assert!(r.bad_lines[0].reason.contains("not a JSON array"), "{:?}", r.bad_lines);
         assert!(r.bad_lines[1].reason.contains("no response object"), "{:?}", r.bad_lines);
         let a = r.answer("gpt", &msgs("Q"), 0).unwrap();
-        assert_eq!((a.text.as_str(), a.usage.prompt_tokens, a.finish_reason.as_deref()), ("A1", 3, Some("stop")));
+        assert_eq!(
+            (a.text.as_str(), a.usage.prompt_tokens, a.finish_reason.as_deref()),
+            ("A1", 3, Some("stop"))
+        );
         assert_eq!(r.answer("gpt", &msgs("Q"), 1).unwrap().text, "A2");
         let e = r.answer("gpt", &msgs("Q"), 2).unwrap_err();
-        assert!(e.is_permanent() && e.message.contains("holds 2 recorded") && e.message.contains("rec.jsonl"), "{e}");
+        assert!(
+            e.is_permanent()
+                && e.message.contains("holds 2 recorded")
+                && e.message.contains("rec.jsonl"),
+            "{e}"
+        );
         assert!(r.answer("gpt-0613", &msgs("Q"), 0).is_err(), "matched on the response's model");
         assert!(r.answer("gpt", &msgs("Q2"), 0).unwrap_err().message.contains("holds 0"));
     }
@@ -270,7 +307,8 @@ mod tests {
     /// line number, and a recorded classification served for its exact request.
     #[test]
     fn autohall_climate_recordings() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/autohall/gpt-3.5-turbo_climate_t0.1.jsonl");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/data/autohall/gpt-3.5-turbo_climate_t0.1.jsonl");
         let Ok(text) = std::fs::read_to_string(&path) else {
             panic!("{} is missing; it ships in shared/data/autohall/", path.display());
         };
@@ -279,6 +317,9 @@ mod tests {
         assert_eq!(r.bad_lines[0].line, 1);
         let second: serde_json::Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
         let content = second[0]["messages"][0]["content"].as_str().unwrap();
-        assert_eq!(r.answer("gpt-3.5-turbo", &msgs(content), 0).unwrap().text, "The claim is false.");
+        assert_eq!(
+            r.answer("gpt-3.5-turbo", &msgs(content), 0).unwrap().text,
+            "The claim is false."
+        );
     }
 }

@@ -25,7 +25,11 @@
 //! A request is charged its up-front estimate; when the API reports the usage, the
 //! difference goes into a balance: a credit (the estimate was too high) pays for the next
 //! requests' tokens, a debt (too low) is added to the next request's charge. A governor
-//! limiter cannot hand cells back, so the correction is carried forward this way.
+//! limiter cannot hand cells back, so the correction is carried forward this way. What
+//! the API charged depends on how it counts ([`super::TpmCounts`], see
+//! [`super::charged_tokens`]): with `max_tokens` counting (the default) the unused part of
+//! `max_tokens` is never credited, so the pool never spends tokens the API still holds
+//! as reserved; only the prompt's estimate is corrected by the reported count.
 //!
 //! Time is `tokio::time`, so the limiter runs under `tokio::time::pause()` in tests.
 
@@ -84,7 +88,9 @@ impl Bucket {
         let per_minute = per_minute.max(1e-3);
         let capacity = NonZeroU32::new(capacity.max(1)).unwrap_or(NonZeroU32::MIN);
         let period = Duration::from_secs_f64(60.0 / per_minute).max(Duration::from_nanos(1));
-        let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN)).allow_burst(capacity);
+        let quota = Quota::with_period(period)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+            .allow_burst(capacity);
         let gcra = RateLimiter::direct_with_clock(quota, clock.clone());
         // Start empty: no burst at start or after a rebuild.
         let _ = gcra.check_n(capacity);
@@ -96,7 +102,9 @@ impl Bucket {
         let Some(n) = NonZeroU32::new(n.min(self.capacity)) else { return Ok(()) };
         match self.gcra.check_n(n) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(not_until)) => Err(not_until.wait_time_from(self.clock.now()).max(Duration::from_micros(100))),
+            Ok(Err(not_until)) => {
+                Err(not_until.wait_time_from(self.clock.now()).max(Duration::from_micros(100)))
+            }
             // Cannot happen: n is clamped to the capacity.
             Err(_) => Err(Duration::from_millis(1)),
         }
@@ -156,7 +164,15 @@ impl PoolLimiter {
         PoolLimiter {
             quota,
             clock,
-            state: Mutex::new(State { members: members.max(1), factor: 1.0, pause_until: None, cooldowns: 0, balance: 0, closed: false, buckets }),
+            state: Mutex::new(State {
+                members: members.max(1),
+                factor: 1.0,
+                pause_until: None,
+                cooldowns: 0,
+                balance: 0,
+                closed: false,
+                buckets,
+            }),
             changed: watch::channel(0).0,
             queue: tokio::sync::Mutex::new(()),
         }
@@ -270,7 +286,9 @@ impl PoolLimiter {
             if self.epoch() != epoch {
                 return;
             }
-            self.set_factor(RECOVERY_START + (1.0 - RECOVERY_START) * k as f64 / RECOVERY_STEPS as f64);
+            self.set_factor(
+                RECOVERY_START + (1.0 - RECOVERY_START) * k as f64 / RECOVERY_STEPS as f64,
+            );
         }
     }
 
@@ -355,15 +373,24 @@ fn build(q: &PoolQuota, members: usize, factor: f64, clock: &TokioClock) -> Buck
     let requests = q.rpm.map(|rpm| {
         let cell = CELLS_PER_REQUEST as f64;
         // Slack: 50 ms of the share (before its own cost), at least 0.1 of a request.
-        let slack = (rpm as f64 * (1.0 - q.headroom) / members.max(1) as f64 / 60.0 * 0.05).clamp(0.1, 0.95);
-        let cells = (q.burst.max(1) as f64 * cell + (slack * cell).ceil()).min(u32::MAX as f64) as u32;
-        let per_minute = share_per_minute(rpm as f64, q.headroom, members, cells as f64 / cell) * factor;
+        let slack = (rpm as f64 * (1.0 - q.headroom) / members.max(1) as f64 / 60.0 * 0.05)
+            .clamp(0.1, 0.95);
+        let cells =
+            (q.burst.max(1) as f64 * cell + (slack * cell).ceil()).min(u32::MAX as f64) as u32;
+        let per_minute =
+            share_per_minute(rpm as f64, q.headroom, members, cells as f64 / cell) * factor;
         Bucket::new(per_minute * cell, cells, clock)
     });
     let tokens = q.tpm.map(|tpm| {
         // A tenth of a second of the share's rate, at least two tokens.
-        let cap = ((tpm as f64 * (1.0 - q.headroom) / members.max(1) as f64) / 600.0).ceil().clamp(2.0, u32::MAX as f64) as u32;
-        Bucket::new(share_per_minute(tpm as f64, q.headroom, members, cap as f64) * factor, cap, clock)
+        let cap = ((tpm as f64 * (1.0 - q.headroom) / members.max(1) as f64) / 600.0)
+            .ceil()
+            .clamp(2.0, u32::MAX as f64) as u32;
+        Bucket::new(
+            share_per_minute(tpm as f64, q.headroom, members, cap as f64) * factor,
+            cap,
+            clock,
+        )
     });
     Buckets { requests, tokens }
 }

@@ -15,7 +15,8 @@
 //!
 //! Joins, leaves and cool-downs are announced on the core subject
 //! `halyard.quota.<pool hex>`, so members react at once; the KV listing, re-read every
-//! heartbeat, is the truth that announcements only hurry along.
+//! heartbeat, is the truth that announcements only hurry along. The same subject carries
+//! every pool's endpoint pauses and resumptions (see `crate::health`), quota or not.
 
 use std::time::Duration;
 
@@ -31,10 +32,28 @@ pub const BUCKET: &str = "halyard_quota_members";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Announcement {
-    Join { worker: String },
-    Leave { worker: String },
+    Join {
+        worker: String,
+    },
+    Leave {
+        worker: String,
+    },
     /// Pause the pool for `ms` milliseconds (a 429 was seen by `worker`).
-    CoolDown { worker: String, ms: u64 },
+    CoolDown {
+        worker: String,
+        ms: u64,
+    },
+    /// The pool's endpoint is down (`worker` saw it, or its probe failed): stop fetching
+    /// and hand held jobs back; `worker` probes again in `probe_ms` milliseconds.
+    Pause {
+        worker: String,
+        reason: halyard_proto::OutageReason,
+        probe_ms: u64,
+    },
+    /// The pool's endpoint answered `worker` again: resume.
+    Resume {
+        worker: String,
+    },
 }
 
 pub fn hex(s: &str) -> String {
@@ -44,6 +63,20 @@ pub fn hex(s: &str) -> String {
 /// The core subject of a pool's announcements.
 pub fn subject(pool: &str) -> String {
     format!("halyard.quota.{}", hex(pool))
+}
+
+/// Publish `a` on the pool subject `subject` and flush it out.
+pub async fn announce(
+    client: &async_nats::Client,
+    subject: &str,
+    a: &Announcement,
+) -> Result<(), BrokerError> {
+    let body = serde_json::to_vec(a).map_err(|e| err("cannot encode announcement", e))?;
+    client
+        .publish(subject.to_string(), body.into())
+        .await
+        .map_err(|e| err("cannot publish announcement", e))?;
+    client.flush().await.map_err(|e| err("cannot flush announcement", e))
 }
 
 /// One worker's registration in one pool.
@@ -64,34 +97,35 @@ fn err(what: &str, e: impl std::fmt::Display) -> BrokerError {
 
 /// Open the members bucket, creating it for membership TTL `ttl` (`max_age` = ¾ TTL) if
 /// missing. An existing bucket keeps its TTL (the first worker's), which every member
-/// then uses; the TTL in force is returned.
-///
-/// The bucket's stream is created directly with the KV layout (`KV_<bucket>`,
-/// `$KV.<bucket>.>`, one message per subject, rollups, direct gets): async-nats's
-/// `create_key_value` first asks for account information in a form nats-server 2.9 does
-/// not send. Membership is ephemeral, so the stream lives in memory.
-pub async fn open_bucket(broker: &Broker, ttl: Duration) -> Result<(kv::Store, stream::Stream, Duration), BrokerError> {
-    let cfg = stream::Config {
-        name: format!("KV_{BUCKET}"),
-        subjects: vec![format!("$KV.{BUCKET}.>")],
-        max_messages_per_subject: 1,
+/// then uses; the TTL in force is returned. Membership is ephemeral, so the bucket lives
+/// in memory (see [`halyard_broker::kv`]).
+pub async fn open_bucket(
+    broker: &Broker,
+    ttl: Duration,
+) -> Result<(kv::Store, stream::Stream, Duration), BrokerError> {
+    let spec = halyard_broker::kv::BucketSpec {
+        name: BUCKET,
         max_age: ttl.mul_f64(0.75),
         storage: stream::StorageType::Memory,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: stream::DiscardPolicy::New,
-        num_replicas: halyard_broker::stream_replicas(broker),
-        ..Default::default()
     };
-    let mut s = broker.js.get_or_create_stream(cfg).await.map_err(|e| err("cannot create the KV bucket's stream", e))?;
-    let max_age = s.info().await.map_err(|e| err("cannot read the KV bucket's stream", e))?.config.max_age;
-    let store = broker.js.get_key_value(BUCKET).await.map_err(|e| err("cannot open the KV bucket", e))?;
-    Ok((store, s, if max_age.is_zero() { Duration::from_secs(10) } else { max_age.mul_f64(4.0 / 3.0) }))
+    let (store, mut s) = halyard_broker::kv::open_bucket(broker, spec).await?;
+    let max_age =
+        s.info().await.map_err(|e| err("cannot read the KV bucket's stream", e))?.config.max_age;
+    Ok((
+        store,
+        s,
+        if max_age.is_zero() { Duration::from_secs(10) } else { max_age.mul_f64(4.0 / 3.0) },
+    ))
 }
 
 impl Membership {
-    pub fn new(broker: &Broker, kv: kv::Store, stream: stream::Stream, pool: &str, worker: &str) -> Membership {
+    pub fn new(
+        broker: &Broker,
+        kv: kv::Store,
+        stream: stream::Stream,
+        pool: &str,
+        worker: &str,
+    ) -> Membership {
         let prefix = format!("{}.", hex(pool));
         Membership {
             kv,
@@ -111,12 +145,20 @@ impl Membership {
     /// Put (or refresh) this worker's key.
     pub async fn heartbeat(&self) -> Result<(), BrokerError> {
         let value = serde_json::json!({ "worker": self.worker }).to_string();
-        self.kv.put(&self.key, value.into()).await.map(|_| ()).map_err(|e| err("heartbeat put failed", e))
+        self.kv
+            .put(&self.key, value.into())
+            .await
+            .map(|_| ())
+            .map_err(|e| err("heartbeat put failed", e))
     }
 
     /// Members with a live key, this worker counted even if its own key is missing.
     pub async fn live(&self) -> Result<usize, BrokerError> {
-        let mut info = self.stream.info_with_subjects(format!("{}*", self.subject_prefix)).await.map_err(|e| err("cannot list members", e))?;
+        let mut info = self
+            .stream
+            .info_with_subjects(format!("{}*", self.subject_prefix))
+            .await
+            .map_err(|e| err("cannot list members", e))?;
         let own = format!("$KV.{BUCKET}.{}", self.key);
         let (mut n, mut me) = (0usize, false);
         while let Some(s) = info.next().await {
@@ -137,12 +179,13 @@ impl Membership {
     }
 
     pub async fn subscribe(&self) -> Result<async_nats::Subscriber, BrokerError> {
-        self.client.subscribe(self.subject.clone()).await.map_err(|e| err("cannot subscribe to announcements", e))
+        self.client
+            .subscribe(self.subject.clone())
+            .await
+            .map_err(|e| err("cannot subscribe to announcements", e))
     }
 
     pub async fn announce(&self, a: &Announcement) -> Result<(), BrokerError> {
-        let body = serde_json::to_vec(a).map_err(|e| err("cannot encode announcement", e))?;
-        self.client.publish(self.subject.clone(), body.into()).await.map_err(|e| err("cannot publish announcement", e))?;
-        self.client.flush().await.map_err(|e| err("cannot flush announcement", e))
+        announce(&self.client, &self.subject, a).await
     }
 }

@@ -10,9 +10,10 @@
 //!   reported usage, starts a pool-wide cool-down on a 429, and pauses this member when
 //!   the API's `x-ratelimit-remaining-*` headers say the budget is spent.
 //!
-//! A worker learns its pools' quotas from its configuration ([`crate::WorkerConfig`]'s
-//! `quotas`): `halyard worker --sweep` and `halyard run` take them from the sweep's
-//! `rpm`/`tpm`/`burst` model keys; `halyard worker --pool` from `--quota`.
+//! A worker learns its pools' quotas from its plan ([`crate::WorkerConfig`]'s `plan`,
+//! `halyard_proto::pool::QuotaSpec`): `halyard worker --sweep` and `halyard run` take
+//! them from the sweep's `rpm`/`tpm`/`burst` model keys; `halyard worker --config` from
+//! the worker config file; `halyard worker --pool` from `--quota`.
 
 pub mod limiter;
 pub mod membership;
@@ -32,6 +33,8 @@ use crate::Stats;
 pub use limiter::PoolLimiter;
 use membership::{Announcement, Membership};
 
+pub use halyard_proto::pool::TpmCounts;
+
 /// The quota of one pool.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolQuota {
@@ -43,11 +46,26 @@ pub struct PoolQuota {
     pub burst: u32,
     /// Fraction of the quota left unused as a safety margin (default 0.005).
     pub headroom: f64,
+    /// How the API counts tokens (default: `max_tokens` at admission, no refund).
+    pub tpm_counts: TpmCounts,
 }
 
 impl PoolQuota {
     pub fn new(rpm: Option<u32>, tpm: Option<u64>) -> PoolQuota {
-        PoolQuota { rpm, tpm, burst: 1, headroom: DEFAULT_HEADROOM }
+        PoolQuota {
+            rpm,
+            tpm,
+            burst: 1,
+            headroom: DEFAULT_HEADROOM,
+            tpm_counts: TpmCounts::default(),
+        }
+    }
+}
+
+/// The runtime quota of a pool of the worker's plan.
+impl From<&halyard_proto::pool::QuotaSpec> for PoolQuota {
+    fn from(q: &halyard_proto::pool::QuotaSpec) -> PoolQuota {
+        PoolQuota { burst: q.burst, tpm_counts: q.tpm_counts, ..PoolQuota::new(q.rpm, q.tpm) }
     }
 }
 
@@ -68,7 +86,11 @@ pub struct QuotaSettings {
 
 impl Default for QuotaSettings {
     fn default() -> Self {
-        QuotaSettings { ttl: Duration::from_secs(10), recover: Duration::from_secs(30), join_settle: Duration::from_millis(500) }
+        QuotaSettings {
+            ttl: Duration::from_secs(10),
+            recover: Duration::from_secs(30),
+            join_settle: Duration::from_millis(500),
+        }
     }
 }
 
@@ -81,7 +103,13 @@ pub const DEFAULT_COMPLETION_ESTIMATE: u64 = 256;
 /// Up-front token cost of a job: its prompt, estimated at a token per four characters
 /// plus four per message and three for the reply's priming, plus `max_tokens`.
 pub fn estimate_tokens(job: &Job) -> u64 {
-    let prompt: u64 = job.key.messages.iter().map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4).sum::<u64>() + 3;
+    let prompt: u64 = job
+        .key
+        .messages
+        .iter()
+        .map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4)
+        .sum::<u64>()
+        + 3;
     prompt + job.key.sampling.max_tokens.map_or(DEFAULT_COMPLETION_ESTIMATE, u64::from)
 }
 
@@ -134,6 +162,29 @@ pub fn parse_reset(v: &str) -> Option<Duration> {
         rest = &rest[u..];
     }
     (total.is_finite() && total <= 86_400.0).then(|| Duration::from_secs_f64(total))
+}
+
+/// The tokens the API charged a request admitted at `estimate` that reported `usage`:
+/// under [`TpmCounts::Usage`] what it used; under [`TpmCounts::MaxTokens`] its prompt (as
+/// reported: the estimate's prompt part is corrected either way) plus its whole
+/// `max_tokens`, however short the answer (without `max_tokens`, what it used but never
+/// less than the estimate: the API's reservation is unknown). No usage reported: the
+/// estimate stands.
+pub fn charged_tokens(
+    counts: TpmCounts,
+    estimate: u64,
+    max_tokens: Option<u64>,
+    usage: &halyard_proto::Usage,
+) -> u64 {
+    let used = usage.prompt_tokens.saturating_add(usage.completion_tokens);
+    if used == 0 {
+        return estimate;
+    }
+    match (counts, max_tokens) {
+        (TpmCounts::Usage, _) => used,
+        (TpmCounts::MaxTokens, Some(m)) => usage.prompt_tokens.saturating_add(m),
+        (TpmCounts::MaxTokens, None) => used.max(estimate),
+    }
 }
 
 /// One worker's membership of one pool, and the gate its calls pass.
@@ -203,8 +254,12 @@ impl QuotaGate {
         // Bounded: with the broker gone, the others notice by the TTL anyway.
         match tokio::time::timeout(Duration::from_secs(3), self.membership.leave()).await {
             Ok(Ok(())) => info!(pool = %self.pool, "left quota pool"),
-            Ok(Err(e)) => warn!(pool = %self.pool, error = %e, "could not leave the quota pool; the others notice when its TTL runs out"),
-            Err(_) => warn!(pool = %self.pool, "leaving the quota pool timed out; the others notice when its TTL runs out"),
+            Ok(Err(e)) => {
+                warn!(pool = %self.pool, error = %e, "could not leave the quota pool; the others notice when its TTL runs out")
+            }
+            Err(_) => {
+                warn!(pool = %self.pool, "leaving the quota pool timed out; the others notice when its TTL runs out")
+            }
         }
     }
 
@@ -217,7 +272,9 @@ impl QuotaGate {
                     info!(pool = %self.pool, members = n, rpm = ?r.requests, tpm = ?r.tokens, "quota pool membership changed; share resized");
                 }
             }
-            Err(e) => warn!(pool = %self.pool, error = %e, "cannot read quota pool membership; keeping the current share"),
+            Err(e) => {
+                warn!(pool = %self.pool, error = %e, "cannot read quota pool membership; keeping the current share")
+            }
         }
     }
 
@@ -232,23 +289,35 @@ impl QuotaGate {
 
     /// One HTTP attempt through the gate: wait for the share, run `call`, then account
     /// for what the API said.
-    pub async fn call<Fut>(&self, job: &Job, call: impl FnOnce() -> Fut) -> Result<Completion, CallError>
+    pub async fn call<Fut>(
+        &self,
+        job: &Job,
+        call: impl FnOnce() -> Fut,
+    ) -> Result<Completion, CallError>
     where
         Fut: Future<Output = (Result<Completion, CallError>, RateHeaders)>,
     {
         let estimate = estimate_tokens(job);
         let epoch = self.limiter.acquire(estimate).await;
         let (res, headers) = call().await;
-        self.settle(estimate, epoch, &res, &headers).await;
+        let max_tokens = job.key.sampling.max_tokens.map(u64::from);
+        self.settle(estimate, max_tokens, epoch, &res, &headers).await;
         res
     }
 
-    async fn settle(&self, estimate: u64, epoch: u64, res: &Result<Completion, CallError>, headers: &RateHeaders) {
+    async fn settle(
+        &self,
+        estimate: u64,
+        max_tokens: Option<u64>,
+        epoch: u64,
+        res: &Result<Completion, CallError>,
+        headers: &RateHeaders,
+    ) {
         match res {
             Ok(c) => {
-                let used = c.usage.prompt_tokens + c.usage.completion_tokens;
-                // No usage reported: the estimate stands.
-                self.limiter.correct(estimate, if used == 0 { estimate } else { used });
+                let charged =
+                    charged_tokens(self.limiter.quota().tpm_counts, estimate, max_tokens, &c.usage);
+                self.limiter.correct(estimate, charged);
             }
             Err(e) if e.class == ErrorClass::RateLimited => {
                 // A rejected request spent no tokens.
@@ -260,7 +329,10 @@ impl QuotaGate {
                     self.cool_down(d);
                     self.stats.cooldowns.inc();
                     warn!(pool = %self.pool, pause_ms = d.as_millis() as u64, "429 from the API: pausing the whole pool");
-                    let a = Announcement::CoolDown { worker: self.membership.worker().to_string(), ms: d.as_millis() as u64 };
+                    let a = Announcement::CoolDown {
+                        worker: self.membership.worker().to_string(),
+                        ms: d.as_millis() as u64,
+                    };
                     if let Err(e) = self.membership.announce(&a).await {
                         warn!(pool = %self.pool, error = %e, "cannot announce the cool-down to the pool");
                     }
@@ -287,7 +359,9 @@ impl QuotaGate {
         let mut last = self.last_cooldown.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         let streak = match last.0 {
-            Some(t) if now.duration_since(t) < self.settings.recover + Duration::from_secs(60) => last.1 + 1,
+            Some(t) if now.duration_since(t) < self.settings.recover + Duration::from_secs(60) => {
+                last.1 + 1
+            }
             _ => 0,
         };
         *last = (Some(now), streak);

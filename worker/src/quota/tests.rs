@@ -45,7 +45,12 @@ async fn rate_is_the_share_and_evenly_spaced() {
     // Spacing: never two requests within half a period (the other half is timer slack).
     let period = Duration::from_secs_f64(60.0 / share);
     for w in at.windows(2) {
-        assert!(w[1] - w[0] >= period.mul_f64(0.5) - Duration::from_micros(200), "burst: {:?} then {:?}", w[0], w[1]);
+        assert!(
+            w[1] - w[0] >= period.mul_f64(0.5) - Duration::from_micros(200),
+            "burst: {:?} then {:?}",
+            w[0],
+            w[1]
+        );
     }
     // The limiter starts empty: the first request waits at least half a period.
     assert!(at[0] >= period.mul_f64(0.5) - Duration::from_micros(200), "first at {:?}", at[0]);
@@ -68,10 +73,16 @@ async fn tokens_weigh_requests() {
 async fn usage_corrects_the_estimate() {
     let l = PoolLimiter::new(quota(None, Some(6000)), 1);
     let refunded = admit_for(&l, 60, 100, Some(50)).await.len() as f64;
-    assert!((refunded - 6000.0 * (1.0 - DEFAULT_HEADROOM) / 50.0).abs() <= 3.0, "{refunded} requests");
+    assert!(
+        (refunded - 6000.0 * (1.0 - DEFAULT_HEADROOM) / 50.0).abs() <= 3.0,
+        "{refunded} requests"
+    );
     let l = PoolLimiter::new(quota(None, Some(6000)), 1);
     let indebted = admit_for(&l, 60, 100, Some(200)).await.len() as f64;
-    assert!((indebted - 6000.0 * (1.0 - DEFAULT_HEADROOM) / 200.0).abs() <= 3.0, "{indebted} requests");
+    assert!(
+        (indebted - 6000.0 * (1.0 - DEFAULT_HEADROOM) / 200.0).abs() <= 3.0,
+        "{indebted} requests"
+    );
     // A 429 refunds the whole estimate.
     let l = PoolLimiter::new(quota(None, Some(6000)), 1);
     l.correct(100, 0);
@@ -135,7 +146,10 @@ async fn cool_down_pauses_then_recovers() {
     assert!(l.cool_down(Duration::from_secs(10)));
     assert!(!l.cool_down(Duration::from_secs(5)), "extends, does not start another");
     assert_eq!(l.epoch(), epoch + 1);
-    let rec = { let l = l.clone(); tokio::spawn(async move { l.recover(Duration::from_secs(20)).await }) };
+    let rec = {
+        let l = l.clone();
+        tokio::spawn(async move { l.recover(Duration::from_secs(20)).await })
+    };
     let start = Instant::now();
     l.acquire(0).await;
     assert!(Instant::now() - start >= Duration::from_secs(10), "admitted during the pause");
@@ -196,13 +210,66 @@ fn estimate_counts_prompt_and_max_tokens() {
         pipeline: "p".into(),
         stage: "s".into(),
         stage_version: 1,
-        model: ModelRef { backend: "openai".into(), endpoint: "http://x".into(), model: "m".into() },
+        model: ModelRef {
+            backend: "openai".into(),
+            endpoint: "http://x".into(),
+            model: "m".into(),
+        },
         messages: vec![ChatMessage::system("12345678"), ChatMessage::user("abc")],
         sampling: Sampling { max_tokens, ..Default::default() },
         sample_index: 0,
     };
-    let job = |k: JobKey| Job { v: 1, id: k.id(), run: uuid::Uuid::nil(), pool: "p".into(), key: k, api_key_env: None, timeout_ms: 1 };
+    let job = |k: JobKey| Job {
+        v: 1,
+        id: k.id(),
+        run: uuid::Uuid::nil(),
+        pool: "p".into(),
+        key: k,
+        timeout_ms: 1,
+    };
     // (2 + 4) + (1 + 4) + 3 = 14 prompt tokens.
     assert_eq!(estimate_tokens(&job(key(Some(100)))), 114);
     assert_eq!(estimate_tokens(&job(key(None))), 14 + DEFAULT_COMPLETION_ESTIMATE);
+}
+
+/// Under `max_tokens` counting a request is charged its prompt + max_tokens, the unused
+/// completion never refunded (the prompt's estimate corrected by the reported count);
+/// under `usage` counting it is charged what it used (issue 18).
+#[test]
+fn charges_follow_the_counting_mode() {
+    use halyard_proto::Usage;
+    let u = |p, c| Usage { prompt_tokens: p, completion_tokens: c };
+    // Estimate 114: 14 prompt + 100 max_tokens; the answer used 20 completion tokens.
+    assert_eq!(charged_tokens(TpmCounts::MaxTokens, 114, Some(100), &u(14, 20)), 114);
+    assert_eq!(charged_tokens(TpmCounts::MaxTokens, 114, Some(100), &u(10, 20)), 110);
+    assert_eq!(charged_tokens(TpmCounts::MaxTokens, 114, Some(100), &u(30, 20)), 130);
+    // Without max_tokens the reservation is unknown: what was used, never below the estimate.
+    assert_eq!(charged_tokens(TpmCounts::MaxTokens, 270, None, &u(14, 20)), 270);
+    assert_eq!(charged_tokens(TpmCounts::MaxTokens, 270, None, &u(14, 300)), 314);
+    assert_eq!(charged_tokens(TpmCounts::Usage, 114, Some(100), &u(14, 20)), 34);
+    // No usage reported: the estimate stands either way.
+    for m in [TpmCounts::MaxTokens, TpmCounts::Usage] {
+        assert_eq!(charged_tokens(m, 114, Some(100), &u(0, 0)), 114);
+    }
+    assert_eq!(PoolQuota::new(None, Some(1)).tpm_counts, TpmCounts::MaxTokens);
+    assert_eq!("usage".parse::<TpmCounts>(), Ok(TpmCounts::Usage));
+    assert_eq!(" max_tokens ".parse::<TpmCounts>(), Ok(TpmCounts::MaxTokens));
+    assert!("tokens".parse::<TpmCounts>().unwrap_err().contains("tokens"));
+}
+
+/// With `max_tokens` counting, requests estimated at 100 tokens that use 50 get no more
+/// through than their estimates allow: nothing the API still holds is spent (issue 18).
+#[tokio::test(start_paused = true)]
+async fn max_tokens_counting_keeps_no_credit() {
+    let l = PoolLimiter::new(quota(None, Some(6000)), 1);
+    let usage = halyard_proto::Usage { prompt_tokens: 10, completion_tokens: 40 };
+    let start = Instant::now();
+    let mut n = 0u64;
+    while Instant::now() - start < Duration::from_secs(60) {
+        l.acquire(100).await;
+        n += 1;
+        l.correct(100, charged_tokens(TpmCounts::MaxTokens, 100, Some(90), &usage));
+    }
+    assert!(n * 100 <= 6000 + 100, "{n} requests of 100 tokens in a minute");
+    assert_eq!(l.balance(), 0);
 }

@@ -85,7 +85,9 @@ pub struct GenerativeOverall {
 pub fn generative_overall(items: &[GenerativeItem]) -> GenerativeOverall {
     let valid: Vec<&GenerativeItem> = items.iter().filter(|i| i.valid).collect();
     let num = valid.len();
-    let avg = |f: fn(&GenerativeItem) -> f64| (num > 0).then(|| valid.iter().map(|i| f(i)).sum::<f64>() / num as f64);
+    let avg = |f: fn(&GenerativeItem) -> f64| {
+        (num > 0).then(|| valid.iter().map(|i| f(i)).sum::<f64>() / num as f64)
+    };
     GenerativeOverall {
         avg_bleu4: avg(|i| i.bleu4),
         avg_rouge_l: avg(|i| i.rouge_l),
@@ -118,7 +120,10 @@ mod tests {
     #[test]
     fn empty_continuation() {
         let i = generative_item("", "参考文本。", &[] as &[&str], UhgVariant::Paper);
-        assert_eq!(i, GenerativeItem { bleu4: 0.0, rouge_l: 0.0, kw_prec: 0.0, length: 0, valid: false });
+        assert_eq!(
+            i,
+            GenerativeItem { bleu4: 0.0, rouge_l: 0.0, kw_prec: 0.0, length: 0, valid: false }
+        );
         let o = generative_overall(&[i]);
         assert_eq!((o.num, o.avg_bleu4), (0, None));
     }

@@ -71,7 +71,9 @@ where
 /// starts with `不合理`, otherwise not; then balanced. `Malformed` for a line without
 /// exactly one `<sep>`. Duplicate keywords stay separate entries (v2 keys its predictions
 /// by keyword, which would merge them; not emulated).
-pub fn select_keywords_v2<S: AsRef<str>>(annotations: &[S]) -> Result<Vec<KeywordCase>, MetricError> {
+pub fn select_keywords_v2<S: AsRef<str>>(
+    annotations: &[S],
+) -> Result<Vec<KeywordCase>, MetricError> {
     let mut yes = Vec::new();
     let mut no = Vec::new();
     for line in annotations {
@@ -124,7 +126,8 @@ pub fn keyword_item(
         },
         UhgVariant::V2 => Some(v != Judgement::NotHallucinated),
     };
-    let correct = cases.iter().zip(verdicts).filter(|(c, &v)| as_bool(v) == Some(c.hallucinated)).count();
+    let correct =
+        cases.iter().zip(verdicts).filter(|(c, &v)| as_bool(v) == Some(c.hallucinated)).count();
     let num_kws = cases.len();
     let accuracy = if num_kws == 0 { 0.0 } else { correct as f64 / num_kws as f64 };
     let valid = match variant {
@@ -151,8 +154,14 @@ pub struct KeywordOverall {
 pub fn keyword_overall(items: &[KeywordItem]) -> KeywordOverall {
     let valid: Vec<&KeywordItem> = items.iter().filter(|i| i.valid).collect();
     let num = valid.len();
-    let avg = |f: fn(&KeywordItem) -> f64| (num > 0).then(|| valid.iter().map(|i| f(i)).sum::<f64>() / num as f64);
-    KeywordOverall { avg_accuracy: avg(|i| i.accuracy), avg_num_kws: avg(|i| i.num_kws as f64), num }
+    let avg = |f: fn(&KeywordItem) -> f64| {
+        (num > 0).then(|| valid.iter().map(|i| f(i)).sum::<f64>() / num as f64)
+    };
+    KeywordOverall {
+        avg_accuracy: avg(|i| i.accuracy),
+        avg_num_kws: avg(|i| i.num_kws as f64),
+        num,
+    }
 }
 
 #[cfg(test)]
@@ -168,7 +177,10 @@ mod tests {
     fn annotation_needs_one_sep() {
         assert_eq!(split_annotation("江苏<sep>合理"), Ok(("江苏", "合理")));
         assert!(matches!(split_annotation("江苏"), Err(MetricError::Malformed { .. })));
-        assert!(matches!(select_keywords_v2(&["a<sep>b<sep>c"]), Err(MetricError::Malformed { .. })));
+        assert!(matches!(
+            select_keywords_v2(&["a<sep>b<sep>c"]),
+            Err(MetricError::Malformed { .. })
+        ));
     }
 
     /// Paper drops annotations that start with neither 合理 nor 不合理; v2 counts them as reasonable.

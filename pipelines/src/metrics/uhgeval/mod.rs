@@ -28,19 +28,21 @@ pub mod selective;
 pub mod sentence;
 
 pub use generative::{
-    continuation_from_answer, generative_item, generative_overall, generative_valid, GenerativeItem, GenerativeOverall,
+    continuation_from_answer, generative_item, generative_overall, generative_valid,
+    GenerativeItem, GenerativeOverall,
 };
 pub use keyword::{
-    keyword_item, keyword_overall, select_keywords_paper, select_keywords_v2, split_annotation, KeywordCase,
-    KeywordItem, KeywordOverall,
+    keyword_item, keyword_overall, select_keywords_paper, select_keywords_v2, split_annotation,
+    KeywordCase, KeywordItem, KeywordOverall,
 };
 pub use parse::{
-    first_sentence, judgement_reason, parse_keyword_judgement, parse_selective_choice, parse_sentence_judgement,
-    strip_echo, Choice, Judgement,
+    first_sentence, judgement_reason, parse_keyword_judgement, parse_selective_choice,
+    parse_sentence_judgement, strip_echo, Choice, Judgement,
 };
 pub use schedule::{paper_block_coverage, v2_batch_sizes, BlockCoverage};
 pub use selective::{
-    option_order_v2, paper_option_orders, selective_item, selective_overall, OptionOrder, SelectiveItem,
+    option_order_v2, paper_option_orders, selective_item, selective_overall, OptionOrder,
+    SelectiveItem,
 };
 pub use sentence::{sentence_item, sentence_overall, AccuracyOverall, SentenceItem};
 

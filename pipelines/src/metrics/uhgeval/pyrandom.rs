@@ -17,7 +17,11 @@ impl PyRandom {
     /// `random.seed(seed)` (CPython 3.x, `version=2`, integer argument).
     pub fn new(seed: u64) -> PyRandom {
         // The key is the little-endian 32-bit words of |seed|, at least one word.
-        let key: Vec<u32> = if seed >> 32 == 0 { vec![seed as u32] } else { vec![seed as u32, (seed >> 32) as u32] };
+        let key: Vec<u32> = if seed >> 32 == 0 {
+            vec![seed as u32]
+        } else {
+            vec![seed as u32, (seed >> 32) as u32]
+        };
         let mut r = PyRandom { mt: [0; N], index: N };
         r.init_by_array(&key);
         r
@@ -52,7 +56,8 @@ impl PyRandom {
         }
         for _ in 0..N - 1 {
             let prev = self.mt[i - 1];
-            self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(i as u32);
+            self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941))
+                .wrapping_sub(i as u32);
             i += 1;
             if i >= N {
                 self.mt[0] = self.mt[N - 1];
@@ -99,7 +104,10 @@ mod tests {
     #[test]
     fn matches_cpython() {
         let mut r = PyRandom::new(22);
-        assert_eq!([r.random(), r.random(), r.random()], [0.9582093798172728, 0.1403685900763948, 0.02361614713882554]);
+        assert_eq!(
+            [r.random(), r.random(), r.random()],
+            [0.9582093798172728, 0.1403685900763948, 0.02361614713882554]
+        );
         assert_eq!(PyRandom::new(0).random(), 0.8444218515250481);
         assert_eq!(PyRandom::new((1 << 40) + 5).random(), 0.5043802970418443);
     }

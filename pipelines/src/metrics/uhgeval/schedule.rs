@@ -22,7 +22,11 @@ pub struct BlockCoverage {
 /// the dataset as Python slicing does. From `start_block = 0` that is
 /// `min(total, bs·(num_blocks + 1))` items: 5,141 / 170 → 5,130. `Empty` for
 /// `num_blocks = 0` (Python raises `ZeroDivisionError`).
-pub fn paper_block_coverage(total: usize, num_blocks: usize, start_block: usize) -> Result<BlockCoverage, MetricError> {
+pub fn paper_block_coverage(
+    total: usize,
+    num_blocks: usize,
+    start_block: usize,
+) -> Result<BlockCoverage, MetricError> {
     if num_blocks == 0 {
         return Err(MetricError::Empty { what: "blocks (num_blocks must be at least 1)" });
     }

@@ -34,15 +34,13 @@ pub fn option_order_v2(hallucinated_continuation: &str) -> OptionOrder {
 /// reconstructed from this alone (spec §6.7).
 pub fn paper_option_orders(seed: u64) -> impl Iterator<Item = OptionOrder> {
     let mut rng = PyRandom::new(seed);
-    std::iter::repeat_with(
-        move || {
-            if rng.random() > 0.5 {
-                OptionOrder::RealFirst
-            } else {
-                OptionOrder::HallucinatedFirst
-            }
-        },
-    )
+    std::iter::repeat_with(move || {
+        if rng.random() > 0.5 {
+            OptionOrder::RealFirst
+        } else {
+            OptionOrder::HallucinatedFirst
+        }
+    })
 }
 
 /// One item's selective result.

@@ -17,7 +17,8 @@ pub struct SentenceItem {
 /// Item result (spec §1.4) from the verdict on the hallucinated continuation H (label 1)
 /// and on the real continuation R (label 0). The same in \[paper\] and \[v2\].
 pub fn sentence_item(on_hallucinated: Judgement, on_real: Judgement) -> SentenceItem {
-    let hits = u8::from(on_hallucinated == Judgement::Hallucinated) + u8::from(on_real == Judgement::NotHallucinated);
+    let hits = u8::from(on_hallucinated == Judgement::Hallucinated)
+        + u8::from(on_real == Judgement::NotHallucinated);
     SentenceItem {
         accuracy: f64::from(hits) / 2.0,
         valid: on_hallucinated != Judgement::Invalid && on_real != Judgement::Invalid,

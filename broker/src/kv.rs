@@ -1,0 +1,55 @@
+//! JetStream KV buckets, created in a form nats-server 2.9 accepts.
+//!
+//! async-nats's `create_key_value` first asks for account information in a form
+//! nats-server 2.9 does not send, so the bucket's stream is created directly with the
+//! KV layout (`KV_<bucket>`, `$KV.<bucket>.>`, one message per subject, rollups, direct
+//! gets) and then opened as a KV store.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{kv, stream};
+
+use crate::{Broker, BrokerError};
+
+/// How a bucket keeps its keys.
+#[derive(Clone, Copy, Debug)]
+pub struct BucketSpec<'a> {
+    pub name: &'a str,
+    /// Keys not written for this long expire (zero: never).
+    pub max_age: Duration,
+    /// Memory for ephemeral state, file for state that must survive a broker restart.
+    pub storage: stream::StorageType,
+}
+
+/// Open the bucket, creating its stream if missing. An existing stream keeps its own
+/// settings (a running cluster's bucket is not reconfigured by a new process); the
+/// stream is returned with the store so callers can read those settings.
+pub async fn open_bucket(
+    broker: &Broker,
+    spec: BucketSpec<'_>,
+) -> Result<(kv::Store, stream::Stream), BrokerError> {
+    let name = spec.name;
+    let cfg = stream::Config {
+        name: format!("KV_{name}"),
+        subjects: vec![format!("$KV.{name}.>")],
+        max_messages_per_subject: 1,
+        max_age: spec.max_age,
+        storage: spec.storage,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: crate::stream_replicas(broker),
+        ..Default::default()
+    };
+    let s = crate::retry_js(&format!("create the KV bucket {name}"), || {
+        broker.js.get_or_create_stream(cfg.clone())
+    })
+    .await?;
+    let store = broker
+        .js
+        .get_key_value(name)
+        .await
+        .map_err(|e| BrokerError::js(format!("open the KV bucket {name}"), e))?;
+    Ok((store, s))
+}

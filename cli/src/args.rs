@@ -1,0 +1,211 @@
+//! What each subcommand accepts (clap), and how it becomes the options of its
+//! `halyard_node` function.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use halyard_node::coordinator::CoordinatorOptions;
+use halyard_node::status::show::StatusArgs;
+use halyard_node::supervisor::RunOptions;
+use halyard_node::worker::WorkerOptions;
+use halyard_node::{Nats, NodeError};
+
+use crate::nats_args::NatsAuthArgs;
+
+#[derive(Args)]
+pub struct ReportCmd {
+    /// Run directories (each holding report.json).
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// Where to write leaderboard.md and leaderboard.html.
+    #[arg(long, default_value = ".")]
+    pub out: PathBuf,
+}
+
+#[derive(Args)]
+pub struct StatusCmd {
+    /// Run name (or run directory / status.json without --nats); all runs if omitted.
+    pub run: Option<String>,
+    /// Read the status the coordinator publishes on this broker, with the live workers.
+    #[arg(long, env = "HALYARD_NATS_URL")]
+    pub nats: Option<String>,
+    /// Output directory holding runs (without --nats).
+    #[arg(long, default_value = "runs")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub nats_auth: NatsAuthArgs,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The sweep file (TOML).
+    pub sweep: PathBuf,
+    /// Output directory; the run goes to <out>/<sweep name>/.
+    #[arg(long, default_value = "runs")]
+    pub out: PathBuf,
+    /// Use this NATS broker instead of starting a private one.
+    #[arg(long, env = "HALYARD_NATS_URL")]
+    pub nats: Option<String>,
+    #[command(flatten)]
+    pub nats_auth: NatsAuthArgs,
+    /// Start no local workers (remote `halyard worker`s do the work).
+    #[arg(long)]
+    pub no_workers: bool,
+    /// Checkpoint directory of the local workers (default <out>/<name>/checkpoint).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Stop publishing paid calls once the run has spent this many USD (overrides
+    /// `[run] max_cost`); run again with a higher limit to continue.
+    #[arg(long)]
+    pub max_cost: Option<f64>,
+    /// Serve Prometheus metrics (coordinator and local workers) at ADDR/metrics, e.g.
+    /// 127.0.0.1:9464. Off unless given.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Let the local workers call http:// model URLs on hosts that are not loopback.
+    #[arg(long)]
+    pub allow_insecure_http: bool,
+}
+
+#[derive(Args)]
+pub struct CoordArgs {
+    pub sweep: PathBuf,
+    #[arg(long, default_value = "runs")]
+    pub out: PathBuf,
+    #[arg(long, env = "HALYARD_NATS_URL")]
+    pub nats: String,
+    #[command(flatten)]
+    pub nats_auth: NatsAuthArgs,
+    /// As for `run`: no new paid calls past this many USD.
+    #[arg(long)]
+    pub max_cost: Option<f64>,
+    /// Prometheus metrics address (default 127.0.0.1:9464), or `off`.
+    #[arg(long, value_name = "ADDR|off")]
+    pub metrics: Option<String>,
+}
+
+#[derive(Args)]
+pub struct WorkerArgs {
+    #[arg(long, env = "HALYARD_NATS_URL")]
+    pub nats: String,
+    #[command(flatten)]
+    pub nats_auth: NatsAuthArgs,
+    /// Serve every pool of this sweep (with its concurrency and delivery settings).
+    #[arg(long)]
+    pub sweep: Option<PathBuf>,
+    /// Serve the pools and models of this worker config file (TOML; see README).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Serve this pool with noop models only: NAME or NAME=CONCURRENCY (repeatable).
+    #[arg(long = "pool")]
+    pub pools: Vec<String>,
+    /// Allow http:// model URLs on hosts that are not loopback (unencrypted).
+    #[arg(long)]
+    pub allow_insecure_http: bool,
+    /// Quota of a pool, shared by all its workers:
+    /// POOL:rpm=N,tpm=N[,burst=N][,tpm_counts=max_tokens|usage] (repeatable; with --sweep
+    /// the quotas come from the sweep's rpm/tpm/burst keys).
+    #[arg(long = "quota")]
+    pub quotas: Vec<String>,
+    /// Quota pools: seconds within which the other workers notice that this one died
+    /// (heartbeats go every quarter of it). The first worker to create the membership
+    /// bucket sets it for every worker.
+    #[arg(long, default_value_t = 10.0)]
+    pub quota_ttl: f64,
+    /// Checkpoint directory (sled).
+    #[arg(long, default_value = "halyard-worker")]
+    pub state: PathBuf,
+    /// Deliveries before a job becomes a dead letter (ignored with --sweep).
+    #[arg(long, default_value_t = 5)]
+    pub max_deliver: i64,
+    /// Seconds to ack before redelivery (ignored with --sweep).
+    #[arg(long, default_value_t = 30.0)]
+    pub ack_wait: f64,
+    /// Seconds in-flight calls get to finish after SIGTERM/SIGINT.
+    #[arg(long, default_value_t = 10.0)]
+    pub grace: f64,
+    /// Worker name in results and logs.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Serve the sweep's local (gguf) models placed on this GPU (`gpu = N` in the sweep),
+    /// pinned to that device. Needs a build with the `cuda` feature.
+    #[arg(long)]
+    pub gpu: Option<u32>,
+    /// Prometheus metrics address (default 127.0.0.1:9465), or `off`.
+    #[arg(long, value_name = "ADDR|off")]
+    pub metrics: Option<String>,
+}
+
+#[derive(Args)]
+pub struct RetryFailedArgs {
+    /// The run directory (`<out>/<sweep name>`, holding `state/`).
+    pub run: PathBuf,
+    /// Only list the dead letters; change nothing.
+    #[arg(long)]
+    pub list: bool,
+}
+
+impl RunArgs {
+    /// Everything is checked (the sweep and its datasets) before anything starts.
+    pub fn options(self) -> Result<RunOptions, NodeError> {
+        let auth = self.nats_auth.auth();
+        Ok(RunOptions {
+            sweep: halyard_node::load_sweep(&self.sweep, self.max_cost)?,
+            out: self.out,
+            nats: self.nats.map(|url| Nats { url, auth }),
+            no_workers: self.no_workers,
+            checkpoint: self.checkpoint,
+            metrics: self.metrics,
+            allow_insecure_http: self.allow_insecure_http,
+        })
+    }
+}
+
+impl CoordArgs {
+    pub fn options(self) -> Result<CoordinatorOptions, NodeError> {
+        Ok(CoordinatorOptions {
+            sweep: halyard_node::load_sweep(&self.sweep, self.max_cost)?,
+            out: self.out,
+            nats: Nats { url: self.nats, auth: self.nats_auth.auth() },
+            metrics: self.metrics,
+        })
+    }
+}
+
+impl WorkerArgs {
+    pub fn nats(&self) -> Nats {
+        Nats { url: self.nats.clone(), auth: self.nats_auth.auth() }
+    }
+
+    pub fn options(&self) -> WorkerOptions {
+        WorkerOptions {
+            sweep: self.sweep.clone(),
+            config: self.config.clone(),
+            pools: self.pools.clone(),
+            allow_insecure_http: self.allow_insecure_http,
+            quotas: self.quotas.clone(),
+            quota_ttl: self.quota_ttl,
+            state: self.state.clone(),
+            max_deliver: self.max_deliver,
+            ack_wait: self.ack_wait,
+            grace: self.grace,
+            id: self.id.clone(),
+            gpu: self.gpu,
+        }
+    }
+}
+
+impl StatusCmd {
+    pub fn args(self) -> StatusArgs {
+        StatusArgs {
+            run: self.run,
+            nats: self.nats,
+            auth: self.nats_auth.auth(),
+            out: self.out,
+            json: self.json,
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Writing a finished run's report: `report.json`, `report.md`, `labels.jsonl`, and
+//! `report.html` ([`html`]); and merging finished runs into a leaderboard
+//! ([`leaderboard`]).
+//!
+//! Files are written to a temporary name and renamed, so a reader never sees half a
+//! report. `labels.jsonl` is streamed from the run state to its file (a run may have
+//! millions of items). Each benchmark writes its own section ([`Section`], through its
+//! pipeline's `report`); the figures are a pure function of the stored labels. Job
+//! accounting (calls, cache hits, tokens, latency) sits apart under `jobs`, since a
+//! resumed run legitimately differs there from an uninterrupted one.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use halyard_proto::Outcome;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::state::{JobTotals, RunState};
+use crate::{CoordinatorConfig, CoordinatorError};
+
+pub mod html;
+pub mod leaderboard;
+mod section;
+
+pub use section::Section;
+
+#[derive(Serialize)]
+pub struct DeadLetter {
+    pub job: String,
+    pub pool: Option<String>,
+    pub stage: Option<String>,
+    pub model: Option<String>,
+    pub kind: String,
+    pub error: String,
+    pub http_status: Option<u16>,
+    pub deliveries: u64,
+}
+
+#[derive(Serialize)]
+struct RunInfo<'a> {
+    id: Uuid,
+    name: &'a str,
+    sweep: String,
+}
+
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    run: RunInfo<'a>,
+    benchmarks: Vec<serde_json::Value>,
+    jobs: JobTotals,
+    costs: crate::cost::CostSection,
+    dead_letters: Vec<DeadLetter>,
+    /// Endpoint outages seen during the run (pools paused by their workers).
+    outages: Vec<OutageRow>,
+}
+
+/// An outage in `report.json`.
+#[derive(Serialize)]
+struct OutageRow {
+    #[serde(flatten)]
+    span: crate::run::outage::OutageSpan,
+    /// Its length in seconds (until the report, if it was still going on).
+    down_s: u64,
+}
+
+/// The outages table (Markdown; nothing when there were none).
+fn outages_markdown(rows: &[OutageRow]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from("## Endpoint outages\n\nPools paused by their workers while the endpoint was down (their jobs waited; none was dead-lettered for it).\n\n| pool | reason | down for | error |\n|---|---|---|---|\n");
+    for r in rows {
+        let open = if r.span.until_ms.is_none() { " (not seen to end)" } else { "" };
+        md.push_str(&format!(
+            "| {} | {} | {}{open} | {} |\n",
+            r.span.pool,
+            r.span.reason,
+            crate::run::outage::duration(r.down_s),
+            r.span.error.replace('|', "\\|")
+        ));
+    }
+    md.push('\n');
+    md
+}
+
+pub(crate) fn io_err(dir: &Path, e: impl std::fmt::Display) -> CoordinatorError {
+    CoordinatorError::Report { dir: dir.display().to_string(), reason: e.to_string() }
+}
+
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CoordinatorError> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(dir, format!("{name}: {e}")))?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| io_err(dir, format!("{name}: {e}")))?;
+    std::fs::rename(&tmp, dir.join(name)).map_err(|e| io_err(dir, format!("{name}: {e}")))
+}
+
+/// `labels.jsonl`, written to a temporary file as labels are read, renamed at the end.
+pub struct LabelsFile {
+    tmp: PathBuf,
+    out: BufWriter<std::fs::File>,
+    /// Rows written so far.
+    lines: u64,
+}
+
+impl LabelsFile {
+    fn create(dir: &Path) -> Result<LabelsFile, CoordinatorError> {
+        let tmp = dir.join(".labels.jsonl.tmp");
+        let f =
+            std::fs::File::create(&tmp).map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))?;
+        Ok(LabelsFile { tmp, out: BufWriter::new(f), lines: 0 })
+    }
+
+    fn row(&mut self, dir: &Path, label: &impl Serialize) -> Result<(), CoordinatorError> {
+        serde_json::to_writer(&mut self.out, label).map_err(|e| io_err(dir, e))?;
+        self.lines += 1;
+        self.out.write_all(b"\n").map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))
+    }
+
+    fn finish(self, dir: &Path) -> Result<(), CoordinatorError> {
+        let f = self
+            .out
+            .into_inner()
+            .map_err(|e| io_err(dir, format!("labels.jsonl: {}", e.error())))?;
+        f.sync_all().map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))?;
+        std::fs::rename(&self.tmp, dir.join("labels.jsonl"))
+            .map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))
+    }
+}
+
+pub fn dead_letters(state: &RunState) -> Result<Vec<DeadLetter>, CoordinatorError> {
+    let mut out = Vec::new();
+    for r in state.results() {
+        let r = r?;
+        if let Outcome::Failed(f) = &r.outcome {
+            let meta = state.job_meta(&r.job)?;
+            out.push(DeadLetter {
+                job: r.job.to_string(),
+                pool: meta.as_ref().map(|m| m.pool.clone()),
+                stage: meta.as_ref().map(|m| m.stage.clone()),
+                model: meta.map(|m| m.model),
+                kind: format!("{:?}", f.kind).to_lowercase(),
+                error: f.error.clone(),
+                http_status: f.http_status,
+                deliveries: r.deliveries,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// What [`write`] wrote: the run directory, and how many dead letters the report lists.
+pub struct Written {
+    pub dir: PathBuf,
+    pub dead_letters: u64,
+}
+
+/// Write the report files into the run directory.
+pub fn write(
+    cfg: &CoordinatorConfig,
+    state: &RunState,
+    run: Uuid,
+) -> Result<Written, CoordinatorError> {
+    let dir = cfg.run_dir.clone();
+    let mut benchmarks = Vec::new();
+    let mut md = format!(
+        "# Halyard run `{}`\n\nRun id `{run}`, sweep `{}`.\n\n",
+        cfg.sweep.name,
+        cfg.sweep.file.display()
+    );
+    let mut labels = LabelsFile::create(&dir)?;
+    for (b, bench) in cfg.sweep.benchmarks.iter().enumerate() {
+        let mut section = Section {
+            state,
+            bench: b,
+            dir: &dir,
+            md: &mut md,
+            json: &mut benchmarks,
+            labels: &mut labels,
+        };
+        bench.ops().report(&mut section)?;
+    }
+    let totals = state.totals()?;
+    let dead = dead_letters(state)?;
+    let dead_count = dead.len() as u64;
+    let costs = crate::cost::CostSection::new(&cfg.sweep, state.costs()?);
+    md.push_str(&jobs_markdown(&totals));
+    md.push_str(&costs.render_markdown());
+    md.push_str(&dead_letters_markdown(&dead));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let outages: Vec<OutageRow> = state
+        .outages()?
+        .into_iter()
+        .map(|span| OutageRow { down_s: span.down_s(now), span })
+        .collect();
+    md.push_str(&outages_markdown(&outages));
+    let report = ReportJson {
+        run: RunInfo {
+            id: run,
+            name: &cfg.sweep.name,
+            sweep: cfg.sweep.file.display().to_string(),
+        },
+        benchmarks,
+        jobs: totals,
+        costs,
+        dead_letters: dead,
+        outages,
+    };
+    let value = serde_json::to_value(&report).map_err(|e| io_err(&dir, e))?;
+    let json = serde_json::to_vec_pretty(&value).map_err(|e| io_err(&dir, e))?;
+    labels.finish(&dir)?;
+    write_atomic(&dir, "report.md", md.as_bytes())?;
+    write_atomic(&dir, "report.json", &json)?;
+    let html = html::render(&value, &dir.join("labels.jsonl"))
+        .map_err(|e| io_err(&dir, format!("report.html: {e}")))?;
+    write_atomic(&dir, "report.html", html.as_bytes())?;
+    Ok(Written { dir, dead_letters: dead_count })
+}
+
+/// The job totals table (Markdown).
+fn jobs_markdown(totals: &JobTotals) -> String {
+    let mut md = String::from("## Jobs\n\n| done | completed | dead letters | model calls | cache hits | prompt tokens | completion tokens |\n|---|---|---|---|---|---|---|\n");
+    md.push_str(&format!(
+        "| {} | {} | {} | {} | {} | {} | {} |\n\n",
+        totals.done,
+        totals.completed,
+        totals.dead_letters,
+        totals.model_calls,
+        totals.cache_hits,
+        totals.prompt_tokens,
+        totals.completion_tokens
+    ));
+    md
+}
+
+/// The dead letters table (Markdown; nothing when there are none).
+fn dead_letters_markdown(dead: &[DeadLetter]) -> String {
+    let mut md = String::new();
+    if dead.is_empty() {
+        return md;
+    }
+    md.push_str(
+        "## Dead letters\n\n| job | stage | model | kind | error |\n|---|---|---|---|---|\n",
+    );
+    for d in dead {
+        let err = d.error.replace('|', "\\|").replace('\n', " ");
+        md.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            d.job,
+            d.stage.as_deref().unwrap_or("?"),
+            d.model.as_deref().unwrap_or("?"),
+            d.kind,
+            err.chars().take(200).collect::<String>()
+        ));
+    }
+    md.push('\n');
+    md
+}

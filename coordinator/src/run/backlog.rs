@@ -1,0 +1,72 @@
+//! Step 2 of recovery: before a (re)started coordinator plans and publishes anything, it
+//! takes in every result already waiting in its results stream.
+//!
+//! Why: a job that a worker finished while no coordinator was listening has been acked,
+//! so it is gone from the job stream, and its result waits unread. Planning first would
+//! publish that job again; JetStream drops the copy only if it still remembers the
+//! message id, which it does not after a broker restart (its de-duplication memory is
+//! rebuilt from the messages still stored). The copy could then reach a worker without
+//! that job in its checkpoint: a paid call made twice. Reading the backlog first makes
+//! the planner see those results, so nothing finished is published again.
+//! (Measured by `cli/tests/chaos.rs`: without it, coordinator kills after a broker
+//! restart or a cluster leader change cost hundreds of repeated calls in 5,000 jobs.)
+
+use std::time::Instant;
+
+use async_nats::jetstream::stream::RawMessageErrorKind;
+use halyard_broker::Broker;
+use halyard_proto::subjects;
+use tracing::{info, warn};
+
+use super::collector::decode_results;
+use super::planner::{Arrived, Event, Planner};
+use crate::state::RunState;
+use crate::CoordinatorError;
+
+/// Store every result of this run still held by the results stream, without planning
+/// or acking. Read by sequence (the stream's message-get API, next message on this
+/// run's subject), not through the run's consumer: results that a killed coordinator
+/// had pulled but not acked stay invisible to the consumer until their `ack_wait`
+/// passes, and those are exactly the ones that matter here. The consumer delivers
+/// them again later; they are then recognised as duplicates and acked.
+pub(super) async fn absorb(
+    broker: &Broker,
+    planner: &mut Planner<'_, RunState>,
+) -> Result<(), CoordinatorError> {
+    let stream = match broker.js.get_stream(subjects::RESULTS_STREAM).await {
+        Ok(s) => s,
+        Err(err) => {
+            warn!(error = %err, "cannot read queued results before planning; planning without them");
+            return Ok(());
+        }
+    };
+    let run = planner.run();
+    let subject = subjects::result_subject(run);
+    let now = Instant::now();
+    let (mut seq, mut total) = (1u64, 0usize);
+    loop {
+        let m = match stream.get_first_raw_message_by_subject(&subject, seq).await {
+            Ok(m) => m,
+            Err(err) if err.kind() == RawMessageErrorKind::NoMessageFound => break,
+            Err(err) => {
+                warn!(error = %err, "cannot read queued results before planning; planning with what was read");
+                break;
+            }
+        };
+        seq = m.sequence + 1;
+        let arrived: Vec<Arrived> = decode_results(run, &m.payload)
+            .into_iter()
+            .map(|(result, range)| Arrived { result, encoded: &m.payload[range] })
+            .collect();
+        total += arrived.len();
+        for e in planner.step(Event::Backlog(arrived), now)? {
+            // Nothing is planned yet: only store effects.
+            e.write_to(planner.store_mut())?;
+        }
+    }
+    planner.store().flush().await?;
+    if total > 0 {
+        info!(results = total, "read results that arrived while no coordinator ran");
+    }
+    Ok(())
+}

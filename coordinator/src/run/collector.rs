@@ -1,0 +1,181 @@
+//! The collector: pulls the run's results from the broker, decodes them (every message is
+//! untrusted input), and turns JetStream's max-deliveries advisories into the jobs they
+//! name.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::{FutureExt, StreamExt};
+use halyard_broker::{Broker, BrokerError, PullConsumer};
+use halyard_proto::{subjects, Failure, FailureKind, Job, JobResult, Outcome};
+use serde::Deserialize;
+use tracing::{debug, warn};
+use uuid::Uuid;
+
+/// Results taken from the broker at most per group commit.
+const RESULT_BATCH: usize = 2048;
+/// After a commit of at least LINGER_AFTER results (the run is busy), the next pull
+/// waits LINGER first, so that more results go into one commit (a sled flush costs
+/// about as much as a hundred result writes).
+const LINGER_AFTER: usize = 32;
+const LINGER: Duration = Duration::from_millis(2);
+/// How long an idle pull waits at the broker for a result.
+pub(super) const PULL_WAIT: Duration = Duration::from_millis(500);
+
+/// Jobs that JetStream gave up on: delivered `deliveries` times without a result.
+pub struct MaxDelivered {
+    /// This run's jobs of the message (one, or a batch).
+    pub jobs: Vec<Job>,
+    pub deliveries: u64,
+    /// The job message's stream sequence: deleted once the dead letters are durable.
+    pub seq: u64,
+}
+
+pub struct Collector {
+    broker: Broker,
+    run: Uuid,
+    consumer: PullConsumer,
+    advisories: Option<async_nats::Subscriber>,
+    /// The last pull found nothing.
+    idle: bool,
+    last_batch: usize,
+}
+
+impl Collector {
+    /// Collect the results of run `run` through its consumer.
+    pub fn new(broker: Broker, run: Uuid, consumer: PullConsumer) -> Collector {
+        Collector { broker, run, consumer, advisories: None, idle: true, last_batch: 0 }
+    }
+
+    /// Start listening to max-deliveries advisories of the job stream.
+    pub async fn subscribe_advisories(&mut self) -> Result<(), BrokerError> {
+        let subject =
+            format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.>", subjects::JOBS_STREAM);
+        let sub = self
+            .broker
+            .client
+            .subscribe(subject)
+            .await
+            .map_err(|err| BrokerError::js("subscribe to max-deliveries advisories", err))?;
+        self.advisories = Some(sub);
+        Ok(())
+    }
+
+    /// The results of one message (one result, or a worker's batch of them), each with
+    /// the range of its encoding in `payload`; results of other runs are left out.
+    pub fn decode(&self, payload: &[u8]) -> Vec<(JobResult, Range<usize>)> {
+        decode_results(self.run, payload)
+    }
+
+    /// One batch of results. While results are queued, take what is there at once
+    /// (no_wait), after waiting LINGER when the last batch was large (more then arrive
+    /// in one commit). When idle, wait at the broker up to PULL_WAIT for the first one.
+    /// Every pull request ends within PULL_WAIT and its batch is taken whole, so when the
+    /// loop stops (between batches) no request is left open at the broker to take
+    /// results nobody will ack before `ack_wait` (a continuous pull would leave one).
+    pub async fn pull(&mut self) -> Vec<jetstream::Message> {
+        let batch = if self.idle {
+            // One message only: nats-server 2.9 does not always end a partly filled
+            // waiting pull when it expires, and the client then waits 5 s more.
+            self.consumer.batch().max_messages(1).expires(PULL_WAIT).messages().await
+        } else {
+            if self.last_batch >= LINGER_AFTER {
+                tokio::time::sleep(LINGER).await;
+            }
+            self.consumer.fetch().max_messages(RESULT_BATCH).messages().await
+        };
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(err) => {
+                warn!(error = %err, "cannot pull results; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                self.idle = true;
+                self.last_batch = 0;
+                return Vec::new();
+            }
+        };
+        let mut msgs = Vec::new();
+        while let Some(m) = halyard_broker::next_pulled(&mut batch).await {
+            msgs.push(m);
+        }
+        self.idle = msgs.is_empty();
+        self.last_batch = msgs.len();
+        msgs
+    }
+
+    /// Ack a committed batch's messages (after the flush: durable before acked).
+    pub async fn ack(msgs: &[jetstream::Message]) {
+        for m in msgs {
+            if let Err(err) = m.ack().await {
+                debug!(error = %err, "result ack failed; it will be redelivered and recognised as a duplicate");
+            }
+        }
+    }
+
+    /// An advisory already received, if any (never waits).
+    pub fn next_advisory(&mut self) -> Option<async_nats::Message> {
+        self.advisories.as_mut()?.next().now_or_never().flatten()
+    }
+
+    /// The jobs of this run that a max-deliveries advisory names (a job crashed the
+    /// worker each time, say). The job message is read from the stream; the caller
+    /// deletes it ([`Collector::delete_job_message`]) once it has recorded what became
+    /// of its jobs. None when the advisory is unreadable or names nothing of this run.
+    pub async fn max_delivered(&self, payload: &[u8]) -> Option<MaxDelivered> {
+        #[derive(Deserialize)]
+        struct Adv {
+            stream_seq: u64,
+            deliveries: u64,
+        }
+        let Ok(adv) = serde_json::from_slice::<Adv>(payload) else {
+            warn!("unreadable max-deliveries advisory");
+            return None;
+        };
+        let stream = self.broker.js.get_stream(subjects::JOBS_STREAM).await.ok()?;
+        let msg = stream.get_raw_message(adv.stream_seq).await.ok()?;
+        // One job, or a batch of them (`[run] job_batch`): each of this run's jobs that
+        // has no result yet becomes a dead letter.
+        let jobs = halyard_proto::decode_jobs(&msg.payload).ok()?;
+        let jobs: Vec<Job> = jobs.into_iter().filter(|j| j.run == self.run).collect();
+        if jobs.is_empty() {
+            return None;
+        }
+        Some(MaxDelivered { jobs, deliveries: adv.deliveries, seq: adv.stream_seq })
+    }
+
+    /// Delete a job message that reached max_deliver (its dead letters are durable).
+    pub async fn delete_job_message(&self, seq: u64) {
+        let Ok(stream) = self.broker.js.get_stream(subjects::JOBS_STREAM).await else { return };
+        if let Err(e) = stream.delete_message(seq).await {
+            debug!(seq, error = %e, "could not delete a max-delivered job message");
+        }
+    }
+}
+
+/// The results of run `run` in one message, each with the range of its encoding.
+pub(super) fn decode_results(run: Uuid, payload: &[u8]) -> Vec<(JobResult, Range<usize>)> {
+    let results = match halyard_proto::decode_results(payload) {
+        Ok(r) => r,
+        Err(err) => {
+            warn!(error = %err, "undecodable result message; dropping it");
+            return Vec::new();
+        }
+    };
+    results
+        .into_iter()
+        .filter(|(r, _)| {
+            if r.run != run {
+                debug!(run = %r.run, "result for another run; ignoring");
+                return false;
+            }
+            // A worker's refusal is not the job's outcome: a forged message may carry a
+            // real job's id (halyard_proto::FailureKind::Refused).
+            if let Outcome::Failed(Failure { kind: FailureKind::Refused, error, .. }) = &r.outcome {
+                warn!(job = %r.job, worker = %r.worker, error, "a worker refused a job message");
+                return false;
+            }
+            true
+        })
+        .collect()
+}

@@ -1,0 +1,315 @@
+//! A run of the coordinator: the roles wired around the planner.
+//!
+//! - [`planner`]: the pure core (events in, effects out; no IO);
+//! - `dispatcher`: publishes jobs (batching, retries) and reaps publish acks;
+//! - `collector`: pulls and decodes results, reads max-deliveries advisories;
+//! - `backlog`: results that arrived while no coordinator ran, read before planning;
+//! - `stall`: jobs lost from the queue, published again or declared lost;
+//! - the cost limit: [`crate::cost::Meter::stop_at_limit`].
+//!
+//! This module carries out the planner's effects: store writes, then publishes, then one
+//! flush, and only then the acks of the results that caused them (group commit, as in
+//! the worker). The recovery order is in the crate docs.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use futures::FutureExt;
+use halyard_broker::Broker;
+use tokio::sync::watch;
+use tracing::{info, warn, Instrument};
+use uuid::Uuid;
+
+use crate::progress::Progress;
+use crate::state::RunState;
+use crate::{CoordinatorConfig, CoordinatorError};
+
+mod backlog;
+mod collector;
+mod dispatcher;
+pub mod outage;
+pub mod planner;
+#[cfg(test)]
+mod planner_tests;
+mod stall;
+
+use collector::Collector;
+use dispatcher::Dispatcher;
+use planner::{Arrived, Effect, Event, Planner};
+use stall::Stall;
+
+#[derive(Debug, PartialEq)]
+pub enum RunOutcome {
+    /// Every item finished; the report is written. `dead_letters` of its items' jobs
+    /// ended without a result (listed in the report; `halyard retry-failed` runs them
+    /// again).
+    Complete { run: Uuid, report_dir: std::path::PathBuf, dead_letters: u64 },
+    /// Shutdown came first; state is flushed and the run can be resumed.
+    Interrupted { run: Uuid },
+    /// The cost limit was reached and the calls in flight are back; resumable with a
+    /// higher limit.
+    CostLimit { run: Uuid, spent: f64, limit: f64 },
+    /// A pool's endpoint stayed down longer than `[run] outage_patience_s`: stopped as
+    /// interrupted (nothing was dead-lettered for it), resumable once it is back.
+    OutageStopped { run: Uuid, outage: outage::PoolOutage, patience_s: u64 },
+}
+
+/// Run the coordinator for `cfg` until the run completes or `shutdown` resolves.
+///
+/// A sweep whose evaluation reads a dataset built in the same run (`dataset_from`) runs
+/// in two phases under one run id: first everything else (the builds write their
+/// datasets with the phase's report), then, with the built datasets read in, the whole
+/// sweep, whose finished items are skipped as on any resumption.
+pub async fn run(
+    broker: Broker,
+    mut cfg: CoordinatorConfig,
+    progress_tx: Option<watch::Sender<Progress>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RunOutcome, CoordinatorError> {
+    if cfg.sweep.built_inputs.is_empty() {
+        return run_phase(broker, cfg, progress_tx, shutdown).await;
+    }
+    let shutdown = shutdown.shared();
+    info!("phase 1 of 2: building the datasets that later benchmarks evaluate on");
+    match run_phase(broker.clone(), cfg.clone(), progress_tx.clone(), shutdown.clone()).await? {
+        RunOutcome::Complete { .. } => {}
+        stopped => return Ok(stopped),
+    }
+    crate::benchmarks::build::load_built(&mut cfg.sweep, &cfg.run_dir)?;
+    info!("phase 2 of 2: evaluating on the built datasets");
+    run_phase(broker, cfg, progress_tx, shutdown).await
+}
+
+/// One phase, in the recovery order of the crate docs.
+async fn run_phase(
+    broker: Broker,
+    cfg: CoordinatorConfig,
+    progress_tx: Option<watch::Sender<Progress>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RunOutcome, CoordinatorError> {
+    // 1. The run state, and the run id created once.
+    let state = RunState::open(&cfg.run_dir.join("state"))?;
+    let (meta, created) = state.run_meta(&cfg.sweep.name)?;
+    info!(run = %meta.id, name = %meta.name, resumed = !created, "coordinator starting");
+    // 2. Streams and the run's result consumer; results that arrived meanwhile.
+    halyard_broker::ensure_streams(&broker).await?;
+    let consumer = halyard_broker::results_consumer(&broker, meta.id).await?;
+    let retried = crate::dead_letters::retried(&state)?;
+    let state_outages = state.outages()?;
+    let mut planner = Planner::open(&cfg.sweep, state, meta.id, retried)?;
+    backlog::absorb(&broker, &mut planner).await?;
+    let mut c = Coordinator {
+        cfg: &cfg,
+        planner,
+        dispatcher: Dispatcher::new(broker.clone(), meta.id, cfg.sweep.run.job_batch),
+        collector: Collector::new(broker.clone(), meta.id, consumer),
+        stall: Stall::new(broker.clone(), cfg.sweep.run.ack_wait),
+        outages: outage::Outages::new(
+            broker,
+            cfg.sweep.pools().into_keys(),
+            cfg.sweep.run.outage_patience,
+            state_outages,
+        ),
+        progress_tx: progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0),
+    };
+    // 3. Plan until the window is full.
+    // Every event of the run carries its id and name (a span; JSON logs show it too).
+    let span = tracing::info_span!("run", run = %meta.id, sweep = %meta.name);
+    let p = c.planner.progress();
+    info!(parent: &span, items = p.items_total, done = p.items_done, window = cfg.sweep.run.window, "planning");
+    c.step(Event::Fill, Instant::now()).instrument(span.clone()).await?;
+    c.planner.store().flush().await?;
+    c.publish_progress();
+    // 4. and 5. Collect results until every item is finished.
+    c.collector.subscribe_advisories().await?;
+    let outcome = c.collect(shutdown).instrument(span).await?;
+    c.planner.store().flush().await?;
+    Ok(outcome)
+}
+
+/// The roles of one phase of a run.
+struct Coordinator<'s> {
+    cfg: &'s CoordinatorConfig,
+    planner: Planner<'s, RunState>,
+    dispatcher: Dispatcher,
+    collector: Collector,
+    stall: Stall,
+    outages: outage::Outages,
+    progress_tx: watch::Sender<Progress>,
+}
+
+impl Coordinator<'_> {
+    /// Step the planner and carry out its effects: store writes and publishes (the
+    /// partly filled job messages are sent at the end). Nothing is flushed here.
+    async fn step(&mut self, event: Event<'_>, now: Instant) -> Result<(), CoordinatorError> {
+        let effects = self.planner.step(event, now)?;
+        for e in effects {
+            if !e.write_to(self.planner.store_mut())? {
+                if let Effect::Publish { job, round } = e {
+                    self.dispatcher.send(&job, round).await;
+                }
+            }
+        }
+        self.dispatcher.send_batches().await;
+        Ok(())
+    }
+
+    fn publish_progress(&mut self) {
+        let _ = self.progress_tx.send(self.planner.progress().clone());
+    }
+
+    /// Step 4 of recovery, for as long as the run goes: take results in batches, and
+    /// watch for advisories, stalls, the cost limit and shutdown between batches.
+    async fn collect(
+        &mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<RunOutcome, CoordinatorError> {
+        tokio::pin!(shutdown);
+        let run = self.planner.run();
+        let mut last_result = Instant::now();
+        let mut last_log = Instant::now();
+        loop {
+            if self.planner.all_done() {
+                return self.complete().await;
+            }
+            // Events that are ready; none of them is waited for here (the pull below
+            // returns within PULL_WAIT, so they are seen soon enough).
+            if (&mut shutdown).now_or_never().is_some() {
+                info!(run = %run, "coordinator stopping; run can be resumed");
+                self.dispatcher.drain().await;
+                return Ok(RunOutcome::Interrupted { run });
+            }
+            while let Some(adv) = self.collector.next_advisory() {
+                self.on_max_deliveries(&adv.payload).await?;
+            }
+            self.dispatcher.reap_ready();
+            if let Some(down) = self.outages.poll().await {
+                if self.outages.take_changed() {
+                    self.planner.store().put_outages(&self.outages.spans)?;
+                }
+                if let Some(o) = self.outages.past_patience(&down).cloned() {
+                    let patience_s = self.cfg.sweep.run.outage_patience.as_secs();
+                    warn!(run = %run, pool = %o.pool, reason = %o.reason, down_s = o.down_s, patience_s, error = %o.error, "endpoint down longer than outage_patience_s: run stopped (resumable once it is back)");
+                    self.dispatcher.drain().await;
+                    self.planner.store().flush().await?;
+                    self.planner.set_outages(down);
+                    self.publish_progress();
+                    return Ok(RunOutcome::OutageStopped { run, outage: o, patience_s });
+                }
+                if self.planner.set_outages(down) {
+                    self.publish_progress();
+                }
+            }
+            let stalled = last_result.elapsed() > self.stall.after;
+            if let Some((spent, limit)) = self.planner.cost_stop(stalled) {
+                // Jobs lost meanwhile are planned again when the run resumes.
+                warn!(run = %run, spent, limit, held = self.planner.held(), "cost limit reached; run stopped (resumable with a higher --max-cost)");
+                self.dispatcher.drain().await;
+                self.publish_progress();
+                return Ok(RunOutcome::CostLimit { run, spent, limit });
+            }
+            if stalled {
+                if let Some(jobs) =
+                    self.stall.check(&mut self.planner, &mut self.dispatcher).await?
+                {
+                    let error = "job was lost from the queue three times (max_deliver reached without a result)";
+                    self.record_lost(jobs, error.to_string(), 0).await?;
+                }
+                last_result = Instant::now();
+            }
+            let msgs = self.collector.pull().await;
+            if msgs.is_empty() {
+                continue;
+            }
+            last_result = Instant::now();
+            self.stall.progressed();
+            self.on_results(&msgs).await?;
+            if last_log.elapsed() > Duration::from_secs(5) {
+                last_log = Instant::now();
+                let p = self.planner.progress();
+                info!(
+                    done = p.items_done,
+                    total = p.items_total,
+                    results = p.results,
+                    active = p.active,
+                    dead_letters = p.dead_letters,
+                    "progress"
+                );
+            }
+        }
+    }
+
+    /// Every item is finished (step 5): the report.
+    async fn complete(&mut self) -> Result<RunOutcome, CoordinatorError> {
+        let run = self.planner.run();
+        self.dispatcher.drain().await;
+        self.outages.refresh().await;
+        if self.outages.take_changed() {
+            self.planner.store().put_outages(&self.outages.spans)?;
+        }
+        self.planner.store().flush().await?;
+        self.planner.finish();
+        let p = self.planner.progress();
+        info!(run = %run, results = p.results, batches = p.batches, "all items done; writing the report");
+        self.publish_progress();
+        let w = crate::report::write(self.cfg, self.planner.store(), run)?;
+        info!(run = %run, report = %w.dir.display(), dead_letters = w.dead_letters, "run complete");
+        Ok(RunOutcome::Complete { run, report_dir: w.dir, dead_letters: w.dead_letters })
+    }
+
+    /// One batch of results: store, re-plan, flush, then ack.
+    async fn on_results(&mut self, msgs: &[jetstream::Message]) -> Result<(), CoordinatorError> {
+        let now = Instant::now();
+        let mut arrived = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            for (result, range) in self.collector.decode(&m.payload) {
+                arrived.push(Arrived { result, encoded: &m.payload[range] });
+            }
+        }
+        self.step(Event::Results(arrived), now).await?;
+        // Durable before acked.
+        self.planner.store().flush().await?;
+        Collector::ack(msgs).await;
+        self.publish_progress();
+        Ok(())
+    }
+
+    /// A job hit `max_deliver` without any worker publishing a result (it crashed the
+    /// worker each time, say): record it as a dead letter so the run does not wait on it.
+    async fn on_max_deliveries(&mut self, payload: &[u8]) -> Result<(), CoordinatorError> {
+        let Some(md) = self.collector.max_delivered(payload).await else { return Ok(()) };
+        // A worker may have published a real result after all (its last delivery's
+        // answer, after the advisory): take every result waiting first, so such a job
+        // keeps its result (the planner ignores a loss of a job that has one).
+        loop {
+            let msgs = self.collector.pull().await;
+            if msgs.is_empty() {
+                break;
+            }
+            self.stall.progressed();
+            self.on_results(&msgs).await?;
+        }
+        let error = format!(
+            "delivered {} times without a result (max_deliver reached; did the worker crash on it?)",
+            md.deliveries
+        );
+        // Durable (record_lost flushes) before the job message goes.
+        self.record_lost(md.jobs, error, md.deliveries).await?;
+        self.collector.delete_job_message(md.seq).await;
+        Ok(())
+    }
+
+    /// Record dead letters the coordinator made itself, re-plan, and commit.
+    async fn record_lost(
+        &mut self,
+        jobs: Vec<halyard_proto::Job>,
+        error: String,
+        deliveries: u64,
+    ) -> Result<(), CoordinatorError> {
+        self.step(Event::Lost { jobs, error, deliveries }, Instant::now()).await?;
+        self.planner.store().flush().await?;
+        self.publish_progress();
+        Ok(())
+    }
+}

@@ -1,0 +1,324 @@
+//! Endpoint outages of the run's pools, as their workers report them in the KV bucket
+//! [`halyard_proto::subjects::POOL_HEALTH_BUCKET`]: shown in the progress (and so in the
+//! progress line, `halyard status` and `/metrics`), and bounded by `[run]
+//! outage_patience_s`: a pool down longer than that stops the run as interrupted,
+//! resumable once the endpoint is back, instead of waiting on it forever.
+//!
+//! The records come from the broker, which other processes share: each is decoded as
+//! untrusted input (bounded size, JSON of the expected shape, the pool it names must be
+//! the pool of its key); anything else is ignored with a warning. A record counts only
+//! while it is fresh (written within [`FRESH`]): paused workers rewrite it after every
+//! probe, so a stale pause comes from workers that all stopped, and nothing is spending
+//! the run's deliveries then. A pause that began before this coordinator started counts
+//! from its start, so a record left over from an earlier night cannot stop a new run at
+//! once.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::kv;
+use halyard_broker::Broker;
+use halyard_proto::health::{PoolHealthRecord, MAX_PROBE_INTERVAL_S};
+use halyard_proto::subjects;
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+/// A record rewritten within this long is current (three probe intervals at the cap).
+const FRESH: Duration = Duration::from_secs(3 * MAX_PROBE_INTERVAL_S);
+/// How often the bucket is read.
+const EVERY: Duration = Duration::from_secs(2);
+/// Larger values are not health records.
+const MAX_RECORD_BYTES: usize = 16 << 10;
+
+/// A pool of the run whose endpoint is down now.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolOutage {
+    pub pool: String,
+    /// Why (`connection`, `timeout`, `unavailable`, …).
+    pub reason: String,
+    /// The error that began the pause (redacted by the worker).
+    pub error: String,
+    /// How long it has been down, as this coordinator counts it, in seconds.
+    pub down_s: u64,
+    /// Seconds to the next probe, if one is scheduled.
+    pub next_probe_s: Option<u64>,
+}
+
+impl PoolOutage {
+    /// "pool: endpoint down for 1m20s (connection), next probe in 30s".
+    pub fn describe(&self) -> String {
+        let next = self.next_probe_s.map(|s| format!(", next probe in {}", duration(s)));
+        format!(
+            "{}: endpoint down for {} ({}){}",
+            self.pool,
+            duration(self.down_s),
+            self.reason,
+            next.unwrap_or_default()
+        )
+    }
+}
+
+/// `95` → "1m35s", `7300` → "2h1m40s".
+pub fn duration(s: u64) -> String {
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// One outage of a pool seen during the run (kept in the run state, listed in the report).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutageSpan {
+    pub pool: String,
+    pub reason: String,
+    pub error: String,
+    /// When it began and ended (None: still down when last seen), Unix milliseconds.
+    pub since_ms: u64,
+    pub until_ms: Option<u64>,
+}
+
+impl OutageSpan {
+    /// Its length (until `now_ms` while it lasts), in seconds.
+    pub fn down_s(&self, now_ms: u64) -> u64 {
+        self.until_ms.unwrap_or(now_ms).saturating_sub(self.since_ms) / 1000
+    }
+}
+
+/// Add what `r` says to `spans` (one span per pool and start); true if anything changed.
+/// Only pauses seen while this coordinator ran (`started_ms`) are kept.
+fn note_span(spans: &mut Vec<OutageSpan>, r: &PoolHealthRecord, started_ms: u64) -> bool {
+    let until = if r.paused { None } else { r.resumed_ms };
+    if !r.paused && until.is_none_or(|u| u < started_ms) {
+        return false;
+    }
+    match spans.iter_mut().find(|s| s.pool == r.pool && s.since_ms == r.since_ms) {
+        Some(s) if s.until_ms == until => false,
+        Some(s) => {
+            s.until_ms = until;
+            true
+        }
+        None => {
+            spans.push(OutageSpan {
+                pool: r.pool.clone(),
+                reason: r.reason.to_string(),
+                error: r.error.clone(),
+                since_ms: r.since_ms,
+                until_ms: until,
+            });
+            true
+        }
+    }
+}
+
+/// Reads the run's pools' health records now and then.
+pub(super) struct Outages {
+    broker: Broker,
+    store: Option<kv::Store>,
+    /// (pool, key) of every pool of the run.
+    pools: Vec<(String, String)>,
+    patience: Duration,
+    started_ms: u64,
+    last: Option<Instant>,
+    /// Keys whose bad record was already reported (one warning each).
+    warned: BTreeSet<String>,
+    /// Every outage seen in the run (this process's and earlier ones').
+    pub spans: Vec<OutageSpan>,
+    /// `spans` changed since [`Outages::take_changed`] last said so.
+    changed: bool,
+}
+
+impl Outages {
+    pub fn new(
+        broker: Broker,
+        pools: impl IntoIterator<Item = String>,
+        patience: Duration,
+        spans: Vec<OutageSpan>,
+    ) -> Self {
+        let pools = pools.into_iter().map(|p| {
+            let key = subjects::pool_token(&p);
+            (p, key)
+        });
+        Outages {
+            broker,
+            store: None,
+            pools: pools.collect(),
+            patience,
+            started_ms: now_ms(),
+            last: None,
+            warned: BTreeSet::new(),
+            spans,
+            changed: false,
+        }
+    }
+
+    /// Read the records now, whenever they were last read (before the report: an outage
+    /// that ended since is recorded as ended).
+    pub async fn refresh(&mut self) {
+        self.last = None;
+        let _ = self.poll().await;
+    }
+
+    /// Whether the spans changed since the last call (then they are to be stored).
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// The pools down now, if it is time to look (else None): read every pool's record.
+    pub async fn poll(&mut self) -> Option<Vec<PoolOutage>> {
+        if self.last.is_some_and(|t| t.elapsed() < EVERY) {
+            return None;
+        }
+        self.last = Some(Instant::now());
+        if self.store.is_none() {
+            // The workers create the bucket (the coordinator's role may only read it).
+            self.store = self.broker.js.get_key_value(subjects::POOL_HEALTH_BUCKET).await.ok();
+        }
+        let store = self.store.as_ref()?;
+        let now = now_ms();
+        let mut down = Vec::new();
+        for (pool, key) in &self.pools {
+            let value = match store.get(key).await {
+                Ok(Some(v)) => v,
+                Ok(None) => continue,
+                Err(e) => {
+                    warn!(pool = %pool, error = %e, "could not read the pool's health record");
+                    continue;
+                }
+            };
+            match decode(pool, &value) {
+                Ok(r) => {
+                    // A stale pause is nobody's current outage (see the module docs).
+                    if !r.paused || fresh(&r, now) {
+                        self.changed |= note_span(&mut self.spans, &r, self.started_ms);
+                        down.extend(outage(self.started_ms, &r, now));
+                    }
+                }
+                Err(why) => {
+                    if self.warned.insert(key.clone()) {
+                        warn!(pool = %pool, key = %key, "ignoring the pool's health record: {why}");
+                    }
+                }
+            }
+        }
+        Some(down)
+    }
+
+    /// The first outage past the patience, if any.
+    pub fn past_patience<'a>(&self, down: &'a [PoolOutage]) -> Option<&'a PoolOutage> {
+        past_patience(self.patience, down)
+    }
+}
+
+fn past_patience(patience: Duration, down: &[PoolOutage]) -> Option<&PoolOutage> {
+    down.iter().find(|o| o.down_s > patience.as_secs())
+}
+
+/// Rewritten recently enough to be current: some worker is still probing.
+fn fresh(r: &PoolHealthRecord, now: u64) -> bool {
+    now.saturating_sub(r.updated_ms) <= FRESH.as_millis() as u64
+}
+
+/// The outage a record describes at `now`, if it is current; a coordinator started at
+/// `started_ms` counts a pause from then at the earliest.
+fn outage(started_ms: u64, r: &PoolHealthRecord, now: u64) -> Option<PoolOutage> {
+    if !r.paused || !fresh(r, now) {
+        return None;
+    }
+    Some(PoolOutage {
+        pool: r.pool.clone(),
+        reason: r.reason.to_string(),
+        error: r.error.clone(),
+        down_s: now.saturating_sub(r.since_ms.max(started_ms)) / 1000,
+        next_probe_s: r.next_probe_ms.map(|t| t.saturating_sub(now) / 1000),
+    })
+}
+
+/// A record under the key of `pool`, checked as untrusted input.
+fn decode(pool: &str, value: &[u8]) -> Result<PoolHealthRecord, String> {
+    if value.len() > MAX_RECORD_BYTES {
+        return Err(format!("{} bytes (at most {MAX_RECORD_BYTES})", value.len()));
+    }
+    let r: PoolHealthRecord =
+        serde_json::from_slice(value).map_err(|e| format!("not a health record: {e}"))?;
+    if r.pool != pool {
+        return Err(format!("it names pool {:?}, not this key's pool", r.pool));
+    }
+    Ok(r)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use halyard_proto::health::OutageReason;
+
+    use super::*;
+
+    fn record(pool: &str, paused: bool, since_ms: u64, updated_ms: u64) -> PoolHealthRecord {
+        PoolHealthRecord {
+            pool: pool.into(),
+            paused,
+            reason: OutageReason::Connection,
+            error: "connection refused".into(),
+            since_ms,
+            next_probe_ms: Some(updated_ms + 30_000),
+            probes_failed: 2,
+            resumed_ms: None,
+            worker: "w".into(),
+            updated_ms,
+        }
+    }
+
+    /// Fresh pauses count from their start (or the coordinator's, if later); stale ones,
+    /// resumed pools and records of another pool or shape do not count.
+    #[test]
+    fn records_are_checked_and_counted() {
+        let started = 1_000_000;
+        let now = started + 600_000;
+        let down =
+            outage(started, &record("p", true, started + 100_000, now - 5_000), now).unwrap();
+        assert_eq!((down.down_s, down.next_probe_s), (500, Some(25)));
+        assert_eq!(down.describe(), "p: endpoint down for 8m20s (connection), next probe in 25s");
+        let secs = Duration::from_secs;
+        assert!(past_patience(secs(300), std::slice::from_ref(&down)).is_some());
+        assert!(past_patience(secs(600), &[down]).is_none());
+        // Began before this coordinator: counted from its start.
+        let early = outage(started, &record("p", true, 0, now - 5_000), now).unwrap();
+        assert_eq!(early.down_s, 600);
+        // Stale (no worker probing) or resumed: not an outage.
+        assert!(outage(started, &record("p", true, started, now - 200_000), now).is_none());
+        assert!(outage(started, &record("p", false, started, now), now).is_none());
+        // Untrusted values.
+        let good = serde_json::to_vec(&record("p", true, 1, 2)).unwrap();
+        assert!(decode("p", &good).is_ok());
+        assert!(decode("q", &good).unwrap_err().contains("names pool \"p\""));
+        assert!(decode("p", b"{\"pool\":1}").unwrap_err().contains("not a health record"));
+        assert!(decode("p", &vec![b' '; MAX_RECORD_BYTES + 1]).unwrap_err().contains("bytes"));
+        assert_eq!(
+            (duration(59), duration(95), duration(7300)),
+            ("59s".into(), "1m35s".into(), "2h1m40s".into())
+        );
+    }
+
+    /// Spans open on a pause and close on the resumption of the same pause; resumptions
+    /// from before the coordinator started are not this run's.
+    #[test]
+    fn spans_follow_pause_and_resume() {
+        let mut spans = Vec::new();
+        let started = 10_000;
+        let paused = record("p", true, 20_000, 21_000);
+        assert!(note_span(&mut spans, &paused, started));
+        assert!(!note_span(&mut spans, &paused, started));
+        let resumed =
+            PoolHealthRecord { paused: false, resumed_ms: Some(80_000), ..paused.clone() };
+        assert!(note_span(&mut spans, &resumed, started));
+        assert_eq!(spans.len(), 1);
+        assert_eq!((spans[0].until_ms, spans[0].down_s(0)), (Some(80_000), 60));
+        let old = PoolHealthRecord { since_ms: 1_000, resumed_ms: Some(5_000), ..resumed };
+        assert!(!note_span(&mut spans, &old, started));
+        assert_eq!(spans.len(), 1);
+    }
+}

@@ -1,0 +1,497 @@
+//! The planner: the coordinator's core, with no IO.
+//!
+//! [`Planner::step`] takes an [`Event`] (results arrived, the window has room, jobs were
+//! lost) and returns the [`Effect`]s the caller carries out, in order: store a result,
+//! mark an item done, note a dead-lettered job, store the cost totals, publish a job. The
+//! planner reads the run state through [`RunStore`] and never writes it itself; it does
+//! not flush, publish or ack. So counting once, recovery and the window are tested with
+//! [`crate::store::MemStore`], without sled, tokio or NATS (`planner_tests.rs`), as
+//! `halyard-worker`'s `lifecycle.rs` is for a job delivery.
+//!
+//! What it decides:
+//! - **count once**: a result is new when neither the store nor this step holds one for
+//!   its job; only a new result is stored, counted, metered and shown to the items;
+//! - **plan**: an item is evaluated against the known results (its pipeline's pure
+//!   `evaluate`, round after round while stored results answer what it asks); it is
+//!   done (its label is stored) or it waits on jobs, and a job nobody waited on yet is
+//!   published, unless it is a paid call over the cost limit;
+//! - **the window**: items are taken in while their lane has room (skipping items that
+//!   an earlier process finished), and every finished item lets the next one in.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::time::Instant;
+
+use halyard_pipelines::common::{JobRequest, Plan};
+use halyard_proto::{Failure, FailureKind, Job, JobId, JobResult, Outcome};
+use tracing::warn;
+use uuid::Uuid;
+
+use crate::benchmarks::Benchmark;
+use crate::cost::{ClassTotals, Meter};
+use crate::progress::Progress;
+use crate::state::{ItemKey, JobMeta, StateError};
+use crate::store::RunStore;
+use crate::sweep::Sweep;
+use crate::window::Window;
+use crate::CoordinatorError;
+
+/// A result as received: decoded, and its encoding (stored as is).
+#[derive(Clone, Debug)]
+pub struct Arrived<'a> {
+    pub result: JobResult,
+    pub encoded: &'a [u8],
+}
+
+/// What happened, for the planner.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// Results read before planning (step 2 of recovery): stored and counted; nothing is
+    /// planned yet.
+    Backlog(Vec<Arrived<'a>>),
+    /// Take items into the window while it has room (step 3).
+    Fill,
+    /// A batch of results from the broker (step 4): stored and counted once, the items
+    /// they wake re-planned, the window refilled.
+    Results(Vec<Arrived<'a>>),
+    /// Jobs no worker will answer (delivered `max_deliver` times without a result, or
+    /// lost from the queue three times): each without a result becomes a dead letter
+    /// with `error`.
+    Lost { jobs: Vec<Job>, error: String, deliveries: u64 },
+}
+
+/// What the caller must do, in order. Store effects before the flush, the flush before
+/// the acks of the messages that carried the results.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect<'a> {
+    /// Store this result (the first for its job; see [`RunStore::insert_result_raw`]).
+    StoreResult { job: JobId, encoded: Cow<'a, [u8]> },
+    /// Item `item` is finished with this label.
+    MarkDone { item: ItemKey, label: Vec<u8> },
+    /// Describe a dead-lettered job in the report.
+    NoteJob { job: JobId, meta: JobMeta },
+    /// Store the cost totals (with every committed batch).
+    Costs(Vec<ClassTotals>),
+    /// Publish a job; `round` is a message-id suffix for a re-publication (which goes
+    /// alone, never in a batch).
+    Publish { job: Job, round: Option<u32> },
+}
+
+impl Effect<'_> {
+    /// Carry out a store effect (every one but [`Effect::Publish`]); false for a publish.
+    pub fn write_to(&self, store: &mut impl RunStore) -> Result<bool, StateError> {
+        match self {
+            Effect::StoreResult { job, encoded } => {
+                store.insert_result_raw(job, encoded)?;
+            }
+            Effect::MarkDone { item, label } => store.mark_done(*item, label)?,
+            Effect::NoteJob { job, meta } => store.note_job(job, meta)?,
+            Effect::Costs(totals) => store.put_costs(totals)?,
+            Effect::Publish { .. } => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// An item's evaluation: done, with its label, or waiting on jobs (with their ids).
+enum Eval {
+    Done(Vec<u8>),
+    Waiting(Vec<(JobId, JobRequest)>),
+}
+
+/// The results of one step: the items they woke, and the new outcomes (not yet in the
+/// store).
+#[derive(Default)]
+struct Batch {
+    affected: Vec<(ItemKey, JobId)>,
+    fresh: HashMap<JobId, Outcome>,
+}
+
+/// The coordinator's planning state: the window, the cost meter and the live figures,
+/// over a [`RunStore`] it reads.
+pub struct Planner<'s, S> {
+    benchmarks: &'s [Benchmark],
+    store: S,
+    run: Uuid,
+    window: Window,
+    meter: Meter,
+    /// Jobs re-queued by `halyard retry-failed`, with their round (see `dead_letters`).
+    retried: HashMap<JobId, u32>,
+    /// Items were already finished when this process started: the window's walk must
+    /// skip them. (Without any, no item ahead of the walk can be finished, and the walk
+    /// need not ask the store.)
+    resumed_done: bool,
+    progress: Progress,
+}
+
+impl<'s, S: RunStore> Planner<'s, S> {
+    /// A planner for run `run` of `sweep` over `store`, continuing from what it holds
+    /// (finished items, stored results, cost totals).
+    pub fn open(
+        sweep: &'s Sweep,
+        store: S,
+        run: Uuid,
+        retried: HashMap<JobId, u32>,
+    ) -> Result<Self, CoordinatorError> {
+        let benchmarks = &sweep.benchmarks;
+        let items_total =
+            benchmarks.iter().map(|b| (b.model_count() * b.item_count()) as u64).sum();
+        let shape: Vec<(u32, u32)> =
+            benchmarks.iter().map(|b| (b.model_count() as u32, b.item_count() as u32)).collect();
+        let items_done = store.done_count();
+        let mut meter = Meter::new(sweep);
+        meter.restore(store.costs()?);
+        let progress = Progress {
+            run: Some(run),
+            items_total,
+            items_done,
+            results: store.results_at_open(),
+            targets: crate::progress::targets(sweep, &store),
+            ..Default::default()
+        };
+        Ok(Planner {
+            benchmarks,
+            window: Window::new(&shape, sweep.run.window),
+            store,
+            run,
+            meter,
+            retried,
+            resumed_done: items_done > 0,
+            progress,
+        })
+    }
+
+    /// Apply one event; `now` stamps the jobs published (for their latency).
+    pub fn step<'a>(
+        &mut self,
+        event: Event<'a>,
+        now: Instant,
+    ) -> Result<Vec<Effect<'a>>, CoordinatorError> {
+        let mut fx = Vec::new();
+        match event {
+            Event::Backlog(arrived) => {
+                let mut batch = Batch::default();
+                for a in arrived {
+                    self.arrive(a, now, &mut batch, &mut fx)?;
+                }
+            }
+            Event::Fill => self.fill(now, &mut fx)?,
+            Event::Results(arrived) => {
+                let mut batch = Batch::default();
+                for a in arrived {
+                    self.arrive(a, now, &mut batch, &mut fx)?;
+                }
+                self.replan(batch, now, &mut fx)?;
+                fx.push(Effect::Costs(self.meter.totals().to_vec()));
+                self.progress.batches += 1;
+            }
+            Event::Lost { jobs, error, deliveries } => {
+                self.lost(jobs, &error, deliveries, now, &mut fx)?;
+                fx.push(Effect::Costs(self.meter.totals().to_vec()));
+            }
+        }
+        Ok(fx)
+    }
+
+    /// A result arrived: store it if it is the first for its job, and count it.
+    fn arrive<'a>(
+        &mut self,
+        a: Arrived<'a>,
+        now: Instant,
+        batch: &mut Batch,
+        fx: &mut Vec<Effect<'a>>,
+    ) -> Result<(), CoordinatorError> {
+        let job = a.result.job;
+        let new = !batch.fresh.contains_key(&job) && !self.store.has_result(&job)?;
+        if new {
+            fx.push(Effect::StoreResult { job, encoded: Cow::Borrowed(a.encoded) });
+        }
+        self.account(a.result, new, now, batch);
+        Ok(())
+    }
+
+    /// Count a new result or a duplicate; collect the items it wakes.
+    fn account(&mut self, r: JobResult, new: bool, now: Instant, batch: &mut Batch) {
+        let waiter = self.window.on_result(&r.job);
+        if let Some(w) = &waiter {
+            batch.affected.extend(w.items().map(|k| (k, r.job)));
+        }
+        if !new {
+            self.progress.duplicates += 1;
+            return;
+        }
+        self.progress.results += 1;
+        self.meter.record(&r);
+        if let Some(w) = &waiter {
+            self.progress.latency.record(now.saturating_duration_since(w.published_at));
+        }
+        if let Outcome::Failed(f) = &r.outcome {
+            self.progress.dead_letters += 1;
+            warn!(job = %r.job, error = %f.error, "dead letter");
+        }
+        batch.fresh.insert(r.job, r.outcome);
+    }
+
+    /// Jobs no worker will answer become dead letters made by the coordinator.
+    fn lost<'a>(
+        &mut self,
+        jobs: Vec<Job>,
+        error: &str,
+        deliveries: u64,
+        now: Instant,
+        fx: &mut Vec<Effect<'a>>,
+    ) -> Result<(), CoordinatorError> {
+        let mut batch = Batch::default();
+        for job in jobs {
+            if batch.fresh.contains_key(&job.id) || self.store.has_result(&job.id)? {
+                continue;
+            }
+            fx.push(Effect::NoteJob { job: job.id, meta: job_meta_of(&job) });
+            let r = self.own_dead_letter(job.id, error.to_string(), deliveries);
+            let encoded = halyard_proto::encode(&r).map_err(|e| StateError::Io(e.to_string()))?;
+            fx.push(Effect::StoreResult { job: job.id, encoded: Cow::Owned(encoded) });
+            self.account(r, true, now, &mut batch);
+        }
+        self.replan(batch, now, fx)
+    }
+
+    fn own_dead_letter(&self, job: JobId, error: String, deliveries: u64) -> JobResult {
+        JobResult {
+            v: halyard_proto::WIRE_VERSION,
+            job,
+            run: self.run,
+            outcome: Outcome::Failed(Failure {
+                kind: FailureKind::Exhausted,
+                error,
+                http_status: None,
+            }),
+            deliveries,
+            worker: "coordinator".into(),
+            cached: false,
+        }
+    }
+
+    /// Re-evaluate the active items that the batch's results woke, then refill the window.
+    fn replan<'a>(
+        &mut self,
+        mut batch: Batch,
+        now: Instant,
+        fx: &mut Vec<Effect<'a>>,
+    ) -> Result<(), CoordinatorError> {
+        let affected = &mut batch.affected;
+        affected.sort_unstable();
+        affected.dedup();
+        let mut i = 0;
+        while i < affected.len() {
+            let key = affected[i].0;
+            let n = affected[i..].iter().take_while(|(k, _)| *k == key).count();
+            let woke: Vec<JobId> = affected[i..i + n].iter().map(|(_, j)| *j).collect();
+            i += n;
+            if !self.window.is_active(key) {
+                continue;
+            }
+            match self.evaluate(key, &batch.fresh, &woke, fx)? {
+                Eval::Done(label) => {
+                    fx.push(Effect::MarkDone { item: key, label });
+                    self.window.finish(key);
+                    self.progress.item_done(key);
+                }
+                Eval::Waiting(jobs) => self.wait_for(key, jobs, now, fx),
+            }
+        }
+        self.fill(now, fx)
+    }
+
+    /// Take items into the window while it has room: skip those finished in an earlier
+    /// process, plan the others and publish what they wait for. On a fresh start this is
+    /// step 3 of recovery; later it keeps the window full as items finish.
+    fn fill<'a>(&mut self, now: Instant, fx: &mut Vec<Effect<'a>>) -> Result<(), CoordinatorError> {
+        let none = HashMap::new();
+        while let Some(key) = self.window.next_candidate() {
+            if self.resumed_done && self.store.is_done(key)? {
+                continue;
+            }
+            match self.evaluate(key, &none, &[], fx)? {
+                Eval::Done(label) => {
+                    fx.push(Effect::MarkDone { item: key, label });
+                    self.progress.item_done(key);
+                }
+                Eval::Waiting(jobs) => {
+                    self.window.activate(key);
+                    self.wait_for(key, jobs, now, fx);
+                }
+            }
+        }
+        self.progress.active = self.window.active_count() as u64;
+        Ok(())
+    }
+
+    /// Active item `key` waits on `jobs`: publish those nobody waits on yet.
+    fn wait_for(
+        &mut self,
+        key: ItemKey,
+        jobs: Vec<(JobId, JobRequest)>,
+        now: Instant,
+        fx: &mut Vec<Effect<'_>>,
+    ) {
+        for (id, j) in jobs {
+            if self.window.wait_on(key, id, now) {
+                if !self.meter.may_publish(&j) {
+                    self.meter.held += 1;
+                    continue;
+                }
+                self.meter.published(&j, id);
+                let job = job_of(self.run, id, j);
+                let round =
+                    self.retried.get(&job.id).map(|r| crate::dead_letters::MSG_ID_ROUND_BASE + r);
+                fx.push(Effect::Publish { job, round });
+                self.progress.published += 1;
+            }
+        }
+    }
+
+    /// Evaluate an item against stored results (and `fresh` ones, received in this step
+    /// and not yet in the store). Pipelines reveal one stage at a time, so this fetches
+    /// the results each round asks for until it is done or truly waiting. The fresh
+    /// completions of the jobs in `woke` (those that woke the item) are known from the
+    /// start, which spares a round.
+    fn evaluate(
+        &self,
+        key: ItemKey,
+        fresh: &HashMap<JobId, Outcome>,
+        woke: &[JobId],
+        fx: &mut Vec<Effect<'_>>,
+    ) -> Result<Eval, CoordinatorError> {
+        let bench = self.benchmarks[key.bench as usize].ops();
+        let mut known: HashMap<JobId, Outcome> = HashMap::new();
+        for id in woke {
+            // Dead letters are left to the lookups below, which also describe them.
+            if let Some(o @ Outcome::Done(_)) = fresh.get(id) {
+                known.insert(*id, o.clone());
+            }
+        }
+        loop {
+            match bench.evaluate(key.model as usize, key.item, &known)? {
+                Plan::Waiting(jobs) => {
+                    // Each id hashed once here, and reused to publish.
+                    let jobs: Vec<(JobId, JobRequest)> =
+                        jobs.into_iter().map(|j| (j.id(), j)).collect();
+                    let mut learned = false;
+                    for (id, j) in &jobs {
+                        if known.contains_key(id) {
+                            continue;
+                        }
+                        let outcome = match fresh.get(id) {
+                            Some(o) => Some(o.clone()),
+                            None => self.store.result(id)?.map(|r| r.outcome),
+                        };
+                        if let Some(o) = outcome {
+                            if matches!(o, Outcome::Failed(_)) {
+                                // Describe the dead letter in the report (rare: not done per job).
+                                fx.push(Effect::NoteJob { job: *id, meta: job_meta(j) });
+                            }
+                            known.insert(*id, o);
+                            learned = true;
+                        }
+                    }
+                    if !learned {
+                        return Ok(Eval::Waiting(jobs));
+                    }
+                }
+                Plan::Done(label) => return Ok(Eval::Done(label)),
+            }
+        }
+    }
+
+    /// The jobs published and not answered, rebuilt from the active items (the window
+    /// keeps only ids), with the notes of dead letters met on the way.
+    pub fn outstanding_jobs(&self) -> Result<(Vec<Job>, Vec<Effect<'static>>), CoordinatorError> {
+        let none = HashMap::new();
+        let mut fx = Vec::new();
+        let mut jobs: HashMap<JobId, Job> = HashMap::new();
+        for key in self.window.active_items() {
+            if let Eval::Waiting(reqs) = self.evaluate(key, &none, &[], &mut fx)? {
+                for (id, r) in reqs {
+                    if self.window.is_waited_on(&id) {
+                        jobs.entry(id).or_insert_with(|| job_of(self.run, id, r));
+                    }
+                }
+            }
+        }
+        Ok((jobs.into_values().collect(), fx))
+    }
+
+    /// Jobs published and not answered.
+    pub fn outstanding(&self) -> usize {
+        self.window.outstanding()
+    }
+
+    /// Every item is finished.
+    pub fn all_done(&self) -> bool {
+        self.progress.items_done >= self.progress.items_total
+    }
+
+    /// The run must stop at its cost limit (see [`Meter::stop_at_limit`]): (spent, limit).
+    pub fn cost_stop(&self, stalled: bool) -> Option<(f64, f64)> {
+        self.meter.stop_at_limit(stalled)
+    }
+
+    /// Paid jobs held back by the cost limit.
+    pub fn held(&self) -> u64 {
+        self.meter.held
+    }
+
+    /// The live figures, with the cost totals.
+    /// The pools down now (read by the run from the workers' health records); true when
+    /// that changed what the progress shows.
+    pub fn set_outages(&mut self, down: Vec<super::outage::PoolOutage>) -> bool {
+        let changed = self.progress.outages != down;
+        self.progress.outages = down;
+        changed
+    }
+
+    pub fn progress(&mut self) -> &Progress {
+        self.progress.costs = self.meter.totals().to_vec();
+        self.progress.max_cost = self.meter.max_cost();
+        self.progress.held = self.meter.held;
+        &self.progress
+    }
+
+    /// The run is over: nothing is active any more.
+    pub fn finish(&mut self) {
+        self.progress.active = 0;
+    }
+
+    pub fn run(&self) -> Uuid {
+        self.run
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+}
+
+/// The job of request `r`, whose id `id` is already known (`Job::new` would hash it again).
+fn job_of(run: Uuid, id: JobId, r: JobRequest) -> Job {
+    debug_assert_eq!(id, r.id());
+    Job {
+        v: halyard_proto::WIRE_VERSION,
+        id,
+        run,
+        pool: r.pool,
+        key: r.key,
+        timeout_ms: r.timeout_ms,
+    }
+}
+
+fn job_meta(j: &JobRequest) -> JobMeta {
+    JobMeta { pool: j.pool.clone(), stage: j.key.stage.clone(), model: j.key.model.model.clone() }
+}
+
+fn job_meta_of(j: &Job) -> JobMeta {
+    JobMeta { pool: j.pool.clone(), stage: j.key.stage.clone(), model: j.key.model.model.clone() }
+}

@@ -1,0 +1,295 @@
+//! The planner over the in-memory store: counting once, the window, recovery, dead
+//! letters and the cost limit, without sled, tokio or NATS.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::time::Instant;
+
+use halyard_proto::{Completion, Job, JobId, JobResult, Outcome, Usage};
+use uuid::Uuid;
+
+use super::planner::{Arrived, Effect, Event, Planner};
+use crate::state::ItemKey;
+use crate::store::{MemStore, RunStore};
+use crate::sweep::{parse, Sweep};
+
+fn noop_sweep(jobs: u32, extra: &str) -> Sweep {
+    let text = format!(
+        "name = \"t\"\n[[model]]\nname = \"free\"\nbackend = \"noop\"\n{extra}\n\
+         [[benchmark]]\npipeline = \"noop\"\njobs = {jobs}\nmodels = [\"free\"]\n"
+    );
+    parse(Path::new("/tmp/s.toml"), &text).unwrap()
+}
+
+fn with_window(jobs: u32, window: usize) -> Sweep {
+    noop_sweep(jobs, &format!("[run]\nwindow = {window}\n"))
+}
+
+/// A worker's answer to `job`: its last message echoed back.
+fn answer(job: &Job, worker: &str) -> (JobResult, Vec<u8>) {
+    let text = job.key.messages.last().map(|m| m.content.clone()).unwrap_or_default();
+    let r = JobResult {
+        v: halyard_proto::WIRE_VERSION,
+        job: job.id,
+        run: job.run,
+        outcome: Outcome::Done(Completion {
+            text,
+            usage: Usage::default(),
+            latency_ms: 1,
+            finish_reason: None,
+            calls: 1,
+            logprobs: None,
+        }),
+        deliveries: 1,
+        worker: worker.into(),
+        cached: false,
+    };
+    let encoded = halyard_proto::encode(&r).unwrap();
+    (r, encoded)
+}
+
+fn arrived(answers: &[(JobResult, Vec<u8>)]) -> Vec<Arrived<'_>> {
+    answers.iter().map(|(r, e)| Arrived { result: r.clone(), encoded: e }).collect()
+}
+
+/// Carry out the store effects; return the jobs to publish, with their rounds.
+fn apply(store: &mut MemStore, fx: Vec<Effect<'_>>) -> Vec<(Job, Option<u32>)> {
+    let mut published = Vec::new();
+    for e in fx {
+        if !e.write_to(store).unwrap() {
+            if let Effect::Publish { job, round } = e {
+                published.push((job, round));
+            }
+        }
+    }
+    published
+}
+
+fn jobs(published: &[(Job, Option<u32>)]) -> Vec<Job> {
+    published.iter().map(|(j, _)| j.clone()).collect()
+}
+
+fn items(fx: &[Effect<'_>]) -> Vec<u32> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::MarkDone { item, .. } => Some(item.item),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stored(fx: &[Effect<'_>]) -> usize {
+    fx.iter().filter(|e| matches!(e, Effect::StoreResult { .. })).count()
+}
+
+fn key(item: u32) -> ItemKey {
+    ItemKey { bench: 0, model: 0, item }
+}
+
+/// A result is stored and counted once, whatever duplicates arrive in the same batch or
+/// later; the first one stays.
+#[test]
+fn results_count_once() {
+    let sweep = with_window(3, 3);
+    let mut p = Planner::open(&sweep, MemStore::default(), Uuid::now_v7(), HashMap::new()).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    let published = jobs(&apply(p.store_mut(), fx));
+    assert_eq!(published.len(), 3);
+    let first = answer(&published[0], "w1");
+    let again = answer(&published[0], "w2");
+    let other = answer(&published[1], "w1");
+    let batch = [first, again.clone(), other];
+    let fx = p.step(Event::Results(arrived(&batch)), Instant::now()).unwrap();
+    assert_eq!(stored(&fx), 2, "the copy in the same batch is not stored: {fx:?}");
+    assert_eq!(items(&fx), vec![0, 1]);
+    apply(p.store_mut(), fx);
+    let redelivered = [again];
+    let fx = p.step(Event::Results(arrived(&redelivered)), Instant::now()).unwrap();
+    assert_eq!((stored(&fx), items(&fx).len()), (0, 0), "a redelivered copy: {fx:?}");
+    let progress = p.progress().clone();
+    assert_eq!((progress.results, progress.duplicates, progress.items_done), (2, 2, 2));
+    let kept = p.store().result(&published[0].id).unwrap().unwrap();
+    assert_eq!(kept.worker, "w1", "the first result stays");
+}
+
+/// Each lane plans at most `window` items; every finished item lets exactly one more in,
+/// and the run ends when every item is done.
+#[test]
+fn window_bounds_planning() {
+    let sweep = with_window(10, 2);
+    let mut p = Planner::open(&sweep, MemStore::default(), Uuid::now_v7(), HashMap::new()).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    let mut queue = jobs(&apply(p.store_mut(), fx));
+    assert_eq!(queue.len(), 2);
+    assert_eq!(p.progress().active, 2);
+    let mut done = 0;
+    while let Some(job) = queue.first().cloned() {
+        queue.remove(0);
+        let a = [answer(&job, "w")];
+        let fx = p.step(Event::Results(arrived(&a)), Instant::now()).unwrap();
+        done += items(&fx).len();
+        let more = jobs(&apply(p.store_mut(), fx));
+        assert!(more.len() <= 1, "one finished item lets one more in: {more:?}");
+        queue.extend(more);
+        assert!(p.progress().active <= 2);
+        assert!(p.outstanding() <= 2);
+    }
+    assert_eq!(done, 10);
+    assert!(p.all_done());
+}
+
+/// A restarted planner skips the items an earlier process finished, finishes from stored
+/// results the items whose jobs were answered meanwhile, and publishes only the jobs
+/// still missing, with the same ids.
+#[test]
+fn resume_skips_finished_items_and_replans_from_stored_results() {
+    let sweep = with_window(4, 4);
+    let run = Uuid::now_v7();
+    let (store, published) = {
+        let mut p = Planner::open(&sweep, MemStore::default(), run, HashMap::new()).unwrap();
+        let fx = p.step(Event::Fill, Instant::now()).unwrap();
+        let published = jobs(&apply(p.store_mut(), fx));
+        let a = [answer(&published[0], "w")];
+        let fx = p.step(Event::Results(arrived(&a)), Instant::now()).unwrap();
+        apply(p.store_mut(), fx);
+        // The process dies here; job 1 is answered while no coordinator runs.
+        (std::mem::take(p.store_mut()), published)
+    };
+    let mut p = Planner::open(&sweep, store, run, HashMap::new()).unwrap();
+    assert_eq!(p.progress().items_done, 1);
+    let late = [answer(&published[1], "w")];
+    let fx = p.step(Event::Backlog(arrived(&late)), Instant::now()).unwrap();
+    assert_eq!((stored(&fx), items(&fx).len()), (1, 0), "the backlog plans nothing: {fx:?}");
+    assert!(apply(p.store_mut(), fx).is_empty());
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    assert_eq!(items(&fx), vec![1], "item 1 finishes from its stored result");
+    let again: Vec<JobId> = jobs(&apply(p.store_mut(), fx)).iter().map(|j| j.id).collect();
+    assert_eq!(again, vec![published[2].id, published[3].id], "only the missing jobs");
+    assert_eq!(p.progress().items_done, 2);
+}
+
+/// Jobs no worker will answer become dead letters: noted, stored as failed results, and
+/// their items finish with the error; a second report of them changes nothing.
+#[test]
+fn lost_jobs_become_dead_letters() {
+    let sweep = with_window(2, 2);
+    let mut p = Planner::open(&sweep, MemStore::default(), Uuid::now_v7(), HashMap::new()).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    let published = jobs(&apply(p.store_mut(), fx));
+    let lost = || Event::Lost {
+        jobs: vec![published[0].clone()],
+        error: "crashed the worker".into(),
+        deliveries: 5,
+    };
+    let fx = p.step(lost(), Instant::now()).unwrap();
+    assert!(matches!(&fx[0], Effect::NoteJob { job, .. } if *job == published[0].id), "{fx:?}");
+    assert_eq!((stored(&fx), items(&fx)), (1, vec![0]));
+    apply(p.store_mut(), fx);
+    let label = String::from_utf8(p.store().label(key(0)).unwrap().to_vec()).unwrap();
+    assert!(label.contains("crashed the worker"), "{label}");
+    assert!(p.store().job_meta(&published[0].id).is_some());
+    match p.store().result(&published[0].id).unwrap().unwrap().outcome {
+        Outcome::Failed(f) => assert_eq!(f.error, "crashed the worker"),
+        o => panic!("{o:?}"),
+    }
+    let fx = p.step(lost(), Instant::now()).unwrap();
+    assert_eq!((stored(&fx), items(&fx).len()), (0, 0), "{fx:?}");
+    assert_eq!((p.progress().dead_letters, p.outstanding()), (1, 1));
+}
+
+/// Past the cost limit a paid job is held back, not published; with nothing in flight
+/// the run stops.
+#[test]
+fn cost_limit_holds_paid_jobs() {
+    let sweep = noop_sweep(3, "price = { input = 1.0, output = 1.0 }\n[run]\nmax_cost = 0.0\n");
+    let mut p = Planner::open(&sweep, MemStore::default(), Uuid::now_v7(), HashMap::new()).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    assert!(!fx.iter().any(|e| matches!(e, Effect::Publish { .. })), "{fx:?}");
+    assert_eq!(p.held(), 3);
+    assert_eq!(p.cost_stop(false), Some((0.0, 0.0)));
+}
+
+/// Jobs re-queued by `halyard retry-failed` are published under their retry round.
+#[test]
+fn retried_jobs_carry_their_round() {
+    let sweep = with_window(2, 2);
+    let run = Uuid::now_v7();
+    let mut first = Planner::open(&sweep, MemStore::default(), run, HashMap::new()).unwrap();
+    let fx = first.step(Event::Fill, Instant::now()).unwrap();
+    let published = apply(&mut MemStore::default(), fx);
+    assert!(published.iter().all(|(_, round)| round.is_none()));
+    let retried = HashMap::from([(published[1].0.id, 1)]);
+    let mut p = Planner::open(&sweep, MemStore::default(), run, retried).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    let rounds: Vec<Option<u32>> =
+        apply(&mut MemStore::default(), fx).into_iter().map(|(_, r)| r).collect();
+    assert_eq!(rounds, vec![None, Some(crate::dead_letters::MSG_ID_ROUND_BASE + 1)]);
+}
+
+/// Drive a planner over `store` to the end, answering `per_batch` jobs at a time (each
+/// by echoing its prompt); stop early after `stop_after` batches. Returns the jobs
+/// published, whether the run finished, and the batches of results.
+fn drive(
+    sweep: &Sweep,
+    run: Uuid,
+    store: &mut MemStore,
+    per_batch: usize,
+    stop_after: Option<usize>,
+) -> (Vec<Job>, bool, usize) {
+    let mut p = Planner::open(sweep, std::mem::take(store), run, HashMap::new()).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    let mut queue = jobs(&apply(p.store_mut(), fx));
+    let mut published = queue.clone();
+    let mut batches = 0;
+    while !queue.is_empty() && stop_after != Some(batches) {
+        assert!(batches < 10_000, "the run does not converge");
+        let n = per_batch.min(queue.len());
+        let answers: Vec<_> = queue.drain(..n).map(|j| answer(&j, "w")).collect();
+        let fx = p.step(Event::Results(arrived(&answers)), Instant::now()).unwrap();
+        let more = jobs(&apply(p.store_mut(), fx));
+        published.extend(more.iter().cloned());
+        queue.extend(more);
+        batches += 1;
+    }
+    let finished = p.all_done();
+    *store = std::mem::take(p.store_mut());
+    (published, finished, batches)
+}
+
+/// A multi-stage run (HypoTermQA: answers, then judge checks, judge retries) stopped
+/// after every possible batch and resumed from its store ends with the labels of an
+/// uninterrupted run, and never publishes again a job whose result is stored.
+#[test]
+fn crash_anywhere_then_resume_equals_uninterrupted() {
+    let dataset =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/hypotermqa/HypoTermQA_180.jsonl");
+    let text = format!(
+        "name = \"h\"\n[[model]]\nname = \"m\"\nbackend = \"noop\"\n\
+         [[benchmark]]\npipeline = \"hypotermqa\"\ndataset = \"{}\"\nmodels = [\"m\"]\n\
+         judge = \"m\"\nlimit = 4\n[run]\nwindow = 2\n",
+        dataset.display()
+    );
+    let sweep = parse(Path::new("/tmp/h.toml"), &text).unwrap();
+    let run = Uuid::now_v7();
+    let mut whole = MemStore::default();
+    let (all_jobs, finished, batches) = drive(&sweep, run, &mut whole, 3, None);
+    assert!(finished);
+    assert!(batches > 3, "a run of several stages: {} jobs", all_jobs.len());
+    let labels = |s: &MemStore| -> BTreeMap<u32, Vec<u8>> {
+        (0..4).filter_map(|i| s.label(key(i)).map(|l| (i, l.to_vec()))).collect()
+    };
+    for stop in 0..batches {
+        let mut store = MemStore::default();
+        let (_, finished, _) = drive(&sweep, run, &mut store, 3, Some(stop));
+        assert!(!finished, "stopped after {stop} batches");
+        let answered: HashSet<JobId> =
+            all_jobs.iter().map(|j| j.id).filter(|id| store.has_result(id).unwrap()).collect();
+        let (again, finished, _) = drive(&sweep, run, &mut store, 3, None);
+        assert!(finished, "resumed after {stop} batches");
+        assert!(
+            again.iter().all(|j| !answered.contains(&j.id)),
+            "a job with a stored result was published again (stop {stop})"
+        );
+        assert_eq!(labels(&store), labels(&whole), "labels differ (stop {stop})");
+    }
+}

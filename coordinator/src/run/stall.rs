@@ -1,0 +1,128 @@
+//! The stall check: no result for a while, and the broker holds nothing pending or in
+//! flight for the pools of the outstanding jobs. Those jobs were lost (the stream was
+//! purged, a publish never stored, or they were stranded after `max_deliver` while no
+//! coordinator listened): they are published again under a fresh message id, and after
+//! three rounds declared dead letters.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use halyard_broker::Broker;
+use halyard_proto::{subjects, Job};
+use tracing::warn;
+
+use super::dispatcher::Dispatcher;
+use super::planner::Planner;
+use crate::state::RunState;
+use crate::CoordinatorError;
+
+/// Rounds of re-publication before outstanding jobs are declared lost.
+const ROUNDS: u32 = 3;
+
+pub(super) struct Stall {
+    broker: Broker,
+    rounds: Rounds,
+    /// No result for this long is a possible stall: twice `ack_wait`, at least 20 s.
+    pub after: Duration,
+}
+
+/// Re-publication rounds: each has a fresh message-id suffix, and only jobs lost
+/// [`ROUNDS`] times in a row (no result in between) are given up; a run that makes
+/// progress between two incidents starts the count again.
+#[derive(Debug, Default)]
+struct Rounds {
+    /// The last round's message-id suffix.
+    round: u32,
+    /// Rounds since the last result.
+    unanswered: u32,
+}
+
+impl Rounds {
+    /// The next round's suffix, or None when the jobs are to be given up. Suffixes stay
+    /// below retry-failed's (MSG_ID_ROUND_BASE and up); one reused after 99 rounds is
+    /// far outside the broker's de-duplication window.
+    fn next(&mut self) -> Option<u32> {
+        self.round = self.round % (crate::dead_letters::MSG_ID_ROUND_BASE - 1) + 1;
+        self.unanswered += 1;
+        (self.unanswered <= ROUNDS).then_some(self.round)
+    }
+}
+
+impl Stall {
+    pub fn new(broker: Broker, ack_wait: Duration) -> Stall {
+        Stall {
+            broker,
+            rounds: Rounds::default(),
+            after: (ack_wait * 2).max(Duration::from_secs(20)),
+        }
+    }
+
+    /// Results arrived: the rounds without an answer start again from zero.
+    pub fn progressed(&mut self) {
+        self.rounds.unanswered = 0;
+    }
+
+    /// Check for a stall (see the module docs). Jobs re-published go out through
+    /// `dispatcher`; jobs lost for good are returned, to be recorded as dead letters.
+    pub async fn check(
+        &mut self,
+        planner: &mut Planner<'_, RunState>,
+        dispatcher: &mut Dispatcher,
+    ) -> Result<Option<Vec<Job>>, CoordinatorError> {
+        if planner.outstanding() == 0 {
+            return Ok(None);
+        }
+        let (jobs, notes) = planner.outstanding_jobs()?;
+        for n in &notes {
+            n.write_to(planner.store_mut())?;
+        }
+        let pools: HashSet<String> = jobs.iter().map(|j| j.pool.clone()).collect();
+        let Ok(stream) = self.broker.js.get_stream(subjects::JOBS_STREAM).await else {
+            return Ok(None);
+        };
+        for pool in &pools {
+            let name = subjects::pool_consumer(pool);
+            match stream.consumer_info(&name).await {
+                Ok(info) if info.num_pending == 0 && info.num_ack_pending == 0 => {}
+                Ok(_) => return Ok(None), // work is queued or in flight: not a stall
+                Err(_) => return Ok(None), // no consumer yet: no worker has joined; jobs wait in the stream
+            }
+        }
+        let Some(round) = self.rounds.next() else {
+            warn!(
+                jobs = jobs.len(),
+                "outstanding jobs vanished three times; recording them as dead letters"
+            );
+            return Ok(Some(jobs));
+        };
+        warn!(
+            jobs = jobs.len(),
+            round, "no pending work on the broker for outstanding jobs; publishing them again"
+        );
+        for job in &jobs {
+            dispatcher.send(job, Some(round)).await;
+        }
+        dispatcher.drain().await;
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three rounds without a result give up on the fourth; a result in between starts
+    /// the count again, while suffixes keep advancing (fresh message ids) and wrap below
+    /// retry-failed's.
+    #[test]
+    fn rounds_reset_on_progress_and_ids_stay_fresh() {
+        let mut r = Rounds::default();
+        assert_eq!([r.next(), r.next(), r.next(), r.next()], [Some(1), Some(2), Some(3), None]);
+        let mut r = Rounds::default();
+        assert_eq!((r.next(), r.next()), (Some(1), Some(2)));
+        r.unanswered = 0; // what Stall::progressed does
+        assert_eq!([r.next(), r.next(), r.next(), r.next()], [Some(3), Some(4), Some(5), None]);
+        let mut r = Rounds { round: crate::dead_letters::MSG_ID_ROUND_BASE - 1, unanswered: 0 };
+        assert_eq!(r.next(), Some(1));
+    }
+}

@@ -1,0 +1,146 @@
+//! What the planner needs of a run's state: [`RunStore`], with two implementations, the
+//! sled [`RunState`] the coordinator runs on and the in-memory [`MemStore`] the planner's
+//! tests run on (as raft-rs has `Storage` with `MemStorage`).
+//!
+//! Writes go to the store as the planner's effects are carried out; they become durable
+//! only when the owner flushes ([`RunState::flush`]), which the coordinator does before
+//! it acks the messages that carried them. The planner never flushes: durability is IO.
+
+use std::collections::{BTreeMap, HashMap};
+
+use halyard_proto::{JobId, JobResult};
+
+use crate::cost::ClassTotals;
+use crate::state::{ItemKey, JobMeta, RunState, StateError};
+
+/// A run's results, finished items and job notes, as the planner reads and writes them.
+pub trait RunStore {
+    /// The result stored for `job` (the first one received), if any.
+    fn result(&self, job: &JobId) -> Result<Option<JobResult>, StateError>;
+    /// Whether a result is stored for `job` (cheaper than [`RunStore::result`]).
+    fn has_result(&self, job: &JobId) -> Result<bool, StateError>;
+    fn is_done(&self, item: ItemKey) -> Result<bool, StateError>;
+    /// Items finished, in all.
+    fn done_count(&self) -> u64;
+    /// Items finished of one benchmark and model under test.
+    fn done_count_of(&self, bench: u32, model: u32) -> u64;
+    /// Results stored when the store was opened (read once, when a planner starts).
+    fn results_at_open(&self) -> u64;
+    /// The cost totals stored with the last committed batch (empty if none).
+    fn costs(&self) -> Result<Vec<ClassTotals>, StateError>;
+
+    /// Store a result as received (its encoding); false if `job` already has one: the
+    /// first result wins, whatever duplicates arrive.
+    fn insert_result_raw(&mut self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError>;
+    /// Item `item` is finished with this (encoded) label.
+    fn mark_done(&mut self, item: ItemKey, label: &[u8]) -> Result<(), StateError>;
+    /// Describe a job that became a dead letter (for the report); the first note stays.
+    fn note_job(&mut self, job: &JobId, meta: &JobMeta) -> Result<(), StateError>;
+    fn put_costs(&mut self, totals: &[ClassTotals]) -> Result<(), StateError>;
+}
+
+impl RunStore for RunState {
+    fn result(&self, job: &JobId) -> Result<Option<JobResult>, StateError> {
+        RunState::result(self, job)
+    }
+    fn has_result(&self, job: &JobId) -> Result<bool, StateError> {
+        RunState::has_result(self, job)
+    }
+    fn is_done(&self, item: ItemKey) -> Result<bool, StateError> {
+        RunState::is_done(self, item)
+    }
+    fn done_count(&self) -> u64 {
+        RunState::done_count(self) as u64
+    }
+    fn done_count_of(&self, bench: u32, model: u32) -> u64 {
+        RunState::done_count_of(self, bench, model)
+    }
+    fn results_at_open(&self) -> u64 {
+        RunState::results_at_open(self)
+    }
+    fn costs(&self) -> Result<Vec<ClassTotals>, StateError> {
+        RunState::costs(self)
+    }
+    fn insert_result_raw(&mut self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError> {
+        RunState::insert_result_raw(self, job, encoded)
+    }
+    fn mark_done(&mut self, item: ItemKey, label: &[u8]) -> Result<(), StateError> {
+        RunState::mark_done(self, item, label)
+    }
+    fn note_job(&mut self, job: &JobId, meta: &JobMeta) -> Result<(), StateError> {
+        RunState::note_job(self, job, meta)
+    }
+    fn put_costs(&mut self, totals: &[ClassTotals]) -> Result<(), StateError> {
+        RunState::put_costs(self, totals)
+    }
+}
+
+/// A run state in memory, for tests: the same contract as [`RunState`] (first result
+/// wins, labels by item key), nothing durable.
+#[derive(Clone, Debug, Default)]
+pub struct MemStore {
+    results: BTreeMap<JobId, Vec<u8>>,
+    done: BTreeMap<ItemKey, Vec<u8>>,
+    jobs: HashMap<JobId, JobMeta>,
+    costs: Vec<ClassTotals>,
+}
+
+impl MemStore {
+    /// The label stored for `item`.
+    pub fn label(&self, item: ItemKey) -> Option<&[u8]> {
+        self.done.get(&item).map(Vec::as_slice)
+    }
+
+    /// The note of a dead-lettered job.
+    pub fn job_meta(&self, job: &JobId) -> Option<&JobMeta> {
+        self.jobs.get(job)
+    }
+}
+
+impl RunStore for MemStore {
+    fn result(&self, job: &JobId) -> Result<Option<JobResult>, StateError> {
+        match self.results.get(job) {
+            None => Ok(None),
+            Some(b) => halyard_proto::decode("stored result", b).map(Some).map_err(|e| {
+                StateError::Corrupt { what: format!("results/{job}"), reason: e.to_string() }
+            }),
+        }
+    }
+    fn has_result(&self, job: &JobId) -> Result<bool, StateError> {
+        Ok(self.results.contains_key(job))
+    }
+    fn is_done(&self, item: ItemKey) -> Result<bool, StateError> {
+        Ok(self.done.contains_key(&item))
+    }
+    fn done_count(&self) -> u64 {
+        self.done.len() as u64
+    }
+    fn done_count_of(&self, bench: u32, model: u32) -> u64 {
+        self.done.keys().filter(|k| k.bench == bench && k.model == model).count() as u64
+    }
+    fn results_at_open(&self) -> u64 {
+        self.results.len() as u64
+    }
+    fn costs(&self) -> Result<Vec<ClassTotals>, StateError> {
+        Ok(self.costs.clone())
+    }
+    fn insert_result_raw(&mut self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError> {
+        if self.results.contains_key(job) {
+            return Ok(false);
+        }
+        self.results.insert(*job, encoded.to_vec());
+        Ok(true)
+    }
+    fn mark_done(&mut self, item: ItemKey, label: &[u8]) -> Result<(), StateError> {
+        self.done.insert(item, label.to_vec());
+        Ok(())
+    }
+    fn note_job(&mut self, job: &JobId, meta: &JobMeta) -> Result<(), StateError> {
+        self.jobs.entry(*job).or_insert_with(|| meta.clone());
+        Ok(())
+    }
+    fn put_costs(&mut self, totals: &[ClassTotals]) -> Result<(), StateError> {
+        self.costs = totals.to_vec();
+        Ok(())
+    }
+}

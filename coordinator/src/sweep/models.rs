@@ -1,0 +1,347 @@
+//! `[[model]]` tables: each checked into a [`Model`] (backend, endpoint identity, pool,
+//! sampling, limits, price and quota).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use halyard_pipelines::common::ModelSpec;
+use halyard_proto::pool::{GgufSpec, ReplaySpec};
+use halyard_proto::ModelRef;
+use serde::Deserialize;
+
+use super::price::{self, RawPrice};
+use super::quota::{self, QuotaSpec};
+use super::replay;
+use super::{key_err, SweepError};
+use crate::benchmarks::build::embed_identity;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawModel {
+    pub(super) name: String,
+    pub(super) backend: String,
+    pub(super) base_url: Option<String>,
+    pub(super) model: Option<String>,
+    pub(super) api_key_env: Option<String>,
+    pub(super) pool: Option<String>,
+    pub(super) max_concurrency: Option<i64>,
+    /// Pool quota (see `quota`).
+    pub(super) rpm: Option<i64>,
+    pub(super) tpm: Option<i64>,
+    pub(super) burst: Option<i64>,
+    /// How the API counts a request's tokens: "max_tokens" (default) or "usage".
+    pub(super) tpm_counts: Option<String>,
+    pub(super) temperature: Option<f64>,
+    pub(super) max_tokens: Option<i64>,
+    pub(super) seed: Option<u64>,
+    pub(super) timeout_s: Option<f64>,
+    // gguf backend
+    pub(super) model_path: Option<String>,
+    pub(super) gpu: Option<i64>,
+    pub(super) gpu_layers: Option<i64>,
+    pub(super) slots: Option<i64>,
+    pub(super) threads: Option<i64>,
+    pub(super) ctx_size: Option<i64>,
+    // replay backend
+    pub(super) recordings: Option<String>,
+    pub(super) recorded_backend: Option<String>,
+    pub(super) recorded_endpoint: Option<String>,
+    /// USD per million input/output tokens (cost accounting, `--max-cost`).
+    pub(super) price: Option<RawPrice>,
+}
+
+/// A model of the sweep, checked.
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub spec: ModelSpec,
+    pub max_concurrency: usize,
+    /// For `backend = "gguf"`: the file and how to run it.
+    pub local: Option<GgufSpec>,
+    /// For `backend = "replay"`: where the recorded results are.
+    pub replay: Option<ReplaySpec>,
+    /// `price = { input = …, output = … }`: USD per million tokens.
+    pub price: Option<crate::cost::Price>,
+    /// The quota of this model's pool, if it gives one.
+    pub quota: Option<QuotaSpec>,
+    /// For `backend = "embed"`: the model folder.
+    pub embed: Option<PathBuf>,
+}
+
+/// `cpu` or `gpuN`: the placement of a local model, carried in its pool's name.
+pub fn placement(local: &GgufSpec) -> String {
+    match local.gpu {
+        None => "cpu".into(),
+        Some(n) => format!("gpu{n}"),
+    }
+}
+
+/// A location-independent identity of a model file: name, size and a hash of its first
+/// MiB (the GGUF header, metadata and vocabulary). Job ids use it, so workers that keep
+/// the same file under another path share checkpoints and de-duplication.
+pub fn gguf_identity(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let size = f.metadata()?.len();
+    let mut head = Vec::with_capacity(1 << 20);
+    (&mut f).take(1 << 20).read_to_end(&mut head)?;
+    if head.len() < 4 || &head[..4] != b"GGUF" {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a GGUF file (no GGUF magic)",
+        ));
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let h = blake3::hash(&head);
+    let hex: String = h.as_bytes()[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("gguf:{name}:{size}:{hex}"))
+}
+
+/// Check every `[[model]]`, in order; names must be unique.
+pub(super) fn check_all(f: &str, base: &Path, raw: &[RawModel]) -> Result<Vec<Model>, SweepError> {
+    let mut models = Vec::new();
+    let mut names = HashSet::new();
+    for (i, m) in raw.iter().enumerate() {
+        let k = |field: &str| format!("model[{i}].{field}");
+        if m.name.is_empty() {
+            return Err(key_err(f, k("name"), "must not be empty"));
+        }
+        if !names.insert(m.name.clone()) {
+            return Err(key_err(f, k("name"), format!("duplicate model name {:?}", m.name)));
+        }
+        models.push(check(f, base, i, m)?);
+    }
+    Ok(models)
+}
+
+/// Where a model runs: its identity in job keys, and its local files if any.
+struct Backend {
+    endpoint: String,
+    local: Option<GgufSpec>,
+    embed: Option<PathBuf>,
+}
+
+/// Check model `i` (its name is already checked).
+fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepError> {
+    let k = |field: &str| format!("model[{i}].{field}");
+    let replay = replay::replay_model(f, base, i, m)?;
+    let Backend { endpoint, local, embed } = backend(f, base, i, m, replay.as_ref())?;
+    if m.backend != "gguf" {
+        for (key, set) in [
+            ("model_path", m.model_path.is_some() && m.backend != "embed"),
+            ("gpu", m.gpu.is_some()),
+            ("gpu_layers", m.gpu_layers.is_some()),
+            ("slots", m.slots.is_some()),
+            ("threads", m.threads.is_some()),
+            ("ctx_size", m.ctx_size.is_some()),
+        ] {
+            if set {
+                return Err(key_err(f, k(key), "only applies to backend \"gguf\""));
+            }
+        }
+    }
+    let api_model = match (&m.model, m.backend.as_str()) {
+        (Some(x), _) => x.clone(),
+        (None, "noop" | "gguf" | "replay" | "embed") => m.name.clone(),
+        (None, _) => {
+            return Err(key_err(f, k("model"), "required: the model name sent to the API"))
+        }
+    };
+    let temperature = m.temperature.unwrap_or(0.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(key_err(f, k("temperature"), format!("{temperature} is outside 0..=2")));
+    }
+    // A local model serves as many jobs at once as it has slots.
+    let max_concurrency = m
+        .max_concurrency
+        .unwrap_or(local.as_ref().map_or(if embed.is_some() { 1 } else { 4 }, |l| l.slots as i64));
+    if !(1..=4096).contains(&max_concurrency) {
+        return Err(key_err(
+            f,
+            k("max_concurrency"),
+            format!("{max_concurrency} is outside 1..=4096"),
+        ));
+    }
+    let (max_tokens, timeout_ms) = limits(f, i, m)?;
+    let pool = pool(f, i, m, local.as_ref(), embed.is_some())?;
+    let price = price::check(f, &k, m.price.as_ref())?;
+    let raw_quota = quota::RawQuota {
+        rpm: m.rpm,
+        tpm: m.tpm,
+        burst: m.burst,
+        tpm_counts: m.tpm_counts.as_deref(),
+    };
+    let quota = quota::model_quota(f, &k, raw_quota)?;
+    Ok(Model {
+        price,
+        spec: ModelSpec {
+            name: m.name.clone(),
+            model_ref: ModelRef { backend: m.backend.clone(), endpoint, model: api_model },
+            pool,
+            api_key_env: m.api_key_env.clone(),
+            temperature: temperature as f32,
+            max_tokens,
+            seed: m.seed,
+            timeout_ms,
+        },
+        max_concurrency: max_concurrency as usize,
+        local,
+        replay,
+        quota,
+        embed,
+    })
+}
+
+/// `backend` and the keys it needs: the endpoint identity in job keys, and for `gguf`
+/// and `embed` the local model.
+fn backend(
+    f: &str,
+    base: &Path,
+    i: usize,
+    m: &RawModel,
+    replay: Option<&ReplaySpec>,
+) -> Result<Backend, SweepError> {
+    let k = |field: &str| format!("model[{i}].{field}");
+    let (mut local, mut embed) = (None, None);
+    let endpoint = match m.backend.as_str() {
+        "openai" => {
+            let url = m
+                .base_url
+                .clone()
+                .ok_or_else(|| key_err(f, k("base_url"), "required for backend \"openai\""))?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(key_err(
+                    f,
+                    k("base_url"),
+                    format!("{url:?} is not an http:// or https:// URL"),
+                ));
+            }
+            url.trim_end_matches('/').to_string()
+        }
+        "noop" => String::new(),
+        "replay" => replay.map(|r| r.endpoint.clone()).unwrap_or_default(),
+        "embed" => {
+            let rel = m.model_path.clone().ok_or_else(|| {
+                key_err(f, k("model_path"), "required for backend \"embed\" (the model folder)")
+            })?;
+            let dir = base.join(&rel);
+            let id = embed_identity(&dir).map_err(|e| {
+                key_err(
+                    f,
+                    k("model_path"),
+                    format!(
+                        "{}: {e} (fetch the embedding model with scripts/fetch-embedder.sh)",
+                        dir.display()
+                    ),
+                )
+            })?;
+            embed = Some(dir);
+            id
+        }
+        "gguf" => {
+            let l = gguf_model(f, base, i, m)?;
+            let id = l.endpoint.clone();
+            local = Some(l);
+            id
+        }
+        other => {
+            return Err(key_err(
+                f,
+                k("backend"),
+                format!("unknown backend {other:?} (expected \"openai\", \"gguf\", \"replay\", \"embed\" or \"noop\")"),
+            ))
+        }
+    };
+    Ok(Backend { endpoint, local, embed })
+}
+
+/// `backend = "gguf"`: the model file, its identity (`endpoint`) and how to run it.
+fn gguf_model(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<GgufSpec, SweepError> {
+    let k = |field: &str| format!("model[{i}].{field}");
+    let rel = m
+        .model_path
+        .clone()
+        .ok_or_else(|| key_err(f, k("model_path"), "required for backend \"gguf\""))?;
+    let file = base.join(&rel);
+    let id = gguf_identity(&file).map_err(|e| {
+        key_err(
+            f,
+            k("model_path"),
+            format!(
+                "{}: {e} (fetch the default model with scripts/fetch-model.sh)",
+                file.display()
+            ),
+        )
+    })?;
+    let int =
+        |v: Option<i64>, key: &str, lo: i64, hi: i64, default: i64| -> Result<i64, SweepError> {
+            let x = v.unwrap_or(default);
+            if (lo..=hi).contains(&x) {
+                Ok(x)
+            } else {
+                Err(key_err(f, k(key), format!("{x} is outside {lo}..={hi}")))
+            }
+        };
+    let gpu = match m.gpu {
+        None => None,
+        Some(g) => Some(int(Some(g), "gpu", 0, 63, 0)? as u32),
+    };
+    Ok(GgufSpec {
+        endpoint: id,
+        path: file,
+        gpu,
+        gpu_layers: int(m.gpu_layers, "gpu_layers", 0, 100_000, 100_000)? as u32,
+        slots: int(m.slots, "slots", 1, 256, 4)? as usize,
+        threads: int(m.threads, "threads", 0, 1024, 0)? as usize,
+        ctx_size: int(m.ctx_size, "ctx_size", 256, 1 << 20, 4096)? as u32,
+    })
+}
+
+/// `max_tokens`, `timeout_s` (as milliseconds) and the `api_key_env` name.
+fn limits(f: &str, i: usize, m: &RawModel) -> Result<(Option<u32>, u64), SweepError> {
+    let k = |field: &str| format!("model[{i}].{field}");
+    let max_tokens = match m.max_tokens {
+        None => None,
+        Some(t) if (1..=1_000_000).contains(&t) => Some(t as u32),
+        Some(t) => return Err(key_err(f, k("max_tokens"), format!("{t} is outside 1..=1000000"))),
+    };
+    let timeout_s = m.timeout_s.unwrap_or(120.0);
+    if !(timeout_s.is_finite() && timeout_s > 0.0 && timeout_s <= 86_400.0) {
+        return Err(key_err(
+            f,
+            k("timeout_s"),
+            format!("{timeout_s} is not a number of seconds in (0, 86400]"),
+        ));
+    }
+    if let Some(env) = &m.api_key_env {
+        if env.is_empty() || env.contains('=') || env.contains('\0') {
+            return Err(key_err(
+                f,
+                k("api_key_env"),
+                "must be the NAME of an environment variable",
+            ));
+        }
+    }
+    Ok((max_tokens, (timeout_s * 1000.0) as u64))
+}
+
+/// The model's pool. A local model's pool carries its placement, so its jobs reach only
+/// the worker that holds the model there.
+fn pool(
+    f: &str,
+    i: usize,
+    m: &RawModel,
+    local: Option<&GgufSpec>,
+    embed: bool,
+) -> Result<String, SweepError> {
+    let pool = match (&m.pool, local) {
+        (Some(p), Some(l)) => format!("{p}@{}", placement(l)),
+        (Some(p), None) => p.clone(),
+        (None, Some(l)) => format!("gguf/{}@{}", m.name, placement(l)),
+        (None, None) if embed => format!("embed/{}", m.name),
+        (None, None) => m.name.clone(),
+    };
+    if pool.is_empty() {
+        return Err(key_err(f, format!("model[{i}].pool"), "must not be empty"));
+    }
+    Ok(pool)
+}

@@ -1,0 +1,94 @@
+//! `[run]`: settings of the run itself (deliveries, ack wait, planning window, cost
+//! limit, job batches).
+
+use serde::Deserialize;
+
+use super::{key_err, SweepError};
+
+/// Largest `[run] job_batch` (a job message is also sent once its jobs take 256 KiB).
+pub const MAX_JOB_BATCH: i64 = 256;
+/// Default of `[run] window`.
+pub const DEFAULT_WINDOW: usize = 4096;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRun {
+    max_deliver: Option<i64>,
+    ack_wait_s: Option<f64>,
+    window: Option<i64>,
+    max_cost: Option<f64>,
+    job_batch: Option<i64>,
+    outage_patience_s: Option<f64>,
+}
+
+/// Settings of the run itself.
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    pub max_deliver: i64,
+    pub ack_wait: std::time::Duration,
+    /// Unfinished items the coordinator keeps planned at once, per benchmark and model
+    /// under test; it plans more as they finish (`[run] window`).
+    pub window: usize,
+    /// `[run] max_cost` (USD): no new paid calls once the run has spent this much.
+    pub max_cost: Option<f64>,
+    /// `[run] job_batch`: jobs per job message (default 1). Above 1, the jobs planned
+    /// together for a pool travel as one message: one publish, delivery and ack for up to
+    /// this many jobs. For cheap, fast jobs (no-op, small local models); see README.
+    pub job_batch: usize,
+    /// `[run] outage_patience_s` (default 6 h): a pool whose endpoint has been down this
+    /// long stops the run as interrupted (resumable), rather than waiting forever.
+    pub outage_patience: std::time::Duration,
+}
+
+/// Default of `[run] outage_patience_s`: six hours, an overnight outage's worth.
+pub const DEFAULT_OUTAGE_PATIENCE_S: f64 = 6.0 * 3600.0;
+
+/// Check `[run]` (every key has a default).
+pub(super) fn check(f: &str, raw: Option<RawRun>) -> Result<RunSettings, SweepError> {
+    let rr = raw.unwrap_or_default();
+    let max_deliver = rr.max_deliver.unwrap_or(5);
+    if !(1..=100).contains(&max_deliver) {
+        return Err(key_err(f, "run.max_deliver", format!("{max_deliver} is outside 1..=100")));
+    }
+    let ack_wait_s = rr.ack_wait_s.unwrap_or(30.0);
+    if !(ack_wait_s.is_finite() && (1.0..=3600.0).contains(&ack_wait_s)) {
+        return Err(key_err(
+            f,
+            "run.ack_wait_s",
+            format!("{ack_wait_s} is outside 1..=3600 seconds"),
+        ));
+    }
+    let window = rr.window.unwrap_or(DEFAULT_WINDOW as i64);
+    if !(1..=1_000_000).contains(&window) {
+        return Err(key_err(f, "run.window", format!("{window} is outside 1..=1000000")));
+    }
+    let job_batch = rr.job_batch.unwrap_or(1);
+    if !(1..=MAX_JOB_BATCH).contains(&job_batch) {
+        return Err(key_err(
+            f,
+            "run.job_batch",
+            format!("{job_batch} is outside 1..={MAX_JOB_BATCH}"),
+        ));
+    }
+    let patience = rr.outage_patience_s.unwrap_or(DEFAULT_OUTAGE_PATIENCE_S);
+    if !(patience.is_finite() && (1.0..=30.0 * 86_400.0).contains(&patience)) {
+        return Err(key_err(
+            f,
+            "run.outage_patience_s",
+            format!("{patience} is outside 1..=2592000 seconds (30 days)"),
+        ));
+    }
+    if let Some(c) = rr.max_cost {
+        if !(c.is_finite() && c >= 0.0) {
+            return Err(key_err(f, "run.max_cost", format!("{c} is not an amount of USD (≥ 0)")));
+        }
+    }
+    Ok(RunSettings {
+        max_deliver,
+        ack_wait: std::time::Duration::from_secs_f64(ack_wait_s),
+        window: window as usize,
+        max_cost: rr.max_cost,
+        job_batch: job_batch as usize,
+        outage_patience: std::time::Duration::from_secs_f64(patience),
+    })
+}

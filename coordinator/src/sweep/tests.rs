@@ -1,0 +1,166 @@
+//! Sweep checks for the `noop` pipeline, `[run]`, and local (gguf) models.
+
+use super::*;
+
+const NOOP: &str = r#"
+name = "bench"
+
+[[model]]
+name = "free"
+backend = "noop"
+max_concurrency = 64
+
+[[benchmark]]
+pipeline = "noop"
+jobs = 1000
+models = ["free"]
+"#;
+
+fn err(text: &str) -> String {
+    parse(Path::new("/tmp/s.toml"), text).expect_err("sweep must be rejected").to_string()
+}
+
+/// A noop benchmark needs only `jobs` and noop models; the window defaults and can be set.
+#[test]
+fn noop_sweep_parses() {
+    let s = parse(Path::new("/tmp/s.toml"), NOOP).unwrap();
+    assert_eq!(s.benchmarks.len(), 1);
+    let b = &s.benchmarks[0];
+    assert_eq!((b.pipeline(), b.model_count(), b.item_count()), ("noop", 1, 1000));
+    assert_eq!(s.run.window, DEFAULT_WINDOW);
+    assert_eq!(s.run.job_batch, 1);
+    assert_eq!(s.pools().get("free"), Some(&64));
+    let s =
+        parse(Path::new("/tmp/s.toml"), &format!("{NOOP}\n[run]\nwindow = 10\njob_batch = 64\n"))
+            .unwrap();
+    assert_eq!((s.run.window, s.run.job_batch), (10, 64));
+    assert_eq!(s.run.outage_patience, std::time::Duration::from_secs(6 * 3600));
+    let s = parse(Path::new("/tmp/s.toml"), &format!("{NOOP}\n[run]\noutage_patience_s = 90\n"))
+        .unwrap();
+    assert_eq!(s.run.outage_patience, std::time::Duration::from_secs(90));
+}
+
+/// Wrong noop benchmarks name the key and the reason.
+#[test]
+fn bad_noop_sweeps_name_the_key() {
+    let cases = [
+        (NOOP.replace("jobs = 1000\n", ""), "benchmark[0].jobs`: required"),
+        (NOOP.replace("jobs = 1000", "jobs = 0"), "benchmark[0].jobs`: 0 is outside"),
+        (NOOP.replace("jobs = 1000", "jobs = 1000\njudge = \"free\""), "benchmark[0].judge`: does not apply"),
+        (NOOP.replace("jobs = 1000", "jobs = 1000\ndataset = \"x.jsonl\""), "benchmark[0].dataset`: does not apply"),
+        (NOOP.replace("[\"free\"]", "[\"nobody\"]"), "benchmark[0].models[0]`: unknown model \"nobody\""),
+        (NOOP.replace("[\"free\"]", "[\"free\", \"free\"]"), "benchmark[0].models[1]`: model \"free\" listed twice"),
+        (
+            NOOP.replace("backend = \"noop\"", "backend = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\""),
+            "runs only models with backend \"noop\"",
+        ),
+        (
+            NOOP.replace("pipeline = \"noop\"", "pipeline = \"nope\""),
+            "unknown pipeline \"nope\" (expected \"hypotermqa\", \"hypotermqa-build\", \"autohall\", \"chainpoll\", \"uhgeval\", \"hvi\" or \"noop\")",
+        ),
+        (format!("{NOOP}\n[run]\nwindow = 0\n"), "run.window`: 0 is outside"),
+        (format!("{NOOP}\n[run]\njob_batch = 0\n"), "run.job_batch`: 0 is outside 1..=256"),
+        (format!("{NOOP}\n[run]\njob_batch = 257\n"), "run.job_batch`: 257 is outside 1..=256"),
+        (format!("{NOOP}\n[run]\noutage_patience_s = 0\n"), "run.outage_patience_s`: 0 is outside"),
+    ];
+    for (text, needle) in cases {
+        let e = err(&text);
+        assert!(e.contains(needle), "{needle:?} not in {e:?}");
+        assert!(e.starts_with("/tmp/s.toml"), "{e}");
+    }
+}
+
+/// `jobs` belongs to noop and `dataset` stays required for hypotermqa.
+#[test]
+fn hypotermqa_keys_stay_checked() {
+    let text = r#"
+name = "h"
+[[model]]
+name = "m"
+backend = "noop"
+[[benchmark]]
+pipeline = "hypotermqa"
+models = ["m"]
+judge = "m"
+"#;
+    assert!(
+        err(text).contains("benchmark[0].dataset`: required for pipeline \"hypotermqa\""),
+        "{}",
+        err(text)
+    );
+    let with_jobs = text.replace("judge = \"m\"", "judge = \"m\"\njobs = 3\ndataset = \"x.jsonl\"");
+    assert!(
+        err(&with_jobs).contains("benchmark[0].jobs`: only applies to pipeline \"noop\""),
+        "{}",
+        err(&with_jobs)
+    );
+}
+
+fn sweep_with(models: &str) -> Result<Sweep, SweepError> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fake = b"GGUF".to_vec();
+    fake.resize(4096, 0);
+    std::fs::write(dir.path().join("m.gguf"), &fake).unwrap();
+    let ds = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../datasets/hypotermqa/HypoTermQA_180.jsonl");
+    let text = format!(
+            "name = \"t\"\n{models}\n[[benchmark]]\npipeline = \"hypotermqa\"\ndataset = \"{}\"\nmodels = [\"a\"]\njudge = \"a\"\nlimit = 1\n",
+            ds.display()
+        );
+    parse(&dir.path().join("s.toml"), &text)
+}
+
+/// Local models' pools carry their placement; a named pool keeps it too; concurrency
+/// defaults to the model's slots.
+#[test]
+fn local_pools_carry_placement() {
+    let s = sweep_with(
+            "[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\nslots = 3\n\
+             [[model]]\nname = \"b\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\ngpu = 1\n\
+             [[model]]\nname = \"c\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\npool = \"shared\"\n",
+        )
+        .unwrap();
+    let pools: Vec<&str> = s.models.iter().map(|m| m.spec.pool.as_str()).collect();
+    assert_eq!(pools, ["gguf/a@cpu", "gguf/b@gpu1", "shared@cpu"]);
+    assert_eq!(s.models[0].max_concurrency, 3);
+    assert_eq!(s.models[1].local.as_ref().unwrap().gpu, Some(1));
+    // The identity is the file's, not its path's: same file, same endpoint.
+    assert_eq!(s.models[0].spec.model_ref.endpoint, s.models[1].spec.model_ref.endpoint);
+    assert!(s.models[0].spec.model_ref.endpoint.starts_with("gguf:m.gguf:4096:"));
+}
+
+/// gguf-only keys on another backend, and bad values, are errors naming the key.
+#[test]
+fn local_keys_are_checked() {
+    let e = sweep_with("[[model]]\nname = \"a\"\nbackend = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nslots = 2\n").unwrap_err();
+    assert!(e.to_string().contains("model[0].slots"), "{e}");
+    let e = sweep_with(
+        "[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\nslots = 0\n",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("model[0].slots") && e.to_string().contains("outside"), "{e}");
+    let e = sweep_with("[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"nope.gguf\"\n")
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("model[0].model_path") && e.to_string().contains("nope.gguf"),
+        "{e}"
+    );
+}
+
+/// A worker reads a sweep's models, pools and quotas without its datasets: a sweep whose
+/// dataset is absent on this machine still gives the pools, while the full check names it.
+#[test]
+fn pools_load_without_datasets() {
+    let dir = std::env::temp_dir().join(format!("halyard-pools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.toml");
+    let text = "name = \"t\"\n[[model]]\nname = \"a\"\nbackend = \"openai\"\nbase_url = \"https://api.example/v1\"\nmodel = \"m\"\nrpm = 60\n[[benchmark]]\npipeline = \"hypotermqa\"\ndataset = \"not-on-this-node.jsonl\"\nmodels = [\"a\"]\njudge = \"a\"\n";
+    std::fs::write(&path, text).unwrap();
+    let e = load(&path).expect_err("the full check reads the dataset").to_string();
+    assert!(e.contains("not-on-this-node.jsonl"), "{e}");
+    let s = load_pools(&path).unwrap();
+    assert!(s.benchmarks.is_empty());
+    assert_eq!(s.pools().into_iter().collect::<Vec<_>>(), [("a".to_string(), 4)]);
+    assert_eq!(s.quotas["a"].rpm, Some(60));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,188 @@
+//! What `halyard run` shows while it works.
+//!
+//! On a terminal (stdout and stderr both), and unless `--quiet` or `--log-format json`:
+//! one progress bar per benchmark and model under test (items done / total, rate, ETA)
+//! and a summary line (results, retries, 429s, dead letters, cost). Log lines are
+//! printed above the bars (the log writer suspends them).
+//!
+//! Otherwise no bars: a `progress` log event per target every [`LOG_EVERY`] (human or
+//! JSON, like every other log line), so that a run under nohup, CI or a log collector
+//! reports the same figures.
+
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use halyard_coordinator::progress::TargetProgress;
+use halyard_coordinator::Progress;
+use halyard_worker::Stats;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::sync::watch;
+
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The bars' owner, when bars are drawn (set once, before logging starts).
+static BARS: OnceLock<MultiProgress> = OnceLock::new();
+
+/// Decide whether bars are drawn; call before the log subscriber is built.
+pub fn init(quiet: bool, json_logs: bool) {
+    if !quiet && !json_logs && std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
+        let _ = BARS.set(MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4)));
+    }
+}
+
+/// stderr for the log subscriber: with bars, each line is written with the bars
+/// suspended, so that logs and bars do not overwrite each other.
+pub struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match BARS.get() {
+            Some(mp) => mp.suspend(|| std::io::stderr().write_all(buf)).map(|_| buf.len()),
+            None => std::io::stderr().write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogWriter;
+    fn make_writer(&'a self) -> Self::Writer {
+        LogWriter
+    }
+}
+
+/// HTTP 429s seen by this process's workers.
+fn rate_limited(local: &[Arc<Stats>]) -> u64 {
+    local.iter().map(|s| s.rate_limited.get()).sum()
+}
+
+fn summary(p: &Progress, local: &[Arc<Stats>]) -> String {
+    let retries: u64 = p.costs.iter().map(|c| c.retries).sum();
+    let spent: f64 = p.costs.iter().map(|c| c.cost).sum();
+    let mut s = format!(
+        "{} results · {} retries · {} 429s · {} dead letters · ${spent:.4}",
+        p.results,
+        retries,
+        rate_limited(local),
+        p.dead_letters
+    );
+    if let Some(m) = p.max_cost {
+        s.push_str(&format!(" of ${m:.2}"));
+    }
+    if p.held > 0 {
+        s.push_str(&format!(" · {} held (cost limit)", p.held));
+    }
+    for o in &p.outages {
+        s.push_str(&format!(" · {}", o.describe()));
+    }
+    s
+}
+
+fn target_name(t: &TargetProgress) -> String {
+    format!("{} #{} {}", t.pipeline, t.bench, t.model)
+}
+
+/// Show progress until the sender side of `rx` is dropped.
+pub fn spawn(
+    mut rx: watch::Receiver<Progress>,
+    local: Vec<Arc<Stats>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        match BARS.get() {
+            Some(mp) => bars(mp, &mut rx, &local).await,
+            None => logs(&mut rx, &local).await,
+        }
+    })
+}
+
+async fn bars(mp: &MultiProgress, rx: &mut watch::Receiver<Progress>, local: &[Arc<Stats>]) {
+    let style = ProgressStyle::with_template(
+        "{prefix:>28} [{bar:30.cyan/blue}] {pos}/{len} {percent:>3}% {rate:>10} ETA {eta:>4}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+        let _ = write!(w, "{:.1}/s", s.per_sec());
+    })
+    .progress_chars("=> ");
+    let line = mp.add(ProgressBar::new_spinner());
+    let mut per_target: Vec<ProgressBar> = Vec::new();
+    loop {
+        let p = rx.borrow_and_update().clone();
+        if per_target.is_empty() && !p.targets.is_empty() {
+            for t in &p.targets {
+                let b = mp.insert_before(
+                    &line,
+                    ProgressBar::new(t.total).with_style(style.clone()).with_prefix(target_name(t)),
+                );
+                // Items finished by an earlier process do not count towards the rate.
+                b.set_position(t.done);
+                b.reset_eta();
+                per_target.push(b);
+            }
+        }
+        for (b, t) in per_target.iter().zip(&p.targets) {
+            b.set_position(t.done);
+        }
+        line.set_message(summary(&p, local));
+        line.tick();
+        if rx.changed().await.is_err() {
+            break;
+        }
+    }
+    for b in &per_target {
+        b.abandon();
+    }
+    line.abandon();
+}
+
+async fn logs(rx: &mut watch::Receiver<Progress>, local: &[Arc<Stats>]) {
+    let started = Instant::now();
+    let mut first: Option<Vec<u64>> = None;
+    let mut tick = tokio::time::interval(LOG_EVERY);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            r = rx.changed() => {
+                if r.is_err() { return; }
+                continue;
+            }
+        }
+        let p = rx.borrow().clone();
+        if p.targets.is_empty() {
+            continue;
+        }
+        let base = first.get_or_insert_with(|| p.targets.iter().map(|t| t.done).collect()).clone();
+        let secs = started.elapsed().as_secs_f64();
+        for (t, d0) in p.targets.iter().zip(base) {
+            let rate = t.done.saturating_sub(d0) as f64 / secs;
+            let eta = if rate > 0.0 {
+                Some(crate::status::show::duration(t.total.saturating_sub(t.done) as f64 / rate))
+            } else {
+                None
+            };
+            tracing::info!(
+                benchmark = t.bench,
+                pipeline = %t.pipeline,
+                model = %t.model,
+                done = t.done,
+                total = t.total,
+                items_per_s = format_args!("{rate:.2}"),
+                eta = eta.as_deref().unwrap_or("?"),
+                "progress"
+            );
+        }
+        tracing::info!(
+            results = p.results,
+            retries = p.costs.iter().map(|c| c.retries).sum::<u64>(),
+            rate_limited = rate_limited(local),
+            dead_letters = p.dead_letters,
+            cost_usd = format_args!("{:.4}", p.costs.iter().map(|c| c.cost).sum::<f64>()),
+            held = p.held,
+            "totals"
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! A run's status: one snapshot type ([`Status`]) that the coordinator writes
+//! ([`writer`]: `status.json` and the broker's status bucket, with the workers'
+//! heartbeats) and that `halyard status` reads ([`show`]), from any machine.
+
+use halyard_coordinator::cost::ClassTotals;
+use halyard_coordinator::progress::TargetProgress;
+use halyard_coordinator::Progress;
+use serde::{Deserialize, Serialize};
+
+pub mod show;
+pub mod writer;
+
+pub use writer::{heartbeat, StatusWriter};
+
+/// A point-in-time view of a run, serialisable (status.json, NATS, `halyard status --json`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub run: Option<String>,
+    pub name: String,
+    /// `running`, `complete`, `interrupted` or `cost_limit`.
+    pub state: String,
+    pub updated_unix_ms: u64,
+    /// Seconds since this coordinator process started.
+    pub elapsed_s: f64,
+    pub items_done: u64,
+    pub items_total: u64,
+    pub results: u64,
+    pub dead_letters: u64,
+    pub published: u64,
+    pub duplicates: u64,
+    pub active: u64,
+    pub targets: Vec<TargetProgress>,
+    pub costs: Vec<ClassTotals>,
+    pub spent: f64,
+    pub max_cost: Option<f64>,
+    pub held: u64,
+    /// Items finished per second by this coordinator process, and the time left at that rate.
+    pub rate_items_per_s: Option<f64>,
+    pub eta_s: Option<f64>,
+    /// The sweep's pools.
+    pub pool_names: Vec<String>,
+    /// Filled by `halyard status` from the broker: live workers and queue per pool.
+    #[serde(default)]
+    pub pools: Vec<PoolStatus>,
+    /// Pools whose endpoint is down (their workers paused them), as the coordinator saw.
+    #[serde(default)]
+    pub outages: Vec<halyard_coordinator::run::outage::PoolOutage>,
+}
+
+/// A worker's heartbeat in the `halyard_workers` bucket.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerBeat {
+    pub worker: String,
+    /// Pool name → concurrency.
+    pub pools: Vec<(String, usize)>,
+    pub calls: u64,
+    pub completed: u64,
+    pub replayed: u64,
+    pub dead_letters: u64,
+    pub rate_limited: u64,
+    pub updated_unix_ms: u64,
+}
+
+/// A pool as the broker sees it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    pub pool: String,
+    /// Jobs queued and not yet delivered.
+    pub pending: u64,
+    /// Jobs delivered and not yet acked (in flight at workers).
+    pub in_flight: u64,
+    /// Pull requests waiting at the broker (idle worker slots asking for work).
+    pub waiting_pulls: u64,
+    /// Workers with a live heartbeat serving this pool.
+    pub workers: Vec<String>,
+}
+
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Status {
+    pub fn from_progress(name: &str, p: &Progress, state: &str, elapsed_s: f64) -> Status {
+        Status {
+            run: p.run.map(|r| r.to_string()),
+            name: name.to_string(),
+            state: state.to_string(),
+            updated_unix_ms: unix_ms(),
+            elapsed_s,
+            items_done: p.items_done,
+            items_total: p.items_total,
+            results: p.results,
+            dead_letters: p.dead_letters,
+            published: p.published,
+            duplicates: p.duplicates,
+            active: p.active,
+            targets: p.targets.clone(),
+            spent: p.costs.iter().map(|c| c.cost).sum(),
+            costs: p.costs.clone(),
+            max_cost: p.max_cost,
+            held: p.held,
+            rate_items_per_s: None,
+            eta_s: None,
+            pool_names: Vec::new(),
+            pools: Vec::new(),
+            outages: p.outages.clone(),
+        }
+    }
+
+    /// Retries and calls summed over models.
+    pub fn retries(&self) -> u64 {
+        self.costs.iter().map(|c| c.retries).sum()
+    }
+}
+
+/// Queue figures of `pools` from the broker (consumers not yet created read as empty).
+pub async fn pool_status(broker: &halyard_broker::Broker, pools: &[String]) -> Vec<PoolStatus> {
+    let mut out = Vec::new();
+    let stream = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        broker.js.get_stream(halyard_proto::subjects::JOBS_STREAM),
+    )
+    .await;
+    let Ok(Ok(stream)) = stream else { return out };
+    for pool in pools {
+        let name = halyard_proto::subjects::pool_consumer(pool);
+        let mut s = PoolStatus { pool: pool.clone(), ..Default::default() };
+        if let Ok(Ok(info)) =
+            tokio::time::timeout(std::time::Duration::from_secs(2), stream.consumer_info(&name))
+                .await
+        {
+            s.pending = info.num_pending;
+            s.in_flight = info.num_ack_pending as u64;
+            s.waiting_pulls = info.num_waiting as u64;
+        }
+        out.push(s);
+    }
+    out
+}

@@ -1,0 +1,213 @@
+//! `halyard worker`: a worker configured from a sweep (every pool, local model, replay
+//! and embedding model it names) or from `--pool`/`--quota` flags, with its heartbeat
+//! and metrics endpoint.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use halyard_broker::{BrokerConfig, Delivery};
+use halyard_coordinator::sweep;
+use halyard_coordinator::worker_plan::{gpu_plan, worker_plan};
+use halyard_proto::pool::{PoolPlan, QuotaSpec, WorkerModel};
+use halyard_worker::WorkerConfig;
+use tokio::sync::watch;
+
+use crate::shutdown::until;
+use crate::{metrics, status, Nats, NodeError};
+
+/// What `halyard worker` is given besides the broker.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerOptions {
+    /// Serve every pool of this sweep.
+    pub sweep: Option<PathBuf>,
+    /// Serve the pools and models of this worker config file.
+    pub config: Option<PathBuf>,
+    /// `--pool NAME[=CONCURRENCY]` (noop models only).
+    pub pools: Vec<String>,
+    /// Allow http:// model URLs on hosts that are not loopback.
+    pub allow_insecure_http: bool,
+    /// `--quota POOL:rpm=N,tpm=N[,burst=N]`.
+    pub quotas: Vec<String>,
+    /// Seconds within which the other workers of a quota pool notice this one died.
+    pub quota_ttl: f64,
+    /// Checkpoint directory.
+    pub state: PathBuf,
+    /// Delivery settings without a sweep.
+    pub max_deliver: i64,
+    pub ack_wait: f64,
+    /// Seconds in-flight calls get to finish after a signal.
+    pub grace: f64,
+    pub id: Option<String>,
+    /// Serve only the sweep's local models on this GPU.
+    pub gpu: Option<u32>,
+}
+
+/// The worker configuration `opts` asks for; every bad value is an error naming its flag.
+pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
+    if opts.gpu.is_some() && !halyard_worker::backend::gguf_gpu_support() {
+        return Err(NodeError::Usage(format!(
+            "--gpu {}: this halyard was built without the `cuda` feature (rebuild with `cargo build --release --features cuda`, which needs the CUDA toolkit)",
+            opts.gpu.unwrap_or_default()
+        )));
+    }
+    let mut cfg = WorkerConfig::new(Default::default(), opts.state.clone());
+    cfg.delivery = Delivery {
+        ack_wait: Duration::from_secs_f64(opts.ack_wait.max(1.0)),
+        max_deliver: opts.max_deliver,
+    };
+    if let Some(path) = &opts.sweep {
+        let s = sweep::load_pools(path)?;
+        cfg = sweep_worker(&s, opts.state.clone());
+        if let Some(gpu) = opts.gpu {
+            pin_to_gpu(&mut cfg, &s, gpu)?;
+        }
+    } else if opts.gpu.is_some() {
+        return Err(NodeError::Usage(
+            "--gpu needs --sweep: the sweep says which models to load on the GPU".into(),
+        ));
+    }
+    if let Some(path) = &opts.config {
+        let file =
+            halyard_worker::config_file::load(path).map_err(|e| NodeError::Usage(e.to_string()))?;
+        cfg.http = file.http;
+        for p in file.plan.pools {
+            cfg.plan
+                .add(p)
+                .map_err(|e| NodeError::Usage(format!("--config {}: {e}", path.display())))?;
+        }
+    }
+    cfg.http.allow_insecure_http |= opts.allow_insecure_http;
+    for p in &opts.pools {
+        cfg.plan.add(parse_pool(p)?).map_err(NodeError::Usage)?;
+    }
+    for q in &opts.quotas {
+        let (pool, quota) = parse_quota(q)?;
+        let Some(p) = cfg.plan.pools.iter_mut().find(|p| p.pool.name == pool) else {
+            return Err(NodeError::Usage(format!(
+                "--quota {q:?}: this worker serves no pool {pool:?} (give --pool {pool})"
+            )));
+        };
+        p.quota = Some(quota);
+    }
+    if !(opts.quota_ttl.is_finite() && (1.0..=3600.0).contains(&opts.quota_ttl)) {
+        return Err(NodeError::Usage(format!(
+            "--quota-ttl {}: give seconds in 1..=3600",
+            opts.quota_ttl
+        )));
+    }
+    cfg.quota_settings.ttl = Duration::from_secs_f64(opts.quota_ttl);
+    cfg.shutdown_grace = Duration::from_secs_f64(opts.grace.max(0.0));
+    if let Some(id) = &opts.id {
+        cfg.worker_id = id.clone();
+    }
+    Ok(cfg)
+}
+
+/// Pinned to one GPU: only the local models placed there, and their pools.
+fn pin_to_gpu(cfg: &mut WorkerConfig, s: &sweep::Sweep, gpu: u32) -> Result<(), NodeError> {
+    cfg.plan = gpu_plan(&cfg.plan, gpu);
+    if cfg.plan.pools.is_empty() {
+        return Err(NodeError::Usage(format!(
+            "--gpu {gpu}: the sweep {} places no gguf model on GPU {gpu} (`gpu = {gpu}`)",
+            s.file.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Run a worker until `shutdown`: its metrics endpoint (`metrics`, default
+/// 127.0.0.1:9465) and heartbeat too.
+pub async fn run(
+    cfg: WorkerConfig,
+    nats: Nats,
+    metrics: Option<&str>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), NodeError> {
+    let connected = crate::connect_or_stop(
+        &BrokerConfig::new(nats.url, format!("halyard-worker {}", cfg.worker_id))
+            .with_auth(nats.auth),
+        &shutdown,
+    )
+    .await;
+    let broker = match connected {
+        // A worker that never connected holds nothing: a clean stop.
+        Err(NodeError::StoppedBeforeStart(url)) => {
+            tracing::info!(url = %url, "stopped before the broker answered");
+            return Ok(());
+        }
+        other => other?,
+    };
+    let src = metrics::Sources {
+        coordinator: None,
+        workers: vec![(cfg.worker_id.clone(), cfg.stats.clone())],
+        broker: Some(broker.clone()),
+    };
+    metrics::serve(metrics, Some("127.0.0.1:9465"), src).await?;
+    let beat =
+        status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone()).await;
+    let result = halyard_worker::run(broker, cfg, until(shutdown)).await;
+    if let Some(b) = beat {
+        b.abort();
+    }
+    result?;
+    Ok(())
+}
+
+/// Configure a worker for a whole sweep: every pool, every model.
+pub fn sweep_worker(s: &sweep::Sweep, state: PathBuf) -> WorkerConfig {
+    let mut cfg = WorkerConfig::new(worker_plan(s), state);
+    cfg.delivery = Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
+    cfg
+}
+
+/// `--quota POOL:rpm=N,tpm=N[,burst=N][,tpm_counts=max_tokens|usage]`.
+fn parse_quota(s: &str) -> Result<(String, QuotaSpec), NodeError> {
+    let bad = |why: String| {
+        NodeError::Usage(format!(
+            "--quota {s:?}: {why} (expected POOL:rpm=N,tpm=N[,burst=N][,tpm_counts=max_tokens|usage])"
+        ))
+    };
+    let (pool, spec) =
+        s.rsplit_once(':').ok_or_else(|| bad("no ':' after the pool name".into()))?;
+    let (mut rpm, mut tpm, mut burst, mut counts) = (None, None, None, None);
+    for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = part.split_once('=').ok_or_else(|| bad(format!("{part:?} is not KEY=N")))?;
+        if k.trim() == "tpm_counts" {
+            counts = Some(v.trim());
+            continue;
+        }
+        let n: i64 =
+            v.trim().parse().map_err(|_| bad(format!("{k} value {v:?} is not an integer")))?;
+        match k.trim() {
+            "rpm" => rpm = Some(n),
+            "tpm" => tpm = Some(n),
+            "burst" => burst = Some(n),
+            other => return Err(bad(format!("unknown key {other:?}"))),
+        }
+    }
+    let q = sweep::check_quota(sweep::RawQuota { rpm, tpm, burst, tpm_counts: counts })
+        .map_err(&bad)?
+        .ok_or_else(|| bad("give rpm or tpm".into()))?;
+    Ok((pool.to_string(), q))
+}
+
+/// The pools a worker serves, with their concurrency (for its heartbeat).
+pub(crate) fn pool_list(cfg: &WorkerConfig) -> Vec<(String, usize)> {
+    cfg.plan.pools.iter().map(|p| (p.pool.name.clone(), p.pool.concurrency)).collect()
+}
+
+/// `--pool NAME[=N]`: a pool of noop models (no model is called).
+fn parse_pool(s: &str) -> Result<PoolPlan, NodeError> {
+    let (name, concurrency) = match s.split_once('=') {
+        None => (s, 4),
+        Some((name, n)) => (
+            name,
+            n.parse().ok().filter(|c| *c >= 1).ok_or_else(|| {
+                NodeError::Usage(format!(
+                    "--pool {s:?}: concurrency {n:?} is not a positive integer"
+                ))
+            })?,
+        ),
+    };
+    Ok(PoolPlan::new(name, concurrency).with_model(WorkerModel::Noop))
+}

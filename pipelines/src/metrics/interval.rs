@@ -1,0 +1,424 @@
+//! 95% intervals for every reported figure (issue 16).
+//!
+//! Evaluation harnesses (lm-evaluation-harness, Inspect, HELM) report a standard error
+//! beside each score; a bare number makes two models 1 point apart look different when
+//! the question set cannot tell them apart. Every figure Halyard reports carries an
+//! [`Interval`]: the estimate, the 95% bounds, the method and the number of items.
+//!
+//! - [`wilson`]: a proportion (k of n): the Wilson score interval, good at small n and
+//!   near 0 or 1 where the normal ("Wald") interval fails.
+//! - [`bootstrap_mean`], [`bootstrap_by`], [`f1_bootstrap`]: a figure that is not a
+//!   proportion (a mean of per-item scores such as BLEU-4 or ROUGE-L, a macro accuracy,
+//!   F1): the percentile bootstrap over items, with a fixed seed and resample count so that
+//!   a report is reproducible bit for bit.
+//! - [`auroc_delong`], [`mean_auroc_delong`]: AUROC, by DeLong's variance (the
+//!   structural components computed from mid-ranks), and the mean of independent
+//!   per-dataset AUROCs (RealHall's aggregate) from the sum of their variances.
+//!
+//! The units are independent items in every method; where a report's unit is not (the
+//! evaluation rows of one HypoTermQA answer), the interval is narrower than it should be
+//! and the report says so.
+//!
+//! Paired comparisons of two models on the same items are in [`super::paired`].
+//! `pipelines/tests/data/ci_reference.py` recomputes every method independently (scipy for
+//! Wilson and the exact binomial, a direct O(mn) DeLong, the same generator for the
+//! bootstrap) and `pipelines/tests/ci_reference.rs` checks these functions against it.
+
+use serde::{Deserialize, Serialize};
+
+use super::classification::Confusion;
+use super::MetricError;
+
+/// The confidence level of every interval.
+pub const LEVEL: f64 = 0.95;
+/// Φ⁻¹(0.975), the two-sided 95% normal quantile.
+pub const Z95: f64 = 1.959_963_984_540_054;
+/// Bootstrap resamples unless a caller asks otherwise.
+pub const DEFAULT_RESAMPLES: u32 = 2000;
+/// The bootstrap seed unless a caller asks otherwise ("HALY" in ASCII).
+pub const DEFAULT_SEED: u64 = 0x4841_4c59;
+
+/// How an interval was computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CiMethod {
+    /// Wilson score interval of a proportion.
+    Wilson,
+    /// Percentile bootstrap over items (type-7 quantiles of the resampled figures).
+    Bootstrap,
+    /// AUROC ± z·√(DeLong variance), clipped to [0, 1].
+    Delong,
+    /// Mean of independent AUROCs ± z·√(Σ var_d / D²), clipped to [0, 1].
+    DelongMean,
+    /// Paired bootstrap over the items two models share (difference of their figures).
+    PairedBootstrap,
+    /// Newcombe's hybrid score interval (method 10) for a paired difference of proportions.
+    NewcombePaired,
+}
+
+impl CiMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CiMethod::Wilson => "wilson",
+            CiMethod::Bootstrap => "bootstrap",
+            CiMethod::Delong => "delong",
+            CiMethod::DelongMean => "delong_mean",
+            CiMethod::PairedBootstrap => "paired_bootstrap",
+            CiMethod::NewcombePaired => "newcombe_paired",
+        }
+    }
+}
+
+/// A figure with its 95% interval, in the figure's own unit (a share in percent has its
+/// interval in percent).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    pub estimate: f64,
+    pub low: f64,
+    pub high: f64,
+    /// 0.95.
+    pub level: f64,
+    pub method: CiMethod,
+    /// Items the figure is computed from.
+    pub n: u64,
+    /// Bootstrap: resamples the bounds come from (those where the figure is undefined,
+    /// e.g. F1 of a resample without positives, are dropped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resamples: Option<u32>,
+    /// Bootstrap: the generator's seed (with `resamples`, the interval is reproducible).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+impl Interval {
+    /// The same interval in another unit (`100.0`: a fraction as a percentage).
+    pub fn scaled(self, factor: f64) -> Interval {
+        Interval {
+            estimate: self.estimate * factor,
+            low: self.low * factor,
+            high: self.high * factor,
+            ..self
+        }
+    }
+
+    /// Whether `value` lies inside the bounds (inclusive).
+    pub fn contains(&self, value: f64) -> bool {
+        self.low <= value && value <= self.high
+    }
+
+    fn closed(estimate: f64, low: f64, high: f64, method: CiMethod, n: u64) -> Interval {
+        Interval { estimate, low, high, level: LEVEL, method, n, resamples: None, seed: None }
+    }
+}
+
+/// The Wilson score interval of `successes` out of `n`:
+/// `(p̂ + z²/2n ± z·√(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)`, bounds clipped to [0, 1].
+/// Errors: `Empty` for `n = 0`; `OutOfRange` for `successes > n`.
+pub fn wilson(successes: u64, n: u64) -> Result<Interval, MetricError> {
+    if n == 0 {
+        return Err(MetricError::Empty { what: "proportion's denominator" });
+    }
+    if successes > n {
+        return Err(MetricError::OutOfRange {
+            what: "successes",
+            value: successes as f64,
+            expected: "at most the denominator",
+        });
+    }
+    let (k, nf) = (successes as f64, n as f64);
+    let p = k / nf;
+    let z2 = Z95 * Z95;
+    let denom = 1.0 + z2 / nf;
+    let center = (p + z2 / (2.0 * nf)) / denom;
+    let half = Z95 * (p * (1.0 - p) / nf + z2 / (4.0 * nf * nf)).sqrt() / denom;
+    let low = if successes == 0 { 0.0 } else { (center - half).max(0.0) };
+    let high = if successes == n { 1.0 } else { (center + half).min(1.0) };
+    Ok(Interval::closed(p, low, high, CiMethod::Wilson, n))
+}
+
+/// Resample count and seed of a bootstrap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bootstrap {
+    pub resamples: u32,
+    pub seed: u64,
+}
+
+impl Default for Bootstrap {
+    fn default() -> Self {
+        Bootstrap { resamples: DEFAULT_RESAMPLES, seed: DEFAULT_SEED }
+    }
+}
+
+/// SplitMix64 (Steele, Lea & Flood 2014): tiny, fast, and trivially re-implemented in the
+/// Python reference, which is what makes the bootstrap checkable bit for bit.
+pub(crate) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub(crate) fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// An index in `0..n` (multiply-shift; the bias is below 2⁻⁴⁰ for any realistic n).
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        ((self.next_u64() as u128 * n as u128) >> 64) as usize
+    }
+}
+
+/// The `q`-quantile of sorted values, linear interpolation between order statistics
+/// (numpy's default, Hyndman–Fan type 7). `sorted` is not empty.
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let h = (sorted.len() - 1) as f64 * q;
+    let lo = h.floor() as usize;
+    match sorted.get(lo + 1) {
+        Some(next) => sorted[lo] + (h - lo as f64) * (next - sorted[lo]),
+        None => sorted[lo],
+    }
+}
+
+/// The figures of `resamples` index resamples of `0..n` (drawn in order: resample r takes
+/// n consecutive draws), where `stat` is defined and not NaN.
+pub(crate) fn resampled(
+    n: usize,
+    cfg: Bootstrap,
+    stat: impl Fn(&[usize]) -> Option<f64>,
+) -> Vec<f64> {
+    let mut rng = SplitMix64::new(cfg.seed);
+    let mut idx = vec![0usize; n];
+    let mut out = Vec::with_capacity(cfg.resamples as usize);
+    for _ in 0..cfg.resamples {
+        for i in idx.iter_mut() {
+            *i = rng.below(n);
+        }
+        if let Some(v) = stat(&idx).filter(|v| !v.is_nan()) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// Percentile bootstrap of the figure `stat` computes from a list of item indices (each
+/// resample draws n indices with replacement). The estimate is `stat(0..n)`.
+/// Errors: `Empty` for `n = 0`; `Undefined` when the figure is undefined on the items
+/// themselves or on every resample.
+pub fn bootstrap_by(
+    n: usize,
+    cfg: Bootstrap,
+    stat: impl Fn(&[usize]) -> Option<f64>,
+) -> Result<Interval, MetricError> {
+    percentile_bootstrap(n, cfg, CiMethod::Bootstrap, stat).map(|(interval, _)| interval)
+}
+
+/// The percentile interval of `stat` labelled `method`, and the sorted resampled figures
+/// (for a p-value).
+pub(crate) fn percentile_bootstrap(
+    n: usize,
+    cfg: Bootstrap,
+    method: CiMethod,
+    stat: impl Fn(&[usize]) -> Option<f64>,
+) -> Result<(Interval, Vec<f64>), MetricError> {
+    if n == 0 {
+        return Err(MetricError::Empty { what: "bootstrap items" });
+    }
+    let all: Vec<usize> = (0..n).collect();
+    let estimate = stat(&all).filter(|v| !v.is_nan()).ok_or(MetricError::Undefined {
+        what: "bootstrapped figure",
+        reason: "undefined on the items themselves",
+    })?;
+    let mut reps = resampled(n, cfg, stat);
+    if reps.is_empty() {
+        return Err(MetricError::Undefined {
+            what: "bootstrap interval",
+            reason: "the figure is undefined on every resample",
+        });
+    }
+    reps.sort_by(f64::total_cmp);
+    let alpha = 1.0 - LEVEL;
+    let interval = Interval {
+        estimate,
+        low: quantile(&reps, alpha / 2.0),
+        high: quantile(&reps, 1.0 - alpha / 2.0),
+        level: LEVEL,
+        method,
+        n: n as u64,
+        resamples: Some(reps.len() as u32),
+        seed: Some(cfg.seed),
+    };
+    Ok((interval, reps))
+}
+
+/// Mean of the values at `idx`, summed left to right.
+pub(crate) fn mean_at(values: &[f64], idx: &[usize]) -> f64 {
+    let mut s = 0.0;
+    for &i in idx {
+        s += values[i];
+    }
+    s / idx.len() as f64
+}
+
+/// Percentile bootstrap of the mean of per-item values (BLEU-4, ROUGE-L, kwPrec,
+/// BERTScore, a macro accuracy). Errors: `Empty`; `NotANumber`.
+pub fn bootstrap_mean(values: &[f64], cfg: Bootstrap) -> Result<Interval, MetricError> {
+    super::reject_nan("bootstrapped values", values)?;
+    bootstrap_by(values.len(), cfg, |idx| Some(mean_at(values, idx)))
+}
+
+/// Percentile bootstrap of F1 (hallucination positive) over the classified items of a
+/// confusion table (items in the order TP, FP, TN, FN; resamples without a positive
+/// and without a positive prediction are dropped, F1 being 0/0 there).
+/// Errors: `Empty` for no items; `Undefined` when F1 itself is undefined.
+pub fn f1_bootstrap(c: &Confusion, cfg: Bootstrap) -> Result<Interval, MetricError> {
+    let kinds: Vec<u8> = [(0u8, c.true_pos), (1, c.false_pos), (2, c.true_neg), (3, c.false_neg)]
+        .iter()
+        .flat_map(|&(k, n)| std::iter::repeat_n(k, n as usize))
+        .collect();
+    bootstrap_by(kinds.len(), cfg, |idx| {
+        let mut n = [0u64; 4];
+        for &i in idx {
+            n[kinds[i] as usize] += 1;
+        }
+        Confusion { true_pos: n[0], false_pos: n[1], true_neg: n[2], false_neg: n[3] }.f1()
+    })
+}
+
+/// AUROC and DeLong's variance of it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DelongAuroc {
+    pub auroc: f64,
+    pub variance: f64,
+    pub positives: u64,
+    pub negatives: u64,
+}
+
+/// Mid-ranks (1-based, ties averaged) of `values`.
+fn midranks(values: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[a].partial_cmp(&values[b]).unwrap_or(std::cmp::Ordering::Equal));
+    let mut ranks = vec![0.0; values.len()];
+    let mut start = 0;
+    while start < order.len() {
+        let mut end = start + 1;
+        while end < order.len() && values[order[end]] == values[order[start]] {
+            end += 1;
+        }
+        let r = (start + 1 + end) as f64 / 2.0;
+        for &i in &order[start..end] {
+            ranks[i] = r;
+        }
+        start = end;
+    }
+    ranks
+}
+
+/// Sample variance (denominator n − 1) of at least two values.
+fn sample_variance(v: &[f64]) -> f64 {
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64
+}
+
+/// AUROC (ties ½, hallucinated positive) and its variance by DeLong, DeLong &
+/// Clarke-Pearson (1988), through the mid-rank form of the structural components (Sun &
+/// Xu 2014): `V10_i = (R_i − R⁺_i)/n₀` for positive i and `V01_j = 1 − (R_j − R⁻_j)/n₁` for
+/// negative j, where R is the mid-rank among all scores and R⁺/R⁻ within its class;
+/// `var = s²(V10)/n₁ + s²(V01)/n₀`. Errors as [`super::auroc::auroc`], plus `Undefined`
+/// with fewer than 2 items in a class (a sample variance needs 2).
+pub fn delong(labels: &[bool], scores: &[f64]) -> Result<DelongAuroc, MetricError> {
+    let auroc = super::auroc::auroc(labels, scores)?;
+    let pos: Vec<f64> = labels.iter().zip(scores).filter(|p| *p.0).map(|p| *p.1).collect();
+    let neg: Vec<f64> = labels.iter().zip(scores).filter(|p| !*p.0).map(|p| *p.1).collect();
+    let (n1, n0) = (pos.len(), neg.len());
+    if n1 < 2 || n0 < 2 {
+        return Err(MetricError::Undefined {
+            what: "DeLong variance",
+            reason: "it needs at least 2 hallucinated and 2 faithful items",
+        });
+    }
+    let all: Vec<f64> = pos.iter().chain(&neg).copied().collect();
+    let r_all = midranks(&all);
+    let (r_pos, r_neg) = (midranks(&pos), midranks(&neg));
+    let v10: Vec<f64> = (0..n1).map(|i| (r_all[i] - r_pos[i]) / n0 as f64).collect();
+    let v01: Vec<f64> = (0..n0).map(|j| 1.0 - (r_all[n1 + j] - r_neg[j]) / n1 as f64).collect();
+    let variance = sample_variance(&v10) / n1 as f64 + sample_variance(&v01) / n0 as f64;
+    Ok(DelongAuroc { auroc, variance, positives: n1 as u64, negatives: n0 as u64 })
+}
+
+fn normal_interval(estimate: f64, variance: f64, method: CiMethod, n: u64) -> Interval {
+    let half = Z95 * variance.max(0.0).sqrt();
+    Interval::closed(estimate, (estimate - half).max(0.0), (estimate + half).min(1.0), method, n)
+}
+
+/// AUROC with DeLong's 95% interval, `AUROC ± z·√var` clipped to [0, 1]. At AUROC 0 or
+/// 1 the variance is 0 and the interval collapses to the point: read it with n.
+pub fn auroc_delong(labels: &[bool], scores: &[f64]) -> Result<Interval, MetricError> {
+    let d = delong(labels, scores)?;
+    Ok(normal_interval(d.auroc, d.variance, CiMethod::Delong, d.positives + d.negatives))
+}
+
+/// The unweighted mean of independent AUROCs (RealHall's aggregate over datasets, spec
+/// §3.2) with the interval `mean ± z·√(Σ var_d)/D`, clipped to [0, 1]; n = all items.
+/// Errors: `Empty`; `NotANumber` for a NaN AUROC or variance.
+pub fn mean_auroc_delong(parts: &[DelongAuroc]) -> Result<Interval, MetricError> {
+    if parts.is_empty() {
+        return Err(MetricError::Empty { what: "per-dataset AUROCs" });
+    }
+    let values: Vec<f64> = parts.iter().flat_map(|p| [p.auroc, p.variance]).collect();
+    super::reject_nan("per-dataset AUROC and variance", &values)?;
+    let d = parts.len() as f64;
+    let mean = parts.iter().map(|p| p.auroc).sum::<f64>() / d;
+    let var = parts.iter().map(|p| p.variance).sum::<f64>() / (d * d);
+    let n = parts.iter().map(|p| p.positives + p.negatives).sum();
+    Ok(normal_interval(mean, var, CiMethod::DelongMean, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Wilson at the edges: 0 and n successes reach the bound exactly; bad input is an error.
+    #[test]
+    fn wilson_edges() {
+        let z = wilson(0, 10).unwrap();
+        assert_eq!((z.estimate, z.low), (0.0, 0.0));
+        assert!(z.high > 0.2 && z.high < 0.35, "{z:?}");
+        let f = wilson(10, 10).unwrap();
+        assert_eq!((f.estimate, f.high), (1.0, 1.0));
+        assert!((f.low - (1.0 - z.high)).abs() < 1e-12, "symmetric");
+        assert!(wilson(0, 0).is_err());
+        assert!(wilson(3, 2).is_err());
+    }
+
+    /// The bootstrap is reproducible from its seed, differs with another seed, and brackets
+    /// the estimate; an undefined figure is an error, not a number.
+    #[test]
+    fn bootstrap_is_seeded() {
+        let v: Vec<f64> = (0..50).map(|i| (i % 7) as f64 / 7.0).collect();
+        let a = bootstrap_mean(&v, Bootstrap::default()).unwrap();
+        assert_eq!(a, bootstrap_mean(&v, Bootstrap::default()).unwrap());
+        let b = bootstrap_mean(&v, Bootstrap { seed: 1, ..Bootstrap::default() }).unwrap();
+        assert_ne!((a.low, a.high), (b.low, b.high));
+        assert!(a.low < a.estimate && a.estimate < a.high);
+        assert_eq!((a.n, a.resamples, a.method), (50, Some(2000), CiMethod::Bootstrap));
+        assert!(bootstrap_mean(&[], Bootstrap::default()).is_err());
+        assert!(bootstrap_by(3, Bootstrap::default(), |_| None).is_err());
+        let c = Confusion { true_pos: 0, false_pos: 0, true_neg: 5, false_neg: 0 };
+        assert!(f1_bootstrap(&c, Bootstrap::default()).is_err());
+    }
+
+    /// DeLong needs two items per class; perfect separation has variance 0.
+    #[test]
+    fn delong_edges() {
+        assert!(delong(&[true, false, false], &[1.0, 0.0, 0.5]).is_err());
+        let d = delong(&[true, true, false, false], &[0.9, 0.8, 0.1, 0.2]).unwrap();
+        assert_eq!((d.auroc, d.variance), (1.0, 0.0));
+        let i = auroc_delong(&[true, true, false, false], &[0.9, 0.1, 0.8, 0.2]).unwrap();
+        assert!(i.low < 0.5 && i.high <= 1.0 && i.low >= 0.0, "{i:?}");
+        assert!(mean_auroc_delong(&[]).is_err());
+    }
+}

@@ -1,0 +1,202 @@
+//! Paired comparisons of two models on the same items, for the leaderboard (issue 16).
+//!
+//! Two models scored on the same questions are not independent samples: most of the
+//! variance is the questions'. A paired test looks only at how the two differ item by item.
+//! - [`paired_bootstrap_mean`]: a per-item score (BLEU-4, accuracy of an item, a 0/1
+//!   outcome): the mean difference A − B with the percentile bootstrap interval over the
+//!   shared items (the same resampled items for both models).
+//! - [`paired_bootstrap_by`]: any figure computed from the shared items (AUROC, F1).
+//! - [`mcnemar`]: paired binary outcomes (an HTS-style "valid answer" per question):
+//!   McNemar's exact test (two-sided binomial on the discordant pairs) with Newcombe's
+//!   interval for the difference of proportions.
+//!
+//! Each returns a [`PairedTest`]: the difference with its interval, the p-value and whether
+//! the difference is significant at 5%.
+
+use serde::{Deserialize, Serialize};
+
+use super::interval::{
+    mean_at, percentile_bootstrap, wilson, Bootstrap, CiMethod, Interval, LEVEL,
+};
+use super::MetricError;
+
+/// Which paired test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PairedTestKind {
+    /// Paired percentile bootstrap; p = 2·min(share of resampled differences ≤ 0, ≥ 0).
+    PairedBootstrap,
+    /// McNemar's exact test: two-sided binomial(b + c, ½) on the discordant pairs.
+    McnemarExact,
+}
+
+/// Discordant pairs of a McNemar test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Discordant {
+    /// Items where only A succeeds.
+    pub only_a: u64,
+    /// Items where only B succeeds.
+    pub only_b: u64,
+}
+
+/// The comparison of model A with model B on their shared items.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairedTest {
+    pub test: PairedTestKind,
+    /// A − B, with its 95% interval; `n` = shared items.
+    pub difference: Interval,
+    pub p_value: f64,
+    /// `p < 0.05` (for the bootstrap: the interval excludes 0).
+    pub significant: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discordant: Option<Discordant>,
+}
+
+fn check_paired<T>(a: &[T], b: &[T]) -> Result<(), MetricError> {
+    if a.len() != b.len() {
+        return Err(MetricError::LengthMismatch {
+            what: "paired items (A vs B)",
+            left: a.len(),
+            right: b.len(),
+        });
+    }
+    if a.is_empty() {
+        return Err(MetricError::Empty { what: "shared items" });
+    }
+    Ok(())
+}
+
+/// Paired bootstrap of a difference figure `diff(indices)` = figure_A − figure_B on the
+/// same resampled shared items; the estimate is `diff(0..n)`. Resamples where the figure is
+/// undefined are dropped. Errors: `Empty`; `Undefined` when the difference is undefined on
+/// the items or on every resample.
+pub fn paired_bootstrap_by(
+    n: usize,
+    cfg: Bootstrap,
+    diff: impl Fn(&[usize]) -> Option<f64>,
+) -> Result<PairedTest, MetricError> {
+    let (difference, reps) = percentile_bootstrap(n, cfg, CiMethod::PairedBootstrap, diff)?;
+    let used = reps.len() as f64;
+    let at_most_zero = reps.iter().filter(|d| **d <= 0.0).count() as f64;
+    let at_least_zero = reps.iter().filter(|d| **d >= 0.0).count() as f64;
+    let p_value = (2.0 * at_most_zero.min(at_least_zero) / used).min(1.0);
+    Ok(PairedTest {
+        test: PairedTestKind::PairedBootstrap,
+        significant: !difference.contains(0.0),
+        difference,
+        p_value,
+        discordant: None,
+    })
+}
+
+/// Paired bootstrap of the mean per-item difference `mean(a_i − b_i)` over the shared
+/// items (`a[i]` and `b[i]` are the two models' scores on item i).
+/// Errors: `LengthMismatch`; `Empty`; `NotANumber`.
+pub fn paired_bootstrap_mean(
+    a: &[f64],
+    b: &[f64],
+    cfg: Bootstrap,
+) -> Result<PairedTest, MetricError> {
+    check_paired(a, b)?;
+    super::reject_nan("model A's item scores", a)?;
+    super::reject_nan("model B's item scores", b)?;
+    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    paired_bootstrap_by(d.len(), cfg, |idx| Some(mean_at(&d, idx)))
+}
+
+/// `ln Σ_{i=0}^{k} C(n, i) / 2ⁿ` in log space (no underflow for large n).
+fn ln_binomial_half_cdf(k: u64, n: u64) -> f64 {
+    let ln_half = 0.5f64.ln();
+    let mut ln_pmf = n as f64 * ln_half; // i = 0
+    let mut terms = vec![ln_pmf];
+    for i in 0..k {
+        ln_pmf += ((n - i) as f64).ln() - ((i + 1) as f64).ln();
+        terms.push(ln_pmf);
+    }
+    let max = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    max + terms.iter().map(|t| (t - max).exp()).sum::<f64>().ln()
+}
+
+/// McNemar's exact test on paired binary outcomes (`a[i]`: model A succeeded on item i):
+/// with b = items only A got right and c = items only B got right, the two-sided p-value
+/// `min(1, 2·P(X ≤ min(b, c)))`, X ~ Binomial(b + c, ½) (1 when b + c = 0). The difference
+/// of the success proportions, A − B, gets Newcombe's hybrid score interval (his method 10:
+/// the two Wilson intervals combined with the phi correlation of the 2×2 table).
+/// Errors: `LengthMismatch`; `Empty`.
+pub fn mcnemar(a: &[bool], b: &[bool]) -> Result<PairedTest, MetricError> {
+    check_paired(a, b)?;
+    let mut t = [[0u64; 2]; 2]; // t[A][B]
+    for (&x, &y) in a.iter().zip(b) {
+        t[x as usize][y as usize] += 1;
+    }
+    let (both, only_a, only_b, neither) = (t[1][1], t[1][0], t[0][1], t[0][0]);
+    let n = a.len() as u64;
+    let discordant = only_a + only_b;
+    let p_value = if discordant == 0 {
+        1.0
+    } else {
+        (2.0 * ln_binomial_half_cdf(only_a.min(only_b), discordant).exp()).min(1.0)
+    };
+    let (w1, w2) = (wilson(both + only_a, n)?, wilson(both + only_b, n)?);
+    let (p1, p2) = (w1.estimate, w2.estimate);
+    let margins = [(both + only_a), (only_b + neither), (both + only_b), (only_a + neither)];
+    let phi = if margins.contains(&0) {
+        0.0
+    } else {
+        let num = both as f64 * neither as f64 - only_a as f64 * only_b as f64;
+        num / margins.iter().map(|&m| m as f64).product::<f64>().sqrt()
+    };
+    let theta = p1 - p2;
+    let side = |x: f64, y: f64| (x * x - 2.0 * phi * x * y + y * y).max(0.0).sqrt();
+    let low = theta - side(p1 - w1.low, w2.high - p2);
+    let high = theta + side(w1.high - p1, p2 - w2.low);
+    Ok(PairedTest {
+        test: PairedTestKind::McnemarExact,
+        difference: Interval {
+            estimate: theta,
+            low: low.max(-1.0),
+            high: high.min(1.0),
+            level: LEVEL,
+            method: CiMethod::NewcombePaired,
+            n,
+            resamples: None,
+            seed: None,
+        },
+        p_value,
+        significant: p_value < 1.0 - LEVEL,
+        discordant: Some(Discordant { only_a, only_b }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Identical models: difference 0, p = 1, not significant, under both tests.
+    #[test]
+    fn identical_models_do_not_differ() {
+        let a = [true, false, true, true, false];
+        let m = mcnemar(&a, &a).unwrap();
+        assert_eq!((m.difference.estimate, m.p_value, m.significant), (0.0, 1.0, false));
+        let s = [0.1, 0.5, 0.7, 0.2];
+        let p = paired_bootstrap_mean(&s, &s, Bootstrap::default()).unwrap();
+        assert_eq!((p.difference.estimate, p.p_value, p.significant), (0.0, 1.0, false));
+    }
+
+    /// A model better on every item is significantly better; mismatched inputs are errors.
+    #[test]
+    fn clear_difference_and_bad_input() {
+        let a = vec![true; 30];
+        let b = vec![false; 30];
+        let m = mcnemar(&a, &b).unwrap();
+        assert!(m.significant && m.p_value < 1e-8 && m.difference.low > 0.5, "{m:?}");
+        assert_eq!(m.discordant, Some(Discordant { only_a: 30, only_b: 0 }));
+        assert!(mcnemar(&a, &b[..3]).is_err());
+        assert!(mcnemar(&[], &[]).is_err());
+        let up: Vec<f64> = (0..20).map(|i| i as f64 / 20.0 + 0.3).collect();
+        let base: Vec<f64> = (0..20).map(|i| i as f64 / 20.0).collect();
+        let p = paired_bootstrap_mean(&up, &base, Bootstrap::default()).unwrap();
+        assert!(p.significant && (p.difference.estimate - 0.3).abs() < 1e-12, "{p:?}");
+        assert!(paired_bootstrap_mean(&[f64::NAN], &[0.0], Bootstrap::default()).is_err());
+    }
+}

@@ -1,0 +1,145 @@
+//! Issue 13: job messages are untrusted input, checked at the worker one job at a time.
+//! Real nats-server, real sled, real HTTP (an "attacker" server that must never be
+//! called).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, message::PublishMessage};
+use halyard_broker::{Broker, BrokerConfig, Delivery};
+use halyard_proto::pool::{PoolPlan, WorkerModel, WorkerPlan};
+use halyard_proto::{
+    encode, encode_batch, subjects, ChatMessage, FailureKind, Job, JobKey, JobResult, ModelRef,
+    Outcome, Sampling,
+};
+use halyard_tests::{FakeOpenAi, NatsServer, Reply};
+use halyard_worker::WorkerConfig;
+
+const POOL: &str = "free";
+
+fn job(run: uuid::Uuid, backend: &str, endpoint: &str, text: &str) -> Job {
+    let key = JobKey {
+        pipeline: "noop".into(),
+        stage: "call".into(),
+        stage_version: 1,
+        model: ModelRef { backend: backend.into(), endpoint: endpoint.into(), model: "m".into() },
+        messages: vec![ChatMessage::user(text)],
+        sampling: Sampling::default(),
+        sample_index: 0,
+    };
+    Job::new(run, POOL, key, 10_000)
+}
+
+async fn publish(js: &jetstream::Context, payload: Vec<u8>, msg_id: &str) {
+    let m = PublishMessage::build().payload(payload.into()).message_id(msg_id);
+    js.send_publish(subjects::job_subject(POOL), m).await.unwrap().await.unwrap();
+}
+
+/// Messages in `stream` now.
+async fn messages(b: &Broker, stream: &str) -> u64 {
+    b.js.get_stream(stream).await.unwrap().info().await.unwrap().state.messages
+}
+
+/// Every result stored in the results stream (read by sequence, consuming nothing).
+async fn stored_results(b: &Broker) -> Vec<JobResult> {
+    let mut stream = b.js.get_stream(subjects::RESULTS_STREAM).await.unwrap();
+    let (first, last) = {
+        let s = &stream.info().await.unwrap().state;
+        (s.first_sequence, s.last_sequence)
+    };
+    let mut out = Vec::new();
+    for seq in first..=last {
+        if let Ok(m) = stream.get_raw_message(seq).await {
+            out.extend(halyard_proto::decode_results(&m.payload).unwrap().into_iter().map(|r| r.0));
+        }
+    }
+    out
+}
+
+/// One batch holding two good jobs, a garbage item, a job whose id is not its key's hash
+/// and a job for an endpoint the worker was not configured with: the good jobs run, the
+/// other three are refused (counted, reported as `Refused`, the attacker never called)
+/// and the message is settled; a message of another wire version is handed back, not
+/// terminated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_bad_job_costs_only_itself() {
+    let nats = NatsServer::start();
+    let attacker = FakeOpenAi::start(|_| Reply::Text("planted".into())).await;
+    let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
+    halyard_broker::ensure_streams(&broker).await.unwrap();
+    let run = uuid::Uuid::now_v7();
+    let good = [job(run, "noop", "", "a"), job(run, "noop", "", "b")];
+    let mut forged_id = job(run, "noop", "", "c");
+    forged_id.key.messages[0].content = "changed after hashing".into();
+    let to_attacker = job(run, "openai", &attacker.base_url(), "d");
+    let items = [
+        encode(&good[0]).unwrap(),
+        encode(&"not a job").unwrap(),
+        encode(&forged_id).unwrap(),
+        encode(&to_attacker).unwrap(),
+        encode(&good[1]).unwrap(),
+    ];
+    publish(&broker.js, encode_batch(&items), "batch-1").await;
+    let mut newer = job(run, "noop", "", "e");
+    newer.v = halyard_proto::WIRE_VERSION + 1;
+    publish(&broker.js, encode(&newer).unwrap(), "newer-1").await;
+
+    let state = tempfile::tempdir().unwrap();
+    let plan = WorkerPlan { pools: vec![PoolPlan::new(POOL, 4).with_model(WorkerModel::Noop)] };
+    let mut cfg = WorkerConfig::new(plan, state.path().to_path_buf());
+    cfg.delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(halyard_worker::run(broker.clone(), cfg, async move {
+        let _ = stop_rx.wait_for(|v| *v).await;
+    }));
+    // Settled: the batch left the work queue; the newer message stays for another worker.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while stored_results(&broker).await.len() < 4
+        || messages(&broker, subjects::JOBS_STREAM).await != 1
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the batch was not settled: results {:?}, {} job messages",
+            stored_results(&broker).await,
+            messages(&broker, subjects::JOBS_STREAM).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The newer message is nak'd with a delay, not terminated: it is still there later.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(messages(&broker, subjects::JOBS_STREAM).await, 1);
+    stop_tx.send(true).unwrap();
+    let stats = worker.await.unwrap().unwrap();
+
+    let results = stored_results(&broker).await;
+    let mut done: Vec<_> =
+        results.iter().filter(|r| matches!(r.outcome, Outcome::Done(_))).map(|r| r.job).collect();
+    done.sort();
+    let mut want = vec![good[0].id, good[1].id];
+    want.sort();
+    assert_eq!(done, want, "{results:?}");
+    let refusal = |j: &Job| {
+        results
+            .iter()
+            .find_map(|r| match &r.outcome {
+                Outcome::Failed(f) if f.kind == FailureKind::Refused && r.job == j.id => {
+                    Some(f.error.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no refusal reported for {}: {results:?}", j.id))
+    };
+    let e = refusal(&forged_id);
+    assert!(e.contains("not the hash of its key"), "{e}");
+    let e = refusal(&to_attacker);
+    assert!(e.contains(&attacker.base_url()) && e.contains("pool \"free\""), "{e}");
+    assert_eq!(results.len(), 4, "no result for the newer job: {results:?}");
+    assert_eq!((stats.completed.get(), stats.refused.get(), stats.calls.get()), (2, 3, 2));
+    assert_eq!(attacker.call_count(), 0, "the attacker's server was called");
+    // Nothing refused was checkpointed.
+    drop(stats);
+    let cp = halyard_worker::Checkpoint::open(state.path()).unwrap();
+    for j in [&forged_id, &to_attacker] {
+        assert!(cp.get(&j.id).unwrap().is_none(), "refused job {} was checkpointed", j.id);
+    }
+    assert!(cp.get(&good[0].id).unwrap().is_some());
+}

@@ -1,0 +1,143 @@
+//! What the HTTP backend will and will not do, whatever a server or a sweep says.
+//!
+//! - [`HttpPolicy::max_body_bytes`]: a response body larger than this is a permanent
+//!   error, read no further, so a broken or hostile server cannot exhaust a worker's
+//!   memory (default [`DEFAULT_MAX_BODY_BYTES`], 64 MiB: a chat completion is a few KiB,
+//!   an 8k-token answer about 32 KiB).
+//! - [`check_plan`]: at worker start, an `http://` model URL to a host that is not
+//!   loopback is refused unless [`HttpPolicy::allow_insecure_http`]: prompts, answers
+//!   and the API key would cross the network unencrypted.
+//!
+//! Error texts built here and in `openai` pass through `halyard_proto::redact`, so
+//! credentials inside URLs and key-like text in error bodies never reach logs, errors or
+//! dead-letter records.
+
+use halyard_broker::auth::is_loopback_host;
+use halyard_proto::pool::{WorkerModel, WorkerPlan};
+use halyard_proto::redact;
+
+use super::CallError;
+
+/// Default limit of one response body.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 64 << 20;
+
+/// Limits of the HTTP backend, from the worker's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpPolicy {
+    pub max_body_bytes: u64,
+    /// Allow `http://` model URLs to hosts that are not loopback.
+    pub allow_insecure_http: bool,
+}
+
+impl Default for HttpPolicy {
+    fn default() -> Self {
+        HttpPolicy { max_body_bytes: DEFAULT_MAX_BODY_BYTES, allow_insecure_http: false }
+    }
+}
+
+/// Why `base_url` may not be used under `policy`, if it may not.
+pub fn check_url(base_url: &str, policy: HttpPolicy) -> Result<(), String> {
+    let shown = redact::url(base_url);
+    let u = reqwest::Url::parse(base_url).map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
+    match u.scheme() {
+        "https" => Ok(()),
+        "http" => {
+            let loopback = u.host_str().is_some_and(is_loopback_host);
+            if loopback || policy.allow_insecure_http {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{shown:?} is plain http:// to a host that is not loopback: prompts, answers and the \
+                     API key would cross the network unencrypted. Use https://, or accept this with \
+                     --allow-insecure-http (or `allow_insecure_http = true` in the worker config)"
+                ))
+            }
+        }
+        other => Err(format!("{shown:?}: scheme {other:?} is not http:// or https://")),
+    }
+}
+
+/// Check every HTTP model of the plan (at worker start, before anything is fetched).
+pub fn check_plan(plan: &WorkerPlan, policy: HttpPolicy) -> Result<(), String> {
+    for (pool, m) in plan.models() {
+        if let WorkerModel::Http(h) = m {
+            check_url(&h.base_url, policy)
+                .map_err(|e| format!("model {:?} of pool {:?}: {e}", h.model, pool.name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Read a response body, failing (permanently) once it exceeds `limit` bytes.
+pub async fn read_body(
+    mut resp: reqwest::Response,
+    limit: u64,
+    what: &str,
+) -> Result<Vec<u8>, CallError> {
+    let too_large = |n: u64| {
+        CallError::permanent(format!(
+            "{what}: the response body is larger than the limit of {limit} bytes ({n} bytes or more); \
+             raise max_body_bytes in the worker config if such answers are expected"
+        ))
+    };
+    if let Some(n) = resp.content_length().filter(|n| *n > limit) {
+        return Err(too_large(n));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| super::openai::transport_error(what, "reading body: ", &e))?
+    {
+        if body.len() as u64 + chunk.len() as u64 > limit {
+            return Err(too_large(body.len() as u64 + chunk.len() as u64));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 13: plain http:// leaves the machine only when the operator says so;
+    /// loopback and https are always fine; the refusal says why and hides credentials.
+    #[test]
+    fn insecure_urls_are_refused_unless_allowed() {
+        let strict = HttpPolicy::default();
+        let lax = HttpPolicy { allow_insecure_http: true, ..strict };
+        for ok in [
+            "https://api.openai.com/v1",
+            "http://127.0.0.1:8080/v1",
+            "http://127.9.9.9/v1",
+            "http://localhost:1/v1",
+            "http://[::1]:8000/v1",
+            "http://api.localhost/v1",
+        ] {
+            assert_eq!(check_url(ok, strict), Ok(()), "{ok}");
+        }
+        for bad in ["http://10.0.0.5:8000/v1", "http://gpu-node:8000/v1", "http://[::2]/v1"] {
+            let e = check_url(bad, strict).unwrap_err();
+            assert!(e.contains("unencrypted") && e.contains("--allow-insecure-http"), "{e}");
+            assert_eq!(check_url(bad, lax), Ok(()), "{bad}");
+        }
+        let e = check_url("http://u:hunter2@vllm:8000/v1", strict).unwrap_err();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(check_url("ftp://x/v1", lax).is_err());
+        assert!(check_url("not a url", lax).is_err());
+    }
+
+    /// The plan check names the model and pool of the first insecure URL.
+    #[test]
+    fn plan_check_names_model_and_pool() {
+        use halyard_proto::pool::PoolPlan;
+        let mut plan = WorkerPlan::default();
+        let m = |u: &str| WorkerModel::openai(u, "m", None);
+        plan.add(PoolPlan::new("p", 1).with_model(m("http://127.0.0.1/v1"))).unwrap();
+        assert_eq!(check_plan(&plan, HttpPolicy::default()), Ok(()));
+        plan.add(PoolPlan::new("q", 1).with_model(m("http://10.1.1.1/v1"))).unwrap();
+        let e = check_plan(&plan, HttpPolicy::default()).unwrap_err();
+        assert!(e.contains("model \"m\" of pool \"q\""), "{e}");
+    }
+}
