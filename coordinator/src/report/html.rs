@@ -195,6 +195,111 @@ fn stacked_chart(out: &mut String, title: &str, bars: &[Bar]) {
     out.push_str("</figure>");
 }
 
+/// A 95% interval drawn as a whisker over a bar: a line from `low` to `high` (in the
+/// chart's unit; `scale` pixels per unit from `left`) at height `y`, with end caps.
+pub(crate) fn whisker(
+    out: &mut String,
+    left: f64,
+    scale: f64,
+    y: f64,
+    low: f64,
+    high: f64,
+    label: &str,
+) {
+    let (x0, x1) = (left + low * scale, left + high * scale);
+    let _ = write!(
+        out,
+        "<g class=\"ci\"><title>{}: 95% interval {low:.2} to {high:.2}</title><line class=\"ci\" x1=\"{x0:.2}\" y1=\"{y:.2}\" x2=\"{x1:.2}\" y2=\"{y:.2}\"/><line x1=\"{x0:.2}\" y1=\"{:.2}\" x2=\"{x0:.2}\" y2=\"{:.2}\"/><line x1=\"{x1:.2}\" y1=\"{:.2}\" x2=\"{x1:.2}\" y2=\"{:.2}\"/></g>",
+        esc(label),
+        y - 5.0,
+        y + 5.0,
+        y - 5.0,
+        y + 5.0
+    );
+}
+
+/// A figure of one model for [`interval_chart`]: label, estimate, 95% bounds.
+struct Point {
+    label: String,
+    estimate: f64,
+    ci: Option<(f64, f64)>,
+}
+
+/// Bars of one figure across models, from 0 to the figure's scale (1 for fractions and
+/// AUROC, 100 for percentages, else the largest bound), each with its interval's whisker.
+fn interval_chart(out: &mut String, title: &str, points: &[Point]) {
+    const W: f64 = 500.0;
+    const LEFT: f64 = 220.0;
+    const ROW: f64 = 28.0;
+    let top = points
+        .iter()
+        .map(|p| p.ci.map_or(p.estimate, |c| c.1.max(p.estimate)))
+        .fold(0.0f64, f64::max);
+    let max = if top <= 1.0 {
+        1.0
+    } else if top <= 100.0 {
+        100.0
+    } else {
+        top
+    };
+    let height = ROW * points.len() as f64 + 10.0;
+    let _ = write!(
+        out,
+        "<figure><figcaption>{}</figcaption><svg class=\"chart\" role=\"img\" width=\"{}\" height=\"{height}\" viewBox=\"0 0 {} {height}\">",
+        esc(title),
+        LEFT + W + 140.0,
+        LEFT + W + 140.0
+    );
+    let scale = W / max;
+    for (i, p) in points.iter().enumerate() {
+        let y = 8.0 + ROW * i as f64;
+        let w = (p.estimate.max(0.0) * scale).max(1.0);
+        let _ = write!(
+            out,
+            "<text class=\"bar-label\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><rect class=\"seg seg-figure\" x=\"{LEFT}\" y=\"{y}\" width=\"{w:.2}\" height=\"{}\" fill=\"#90caf9\"><title>{}: {}</title></rect>",
+            LEFT - 8.0,
+            y + 15.0,
+            esc(&p.label),
+            ROW - 6.0,
+            esc(&p.label),
+            p.estimate
+        );
+        let mut end = LEFT + w;
+        let mut text = format!("{:.4}", p.estimate);
+        if let Some((low, high)) = p.ci {
+            whisker(out, LEFT, scale, y + 11.0, low.max(0.0), high.min(max), &p.label);
+            end = end.max(LEFT + high.min(max) * scale);
+            text = format!("{:.4} [{low:.4}, {high:.4}]", p.estimate);
+        }
+        let _ = write!(
+            out,
+            "<text class=\"bar-total\" x=\"{:.2}\" y=\"{}\">{text}</text>",
+            end + 6.0,
+            y + 15.0
+        );
+    }
+    out.push_str("</svg></figure>");
+}
+
+/// `report.json` intervals (objects with `estimate`, `low`, `high`) of an entry, by path
+/// (dotted, at most `depth` levels down).
+fn intervals_of(v: &Value, prefix: &str, depth: usize, out: &mut Vec<(String, f64, f64, f64)>) {
+    let Some(o) = v.as_object() else { return };
+    if let (Some(e), Some(l), Some(h)) = (o.get("estimate"), o.get("low"), o.get("high")) {
+        if let (Some(e), Some(l), Some(h)) = (e.as_f64(), l.as_f64(), h.as_f64()) {
+            out.push((prefix.to_string(), e, l, h));
+        }
+        return;
+    }
+    if depth == 0 {
+        return;
+    }
+    for (k, x) in o {
+        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        intervals_of(x, &key, depth - 1, out);
+    }
+}
+
 fn legend(out: &mut String, bars: &[Bar]) {
     out.push_str("<div class=\"legend\">");
     for (name, colour) in ANSWER_LABELS {
@@ -261,13 +366,14 @@ fn hypotermqa_section(
         esc(&judges.into_iter().collect::<Vec<_>>().join(", ")),
         esc(&sems.into_iter().collect::<Vec<_>>().join(", "))
     );
-    out.push_str("<table class=\"hts\"><tr><th>model</th><th>HTS (%)</th><th>valid answers to hypothetical questions</th><th>questions</th><th>labelled</th><th>judge errors (checks)</th></tr>");
+    out.push_str("<table class=\"hts\"><tr><th>model</th><th>HTS (%)</th><th>95% CI (Wilson)</th><th>valid answers to hypothetical questions</th><th>questions</th><th>labelled</th><th>judge errors (checks)</th></tr>");
     for (_, e) in entries {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td class=\"num\">{:.2}</td><td class=\"num\">{} / {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} / {}</td></tr>",
+            "<tr><td>{}</td><td class=\"num\">{:.2}</td><td class=\"num\">{}</td><td class=\"num\">{} / {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} / {}</td></tr>",
             esc(e["model"].as_str().unwrap_or("?")),
             e["hts"].as_f64().unwrap_or(0.0),
+            ci_text(&e["hts_share"]["ci95"]),
             u(&e["valid_answers_to_hypothetical"]),
             u(&e["hypothetical_questions"]),
             u(&e["questions"]),
@@ -277,6 +383,15 @@ fn hypotermqa_section(
         );
     }
     out.push_str("</table><div class=\"charts\">");
+    let hts: Vec<Point> = entries
+        .iter()
+        .map(|(_, e)| Point {
+            label: e["model"].as_str().unwrap_or("?").to_string(),
+            estimate: e["hts"].as_f64().unwrap_or(0.0),
+            ci: bounds(&e["hts_share"]["ci95"]),
+        })
+        .collect();
+    interval_chart(out, "HTS (%) with its 95% interval", &hts);
     let hyp: Vec<Bar> =
         entries.iter().map(|(i, e)| answer_bar(*i, e, "hypothetical", samples)).collect();
     stacked_chart(out, "Answers to hypothetical questions (click a segment for its rows)", &hyp);
@@ -324,6 +439,16 @@ fn hypotermqa_section(
     }
 }
 
+/// The bounds of an interval object of `report.json`.
+fn bounds(v: &Value) -> Option<(f64, f64)> {
+    Some((v["low"].as_f64()?, v["high"].as_f64()?))
+}
+
+/// "low–high" of an interval object, or "–".
+fn ci_text(v: &Value) -> String {
+    bounds(v).map_or("–".into(), |(l, h)| format!("{l:.2}–{h:.2}"))
+}
+
 /// Numeric fields of a report entry, nested objects flattened with dots (two levels).
 fn numeric_fields(v: &Value, prefix: &str, depth: usize, out: &mut Vec<(String, String)>) {
     let Some(o) = v.as_object() else { return };
@@ -367,6 +492,26 @@ fn generic_section(out: &mut String, b: u64, entries: &[(usize, &Value)]) {
         out.push_str("</tr>");
     }
     out.push_str("</table>");
+    // One chart per interval the entries carry (two levels down), models as bars.
+    let mut figures: BTreeMap<String, Vec<Point>> = BTreeMap::new();
+    for (_, e) in entries {
+        let mut found = Vec::new();
+        intervals_of(e, "", 2, &mut found);
+        for (path, estimate, low, high) in found {
+            figures.entry(path).or_default().push(Point {
+                label: e["model"].as_str().unwrap_or("?").to_string(),
+                estimate,
+                ci: Some((low, high)),
+            });
+        }
+    }
+    if !figures.is_empty() {
+        out.push_str("<div class=\"charts\">");
+        for (path, points) in &figures {
+            interval_chart(out, &format!("{path} with its 95% interval"), points);
+        }
+        out.push_str("</div>");
+    }
 }
 
 fn cost_section(out: &mut String, costs: &Value) {
@@ -474,7 +619,7 @@ table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border:1px soli
 th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}tr.total td{font-weight:600;background:#fafafa}\
 figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}svg.chart text{font-size:12px;fill:#222}svg.chart text.seg-text{fill:#fff;font-size:11px}\
 svg.chart a rect:hover{opacity:.75;cursor:pointer}.legend span{margin-right:14px;font-size:12px}.legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}\
-details.samples{margin:4px 0}details.samples:target{outline:2px solid #1e88e5}.meta{color:#555}#render-check{color:#888;font-size:11px;margin-top:30px}.warning{background:#fff3e0;border-left:4px solid #fb8c00;padding:6px 10px}";
+svg.chart g.ci line{stroke:#111;stroke-width:1.5}details.samples{margin:4px 0}details.samples:target{outline:2px solid #1e88e5}.meta{color:#555}#render-check{color:#888;font-size:11px;margin-top:30px}.warning{background:#fff3e0;border-left:4px solid #fb8c00;padding:6px 10px}";
 
 /// The page checks itself once loaded: every bar segment drawn with a real size, no
 /// script errors; the result goes into #render-check for the browser test to read.
@@ -484,6 +629,7 @@ var segs=Array.prototype.slice.call(document.querySelectorAll('svg.chart rect.se
 var drawn=segs.filter(function(r){var b=r.getBBox();return b.width>0&&b.height>0}).length;\
 c.dataset.charts=document.querySelectorAll('svg.chart').length;c.dataset.segments=segs.length;c.dataset.drawn=drawn;\
 c.dataset.links=document.querySelectorAll('svg.chart a').length;\
+c.dataset.whiskers=Array.prototype.slice.call(document.querySelectorAll('svg.chart line.ci')).filter(function(l){return l.getBBox().width>0}).length;\
 c.dataset.errors=window.__errors.join(' | ');c.dataset.ok=(window.__errors.length===0&&drawn===segs.length)?'1':'0';\
 c.textContent='render check: '+drawn+' of '+segs.length+' bar segments drawn in '+c.dataset.charts+' charts'+(window.__errors.length?'; errors: '+c.dataset.errors:'');\
 }catch(err){c.dataset.ok='0';c.dataset.errors=String(err);c.textContent='render check failed: '+err}});";

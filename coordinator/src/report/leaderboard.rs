@@ -1,13 +1,22 @@
 //! `halyard report RUN_DIR...`: several runs' `report.json` merged into one leaderboard
 //! (Markdown and HTML). Every HypoTermQA result (model under test × run) is a row,
 //! ranked by HTS (higher is better), with its answer counts, judge, semantics, dataset
-//! and cost. Rows are comparable only under the same judge, semantics and questions, so
-//! the leaderboard warns when they differ. Results of other pipelines are listed as
-//! skipped.
+//! and cost, and HTS's 95% Wilson interval. Rows are comparable only under the same judge,
+//! semantics and questions, so the leaderboard warns when they differ. Results of other
+//! pipelines are listed as skipped.
+//!
+//! Each pair of adjacent rows on the same questions (same dataset, judge and semantics)
+//! gets McNemar's exact test on the hypothetical questions both answered (valid answer or
+//! not, read from the runs' `labels.jsonl`), so a rank that the questions cannot tell apart
+//! is marked "not significant" instead of looking like a real difference.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+use halyard_pipelines::metrics::interval::Interval;
+use halyard_pipelines::metrics::paired::{mcnemar, PairedTest};
 use serde_json::Value;
 
 use super::html::esc;
@@ -34,14 +43,73 @@ pub struct Row {
     pub valid_questions: u64,
     /// USD spent on this model under test in its run (all stages), if priced.
     pub cost: Option<f64>,
+    /// HTS's 95% interval (percent), when the report has one.
+    pub hts_ci: Option<Interval>,
+    /// Per hypothetical question id: whether the answer was labelled valid (from the run's
+    /// `labels.jsonl`); `Err` says why it could not be read.
+    pub hypothetical: Result<BTreeMap<i64, bool>, String>,
+}
+
+/// Row `rank` (0-based) compared with the row below it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Comparison {
+    pub upper: usize,
+    /// McNemar's test (A = the upper row) on the shared hypothetical questions, or why the
+    /// two rows were not compared.
+    pub test: Result<PairedTest, String>,
 }
 
 #[derive(Debug, Default)]
 pub struct Leaderboard {
     /// Best first.
     pub rows: Vec<Row>,
+    /// One per adjacent pair of rows (`comparisons[i]`: row i vs row i + 1).
+    pub comparisons: Vec<Comparison>,
     pub warnings: Vec<String>,
     pub skipped: Vec<String>,
+}
+
+/// Hypothetical questions' outcomes of the entry whose rows are `lines` of `labels`.
+fn hypothetical_outcomes(labels: &Path, lines: (u64, u64)) -> Result<BTreeMap<i64, bool>, String> {
+    let f = std::fs::File::open(labels).map_err(|e| format!("{}: {e}", labels.display()))?;
+    let mut out = BTreeMap::new();
+    for (n, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let n = n as u64;
+        if n < lines.0 {
+            continue;
+        }
+        if n >= lines.1 {
+            break;
+        }
+        let at = || format!("{}: line {}", labels.display(), n + 1);
+        let line = line.map_err(|e| format!("{}: {e}", at()))?;
+        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{}: {e}", at()))?;
+        if v["question_type"] != "hypothetical" {
+            continue;
+        }
+        let id = v["question_id"].as_i64().ok_or_else(|| format!("{}: no question_id", at()))?;
+        let label =
+            v["answer_label"].as_str().ok_or_else(|| format!("{}: no answer_label", at()))?;
+        out.insert(id, label == "valid");
+    }
+    Ok(out)
+}
+
+/// McNemar's test of `a` against `b` on their shared hypothetical questions, when they are
+/// comparable.
+fn compare(a: &Row, b: &Row) -> Result<PairedTest, String> {
+    if (&a.dataset, a.questions, &a.judge, &a.semantics)
+        != (&b.dataset, b.questions, &b.judge, &b.semantics)
+    {
+        return Err("not compared: different questions, judge or semantics".into());
+    }
+    let (ha, hb) = match (&a.hypothetical, &b.hypothetical) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => return Err(format!("not compared: {e}")),
+    };
+    let (xs, ys): (Vec<bool>, Vec<bool>) =
+        ha.iter().filter_map(|(id, x)| hb.get(id).map(|y| (*x, *y))).unzip();
+    mcnemar(&xs, &ys).map_err(|e| format!("not compared: {e}"))
 }
 
 fn u(v: &Value) -> u64 {
@@ -93,6 +161,11 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
                 .and_then(|a| a.iter().find(|c| c["model"] == b["model"]))
                 .and_then(|c| c["cost"].as_f64());
             let priced = report["costs"]["prices"].as_object().is_some_and(|p| !p.is_empty());
+            let hypothetical = match (b["labels_lines"][0].as_u64(), b["labels_lines"][1].as_u64())
+            {
+                (Some(x), Some(y)) => hypothetical_outcomes(&run_dir.join("labels.jsonl"), (x, y)),
+                _ => Err(format!("{}: the entry has no `labels_lines`", path.display())),
+            };
             lb.rows.push(Row {
                 run: run.clone(),
                 run_dir: run_dir.clone(),
@@ -113,6 +186,8 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
                 valid_valid: u(&val["valid"]),
                 valid_questions,
                 cost: cost.filter(|_| priced),
+                hts_ci: serde_json::from_value(b["hts_share"]["ci95"].clone()).ok(),
+                hypothetical,
             });
         }
     }
@@ -146,10 +221,16 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
     if sets.len() > 1 {
         lb.warnings.push(format!("runs evaluated different question sets: {}", sets.join("; ")));
     }
+    lb.comparisons = lb
+        .rows
+        .windows(2)
+        .enumerate()
+        .map(|(upper, w)| Comparison { upper, test: compare(&w[0], &w[1]) })
+        .collect();
     Ok(lb)
 }
 
-const HEADERS: [&str; 13] = [
+const HEADERS: [&str; 15] = [
     "rank",
     "model",
     "HTS (%)",
@@ -163,10 +244,31 @@ const HEADERS: [&str; 13] = [
     "semantics",
     "run",
     "cost (USD)",
+    "HTS 95% CI",
+    "vs next row",
 ];
 
+/// "better (p = 0.012)" / "not significant (p = 0.41)" / why not compared.
+fn versus(c: Option<&Comparison>) -> String {
+    match c.map(|c| &c.test) {
+        None => "-".into(),
+        Some(Ok(t)) if t.significant => format!("better (p = {})", p_text(t.p_value)),
+        Some(Ok(t)) => format!("not significant (p = {})", p_text(t.p_value)),
+        Some(Err(_)) => "not compared".into(),
+    }
+}
+
+fn p_text(p: f64) -> String {
+    if p < 0.001 {
+        "< 0.001".into()
+    } else {
+        format!("{p:.3}")
+    }
+}
+
 /// The cells of row `i` (rank `i + 1`), in [`HEADERS`] order, as plain text.
-fn cells(i: usize, r: &Row) -> [String; 13] {
+fn cells(lb: &Leaderboard, i: usize) -> [String; 15] {
+    let r = &lb.rows[i];
     [
         (i + 1).to_string(),
         r.model.clone(),
@@ -181,7 +283,42 @@ fn cells(i: usize, r: &Row) -> [String; 13] {
         r.semantics.clone(),
         r.run.clone(),
         r.cost.map_or("-".to_string(), |c| format!("{c:.4}")),
+        r.hts_ci.map_or("-".to_string(), |c| format!("{:.2}–{:.2}", c.low, c.high)),
+        versus(lb.comparisons.get(i)),
     ]
+}
+
+/// The adjacent pairs' tests, as a Markdown table.
+fn comparisons_markdown(lb: &Leaderboard) -> String {
+    if lb.comparisons.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from("\n## Adjacent rows\n\nMcNemar's exact test on the hypothetical questions both rows answered (valid answer or not); the HTS difference (percentage points) with Newcombe's paired 95% interval. Not significant: the questions cannot tell the two rows apart at the 5% level.\n\n| ranks | models | shared questions | only upper valid | only lower valid | HTS difference (pp) | 95% CI | p | result |\n|---|---|---|---|---|---|---|---|---|\n");
+    for c in &lb.comparisons {
+        let (a, b) = (&lb.rows[c.upper], &lb.rows[c.upper + 1]);
+        let ranks = format!("{} vs {}", c.upper + 1, c.upper + 2);
+        let models = format!("{} ({}) vs {} ({})", a.model, a.run, b.model, b.run);
+        match &c.test {
+            Ok(t) => {
+                let d = t.difference.scaled(100.0);
+                let (only_a, only_b) = t.discordant.map_or((0, 0), |d| (d.only_a, d.only_b));
+                let _ = writeln!(
+                    md,
+                    "| {ranks} | {models} | {} | {only_a} | {only_b} | {:+.2} | {:.2} to {:.2} | {} | {} |",
+                    d.n,
+                    d.estimate,
+                    d.low,
+                    d.high,
+                    p_text(t.p_value),
+                    if t.significant { "significant" } else { "not significant" }
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(md, "| {ranks} | {models} | - | - | - | - | - | - | {e} |");
+            }
+        }
+    }
+    md
 }
 
 pub fn render_markdown(lb: &Leaderboard) -> String {
@@ -193,9 +330,10 @@ pub fn render_markdown(lb: &Leaderboard) -> String {
         md.push('\n');
     }
     let _ = writeln!(md, "| {} |\n|{}", HEADERS.join(" | "), "---|".repeat(HEADERS.len()));
-    for (i, r) in lb.rows.iter().enumerate() {
-        let _ = writeln!(md, "| {} |", cells(i, r).join(" | "));
+    for i in 0..lb.rows.len() {
+        let _ = writeln!(md, "| {} |", cells(lb, i).join(" | "));
     }
+    md.push_str(&comparisons_markdown(lb));
     for sk in &lb.skipped {
         let _ = writeln!(md, "\nSkipped: {sk}");
     }
@@ -232,10 +370,20 @@ pub fn render_html(lb: &Leaderboard) -> String {
         let w = (W * r.hts / 100.0).max(1.0);
         let _ = write!(
             o,
-            "<a href=\"#row-{i}\"><rect class=\"seg seg-valid\" x=\"{LEFT}\" y=\"{y}\" width=\"{w:.2}\" height=\"22\" fill=\"#43a047\"><title>{}: HTS {:.2}%</title></rect></a><text class=\"bar-total\" x=\"{:.2}\" y=\"{}\">{:.1}%</text>",
+            "<a href=\"#row-{i}\"><rect class=\"seg seg-valid\" x=\"{LEFT}\" y=\"{y}\" width=\"{w:.2}\" height=\"22\" fill=\"#43a047\"><title>{}: HTS {:.2}%</title></rect></a>",
             esc(&label),
             r.hts,
-            LEFT + w + 6.0,
+        );
+        let mut end = LEFT + w;
+        if let Some(ci) = &r.hts_ci {
+            let scale = W / 100.0;
+            super::html::whisker(&mut o, LEFT, scale, y + 11.0, ci.low, ci.high, &label);
+            end = end.max(LEFT + ci.high * scale);
+        }
+        let _ = write!(
+            o,
+            "<text class=\"bar-total\" x=\"{:.2}\" y=\"{}\">{:.1}%</text>",
+            end + 6.0,
             y + 15.0,
             r.hts
         );
@@ -247,7 +395,7 @@ pub fn render_html(lb: &Leaderboard) -> String {
     o.push_str("</tr>");
     for (i, r) in lb.rows.iter().enumerate() {
         let _ = write!(o, "<tr id=\"row-{i}\">");
-        for (c, text) in cells(i, r).iter().enumerate() {
+        for (c, text) in cells(lb, i).iter().enumerate() {
             // The run links to its own report.
             let text = if HEADERS[c] == "run" {
                 format!(
@@ -263,6 +411,42 @@ pub fn render_html(lb: &Leaderboard) -> String {
         o.push_str("</tr>");
     }
     o.push_str("</table>");
+    if !lb.comparisons.is_empty() {
+        o.push_str("<h2>Adjacent rows</h2><p class=\"meta\">McNemar's exact test on the hypothetical questions both rows answered; the HTS difference in percentage points with Newcombe's paired 95% interval.</p><table><tr><th>ranks</th><th>models</th><th>shared questions</th><th>only upper valid</th><th>only lower valid</th><th>HTS difference (pp)</th><th>95% CI</th><th>p</th><th>result</th></tr>");
+        for c in &lb.comparisons {
+            let (a, b) = (&lb.rows[c.upper], &lb.rows[c.upper + 1]);
+            let _ = write!(
+                o,
+                "<tr><td>{} vs {}</td><td>{} ({}) vs {} ({})</td>",
+                c.upper + 1,
+                c.upper + 2,
+                esc(&a.model),
+                esc(&a.run),
+                esc(&b.model),
+                esc(&b.run)
+            );
+            match &c.test {
+                Ok(t) => {
+                    let d = t.difference.scaled(100.0);
+                    let (x, y) = t.discordant.map_or((0, 0), |d| (d.only_a, d.only_b));
+                    let _ = write!(
+                        o,
+                        "<td class=\"num\">{}</td><td class=\"num\">{x}</td><td class=\"num\">{y}</td><td class=\"num\">{:+.2}</td><td class=\"num\">{:.2} to {:.2}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                        d.n,
+                        d.estimate,
+                        d.low,
+                        d.high,
+                        p_text(t.p_value),
+                        if t.significant { "significant" } else { "<b>not significant</b>" }
+                    );
+                }
+                Err(e) => {
+                    let _ = write!(o, "<td colspan=\"7\">{}</td></tr>", esc(e));
+                }
+            }
+        }
+        o.push_str("</table>");
+    }
     for sk in &lb.skipped {
         let _ = write!(o, "<p class=\"meta\">Skipped: {}</p>", esc(sk));
     }
@@ -308,5 +492,107 @@ mod tests {
         let lb = load(&[a]).unwrap();
         assert!(lb.warnings.is_empty());
         assert!(load(&[t.path().join("missing")]).unwrap_err().contains("missing"));
+    }
+
+    /// A run whose report's entry `e` has its labels (hypothetical question i valid when
+    /// `valid(i)`, for ids in `ids`) at lines 0..n of its labels.jsonl.
+    fn run_with_labels(
+        dir: &Path,
+        name: &str,
+        model: &str,
+        ids: &[i64],
+        valid: &dyn Fn(i64) -> bool,
+    ) {
+        let mut lines = String::new();
+        for id in ids {
+            let label = if valid(*id) { "valid" } else { "hallucination" };
+            lines.push_str(&format!(
+                "{{\"question_id\":{id},\"question_type\":\"hypothetical\",\"answer_label\":\"{label}\"}}\n"
+            ));
+        }
+        // A valid question's row is not a hypothetical outcome.
+        lines.push_str(
+            "{\"question_id\":1000,\"question_type\":\"valid_fresh\",\"answer_label\":\"valid\"}\n",
+        );
+        let n = ids.len() + 1;
+        let k = ids.iter().filter(|i| valid(**i)).count();
+        let hts = k as f64 * 100.0 / ids.len() as f64;
+        let mut e = entry(model, "j", "paper", hts);
+        e["labels_lines"] = serde_json::json!([0, n]);
+        e["questions"] = 40.into();
+        e["hts_share"] = serde_json::json!({"numerator": k, "denominator": ids.len(), "percent": hts,
+            "ci95": {"estimate": hts, "low": hts - 5.0, "high": hts + 5.0, "level": 0.95, "method": "wilson", "n": ids.len()}});
+        report(dir, name, serde_json::json!([e]));
+        std::fs::write(dir.join("labels.jsonl"), lines).unwrap();
+    }
+
+    /// Two-sided exact McNemar p-value computed directly: 2·Σ_{i≤min} C(n, i)/2ⁿ.
+    fn exact_p(only_a: u64, only_b: u64) -> f64 {
+        let n = only_a + only_b;
+        let mut c = 1.0f64;
+        let mut sum = 0.0;
+        for i in 0..=only_a.min(only_b) {
+            if i > 0 {
+                c = c * (n - i + 1) as f64 / i as f64;
+            }
+            sum += c;
+        }
+        (2.0 * sum / 2f64.powi(n as i32)).min(1.0)
+    }
+
+    /// Adjacent rows on the same questions get McNemar's test on their shared hypothetical
+    /// questions; a difference the questions cannot tell apart is marked not significant.
+    #[test]
+    fn adjacent_rows_get_a_paired_test() {
+        let t = tempfile::tempdir().unwrap();
+        let ids: Vec<i64> = (0..20).collect();
+        // A: valid on 0..12; B: valid on 0..3 and 19 → only A on 3..12 (9), only B on 19 (1).
+        run_with_labels(&t.path().join("a"), "a", "m1", &ids, &|i| i < 12);
+        let b_valid = |i: i64| i < 3 || i == 19;
+        run_with_labels(&t.path().join("b"), "b", "m2", &ids, &b_valid);
+        // C answers like B, plus a question B does not have: compared on the 20 shared.
+        let c_ids: Vec<i64> = (0..21).collect();
+        run_with_labels(&t.path().join("c"), "c", "m3", &c_ids, &|i| b_valid(i) || i == 20);
+        let dirs: Vec<PathBuf> = ["a", "b", "c"].iter().map(|d| t.path().join(d)).collect();
+        let lb = load(&dirs).unwrap();
+        let order: Vec<&str> = lb.rows.iter().map(|r| r.model.as_str()).collect();
+        assert_eq!(order, ["m1", "m3", "m2"], "C's extra valid answer ranks it above B");
+        assert_eq!(lb.comparisons.len(), 2);
+        let ab = lb.comparisons[0].test.as_ref().unwrap();
+        assert_eq!(ab.difference.n, 20);
+        let d = ab.discordant.unwrap();
+        assert_eq!((d.only_a, d.only_b), (9, 1), "A vs C: C is valid on 0..3, 19 (and 20)");
+        assert!((ab.p_value - exact_p(9, 1)).abs() < 1e-12, "{}", ab.p_value);
+        assert!(ab.significant);
+        // C vs B on their 20 shared questions: identical outcomes.
+        let cb = lb.comparisons[1].test.as_ref().unwrap();
+        assert_eq!((cb.difference.n, cb.p_value, cb.significant), (20, 1.0, false));
+        let md = render_markdown(&lb);
+        assert!(md.contains("better (p = 0.021)"), "{md}");
+        assert!(md.contains("not significant (p = 1.000)"), "{md}");
+        assert!(md.contains("| 1 vs 2 | m1 (a) vs m3 (c) | 20 | 9 | 1 | +40.00 |"), "{md}");
+        // A vs B directly (the two only): the same 9 / 1 split.
+        let lb = load(&dirs[..2]).unwrap();
+        let ab = lb.comparisons[0].test.as_ref().unwrap();
+        assert_eq!(ab.discordant.map(|d| (d.only_a, d.only_b)), Some((9, 1)));
+        assert!((ab.p_value - exact_p(9, 1)).abs() < 1e-12 && ab.significant);
+        assert!((exact_p(9, 1) - 22.0 / 1024.0).abs() < 1e-15);
+        let html = render_html(&lb);
+        assert_eq!(html.matches("<line class=\"ci\"").count(), 2, "a whisker per row");
+        assert!(html.contains("<h2>Adjacent rows</h2>"));
+
+        // Another judge: not compared, and said so.
+        let mut r: Value =
+            serde_json::from_str(&std::fs::read_to_string(dirs[1].join("report.json")).unwrap())
+                .unwrap();
+        r["benchmarks"][0]["judge"] = "j2".into();
+        std::fs::write(dirs[1].join("report.json"), r.to_string()).unwrap();
+        let lb = load(&dirs[..2]).unwrap();
+        assert!(lb.comparisons[0].test.as_ref().unwrap_err().contains("different"));
+        assert!(render_markdown(&lb).contains("| not compared |"));
+        // Labels missing: not compared, with the file named.
+        std::fs::remove_file(dirs[0].join("labels.jsonl")).unwrap();
+        let lb = load(&dirs[..1]).unwrap();
+        assert!(lb.rows[0].hypothetical.as_ref().unwrap_err().contains("labels.jsonl"));
     }
 }

@@ -26,7 +26,7 @@ use super::plan::{ItemLabel, Status};
 use crate::metrics::autohall::GoldLabel;
 use crate::metrics::autohall::{k_ablation, DetectionRecord};
 use crate::metrics::classification::{ClassificationIntervals, ClassificationMetrics, Confusion};
-use crate::metrics::interval::{wilson, Interval};
+use crate::metrics::interval::{wilson, with_bracket, Interval};
 
 /// One row of the K-ablation (the last row is the headline at K).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -251,10 +251,10 @@ fn baselines_markdown(rows: &[BaselineReport]) -> String {
             b.scored,
             b.unparseable,
             b.incomplete,
-            pct(b.metrics.accuracy),
-            pct(b.metrics.precision),
-            pct(b.metrics.recall),
-            pct(b.metrics.f1)
+            with_bracket(b.metrics.accuracy, b.ci95.accuracy.as_ref(), 100.0, 2),
+            with_bracket(b.metrics.precision, b.ci95.precision.as_ref(), 100.0, 2),
+            with_bracket(b.metrics.recall, b.ci95.recall.as_ref(), 100.0, 2),
+            with_bracket(b.metrics.f1, b.ci95.f1.as_ref(), 100.0, 2)
         ));
     }
     md
@@ -267,15 +267,11 @@ fn gold_name(g: GoldLabel) -> &'static str {
     }
 }
 
-fn pct(v: Option<f64>) -> String {
-    v.map_or("–".into(), |v| format!("{:.2}", v * 100.0))
-}
-
 /// The benchmark's Markdown section: a leaderboard across models, then each model's
 /// counts and K-ablation.
 pub fn render_markdown(title: &str, reports: &[Report]) -> String {
     let mut md = format!("## {title}\n\n");
-    md.push_str("Hallucination rate = hallucinated / classified references; detection on the balanced set, hallucination positive, figures ×100.\n\n");
+    md.push_str("Hallucination rate = hallucinated / classified references; detection on the balanced set, hallucination positive, figures ×100. In brackets: the 95% interval (Wilson for the rate, accuracy, precision and recall; a seeded bootstrap over references for F1).\n\n");
     md.push_str("| model | claims | classified | hallucinated | rate % | balanced 2n | K | scored | acc | P | R | F1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut order: Vec<&Report> = reports.iter().collect();
     let f1 = |r: &Report| {
@@ -287,9 +283,13 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
     };
     order.sort_by(|a, b| f1(b).total_cmp(&f1(a)).then(a.model.cmp(&b.model)));
     for r in order {
-        let (k, scored, m) = match &r.detection {
-            Some(d) => (d.k.to_string(), d.scored.to_string(), d.at_k.as_ref().map(|k| k.metrics)),
+        let (k, scored, at_k) = match &r.detection {
+            Some(d) => (d.k.to_string(), d.scored.to_string(), d.at_k.as_ref()),
             None => ("off".into(), "–".into(), None),
+        };
+        let fig = |f: fn(&ClassificationMetrics) -> Option<f64>,
+                   c: fn(&ClassificationIntervals) -> Option<&Interval>| {
+            at_k.map_or("–".into(), |k| with_bracket(f(&k.metrics), c(&k.ci95), 100.0, 2))
         };
         md.push_str(&format!(
             "| `{}` | {} | {} | {} | {} | {} | {k} | {scored} | {} | {} | {} | {} |\n",
@@ -297,12 +297,12 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
             r.claims,
             r.classified,
             r.hallucinated,
-            pct(r.hallucination_rate),
+            with_bracket(r.hallucination_rate, r.hallucination_rate_ci95.as_ref(), 100.0, 2),
             r.balanced_per_class * 2,
-            pct(m.and_then(|m| m.accuracy)),
-            pct(m.and_then(|m| m.precision)),
-            pct(m.and_then(|m| m.recall)),
-            pct(m.and_then(|m| m.f1)),
+            fig(|m| m.accuracy, |c| c.accuracy.as_ref()),
+            fig(|m| m.precision, |c| c.precision.as_ref()),
+            fig(|m| m.recall, |c| c.recall.as_ref()),
+            fig(|m| m.f1, |c| c.f1.as_ref()),
         ));
     }
     for r in reports {
@@ -336,10 +336,10 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
                     c.false_pos,
                     c.true_neg,
                     c.false_neg,
-                    pct(row.metrics.accuracy),
-                    pct(row.metrics.precision),
-                    pct(row.metrics.recall),
-                    pct(row.metrics.f1),
+                    with_bracket(row.metrics.accuracy, row.ci95.accuracy.as_ref(), 100.0, 2),
+                    with_bracket(row.metrics.precision, row.ci95.precision.as_ref(), 100.0, 2),
+                    with_bracket(row.metrics.recall, row.ci95.recall.as_ref(), 100.0, 2),
+                    with_bracket(row.metrics.f1, row.ci95.f1.as_ref(), 100.0, 2),
                     num(row.mean_conflicts_hallucinated),
                     num(row.mean_conflicts_factual)
                 ));

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::plan::{ItemLabel, Metric};
 use crate::metrics::auroc::auroc;
-use crate::metrics::interval::{auroc_delong, delong, Interval};
+use crate::metrics::interval::{auroc_delong, delong, with_bracket, Interval};
 
 /// AUROC of one score over the items that have it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -192,10 +192,15 @@ fn num(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format!("{v:.4}"))
 }
 
+/// An AUROC with its DeLong interval in brackets.
+fn auroc_text(r: Option<&Ranking>) -> String {
+    r.map_or("–".into(), |r| with_bracket(r.auroc, r.auroc_ci95.as_ref(), 1.0, 4))
+}
+
 /// The benchmark's Markdown section: a leaderboard of judges by AUROC, then the counts.
 pub fn render_markdown(title: &str, reports: &[Report]) -> String {
     let mut md = format!(
-        "## {title}\n\nAUROC against the labels (hallucinated = positive, ties count ½); ChainPoll score = share of \"yes\" polls. Verdict: {VERDICT_RULE}.\n\n"
+        "## {title}\n\nAUROC against the labels (hallucinated = positive, ties count ½), in brackets its 95% DeLong interval; ChainPoll score = share of \"yes\" polls. Verdict: {VERDICT_RULE}.\n\n"
     );
     let Some(first) = reports.first() else { return md };
     let mut head = String::from("| judge |");
@@ -214,13 +219,13 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
     for r in order {
         md.push_str(&format!("| `{}` |", r.model));
         for m in &r.metrics {
-            md.push_str(&format!(" {} |", num(m.ranking.auroc)));
+            md.push_str(&format!(" {} |", auroc_text(Some(&m.ranking))));
         }
         md.push_str(&format!(
             " {} | {} | {} |\n",
-            num(r.selfcheck_avg.as_ref().and_then(|s| s.auroc)),
-            num(r.selfcheck_max.as_ref().and_then(|s| s.auroc)),
-            r.pseudo_entropy.ranking.as_ref().map_or("n/c".into(), |s| num(s.auroc))
+            auroc_text(r.selfcheck_avg.as_ref()),
+            auroc_text(r.selfcheck_max.as_ref()),
+            r.pseudo_entropy.ranking.as_ref().map_or("n/c".into(), |s| auroc_text(Some(s)))
         ));
     }
     for r in reports {
@@ -240,7 +245,7 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
                 "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 k.scored,
                 k.unscored,
-                num(k.auroc),
+                auroc_text(Some(k)),
                 num(k.mean_positive),
                 num(k.mean_negative),
                 p(|m| m.polls),

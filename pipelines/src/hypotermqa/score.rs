@@ -410,8 +410,10 @@ pub fn score<'a>(
     }
 }
 
+/// "12.34% (3/9) [4.12, 30.20]": the share, its counts and its 95% Wilson interval.
 fn pct(s: &Share) -> String {
-    format!("{:.2}% ({}/{})", s.percent, s.numerator, s.denominator)
+    let ci = s.ci95.map_or(String::new(), |c| format!(" [{:.2}, {:.2}]", c.low, c.high));
+    format!("{:.2}% ({}/{}){ci}", s.percent, s.numerator, s.denominator)
 }
 
 fn answer_row(name: &str, a: &AnswerShares) -> String {
@@ -447,11 +449,15 @@ fn label_table(title: &str, unit: &str, groups: &[(&str, &LabelShares)]) -> Stri
 /// A readable `report.md` section for one report.
 pub fn render_markdown(r: &Report) -> String {
     let mut s = format!(
-        "## HypoTermQA: {} judged by {} ({} semantics)\n\n**HTS {:.2}%**: {} valid answers to {} hypothetical questions.\n",
+        "## HypoTermQA: {} judged by {} ({} semantics)\n\n**HTS {:.2}%**{}: {} valid answers to {} hypothetical questions.\n",
         r.model,
         r.judge,
         r.semantics.as_str(),
         r.hts,
+        r.hts_share.ci95.map_or(String::new(), |c| format!(
+            " (95% interval {:.2}–{:.2}, Wilson, n = {})",
+            c.low, c.high, c.n
+        )),
         r.valid_answers_to_hypothetical,
         r.hypothetical_questions
     );
@@ -466,6 +472,11 @@ pub fn render_markdown(r: &Report) -> String {
         "\n{} questions, {} labelled, {} labels ignored (other model, judge or semantics, or repeated).\n",
         r.questions, r.items_labelled, r.items_ignored
     ));
+    s.push_str(
+        "\nShares in brackets: their 95% Wilson interval in percent. Questions are independent \
+         items; evaluation rows and terms of one answer are not, so their intervals are narrower \
+         than they should be.\n",
+    );
     s.push_str("\n### Answer labels by question type\n\n");
     s.push_str("| question type | questions | valid | hallucination | irrelevant | judge_error | unanswered | not labelled |\n");
     s.push_str("|---|---|---|---|---|---|---|---|\n");

@@ -101,6 +101,12 @@ impl Interval {
         }
     }
 
+    /// " [low, high]" of the interval times `factor` (100: a fraction as a percentage), with
+    /// `decimals` digits: the bracket Markdown reports put after a figure.
+    pub fn bracket(&self, factor: f64, decimals: usize) -> String {
+        format!(" [{:.d$}, {:.d$}]", self.low * factor, self.high * factor, d = decimals)
+    }
+
     /// Whether `value` lies inside the bounds (inclusive).
     pub fn contains(&self, value: f64) -> bool {
         self.low <= value && value <= self.high
@@ -108,6 +114,25 @@ impl Interval {
 
     fn closed(estimate: f64, low: f64, high: f64, method: CiMethod, n: u64) -> Interval {
         Interval { estimate, low, high, level: LEVEL, method, n, resamples: None, seed: None }
+    }
+}
+
+/// A figure with its interval's [`Interval::bracket`] ("–" when there is no figure; no
+/// bracket when there is no interval).
+pub fn with_bracket(
+    value: Option<f64>,
+    ci: Option<&Interval>,
+    factor: f64,
+    decimals: usize,
+) -> String {
+    match value {
+        None => "–".into(),
+        Some(v) => format!(
+            "{:.d$}{}",
+            v * factor,
+            ci.map_or(String::new(), |c| c.bracket(factor, decimals)),
+            d = decimals
+        ),
     }
 }
 

@@ -2,11 +2,17 @@
 //! model's figures per news type.
 
 use super::dataset::NewsType;
-use super::score::Report;
+use super::score::{Intervals, Report};
+use crate::metrics::interval::with_bracket;
 use crate::metrics::uhgeval::UhgVariant;
 
 fn num(v: Option<f64>) -> String {
     v.map_or("–".into(), |x| format!("{x:.4}"))
+}
+
+/// A figure with its 95% interval from `cis` (by figure name) in brackets.
+fn ci(v: Option<f64>, cis: Option<&Intervals>, name: &str) -> String {
+    with_bracket(v, cis.and_then(|c| c.get(name)), 1.0, 4)
 }
 
 /// One benchmark's Markdown section: the leaderboard (one row per model, sweep order),
@@ -17,7 +23,8 @@ pub fn render_markdown(reports: &[Report]) -> String {
     md.push_str(&format!("Variant `{}`", first.variant_str()));
     md.push_str(
         ": discriminative accuracy is the mean item accuracy over valid items, selective accuracy is \
-         #correct/#valid, generative metrics are means over valid continuations against the whole `newsRemainder`.\n\n",
+         #correct/#valid, generative metrics are means over valid continuations against the whole `newsRemainder`. \
+         In brackets: the 95% interval (Wilson for selective accuracy, a seeded bootstrap over valid items for the means).\n\n",
     );
     let has = |f: fn(&Report) -> bool| reports.iter().any(f);
     let (kw, se, sl, ge) = (
@@ -48,8 +55,9 @@ pub fn render_markdown(reports: &[Report]) -> String {
         let mut row = vec![format!("`{}`", r.model)];
         if kw {
             let o = r.keyword.as_ref().map(|f| f.overall);
+            let cis = r.keyword.as_ref().map(|f| &f.ci95);
             row.extend([
-                num(o.and_then(|o| o.avg_accuracy)),
+                ci(o.and_then(|o| o.avg_accuracy), cis, "avg_accuracy"),
                 num(o.and_then(|o| o.avg_num_kws)),
                 o.map_or("–".into(), |o| o.num.to_string()),
             ]);
@@ -58,7 +66,7 @@ pub fn render_markdown(reports: &[Report]) -> String {
             if on {
                 let o = f.as_ref().map(|f| f.overall);
                 row.extend([
-                    num(o.and_then(|o| o.accuracy)),
+                    ci(o.and_then(|o| o.accuracy), f.as_ref().map(|f| &f.ci95), "accuracy"),
                     o.map_or("–".into(), |o| o.num.to_string()),
                 ]);
             }
@@ -66,14 +74,16 @@ pub fn render_markdown(reports: &[Report]) -> String {
         if ge {
             let g = r.generative.as_ref();
             let o = g.map(|g| g.overall);
+            let cis = g.map(|g| &g.ci95);
             row.extend([
-                num(o.and_then(|o| o.avg_bleu4)),
-                num(o.and_then(|o| o.avg_rouge_l)),
-                num(o.and_then(|o| o.avg_kw_prec)),
-                g.map_or("–".into(), |g| {
-                    g.bert_score.avg.map_or("n/c".into(), |v| format!("{v:.4}"))
+                ci(o.and_then(|o| o.avg_bleu4), cis, "avg_bleu4"),
+                ci(o.and_then(|o| o.avg_rouge_l), cis, "avg_rouge_l"),
+                ci(o.and_then(|o| o.avg_kw_prec), cis, "avg_kw_prec"),
+                g.map_or("–".into(), |g| match g.bert_score.avg {
+                    None => "n/c".into(),
+                    v => with_bracket(v, g.bert_score.ci95.as_ref(), 1.0, 4),
                 }),
-                num(o.and_then(|o| o.avg_length)),
+                ci(o.and_then(|o| o.avg_length), cis, "avg_length"),
                 o.map_or("–".into(), |o| o.num.to_string()),
             ]);
         }
@@ -97,19 +107,24 @@ pub fn render_markdown(reports: &[Report]) -> String {
     for r in reports {
         md.push_str(&format!("### `{}` by news type\n\n| type | keyword acc. | sentence acc. | selective acc. | BLEU-4 | ROUGE-L | kwPrec | #valid |\n|---|---|---|---|---|---|---|---|\n", r.model));
         for t in NewsType::ALL {
-            let k = r.keyword.as_ref().and_then(|f| f.by_type.get(&t)).and_then(|o| o.avg_accuracy);
-            let s = r.sentence.as_ref().and_then(|f| f.by_type.get(&t)).and_then(|o| o.accuracy);
-            let c = r.selective.as_ref().and_then(|f| f.by_type.get(&t)).and_then(|o| o.accuracy);
-            let g = r.generative.as_ref().and_then(|g| g.by_type.get(&t));
+            let kf = r.keyword.as_ref();
+            let k = kf.and_then(|f| f.by_type.get(&t)).and_then(|o| o.avg_accuracy);
+            let sf = r.sentence.as_ref();
+            let s = sf.and_then(|f| f.by_type.get(&t)).and_then(|o| o.accuracy);
+            let cf = r.selective.as_ref();
+            let c = cf.and_then(|f| f.by_type.get(&t)).and_then(|o| o.accuracy);
+            let gf = r.generative.as_ref();
+            let g = gf.and_then(|g| g.by_type.get(&t));
+            let gc = gf.and_then(|g| g.ci95_by_type.get(&t));
             md.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 t.as_str(),
-                num(k),
-                num(s),
-                num(c),
-                num(g.and_then(|g| g.avg_bleu4)),
-                num(g.and_then(|g| g.avg_rouge_l)),
-                num(g.and_then(|g| g.avg_kw_prec)),
+                ci(k, kf.and_then(|f| f.ci95_by_type.get(&t)), "avg_accuracy"),
+                ci(s, sf.and_then(|f| f.ci95_by_type.get(&t)), "accuracy"),
+                ci(c, cf.and_then(|f| f.ci95_by_type.get(&t)), "accuracy"),
+                ci(g.and_then(|g| g.avg_bleu4), gc, "avg_bleu4"),
+                ci(g.and_then(|g| g.avg_rouge_l), gc, "avg_rouge_l"),
+                ci(g.and_then(|g| g.avg_kw_prec), gc, "avg_kw_prec"),
                 r.type_items(t)
             ));
         }

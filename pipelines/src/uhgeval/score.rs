@@ -438,7 +438,9 @@ mod tests {
         );
         let md = render_markdown(&[r]);
         assert!(
-            md.contains("| `m` | 0.5000 | 2 | 0.5000 | 0.2500 | 1.0000 | n/c | 2.0000 | 1 |"),
+            // Selective accuracy 1 of 2 with Wilson(1, 2) = 0.0945–0.9055; one valid
+            // continuation: its bootstrap intervals are the point.
+            md.contains("| `m` | 0.5000 [0.0945, 0.9055] | 2 | 0.5000 [0.5000, 0.5000] | 0.2500 [0.2500, 0.2500] | 1.0000 [1.0000, 1.0000] | n/c | 2.0000 [2.0000, 2.0000] | 1 |"),
             "{md}"
         );
         let r = score("m", UhgVariant::Paper, &cases, &labels, Some(&CharCounts));

@@ -135,8 +135,12 @@ fn hts_and_shares() {
     assert_eq!(r.rows_by_valid_term_source.text_similarity.count, 6);
     assert_eq!(r.terms_by_term_type.hypothetical.irrelevant, Share::new(1, 3));
     let md = render_markdown(&r);
-    assert!(md.contains("**HTS 20.00%**: 1 valid answers to 5 hypothetical questions."), "{md}");
-    assert!(md.contains("| hypothetical | 5 | 20.00% (1/5) |"), "{md}");
+    // Wilson(1, 5) in percent, by scipy's formula: 3.6224–62.4465.
+    assert!(
+        md.contains("**HTS 20.00%** (95% interval 3.62–62.45, Wilson, n = 5): 1 valid answers to 5 hypothetical questions."),
+        "{md}"
+    );
+    assert!(md.contains("| hypothetical | 5 | 20.00% (1/5) [3.62, 62.45] |"), "{md}");
 }
 
 /// Reference semantics adds the authors' denominator: labelled hypothetical answers only.
