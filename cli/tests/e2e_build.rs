@@ -13,18 +13,6 @@ use halyard_pipelines::hypotermqa::{read_dataset, ReplacementType};
 use halyard_pipelines::hypotermqa_build::text::replace_term;
 use halyard_tests::{ChatCall, FakeOpenAi, Reply};
 
-fn embed_model() -> PathBuf {
-    let p = std::env::var_os("HALYARD_EMBED_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("models/all-MiniLM-L6-v2"));
-    assert!(
-        p.join("model.safetensors").exists(),
-        "{} is missing: run scripts/fetch-embedder.sh",
-        p.display()
-    );
-    p
-}
-
 /// Hypothetical terms the fake invents, two per topic; the second of "Sports" is never
 /// put in its question (the inclusion gate must drop it).
 const INVENTED: [&str; 4] =

@@ -569,6 +569,22 @@ fn bad_uhgeval_and_hvi_sweeps_name_the_key() {
             "benchmark[2].models[0]",
         ),
         (text.replace("uhgeval_concise_sample_20.jsonl", "missing.jsonl"), "benchmark[0].dataset"),
+        // BERTScore needs an embedding model, and the generative form it scores.
+        (
+            text.replace("variant = \"paper\"", "bert_embedder = \"judge-a\""),
+            "benchmark[0].bert_embedder",
+        ),
+        (
+            text.replace("variant = \"paper\"", "bert_embedder = \"nobody\""),
+            "benchmark[0].bert_embedder",
+        ),
+        (
+            text.replace(
+                "delta1 = 0.1\n\n[[benchmark]]",
+                "delta1 = 0.1\nbert_embedder = \"judge-a\"\n\n[[benchmark]]",
+            ),
+            "benchmark[1].bert_embedder",
+        ),
     ];
     for (i, (body, needle)) in cases.into_iter().enumerate() {
         assert_sweep_rejected(dir.path(), &format!("bad{i}"), &body, needle);
@@ -584,4 +600,105 @@ fn bad_uhgeval_and_hvi_sweeps_name_the_key() {
     .unwrap();
     let body = text.replace(&uhgeval_dataset().display().to_string(), ds.to_str().unwrap());
     assert_sweep_rejected(dir.path(), "badds", &body, "broken.jsonl:2: field `type`");
+}
+
+const UNRELATED: &str = "小猫在阳光下睡觉，窗外的花开了。";
+
+/// The fake's generative continuations for the BERTScore test: the news remainder's first
+/// sentence on even items, an unrelated sentence on odd ones.
+fn bert_responder(news: &[News]) -> impl Fn(&ChatCall) -> Reply + Send + Sync + 'static {
+    let by_slot: HashMap<String, (usize, String)> =
+        news.iter().enumerate().map(|(i, n)| (n.slot.clone(), (i, n.real_paper.clone()))).collect();
+    move |call: &ChatCall| {
+        let p = call.messages.first().map(|(_, c)| c.as_str()).unwrap_or("");
+        if p.contains("请你根据我已经写好的文本为我续写一段话") {
+            let slot = between(p, "已经写好的文本：\n\n", "\n\n续写的文本：");
+            return Reply::Text(match by_slot.get(slot) {
+                Some((i, first)) if i % 2 == 0 => first.clone(),
+                _ => UNRELATED.into(),
+            });
+        }
+        responder(call)
+    }
+}
+
+/// With `bert_embedder` (the real all-MiniLM-L6-v2 in the worker), each valid continuation
+/// gets a `bert` job and BERTScore is the mean cosine of continuation and reference; the
+/// report names the model and marks the figure not comparable with the paper's.
+#[test]
+fn bertscore_with_an_embedding_model() {
+    let news = load_news();
+    let fake = FakeOpenAi::start_blocking(bert_responder(&news));
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = dir.path().join("bert.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            r#"name = "bert"
+
+[[model]]
+name = "model-a"
+backend = "openai"
+base_url = "{base}"
+model = "fake-a"
+max_concurrency = 8
+
+[[model]]
+name = "minilm"
+backend = "embed"
+model_path = "{embed}"
+
+[[benchmark]]
+pipeline = "uhgeval"
+dataset = "{uhg}"
+models = ["model-a"]
+forms = ["generative"]
+bert_embedder = "minilm"
+
+[run]
+ack_wait_s = 30
+"#,
+            base = fake.base_url(),
+            embed = embed_model().display(),
+            uhg = uhgeval_dataset().display(),
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("runs");
+    run_to_end(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let report = read_json(&out.join("bert/report.json"));
+    let g = &entry(&report, 0, "model-a")["generative"];
+    let b = &g["bert_score"];
+    assert_eq!(b["model"], "minilm", "{b}");
+    assert_eq!(b["comparable_to_paper"], false, "{b}");
+    assert!(b["note"].as_str().unwrap().contains("text2vec-base-chinese"), "{b}");
+    // Per item, from labels.jsonl: the copied first sentences score well above the
+    // unrelated sentence, and the report's figure is their mean.
+    let labels = std::fs::read_to_string(out.join("bert/labels.jsonl")).unwrap();
+    let (mut copied, mut unrelated, mut all) = (Vec::new(), Vec::new(), Vec::new());
+    for line in labels.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let Some(score) = v["generative"]["bert"]["score"].as_f64() else { continue };
+        assert!((-1.0..=1.0 + 1e-6).contains(&score), "{v}");
+        all.push(score);
+        if v["generative"]["continuation"] == UNRELATED {
+            unrelated.push(score)
+        } else {
+            copied.push(score)
+        }
+    }
+    assert_eq!(all.len() as u64, g["overall"]["num"].as_u64().unwrap(), "one score per valid item");
+    assert!(copied.len() >= 5 && unrelated.len() >= 5, "{} / {}", copied.len(), unrelated.len());
+    close(&b["avg"], mean(&all), "BERTScore mean");
+    assert!(
+        mean(&copied) > mean(&unrelated) + 0.1,
+        "copied {:.3} vs unrelated {:.3}",
+        mean(&copied),
+        mean(&unrelated)
+    );
+    let ci = &b["ci95"];
+    assert!(ci["low"].as_f64().unwrap() <= b["avg"].as_f64().unwrap());
+    assert_eq!(ci["n"], all.len());
+    let md = std::fs::read_to_string(out.join("bert/report.md")).unwrap();
+    assert!(md.contains("| BERTScore |"), "{md}");
 }

@@ -70,8 +70,10 @@ fn leaderboard_merges_runs_and_warns_on_mixed_semantics() {
         (hts(&c), "model-b", "lb-other"),
     ];
     want.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(y.1)).then(x.2.cmp(y.2)));
+    // The ranking table (the adjacent rows' table follows it).
+    let table = md.split("## Adjacent rows").next().unwrap();
     let rows: Vec<&str> =
-        md.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| rank")).collect();
+        table.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| rank")).collect();
     assert_eq!(rows.len(), 3, "{md}");
     for (i, (h, model, run)) in want.iter().enumerate() {
         let cells: Vec<&str> = rows[i].split('|').map(str::trim).collect();
@@ -85,6 +87,29 @@ fn leaderboard_merges_runs_and_warns_on_mixed_semantics() {
     let html = std::fs::read_to_string(lb2.join("leaderboard.html")).unwrap();
     assert!(html.contains("Warning:") && html.contains("model-b"));
 
+    // The same questions, judge and semantics with another model name: compared on the
+    // shared hypothetical questions (the fake answers both alike: not significant).
+    let twin = write_sweep(dir.path(), "lb-twin", &fake.base_url(), 15, 2);
+    let text = std::fs::read_to_string(&twin).unwrap().replace("model-a", "model-c");
+    std::fs::write(&twin, text).unwrap();
+    run_to_end(&["run", twin.to_str().unwrap(), "--out", o]);
+    let d = out.join("lb-twin");
+    let lb3 = dir.path().join("lb3");
+    let (ok, md, err) =
+        report(&[a.to_str().unwrap(), d.to_str().unwrap(), "--out", lb3.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let hyp = read_json(&a.join("report.json"))["benchmarks"][0]["hypothetical_questions"]
+        .as_u64()
+        .unwrap();
+    assert!(hyp > 0);
+    assert!(md.contains("## Adjacent rows"), "{md}");
+    assert!(md.contains("not significant (p = 1.000)"), "{md}");
+    assert!(md.contains(&format!(" | {hyp} | 0 | 0 | +0.00 |")), "{md}");
+    // Different semantics (a, b above): not compared, with the reason.
+    let (_, md, _) =
+        report(&[a.to_str().unwrap(), b.to_str().unwrap(), "--out", lb1.to_str().unwrap()]);
+    assert!(md.contains("not compared: different questions, judge or semantics"), "{md}");
+
     // A run that has not finished is named.
     let (ok, _, err) = report(&[dir.path().join("nope").to_str().unwrap()]);
     assert!(!ok && err.contains("nope"), "{err}");
@@ -95,4 +120,5 @@ fn leaderboard_merges_runs_and_warns_on_mixed_semantics() {
     assert_eq!(attr("data-ok"), "1");
     assert_eq!(attr("data-charts"), "1");
     assert_eq!(attr("data-drawn"), "3");
+    assert_eq!(attr("data-whiskers"), "3", "HTS's interval on every bar");
 }

@@ -102,7 +102,8 @@ fn report_html_renders_in_chromium_with_costs() {
     let md = std::fs::read_to_string(run.join("report.md")).unwrap();
     assert!(md.contains("## Tokens and cost"), "{md}");
 
-    // The page itself: self-contained, with the four HypoTermQA charts and their links.
+    // The page itself: self-contained, with the five HypoTermQA charts (HTS with its
+    // interval, then the four label charts) and their links.
     let html = std::fs::read_to_string(run.join("report.html")).unwrap();
     for needle in ["src=\"http", "href=\"http", "url(", "<link", "@import", "<iframe", "fetch("] {
         assert!(!html.contains(needle), "report.html may reach the network: {needle}");
@@ -141,7 +142,11 @@ fn report_html_renders_in_chromium_with_costs() {
     let attr = render_check(&bin, &run.join("report.html"));
     assert_eq!(attr("data-errors"), "", "script errors in the page");
     assert_eq!(attr("data-ok"), "1", "render check failed");
-    assert_eq!(attr("data-charts"), "4");
+    assert_eq!(attr("data-charts"), "5");
+    // HTS's Wilson interval, one whisker per model under test, drawn with a real width.
+    let models = report["benchmarks"].as_array().unwrap().len();
+    assert_eq!(html.matches("<line class=\"ci\"").count(), models);
+    assert_eq!(attr("data-whiskers"), models.to_string());
     assert_eq!(attr("data-segments"), segments.to_string());
     assert_eq!(attr("data-drawn"), segments.to_string());
     assert!(attr("data-links").parse::<usize>().unwrap() > 0);

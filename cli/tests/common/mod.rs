@@ -16,6 +16,19 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("cli/ has a parent").to_path_buf()
 }
 
+/// The all-MiniLM-L6-v2 folder (`HALYARD_EMBED_MODEL`, else `models/`).
+pub fn embed_model() -> PathBuf {
+    let p = std::env::var_os("HALYARD_EMBED_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("models/all-MiniLM-L6-v2"));
+    assert!(
+        p.join("model.safetensors").exists(),
+        "{} is missing: run scripts/fetch-embedder.sh",
+        p.display()
+    );
+    p
+}
+
 pub fn dataset() -> PathBuf {
     repo_root().join("datasets/hypotermqa/HypoTermQA_180.jsonl")
 }

@@ -41,6 +41,8 @@ pub(crate) struct RawBenchmark {
     pub(super) variant: Option<String>,
     /// `uhgeval` only: the forms to run (default all four).
     pub(super) forms: Option<Vec<String>>,
+    /// `uhgeval` only: the embedding model (`backend = "embed"`) for BERTScore.
+    pub(super) bert_embedder: Option<String>,
     /// `hvi` only: a labelled-sentence file instead of a prompt dataset and judge.
     pub(super) labels: Option<String>,
     /// `hvi` only: Eq. 1 weights.
@@ -57,7 +59,7 @@ pub(crate) struct RawBenchmark {
 impl RawBenchmark {
     /// The keys only some pipelines take, in the order they are checked, and whether
     /// this table sets each.
-    fn optional_keys(&self) -> [(&'static str, bool); 24] {
+    fn optional_keys(&self) -> [(&'static str, bool); 25] {
         [
             ("judge", self.judge.is_some()),
             ("semantics", self.semantics.is_some()),
@@ -74,6 +76,7 @@ impl RawBenchmark {
             ("sampler", self.sampler.is_some()),
             ("variant", self.variant.is_some()),
             ("forms", self.forms.is_some()),
+            ("bert_embedder", self.bert_embedder.is_some()),
             ("labels", self.labels.is_some()),
             ("p_efm", self.p_efm.is_some()),
             ("p_esl", self.p_esl.is_some()),

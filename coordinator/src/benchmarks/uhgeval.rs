@@ -7,14 +7,14 @@ use halyard_pipelines::common::ResultLookup;
 use halyard_pipelines::metrics::uhgeval::UhgVariant;
 use halyard_pipelines::uhgeval::{self, Form};
 
-use super::table::{models_of, read_rows, reject_foreign_keys, RawBenchmark};
+use super::table::{model_named, models_of, read_rows, reject_foreign_keys, RawBenchmark};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
 use crate::sweep::{key_err, SweepError};
 use crate::CoordinatorError;
 
 /// The keys of the table this pipeline takes.
-pub const KEYS: &[&str] = &["variant", "forms", "dataset", "limit"];
+pub const KEYS: &[&str] = &["variant", "forms", "bert_embedder", "dataset", "limit"];
 
 /// UHGEval: every configured form on every item, per model.
 #[derive(Clone, Debug)]
@@ -25,7 +25,7 @@ pub struct UhgEval {
 }
 
 /// `pipeline = "uhgeval"`: `dataset`, `models`, optional `variant` (`paper`|`v2`), `forms`
-/// (default all four) and `limit`.
+/// (default all four), `bert_embedder` (a model with `backend = "embed"`) and `limit`.
 pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark, SweepError> {
     let (f, base, i, models) = (cx.file, cx.base, cx.index, cx.models);
     let k = |field: &str| format!("benchmark[{i}].{field}");
@@ -60,6 +60,27 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
             forms
         }
     };
+    let bert_embedder = match &b.bert_embedder {
+        None => None,
+        Some(name) => {
+            let m = model_named(f, k("bert_embedder"), name, models)?;
+            if m.spec.model_ref.backend != "embed" {
+                return Err(key_err(
+                    f,
+                    k("bert_embedder"),
+                    format!("model {name:?} must have backend \"embed\""),
+                ));
+            }
+            if !forms.contains(&Form::Generative) {
+                return Err(key_err(
+                    f,
+                    k("bert_embedder"),
+                    "BERTScore scores the generative form, which `forms` leaves out",
+                ));
+            }
+            Some(m.spec.clone())
+        }
+    };
     let config = models_of(f, i, b, models)?
         .into_iter()
         .map(|model| uhgeval::Config {
@@ -68,7 +89,7 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
             model,
             // UHGEval's top_p 0.9 / top_k 5 where the backend supports them (issue 16).
             generation: uhgeval::Generation::default(),
-            bert_embedder: None,
+            bert_embedder: bert_embedder.clone(),
         })
         .collect();
     let rel = b
@@ -102,7 +123,7 @@ impl Pipeline for UhgEval {
         let mut reports = Vec::new();
         for (m, c) in self.config.iter().enumerate() {
             let ls: Vec<uhgeval::ItemLabel> = out.labels_written(m)?;
-            // No embedding model is configured yet: BERTScore is reported as not computed.
+            // With `bert_embedder`, BERTScore comes from the `bert` jobs; else not computed.
             let r = uhgeval::score_config(c, &self.cases, &ls, None);
             out.json.push(out.entry(&r, &self.dataset)?);
             reports.push(r);
