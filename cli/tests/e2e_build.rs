@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use common::*;
 use halyard_pipelines::hypotermqa::{read_dataset, ReplacementType};

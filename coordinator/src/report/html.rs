@@ -34,6 +34,9 @@ const ANSWER_LABELS: [(&str, &str); 6] = [
     ("not_labelled", "#d7d7d7"),
 ];
 
+/// The height of a bar's row in a chart, in pixels.
+const ROW: f64 = 28.0;
+
 const ROW_SOURCES: [&str; 3] = ["llm_suggestion", "title_similarity", "text_similarity"];
 const ROW_CHECKS: [&str; 3] = ["code_check", "acceptance", "meaning"];
 
@@ -136,19 +139,21 @@ struct Bar {
     segments: Vec<(&'static str, u64, Option<String>)>,
 }
 
+/// Opens a chart: a captioned figure and an SVG `width` wide with `rows` bars.
+pub(crate) fn open_chart(out: &mut String, title: &str, width: f64, rows: usize) {
+    let height = ROW * rows as f64 + 10.0;
+    let _ = write!(
+        out,
+        "<figure><figcaption>{}</figcaption><svg class=\"chart\" role=\"img\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\">",
+        esc(title)
+    );
+}
+
 /// A horizontal stacked bar chart in SVG, each bar scaled to 100% of its own total.
 fn stacked_chart(out: &mut String, title: &str, bars: &[Bar]) {
     const W: f64 = 560.0;
     const LEFT: f64 = 220.0;
-    const ROW: f64 = 28.0;
-    let height = ROW * bars.len() as f64 + 10.0;
-    let _ = write!(
-        out,
-        "<figure><figcaption>{}</figcaption><svg class=\"chart\" role=\"img\" width=\"{}\" height=\"{height}\" viewBox=\"0 0 {} {height}\">",
-        esc(title),
-        LEFT + W + 60.0,
-        LEFT + W + 60.0
-    );
+    open_chart(out, title, LEFT + W + 60.0, bars.len());
     for (i, bar) in bars.iter().enumerate() {
         let y = 8.0 + ROW * i as f64;
         let total: u64 = bar.segments.iter().map(|s| s.1).sum();
@@ -230,7 +235,6 @@ struct Point {
 fn interval_chart(out: &mut String, title: &str, points: &[Point]) {
     const W: f64 = 500.0;
     const LEFT: f64 = 220.0;
-    const ROW: f64 = 28.0;
     let top = points
         .iter()
         .map(|p| p.ci.map_or(p.estimate, |c| c.1.max(p.estimate)))
@@ -242,14 +246,7 @@ fn interval_chart(out: &mut String, title: &str, points: &[Point]) {
     } else {
         top
     };
-    let height = ROW * points.len() as f64 + 10.0;
-    let _ = write!(
-        out,
-        "<figure><figcaption>{}</figcaption><svg class=\"chart\" role=\"img\" width=\"{}\" height=\"{height}\" viewBox=\"0 0 {} {height}\">",
-        esc(title),
-        LEFT + W + 140.0,
-        LEFT + W + 140.0
-    );
+    open_chart(out, title, LEFT + W + 140.0, points.len());
     let scale = W / max;
     for (i, p) in points.iter().enumerate() {
         let y = 8.0 + ROW * i as f64;

@@ -355,8 +355,7 @@ pub fn render_html(lb: &Leaderboard) -> String {
     // HTS bars, 0–100.
     const W: f64 = 500.0;
     const LEFT: f64 = 260.0;
-    let h = 28.0 * lb.rows.len() as f64 + 10.0;
-    let _ = write!(o, "<figure><figcaption>HTS (%)</figcaption><svg class=\"chart\" role=\"img\" width=\"{}\" height=\"{h}\" viewBox=\"0 0 {} {h}\">", LEFT + W + 60.0, LEFT + W + 60.0);
+    super::html::open_chart(&mut o, "HTS (%)", LEFT + W + 60.0, lb.rows.len());
     for (i, r) in lb.rows.iter().enumerate() {
         let y = 8.0 + 28.0 * i as f64;
         let label = format!("{} ({})", r.model, r.run);
