@@ -248,10 +248,16 @@ const HEADERS: [&str; 15] = [
     "vs next row",
 ];
 
-/// "better (p = 0.012)" / "not significant (p = 0.41)" / why not compared.
+/// "better (p = 0.012)" / "not significant (p = 0.41)" / "not compared"; "worse on shared
+/// questions" when the upper row loses on the questions both answered.
 fn versus(c: Option<&Comparison>) -> String {
     match c.map(|c| &c.test) {
         None => "-".into(),
+        // The rows are ranked on all their questions, the test sees the shared ones only:
+        // there the upper row can be the worse one.
+        Some(Ok(t)) if t.significant && t.difference.estimate < 0.0 => {
+            format!("worse on shared questions (p = {})", p_text(t.p_value))
+        }
         Some(Ok(t)) if t.significant => format!("better (p = {})", p_text(t.p_value)),
         Some(Ok(t)) => format!("not significant (p = {})", p_text(t.p_value)),
         Some(Err(_)) => "not compared".into(),
@@ -579,6 +585,20 @@ mod tests {
         let html = render_html(&lb);
         assert_eq!(html.matches("<line class=\"ci\"").count(), 2, "a whisker per row");
         assert!(html.contains("<h2>Adjacent rows</h2>"));
+
+        // Ranked higher on all its questions, worse on the shared ones: said so.
+        let e = t.path().join("e");
+        let f = t.path().join("f");
+        // E: valid on 0..12 of 0..20 (60%); F: valid on 0..20 and on none of 20..40 (50%).
+        run_with_labels(&e, "e", "m5", &ids, &|i| i < 12);
+        let f_ids: Vec<i64> = (0..40).collect();
+        run_with_labels(&f, "f", "m6", &f_ids, &|i| i < 20);
+        let lb = load(&[e, f]).unwrap();
+        assert_eq!(lb.rows[0].model, "m5");
+        let t2 = lb.comparisons[0].test.as_ref().unwrap();
+        assert_eq!(t2.discordant.map(|d| (d.only_a, d.only_b)), Some((0, 8)));
+        assert!(t2.significant && t2.difference.estimate < 0.0);
+        assert!(render_markdown(&lb).contains("worse on shared questions (p = 0.008)"));
 
         // Another judge: not compared, and said so.
         let mut r: Value =
