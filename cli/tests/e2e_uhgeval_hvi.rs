@@ -496,6 +496,10 @@ fn mixed_sweep_matches_independent_computation() {
         close(&h["hvi_initial"], hvi_formula(u, n, efm, esl, pe, ps, 0.0, 0.0), "hvi initial");
         close(&h["hvi"], hvi_formula(u, n, efm, esl, pe, ps, 0.1, 0.0), "hvi adjusted");
         assert!(errors > 0 && efm + esl > 0, "rules exercise judge errors and extrinsic labels");
+        let ci = &h["hvi_ci95"];
+        assert_eq!((&ci["method"], &ci["n"]), (&Value::from("bootstrap"), &Value::from(u)));
+        let hv = h["hvi"].as_f64().unwrap();
+        assert!(ci["low"].as_f64().unwrap() <= hv && hv <= ci["high"].as_f64().unwrap(), "{ci}");
     }
     let l = entry(&report, 2, "annotated-llm");
     close(&l["hvi_initial"], 24.5, "labelled initial HVI");

@@ -674,13 +674,22 @@ mod tests {
         std::fs::write(&labels, "").unwrap();
         let report = serde_json::json!({
             "run": {"id": "r", "name": "<x>", "sweep": "s.toml"},
-            "benchmarks": [{"benchmark": 0, "pipeline": "future-bench", "model": "m<1>", "score": 0.5, "nested": {"n": 3}}],
+            "benchmarks": [{"benchmark": 0, "pipeline": "future-bench", "model": "m<1>", "score": 0.5, "nested": {"n": 3},
+                "score_ci95": {"estimate": 0.5, "low": 0.4, "high": 0.6, "method": "wilson", "n": 80}}],
             "jobs": {"done": 1}, "costs": {"total": 0.0}, "dead_letters": []
         });
         let html = render(&report, &labels).unwrap();
         assert!(html.contains("Benchmark 0: future-bench"));
         assert!(html.contains("<td>nested.n</td><td class=\"num\">3</td>"), "{html}");
         assert!(html.contains("m&lt;1&gt;") && !html.contains("m<1>"));
+        // An interval gets a chart of its own, the model's bar with its whisker (the scale
+        // of a fraction is 0–1: 500 px, so 0.4–0.6 is x 420–520).
+        assert!(html.contains("score_ci95 with its 95% interval"), "{html}");
+        assert!(
+            html.contains("<line class=\"ci\" x1=\"420.00\" y1=\"19.00\" x2=\"520.00\""),
+            "{html}"
+        );
+        assert!(html.contains("0.5000 [0.4000, 0.6000]"), "{html}");
         assert!(
             !html.contains("http://") && !html.contains("https://"),
             "the page must not reference the network"

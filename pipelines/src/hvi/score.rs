@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::hvi::{hvi, ranking_scale, HviCounts, HviParams};
+use crate::metrics::interval::{bootstrap_by, with_bracket, Bootstrap, Interval};
 
 /// Where `P_EFM` / `P_ESL` comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,6 +74,11 @@ pub struct Report {
     pub hvi: Option<f64>,
     /// `hvi` clipped to [0, 100].
     pub hvi_ranking: Option<f64>,
+    /// 95% interval of `hvi`: a seeded bootstrap over the model's sentences (with
+    /// relative-frequency weights, P_EFM and P_ESL are recomputed on each resample; fixed
+    /// ones stay fixed).
+    #[serde(default)]
+    pub hvi_ci95: Option<Interval>,
     /// Why HVI is missing (e.g. no sentence).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -94,6 +100,7 @@ pub fn score(
         (hvi(counts, params), hvi(counts, params.with_deltas(w.delta1, w.delta2)));
     let error = adjusted.as_ref().err().map(|e| e.to_string());
     let hvi_value = adjusted.ok();
+    let hvi_ci95 = hvi_value.and_then(|_| hvi_interval(counts, w));
     Report {
         pipeline: super::plan::PIPELINE.into(),
         model: model.into(),
@@ -108,8 +115,37 @@ pub fn score(
         hvi_initial: hvi_initial.ok(),
         hvi: hvi_value,
         hvi_ranking: hvi_value.map(ranking_scale),
+        hvi_ci95,
         error,
     }
+}
+
+/// The bootstrap interval of HVI over the sentences. A sentence is one of: not
+/// hallucinated, hallucinated EFM, hallucinated ESL, hallucinated otherwise (a sentence
+/// has one category, so the counts fix how many of each). `None` when the counts are
+/// inconsistent or HVI is undefined on every resample.
+fn hvi_interval(counts: HviCounts, w: Weights) -> Option<Interval> {
+    let HviCounts { sentences: u, hallucinated: n, efm, esl } = counts;
+    if n > u || efm + esl > n {
+        return None;
+    }
+    let kinds: Vec<u8> = [(0u8, u - n), (1, efm), (2, esl), (3, n - efm - esl)]
+        .iter()
+        .flat_map(|&(k, c)| std::iter::repeat_n(k, c as usize))
+        .collect();
+    let stat = |idx: &[usize]| {
+        let mut c = HviCounts { sentences: idx.len() as u64, hallucinated: 0, efm: 0, esl: 0 };
+        for &i in idx {
+            let k = kinds[i];
+            c.hallucinated += u64::from(k != 0);
+            c.efm += u64::from(k == 1);
+            c.esl += u64::from(k == 2);
+        }
+        let p_efm = w.p_efm.value(c.efm, c.sentences);
+        let p_esl = w.p_esl.value(c.esl, c.sentences);
+        hvi(c, HviParams::new(p_efm, p_esl).with_deltas(w.delta1, w.delta2)).ok()
+    };
+    bootstrap_by(kinds.len(), Bootstrap::default(), stat).ok()
 }
 
 fn num(v: Option<f64>) -> String {
@@ -124,7 +160,9 @@ pub fn render_markdown(reports: &[Report]) -> String {
     });
     let mut md = String::from(
         "HVI = 100/(2U) · [(N − N_EFM)(1 − P_EFM + δ1) + (N − N_ESL)(1 − P_ESL + δ2)] (Rawte et al. 2023, Eq. 1, count form). \
-         Higher = more vulnerable. `initial`: δ1 = δ2 = 0; `HVI`: with the configured δ; `0–100`: HVI clipped for ranking.\n\n",
+         Higher = more vulnerable. `initial`: δ1 = δ2 = 0; `HVI`: with the configured δ, in brackets its 95% interval \
+         (a seeded bootstrap over the model's sentences; sentences of one passage are not independent, so it is too narrow); \
+         `0–100`: HVI clipped for ranking.\n\n",
     );
     md.push_str("### Leaderboard\n\n| rank | model | HVI | initial | 0–100 | U | N | N_EFM | N_ESL | P_EFM | P_ESL | δ1 | δ2 | judge errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i, r) in rows.iter().enumerate() {
@@ -133,7 +171,7 @@ pub fn render_markdown(reports: &[Report]) -> String {
             "| {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {} | {} | {} |\n",
             i + 1,
             r.model,
-            num(r.hvi),
+            with_bracket(r.hvi, r.hvi_ci95.as_ref(), 1.0, 2),
             num(r.hvi_initial),
             num(r.hvi_ranking),
             c.sentences,
@@ -166,6 +204,43 @@ pub fn render_markdown(reports: &[Report]) -> String {
 mod tests {
     use super::*;
 
+    /// With fixed weights HVI is the mean of a per-sentence value, 50·((1−P_EFM+δ1)·[h, not
+    /// EFM] plus (1−P_ESL+δ2)·[h, not ESL]), so its interval must equal the bootstrap of
+    /// that mean (the Python-checked `bootstrap_mean`) on the same seed.
+    #[test]
+    fn hvi_interval_is_the_bootstrap_of_per_sentence_values() {
+        use crate::metrics::interval::bootstrap_mean;
+        let c = HviCounts { sentences: 60, hallucinated: 25, efm: 7, esl: 4 };
+        let (pe, ps, d1, d2) = (0.3, 0.2, 0.1, 0.05);
+        let w = Weights {
+            p_efm: Probability::Fixed(pe),
+            p_esl: Probability::Fixed(ps),
+            delta1: d1,
+            delta2: d2,
+        };
+        let r = score("m", "labels", c, 0, 0, w);
+        let (a, b) = (1.0 - pe + d1, 1.0 - ps + d2);
+        // In the order the interval's kinds are laid out: not hallucinated, EFM, ESL, other.
+        let mut x = vec![0.0; 35];
+        x.extend(std::iter::repeat_n(50.0 * b, 7)); // EFM: only the SL term
+        x.extend(std::iter::repeat_n(50.0 * a, 4)); // ESL: only the FM term
+        x.extend(std::iter::repeat_n(50.0 * (a + b), 14));
+        let want = bootstrap_mean(&x, Bootstrap::default()).unwrap();
+        let got = r.hvi_ci95.unwrap();
+        for (g, w) in [(got.estimate, want.estimate), (got.low, want.low), (got.high, want.high)] {
+            assert!((g - w).abs() < 1e-9, "{got:?} vs {want:?}");
+        }
+        assert_eq!((got.n, got.resamples), (60, want.resamples));
+        let md = render_markdown(std::slice::from_ref(&r));
+        assert!(
+            md.contains(&format!("| {:.2} [{:.2}, {:.2}] |", got.estimate, got.low, got.high)),
+            "{md}"
+        );
+        // Inconsistent counts (labelled mode reads them from a file): no interval.
+        let bad = HviCounts { sentences: 10, hallucinated: 5, efm: 4, esl: 3 };
+        assert!(score("m", "labels", bad, 0, 0, w).hvi_ci95.is_none());
+    }
+
     /// The spec's worked example (§5.5) through fixed weights, and the relative-frequency default.
     #[test]
     fn worked_example_and_default() {
@@ -182,6 +257,9 @@ mod tests {
         let r = score("m", "labels", c, 0, 0, Weights::default());
         assert_eq!((r.p_efm, r.p_esl), (0.1, 0.05));
         assert!((r.hvi.unwrap() - 0.5 * (30.0 * 0.9 + 35.0 * 0.95)).abs() < 1e-9);
+        let ci = r.hvi_ci95.unwrap();
+        assert!(ci.low < r.hvi.unwrap() && r.hvi.unwrap() < ci.high, "{ci:?}");
+        assert_eq!((ci.n, ci.estimate), (100, r.hvi.unwrap()));
         let r = score(
             "m",
             "judge",
