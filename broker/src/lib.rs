@@ -28,6 +28,7 @@
 pub mod auth;
 pub mod embedded;
 pub mod kv;
+pub mod objects;
 pub mod status;
 
 use std::time::Duration;

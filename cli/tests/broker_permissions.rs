@@ -182,3 +182,41 @@ fn a_run_works_with_role_credentials() {
     assert!(!server_log.contains("Violation"), "a role lacked a right:\n{server_log}");
     assert!(log().contains("left quota pool"), "{}", log());
 }
+
+/// Oversized messages (`halyard_broker::objects`) work with each role's own rights: a
+/// worker stores a result object that the coordinator reads, the coordinator a job
+/// object that the worker reads, and the coordinator deletes the run's objects. Bytes
+/// that do not hash to their name (an object written by hand, as anyone with write access
+/// to the bucket could) are refused, as is another run's object where a run is expected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_work_with_role_credentials_and_forged_ones_are_refused() {
+    use halyard_broker::objects::{self, ObjectError};
+    let nats = server();
+    let coordinator = connect(&nats, 0).await;
+    let worker = connect(&nats, 1).await;
+    let run = uuid::Uuid::from_u128(0x005e_ed0b_1ec7);
+    let result: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    let job: Vec<u8> = (0..(2u32 << 20) + 5).map(|i| (i % 239) as u8).collect();
+    let r = objects::put(&worker, run, &result).await.unwrap();
+    assert_eq!(objects::fetch(&coordinator, &r, Some(run)).await.unwrap(), result);
+    let j = objects::put(&coordinator, run, &job).await.unwrap();
+    assert_eq!(objects::fetch(&worker, &j, None).await.unwrap(), job);
+    // The same bytes again: the same object, stored once.
+    assert_eq!(objects::put(&worker, run, &result).await.unwrap(), r);
+    let other = uuid::Uuid::from_u128(0x07e1);
+    assert!(matches!(
+        objects::fetch(&coordinator, &r, Some(other)).await,
+        Err(ObjectError::Invalid { .. })
+    ));
+    // Forged: other bytes under the name of real ones.
+    let forged_name = objects::name_of(run, b"the real job");
+    let store = worker.js.get_object_store(objects::BUCKET).await.unwrap();
+    store.put(forged_name.as_str(), &mut &b"a forged job"[..]).await.unwrap();
+    let err = objects::fetch(&worker, &forged_name, None).await.unwrap_err();
+    assert!(matches!(err, ObjectError::Invalid { .. }), "{err}");
+    assert!(err.to_string().contains("do not hash to its name"), "{err}");
+    assert_eq!(objects::delete_run(&coordinator, run).await.unwrap(), 3);
+    assert!(matches!(objects::fetch(&worker, &j, None).await, Err(ObjectError::Missing { .. })));
+    let log = nats.log_tail(400);
+    assert!(!log.contains("Violation"), "a role lacked a right:\n{log}");
+}

@@ -7,13 +7,18 @@
 //! of the same run with short answers (the padding holds no term, so labels agree).
 //! Before batches were cut by bytes, such a run turned most answers into dead letters
 //! ("delivered N times without a result") and still exited 0.
+//!
+//! A single answer larger than `max_payload` (2 MB, against nats-server's 1 MiB) and the
+//! judge jobs quoting it travel through the object store (`halyard_broker::objects`): the
+//! run completes with their results, the report equals the short run's, and the run's
+//! objects are gone once its report is written.
 
 mod common;
 
 use std::time::Duration;
 
 use common::*;
-use halyard_tests::{FakeOpenAi, Reply};
+use halyard_tests::{FakeOpenAi, NatsServer, Reply};
 
 const QUESTIONS: usize = 120;
 const WIDE: usize = 256;
@@ -35,6 +40,49 @@ fn run(dir: &std::path::Path, name: &str, pad: usize) -> serde_json::Value {
     read_json(&out.join(name).join("report.json"))
 }
 
+/// Run `QUESTIONS` questions on the broker `nats`, the answer to question `huge` padded
+/// with `pad` bytes; the report and the fake API's calls.
+fn run_on(
+    nats: &NatsServer,
+    dir: &std::path::Path,
+    name: &str,
+    huge: Option<&str>,
+    pad: usize,
+) -> (serde_json::Value, Vec<halyard_tests::ChatCall>) {
+    let rules = responder(question_index(&load_questions(QUESTIONS)), None);
+    let padding = " lorem".repeat(pad / 6);
+    let huge = huge.map(str::to_string);
+    let fake = FakeOpenAi::start_blocking(move |c| match rules(c) {
+        Reply::Text(t)
+            if c.model == "fake-model"
+                && huge.as_deref().is_some_and(|q| c.messages.last().is_some_and(|m| m.1 == q)) =>
+        {
+            Reply::Text(t + &padding)
+        }
+        other => other,
+    });
+    std::fs::create_dir_all(dir).unwrap();
+    let sweep = write_sweep(dir, name, &fake.base_url(), QUESTIONS, 16);
+    let out = dir.join("runs");
+    let (o, _) = run_complete(&[
+        "run",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--nats",
+        &nats.url(),
+    ]);
+    let report = read_json(&out.join(name).join("report.json"));
+    assert_eq!(
+        report["jobs"]["dead_letters"],
+        0,
+        "{}\n{}",
+        report["dead_letters"],
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (report, fake.calls())
+}
+
 #[test]
 fn wide_pool_with_long_answers_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -43,4 +91,37 @@ fn wide_pool_with_long_answers_loses_nothing() {
     assert_eq!(long["jobs"]["dead_letters"], 0, "{}", long["dead_letters"]);
     assert_eq!(long["jobs"]["done"], short["jobs"]["done"]);
     assert_eq!(long["benchmarks"], short["benchmarks"]);
+}
+
+#[test]
+fn answers_and_jobs_larger_than_max_payload_travel_as_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = NatsServer::start();
+    // A question whose answer quotes it (so its terms are judged, and each judge job
+    // quotes the whole answer).
+    let q = load_questions(QUESTIONS).into_iter().find(|q| answers_with_question(q.id)).unwrap();
+    let (short, _) = run_on(&nats, &dir.path().join("short"), "short", None, 0);
+    let (huge, calls) = run_on(&nats, &dir.path().join("huge"), "huge", Some(&q.question), 2 << 20);
+    assert_eq!(huge["jobs"]["dead_letters"], 0, "{}", huge["dead_letters"]);
+    assert_eq!(huge["jobs"]["done"], short["jobs"]["done"]);
+    assert_eq!(huge["benchmarks"], short["benchmarks"]);
+    // The judge jobs quoting the 2 MB answer reached the API whole: a job message larger
+    // than max_payload (1 MiB here) was delivered through the object store.
+    let judged_whole = calls
+        .iter()
+        .filter(|c| c.model == "fake-judge" && c.messages.iter().any(|m| m.1.len() > 2 << 20))
+        .count();
+    assert!(judged_whole >= 1, "no judge call quoted the whole answer");
+    // The objects went through the bucket and were deleted with the run: only their
+    // deletion markers are left, no chunk.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let state = rt.block_on(async {
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let mut s = js.get_stream("OBJ_halyard_objects").await.unwrap();
+        s.info().await.unwrap().state.clone()
+    });
+    // At least the answer's result and a judge job were objects.
+    assert!(state.messages >= 2, "{state:?}");
+    assert!(state.bytes < 64 << 10, "chunks left behind: {state:?}");
 }

@@ -317,6 +317,9 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
+        // Providers take long prompts (a judge quoting a 2 MB answer); axum's default
+        // limit is 2 MB.
+        .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
         .with_state(shared)
 }
 

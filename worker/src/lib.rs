@@ -263,6 +263,7 @@ pub async fn run_with_checkpoint(
         stop: stop_rx.clone(),
         running: Default::default(),
         outbox: outbox::Outbox::start(broker.clone(), failpoints.clone()),
+        broker: broker.clone(),
         failpoints,
         quotas: quotas.clone(),
         plan: config.plan.clone(),

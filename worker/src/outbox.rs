@@ -118,8 +118,7 @@ async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver
 }
 
 /// `entries` in order, cut into batches whose message stays within `limit` bytes (the
-/// batch framing counted; a single larger result goes alone, and the broker's refusal
-/// of it is its writer's answer).
+/// batch framing counted; a single larger result goes alone, through the object store).
 fn by_size(entries: Vec<Entry>, limit: usize) -> impl Iterator<Item = Vec<Entry>> {
     const FRAME: usize = halyard_proto::batch::BATCH_HEADER_MAX;
     let mut out = Vec::new();
@@ -161,10 +160,26 @@ async fn publish_batch(
     ));
     let pass = |point| entries.iter().for_each(|_| failpoints.pass(point));
     let mut ok = false;
+    // A single result too large for one message goes through the object store (see
+    // `halyard_broker::objects`): stored first, then the message naming it.
+    let oversized = payload.len() > broker.payload_limit();
+    let mut object: Option<String> = None;
     for attempt in 0..ATTEMPTS {
-        let m = jetstream::message::PublishMessage::build()
-            .payload(payload.clone())
-            .message_id(&msg_id);
+        if oversized && object.is_none() {
+            match halyard_broker::objects::put(broker, run, &payload).await {
+                Ok(name) => object = Some(name),
+                Err(e) => {
+                    warn!(bytes = payload.len(), attempt, error = %e, "cannot store an oversized result as an object");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    continue;
+                }
+            }
+        }
+        let mut m = jetstream::message::PublishMessage::build().message_id(&msg_id);
+        m = match &object {
+            Some(name) => m.header(halyard_broker::objects::HEADER, name.as_str()),
+            None => m.payload(payload.clone()),
+        };
         match broker.js.send_publish(subject.clone(), m).await {
             Ok(ack) => {
                 pass(Point::PublishConfirm);

@@ -50,7 +50,13 @@ pub(crate) struct PoolCtx {
     pub budget: Budget,
     /// What this worker serves; every job received is checked against it.
     pub plan: halyard_proto::pool::WorkerPlan,
+    /// For job messages that name an object.
+    pub broker: halyard_broker::Broker,
 }
+
+/// How long a job message whose object the broker could not give waits before it is
+/// offered again.
+const OBJECT_RETRY: Duration = Duration::from_secs(5);
 
 /// How long an open pull request waits for jobs before it is renewed.
 const PULL_WAIT: Duration = Duration::from_millis(500);
@@ -266,7 +272,30 @@ async fn open_message(
             return None;
         }
     };
-    let items = match admit::receive(&ctx.plan, pool, &msg.payload) {
+    // A job too large for one message names an object holding it (`halyard_broker::objects`).
+    let payload = match halyard_broker::objects::payload_of(
+        &ctx.broker,
+        msg.headers.as_ref(),
+        &msg.payload,
+        None,
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(e) if e.is_transient() => {
+            warn!(pool, stream_seq = seq, error = %e, "cannot read a job message's object now; handing it back");
+            let shared = JobMsg::new(msg, delivered, 1);
+            let _ = shared.finish(Fate::HandBack(OBJECT_RETRY), &ctx.budget).await;
+            return None;
+        }
+        Err(e) => {
+            // Its jobs, if real, are published again by the coordinator's stall check.
+            warn!(pool, stream_seq = seq, error = %e, "terminating a job message whose object is unusable");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return None;
+        }
+    };
+    let items = match admit::receive(&ctx.plan, pool, &payload) {
         Ok(items) if !items.is_empty() => items,
         Ok(_) => {
             warn!(stream_seq = seq, "terminating an empty job batch");

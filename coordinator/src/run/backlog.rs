@@ -18,7 +18,7 @@ use halyard_broker::Broker;
 use halyard_proto::subjects;
 use tracing::{info, warn};
 
-use super::collector::decode_results;
+use super::collector::{decode_results, open_payload, Opened};
 use super::planner::{Arrived, Event, Planner};
 use crate::state::RunState;
 use crate::CoordinatorError;
@@ -54,9 +54,15 @@ pub(super) async fn absorb(
             }
         };
         seq = m.sequence + 1;
-        let arrived: Vec<Arrived> = decode_results(run, &m.payload)
+        // A message naming an object that cannot be read now is taken later, through the
+        // consumer.
+        let Opened::Bytes(payload) = open_payload(broker, run, Some(&m.headers), &m.payload).await
+        else {
+            continue;
+        };
+        let arrived: Vec<Arrived> = decode_results(run, &payload)
             .into_iter()
-            .map(|(result, range)| Arrived { result, encoded: &m.payload[range] })
+            .map(|(result, range)| Arrived { result, encoded: &payload[range] })
             .collect();
         total += arrived.len();
         for e in planner.step(Event::Backlog(arrived), now)? {

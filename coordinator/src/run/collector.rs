@@ -1,5 +1,6 @@
-//! The collector: pulls the run's results from the broker, decodes them (every message is
-//! untrusted input), and turns JetStream's max-deliveries advisories into the jobs they
+//! The collector: pulls the run's results from the broker, opens (a message may name an
+//! object, `halyard_broker::objects`) and decodes them (every message is untrusted
+//! input), and turns JetStream's max-deliveries advisories into the jobs they
 //! name.
 
 use std::ops::Range;
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use futures::{FutureExt, StreamExt};
-use halyard_broker::{Broker, BrokerError, PullConsumer};
+use halyard_broker::{objects, Broker, BrokerError, PullConsumer};
 use halyard_proto::{subjects, Failure, FailureKind, Job, JobResult, Outcome};
 use serde::Deserialize;
 use tracing::{debug, warn};
@@ -68,6 +69,16 @@ impl Collector {
         decode_results(self.run, payload)
     }
 
+    /// The payload of each message: its own, or the object it names (a results message
+    /// too large for the broker, `halyard_broker::objects`).
+    pub async fn open(&self, msgs: &[jetstream::Message]) -> Vec<Opened> {
+        let mut out = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            out.push(open_payload(&self.broker, self.run, m.headers.as_ref(), &m.payload).await);
+        }
+        out
+    }
+
     /// One batch of results. While results are queued, take what is there at once
     /// (no_wait), after waiting LINGER when the last batch was large (more then arrive
     /// in one commit). When idle, wait at the broker up to PULL_WAIT for the first one.
@@ -104,10 +115,15 @@ impl Collector {
         msgs
     }
 
-    /// Ack a committed batch's messages (after the flush: durable before acked).
-    pub async fn ack(msgs: &[jetstream::Message]) {
-        for m in msgs {
-            if let Err(err) = m.ack().await {
+    /// Ack a committed batch's messages (after the flush: durable before acked); a
+    /// message whose object could not be read now is handed back for later.
+    pub async fn ack(msgs: &[jetstream::Message], opened: &[Opened]) {
+        for (m, o) in msgs.iter().zip(opened) {
+            let kind = match o {
+                Opened::Later => jetstream::AckKind::Nak(Some(OBJECT_RETRY)),
+                _ => jetstream::AckKind::Ack,
+            };
+            if let Err(err) = m.ack_with(kind).await {
                 debug!(error = %err, "result ack failed; it will be redelivered and recognised as a duplicate");
             }
         }
@@ -134,9 +150,19 @@ impl Collector {
         };
         let stream = self.broker.js.get_stream(subjects::JOBS_STREAM).await.ok()?;
         let msg = stream.get_raw_message(adv.stream_seq).await.ok()?;
+        let payload = match objects::reference(Some(&msg.headers)) {
+            None => msg.payload,
+            Some(name) => match objects::fetch(&self.broker, name, None).await {
+                Ok(b) => b.into(),
+                Err(err) => {
+                    warn!(stream_seq = adv.stream_seq, error = %err, "cannot read a max-delivered job message's object");
+                    return None;
+                }
+            },
+        };
         // One job, or a batch of them (`[run] job_batch`): each of this run's jobs that
         // has no result yet becomes a dead letter.
-        let jobs = halyard_proto::decode_jobs(&msg.payload).ok()?;
+        let jobs = halyard_proto::decode_jobs(&payload).ok()?;
         let jobs: Vec<Job> = jobs.into_iter().filter(|j| j.run == self.run).collect();
         if jobs.is_empty() {
             return None;
@@ -144,11 +170,64 @@ impl Collector {
         Some(MaxDelivered { jobs, deliveries: adv.deliveries, seq: adv.stream_seq })
     }
 
+    /// Delete the run's objects (its oversized messages): every job is finished.
+    pub async fn delete_objects(&self) {
+        match objects::delete_run(&self.broker, self.run).await {
+            Ok(0) => {}
+            Ok(n) => debug!(objects = n, "deleted the run's objects"),
+            Err(err) => warn!(error = %err, "could not delete the run's objects"),
+        }
+    }
+
     /// Delete a job message that reached max_deliver (its dead letters are durable).
     pub async fn delete_job_message(&self, seq: u64) {
         let Ok(stream) = self.broker.js.get_stream(subjects::JOBS_STREAM).await else { return };
         if let Err(e) = stream.delete_message(seq).await {
             debug!(seq, error = %e, "could not delete a max-delivered job message");
+        }
+    }
+}
+
+/// How long a results message whose object the broker could not give waits before it
+/// is delivered again.
+const OBJECT_RETRY: Duration = Duration::from_secs(2);
+
+/// A results message's payload, opened.
+pub enum Opened {
+    Bytes(bytes::Bytes),
+    /// Its object is unusable (missing, another run's, too large, bytes that do not hash
+    /// to its name): logged and acked. Its jobs are published again by the stall check
+    /// and answered from the workers' checkpoints.
+    Unusable,
+    /// The broker could not give its object now: handed back (nak) to be read later.
+    Later,
+}
+
+impl Opened {
+    pub fn bytes(&self) -> Option<&bytes::Bytes> {
+        match self {
+            Opened::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// The payload of a results message of run `run`: its own, or the object it names.
+pub(super) async fn open_payload(
+    broker: &Broker,
+    run: Uuid,
+    headers: Option<&async_nats::HeaderMap>,
+    payload: &bytes::Bytes,
+) -> Opened {
+    match objects::payload_of(broker, headers, payload, Some(run)).await {
+        Ok(b) => Opened::Bytes(b),
+        Err(err) if err.is_transient() => {
+            warn!(error = %err, "cannot read a results message's object now; later");
+            Opened::Later
+        }
+        Err(err) => {
+            warn!(error = %err, "unusable results message object; dropping the message");
+            Opened::Unusable
         }
     }
 }

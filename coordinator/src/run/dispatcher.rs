@@ -4,7 +4,8 @@
 //! Publishes are pipelined: their broker acks are awaited in the background (at most
 //! [`MAX_UNCONFIRMED`] at a time) and only logged; a publish that never reached the
 //! stream is caught by the stall check. A publish the client refuses is retried with a
-//! growing delay (the broker may be restarting).
+//! growing delay (the broker may be restarting). A job message larger than the server's
+//! `max_payload` travels through the object store (`halyard_broker::objects`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -136,10 +137,28 @@ impl Dispatcher {
             self.reap_one().await;
         }
         let mut delay = Duration::from_millis(100);
+        // A job too large for one message (a judge prompt quoting a very long answer)
+        // goes through the object store (`halyard_broker::objects`): stored first, then
+        // the message naming it.
+        let oversized = payload.len() > self.broker.payload_limit();
+        let mut object: Option<String> = None;
         loop {
-            let m = jetstream::message::PublishMessage::build()
-                .payload(payload.clone())
-                .message_id(&msg_id);
+            if oversized && object.is_none() {
+                match halyard_broker::objects::put(&self.broker, self.run, &payload).await {
+                    Ok(name) => object = Some(name),
+                    Err(err) => {
+                        warn!(msg_id, bytes = payload.len(), error = %err, "cannot store an oversized job as an object; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                }
+            }
+            let mut m = jetstream::message::PublishMessage::build().message_id(&msg_id);
+            m = match &object {
+                Some(name) => m.header(halyard_broker::objects::HEADER, name.as_str()),
+                None => m.payload(payload.clone()),
+            };
             match self.broker.js.send_publish(subject.clone(), m).await {
                 Ok(ack) => {
                     self.acks.push(std::future::IntoFuture::into_future(ack));

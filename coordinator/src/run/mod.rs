@@ -254,6 +254,7 @@ impl Coordinator<'_> {
         info!(run = %run, results = p.results, batches = p.batches, "all items done; writing the report");
         self.publish_progress();
         let w = crate::report::write(self.cfg, self.planner.store(), run)?;
+        self.collector.delete_objects().await;
         info!(run = %run, report = %w.dir.display(), dead_letters = w.dead_letters, "run complete");
         Ok(RunOutcome::Complete { run, report_dir: w.dir, dead_letters: w.dead_letters })
     }
@@ -261,16 +262,17 @@ impl Coordinator<'_> {
     /// One batch of results: store, re-plan, flush, then ack.
     async fn on_results(&mut self, msgs: &[jetstream::Message]) -> Result<(), CoordinatorError> {
         let now = Instant::now();
+        let opened = self.collector.open(msgs).await;
         let mut arrived = Vec::with_capacity(msgs.len());
-        for m in msgs {
-            for (result, range) in self.collector.decode(&m.payload) {
-                arrived.push(Arrived { result, encoded: &m.payload[range] });
+        for payload in opened.iter().filter_map(|o| o.bytes()) {
+            for (result, range) in self.collector.decode(payload) {
+                arrived.push(Arrived { result, encoded: &payload[range] });
             }
         }
         self.step(Event::Results(arrived), now).await?;
         // Durable before acked.
         self.planner.store().flush().await?;
-        Collector::ack(msgs).await;
+        Collector::ack(msgs, &opened).await;
         self.publish_progress();
         Ok(())
     }
