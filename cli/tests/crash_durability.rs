@@ -377,3 +377,53 @@ fn job_batch_that_kills_every_worker_becomes_dead_letters() {
     let text = std::fs::read_to_string(out.join("poison/report.md")).unwrap();
     assert!(text.contains("max_deliver reached"), "the report does not say why:\n{text}");
 }
+
+/// The coordinator killed in the middle of a commit (issue 13): its store effects of one
+/// step (results, labels, cost totals) are one atomic update. The failpoint makes durable
+/// everything sled holds after half of a commit's writes, as sled's background flush may
+/// at any moment, and aborts; written one by one, the results of that batch would then be
+/// stored without the cost totals counting them, and their redelivery would be taken for
+/// duplicates: results the cost and call totals never count. Resumed, the run counts
+/// every result exactly once in both.
+#[test]
+fn coordinator_crash_in_the_middle_of_a_commit_loses_no_count() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let sweep_path = write_sweep(dir.path(), 1);
+    let out = dir.path().join("runs");
+    let mut w = worker(&sweep_path, &url, &dir.path().join("checkpoint"), None);
+    let log1 = dir.path().join("coordinator-1.log");
+    let mut c = halyard();
+    c.args(["coordinator", sweep_path.to_str().unwrap(), "--nats", &url])
+        .args(["--out", out.to_str().unwrap()])
+        .env("HALYARD_COORDINATOR_FAILPOINT", "mid-commit:4")
+        .stderr(std::fs::File::create(&log1).unwrap());
+    let mut coord = ChildGuard::spawn(c);
+    let status = coord
+        .wait_timeout(Duration::from_secs(60))
+        .expect("coordinator never reached the failpoint");
+    let log = std::fs::read_to_string(&log1).unwrap_or_default();
+    assert!(ChildGuard::killed_by(status, libc::SIGABRT), "ended with {status:?}:\n{log}");
+    assert!(log.contains("aborting in the middle of a commit"), "{log}");
+
+    let log2 = dir.path().join("coordinator-2.log");
+    let mut coord = coordinator(&sweep_path, &url, &out, &log2);
+    let status =
+        coord.wait_timeout(Duration::from_secs(120)).expect("the resumed run did not finish");
+    assert!(status.success(), "{}", std::fs::read_to_string(&log2).unwrap_or_default());
+    w.signal(libc::SIGTERM);
+    w.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
+
+    let report = read_json(&out.join("crash/report.json"));
+    assert_eq!(report["jobs"]["completed"].as_u64(), Some(JOBS), "{}", report["jobs"]);
+    let counted: u64 = report["costs"]["by_model"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["jobs"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, JOBS, "cost totals count {counted} of {JOBS} results: {}", report["costs"]);
+    let labels = std::fs::read_to_string(out.join("crash/labels.jsonl")).unwrap();
+    assert_eq!(labels.lines().count() as u64, JOBS);
+}

@@ -24,6 +24,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use halyard_proto::{JobId, Outcome};
+use sled::transaction::TransactionError;
+use sled::Transactional;
 
 use crate::report::{self, DeadLetter};
 use crate::state::{RunState, StateError};
@@ -81,20 +83,42 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
     let results = db.open_tree("results").map_err(StateError::from)?;
     let retried = db.open_tree(RETRIED).map_err(StateError::from)?;
     let history = db.open_tree(HISTORY).map_err(StateError::from)?;
+    let done = db.open_tree("done").map_err(StateError::from)?;
+    let mut failed = Vec::new();
     for r in state.results() {
         let r = r?;
         if matches!(r.outcome, Outcome::Failed(_)) {
-            let key = r.job.as_bytes();
-            if let Some(raw) = results.remove(key).map_err(StateError::from)? {
-                let mut hkey = round.to_be_bytes().to_vec();
-                hkey.extend_from_slice(key);
-                history.insert(hkey, raw).map_err(StateError::from)?;
-            }
-            retried.insert(key, &round.to_be_bytes()).map_err(StateError::from)?;
+            failed.push(r.job);
         }
     }
-    db.open_tree("done").map_err(StateError::from)?.clear().map_err(StateError::from)?;
-    meta.insert(ROUND_KEY, &round.to_be_bytes()).map_err(StateError::from)?;
+    let labelled: Vec<sled::IVec> =
+        done.iter().keys().collect::<Result<_, _>>().map_err(StateError::from)?;
+    // One atomic update: a crash leaves the run as it was or wholly re-queued, never with
+    // results moved to the history while their items still count as finished.
+    let res: Result<(), TransactionError<StateError>> = (
+        &results, &retried, &history, &done, &meta,
+    )
+        .transaction(|(results, retried, history, done, meta)| {
+            for job in &failed {
+                let key = job.as_bytes();
+                if let Some(raw) = results.remove(&key[..])? {
+                    let mut hkey = round.to_be_bytes().to_vec();
+                    hkey.extend_from_slice(key);
+                    history.insert(hkey, raw)?;
+                }
+                retried.insert(&key[..], &round.to_be_bytes())?;
+            }
+            for k in &labelled {
+                done.remove(k)?;
+            }
+            meta.insert(ROUND_KEY, &round.to_be_bytes())?;
+            Ok(())
+        });
+    match res {
+        Ok(()) => {}
+        Err(TransactionError::Abort(e)) => return Err(e.into()),
+        Err(TransactionError::Storage(e)) => return Err(StateError::from(e).into()),
+    }
     db.flush().map_err(StateError::from)?;
     Ok(Requeued { round, jobs })
 }

@@ -18,6 +18,8 @@
 
 use std::path::Path;
 
+use sled::Transactional;
+
 use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -176,6 +178,75 @@ impl RunState {
         self.meta.insert(b"run", enc(&m)?)?;
         self.db.flush()?;
         Ok((m, true))
+    }
+
+    /// Carry out `writes` as one atomic update: after a crash, either all of them are in
+    /// the state or none is (one sled transaction over the trees they touch; sled logs
+    /// it as one batch, recovered whole or not at all). Written one by one, sled's
+    /// background flush could make a prefix durable (a batch's results without the cost
+    /// totals counting them) and a crash then would leave results that are never counted:
+    /// their redelivery is a duplicate.
+    ///
+    /// A result is stored only if its job has none (the first result wins); a job note
+    /// likewise. Not durable until [`RunState::flush`].
+    pub fn commit_writes(&self, writes: &[Write<'_>]) -> Result<(), StateError> {
+        // Encoded before the transaction, which may run its closure more than once.
+        let mut encoded: Vec<Option<Vec<u8>>> = Vec::with_capacity(writes.len());
+        for w in writes {
+            encoded.push(match w {
+                Write::JobNote(_, meta) => Some(enc(meta)?),
+                Write::Costs(totals) => Some(enc(totals)?),
+                _ => None,
+            });
+        }
+        let trip = failpoint::mid_commit(writes.len());
+        let trees = (&self.results, &self.done, &self.jobs, &self.meta);
+        let res: Result<(), sled::transaction::TransactionError<StateError>> =
+            trees.transaction(|(results, done, jobs, meta)| {
+                let mut fresh = std::collections::HashSet::new();
+                for (i, (w, e)) in writes.iter().zip(&encoded).enumerate() {
+                    if trip == Some(i) {
+                        failpoint::crash(&self.db);
+                    }
+                    match w {
+                        Write::Result(job, bytes) => {
+                            // The filter has no false negatives: a job it has never seen
+                            // has no result, unless this batch holds it twice.
+                            let absent = if self.stored.may_contain(job) {
+                                results.get(job.as_bytes())?.is_none()
+                            } else {
+                                fresh.insert(**job)
+                            };
+                            if absent {
+                                results.insert(job.as_bytes(), *bytes)?;
+                            }
+                        }
+                        Write::Label(item, label) => {
+                            done.insert(&item.to_bytes()[..], *label)?;
+                        }
+                        Write::JobNote(job, _) => {
+                            if jobs.get(job.as_bytes())?.is_none() {
+                                jobs.insert(job.as_bytes(), e.as_deref().unwrap_or_default())?;
+                            }
+                        }
+                        Write::Costs(_) => {
+                            meta.insert(&b"costs"[..], e.as_deref().unwrap_or_default())?;
+                        }
+                    }
+                }
+                Ok(())
+            });
+        match res {
+            Ok(()) => {}
+            Err(sled::transaction::TransactionError::Abort(e)) => return Err(e),
+            Err(sled::transaction::TransactionError::Storage(e)) => return Err(e.into()),
+        }
+        for w in writes {
+            if let Write::Result(job, _) = w {
+                self.stored.insert(job);
+            }
+        }
+        Ok(())
     }
 
     /// Record a result; false if one was already recorded for this job (a duplicate).
@@ -367,6 +438,64 @@ impl RunState {
     }
 }
 
+/// One write of [`RunState::commit_writes`].
+#[derive(Clone, Copy, Debug)]
+pub enum Write<'a> {
+    /// A result as received (its encoding), stored if its job has none.
+    Result(&'a JobId, &'a [u8]),
+    /// An item is finished with this label.
+    Label(ItemKey, &'a [u8]),
+    /// The note of a dead-lettered job, stored if it has none.
+    JobNote(&'a JobId, &'a JobMeta),
+    /// The cost totals.
+    Costs(&'a [crate::cost::ClassTotals]),
+}
+
+/// A crash point for tests: `HALYARD_COORDINATOR_FAILPOINT=mid-commit:<n>` makes the
+/// coordinator, in its n-th commit of two writes or more, try to make durable everything
+/// sled holds after half of the writes (as sled's background flush may at any moment)
+/// and abort. Read once; unset, it costs a branch per commit.
+mod failpoint {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    pub const ENV: &str = "HALYARD_COORDINATOR_FAILPOINT";
+
+    fn armed() -> Option<u64> {
+        static ARMED: OnceLock<Option<u64>> = OnceLock::new();
+        *ARMED.get_or_init(|| std::env::var(ENV).ok()?.strip_prefix("mid-commit:")?.parse().ok())
+    }
+
+    /// The index of the write before which a commit of `writes` writes crashes, if this
+    /// commit is the armed one.
+    pub fn mid_commit(writes: usize) -> Option<usize> {
+        static PASSES: AtomicU64 = AtomicU64::new(0);
+        let n = armed()?;
+        if writes < 2 {
+            return None;
+        }
+        (PASSES.fetch_add(1, Ordering::Relaxed) + 1 == n).then_some(writes / 2)
+    }
+
+    /// Try to make durable what sled holds, from another thread, as sled's background
+    /// flusher would (it cannot while a transaction holds sled's write lock: the
+    /// attempt waits for the commit), and abort.
+    pub fn crash(db: &sled::Db) -> ! {
+        let db = db.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = db.flush();
+            let _ = tx.send(());
+        });
+        let flushed = rx.recv_timeout(std::time::Duration::from_secs(1)).is_ok();
+        eprintln!(
+            "{ENV}: aborting in the middle of a commit (a concurrent flush {})",
+            if flushed { "made the writes so far durable" } else { "waited for the commit" }
+        );
+        std::process::abort()
+    }
+}
+
 fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StateError> {
     halyard_proto::encode(v).map_err(|e| StateError::Io(e.to_string()))
 }
@@ -409,6 +538,45 @@ mod tests {
             Outcome::Done(c) => assert_eq!(c.text, "first"),
             o => panic!("{o:?}"),
         }
+    }
+
+    /// A commit stores the first result of each job (also within one commit), keeps the
+    /// first note of a job, and writes labels and cost totals with them.
+    #[tokio::test]
+    async fn commits_keep_the_first_result_and_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = RunState::open(dir.path()).unwrap();
+        assert!(st.insert_result(&result(1, "stored before", false)).unwrap());
+        let (r1, r2a, r2b) = (
+            enc(&result(1, "late duplicate", false)).unwrap(),
+            enc(&result(2, "first", false)).unwrap(),
+            enc(&result(2, "second in the same commit", false)).unwrap(),
+        );
+        let (j1, j2) = (JobId([1; 16]), JobId([2; 16]));
+        let m = |stage: &str| JobMeta { pool: "p".into(), stage: stage.into(), model: "m".into() };
+        let (first, later) = (m("first"), m("later"));
+        let item = ItemKey { bench: 0, model: 0, item: 7 };
+        let totals = vec![crate::cost::ClassTotals { jobs: 2, ..Default::default() }];
+        st.commit_writes(&[
+            Write::Result(&j1, &r1),
+            Write::Result(&j2, &r2a),
+            Write::Result(&j2, &r2b),
+            Write::Label(item, b"label"),
+            Write::JobNote(&j2, &first),
+            Write::JobNote(&j2, &later),
+            Write::Costs(&totals),
+        ])
+        .unwrap();
+        let text = |j: &JobId| match st.result(j).unwrap().unwrap().outcome {
+            Outcome::Done(c) => c.text,
+            o => panic!("{o:?}"),
+        };
+        assert_eq!((text(&j1).as_str(), text(&j2).as_str()), ("stored before", "first"));
+        assert!(st.is_done(item).unwrap());
+        assert_eq!(st.job_meta(&j2).unwrap().unwrap().stage, "first");
+        assert_eq!(st.costs().unwrap()[0].jobs, 2);
+        // The filter knows job 2 now: a later result for it is a duplicate.
+        assert!(!st.insert_result(&result(2, "after", false)).unwrap());
     }
 
     /// The run id is created once and survives reopening; item keys round-trip in order.

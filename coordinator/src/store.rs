@@ -2,8 +2,9 @@
 //! sled [`RunState`] the coordinator runs on and the in-memory [`MemStore`] the planner's
 //! tests run on (as raft-rs has `Storage` with `MemStorage`).
 //!
-//! Writes go to the store as the planner's effects are carried out; they become durable
-//! only when the owner flushes ([`RunState::flush`]), which the coordinator does before
+//! Writes go to the store as the planner's effects are carried out, the effects of one
+//! step as one atomic update ([`RunStore::commit`]); they become durable only when the
+//! owner flushes ([`RunState::flush`]), which the coordinator does before
 //! it acks the messages that carried them. The planner never flushes: durability is IO.
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,7 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use halyard_proto::{JobId, JobResult};
 
 use crate::cost::ClassTotals;
-use crate::state::{ItemKey, JobMeta, RunState, StateError};
+use crate::run::planner::Effect;
+use crate::state::{ItemKey, JobMeta, RunState, StateError, Write};
 
 /// A run's results, finished items and job notes, as the planner reads and writes them.
 pub trait RunStore {
@@ -37,6 +39,15 @@ pub trait RunStore {
     /// Describe a job that became a dead letter (for the report); the first note stays.
     fn note_job(&mut self, job: &JobId, meta: &JobMeta) -> Result<(), StateError>;
     fn put_costs(&mut self, totals: &[ClassTotals]) -> Result<(), StateError>;
+
+    /// Carry out the store effects among `effects` (publishes are skipped) as one atomic
+    /// update: after a crash, all of them or none (see [`RunState::commit_writes`]).
+    fn commit(&mut self, effects: &[Effect<'_>]) -> Result<(), StateError> {
+        for e in effects {
+            e.write_to(self)?;
+        }
+        Ok(())
+    }
 }
 
 impl RunStore for RunState {
@@ -72,6 +83,22 @@ impl RunStore for RunState {
     }
     fn put_costs(&mut self, totals: &[ClassTotals]) -> Result<(), StateError> {
         RunState::put_costs(self, totals)
+    }
+    fn commit(&mut self, effects: &[Effect<'_>]) -> Result<(), StateError> {
+        let writes: Vec<Write<'_>> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::StoreResult { job, encoded } => Some(Write::Result(job, encoded)),
+                Effect::MarkDone { item, label } => Some(Write::Label(*item, label)),
+                Effect::NoteJob { job, meta } => Some(Write::JobNote(job, meta)),
+                Effect::Costs(totals) => Some(Write::Costs(totals)),
+                Effect::Publish { .. } => None,
+            })
+            .collect();
+        match writes.len() {
+            0 => Ok(()),
+            _ => RunState::commit_writes(self, &writes),
+        }
     }
 }
 

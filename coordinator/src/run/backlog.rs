@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use super::collector::{decode_results, open_payload, Opened};
 use super::planner::{Arrived, Event, Planner};
 use crate::state::RunState;
+use crate::store::RunStore;
 use crate::CoordinatorError;
 
 /// Store every result of this run still held by the results stream, without planning
@@ -65,10 +66,9 @@ pub(super) async fn absorb(
             .map(|(result, range)| Arrived { result, encoded: &payload[range] })
             .collect();
         total += arrived.len();
-        for e in planner.step(Event::Backlog(arrived), now)? {
-            // Nothing is planned yet: only store effects.
-            e.write_to(planner.store_mut())?;
-        }
+        // Nothing is planned yet: only store effects, as one atomic update.
+        let effects = planner.step(Event::Backlog(arrived), now)?;
+        planner.store_mut().commit(&effects)?;
     }
     planner.store().flush().await?;
     if total > 0 {

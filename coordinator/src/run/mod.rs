@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 use crate::progress::Progress;
 use crate::state::RunState;
+use crate::store::RunStore;
 use crate::{CoordinatorConfig, CoordinatorError};
 
 mod backlog;
@@ -144,11 +145,11 @@ impl Coordinator<'_> {
     /// partly filled job messages are sent at the end). Nothing is flushed here.
     async fn step(&mut self, event: Event<'_>, now: Instant) -> Result<(), CoordinatorError> {
         let effects = self.planner.step(event, now)?;
+        // One atomic update, then the publishes (none is durable before the flush).
+        self.planner.store_mut().commit(&effects)?;
         for e in effects {
-            if !e.write_to(self.planner.store_mut())? {
-                if let Effect::Publish { job, round } = e {
-                    self.dispatcher.send(&job, round).await;
-                }
+            if let Effect::Publish { job, round } = e {
+                self.dispatcher.send(&job, round).await;
             }
         }
         self.dispatcher.send_batches().await;

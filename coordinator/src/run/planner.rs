@@ -79,7 +79,7 @@ pub enum Effect<'a> {
 
 impl Effect<'_> {
     /// Carry out a store effect (every one but [`Effect::Publish`]); false for a publish.
-    pub fn write_to(&self, store: &mut impl RunStore) -> Result<bool, StateError> {
+    pub fn write_to(&self, store: &mut (impl RunStore + ?Sized)) -> Result<bool, StateError> {
         match self {
             Effect::StoreResult { job, encoded } => {
                 store.insert_result_raw(job, encoded)?;
@@ -171,8 +171,14 @@ impl<'s, S: RunStore> Planner<'s, S> {
         match event {
             Event::Backlog(arrived) => {
                 let mut batch = Batch::default();
+                let some = !arrived.is_empty();
                 for a in arrived {
                     self.arrive(a, now, &mut batch, &mut fx)?;
+                }
+                // Counted with the results, in the same commit: a run whose last results
+                // all arrive while no coordinator runs must not report totals without them.
+                if some {
+                    fx.push(Effect::Costs(self.meter.totals().to_vec()));
                 }
             }
             Event::Fill => self.fill(now, &mut fx)?,

@@ -14,6 +14,7 @@ use tracing::warn;
 use super::dispatcher::Dispatcher;
 use super::planner::Planner;
 use crate::state::RunState;
+use crate::store::RunStore;
 use crate::CoordinatorError;
 
 /// Rounds of re-publication before outstanding jobs are declared lost.
@@ -73,9 +74,7 @@ impl Stall {
             return Ok(None);
         }
         let (jobs, notes) = planner.outstanding_jobs()?;
-        for n in &notes {
-            n.write_to(planner.store_mut())?;
-        }
+        planner.store_mut().commit(&notes)?;
         let pools: HashSet<String> = jobs.iter().map(|j| j.pool.clone()).collect();
         let Ok(stream) = self.broker.js.get_stream(subjects::JOBS_STREAM).await else {
             return Ok(None);
