@@ -143,3 +143,62 @@ async fn one_bad_job_costs_only_itself() {
     }
     assert!(cp.get(&good[0].id).unwrap().is_some());
 }
+
+/// A job message may name an object instead of carrying its job (a job larger than
+/// `max_payload`, `halyard_broker::objects`); the reference is untrusted input as well. A
+/// real 1.5 MiB job stored as an object runs; a message naming a missing object, an
+/// object whose bytes do not hash to its name, or a name that is not an object name is
+/// terminated without a call or a checkpoint, and the worker goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_objects_are_checked_like_any_job_message() {
+    use halyard_broker::objects;
+    let nats = NatsServer::start();
+    let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
+    halyard_broker::ensure_streams(&broker).await.unwrap();
+    let run = uuid::Uuid::now_v7();
+    let big = job(run, "noop", "", &"a long prompt ".repeat(110_000));
+    let big_bytes = encode(&big).unwrap();
+    assert!(big_bytes.len() > broker.payload_limit(), "{} bytes", big_bytes.len());
+    let stored = objects::put(&broker, run, &big_bytes).await.unwrap();
+    let forged = job(run, "noop", "", "forged");
+    let forged_name = objects::name_of(run, &encode(&job(run, "noop", "", "real")).unwrap());
+    let store = broker.js.get_object_store(objects::BUCKET).await.unwrap();
+    store.put(forged_name.as_str(), &mut &encode(&forged).unwrap()[..]).await.unwrap();
+    let missing = objects::name_of(run, b"never stored");
+    for (name, id) in
+        [(stored.as_str(), "big"), (&missing, "missing"), (&forged_name, "forged"), ("../x", "bad")]
+    {
+        let m = PublishMessage::build().header(objects::HEADER, name).message_id(id);
+        broker.js.send_publish(subjects::job_subject(POOL), m).await.unwrap().await.unwrap();
+    }
+
+    let state = tempfile::tempdir().unwrap();
+    let plan = WorkerPlan { pools: vec![PoolPlan::new(POOL, 4).with_model(WorkerModel::Noop)] };
+    let cfg = WorkerConfig::new(plan, state.path().to_path_buf());
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(halyard_worker::run(broker.clone(), cfg, async move {
+        let _ = stop_rx.wait_for(|v| *v).await;
+    }));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while stored_results(&broker).await.is_empty()
+        || messages(&broker, subjects::JOBS_STREAM).await != 0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not settled: results {:?}, {} job messages",
+            stored_results(&broker).await,
+            messages(&broker, subjects::JOBS_STREAM).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_tx.send(true).unwrap();
+    let stats = worker.await.unwrap().unwrap();
+    let results = stored_results(&broker).await;
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0].job, big.id);
+    assert!(matches!(results[0].outcome, Outcome::Done(_)), "{results:?}");
+    assert_eq!((stats.completed.get(), stats.calls.get()), (1, 1));
+    drop(stats);
+    let cp = halyard_worker::Checkpoint::open(state.path()).unwrap();
+    assert!(cp.get(&forged.id).unwrap().is_none(), "the forged job was checkpointed");
+}
