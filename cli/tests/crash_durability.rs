@@ -384,7 +384,7 @@ fn job_batch_that_kills_every_worker_becomes_dead_letters() {
 /// at any moment, and aborts; written one by one, the results of that batch would then be
 /// stored without the cost totals counting them, and their redelivery would be taken for
 /// duplicates: results the cost and call totals never count. Resumed, the run counts
-/// every result exactly once in both.
+/// every result exactly once in both, each against its model and stage.
 #[test]
 fn coordinator_crash_in_the_middle_of_a_commit_loses_no_count() {
     let nats = NatsServer::start();
@@ -424,6 +424,11 @@ fn coordinator_crash_in_the_middle_of_a_commit_loses_no_count() {
         .map(|c| c["jobs"].as_u64().unwrap())
         .sum();
     assert_eq!(counted, JOBS, "cost totals count {counted} of {JOBS} results: {}", report["costs"]);
+    // The results that arrived while no coordinator ran are counted against their model
+    // (the window is planned before they are read), not as "(unattributed)".
+    for c in report["costs"]["by_model_stage"].as_array().unwrap() {
+        assert_eq!((c["model"].as_str(), c["stage"].as_str()), (Some("free"), Some("noop")), "{c}");
+    }
     let labels = std::fs::read_to_string(out.join("crash/labels.jsonl")).unwrap();
     assert_eq!(labels.lines().count() as u64, JOBS);
 }

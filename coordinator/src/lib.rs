@@ -46,17 +46,19 @@
 //!
 //! ## Recovery, in order
 //! 1. Open the run state; the run id (UUID v7) is created once and reused.
-//! 2. Create streams and the run's result consumer if missing (idempotent); store every
-//!    result already waiting in the results stream (`run::backlog`), so that nothing
-//!    finished while no coordinator ran is published again.
+//! 2. Create streams and the run's result consumer if missing (idempotent).
 //! 3. Walk the items from the first, skipping finished ones; evaluate each unfinished
-//!    item against the stored results and publish the jobs it waits for
-//!    (`Nats-Msg-Id` = `<run>:<job>`, so JetStream drops re-publications of jobs still
-//!    queued within its duplicate window), until the window is full.
-//! 4. Consume results in batches: store each (first one wins), re-evaluate the items
-//!    that waited on them, refill the window (step 3 continues), flush once, then ack
-//!    the batch's messages.
-//! 5. When every item is finished, write the report.
+//!    item against the stored results until the window is full, holding back the jobs
+//!    it needs.
+//! 4. Store every result already waiting in the results stream (`run::backlog`), counted
+//!    against the jobs planned in 3 and re-planning the items they finish; then publish
+//!    the held-back jobs still unanswered (`Nats-Msg-Id` = `<run>:<job>`, so JetStream
+//!    drops re-publications of jobs still queued within its duplicate window): nothing
+//!    finished while no coordinator ran is published again.
+//! 5. Consume results in batches: store each (first one wins), re-evaluate the items
+//!    that waited on them, refill the window, commit the store effects as one atomic
+//!    update, flush once, then ack the batch's messages.
+//! 6. When every item is finished, write the report.
 //!
 //! A crash at any point loses nothing: a result is acked only after it is flushed, and an
 //! item's follow-up jobs are re-planned from stored results at the next start. A result

@@ -1,15 +1,19 @@
-//! Step 2 of recovery: before a (re)started coordinator plans and publishes anything, it
-//! takes in every result already waiting in its results stream.
+//! Step 3 of recovery: before a (re)started coordinator publishes anything, it takes in
+//! every result already waiting in its results stream.
 //!
 //! Why: a job that a worker finished while no coordinator was listening has been acked,
-//! so it is gone from the job stream, and its result waits unread. Planning first would
+//! so it is gone from the job stream, and its result waits unread. Publishing first would
 //! publish that job again; JetStream drops the copy only if it still remembers the
 //! message id, which it does not after a broker restart (its de-duplication memory is
 //! rebuilt from the messages still stored). The copy could then reach a worker without
-//! that job in its checkpoint: a paid call made twice. Reading the backlog first makes
-//! the planner see those results, so nothing finished is published again.
-//! (Measured by `cli/tests/chaos.rs`: without it, coordinator kills after a broker
-//! restart or a cluster leader change cost hundreds of repeated calls in 5,000 jobs.)
+//! that job in its checkpoint: a paid call made twice. So the window is planned first
+//! (step 2) with its publishes held back, the backlog is read into it (results stored,
+//! counted against the model and stage of the job that was planned, the items they
+//! finish re-planned), and only then are the held-back jobs that are still unanswered
+//! published. (Measured by `cli/tests/chaos.rs`: without reading the backlog first,
+//! coordinator kills after a broker restart or a cluster leader change cost hundreds of
+//! repeated calls in 5,000 jobs. Before the window was planned first, the backlog's
+//! results were counted as "(unattributed)", without their model's price.)
 
 use std::time::Instant;
 
@@ -19,25 +23,27 @@ use halyard_proto::subjects;
 use tracing::{info, warn};
 
 use super::collector::{decode_results, open_payload, Opened};
-use super::planner::{Arrived, Event, Planner};
+use super::planner::{Arrived, Effect, Event, Planner};
 use crate::state::RunState;
 use crate::store::RunStore;
 use crate::CoordinatorError;
 
-/// Store every result of this run still held by the results stream, without planning
-/// or acking. Read by sequence (the stream's message-get API, next message on this
-/// run's subject), not through the run's consumer: results that a killed coordinator
+/// Store every result of this run still held by the results stream, without acking,
+/// each message's effects as one commit; the effects left to carry out (publishes) are
+/// appended to `held`. Read by sequence (the stream's message-get API, next message on
+/// this run's subject), not through the run's consumer: results that a killed coordinator
 /// had pulled but not acked stay invisible to the consumer until their `ack_wait`
 /// passes, and those are exactly the ones that matter here. The consumer delivers
 /// them again later; they are then recognised as duplicates and acked.
 pub(super) async fn absorb(
     broker: &Broker,
     planner: &mut Planner<'_, RunState>,
+    held: &mut Vec<Effect<'static>>,
 ) -> Result<(), CoordinatorError> {
     let stream = match broker.js.get_stream(subjects::RESULTS_STREAM).await {
         Ok(s) => s,
         Err(err) => {
-            warn!(error = %err, "cannot read queued results before planning; planning without them");
+            warn!(error = %err, "cannot read queued results before publishing; publishing without them");
             return Ok(());
         }
     };
@@ -50,7 +56,7 @@ pub(super) async fn absorb(
             Ok(m) => m,
             Err(err) if err.kind() == RawMessageErrorKind::NoMessageFound => break,
             Err(err) => {
-                warn!(error = %err, "cannot read queued results before planning; planning with what was read");
+                warn!(error = %err, "cannot read queued results before publishing; publishing with what was read");
                 break;
             }
         };
@@ -66,9 +72,12 @@ pub(super) async fn absorb(
             .map(|(result, range)| Arrived { result, encoded: &payload[range] })
             .collect();
         total += arrived.len();
-        // Nothing is planned yet: only store effects, as one atomic update.
-        let effects = planner.step(Event::Backlog(arrived), now)?;
+        let effects = planner.step(Event::Results(arrived), now)?;
         planner.store_mut().commit(&effects)?;
+        held.extend(effects.into_iter().filter_map(|e| match e {
+            Effect::Publish { job, round } => Some(Effect::Publish { job, round }),
+            _ => None,
+        }));
     }
     planner.store().flush().await?;
     if total > 0 {

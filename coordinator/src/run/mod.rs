@@ -93,13 +93,12 @@ async fn run_phase(
     let state = RunState::open(&cfg.run_dir.join("state"))?;
     let (meta, created) = state.run_meta(&cfg.sweep.name)?;
     info!(run = %meta.id, name = %meta.name, resumed = !created, "coordinator starting");
-    // 2. Streams and the run's result consumer; results that arrived meanwhile.
+    // 2. Streams and the run's result consumer.
     halyard_broker::ensure_streams(&broker).await?;
     let consumer = halyard_broker::results_consumer(&broker, meta.id).await?;
     let retried = crate::dead_letters::retried(&state)?;
     let state_outages = state.outages()?;
-    let mut planner = Planner::open(&cfg.sweep, state, meta.id, retried)?;
-    backlog::absorb(&broker, &mut planner).await?;
+    let planner = Planner::open(&cfg.sweep, state, meta.id, retried)?;
     let mut c = Coordinator {
         cfg: &cfg,
         planner,
@@ -107,22 +106,41 @@ async fn run_phase(
         collector: Collector::new(broker.clone(), meta.id, consumer),
         stall: Stall::new(broker.clone(), cfg.sweep.run.ack_wait),
         outages: outage::Outages::new(
-            broker,
+            broker.clone(),
             cfg.sweep.pools().into_keys(),
             cfg.sweep.run.outage_patience,
             state_outages,
         ),
         progress_tx: progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0),
     };
-    // 3. Plan until the window is full.
     // Every event of the run carries its id and name (a span; JSON logs show it too).
     let span = tracing::info_span!("run", run = %meta.id, sweep = %meta.name);
     let p = c.planner.progress();
     info!(parent: &span, items = p.items_total, done = p.items_done, window = cfg.sweep.run.window, "planning");
-    c.step(Event::Fill, Instant::now()).instrument(span.clone()).await?;
+    // 3. Plan until the window is full, holding its publishes back; 4. read the results
+    // that arrived while no coordinator ran (`backlog`); then publish what is still
+    // unanswered.
+    let fill = c.planner.step(Event::Fill, Instant::now())?;
+    c.planner.store_mut().commit(&fill)?;
+    let mut held: Vec<Effect<'static>> = fill
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Publish { job, round } => Some(Effect::Publish { job, round }),
+            _ => None,
+        })
+        .collect();
+    backlog::absorb(&broker, &mut c.planner, &mut held).instrument(span.clone()).await?;
+    for e in held {
+        if let Effect::Publish { job, round } = e {
+            if !c.planner.store().has_result(&job.id)? {
+                c.dispatcher.send(&job, round).await;
+            }
+        }
+    }
+    c.dispatcher.send_batches().await;
     c.planner.store().flush().await?;
     c.publish_progress();
-    // 4. and 5. Collect results until every item is finished.
+    // 5. and 6. Collect results until every item is finished.
     c.collector.subscribe_advisories().await?;
     let outcome = c.collect(shutdown).instrument(span).await?;
     c.planner.store().flush().await?;

@@ -46,12 +46,9 @@ pub struct Arrived<'a> {
 /// What happened, for the planner.
 #[derive(Debug)]
 pub enum Event<'a> {
-    /// Results read before planning (step 2 of recovery): stored and counted; nothing is
-    /// planned yet.
-    Backlog(Vec<Arrived<'a>>),
-    /// Take items into the window while it has room (step 3).
+    /// Take items into the window while it has room (step 3 of recovery, and later).
     Fill,
-    /// A batch of results from the broker (step 4): stored and counted once, the items
+    /// A batch of results (steps 4 and 5 of recovery): stored and counted once, the items
     /// they wake re-planned, the window refilled.
     Results(Vec<Arrived<'a>>),
     /// Jobs no worker will answer (delivered `max_deliver` times without a result, or
@@ -169,18 +166,6 @@ impl<'s, S: RunStore> Planner<'s, S> {
     ) -> Result<Vec<Effect<'a>>, CoordinatorError> {
         let mut fx = Vec::new();
         match event {
-            Event::Backlog(arrived) => {
-                let mut batch = Batch::default();
-                let some = !arrived.is_empty();
-                for a in arrived {
-                    self.arrive(a, now, &mut batch, &mut fx)?;
-                }
-                // Counted with the results, in the same commit: a run whose last results
-                // all arrive while no coordinator runs must not report totals without them.
-                if some {
-                    fx.push(Effect::Costs(self.meter.totals().to_vec()));
-                }
-            }
             Event::Fill => self.fill(now, &mut fx)?,
             Event::Results(arrived) => {
                 let mut batch = Batch::default();
