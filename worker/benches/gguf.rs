@@ -1,8 +1,15 @@
 //! Throughput of the gguf backend versus llama.cpp used directly, in the same run.
 //!
-//! `cargo bench -p halyard-worker --bench gguf` (needs models/, see scripts/fetch-model.sh).
-//! Prints prompt tokens/s, single-stream generation tokens/s and batched generation
-//! tokens/s (4 sequences) for both, and the ratio backend/direct. Medians of 3.
+//! `cargo bench -p halyard-worker --bench gguf` (needs models/, see scripts/fetch-model.sh;
+//! `HALYARD_BENCH_ROUNDS=N` for more rounds than 7). Prints, for both, prompt tokens/s
+//! (prefill), single-stream generation tokens/s and batched generation tokens/s (4
+//! sequences at once), the ratio backend/direct, and the spread over the rounds (lowest
+//! and highest ratio of a round), so that a difference can be told from noise.
+//!
+//! Generation is timed end to end on both sides, the same way: from the request to the
+//! last token, prefill included, generated tokens divided by that time (an earlier
+//! version subtracted an estimated prefill time from the backend's side only). Rounds
+//! interleave the two sides, so background load on this 2-core machine hits both alike.
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -25,6 +32,10 @@ Describe the sea, the weather, the lighthouse, the keeper's daily routine and th
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
 }
 
 struct Direct {
@@ -55,11 +66,13 @@ impl Direct {
         Direct { model, ctx, prompt, batch: LlamaBatch::new(2048, SLOTS as i32) }
     }
 
-    /// `seqs` sequences: prefill all, then GEN greedy tokens each (no early stop).
-    /// Returns (prompt tokens/s, generated tokens/s).
+    /// `seqs` sequences: prefill all, then greedy tokens until each has GEN or ends (as
+    /// the backend stops at the end of generation). Returns (prompt tokens/s, generated
+    /// tokens/s over the whole time, prefill included).
     fn run(&mut self, seqs: usize) -> (f64, f64) {
         let _ = self.model;
         let (ctx, batch, prompt) = (&mut self.ctx, &mut self.batch, &self.prompt);
+        let vocab = self.model.vocab();
         ctx.clear_kv_cache();
         batch.clear();
         for s in 0..seqs {
@@ -71,46 +84,56 @@ impl Direct {
         ctx.decode(batch).unwrap();
         let prefill = t0.elapsed().as_secs_f64();
         let mut samplers: Vec<LlamaSampler> = (0..seqs).map(|_| LlamaSampler::greedy()).collect();
-        let mut last: Vec<i32> = (0..seqs).map(|s| ((s + 1) * prompt.len() - 1) as i32).collect();
-        let t1 = Instant::now();
+        // (sequence, batch index of its logits) of the sequences still generating.
+        let mut live: Vec<(usize, i32)> =
+            (0..seqs).map(|s| (s, ((s + 1) * prompt.len() - 1) as i32)).collect();
+        let mut generated = 0u64;
         for step in 0..GEN {
-            let toks: Vec<_> = (0..seqs).map(|s| samplers[s].sample(ctx, last[s])).collect();
+            let toks: Vec<_> = live.iter().map(|&(s, at)| samplers[s].sample(ctx, at)).collect();
             batch.clear();
-            for (s, t) in toks.into_iter().enumerate() {
-                batch.add(t, prompt.len() as i32 + step as i32, &[s as i32], true).unwrap();
-                last[s] = s as i32;
+            let mut next = Vec::with_capacity(live.len());
+            for (&(s, _), t) in live.iter().zip(toks) {
+                samplers[s].accept(t);
+                if vocab.is_eog(t) {
+                    continue;
+                }
+                let _piece = vocab.token_to_piece(t, false, None);
+                generated += 1;
+                if step + 1 < GEN {
+                    batch.add(t, prompt.len() as i32 + step as i32, &[s as i32], true).unwrap();
+                    next.push((s, batch.n_tokens() - 1));
+                }
+            }
+            live = next;
+            if live.is_empty() {
+                break;
             }
             ctx.decode(batch).unwrap();
         }
-        (
-            (seqs * prompt.len()) as f64 / prefill,
-            (seqs as f64 * GEN as f64) / t1.elapsed().as_secs_f64(),
-        )
+        ((seqs * prompt.len()) as f64 / prefill, generated as f64 / t0.elapsed().as_secs_f64())
     }
 }
 
-/// Through the backend: (prompt tokens/s, single-stream generated tokens/s).
+/// Through the backend: (prompt tokens/s, single-stream generated tokens/s over the
+/// whole call, prefill included).
 async fn backend_single(model: &GgufModel) -> (f64, f64) {
     let c = model.generate(vec![ChatMessage::user(PROMPT)], 0.0, Some(1), 1).await.unwrap();
     let prompt_tps = c.usage.prompt_tokens as f64 / (c.latency_ms.max(1) as f64 / 1000.0);
     let t = Instant::now();
     let c = model.generate(vec![ChatMessage::user(PROMPT)], 0.0, Some(GEN), 1).await.unwrap();
-    let gen_s = t.elapsed().as_secs_f64() - c.usage.prompt_tokens as f64 / prompt_tps;
-    (prompt_tps, c.usage.completion_tokens as f64 / gen_s)
+    (prompt_tps, c.usage.completion_tokens as f64 / t.elapsed().as_secs_f64())
 }
 
-/// Through the backend: batched generated tokens/s (SLOTS concurrent jobs), prefill time
-/// subtracted at the measured prompt rate.
-async fn backend_batched(model: &GgufModel, prompt_tps: f64) -> f64 {
+/// Through the backend: generated tokens/s of SLOTS concurrent jobs, from their start to
+/// the last one's end.
+async fn backend_batched(model: &GgufModel) -> f64 {
     let t = Instant::now();
     let cs = futures::future::join_all(
         (0..SLOTS).map(|_| model.generate(vec![ChatMessage::user(PROMPT)], 0.0, Some(GEN), 1)),
     )
     .await;
     let toks: u64 = cs.iter().map(|c| c.as_ref().unwrap().usage.completion_tokens).sum();
-    let pre: f64 =
-        cs.iter().map(|c| c.as_ref().unwrap().usage.prompt_tokens as f64).sum::<f64>() / prompt_tps;
-    toks as f64 / (t.elapsed().as_secs_f64() - pre)
+    toks as f64 / t.elapsed().as_secs_f64()
 }
 
 fn main() {
@@ -130,11 +153,14 @@ fn main() {
         ctx_size: 1024,
     };
     let model = GgufModel::load(spec).expect("load");
-    // Rounds interleave direct and backend measurements, so background load on this
-    // 2-core machine hits both sides alike.
+    let rounds: usize =
+        std::env::var("HALYARD_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(7);
+    // Warm-up (first allocations, page cache), not counted.
+    direct.run(SLOTS);
+    rt.block_on(backend_batched(&model));
     let (mut dp, mut ds, mut db, mut hp, mut hs, mut hb) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
-    for _ in 0..3 {
+    for _ in 0..rounds {
         let (p, g) = direct.run(1);
         dp.push(p);
         ds.push(g);
@@ -142,15 +168,23 @@ fn main() {
         hp.push(p);
         hs.push(g);
         db.push(direct.run(SLOTS).1);
-        hb.push(rt.block_on(backend_batched(&model, p)));
+        hb.push(rt.block_on(backend_batched(&model)));
     }
-    println!("SmolLM2-135M-Instruct Q4_1, {threads} threads, {GEN} generated tokens, batch of {SLOTS}; medians of 3 interleaved rounds");
-    println!("{:<28} {:>12} {:>12} {:>8}", "figure (tokens/s)", "llama.cpp", "halyard", "ratio");
+    println!(
+        "SmolLM2-135M-Instruct Q4_1, {threads} threads, up to {GEN} generated tokens, batch of {SLOTS}; medians of {rounds} interleaved rounds"
+    );
+    println!(
+        "{:<28} {:>10} {:>10} {:>7} {:>17}",
+        "figure (tokens/s)", "llama.cpp", "halyard", "ratio", "ratio per round"
+    );
     for (name, x, y) in [
-        ("prompt (prefill)", median(dp), median(hp)),
-        ("generation, single stream", median(ds), median(hs)),
-        ("generation, batched x4", median(db), median(hb)),
+        ("prompt (prefill)", dp, hp),
+        ("generation, single stream", ds, hs),
+        ("generation, batched x4", db, hb),
     ] {
-        println!("{name:<28} {x:>12.1} {y:>12.1} {:>8.2}", y / x);
+        let per_round: Vec<f64> = x.iter().zip(&y).map(|(a, b)| b / a).collect();
+        let (lo, hi) = min_max(&per_round);
+        let (x, y) = (median(x), median(y));
+        println!("{name:<28} {x:>10.1} {y:>10.1} {:>7.2} {:>8.2} – {:<6.2}", y / x, lo, hi);
     }
 }
