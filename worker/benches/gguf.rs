@@ -110,6 +110,12 @@ impl Direct {
             }
             ctx.decode(batch).unwrap();
         }
+        if std::env::var("HALYARD_BENCH_VERBOSE").is_ok() {
+            eprintln!(
+                "direct x{seqs}: {generated} tokens, {:.0} ms",
+                t0.elapsed().as_secs_f64() * 1000.0
+            );
+        }
         ((seqs * prompt.len()) as f64 / prefill, generated as f64 / t0.elapsed().as_secs_f64())
     }
 }
@@ -133,6 +139,15 @@ async fn backend_batched(model: &GgufModel) -> f64 {
     )
     .await;
     let toks: u64 = cs.iter().map(|c| c.as_ref().unwrap().usage.completion_tokens).sum();
+    if std::env::var("HALYARD_BENCH_VERBOSE").is_ok() {
+        let each: Vec<u64> =
+            cs.iter().map(|c| c.as_ref().unwrap().usage.completion_tokens).collect();
+        let lat: Vec<u64> = cs.iter().map(|c| c.as_ref().unwrap().latency_ms).collect();
+        eprintln!(
+            "backend batched: tokens {each:?}, latency ms {lat:?}, total {:.0} ms",
+            t.elapsed().as_secs_f64() * 1000.0
+        );
+    }
     toks as f64 / t.elapsed().as_secs_f64()
 }
 

@@ -295,6 +295,8 @@ fn engine_thread(
             let sampler = sampler_for(&req.sampling, req.seed);
             let max_tokens =
                 if score_from.is_some() { 0 } else { req.sampling.max_tokens.unwrap_or(u32::MAX) };
+            // The smallest free id (see the batch order below).
+            free_ids.sort_unstable_by(|a, b| b.cmp(a));
             let id = free_ids.pop().unwrap_or(0); // non-empty: checked by the loop condition
             active.push(Seq {
                 id,
@@ -328,6 +330,13 @@ fn engine_thread(
         if active.is_empty() {
             continue;
         }
+        // Sequences in the batch in order of their ids, and ids given smallest first: with
+        // a KV cache per sequence, llama.cpp puts a sequence into the current micro-batch
+        // only if its id is the previous one's plus one (`split_equal`), so ids out of
+        // order cost one graph computation per run of consecutive ids. Measured: batched
+        // generation 0.80 of llama.cpp direct with ids in the order slots were freed,
+        // 1.02 in order.
+        active.sort_unstable_by_key(|s| s.id);
         // Build one batch: one token per generating sequence, then prompt chunks.
         batch.clear();
         let mut room = n_batch as usize;
