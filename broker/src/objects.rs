@@ -31,6 +31,13 @@ pub const BUCKET: &str = "halyard_objects";
 /// Header of a message whose payload is the object it names.
 pub const HEADER: &str = "Halyard-Object";
 
+/// Objects not deleted with their run (a run abandoned, or stopped for good) expire after
+/// this long. Safe whenever it happens: a job message whose object is gone is terminated
+/// and the job published again by the stall check (the object stored anew), a results
+/// message whose object is gone is dropped and its job answered again from a worker's
+/// checkpoint.
+pub const OBJECT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(14 * 24 * 3600);
+
 /// The largest object a receiver reads: above the largest HTTP response body a worker
 /// accepts by default (64 MiB) with room for the request and framing around it.
 pub const MAX_OBJECT_BYTES: usize = 128 << 20;
@@ -86,6 +93,7 @@ async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
         subjects: vec![format!("$O.{BUCKET}.C.>"), format!("$O.{BUCKET}.M.>")],
         storage: stream::StorageType::File,
         num_replicas: crate::stream_replicas(b),
+        max_age: OBJECT_MAX_AGE,
         discard: stream::DiscardPolicy::New,
         allow_rollup: true,
         allow_direct: true,

@@ -119,7 +119,10 @@ fn answers_and_jobs_larger_than_max_payload_travel_as_objects() {
         let client = async_nats::connect(nats.url()).await.unwrap();
         let js = async_nats::jetstream::new(client);
         let mut s = js.get_stream("OBJ_halyard_objects").await.unwrap();
-        s.info().await.unwrap().state.clone()
+        let info = s.info().await.unwrap();
+        // Objects of runs that never complete expire.
+        assert_eq!(info.config.max_age, halyard_broker::objects::OBJECT_MAX_AGE);
+        info.state.clone()
     });
     // At least the answer's result and a judge job were objects.
     assert!(state.messages >= 2, "{state:?}");
