@@ -16,6 +16,7 @@
 //! A receiver reads at most [`MAX_OBJECT_BYTES`]: an object that claims more is refused
 //! before it is read.
 
+use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::object_store::{GetErrorKind, InfoErrorKind, ObjectStore};
 use async_nats::jetstream::stream;
 use async_nats::HeaderMap;
@@ -70,7 +71,7 @@ pub fn name_of(run: Uuid, bytes: &[u8]) -> String {
 }
 
 /// The object a message refers to, if it has the header.
-pub fn reference(headers: Option<&HeaderMap>) -> Option<&str> {
+fn reference(headers: Option<&HeaderMap>) -> Option<&str> {
     headers?.get(HEADER).map(|v| v.as_str())
 }
 
@@ -127,6 +128,27 @@ pub async fn put(b: &Broker, run: Uuid, bytes: &[u8]) -> Result<String, BrokerEr
         }
         Err(e) => Err(BrokerError::js(format!("store object {name}"), e)),
     }
+}
+
+/// A message carrying `payload` of run `run`: the payload itself, or, when it is larger
+/// than the server's `max_payload`, an empty message whose [`HEADER`] names the object it
+/// was stored as. `stored` keeps that name across a caller's retries, so the object is
+/// stored once. The caller adds the message id.
+pub async fn message(
+    b: &Broker,
+    run: Uuid,
+    payload: &bytes::Bytes,
+    stored: &mut Option<String>,
+) -> Result<PublishMessage, BrokerError> {
+    let m = PublishMessage::build();
+    if payload.len() <= b.payload_limit() {
+        return Ok(m.payload(payload.clone()));
+    }
+    let name = match stored {
+        Some(name) => name,
+        None => stored.insert(put(b, run, payload).await?),
+    };
+    Ok(m.header(HEADER, name.as_str()))
 }
 
 /// The bytes of object `name`, checked against the name; with `run`, the object must

@@ -294,13 +294,6 @@ impl RunState {
         Ok(self.results.contains_key(job.as_bytes())?)
     }
 
-    pub fn note_job(&self, job: &JobId, meta: &JobMeta) -> Result<(), StateError> {
-        if !self.jobs.contains_key(job.as_bytes())? {
-            self.jobs.insert(job.as_bytes(), enc(meta)?)?;
-        }
-        Ok(())
-    }
-
     pub fn job_meta(&self, job: &JobId) -> Result<Option<JobMeta>, StateError> {
         match self.jobs.get(job.as_bytes())? {
             None => Ok(None),
@@ -312,11 +305,6 @@ impl RunState {
 
     pub fn is_done(&self, item: ItemKey) -> Result<bool, StateError> {
         Ok(self.done.contains_key(item.to_bytes())?)
-    }
-
-    pub fn mark_done(&self, item: ItemKey, label: &[u8]) -> Result<(), StateError> {
-        self.done.insert(item.to_bytes(), label)?;
-        Ok(())
     }
 
     pub fn done_count(&self) -> usize {
@@ -385,12 +373,6 @@ impl RunState {
             }
         }
         Ok(t)
-    }
-
-    /// Store the cost accounting totals (written with each committed batch).
-    pub fn put_costs(&self, totals: &[crate::cost::ClassTotals]) -> Result<(), StateError> {
-        self.meta.insert(b"costs", enc(&totals)?)?;
-        Ok(())
     }
 
     /// The cost accounting totals stored by an earlier process (empty if none).

@@ -31,23 +31,11 @@ pub trait RunStore {
     /// The cost totals stored with the last committed batch (empty if none).
     fn costs(&self) -> Result<Vec<ClassTotals>, StateError>;
 
-    /// Store a result as received (its encoding); false if `job` already has one: the
-    /// first result wins, whatever duplicates arrive.
-    fn insert_result_raw(&mut self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError>;
-    /// Item `item` is finished with this (encoded) label.
-    fn mark_done(&mut self, item: ItemKey, label: &[u8]) -> Result<(), StateError>;
-    /// Describe a job that became a dead letter (for the report); the first note stays.
-    fn note_job(&mut self, job: &JobId, meta: &JobMeta) -> Result<(), StateError>;
-    fn put_costs(&mut self, totals: &[ClassTotals]) -> Result<(), StateError>;
-
     /// Carry out the store effects among `effects` (publishes are skipped) as one atomic
-    /// update: after a crash, all of them or none (see [`RunState::commit_writes`]).
-    fn commit(&mut self, effects: &[Effect<'_>]) -> Result<(), StateError> {
-        for e in effects {
-            e.write_to(self)?;
-        }
-        Ok(())
-    }
+    /// update: after a crash, all of them or none (see [`RunState::commit_writes`]). A
+    /// result is stored only if its job has none (the first result wins, whatever
+    /// duplicates arrive); a dead letter's note likewise.
+    fn commit(&mut self, effects: &[Effect<'_>]) -> Result<(), StateError>;
 }
 
 impl RunStore for RunState {
@@ -72,18 +60,6 @@ impl RunStore for RunState {
     fn costs(&self) -> Result<Vec<ClassTotals>, StateError> {
         RunState::costs(self)
     }
-    fn insert_result_raw(&mut self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError> {
-        RunState::insert_result_raw(self, job, encoded)
-    }
-    fn mark_done(&mut self, item: ItemKey, label: &[u8]) -> Result<(), StateError> {
-        RunState::mark_done(self, item, label)
-    }
-    fn note_job(&mut self, job: &JobId, meta: &JobMeta) -> Result<(), StateError> {
-        RunState::note_job(self, job, meta)
-    }
-    fn put_costs(&mut self, totals: &[ClassTotals]) -> Result<(), StateError> {
-        RunState::put_costs(self, totals)
-    }
     fn commit(&mut self, effects: &[Effect<'_>]) -> Result<(), StateError> {
         let writes: Vec<Write<'_>> = effects
             .iter()
@@ -95,10 +71,10 @@ impl RunStore for RunState {
                 Effect::Publish { .. } => None,
             })
             .collect();
-        match writes.len() {
-            0 => Ok(()),
-            _ => RunState::commit_writes(self, &writes),
+        if writes.is_empty() {
+            return Ok(());
         }
+        RunState::commit_writes(self, &writes)
     }
 }
 
@@ -151,23 +127,22 @@ impl RunStore for MemStore {
     fn costs(&self) -> Result<Vec<ClassTotals>, StateError> {
         Ok(self.costs.clone())
     }
-    fn insert_result_raw(&mut self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError> {
-        if self.results.contains_key(job) {
-            return Ok(false);
+    fn commit(&mut self, effects: &[Effect<'_>]) -> Result<(), StateError> {
+        for e in effects {
+            match e {
+                Effect::StoreResult { job, encoded } => {
+                    self.results.entry(*job).or_insert_with(|| encoded.to_vec());
+                }
+                Effect::MarkDone { item, label } => {
+                    self.done.insert(*item, label.clone());
+                }
+                Effect::NoteJob { job, meta } => {
+                    self.jobs.entry(*job).or_insert_with(|| meta.clone());
+                }
+                Effect::Costs(totals) => self.costs = totals.clone(),
+                Effect::Publish { .. } => {}
+            }
         }
-        self.results.insert(*job, encoded.to_vec());
-        Ok(true)
-    }
-    fn mark_done(&mut self, item: ItemKey, label: &[u8]) -> Result<(), StateError> {
-        self.done.insert(item, label.to_vec());
-        Ok(())
-    }
-    fn note_job(&mut self, job: &JobId, meta: &JobMeta) -> Result<(), StateError> {
-        self.jobs.entry(*job).or_insert_with(|| meta.clone());
-        Ok(())
-    }
-    fn put_costs(&mut self, totals: &[ClassTotals]) -> Result<(), StateError> {
-        self.costs = totals.to_vec();
         Ok(())
     }
 }

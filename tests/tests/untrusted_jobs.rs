@@ -16,6 +16,8 @@ use halyard_worker::WorkerConfig;
 
 const POOL: &str = "free";
 
+type WorkerRun = Result<std::sync::Arc<halyard_worker::Stats>, halyard_worker::WorkerError>;
+
 fn job(run: uuid::Uuid, backend: &str, endpoint: &str, text: &str) -> Job {
     let key = JobKey {
         pipeline: "noop".into(),
@@ -55,6 +57,38 @@ async fn stored_results(b: &Broker) -> Vec<JobResult> {
     out
 }
 
+/// A noop worker for `POOL` on the checkpoint in `state`; it stops when `true` is sent.
+fn start_worker(
+    broker: &Broker,
+    state: &std::path::Path,
+) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<WorkerRun>) {
+    let plan = WorkerPlan { pools: vec![PoolPlan::new(POOL, 4).with_model(WorkerModel::Noop)] };
+    let mut cfg = WorkerConfig::new(plan, state.to_path_buf());
+    cfg.delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(halyard_worker::run(broker.clone(), cfg, async move {
+        let _ = stop_rx.wait_for(|v| *v).await;
+    }));
+    (stop_tx, worker)
+}
+
+/// Waits (30 s at most) until the results stream holds at least `results` results and the
+/// job stream exactly `job_messages` messages.
+async fn settle(broker: &Broker, results: usize, job_messages: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while stored_results(broker).await.len() < results
+        || messages(broker, subjects::JOBS_STREAM).await != job_messages
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not settled: results {:?}, {} job messages",
+            stored_results(broker).await,
+            messages(broker, subjects::JOBS_STREAM).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// One batch holding two good jobs, a garbage item, a job whose id is not its key's hash
 /// and a job for an endpoint the worker was not configured with: the good jobs run, the
 /// other three are refused (counted, reported as `Refused`, the attacker never called)
@@ -84,26 +118,9 @@ async fn one_bad_job_costs_only_itself() {
     publish(&broker.js, encode(&newer).unwrap(), "newer-1").await;
 
     let state = tempfile::tempdir().unwrap();
-    let plan = WorkerPlan { pools: vec![PoolPlan::new(POOL, 4).with_model(WorkerModel::Noop)] };
-    let mut cfg = WorkerConfig::new(plan, state.path().to_path_buf());
-    cfg.delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let worker = tokio::spawn(halyard_worker::run(broker.clone(), cfg, async move {
-        let _ = stop_rx.wait_for(|v| *v).await;
-    }));
+    let (stop_tx, worker) = start_worker(&broker, state.path());
     // Settled: the batch left the work queue; the newer message stays for another worker.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while stored_results(&broker).await.len() < 4
-        || messages(&broker, subjects::JOBS_STREAM).await != 1
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the batch was not settled: results {:?}, {} job messages",
-            stored_results(&broker).await,
-            messages(&broker, subjects::JOBS_STREAM).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    settle(&broker, 4, 1).await;
     // The newer message is nak'd with a delay, not terminated: it is still there later.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(messages(&broker, subjects::JOBS_STREAM).await, 1);
@@ -173,24 +190,8 @@ async fn job_objects_are_checked_like_any_job_message() {
     }
 
     let state = tempfile::tempdir().unwrap();
-    let plan = WorkerPlan { pools: vec![PoolPlan::new(POOL, 4).with_model(WorkerModel::Noop)] };
-    let cfg = WorkerConfig::new(plan, state.path().to_path_buf());
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let worker = tokio::spawn(halyard_worker::run(broker.clone(), cfg, async move {
-        let _ = stop_rx.wait_for(|v| *v).await;
-    }));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while stored_results(&broker).await.is_empty()
-        || messages(&broker, subjects::JOBS_STREAM).await != 0
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not settled: results {:?}, {} job messages",
-            stored_results(&broker).await,
-            messages(&broker, subjects::JOBS_STREAM).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (stop_tx, worker) = start_worker(&broker, state.path());
+    settle(&broker, 1, 0).await;
     stop_tx.send(true).unwrap();
     let stats = worker.await.unwrap().unwrap();
     let results = stored_results(&broker).await;

@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream;
 use halyard_broker::Broker;
 use halyard_proto::{subjects, JobId};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -161,24 +160,16 @@ async fn publish_batch(
     let pass = |point| entries.iter().for_each(|_| failpoints.pass(point));
     let mut ok = false;
     // A single result too large for one message goes through the object store (see
-    // `halyard_broker::objects`): stored first, then the message naming it.
-    let oversized = payload.len() > broker.payload_limit();
+    // `halyard_broker::objects`): stored once, then the message naming it.
     let mut object: Option<String> = None;
     for attempt in 0..ATTEMPTS {
-        if oversized && object.is_none() {
-            match halyard_broker::objects::put(broker, run, &payload).await {
-                Ok(name) => object = Some(name),
-                Err(e) => {
-                    warn!(bytes = payload.len(), attempt, error = %e, "cannot store an oversized result as an object");
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                    continue;
-                }
+        let m = match halyard_broker::objects::message(broker, run, &payload, &mut object).await {
+            Ok(m) => m.message_id(&msg_id),
+            Err(e) => {
+                warn!(bytes = payload.len(), attempt, error = %e, "cannot store an oversized result as an object");
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                continue;
             }
-        }
-        let mut m = jetstream::message::PublishMessage::build().message_id(&msg_id);
-        m = match &object {
-            Some(name) => m.header(halyard_broker::objects::HEADER, name.as_str()),
-            None => m.payload(payload.clone()),
         };
         match broker.js.send_publish(subject.clone(), m).await {
             Ok(ack) => {

@@ -19,18 +19,18 @@ use std::time::Instant;
 
 use async_nats::jetstream::stream::RawMessageErrorKind;
 use halyard_broker::Broker;
-use halyard_proto::subjects;
+use halyard_proto::{subjects, Job};
 use tracing::{info, warn};
 
 use super::collector::{decode_results, open_payload, Opened};
-use super::planner::{Arrived, Effect, Event, Planner};
+use super::planner::{Arrived, Event, Planner};
 use crate::state::RunState;
 use crate::store::RunStore;
 use crate::CoordinatorError;
 
 /// Store every result of this run still held by the results stream, without acking,
-/// each message's effects as one commit; the effects left to carry out (publishes) are
-/// appended to `held`. Read by sequence (the stream's message-get API, next message on
+/// each message's effects as one commit; the jobs it plans (with their rounds) are
+/// appended to `held`, for the caller to publish. Read by sequence (the stream's message-get API, next message on
 /// this run's subject), not through the run's consumer: results that a killed coordinator
 /// had pulled but not acked stay invisible to the consumer until their `ack_wait`
 /// passes, and those are exactly the ones that matter here. The consumer delivers
@@ -38,7 +38,7 @@ use crate::CoordinatorError;
 pub(super) async fn absorb(
     broker: &Broker,
     planner: &mut Planner<'_, RunState>,
-    held: &mut Vec<Effect<'static>>,
+    held: &mut Vec<(Job, Option<u32>)>,
 ) -> Result<(), CoordinatorError> {
     let stream = match broker.js.get_stream(subjects::RESULTS_STREAM).await {
         Ok(s) => s,
@@ -74,10 +74,7 @@ pub(super) async fn absorb(
         total += arrived.len();
         let effects = planner.step(Event::Results(arrived), now)?;
         planner.store_mut().commit(&effects)?;
-        held.extend(effects.into_iter().filter_map(|e| match e {
-            Effect::Publish { job, round } => Some(Effect::Publish { job, round }),
-            _ => None,
-        }));
+        held.extend(super::planner::publishes(effects));
     }
     planner.store().flush().await?;
     if total > 0 {

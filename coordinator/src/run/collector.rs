@@ -150,15 +150,19 @@ impl Collector {
         };
         let stream = self.broker.js.get_stream(subjects::JOBS_STREAM).await.ok()?;
         let msg = stream.get_raw_message(adv.stream_seq).await.ok()?;
-        let payload = match objects::reference(Some(&msg.headers)) {
-            None => msg.payload,
-            Some(name) => match objects::fetch(&self.broker, name, None).await {
-                Ok(b) => b.into(),
-                Err(err) => {
-                    warn!(stream_seq = adv.stream_seq, error = %err, "cannot read a max-delivered job message's object");
-                    return None;
-                }
-            },
+        let payload = match objects::payload_of(
+            &self.broker,
+            Some(&msg.headers),
+            &msg.payload,
+            None,
+        )
+        .await
+        {
+            Ok(p) => p,
+            Err(err) => {
+                warn!(stream_seq = adv.stream_seq, error = %err, "cannot read a max-delivered job message's object");
+                return None;
+            }
         };
         // One job, or a batch of them (`[run] job_batch`): each of this run's jobs that
         // has no result yet becomes a dead letter.

@@ -138,26 +138,25 @@ impl Dispatcher {
         }
         let mut delay = Duration::from_millis(100);
         // A job too large for one message (a judge prompt quoting a very long answer)
-        // goes through the object store (`halyard_broker::objects`): stored first, then
+        // goes through the object store (`halyard_broker::objects`): stored once, then
         // the message naming it.
-        let oversized = payload.len() > self.broker.payload_limit();
         let mut object: Option<String> = None;
         loop {
-            if oversized && object.is_none() {
-                match halyard_broker::objects::put(&self.broker, self.run, &payload).await {
-                    Ok(name) => object = Some(name),
-                    Err(err) => {
-                        warn!(msg_id, bytes = payload.len(), error = %err, "cannot store an oversized job as an object; retrying");
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(5));
-                        continue;
-                    }
+            let m = match halyard_broker::objects::message(
+                &self.broker,
+                self.run,
+                &payload,
+                &mut object,
+            )
+            .await
+            {
+                Ok(m) => m.message_id(&msg_id),
+                Err(err) => {
+                    warn!(msg_id, bytes = payload.len(), error = %err, "cannot store an oversized job as an object; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                    continue;
                 }
-            }
-            let mut m = jetstream::message::PublishMessage::build().message_id(&msg_id);
-            m = match &object {
-                Some(name) => m.header(halyard_broker::objects::HEADER, name.as_str()),
-                None => m.payload(payload.clone()),
             };
             match self.broker.js.send_publish(subject.clone(), m).await {
                 Ok(ack) => {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use futures::FutureExt;
 use halyard_broker::Broker;
+use halyard_proto::Job;
 use tokio::sync::watch;
 use tracing::{info, warn, Instrument};
 use uuid::Uuid;
@@ -37,7 +38,7 @@ mod stall;
 
 use collector::Collector;
 use dispatcher::Dispatcher;
-use planner::{Arrived, Effect, Event, Planner};
+use planner::{Arrived, Event, Planner};
 use stall::Stall;
 
 #[derive(Debug, PartialEq)]
@@ -122,19 +123,11 @@ async fn run_phase(
     // unanswered.
     let fill = c.planner.step(Event::Fill, Instant::now())?;
     c.planner.store_mut().commit(&fill)?;
-    let mut held: Vec<Effect<'static>> = fill
-        .into_iter()
-        .filter_map(|e| match e {
-            Effect::Publish { job, round } => Some(Effect::Publish { job, round }),
-            _ => None,
-        })
-        .collect();
+    let mut held: Vec<(Job, Option<u32>)> = planner::publishes(fill).collect();
     backlog::absorb(&broker, &mut c.planner, &mut held).instrument(span.clone()).await?;
-    for e in held {
-        if let Effect::Publish { job, round } = e {
-            if !c.planner.store().has_result(&job.id)? {
-                c.dispatcher.send(&job, round).await;
-            }
+    for (job, round) in held {
+        if !c.planner.store().has_result(&job.id)? {
+            c.dispatcher.send(&job, round).await;
         }
     }
     c.dispatcher.send_batches().await;
@@ -165,10 +158,8 @@ impl Coordinator<'_> {
         let effects = self.planner.step(event, now)?;
         // One atomic update, then the publishes (none is durable before the flush).
         self.planner.store_mut().commit(&effects)?;
-        for e in effects {
-            if let Effect::Publish { job, round } = e {
-                self.dispatcher.send(&job, round).await;
-            }
+        for (job, round) in planner::publishes(effects) {
+            self.dispatcher.send(&job, round).await;
         }
         self.dispatcher.send_batches().await;
         Ok(())

@@ -61,7 +61,7 @@ pub enum Event<'a> {
 /// the acks of the messages that carried the results.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect<'a> {
-    /// Store this result (the first for its job; see [`RunStore::insert_result_raw`]).
+    /// Store this result (the first for its job; see [`RunStore::commit`]).
     StoreResult { job: JobId, encoded: Cow<'a, [u8]> },
     /// Item `item` is finished with this label.
     MarkDone { item: ItemKey, label: Vec<u8> },
@@ -74,20 +74,13 @@ pub enum Effect<'a> {
     Publish { job: Job, round: Option<u32> },
 }
 
-impl Effect<'_> {
-    /// Carry out a store effect (every one but [`Effect::Publish`]); false for a publish.
-    pub fn write_to(&self, store: &mut (impl RunStore + ?Sized)) -> Result<bool, StateError> {
-        match self {
-            Effect::StoreResult { job, encoded } => {
-                store.insert_result_raw(job, encoded)?;
-            }
-            Effect::MarkDone { item, label } => store.mark_done(*item, label)?,
-            Effect::NoteJob { job, meta } => store.note_job(job, meta)?,
-            Effect::Costs(totals) => store.put_costs(totals)?,
-            Effect::Publish { .. } => return Ok(false),
-        }
-        Ok(true)
-    }
+/// The jobs to publish among `effects`, in order, with their rounds (the store effects
+/// are carried out by [`RunStore::commit`]).
+pub fn publishes(effects: Vec<Effect<'_>>) -> impl Iterator<Item = (Job, Option<u32>)> + '_ {
+    effects.into_iter().filter_map(|e| match e {
+        Effect::Publish { job, round } => Some((job, round)),
+        _ => None,
+    })
 }
 
 /// An item's evaluation: done, with its label, or waiting on jobs (with their ids).

@@ -8,7 +8,7 @@ use std::time::Instant;
 use halyard_proto::{Completion, Job, JobId, JobResult, Outcome, Usage};
 use uuid::Uuid;
 
-use super::planner::{Arrived, Effect, Event, Planner};
+use super::planner::{publishes, Arrived, Effect, Event, Planner};
 use crate::state::ItemKey;
 use crate::store::{MemStore, RunStore};
 use crate::sweep::{parse, Sweep};
@@ -54,15 +54,8 @@ fn arrived(answers: &[(JobResult, Vec<u8>)]) -> Vec<Arrived<'_>> {
 
 /// Carry out the store effects; return the jobs to publish, with their rounds.
 fn apply(store: &mut MemStore, fx: Vec<Effect<'_>>) -> Vec<(Job, Option<u32>)> {
-    let mut published = Vec::new();
-    for e in fx {
-        if !e.write_to(store).unwrap() {
-            if let Effect::Publish { job, round } = e {
-                published.push((job, round));
-            }
-        }
-    }
-    published
+    store.commit(&fx).unwrap();
+    publishes(fx).collect()
 }
 
 fn jobs(published: &[(Job, Option<u32>)]) -> Vec<Job> {
