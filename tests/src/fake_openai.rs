@@ -1,4 +1,4 @@
-//! A scripted OpenAI-compatible chat-completions server over real HTTP.
+//! A scripted OpenAI-compatible chat-completions and Batch API server over real HTTP.
 //!
 //! [`FakeOpenAi`] binds `127.0.0.1:0` and serves `POST /v1/chat/completions` (and
 //! `/chat/completions`). Each request is parsed into a [`ChatCall`], appended to the
@@ -15,6 +15,38 @@
 //! [`FakeOpenAi::outage_for`]): refused connections (the listener really closed, open
 //! connections dropped), 503s, or requests that hang. [`FakeOpenAi::paid_calls`] lists
 //! the calls answered with a completion, so a test can count paid calls made twice.
+//!
+//! # Batch API
+//!
+//! The same server speaks OpenAI's Batch API for chat completions, with the same
+//! responder: `POST /v1/files` (multipart upload of the JSONL input, `purpose` =
+//! `batch`; bad lines, duplicate `custom_id`s, a missing file or another purpose get
+//! 400), `GET /v1/files/{id}` and `/v1/files/{id}/content`, `DELETE /v1/files/{id}`,
+//! `POST /v1/batches`, `GET /v1/batches/{id}`, `GET /v1/batches?limit=&after=`
+//! (newest first, cursor pagination) and `POST /v1/batches/{id}/cancel`. Bad requests
+//! get a 4xx with an OpenAI error body; outages apply to these endpoints too.
+//!
+//! A batch moves only when it is retrieved, so tests need no sleeps: with the default
+//! [`BatchScript`] each `GET /v1/batches/{id}` takes it one status further,
+//! `validating` → `in_progress` → `finalizing` → `completed`. The retrieve that ends
+//! `in_progress` runs every request line through the responder (as a [`ChatCall`]
+//! parsed from the line's `body`); `completed` comes with an output file (one line per
+//! 200: `{"id","custom_id","response":{"status_code","request_id","body"},"error":null}`)
+//! and an error file (every other status, and `batch_expired` / `batch_cancelled`
+//! lines with `"response":null`). In a batch a [`Reply::Delayed`] or [`Reply::Gated`]
+//! request finishes once its delay has passed or its gate is open, checked at each
+//! retrieve (a retrieve never waits), and a [`Reply::Hang`] one never: the batch stays
+//! `in_progress` until cancelled, or, if scripted to expire, expires with that request
+//! in the error file as `batch_expired`.
+//!
+//! [`FakeOpenAi::set_batch_script`] changes, at any time, how many retrieves each status
+//! lasts, holds batches `in_progress` behind a [`Gate`], makes batches expire after
+//! their first K requests, or fails the next batch's validation. Requests run in
+//! batches are listed by [`FakeOpenAi::batch_requests`], never in
+//! [`FakeOpenAi::calls`] or [`FakeOpenAi::paid_calls`] (those are the online log);
+//! [`FakeOpenAi::batches`], [`FakeOpenAi::batches_created`],
+//! [`FakeOpenAi::files_uploaded`] and [`FakeOpenAi::batch_retrieves`] count the rest.
+//! See the `batch` module for the details.
 
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -32,7 +64,9 @@ use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc as tmpsc, watch};
 
+mod batch;
 mod server;
+pub use batch::{BatchRequest, BatchScript};
 pub use server::Outage;
 use server::{Cmd, Control, OutageState};
 
@@ -153,6 +187,8 @@ struct Shared {
     paid: Mutex<Vec<ChatCall>>,
     /// The current `Unavailable` or `Hang` outage.
     outage: OutageState,
+    /// Files, batches and the batch script.
+    batch: batch::BatchState,
 }
 
 impl Shared {
@@ -227,6 +263,7 @@ impl FakeOpenAi {
             max_in_flight: AtomicUsize::new(0),
             paid: Mutex::new(Vec::new()),
             outage: OutageState::default(),
+            batch: batch::BatchState::default(),
         });
         let (orders, orders_rx) = tmpsc::unbounded_channel();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -314,9 +351,10 @@ impl std::fmt::Debug for FakeOpenAi {
 }
 
 fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
-        .route("/chat/completions", post(chat_completions))
+        .route("/chat/completions", post(chat_completions));
+    batch::routes(router)
         // Providers take long prompts (a judge quoting a 2 MB answer); axum's default
         // limit is 2 MB.
         .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
@@ -349,7 +387,17 @@ async fn chat_completions(
         }
         None => {}
     }
-    let reply = match catch_unwind(AssertUnwindSafe(|| (shared.responder)(&call))) {
+    let reply = ask_responder(&shared, &call);
+    let response = respond(reply, &call).await;
+    if response.status() == StatusCode::OK {
+        shared.paid.lock().unwrap_or_else(|p| p.into_inner()).push(call);
+    }
+    response
+}
+
+/// The responder's reply to `call`; a panic becomes a 500.
+fn ask_responder(shared: &Shared, call: &ChatCall) -> Reply {
+    match catch_unwind(AssertUnwindSafe(|| (shared.responder)(call))) {
         Ok(reply) => reply,
         Err(panic) => {
             let msg = panic
@@ -365,12 +413,7 @@ async fn chat_completions(
                 retry_after: None,
             }
         }
-    };
-    let response = respond(reply, &call).await;
-    if response.status() == StatusCode::OK {
-        shared.paid.lock().unwrap_or_else(|p| p.into_inner()).push(call);
     }
-    response
 }
 
 /// Lenient: missing or odd fields become empty/`None`, so the call is always logged.
@@ -444,11 +487,21 @@ fn words(text: &str) -> u64 {
 }
 
 fn completion_response(call: &ChatCall, text: &str, prompt: u64, completion: u64) -> Response {
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let body = json!({
+    let body = completion_body(call, text, prompt, completion);
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The `chat.completion` object a 200 carries (online, or in a batch's output file).
+fn completion_body(call: &ChatCall, text: &str, prompt: u64, completion: u64) -> Value {
+    json!({
         "id": format!("chatcmpl-fake-{}", call.seq),
         "object": "chat.completion",
-        "created": created,
+        "created": unix_now(),
         "model": call.model,
         "choices": [{
             "index": 0,
@@ -460,8 +513,7 @@ fn completion_response(call: &ChatCall, text: &str, prompt: u64, completion: u64
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         },
-    });
-    (StatusCode::OK, axum::Json(body)).into_response()
+    })
 }
 
 fn status_response(code: u16, body: String, retry_after: Option<String>) -> Response {
