@@ -26,6 +26,7 @@
 //! are understood by nats-server 2.9 (Debian's package) as well as newer servers.
 
 pub mod auth;
+pub mod batches;
 pub mod embedded;
 pub mod kv;
 pub mod objects;

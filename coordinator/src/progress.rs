@@ -35,6 +35,9 @@ pub struct Progress {
     pub held: u64,
     /// Pools of the run whose endpoint is down now (their workers paused them).
     pub outages: Vec<crate::run::outage::PoolOutage>,
+    /// Provider batches of the run's batch pools that are not over (`mode = "batch"`):
+    /// the run is waiting for them.
+    pub provider_batches: Vec<halyard_proto::provider_batch::BatchGroup>,
 }
 
 /// Items of one benchmark and model under test.

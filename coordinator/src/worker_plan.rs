@@ -12,6 +12,7 @@ pub fn worker_plan(s: &Sweep) -> WorkerPlan {
     for m in &s.models {
         let mut p = PoolPlan::new(&m.spec.pool, m.max_concurrency).with_model(worker_model(m));
         p.quota = s.quotas.get(&m.spec.pool).copied();
+        p.batch = m.batch;
         // The sweep gives one quota per pool (checked when it was read), so no conflict.
         let _ = plan.add(p);
     }

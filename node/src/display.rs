@@ -59,6 +59,21 @@ fn rate_limited(local: &[Arc<Stats>]) -> u64 {
     local.iter().map(|s| s.rate_limited.get()).sum()
 }
 
+/// "waiting for provider batch: …" while the run's batch pools have batches out.
+pub fn waiting_for_batches(groups: &[halyard_proto::provider_batch::BatchGroup]) -> Option<String> {
+    let (batches, requests): (u64, u64) =
+        groups.iter().fold((0, 0), |(b, r), g| (b + g.batches, r + g.requests));
+    if batches == 0 {
+        return None;
+    }
+    let oldest = groups.iter().map(|g| g.oldest_s).fold(0.0, f64::max);
+    Some(format!(
+        "waiting for provider batch: {requests} requests in {batches} batch{} (oldest {})",
+        if batches == 1 { "" } else { "es" },
+        crate::status::show::duration(oldest)
+    ))
+}
+
 fn summary(p: &Progress, local: &[Arc<Stats>]) -> String {
     let retries: u64 = p.costs.iter().map(|c| c.retries).sum();
     let spent: f64 = p.costs.iter().map(|c| c.cost).sum();
@@ -77,6 +92,9 @@ fn summary(p: &Progress, local: &[Arc<Stats>]) -> String {
     }
     for o in &p.outages {
         s.push_str(&format!(" · {}", o.describe()));
+    }
+    if let Some(w) = waiting_for_batches(&p.provider_batches) {
+        s.push_str(&format!(" · {w}"));
     }
     s
 }
@@ -184,5 +202,8 @@ async fn logs(rx: &mut watch::Receiver<Progress>, local: &[Arc<Stats>]) {
             held = p.held,
             "totals"
         );
+        if let Some(w) = waiting_for_batches(&p.provider_batches) {
+            tracing::info!("{w}");
+        }
     }
 }

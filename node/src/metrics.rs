@@ -9,7 +9,9 @@
 //! `halyard_tokens_total{kind}`, `halyard_cost_usd_total`, the histogram
 //! `halyard_model_call_latency_seconds{model}`, the summary `halyard_job_latency_seconds`,
 //! `halyard_cost_spent_usd`, `halyard_cost_limit_usd`, and per pool `halyard_queue_depth`,
-//! `halyard_queue_in_flight`, `halyard_queue_waiting_pulls`.
+//! `halyard_queue_in_flight`, `halyard_queue_waiting_pulls`; for batch pools
+//! (`mode = "batch"`) per pool and state `halyard_provider_batches`,
+//! `halyard_provider_batch_requests` and `halyard_provider_batch_oldest_seconds`.
 //!
 //! Worker: `halyard_worker_calls_total`, `halyard_worker_jobs_total{outcome}`,
 //! `halyard_worker_checkpoint_hits_total`, `halyard_worker_rate_limited_total` (HTTP 429),
@@ -412,12 +414,54 @@ pub fn worker_metrics(e: &mut Exposition, worker: &str, s: &Stats) {
     }
 }
 
+/// Provider batches (`mode = "batch"` pools) not over yet, per pool and state, read from
+/// the broker at each scrape.
+pub fn batch_metrics(e: &mut Exposition, groups: &[halyard_proto::provider_batch::BatchGroup]) {
+    e.family(
+        "halyard_provider_batches",
+        "gauge",
+        "Provider batches not over yet, per pool and state.",
+    );
+    for g in groups {
+        e.sample(
+            "halyard_provider_batches",
+            &[("pool", &g.pool), ("state", &g.state)],
+            g.batches as f64,
+        );
+    }
+    e.family(
+        "halyard_provider_batch_requests",
+        "gauge",
+        "Requests in provider batches not over yet, per pool and state.",
+    );
+    for g in groups {
+        e.sample(
+            "halyard_provider_batch_requests",
+            &[("pool", &g.pool), ("state", &g.state)],
+            g.requests as f64,
+        );
+    }
+    e.family(
+        "halyard_provider_batch_oldest_seconds",
+        "gauge",
+        "Age of the oldest provider batch per pool and state (since submitted, or created).",
+    );
+    for g in groups {
+        e.sample(
+            "halyard_provider_batch_oldest_seconds",
+            &[("pool", &g.pool), ("state", &g.state)],
+            g.oldest_s,
+        );
+    }
+}
+
 pub async fn render(src: &Sources) -> String {
     let mut e = Exposition::default();
     if let Some(c) = &src.coordinator {
         let p = c.progress.borrow().clone();
         coordinator_metrics(&mut e, &p);
         pool_metrics(&mut e, &pool_status(&c.broker, &c.pools).await);
+        batch_metrics(&mut e, &halyard_broker::batches::summary(&c.broker, &c.pools).await);
     }
     for (id, s) in &src.workers {
         worker_metrics(&mut e, id, s);

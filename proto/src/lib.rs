@@ -10,6 +10,8 @@
 //! - [`result`]: [`JobResult`] (what a worker publishes back), outcomes and failures.
 //! - [`pool`]: the worker's contract, [`pool::WorkerPlan`]: the pools it serves, their
 //!   quotas and the models it may call; and the check every received job passes.
+//! - [`provider_batch`]: provider batches of `mode = "batch"` pools as the broker
+//!   records them (durable before each provider step, taken over after a crash).
 //! - [`redact`]: secrets out of text bound for logs, errors and dead letters.
 //! - [`batch`]: results messages holding many results (one per sled group commit).
 //! - [`health`]: a pool's endpoint health ([`PoolHealthRecord`]) as workers publish it.
@@ -34,6 +36,7 @@ pub mod health;
 pub mod id;
 pub mod job;
 pub mod pool;
+pub mod provider_batch;
 pub mod redact;
 pub mod result;
 pub mod store_mark;

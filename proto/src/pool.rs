@@ -203,12 +203,35 @@ impl WorkerModel {
     }
 }
 
+/// A pool in batch mode (`mode = "batch"` on its models): its jobs are sent through the
+/// provider's batch API (a JSONL file of requests, answered within the completion
+/// window at the batch price) instead of one HTTP call each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchSpec {
+    /// Requests per provider batch.
+    pub batch_size: u32,
+    /// How long a worker gathers jobs before it submits a batch that is not full.
+    pub batch_wait_ms: u64,
+    /// Tokens (estimated prompt plus `max_tokens`) the pool may have enqueued at the
+    /// provider at once, across all its workers (`batch_queue_tokens`).
+    pub queue_tokens: Option<u64>,
+}
+
+impl BatchSpec {
+    /// The largest `batch_size`: a batch's record (its job ids) must fit in one broker
+    /// message.
+    pub const MAX_SIZE: u32 = 10_000;
+}
+
 /// One pool of a worker: its concurrency, its quota, the models it may call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PoolPlan {
     pub pool: PoolSpec,
     pub quota: Option<QuotaSpec>,
     pub models: Vec<WorkerModel>,
+    /// Batch mode, when the pool's models use the provider's batch API.
+    #[serde(default)]
+    pub batch: Option<BatchSpec>,
 }
 
 impl PoolPlan {
@@ -218,6 +241,7 @@ impl PoolPlan {
             pool: PoolSpec { name: name.into(), concurrency },
             quota: None,
             models: Vec::new(),
+            batch: None,
         }
     }
 
@@ -259,6 +283,16 @@ impl WorkerPlan {
             if !have.models.contains(&m) {
                 have.models.push(m);
             }
+        }
+        match (have.batch, p.batch) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(format!(
+                    "pool {:?} is given two batch settings ({a:?} and {b:?})",
+                    have.pool.name
+                ))
+            }
+            (None, Some(b)) => have.batch = Some(b),
+            _ => {}
         }
         match (have.quota, p.quota) {
             (Some(a), Some(b)) if a != b => {

@@ -14,6 +14,8 @@
 //! rpm = 500                           # optional quota (rpm and/or tpm, burst)
 //! tpm = 200000
 //! tpm_counts = "max_tokens"           # or "usage" (how the API counts tokens; README)
+//! # mode = "batch"                    # the provider's batch API (README "Batch mode"),
+//! # batch_size = 1000                 # with batch_wait_s = 60, batch_queue_tokens = …
 //!
 //! [[pool.model]]
 //! backend = "openai"
@@ -31,7 +33,7 @@
 
 use std::path::Path;
 
-use halyard_proto::pool::{HttpModelSpec, PoolPlan, QuotaSpec, WorkerModel, WorkerPlan};
+use halyard_proto::pool::{BatchSpec, HttpModelSpec, PoolPlan, QuotaSpec, WorkerModel, WorkerPlan};
 use serde::Deserialize;
 
 use crate::backend::http_guard::{HttpPolicy, DEFAULT_MAX_BODY_BYTES};
@@ -78,6 +80,11 @@ struct RawPool {
     tpm: Option<i64>,
     burst: Option<i64>,
     tpm_counts: Option<String>,
+    /// "online" (default) or "batch" (the provider's batch API; see the README).
+    mode: Option<String>,
+    batch_size: Option<i64>,
+    batch_wait_s: Option<f64>,
+    batch_queue_tokens: Option<i64>,
     #[serde(default)]
     model: Vec<RawModel>,
 }
@@ -131,11 +138,18 @@ pub fn parse(file: &str, text: &str) -> Result<WorkerFile, ConfigError> {
         if plan.pool(&p.name).is_some() {
             return Err(key(k("name"), format!("pool {:?} is declared twice", p.name)));
         }
-        let concurrency = p.concurrency.unwrap_or(4);
-        if !(1..=4096).contains(&concurrency) {
-            return Err(key(k("concurrency"), format!("{concurrency} is outside 1..=4096")));
+        let batch = batch(&p).map_err(|(f, why)| key(k(f), why))?;
+        // A batch pool's jobs wait for the provider, not a connection.
+        let (default, most) = match batch {
+            Some(b) => (2 * b.batch_size as i64, 2 * BatchSpec::MAX_SIZE as i64),
+            None => (4, 4096),
+        };
+        let concurrency = p.concurrency.unwrap_or(default);
+        if !(1..=most).contains(&concurrency) {
+            return Err(key(k("concurrency"), format!("{concurrency} is outside 1..={most}")));
         }
-        let mut pool = PoolPlan::new(p.name, concurrency as usize);
+        let mut pool = PoolPlan::new(p.name.clone(), concurrency as usize);
+        pool.batch = batch;
         pool.quota = quota(p.rpm, p.tpm, p.burst).map_err(|(f, why)| key(k(f), why))?;
         if let Some(c) = &p.tpm_counts {
             let counts = c.parse().map_err(|why| key(k("tpm_counts"), why))?;
@@ -154,6 +168,12 @@ pub fn parse(file: &str, text: &str) -> Result<WorkerFile, ConfigError> {
         }
         for (j, m) in p.model.into_iter().enumerate() {
             let m = model(m).map_err(|(f, why)| key(k(&format!("model[{j}].{f}")), why))?;
+            if batch.is_some() && !matches!(m, WorkerModel::Http(_)) {
+                return Err(key(
+                    k(&format!("model[{j}].backend")),
+                    "a pool with mode = \"batch\" calls \"openai\" models (a batch API)".into(),
+                ));
+            }
             pool = pool.with_model(m);
         }
         // Names were checked unique above, so this adds a pool.
@@ -163,6 +183,51 @@ pub fn parse(file: &str, text: &str) -> Result<WorkerFile, ConfigError> {
 }
 
 type FieldError = (&'static str, String);
+
+/// A pool's batch mode keys (the sweep's `mode`, `batch_size`, `batch_wait_s`,
+/// `batch_queue_tokens`, with the same defaults and limits).
+fn batch(p: &RawPool) -> Result<Option<BatchSpec>, FieldError> {
+    let on = match p.mode.as_deref().unwrap_or("online") {
+        "online" => false,
+        "batch" => true,
+        other => return Err(("mode", format!("{other:?} is neither \"online\" nor \"batch\""))),
+    };
+    if !on {
+        for (f, set) in [
+            ("batch_size", p.batch_size.is_some()),
+            ("batch_wait_s", p.batch_wait_s.is_some()),
+            ("batch_queue_tokens", p.batch_queue_tokens.is_some()),
+        ] {
+            if set {
+                return Err((f, "only applies with mode = \"batch\"".into()));
+            }
+        }
+        return Ok(None);
+    }
+    let size = p.batch_size.unwrap_or(1000);
+    if !(1..=BatchSpec::MAX_SIZE as i64).contains(&size) {
+        return Err((
+            "batch_size",
+            format!("{size} is outside 1..={} requests", BatchSpec::MAX_SIZE),
+        ));
+    }
+    let wait = p.batch_wait_s.unwrap_or(60.0);
+    if !(wait.is_finite() && (0.0..=86_400.0).contains(&wait)) {
+        return Err(("batch_wait_s", format!("{wait} is outside 0..=86400 seconds")));
+    }
+    let queue_tokens = match p.batch_queue_tokens {
+        None => None,
+        Some(t) if (1..=1_000_000_000_000).contains(&t) => Some(t as u64),
+        Some(t) => {
+            return Err(("batch_queue_tokens", format!("{t} is outside 1..=1000000000000 tokens")))
+        }
+    };
+    Ok(Some(BatchSpec {
+        batch_size: size as u32,
+        batch_wait_ms: (wait * 1000.0) as u64,
+        queue_tokens,
+    }))
+}
 
 fn quota(
     rpm: Option<i64>,

@@ -17,6 +17,16 @@
 //! | `publish-confirm` | handed the publish of the batch holding the result to the client | seen the broker's ack for it (it may not have left the process) |
 //! | `confirm-ack` | the broker's ack for the result | acked the job |
 //! | `ack-flush` | handed the job's ack to the client | flushed the connection (the ack may not have left the process) |
+//!
+//! And the steps of a provider batch (`mode = "batch"` pools, see `batch`), one pass per
+//! batch (`batch-polling`: per poll; `batch-downloaded`: per download):
+//!
+//! | point | the worker has… | and not yet… |
+//! |---|---|---|
+//! | `batch-uploaded` | uploaded the batch's input file | recorded its file id |
+//! | `batch-created` | created the provider batch | recorded its batch id |
+//! | `batch-polling` | polled the submitted batch (still running, or just ended) | recorded its end |
+//! | `batch-downloaded` | downloaded the ended batch's output and error files | checkpointed or published any answer |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,15 +40,23 @@ pub enum Point {
     PublishConfirm,
     ConfirmAck,
     AckFlush,
+    BatchUploaded,
+    BatchCreated,
+    BatchPolling,
+    BatchDownloaded,
 }
 
 impl Point {
-    pub const ALL: [Point; 5] = [
+    pub const ALL: [Point; 9] = [
         Point::CallPersist,
         Point::FlushPublish,
         Point::PublishConfirm,
         Point::ConfirmAck,
         Point::AckFlush,
+        Point::BatchUploaded,
+        Point::BatchCreated,
+        Point::BatchPolling,
+        Point::BatchDownloaded,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +66,10 @@ impl Point {
             Point::PublishConfirm => "publish-confirm",
             Point::ConfirmAck => "confirm-ack",
             Point::AckFlush => "ack-flush",
+            Point::BatchUploaded => "batch-uploaded",
+            Point::BatchCreated => "batch-created",
+            Point::BatchPolling => "batch-polling",
+            Point::BatchDownloaded => "batch-downloaded",
         }
     }
 }

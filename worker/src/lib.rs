@@ -5,6 +5,8 @@
 //! - [`checkpoint`]: sled store of completed calls, with group commit.
 //! - [`config_file`]: the worker configuration file (`halyard worker --config`): pools,
 //!   the models each may call, quotas and HTTP limits, for workers without a sweep.
+//! - [`batch`]: batch pools (`mode = "batch"`): jobs answered through the provider's
+//!   batch API, every step recorded in the broker before it is taken.
 //! - [`backend`]: model backends (`openai`, `gguf`, `replay`, `noop`) and error classification.
 //! - [`retry`]: in-delivery retries with backoff, jitter and `Retry-After`.
 //! - [`health`]: each pool's endpoint health: an outage pauses the pool across all its
@@ -63,6 +65,7 @@
 
 mod admit;
 pub mod backend;
+pub mod batch;
 pub mod budget;
 mod calling;
 pub mod checkpoint;
@@ -251,7 +254,19 @@ pub async fn run_with_checkpoint(
     let budget = budget::Budget::open(&broker).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (hard_tx, hard_rx) = watch::channel(false);
+    let timing = batch::BatchTiming::from_env().map_err(WorkerError::Backend)?;
+    let batches = batch::Batches::start(
+        &broker,
+        &config.plan,
+        &config.worker_id,
+        failpoints.clone(),
+        timing,
+        hard_rx.clone(),
+    )
+    .await
+    .map_err(WorkerError::Backend)?;
     let ctx = Arc::new(pool::PoolCtx {
+        batches,
         checkpoint: checkpoint.clone(),
         backends,
         stats: stats.clone(),

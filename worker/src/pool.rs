@@ -16,7 +16,7 @@ use tracing::{debug, info, warn, Instrument};
 use crate::admit::{self, Received};
 use crate::backend::{Backends, CallError};
 use crate::budget::Budget;
-use crate::calling::{call, call_event, dead_letter};
+use crate::calling::{call, call_event, dead_letter, CallOutcome};
 use crate::failpoint::{Failpoints, Point};
 use crate::health::{FetchTurn, PoolHealth, ProbeClaim};
 use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State};
@@ -52,6 +52,8 @@ pub(crate) struct PoolCtx {
     pub plan: halyard_proto::pool::WorkerPlan,
     /// For job messages that name an object.
     pub broker: halyard_broker::Broker,
+    /// The pools in batch mode: their jobs' calls go through provider batches.
+    pub batches: crate::batch::Batches,
 }
 
 /// How long a job message whose object the broker could not give waits before it is
@@ -369,7 +371,10 @@ async fn run_job_locked(
     while let Some(effect) = pending.pop_front() {
         let event = match effect {
             Effect::CallBackend => {
-                let outcome = call(ctx, health, msg, job, probe.take()).await;
+                let outcome = match ctx.batches.pool(&job.pool) {
+                    Some(b) => batch_call(ctx, b, msg, job).await,
+                    None => call(ctx, health, msg, job, probe.take()).await,
+                };
                 call_event(ctx, job, &lc, outcome, &mut completion, &mut last_error)
             }
             Effect::Persist => {
@@ -437,6 +442,25 @@ async fn run_job_locked(
         State::Finished(Disposition::DeadLetter) => ctx.stats.dead_letters.inc(),
         State::Finished(Disposition::HandedBack) => ctx.stats.handed_back.inc(),
         _ => ctx.stats.retried.inc(),
+    }
+}
+
+/// A batch pool's "call": the job's turn in a provider batch (see [`crate::batch`]).
+async fn batch_call(
+    ctx: &PoolCtx,
+    pool: &Arc<crate::batch::BatchPool>,
+    msg: &jetstream::Message,
+    job: &Job,
+) -> CallOutcome {
+    use crate::batch::BatchOutcome as B;
+    match pool.run(job, msg, ctx.ack_wait, ctx.stop.clone()).await {
+        B::Done(c) => CallOutcome::Done(c),
+        B::Failed(e, calls) => CallOutcome::Failed(e, calls),
+        B::NotRun(why) => {
+            info!(job = %job.id, reason = %why, "job not answered by its batch; back to the queue for another batch");
+            CallOutcome::HandBack(0)
+        }
+        B::Abandoned => CallOutcome::Abandoned,
     }
 }
 

@@ -202,7 +202,12 @@ pub struct Question {
 }
 
 pub fn load_questions(limit: usize) -> Vec<Question> {
-    let text = std::fs::read_to_string(dataset()).expect("dataset in repository");
+    load_questions_from(&dataset(), limit)
+}
+
+/// The first `limit` questions of a HypoTermQA dataset file.
+pub fn load_questions_from(path: &Path, limit: usize) -> Vec<Question> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .take(limit)
         .map(|l| {

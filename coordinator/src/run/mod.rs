@@ -113,6 +113,7 @@ async fn run_phase(
             state_outages,
         ),
         progress_tx: progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0),
+        provider_batches: ProviderBatches::new(broker.clone(), &cfg.sweep),
     };
     // Every event of the run carries its id and name (a span; JSON logs show it too).
     let span = tracing::info_span!("run", run = %meta.id, sweep = %meta.name);
@@ -149,6 +150,42 @@ struct Coordinator<'s> {
     stall: Stall,
     outages: outage::Outages,
     progress_tx: watch::Sender<Progress>,
+    provider_batches: ProviderBatches,
+}
+
+/// The run's batch pools' provider batches, read from the broker now and then for the
+/// progress (the coordinator does not need them to run: jobs in a provider batch are held
+/// by their workers, so they are in flight, never stalled).
+struct ProviderBatches {
+    broker: Broker,
+    pools: Vec<String>,
+    last: Option<Instant>,
+}
+
+impl ProviderBatches {
+    /// How often the batches bucket is read.
+    const EVERY: Duration = Duration::from_secs(5);
+
+    fn new(broker: Broker, sweep: &crate::sweep::Sweep) -> ProviderBatches {
+        let mut pools: Vec<String> = sweep
+            .models
+            .iter()
+            .filter(|m| m.batch.is_some())
+            .map(|m| m.spec.pool.clone())
+            .collect();
+        pools.sort();
+        pools.dedup();
+        ProviderBatches { broker, pools, last: None }
+    }
+
+    /// The batches, when a reading is due.
+    async fn poll(&mut self) -> Option<Vec<halyard_proto::provider_batch::BatchGroup>> {
+        if self.pools.is_empty() || self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            return None;
+        }
+        self.last = Some(Instant::now());
+        Some(halyard_broker::batches::summary(&self.broker, &self.pools).await)
+    }
 }
 
 impl Coordinator<'_> {
@@ -208,6 +245,11 @@ impl Coordinator<'_> {
                     return Ok(RunOutcome::OutageStopped { run, outage: o, patience_s });
                 }
                 if self.planner.set_outages(down) {
+                    self.publish_progress();
+                }
+            }
+            if let Some(groups) = self.provider_batches.poll().await {
+                if self.planner.set_provider_batches(groups) {
                     self.publish_progress();
                 }
             }

@@ -434,6 +434,16 @@ impl<'s, S: RunStore> Planner<'s, S> {
         changed
     }
 
+    /// The provider batches the run waits for; true when they changed.
+    pub fn set_provider_batches(
+        &mut self,
+        groups: Vec<halyard_proto::provider_batch::BatchGroup>,
+    ) -> bool {
+        let changed = self.progress.provider_batches != groups;
+        self.progress.provider_batches = groups;
+        changed
+    }
+
     pub fn progress(&mut self) -> &Progress {
         self.progress.costs = self.meter.totals().to_vec();
         self.progress.max_cost = self.meter.max_cost();

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod batch_mode;
 pub mod models;
 pub mod price;
 pub mod quota;
@@ -121,6 +122,7 @@ fn parse_with(path: &Path, text: &str, benchmarks: bool) -> Result<Sweep, SweepE
     };
     let run = run::check(f, raw.run)?;
     let quotas = quota::pool_quotas(f, &models)?;
+    batch_mode::check_pools(f, &models)?;
     Ok(Sweep {
         file: path.to_path_buf(),
         name: raw.name,

@@ -9,6 +9,7 @@ use halyard_proto::pool::{GgufSpec, ReplaySpec};
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
+use super::batch_mode;
 use super::price::{self, RawPrice};
 use super::quota::{self, QuotaSpec};
 use super::replay;
@@ -48,6 +49,12 @@ pub(crate) struct RawModel {
     pub(super) recorded_endpoint: Option<String>,
     /// USD per million input/output tokens (cost accounting, `--max-cost`).
     pub(super) price: Option<RawPrice>,
+    // batch mode (see `batch_mode`)
+    pub(super) mode: Option<String>,
+    pub(super) batch_size: Option<i64>,
+    pub(super) batch_wait_s: Option<f64>,
+    pub(super) batch_queue_tokens: Option<i64>,
+    pub(super) batch_price: Option<RawPrice>,
 }
 
 /// A model of the sweep, checked.
@@ -59,8 +66,11 @@ pub struct Model {
     pub local: Option<GgufSpec>,
     /// For `backend = "replay"`: where the recorded results are.
     pub replay: Option<ReplaySpec>,
-    /// `price = { input = …, output = … }`: USD per million tokens.
+    /// USD per million tokens its calls are billed at: `price`, or in batch mode
+    /// `batch_price` (by default half of `price`).
     pub price: Option<crate::cost::Price>,
+    /// Batch mode: the pool sends its requests through the provider's batch API.
+    pub batch: Option<halyard_proto::pool::BatchSpec>,
     /// The quota of this model's pool, if it gives one.
     pub quota: Option<QuotaSpec>,
     /// For `backend = "embed"`: the model folder.
@@ -150,20 +160,36 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
     if !(0.0..=2.0).contains(&temperature) {
         return Err(key_err(f, k("temperature"), format!("{temperature} is outside 0..=2")));
     }
-    // A local model serves as many jobs at once as it has slots.
-    let max_concurrency = m
-        .max_concurrency
-        .unwrap_or(local.as_ref().map_or(if embed.is_some() { 1 } else { 4 }, |l| l.slots as i64));
-    if !(1..=4096).contains(&max_concurrency) {
+    let price = price::check(f, &k, m.price.as_ref())?;
+    let raw_batch = batch_mode::RawBatch {
+        mode: m.mode.as_deref(),
+        batch_size: m.batch_size,
+        batch_wait_s: m.batch_wait_s,
+        batch_queue_tokens: m.batch_queue_tokens,
+        batch_price: m.batch_price.as_ref(),
+    };
+    let (batch, price) = batch_mode::check(f, &k, &m.backend, raw_batch, price)?;
+    // A local model serves as many jobs at once as it has slots; a batch pool's worker
+    // holds a batch being gathered and one at the provider.
+    let default_concurrency = match (&local, batch) {
+        (Some(l), _) => l.slots as i64,
+        (None, Some(b)) => 2 * b.batch_size as i64,
+        (None, None) if embed.is_some() => 1,
+        (None, None) => 4,
+    };
+    let max_concurrency = m.max_concurrency.unwrap_or(default_concurrency);
+    // A batch pool's jobs wait for the provider, not a connection: many more at once.
+    let most =
+        if batch.is_some() { 2 * halyard_proto::pool::BatchSpec::MAX_SIZE as i64 } else { 4096 };
+    if !(1..=most).contains(&max_concurrency) {
         return Err(key_err(
             f,
             k("max_concurrency"),
-            format!("{max_concurrency} is outside 1..=4096"),
+            format!("{max_concurrency} is outside 1..={most}"),
         ));
     }
     let (max_tokens, timeout_ms) = limits(f, i, m)?;
     let pool = pool(f, i, m, local.as_ref(), embed.is_some())?;
-    let price = price::check(f, &k, m.price.as_ref())?;
     let raw_quota = quota::RawQuota {
         rpm: m.rpm,
         tpm: m.tpm,
@@ -188,6 +214,7 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
         replay,
         quota,
         embed,
+        batch,
     })
 }
 

@@ -45,6 +45,10 @@ pub struct Status {
     /// Pools whose endpoint is down (their workers paused them), as the coordinator saw.
     #[serde(default)]
     pub outages: Vec<halyard_coordinator::run::outage::PoolOutage>,
+    /// Provider batches of the run's batch pools not over yet, per pool and state (read
+    /// from the broker by `halyard status`; as the coordinator last saw them otherwise).
+    #[serde(default)]
+    pub batches: Vec<halyard_proto::provider_batch::BatchGroup>,
 }
 
 /// A worker's heartbeat in the `halyard_workers` bucket.
@@ -107,6 +111,7 @@ impl Status {
             pool_names: Vec::new(),
             pools: Vec::new(),
             outages: p.outages.clone(),
+            batches: p.provider_batches.clone(),
         }
     }
 

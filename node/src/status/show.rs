@@ -57,9 +57,12 @@ async fn from_broker(a: &StatusArgs, url: &str) -> Result<Vec<Status>, NodeError
         .into_iter()
         .filter_map(|(_, b)| serde_json::from_slice(&b).ok())
         .collect();
+    let batches = halyard_broker::batches::summary(&broker, &[]).await;
     for s in &mut out {
         s.pools = pool_status(&broker, &s.pool_names).await;
         attach_workers(&mut s.pools, &beats);
+        // Live, from the broker: the batches of this run's pools.
+        s.batches = batches.iter().filter(|b| s.pool_names.contains(&b.pool)).cloned().collect();
     }
     if out.is_empty() {
         return Err(NodeError::NoStatus(match &a.run {
@@ -185,6 +188,20 @@ pub fn render(s: &Status) -> String {
     }
     for d in &s.outages {
         o.push_str(&format!("  outage: {} — {}\n", d.describe(), d.error));
+    }
+    if !s.batches.is_empty() {
+        o.push_str("  provider batches:\n");
+        for b in &s.batches {
+            o.push_str(&format!(
+                "    {}: {} {} batch{}, {} requests, oldest {}\n",
+                b.pool,
+                b.batches,
+                b.state,
+                if b.batches == 1 { "" } else { "es" },
+                b.requests,
+                duration(b.oldest_s)
+            ));
+        }
     }
     if !s.pools.is_empty() {
         o.push_str("  pools:\n");

@@ -249,7 +249,7 @@ pub fn decode_completion(body: &[u8]) -> Result<Decoded, CallError> {
 /// A failed request or body read as a [`CallError`]: classified (an endpoint-wide failure
 /// pauses the pool), and worded with `what` (the request, its URL already without
 /// credentials) and the error chain with any URL in it redacted the same way.
-pub(super) fn transport_error(what: &str, during: &str, e: &reqwest::Error) -> CallError {
+pub(crate) fn transport_error(what: &str, during: &str, e: &reqwest::Error) -> CallError {
     let (class, kind) = classify_transport(e);
     let mut chain = error_chain(e);
     if let Some(u) = e.url() {
@@ -296,42 +296,17 @@ impl OpenAi {
         model: &HttpModelSpec,
         limits: &mut RateHeaders,
     ) -> Result<Completion, CallError> {
-        let key = &job.key;
         let url = format!("{}/chat/completions", model.base_url.trim_end_matches('/'));
         // For messages: the URL without credentials.
         let shown = redact::url(&url);
-        let messages: Vec<serde_json::Value> = key
-            .messages
-            .iter()
-            .map(|m| serde_json::json!({"role": m.role.as_str(), "content": m.content}))
-            .collect();
-        let mut body = serde_json::json!({
-            "model": model.model,
-            "messages": messages,
-            "temperature": key.sampling.temperature,
-        });
-        if let Some(mt) = key.sampling.max_tokens {
-            body["max_tokens"] = mt.into();
-        }
-        if let Some(seed) = key.sampling.seed {
-            body["seed"] = seed.into();
-        }
-        apply_optional_sampling(&mut body, &key.sampling)?;
+        let body = request_body(job, model)?;
         let mut req = self
             .client
             .post(&url)
             .json(&body)
             .timeout(Duration::from_millis(job.timeout_ms.max(1)));
-        if let Some(var) = &model.api_key_env {
-            match std::env::var(var) {
-                Ok(k) if !k.is_empty() => req = req.bearer_auth(k),
-                _ => {
-                    return Err(CallError::permanent(format!(
-                    "environment variable {var} (api_key_env of model {:?}) is not set on worker",
-                    model.model
-                )))
-                }
-            }
+        if let Some(k) = api_key(model)? {
+            req = req.bearer_auth(k);
         }
         let started = Instant::now();
         let resp =
@@ -370,6 +345,42 @@ impl OpenAi {
             calls: 1,
             logprobs: d.logprobs,
         })
+    }
+}
+
+/// The chat-completions request body of `job` for `model` (online calls and the lines
+/// of a provider batch alike).
+pub fn request_body(job: &Job, model: &HttpModelSpec) -> Result<serde_json::Value, CallError> {
+    let key = &job.key;
+    let messages: Vec<serde_json::Value> = key
+        .messages
+        .iter()
+        .map(|m| serde_json::json!({"role": m.role.as_str(), "content": m.content}))
+        .collect();
+    let mut body = serde_json::json!({
+        "model": model.model,
+        "messages": messages,
+        "temperature": key.sampling.temperature,
+    });
+    if let Some(mt) = key.sampling.max_tokens {
+        body["max_tokens"] = mt.into();
+    }
+    if let Some(seed) = key.sampling.seed {
+        body["seed"] = seed.into();
+    }
+    apply_optional_sampling(&mut body, &key.sampling)?;
+    Ok(body)
+}
+
+/// The API key of `model`, read from its variable on this worker (None without one).
+pub fn api_key(model: &HttpModelSpec) -> Result<Option<String>, CallError> {
+    let Some(var) = &model.api_key_env else { return Ok(None) };
+    match std::env::var(var) {
+        Ok(k) if !k.is_empty() => Ok(Some(k)),
+        _ => Err(CallError::permanent(format!(
+            "environment variable {var} (api_key_env of model {:?}) is not set on worker",
+            model.model
+        ))),
     }
 }
 

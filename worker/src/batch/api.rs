@@ -1,0 +1,232 @@
+//! An OpenAI-compatible batch API: `POST {base}/files` (multipart, `purpose=batch`),
+//! `POST {base}/batches`, `GET {base}/batches/{id}`, `GET {base}/batches?after=…` and
+//! `GET {base}/files/{id}/content`.
+//!
+//! Errors are classified as online calls' are (see [`crate::backend`]): a gateway error,
+//! a refused connection or a timeout is the endpoint's and is retried by the batch's
+//! owner; a 4xx other than 408/409/425/429 is permanent. The key is read from the
+//! model's variable and goes only into the `Authorization` header; URLs in errors are
+//! shown without credentials and error bodies with key-like text redacted.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use halyard_proto::pool::HttpModelSpec;
+use halyard_proto::redact;
+use serde::Deserialize;
+
+use crate::backend::openai::{api_key, classify_status, parse_retry_after, transport_error};
+use crate::backend::CallError;
+
+/// A batch as the provider describes it (the fields Halyard reads).
+#[derive(Clone, Debug, Deserialize)]
+pub struct ProviderBatch {
+    pub id: String,
+    pub status: String,
+    #[serde(default)]
+    pub output_file_id: Option<String>,
+    #[serde(default)]
+    pub error_file_id: Option<String>,
+    #[serde(default)]
+    pub created_at: Option<u64>,
+    #[serde(default)]
+    pub metadata: Option<HashMap<String, String>>,
+    /// Why a batch failed as a whole (`{"data":[{"code","message",…}]}`).
+    #[serde(default)]
+    pub errors: Option<serde_json::Value>,
+}
+
+impl ProviderBatch {
+    /// The provider is done with the batch: no request of it will run any more.
+    pub fn is_final(&self) -> bool {
+        matches!(self.status.as_str(), "completed" | "expired" | "failed" | "cancelled")
+    }
+
+    /// A readable reason when the batch failed as a whole.
+    pub fn failure_reason(&self) -> Option<String> {
+        let data = self.errors.as_ref()?.get("data")?.as_array()?;
+        let parts: Vec<String> = data
+            .iter()
+            .map(|e| {
+                let code = e.get("code").and_then(|c| c.as_str()).unwrap_or("error");
+                let msg = e.get("message").and_then(|c| c.as_str()).unwrap_or("");
+                redact::secrets(&format!("{code}: {msg}"))
+            })
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+#[derive(Deserialize)]
+struct FileObject {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct BatchList {
+    data: Vec<ProviderBatch>,
+    #[serde(default)]
+    has_more: bool,
+}
+
+/// The batch endpoints of one model.
+#[derive(Clone)]
+pub struct BatchApi {
+    client: reqwest::Client,
+    model: HttpModelSpec,
+    /// Largest output or error file read (bytes).
+    max_file_bytes: u64,
+}
+
+/// Largest output or error file a worker downloads: 10,000 answers of 100 KiB.
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// Per-request timeout of the batch endpoints (an upload of a large file included).
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How far back a taker looks for a batch it may have created (pages of 100).
+const FIND_PAGES: usize = 20;
+
+impl BatchApi {
+    pub fn new(model: HttpModelSpec) -> Result<BatchApi, CallError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| CallError::permanent(format!("cannot build HTTP client: {e}")))?;
+        Ok(BatchApi { client, model, max_file_bytes: MAX_FILE_BYTES })
+    }
+
+    pub fn model(&self) -> &HttpModelSpec {
+        &self.model
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.model.base_url.trim_end_matches('/'))
+    }
+
+    /// Send `req` (authorised with the model's key) and read the body of a 200.
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        what: &str,
+        limit: u64,
+    ) -> Result<Vec<u8>, CallError> {
+        let mut req = req.timeout(TIMEOUT);
+        if let Some(k) = api_key(&self.model)? {
+            req = req.bearer_auth(k);
+        }
+        let resp = req.send().await.map_err(|e| transport_error(what, "", &e))?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let bytes = crate::backend::http_guard::read_body(resp, limit, what).await?;
+        if !(200..300).contains(&status) {
+            let text = redact::secrets(&String::from_utf8_lossy(&bytes[..bytes.len().min(300)]));
+            return Err(CallError {
+                class: classify_status(status),
+                status: Some(status),
+                message: format!("{what}: HTTP {status}: {text}"),
+                retry_after,
+            });
+        }
+        Ok(bytes)
+    }
+
+    async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+        what: &str,
+    ) -> Result<T, CallError> {
+        let bytes = self.send(req, what, 16 << 20).await?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            let start = redact::secrets(&String::from_utf8_lossy(&bytes[..bytes.len().min(200)]));
+            CallError::transient(format!("{what}: unexpected answer ({e}); body starts: {start:?}"))
+        })
+    }
+
+    /// Upload a JSONL file of requests; its file id.
+    pub async fn upload(&self, filename: &str, jsonl: Vec<u8>) -> Result<String, CallError> {
+        let url = self.url("files");
+        let what = format!("POST {}", redact::url(&url));
+        let part = reqwest::multipart::Part::bytes(jsonl)
+            .file_name(filename.to_string())
+            .mime_str("application/jsonl")
+            .map_err(|e| CallError::permanent(format!("{what}: {e}")))?;
+        let form = reqwest::multipart::Form::new().text("purpose", "batch").part("file", part);
+        let f: FileObject = self.json(self.client.post(&url).multipart(form), &what).await?;
+        Ok(f.id)
+    }
+
+    /// Create a batch of the uploaded `file`, tagged with `record` in its metadata.
+    pub async fn create(&self, file: &str, record: &str) -> Result<ProviderBatch, CallError> {
+        let url = self.url("batches");
+        let what = format!("POST {}", redact::url(&url));
+        let body = serde_json::json!({
+            "input_file_id": file,
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+            "metadata": { halyard_proto::provider_batch::METADATA_KEY: record },
+        });
+        self.json(self.client.post(&url).json(&body), &what).await
+    }
+
+    pub async fn retrieve(&self, batch: &str) -> Result<ProviderBatch, CallError> {
+        let url = self.url(&format!("batches/{batch}"));
+        let what = format!("GET {}", redact::url(&url));
+        self.json(self.client.get(&url), &what).await
+    }
+
+    /// The batch tagged with `record`, if the provider has one (newest first, up to
+    /// `FIND_PAGES` pages, stopping at batches created before `since_s`).
+    pub async fn find(
+        &self,
+        record: &str,
+        since_s: u64,
+    ) -> Result<Option<ProviderBatch>, CallError> {
+        let url = self.url("batches");
+        let what = format!("GET {}", redact::url(&url));
+        let mut after: Option<String> = None;
+        for _ in 0..FIND_PAGES {
+            let page_url = match &after {
+                Some(a) => format!("{url}?limit=100&after={a}"),
+                None => format!("{url}?limit=100"),
+            };
+            let page: BatchList = self.json(self.client.get(&page_url), &what).await?;
+            let mut older = false;
+            for b in &page.data {
+                let tagged = b
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.get(halyard_proto::provider_batch::METADATA_KEY));
+                if tagged.map(String::as_str) == Some(record) {
+                    return Ok(Some(b.clone()));
+                }
+                older |= b.created_at.is_some_and(|t| t < since_s);
+            }
+            if !page.has_more || older || page.data.is_empty() {
+                return Ok(None);
+            }
+            // A cursor that is not a plain id is not put into a URL.
+            after = page
+                .data
+                .last()
+                .map(|b| b.id.clone())
+                .filter(|id| id.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)));
+            if after.is_none() {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The content of an output or error file.
+    pub async fn content(&self, file: &str) -> Result<Vec<u8>, CallError> {
+        let url = self.url(&format!("files/{file}/content"));
+        let what = format!("GET {}", redact::url(&url));
+        self.send(self.client.get(&url), &what, self.max_file_bytes).await
+    }
+}

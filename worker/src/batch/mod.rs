@@ -1,0 +1,1056 @@
+//! Batch pools (`mode = "batch"`): jobs answered through the provider's batch API.
+//!
+//! A job of a batch pool runs through the same [`crate::lifecycle`] as any job: checkpoint
+//! hit → publish → ack, otherwise "call" → persist → publish → ack. Only the call is
+//! different: the job task hands its job to the pool's [`BatchPool`] and waits, keeping
+//! its job message with in-progress acks, until the provider batch holding the job has
+//! ended; then it takes its answer from the batch's output file and goes on as after an
+//! online call. So the coordinator sees an in-flight job (never a stall, however long the
+//! batch takes), the checkpoint and the results stream are written exactly as online,
+//! and a crash anywhere costs what a crash costs online: a redelivery.
+//!
+//! What the provider holds is recorded in the batches bucket
+//! ([`halyard_proto::provider_batch`]) **before** each provider step:
+//!
+//! 1. A job arriving is *claimed* (`j.<pool>.<job>` → record) by compare-and-set. A job
+//!    already claimed by a live record is not gathered again: its task waits for that
+//!    record. This is what stops a redelivered or re-published job from being submitted
+//!    twice.
+//! 2. The owner gathers up to `batch_size` jobs, or for `batch_wait_s`, in a record in
+//!    state `gathering`; reserves the batch's tokens in the pool's ledger
+//!    (`batch_queue_tokens`); records the job list (`uploading`); uploads the JSONL file
+//!    (`custom_id` = job id); records the file (`uploaded`); creates the batch with the
+//!    record's key in its metadata; records the batch (`submitted`); polls it; records
+//!    its end (`ended`, with the output and error files) and frees its tokens.
+//! 3. Every job task holding a job of the ended batch downloads the files (once per
+//!    worker) and takes its answer: an answer is a completion; a failed request is a
+//!    failure classified as online (permanent → dead letter; transient → another batch,
+//!    the delivery counted); a request that never ran (expired, cancelled) goes into
+//!    another batch with its delivery budget kept.
+//!
+//! The owner renews a lease on its records. A record whose lease lapsed is taken over by
+//! any worker holding one of its jobs (after a crash the jobs are redelivered): a record
+//! that was `gathering` or `uploading` is given up (nothing reached the provider but an
+//! unused file) and its jobs gathered again; an `uploaded` one is looked up at the
+//! provider by its metadata and created only if the provider has no batch for it; a
+//! `submitted` one is polled on. No request is submitted twice.
+
+pub mod api;
+pub mod output;
+pub mod store;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::{self, AckKind};
+use halyard_broker::Broker;
+use halyard_proto::pool::{BatchSpec, HttpModelSpec, WorkerModel, WorkerPlan};
+use halyard_proto::provider_batch::{BatchRecord, BatchState, Claim};
+use halyard_proto::{Completion, Job, JobId};
+use tokio::sync::{watch, OnceCell};
+use tracing::{debug, info, warn};
+
+use crate::backend::{CallError, ErrorClass};
+use crate::failpoint::{Failpoints, Point};
+use api::BatchApi;
+use output::Answer;
+use store::{Store, StoreError};
+
+/// Timing of batch pools; the defaults suit real providers, tests shorten them
+/// (`HALYARD_BATCH_POLL_MS`, `HALYARD_BATCH_LEASE_MS`).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchTiming {
+    /// How often the owner asks the provider about a submitted batch.
+    pub poll: Duration,
+    /// How long a record stays its owner's without a renewal.
+    pub lease: Duration,
+}
+
+impl Default for BatchTiming {
+    fn default() -> Self {
+        BatchTiming { poll: Duration::from_secs(30), lease: Duration::from_secs(120) }
+    }
+}
+
+impl BatchTiming {
+    /// The defaults, with the environment's overrides (milliseconds).
+    pub fn from_env() -> Result<BatchTiming, String> {
+        let mut t = BatchTiming::default();
+        for (var, slot) in
+            [("HALYARD_BATCH_POLL_MS", &mut t.poll), ("HALYARD_BATCH_LEASE_MS", &mut t.lease)]
+        {
+            if let Ok(v) = std::env::var(var) {
+                let ms: u64 =
+                    v.trim().parse().ok().filter(|ms| (10..=86_400_000).contains(ms)).ok_or_else(
+                        || format!("{var}={v:?}: expected milliseconds in 10..=86400000"),
+                    )?;
+                *slot = Duration::from_millis(ms);
+            }
+        }
+        Ok(t)
+    }
+
+    /// How often followers read the records they wait for.
+    fn follow(&self) -> Duration {
+        (self.lease / 8).clamp(Duration::from_millis(50), Duration::from_secs(5))
+    }
+}
+
+/// How a job's turn in a provider batch ended.
+pub(crate) enum BatchOutcome {
+    Done(Completion),
+    /// The request ran and failed, or the batch failed as a whole (`calls`: 1 if the
+    /// provider ran the request).
+    Failed(CallError, u32),
+    /// Not answered and not the job's fault (expired, given up before the provider had
+    /// it, the broker unreachable): back to the queue, budget kept.
+    NotRun(String),
+    /// The worker stops; the batch goes on and a later delivery takes its answer.
+    Abandoned,
+}
+
+/// The batch pools of a worker.
+#[derive(Default)]
+pub(crate) struct Batches {
+    pools: HashMap<String, Arc<BatchPool>>,
+}
+
+impl Batches {
+    /// A [`BatchPool`] for every pool of the plan in batch mode.
+    pub async fn start(
+        broker: &Broker,
+        plan: &WorkerPlan,
+        worker_id: &str,
+        failpoints: Arc<Failpoints>,
+        timing: BatchTiming,
+        hard_stop: watch::Receiver<bool>,
+    ) -> Result<Batches, String> {
+        let mut pools = HashMap::new();
+        let batch_pools: Vec<_> = plan.pools.iter().filter(|p| p.batch.is_some()).collect();
+        if batch_pools.is_empty() {
+            return Ok(Batches { pools });
+        }
+        let store = Store::open(broker).await.map_err(|e| e.to_string())?;
+        // An owner is this process, not the worker's name: a worker restarted under the
+        // same name does not hold what its previous process gathered in memory.
+        let owner = format!("{worker_id}/{}", uuid::Uuid::now_v7().simple());
+        for p in batch_pools {
+            let Some(spec) = p.batch else { continue };
+            let mut apis = Vec::new();
+            for m in &p.models {
+                match m {
+                    WorkerModel::Http(h) => apis.push(BatchApi::new(h.clone()).map_err(|e| e.message)?),
+                    other => {
+                        return Err(format!(
+                            "pool {:?} is in batch mode, but its model of backend {:?} has no batch API",
+                            p.pool.name,
+                            other.backend()
+                        ))
+                    }
+                }
+            }
+            let pool = Arc::new(BatchPool {
+                name: p.pool.name.clone(),
+                spec,
+                owner: owner.clone(),
+                store: store.clone(),
+                apis,
+                timing,
+                failpoints: failpoints.clone(),
+                gathering: tokio::sync::Mutex::new(HashMap::new()),
+                sealed: tokio::sync::Mutex::new(Default::default()),
+                follows: Mutex::new(HashMap::new()),
+                answers: Mutex::new(HashMap::new()),
+                owned: Mutex::new(HashSet::new()),
+                hard_stop: hard_stop.clone(),
+            });
+            tokio::spawn(pool.clone().tend());
+            info!(pool = %pool.name, batch_size = spec.batch_size, batch_wait_ms = spec.batch_wait_ms, queue_tokens = ?spec.queue_tokens, "batch pool ready");
+            pools.insert(p.pool.name.clone(), pool);
+        }
+        Ok(Batches { pools })
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&Arc<BatchPool>> {
+        self.pools.get(name)
+    }
+}
+
+/// Jobs being gathered into the next batch of one model.
+struct Gathering {
+    record: BatchRecord,
+    revision: u64,
+    /// Index into the pool's models.
+    model: usize,
+    started: Instant,
+    lines: Vec<(JobId, Vec<u8>)>,
+}
+
+/// An ended batch's answers, by job.
+type Answers = Arc<HashMap<JobId, Answer>>;
+
+/// A record as the job tasks waiting for it see it: with its jobs as a set (a record
+/// holds up to 10,000, each task looks itself up at each change).
+pub(crate) struct Seen {
+    record: BatchRecord,
+    jobs: HashSet<JobId>,
+}
+
+impl Seen {
+    fn new(record: BatchRecord) -> Seen {
+        let jobs = record.jobs.iter().filter_map(|j| j.parse().ok()).collect();
+        Seen { record, jobs }
+    }
+}
+
+/// A record some job task of this worker waits for.
+struct Follow {
+    tx: watch::Sender<Option<Arc<Seen>>>,
+    waiters: usize,
+}
+
+/// One batch pool of this worker; see the module docs.
+pub(crate) struct BatchPool {
+    name: String,
+    spec: BatchSpec,
+    owner: String,
+    store: Store,
+    /// The pool's models, each with its batch endpoints.
+    apis: Vec<BatchApi>,
+    timing: BatchTiming,
+    failpoints: Arc<Failpoints>,
+    /// By model (index into `apis`).
+    gathering: tokio::sync::Mutex<HashMap<usize, Gathering>>,
+    /// Gathered batches waiting for room in `batch_queue_tokens`, oldest first.
+    sealed: tokio::sync::Mutex<std::collections::VecDeque<Gathering>>,
+    follows: Mutex<HashMap<String, Follow>>,
+    /// Answers of ended records, downloaded once per worker.
+    answers: Mutex<HashMap<String, Arc<OnceCell<Answers>>>>,
+    /// Records this process owns (their state is pushed to followers as it is written).
+    owned: Mutex<HashSet<String>>,
+    hard_stop: watch::Receiver<bool>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A record a job may wait for: live and holding it (or gathering under a live lease),
+/// or ended holding it.
+fn holds_for(r: &BatchRecord, job: &JobId, now: u64) -> bool {
+    match r.state {
+        BatchState::Gathering => !r.lease_lapsed(now),
+        BatchState::Abandoned { .. } => false,
+        _ => r.holds(job),
+    }
+}
+
+impl BatchPool {
+    /// Answer `job` through a provider batch; see the module docs. `msg` is kept with
+    /// in-progress acks meanwhile; `stop` (the worker stops fetching) ends the wait.
+    pub async fn run(
+        self: &Arc<Self>,
+        job: &Job,
+        msg: &jetstream::Message,
+        ack_wait: Duration,
+        mut stop: watch::Receiver<bool>,
+    ) -> BatchOutcome {
+        let Some(model) = self.apis.iter().position(|a| a.model().serves(&job.key.model)) else {
+            return BatchOutcome::Failed(
+                CallError::permanent(format!(
+                    "pool {:?} has no batch model for this job",
+                    self.name
+                )),
+                0,
+            );
+        };
+        let line = match request_line(job, self.apis[model].model()) {
+            Ok(l) => l,
+            Err(e) => return BatchOutcome::Failed(e, 0),
+        };
+        let tokens = crate::quota::estimate_tokens(job);
+        if let Some(limit) = self.spec.queue_tokens.filter(|l| tokens > *l) {
+            return BatchOutcome::Failed(
+                CallError::permanent(format!(
+                    "the request needs about {tokens} tokens, more than the pool's batch_queue_tokens ({limit}): it can never be enqueued"
+                )),
+                0,
+            );
+        }
+        let record = match self.join(job.id, model, line, tokens).await {
+            Ok(r) => r,
+            Err(e) => {
+                return BatchOutcome::NotRun(format!("cannot claim the job for a batch: {e}"))
+            }
+        };
+        let mut rx = self.follow(&record);
+        let period = (ack_wait / 3).max(Duration::from_millis(200));
+        let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let outcome = loop {
+            let current = rx.borrow_and_update().clone();
+            if let Some(r) = current {
+                if let Some(o) = self.settle(&r, job).await {
+                    break o;
+                }
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { break BatchOutcome::Abandoned },
+                _ = progress.tick() => {
+                    if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                        debug!(job = %job.id, error = %e, "progress ack failed");
+                    }
+                }
+                true = async { stop.wait_for(|s| *s).await.is_ok() } => break BatchOutcome::Abandoned,
+            }
+        };
+        self.unfollow(&record);
+        outcome
+    }
+
+    /// What record `r` means for `job` now: None while it is still to be waited for.
+    async fn settle(&self, r: &Seen, job: &Job) -> Option<BatchOutcome> {
+        let holds = r.jobs.contains(&job.id);
+        let record = &r.record;
+        match &record.state {
+            BatchState::Ended { .. } if holds => Some(self.answer(record, job).await),
+            BatchState::Gathering if !record.lease_lapsed(now_ms()) => None,
+            BatchState::Abandoned { reason } => {
+                Some(BatchOutcome::NotRun(format!("batch {} was given up: {reason}", record.id)))
+            }
+            BatchState::Uploading | BatchState::Uploaded { .. } | BatchState::Submitted { .. }
+                if holds =>
+            {
+                None
+            }
+            _ => Some(BatchOutcome::NotRun(format!(
+                "batch {} went on without the job (its gatherer stopped)",
+                record.id
+            ))),
+        }
+    }
+
+    /// Claim `job` for a batch: the record it waits for (one that already holds it, or
+    /// this worker's gathering one, which then holds its request `line`).
+    async fn join(
+        self: &Arc<Self>,
+        job: JobId,
+        model: usize,
+        line: Vec<u8>,
+        tokens: u64,
+    ) -> Result<String, StoreError> {
+        for _ in 0..20 {
+            let claim = self.store.claim(&self.name, &job).await?;
+            if let Some(c) = &claim.value {
+                match self.store.record(&self.name, &c.record).await {
+                    Ok(r) if r.value.as_ref().is_some_and(|r| holds_for(r, &job, now_ms())) => {
+                        debug!(job = %job, record = %c.record, "job already in a batch; waiting for it");
+                        return Ok(c.record.clone());
+                    }
+                    Ok(_) => {}
+                    // Someone else's bytes under a record key: the claim is taken over.
+                    Err(e) => {
+                        warn!(job = %job, error = %e, "unreadable batch record; gathering the job again")
+                    }
+                }
+            }
+            let mut gathering = self.gathering.lock().await;
+            let g = self.gathering_for(&mut gathering, model, tokens).await?;
+            let id = g.record.id.clone();
+            let written = self
+                .store
+                .put_claim(&self.name, &job, &Claim { record: id.clone() }, claim.revision)
+                .await?;
+            if written.is_some() {
+                g.lines.push((job, line));
+                g.record.tokens += tokens;
+                return Ok(id);
+            }
+            // Another worker claimed it meanwhile: look again.
+        }
+        Err(StoreError { key: job.to_string(), reason: "the job's claim kept changing".into() })
+    }
+
+    /// The gathering record of `model` with room for `tokens` more (a full one is sealed
+    /// and submitted first).
+    async fn gathering_for<'a>(
+        self: &Arc<Self>,
+        gathering: &'a mut HashMap<usize, Gathering>,
+        model: usize,
+        tokens: u64,
+    ) -> Result<&'a mut Gathering, StoreError> {
+        let full = gathering.get(&model).is_some_and(|g| {
+            g.lines.len() >= self.spec.batch_size as usize
+                || self.spec.queue_tokens.is_some_and(|l| g.record.tokens + tokens > l)
+        });
+        if full {
+            if let Some(g) = gathering.remove(&model) {
+                self.seal(g).await;
+            }
+        }
+        let g = match gathering.entry(model) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let now = now_ms();
+                let record = BatchRecord {
+                    id: uuid::Uuid::now_v7().simple().to_string(),
+                    pool: self.name.clone(),
+                    model: self.apis[model].model().model.clone(),
+                    state: BatchState::Gathering,
+                    jobs: Vec::new(),
+                    tokens: 0,
+                    owner: self.owner.clone(),
+                    lease_until_ms: now + self.timing.lease.as_millis() as u64,
+                    created_ms: now,
+                    submitted_ms: None,
+                    ended_ms: None,
+                };
+                let revision = self.store.put_record(&record, 0).await?.ok_or_else(|| {
+                    StoreError { key: record.key(), reason: "a new record's key exists".into() }
+                })?;
+                v.insert(Gathering {
+                    record,
+                    revision,
+                    model,
+                    started: Instant::now(),
+                    lines: Vec::new(),
+                })
+            }
+        };
+        Ok(g)
+    }
+
+    /// Submit a gathered batch, or hold it (sealed: no job joins it any more) until the
+    /// provider has room for its tokens; batches are submitted in the order sealed.
+    async fn seal(self: &Arc<Self>, g: Gathering) {
+        let mut sealed = self.sealed.lock().await;
+        sealed.push_back(g);
+        self.submit_sealed(&mut sealed).await;
+    }
+
+    /// Submit sealed batches, oldest first, while the pool's queue has room.
+    async fn submit_sealed(self: &Arc<Self>, sealed: &mut std::collections::VecDeque<Gathering>) {
+        while let Some(g) = sealed.pop_front() {
+            if g.lines.is_empty() {
+                self.give_up(g, "no job joined it").await;
+                continue;
+            }
+            match self.reserve(&g.record).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    debug!(pool = %self.name, record = %g.record.id, tokens = g.record.tokens, "no room in batch_queue_tokens yet; holding the batch");
+                    sealed.push_front(g);
+                    return;
+                }
+                Err(e) => {
+                    warn!(pool = %self.name, record = %g.record.id, error = %e, "cannot reserve the batch's tokens; trying again");
+                    sealed.push_front(g);
+                    return;
+                }
+            }
+            let Gathering { mut record, revision, lines, model, .. } = g;
+            record.state = BatchState::Uploading;
+            record.jobs = lines.iter().map(|(id, _)| id.to_string()).collect();
+            record.lease_until_ms = now_ms() + self.timing.lease.as_millis() as u64;
+            let mut body = Vec::with_capacity(lines.iter().map(|(_, l)| l.len() + 1).sum());
+            for (_, l) in &lines {
+                body.extend_from_slice(l);
+                body.push(b'\n');
+            }
+            match self.store.put_record(&record, revision).await {
+                Ok(Some(rev)) => {
+                    info!(pool = %self.name, record = %record.id, requests = record.jobs.len(), tokens = record.tokens, "batch sealed; uploading");
+                    lock(&self.owned).insert(record.id.clone());
+                    self.push(&record);
+                    tokio::spawn(self.clone().own(record, rev, model, Some(body)));
+                }
+                Ok(None) => {
+                    // Its lease lapsed and another worker moved it on; its jobs are
+                    // gathered again by whoever receives them.
+                    warn!(pool = %self.name, record = %record.id, "a gathered batch was taken over before submission; dropping it");
+                    self.release(&record.id).await;
+                }
+                Err(e) => {
+                    warn!(pool = %self.name, record = %record.id, error = %e, "cannot record the batch's jobs; its jobs go into another batch when redelivered");
+                    self.release(&record.id).await;
+                }
+            }
+        }
+    }
+
+    /// Record that a gathering record was given up (its jobs, if any, are gathered again).
+    async fn give_up(&self, g: Gathering, reason: &str) {
+        let mut record = g.record;
+        record.state = BatchState::Abandoned { reason: reason.into() };
+        match self.store.put_record(&record, g.revision).await {
+            Ok(_) => self.push(&record),
+            Err(e) => {
+                debug!(record = %record.id, error = %e, "cannot mark a batch record given up")
+            }
+        }
+    }
+
+    /// The tender: seals batches that are full or waited long enough, submits sealed
+    /// ones as room appears, renews the leases of records not yet submitted, and reads
+    /// the records job tasks wait for (taking over those whose owner is gone).
+    async fn tend(self: Arc<Self>) {
+        let tick = self.timing.follow().min(Duration::from_millis(250));
+        let mut hard_stop = self.hard_stop.clone();
+        let mut last_follow = Instant::now();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => return,
+            }
+            self.seal_due().await;
+            {
+                let mut sealed = self.sealed.lock().await;
+                self.submit_sealed(&mut sealed).await;
+                for g in sealed.iter_mut() {
+                    self.renew_gathering(g).await;
+                }
+            }
+            if last_follow.elapsed() >= self.timing.follow() {
+                last_follow = Instant::now();
+                self.read_followed().await;
+            }
+        }
+    }
+
+    /// Seal gathering batches that are full or have waited `batch_wait`; renew the
+    /// others' leases.
+    async fn seal_due(self: &Arc<Self>) {
+        let wait = Duration::from_millis(self.spec.batch_wait_ms);
+        let mut gathering = self.gathering.lock().await;
+        let due: Vec<usize> = gathering
+            .iter()
+            .filter(|(_, g)| {
+                !g.lines.is_empty()
+                    && (g.lines.len() >= self.spec.batch_size as usize
+                        || g.started.elapsed() >= wait)
+            })
+            .map(|(m, _)| *m)
+            .collect();
+        for m in due {
+            if let Some(g) = gathering.remove(&m) {
+                self.seal(g).await;
+            }
+        }
+        for g in gathering.values_mut() {
+            self.renew_gathering(g).await;
+        }
+    }
+
+    /// Renew a not yet submitted record's lease when a third of it is gone.
+    async fn renew_gathering(&self, g: &mut Gathering) {
+        let now = now_ms();
+        let lease = self.timing.lease.as_millis() as u64;
+        if g.record.lease_until_ms > now + lease * 2 / 3 {
+            return;
+        }
+        g.record.lease_until_ms = now + lease;
+        match self.store.put_record(&g.record, g.revision).await {
+            Ok(Some(rev)) => g.revision = rev,
+            Ok(None) => {
+                warn!(pool = %self.name, record = %g.record.id, "a gathering batch record changed under its owner")
+            }
+            Err(e) => {
+                warn!(pool = %self.name, record = %g.record.id, error = %e, "cannot renew a gathering batch's lease")
+            }
+        }
+    }
+
+    /// Reserve a sealed batch's tokens in the pool's queue ledger (always room without
+    /// `batch_queue_tokens`). Entries of records no longer at the provider are dropped on
+    /// the way (their owner may have died before freeing them).
+    async fn reserve(&self, record: &BatchRecord) -> Result<bool, StoreError> {
+        let Some(limit) = self.spec.queue_tokens else { return Ok(true) };
+        for _ in 0..20 {
+            let v = self.store.ledger(&self.name).await?;
+            let mut ledger = v.value.unwrap_or_default();
+            let now = now_ms();
+            let mut stale = Vec::new();
+            for id in ledger.records.keys().filter(|id| **id != record.id) {
+                let keep = match self.store.record(&self.name, id).await {
+                    Ok(r) => r.value.is_some_and(|r| match r.state {
+                        BatchState::Uploaded { .. } | BatchState::Submitted { .. } => true,
+                        BatchState::Gathering | BatchState::Uploading => !r.lease_lapsed(now),
+                        BatchState::Ended { .. } | BatchState::Abandoned { .. } => false,
+                    }),
+                    Err(_) => false,
+                };
+                if !keep {
+                    stale.push(id.clone());
+                }
+            }
+            for id in &stale {
+                ledger.records.remove(id);
+            }
+            let fits = ledger.total() + record.tokens <= limit;
+            if fits {
+                ledger.records.insert(record.id.clone(), record.tokens);
+            } else if stale.is_empty() {
+                return Ok(false);
+            }
+            if self.store.put_ledger(&self.name, &ledger, v.revision).await?.is_some() {
+                return Ok(fits);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Free a record's tokens in the queue ledger.
+    async fn release(&self, id: &str) {
+        if self.spec.queue_tokens.is_none() {
+            return;
+        }
+        for _ in 0..20 {
+            let Ok(v) = self.store.ledger(&self.name).await else { return };
+            let mut ledger = v.value.unwrap_or_default();
+            if ledger.records.remove(id).is_none() {
+                return;
+            }
+            match self.store.put_ledger(&self.name, &ledger, v.revision).await {
+                Ok(Some(_)) => return,
+                Ok(None) => continue,
+                Err(e) => {
+                    // Dropped as stale by the next reservation.
+                    debug!(record = id, error = %e, "cannot free a batch's tokens now");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Drive an owned record to its end (see the module docs); `body` is the input file
+    /// when this worker gathered it. Stops when another worker took it over or the worker
+    /// stops (the lease then lapses and a holder of its jobs takes over).
+    async fn own(
+        self: Arc<Self>,
+        mut record: BatchRecord,
+        mut revision: u64,
+        model: usize,
+        mut body: Option<Vec<u8>>,
+    ) {
+        let api = self.apis[model].clone();
+        let adopted = body.is_none();
+        let mut polled = 0u32;
+        loop {
+            if *self.hard_stop.borrow() {
+                break;
+            }
+            let next = match record.state.clone() {
+                BatchState::Uploading => match body.take() {
+                    Some(b) => {
+                        let name = format!("halyard-{}.jsonl", record.id);
+                        match self
+                            .provider(&mut record, &mut revision, || api.upload(&name, b.clone()))
+                            .await
+                        {
+                            Step::Ok(file) => {
+                                self.failpoints.pass(Point::BatchUploaded);
+                                BatchState::Uploaded { file }
+                            }
+                            Step::Failed(e) => failed_state("", &e),
+                            Step::Stop => break,
+                        }
+                    }
+                    // Taken over while uploading: the provider has at most an unused file.
+                    None => BatchState::Abandoned {
+                        reason: "its owner stopped while uploading its file".into(),
+                    },
+                },
+                BatchState::Uploaded { file } => {
+                    let found = if adopted {
+                        let since = (record.created_ms / 1000).saturating_sub(3600);
+                        let key = record.key();
+                        match self
+                            .provider(&mut record, &mut revision, || api.find(&key, since))
+                            .await
+                        {
+                            Step::Ok(f) => f,
+                            Step::Failed(e) => {
+                                warn!(pool = %self.name, record = %record.id, error = %e.message, "cannot look for the batch at the provider; trying again");
+                                tokio::time::sleep(self.timing.poll).await;
+                                continue;
+                            }
+                            Step::Stop => break,
+                        }
+                    } else {
+                        None
+                    };
+                    let created = match found {
+                        Some(b) => {
+                            info!(pool = %self.name, record = %record.id, batch = %b.id, "found the batch its previous owner created");
+                            b
+                        }
+                        None => {
+                            let key = record.key();
+                            match self
+                                .provider(&mut record, &mut revision, || api.create(&file, &key))
+                                .await
+                            {
+                                Step::Ok(b) => {
+                                    self.failpoints.pass(Point::BatchCreated);
+                                    b
+                                }
+                                Step::Failed(e) => {
+                                    let next = failed_state("", &e);
+                                    if !self.write(&mut record, &mut revision, next).await {
+                                        break;
+                                    }
+                                    continue;
+                                }
+                                Step::Stop => break,
+                            }
+                        }
+                    };
+                    record.submitted_ms = Some(now_ms());
+                    info!(pool = %self.name, record = %record.id, batch = %created.id, requests = record.jobs.len(), "batch submitted");
+                    BatchState::Submitted { file, batch: created.id }
+                }
+                BatchState::Submitted { batch, .. } => {
+                    let b = match self
+                        .provider(&mut record, &mut revision, || api.retrieve(&batch))
+                        .await
+                    {
+                        Step::Ok(b) => b,
+                        Step::Failed(e) => {
+                            // A batch the provider refuses to show (gone, 404): ended,
+                            // its jobs go into another batch (counted).
+                            record.ended_ms = Some(now_ms());
+                            let next = failed_state(&batch, &e);
+                            let written = self.write(&mut record, &mut revision, next).await;
+                            if written {
+                                self.release(&record.id).await;
+                            }
+                            break;
+                        }
+                        Step::Stop => break,
+                    };
+                    polled += 1;
+                    self.failpoints.pass(Point::BatchPolling);
+                    if b.is_final() {
+                        info!(pool = %self.name, record = %record.id, batch = %b.id, status = %b.status, "batch ended");
+                        record.ended_ms = Some(now_ms());
+                        BatchState::Ended {
+                            batch: b.id.clone(),
+                            status: b.status.clone(),
+                            output: b.output_file_id.clone(),
+                            error: b.error_file_id.clone(),
+                            reason: b.failure_reason(),
+                        }
+                    } else {
+                        debug!(pool = %self.name, record = %record.id, status = %b.status, polled, "batch still running");
+                        self.renew(&mut record, &mut revision).await;
+                        let mut hard_stop = self.hard_stop.clone();
+                        tokio::select! {
+                            _ = tokio::time::sleep(self.timing.poll) => {}
+                            true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => break,
+                        }
+                        continue;
+                    }
+                }
+                BatchState::Gathering | BatchState::Ended { .. } | BatchState::Abandoned { .. } => {
+                    break
+                }
+            };
+            let ended = !next.is_live();
+            if !self.write(&mut record, &mut revision, next).await {
+                break;
+            }
+            if ended {
+                self.release(&record.id).await;
+                break;
+            }
+        }
+        lock(&self.owned).remove(&record.id);
+    }
+}
+
+/// How a provider request (with its retries) ended.
+enum Step<T> {
+    Ok(T),
+    /// A permanent error (or one the retries did not get past before the worker gave up).
+    Failed(CallError),
+    /// The worker stops, or another worker took the record over.
+    Stop,
+}
+
+/// The state of a batch that failed as a whole (`batch` empty: before the provider had it).
+fn failed_state(batch: &str, e: &CallError) -> BatchState {
+    BatchState::Ended {
+        batch: batch.to_string(),
+        status: "failed".into(),
+        output: None,
+        error: None,
+        reason: Some(e.message.clone()),
+    }
+}
+
+/// One line of a batch's input file: `custom_id` = job id, the request as online.
+fn request_line(job: &Job, model: &HttpModelSpec) -> Result<Vec<u8>, CallError> {
+    let body = crate::backend::openai::request_body(job, model)?;
+    let line = serde_json::json!({
+        "custom_id": job.id.to_string(),
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": body,
+    });
+    serde_json::to_vec(&line)
+        .map_err(|e| CallError::permanent(format!("cannot encode the request: {e}")))
+}
+
+/// Backoff of provider requests that failed for the endpoint's reasons: 1 s doubling to
+/// a minute.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_secs(1u64 << attempt.min(6)).min(Duration::from_secs(60))
+}
+
+impl BatchPool {
+    /// A provider request for an owned record, retried while it fails for the
+    /// endpoint's reasons (an outage during polling is waited out), renewing the lease.
+    async fn provider<T, F, Fut>(
+        &self,
+        record: &mut BatchRecord,
+        revision: &mut u64,
+        mut f: F,
+    ) -> Step<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, CallError>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            if *self.hard_stop.borrow() {
+                return Step::Stop;
+            }
+            match f().await {
+                Ok(v) => return Step::Ok(v),
+                Err(e) if e.is_permanent() => return Step::Failed(e),
+                Err(e) => {
+                    let delay = e
+                        .retry_after
+                        .unwrap_or_else(|| backoff(attempt))
+                        .min(Duration::from_secs(300));
+                    warn!(pool = %self.name, record = %record.id, error = %e.message, retry_in_ms = delay.as_millis() as u64, "batch API request failed; retrying");
+                    attempt += 1;
+                    if !self.renew(record, revision).await {
+                        return Step::Stop;
+                    }
+                    let mut hard_stop = self.hard_stop.clone();
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => return Step::Stop,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Write the record's next state (with a fresh lease); false when the record is no
+    /// longer this worker's (or the broker refused: the lease then lapses and the
+    /// record is taken over from where it was recorded).
+    async fn write(&self, record: &mut BatchRecord, revision: &mut u64, state: BatchState) -> bool {
+        let before = record.state.clone();
+        record.state = state;
+        record.lease_until_ms = now_ms() + self.timing.lease.as_millis() as u64;
+        loop {
+            match self.store.put_record(record, *revision).await {
+                Ok(Some(rev)) => {
+                    *revision = rev;
+                    self.push(record);
+                    return true;
+                }
+                Ok(None) => {
+                    warn!(pool = %self.name, record = %record.id, "batch record taken over by another worker; leaving it to it");
+                    record.state = before;
+                    return false;
+                }
+                Err(e) => {
+                    warn!(pool = %self.name, record = %record.id, error = %e, "cannot write the batch record; trying again");
+                    let mut hard_stop = self.hard_stop.clone();
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => { record.state = before; return false }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renew an owned record's lease when a third of it is gone; false when the record
+    /// is no longer this worker's.
+    async fn renew(&self, record: &mut BatchRecord, revision: &mut u64) -> bool {
+        let lease = self.timing.lease.as_millis() as u64;
+        if record.lease_until_ms > now_ms() + lease * 2 / 3 {
+            return true;
+        }
+        let state = record.state.clone();
+        self.write(record, revision, state).await
+    }
+
+    /// Tell this worker's job tasks waiting for `record` its new state.
+    fn push(&self, record: &BatchRecord) {
+        if let Some(f) = lock(&self.follows).get(&record.id) {
+            f.tx.send_replace(Some(Arc::new(Seen::new(record.clone()))));
+        }
+    }
+
+    /// Wait for record `id`: a receiver of its states (read from the bucket by the
+    /// tender, or pushed by its owner here).
+    fn follow(&self, id: &str) -> watch::Receiver<Option<Arc<Seen>>> {
+        let mut follows = lock(&self.follows);
+        let f = follows
+            .entry(id.to_string())
+            .or_insert_with(|| Follow { tx: watch::channel(None).0, waiters: 0 });
+        f.waiters += 1;
+        let mut rx = f.tx.subscribe();
+        rx.mark_changed();
+        rx
+    }
+
+    fn unfollow(&self, id: &str) {
+        let mut follows = lock(&self.follows);
+        if let Some(f) = follows.get_mut(id) {
+            f.waiters = f.waiters.saturating_sub(1);
+            if f.waiters == 0 {
+                follows.remove(id);
+                lock(&self.answers).remove(id);
+            }
+        }
+    }
+
+    /// Read the records job tasks wait for, and take over live ones whose owner's lease
+    /// lapsed.
+    async fn read_followed(self: &Arc<Self>) {
+        let ids: Vec<String> = lock(&self.follows).keys().cloned().collect();
+        for id in ids {
+            let v = match self.store.record(&self.name, &id).await {
+                Ok(v) => v,
+                Err(e) => {
+                    debug!(record = %id, error = %e, "cannot read a batch record now");
+                    continue;
+                }
+            };
+            let Some(mut record) = v.value else {
+                // Expired or never written: nothing holds its jobs any more.
+                let gone = BatchRecord {
+                    id: id.clone(),
+                    pool: self.name.clone(),
+                    model: String::new(),
+                    state: BatchState::Abandoned { reason: "its record is gone".into() },
+                    jobs: Vec::new(),
+                    tokens: 0,
+                    owner: String::new(),
+                    lease_until_ms: 0,
+                    created_ms: 0,
+                    submitted_ms: None,
+                    ended_ms: None,
+                };
+                self.push(&gone);
+                continue;
+            };
+            let owned = lock(&self.owned).contains(&id);
+            let now = now_ms();
+            let adoptable = matches!(
+                record.state,
+                BatchState::Uploading | BatchState::Uploaded { .. } | BatchState::Submitted { .. }
+            );
+            if !owned && adoptable && record.lease_lapsed(now) {
+                let model = self.apis.iter().position(|a| a.model().model == record.model);
+                if let Some(model) = model {
+                    let previous = std::mem::replace(&mut record.owner, self.owner.clone());
+                    record.lease_until_ms = now + self.timing.lease.as_millis() as u64;
+                    if let Ok(Some(rev)) = self.store.put_record(&record, v.revision).await {
+                        info!(pool = %self.name, record = %id, state = record.state.name(), previous_owner = %previous, "took over a batch whose owner is gone");
+                        lock(&self.owned).insert(id.clone());
+                        self.push(&record);
+                        tokio::spawn(self.clone().own(record, rev, model, None));
+                        continue;
+                    }
+                }
+            }
+            if !owned {
+                self.push(&record);
+            }
+        }
+    }
+
+    /// Job `job`'s answer in ended record `r` (see the module docs). A job not answered
+    /// gives up its claim first, so its next delivery gathers it into another batch.
+    async fn answer(&self, r: &BatchRecord, job: &Job) -> BatchOutcome {
+        let BatchState::Ended { batch, status, output, error, reason } = &r.state else {
+            return BatchOutcome::NotRun("the batch has not ended".into());
+        };
+        let answers = match self.download(r, batch, output.as_deref(), error.as_deref()).await {
+            Ok(a) => a,
+            Err(e) => {
+                warn!(job = %job.id, batch = %batch, error = %e.message, "cannot download the batch's answers now");
+                return BatchOutcome::NotRun(format!(
+                    "cannot download the answers of batch {batch}: {}",
+                    e.message
+                ));
+            }
+        };
+        let outcome = match answers.get(&job.id) {
+            Some(Answer::Done(c)) => return BatchOutcome::Done(c.clone()),
+            Some(Answer::Failed(e)) if e.class == ErrorClass::RateLimited => {
+                BatchOutcome::NotRun(e.message.clone())
+            }
+            Some(Answer::Failed(e)) => BatchOutcome::Failed(e.clone(), 1),
+            Some(Answer::NotRun(why)) => BatchOutcome::NotRun(why.clone()),
+            None if status == "failed" => BatchOutcome::Failed(
+                CallError::transient(format!(
+                    "provider batch {} failed: {}",
+                    if batch.is_empty() { "(not created)" } else { batch },
+                    reason.as_deref().unwrap_or("no reason given")
+                )),
+                0,
+            ),
+            None => BatchOutcome::NotRun(format!(
+                "batch {batch} ended {status} without answering the request"
+            )),
+        };
+        if let Err(e) = self.store.release_claim(&self.name, &job.id).await {
+            warn!(job = %job.id, error = %e, "cannot free the job's batch claim; its next delivery takes it over");
+        }
+        outcome
+    }
+
+    /// The answers of ended record `r`, downloaded once by this worker.
+    async fn download(
+        &self,
+        r: &BatchRecord,
+        batch: &str,
+        output: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<Answers, CallError> {
+        let cell = lock(&self.answers).entry(r.id.clone()).or_default().clone();
+        let api = self.apis.iter().find(|a| a.model().model == r.model).ok_or_else(|| {
+            CallError::permanent(format!("no batch model {:?} in pool {:?}", r.model, self.name))
+        })?;
+        let got = cell
+            .get_or_try_init(|| async {
+                let mut files = Vec::new();
+                for f in [output, error].into_iter().flatten() {
+                    files.push(api.content(f).await?);
+                }
+                let latency = match (r.submitted_ms, r.ended_ms) {
+                    (Some(a), Some(b)) => b.saturating_sub(a),
+                    _ => 0,
+                };
+                let slices: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+                let answers = output::read(batch, &slices, latency);
+                self.failpoints.pass(Point::BatchDownloaded);
+                info!(pool = %self.name, record = %r.id, batch, answers = answers.len(), "batch answers downloaded");
+                Ok::<_, CallError>(Arc::new(answers))
+            })
+            .await?;
+        Ok(got.clone())
+    }
+}
