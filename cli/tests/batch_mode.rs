@@ -336,3 +336,136 @@ fn errors_expiry_and_status() {
     let labels = std::fs::read_to_string(out.join("e/labels.jsonl")).unwrap();
     assert_eq!(labels.lines().count(), 40);
 }
+
+/// A `halyard worker` of the sweep's pools, its log in `log`.
+fn worker(
+    sweep: &Path,
+    url: &str,
+    id: &str,
+    state: &Path,
+    log: &Path,
+) -> halyard_tests::ChildGuard {
+    let mut c = halyard_batch();
+    c.args(["worker", "--nats", url, "--sweep", sweep.to_str().unwrap(), "--id", id])
+        .arg("--state")
+        .arg(state)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).expect("worker log"));
+    halyard_tests::ChildGuard::spawn(c)
+}
+
+fn coordinator(sweep: &Path, url: &str, out: &Path, log: &Path) -> halyard_tests::ChildGuard {
+    let mut c = halyard_batch();
+    c.args(["coordinator", sweep.to_str().unwrap(), "--nats", url, "--out", out.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).expect("coordinator log"));
+    halyard_tests::ChildGuard::spawn(c)
+}
+
+/// Provider batches not over yet, as the fake sees them.
+fn live_batches(fake: &FakeOpenAi) -> usize {
+    let done = ["completed", "expired", "failed", "cancelled"];
+    fake.batches().iter().filter(|b| !done.contains(&b["status"].as_str().unwrap_or(""))).count()
+}
+
+/// Issue 15 across processes: two workers of one batch pool never have more enqueued than
+/// `batch_queue_tokens` allows together (here: one batch at a time); kill -9 of the worker
+/// that owns the batch at the provider, and of the coordinator, while the batch runs:
+/// the other worker takes the batch over, a new coordinator resumes, the report equals
+/// the online run's and no request ran twice.
+#[test]
+fn two_workers_share_the_queue_and_take_over_a_dead_owners_batch() {
+    let qs = load_questions(60);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let dir = tempfile::tempdir().unwrap();
+    let online = sweep(dir.path(), "d", &fake.base_url(), &dataset(), 60, None);
+    let out_ref = dir.path().join("ref");
+    run_to_end(&["run", online.to_str().unwrap(), "--out", out_ref.to_str().unwrap()]);
+    let online_calls = fake.call_count();
+
+    // About 290 estimated tokens per request (prompt plus max_tokens 256): 25 requests
+    // fit in 8,000 tokens, so a second batch never fits beside the first.
+    let batch = sweep(
+        dir.path(),
+        "d",
+        &fake.base_url(),
+        &dataset(),
+        60,
+        Some((25, 0.3, "batch_queue_tokens = 8000")),
+    );
+    let hold = Gate::new();
+    fake.set_batch_script(BatchScript { hold: Some(hold.clone()), ..BatchScript::default() });
+    let nats = halyard_tests::NatsServer::start();
+    let url = nats.url();
+    let out = dir.path().join("runs");
+    let logs = dir.path();
+    let mut coord = coordinator(&batch, &url, &out, &logs.join("coordinator.log"));
+    let mut a = worker(&batch, &url, "worker-a", &dir.path().join("wa"), &logs.join("a.log"));
+    let mut b = worker(&batch, &url, "worker-b", &dir.path().join("wb"), &logs.join("b.log"));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let broker = rt
+        .block_on(halyard_broker::connect(&halyard_broker::BrokerConfig::new(url.clone(), "test")))
+        .unwrap();
+    // The first batch reaches the provider and is held there; find its owner.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let owner = loop {
+        assert!(Instant::now() < deadline, "no batch submitted");
+        let records = rt.block_on(halyard_broker::batches::records(&broker));
+        let submitted = records.iter().find(|r| r.state.name() == "submitted");
+        if let (Some(r), true) = (submitted, live_batches(&fake) == 1) {
+            break r.owner.clone();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The other worker gathers more meanwhile, but cannot enqueue beside it.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(live_batches(&fake), 1, "a second batch was enqueued beyond batch_queue_tokens");
+    // Kill -9 the owner and the coordinator, release the batch, start a new coordinator.
+    let survivor_log = if owner.starts_with("worker-a/") {
+        a.kill();
+        logs.join("b.log")
+    } else {
+        assert!(owner.starts_with("worker-b/"), "owner {owner}");
+        b.kill();
+        logs.join("a.log")
+    };
+    coord.kill();
+    hold.open();
+    let mut coord = coordinator(&batch, &url, &out, &logs.join("coordinator2.log"));
+    // Track the live batches while the run ends: never more than one.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut most = 0;
+    let status = loop {
+        most = most.max(live_batches(&fake));
+        if let Some(s) = coord.try_wait() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run did not finish; survivor log:\n{}",
+            std::fs::read_to_string(&survivor_log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        status.success(),
+        "coordinator: {status:?}\n{}",
+        std::fs::read_to_string(logs.join("coordinator2.log")).unwrap_or_default()
+    );
+    assert!(most <= 1, "{most} batches were at the provider at once");
+    let survivor = std::fs::read_to_string(&survivor_log).unwrap();
+    assert!(
+        survivor.contains("took over a batch whose owner is gone"),
+        "no takeover in the survivor's log"
+    );
+    assert_eq!(fake.call_count(), online_calls, "online calls in batch mode");
+    let ran = assert_each_request_ran_once(&fake);
+    assert_eq!(ran, online_calls);
+    let a_rep = read_json(&out_ref.join("d/report.json"));
+    let b_rep = read_json(&out.join("d/report.json"));
+    assert_eq!(a_rep["benchmarks"], b_rep["benchmarks"], "report differs from the online run's");
+    eprintln!(
+        "two workers: {} batches, one at a time, {ran} requests each once",
+        fake.batches_created()
+    );
+}
