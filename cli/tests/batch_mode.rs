@@ -292,8 +292,10 @@ fn errors_expiry_and_status() {
     let dir = tempfile::tempdir().unwrap();
     let batch = sweep(dir.path(), "e", &fake.base_url(), &dataset(), 40, Some((1000, 0.3, "")));
     let out = dir.path().join("runs");
+    let port = halyard_tests::free_port();
     let mut cmd = halyard_batch();
-    cmd.args(["run", batch.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    cmd.args(["run", batch.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .args(["--metrics", &format!("127.0.0.1:{port}")]);
     let mut child = halyard_tests::ChildGuard::spawn(cmd);
     // `halyard status` on the run directory: the batch shows, submitted, with its age.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -311,6 +313,14 @@ fn errors_expiry_and_status() {
         shown.contains("fake-key: 1 submitted batch, ") && shown.contains(" requests, oldest "),
         "{shown}"
     );
+    // And /metrics, by pool and state.
+    let (_, body) = halyard_tests::prometheus::scrape(port).expect("/metrics answers");
+    let m = halyard_tests::prometheus::parse(&body)
+        .unwrap_or_else(|e| panic!("bad exposition: {e}\n{body}"));
+    let labels = [("pool", "fake-key"), ("state", "submitted")];
+    assert_eq!(m.sum("halyard_provider_batches", &labels), 1.0, "{body}");
+    assert!(m.sum("halyard_provider_batch_requests", &labels) >= 1.0, "{body}");
+    assert!(m.sum("halyard_provider_batch_oldest_seconds", &labels) > 0.0, "{body}");
     // Only the first batch expires.
     // Later batches neither expire nor wait (the first keeps the expiry it was created
     // with); release the first.

@@ -380,4 +380,60 @@ backend = "noop"
         let e = load(Path::new("/nonexistent/w.toml")).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/w.toml"), "{e}");
     }
+
+    /// Batch mode keys on a pool: the spec reaches the plan, a batch pool's concurrency
+    /// defaults to two batches, and bad or misplaced keys name the key.
+    #[test]
+    fn batch_pools() {
+        let pool = |keys: &str, backend: &str| {
+            format!(
+                "[[pool]]\nname = \"b\"\n{keys}\n[[pool.model]]\nbackend = \"{backend}\"\n{}",
+                if backend == "openai" {
+                    "base_url = \"https://x/v1\"\nmodel = \"m\"\n"
+                } else {
+                    ""
+                }
+            )
+        };
+        let f = parse(
+            "w.toml",
+            &pool(
+                "mode = \"batch\"\nbatch_size = 50\nbatch_wait_s = 1.5\nbatch_queue_tokens = 900",
+                "openai",
+            ),
+        )
+        .unwrap();
+        let p = f.plan.pool("b").unwrap();
+        assert_eq!(
+            p.batch,
+            Some(BatchSpec { batch_size: 50, batch_wait_ms: 1500, queue_tokens: Some(900) })
+        );
+        assert_eq!(p.pool.concurrency, 100);
+        let f = parse("w.toml", &pool("", "openai")).unwrap();
+        assert_eq!(
+            (f.plan.pool("b").unwrap().batch, f.plan.pool("b").unwrap().pool.concurrency),
+            (None, 4)
+        );
+        for (keys, backend, key, why) in [
+            ("mode = \"soon\"", "openai", "pool[0].mode", "neither"),
+            ("batch_size = 5", "openai", "pool[0].batch_size", "only applies"),
+            ("mode = \"batch\"\nbatch_size = 0", "openai", "pool[0].batch_size", "outside"),
+            ("mode = \"batch\"\nbatch_wait_s = 1e9", "openai", "pool[0].batch_wait_s", "outside"),
+            (
+                "mode = \"batch\"\nbatch_queue_tokens = -1",
+                "openai",
+                "pool[0].batch_queue_tokens",
+                "outside",
+            ),
+            ("mode = \"batch\"", "noop", "pool[0].model[0].backend", "batch API"),
+        ] {
+            match parse("w.toml", &pool(keys, backend)) {
+                Err(ConfigError::Key { key: k, reason, .. }) => {
+                    assert_eq!(k, key, "{keys}");
+                    assert!(reason.contains(why), "{keys}: {reason}");
+                }
+                other => panic!("{keys}: {other:?}"),
+            }
+        }
+    }
 }
