@@ -479,3 +479,91 @@ fn two_workers_share_the_queue_and_take_over_a_dead_owners_batch() {
         fake.batches_created()
     );
 }
+
+/// Jobs held by a batch at the provider are not dead letters however often their workers
+/// crash (here four kills while polling, with `max_deliver = 3`): the answers are paid for
+/// and on their way, and the run ends with every one of them.
+#[test]
+fn repeated_crashes_do_not_spend_the_budget_of_jobs_in_a_batch() {
+    let qs = load_questions(20);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let dir = tempfile::tempdir().unwrap();
+    let online = sweep(dir.path(), "r", &fake.base_url(), &dataset(), 20, None);
+    let out_ref = dir.path().join("ref");
+    run_to_end(&["run", online.to_str().unwrap(), "--out", out_ref.to_str().unwrap()]);
+    let online_calls = fake.call_count();
+    let batch = sweep(dir.path(), "r", &fake.base_url(), &dataset(), 20, Some((1000, 0.3, "")));
+    let out = dir.path().join("batch");
+    for kill in 1..=4 {
+        let o = halyard_batch()
+            .args(["run", batch.to_str().unwrap(), "--out", out.to_str().unwrap()])
+            .env("HALYARD_FAILPOINT", "batch-polling:1")
+            .output()
+            .expect("run halyard");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("HALYARD_FAILPOINT: reached"), "kill {kill}: {stderr}");
+    }
+    assert_eq!(fake.batches_created(), 1, "the first batch was submitted once");
+    run_batch(&batch, &out, &[]);
+    assert_eq!(assert_each_request_ran_once(&fake), online_calls);
+    let a = read_json(&out_ref.join("r/report.json"));
+    let b = read_json(&out.join("r/report.json"));
+    assert_eq!(b["jobs"]["dead_letters"], 0, "{}", b["jobs"]);
+    assert_eq!(a["benchmarks"], b["benchmarks"]);
+}
+
+/// SIGTERM of a worker that is gathering a batch gives the batch up at once (its jobs go
+/// to the next worker, which need not wait for the lease: 10 minutes here), and the run
+/// completes with nothing sent twice.
+#[test]
+fn a_stopping_worker_gives_up_the_batch_it_gathers() {
+    let qs = load_questions(20);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let dir = tempfile::tempdir().unwrap();
+    let batch = sweep(dir.path(), "s", &fake.base_url(), &dataset(), 20, Some((1000, 4.0, "")));
+    let nats = halyard_tests::NatsServer::start();
+    let url = nats.url();
+    let out = dir.path().join("runs");
+    let logs = dir.path();
+    let spawn_worker = |id: &str| {
+        let mut c = halyard_batch();
+        c.env("HALYARD_BATCH_LEASE_MS", "600000")
+            .args(["worker", "--nats", &url, "--sweep", batch.to_str().unwrap(), "--id", id])
+            .arg("--state")
+            .arg(dir.path().join(id))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(logs.join(format!("{id}.log"))).unwrap());
+        halyard_tests::ChildGuard::spawn(c)
+    };
+    let mut coord = coordinator(&batch, &url, &out, &logs.join("coordinator.log"));
+    let mut a = spawn_worker("worker-a");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let broker = rt
+        .block_on(halyard_broker::connect(&halyard_broker::BrokerConfig::new(url.clone(), "test")))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !rt
+        .block_on(halyard_broker::batches::records(&broker))
+        .iter()
+        .any(|r| r.state.name() == "gathering" && r.owner.starts_with("worker-a/"))
+    {
+        assert!(Instant::now() < deadline, "worker-a never gathered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    a.signal(libc::SIGTERM);
+    let s = a.wait_timeout(Duration::from_secs(30)).expect("worker-a stops");
+    assert!(s.success(), "worker-a: {s:?}");
+    let log_a = std::fs::read_to_string(logs.join("worker-a.log")).unwrap();
+    assert!(log_a.contains("giving up a batch not yet submitted"), "{log_a}");
+    assert_eq!(fake.batches_created(), 0);
+    let _b = spawn_worker("worker-b");
+    let status = coord.wait_timeout(Duration::from_secs(90)).unwrap_or_else(|| {
+        panic!(
+            "the run did not finish (waiting for worker-a's lease?); worker-b log:\n{}",
+            std::fs::read_to_string(logs.join("worker-b.log")).unwrap_or_default()
+        )
+    });
+    assert!(status.success(), "coordinator: {status:?}");
+    assert_each_request_ran_once(&fake);
+    assert_eq!(read_json(&out.join("s/report.json"))["jobs"]["dead_letters"], 0);
+}

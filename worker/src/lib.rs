@@ -261,6 +261,7 @@ pub async fn run_with_checkpoint(
         &config.worker_id,
         failpoints.clone(),
         timing,
+        stop_rx.clone(),
         hard_rx.clone(),
     )
     .await

@@ -361,8 +361,14 @@ async fn run_job_locked(
             None
         }
     };
-    // A redelivery's budget is read only when the checkpoint does not answer it.
-    let effective = if cached.is_some() { 1 } else { shared.effective(&ctx.budget).await };
+    // A redelivery's budget is read only when the checkpoint does not answer it. A job
+    // that a live provider batch holds is not over budget however often its workers
+    // crashed: its answer is paid for and on its way (see `batch`).
+    let held = match ctx.batches.pool(&job.pool) {
+        Some(b) if cached.is_none() => b.holds(&job.id).await,
+        _ => false,
+    };
+    let effective = if cached.is_some() || held { 1 } else { shared.effective(&ctx.budget).await };
     let mut lc = Lifecycle::new(effective, ctx.max_deliver);
     let mut completion = cached;
     let mut last_error: Option<CallError> = None;

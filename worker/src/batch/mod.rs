@@ -124,6 +124,7 @@ impl Batches {
         worker_id: &str,
         failpoints: Arc<Failpoints>,
         timing: BatchTiming,
+        stop: watch::Receiver<bool>,
         hard_stop: watch::Receiver<bool>,
     ) -> Result<Batches, String> {
         let mut pools = HashMap::new();
@@ -163,6 +164,7 @@ impl Batches {
                 follows: Mutex::new(HashMap::new()),
                 answers: Mutex::new(HashMap::new()),
                 owned: Mutex::new(HashSet::new()),
+                stop: stop.clone(),
                 hard_stop: hard_stop.clone(),
             });
             tokio::spawn(pool.clone().tend());
@@ -229,6 +231,9 @@ pub(crate) struct BatchPool {
     answers: Mutex<HashMap<String, Arc<OnceCell<Answers>>>>,
     /// Records this process owns (their state is pushed to followers as it is written).
     owned: Mutex<HashSet<String>>,
+    /// The worker stops fetching: batches not yet submitted are given up at once, so
+    /// that the workers that receive their jobs next need not wait for the lease.
+    stop: watch::Receiver<bool>,
     hard_stop: watch::Receiver<bool>,
 }
 
@@ -282,6 +287,9 @@ impl BatchPool {
                 0,
             );
         }
+        if *stop.borrow() {
+            return BatchOutcome::Abandoned;
+        }
         let record = match self.join(job.id, model, line, tokens).await {
             Ok(r) => r,
             Err(e) => {
@@ -331,6 +339,21 @@ impl BatchPool {
                 "batch {} went on without the job (its gatherer stopped)",
                 record.id
             ))),
+        }
+    }
+
+    /// Whether a provider batch that has `job` (or may still answer it) holds it: its
+    /// claim names a live record that holds it, or an ended one (its answer is in the
+    /// output). False when the broker cannot tell now.
+    pub async fn holds(&self, job: &JobId) -> bool {
+        let Ok(claim) = self.store.claim(&self.name, job).await else { return false };
+        let Some(c) = claim.value else { return false };
+        match self.store.record(&self.name, &c.record).await {
+            Ok(r) => r.value.is_some_and(|r| match r.state {
+                BatchState::Gathering | BatchState::Abandoned { .. } => false,
+                _ => r.holds(job),
+            }),
+            Err(_) => false,
         }
     }
 
@@ -500,11 +523,26 @@ impl BatchPool {
     async fn tend(self: Arc<Self>) {
         let tick = self.timing.follow().min(Duration::from_millis(250));
         let mut hard_stop = self.hard_stop.clone();
+        let mut stop = self.stop.clone();
         let mut last_follow = Instant::now();
+        let mut stopped = false;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(tick) => {}
                 true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => return,
+                true = async { stop.wait_for(|s| *s).await.is_ok() }, if !stopped => {
+                    stopped = true;
+                    self.give_up_unsubmitted().await;
+                }
+            }
+            if stopped {
+                // Submitted batches go on (their owner polls until the hard stop); no new
+                // batch starts.
+                if last_follow.elapsed() >= self.timing.follow() {
+                    last_follow = Instant::now();
+                    self.read_followed().await;
+                }
+                continue;
             }
             self.seal_due().await;
             {
@@ -518,6 +556,17 @@ impl BatchPool {
                 last_follow = Instant::now();
                 self.read_followed().await;
             }
+        }
+    }
+
+    /// Give up every batch this worker gathered and has not submitted (it stops).
+    async fn give_up_unsubmitted(&self) {
+        let gathered: Vec<Gathering> =
+            self.gathering.lock().await.drain().map(|(_, g)| g).collect();
+        let sealed: Vec<Gathering> = self.sealed.lock().await.drain(..).collect();
+        for g in gathered.into_iter().chain(sealed) {
+            info!(pool = %self.name, record = %g.record.id, jobs = g.lines.len(), "worker stopping: giving up a batch not yet submitted; its jobs go to other workers");
+            self.give_up(g, "its worker stopped before submitting it").await;
         }
     }
 
