@@ -1,7 +1,8 @@
 //! Issue 13: the shipped per-role broker permissions (`deploy/nats/permissions.conf`) on
 //! a real nats-server: a whole run works with each role's own credentials (coordinator,
 //! worker and status as separate processes), and worker or status credentials cannot
-//! publish a job or delete a message.
+//! publish a job or delete a message. Batch mode: the provider batches bucket
+//! (`halyard_batches`) is written by workers only and read by the coordinator and status.
 
 mod common;
 
@@ -219,4 +220,250 @@ async fn objects_work_with_role_credentials_and_forged_ones_are_refused() {
     assert!(matches!(objects::fetch(&worker, &j, None).await, Err(ObjectError::Missing { .. })));
     let log = nats.log_tail(400);
     assert!(!log.contains("Violation"), "a role lacked a right:\n{log}");
+}
+
+/// A provider batch record as a worker of pool `pool` writes it (submitted, leased).
+fn batch_record(pool: &str, id: &str) -> halyard_proto::provider_batch::BatchRecord {
+    use halyard_proto::provider_batch::{BatchRecord, BatchState};
+    BatchRecord {
+        id: id.into(),
+        pool: pool.into(),
+        model: "fake-model".into(),
+        state: BatchState::Submitted { file: "file-1".into(), batch: "batch-1".into() },
+        jobs: vec![halyard_proto::JobId([7; 16]).to_string()],
+        tokens: 290,
+        owner: "worker-a/1".into(),
+        lease_until_ms: u64::MAX,
+        created_ms: 1,
+        submitted_ms: Some(2),
+        ended_ms: None,
+    }
+}
+
+/// The provider batches bucket (`halyard_batches`, batch mode) with each role's own
+/// rights: a worker creates it as a batch pool's worker does, and reads, writes by
+/// compare-and-set and deletes its keys; the coordinator and the status user read the
+/// records (`halyard_broker::batches::records`: stream info, a key listing consumer,
+/// direct gets) without any permission violation, but cannot write a key, and no role
+/// can purge the bucket or delete its stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_bucket_is_written_by_workers_and_read_by_coordinator_and_status() {
+    use async_nats::jetstream::kv::{Operation, UpdateErrorKind};
+    use halyard_proto::provider_batch::{claim_key, ledger_key, QueueLedger, BATCHES_BUCKET};
+    let nats = server();
+    let coordinator = connect(&nats, 0).await;
+    let worker = connect(&nats, 1).await;
+    let status = connect(&nats, 2).await;
+    // Before any batch pool ran: no bucket, no batches (and no violation for asking).
+    assert!(halyard_broker::batches::records(&coordinator).await.is_empty());
+    assert!(halyard_broker::batches::records(&status).await.is_empty());
+
+    // The worker creates the bucket as `Store::open` does.
+    let spec = halyard_broker::kv::BucketSpec {
+        name: BATCHES_BUCKET,
+        max_age: halyard_worker::batch::store::RECORD_MAX_AGE,
+        storage: async_nats::jetstream::stream::StorageType::File,
+    };
+    let opened = tokio::time::timeout(
+        Duration::from_secs(20),
+        halyard_broker::kv::open_bucket(&worker, spec),
+    )
+    .await;
+    let (kv, _) = match opened {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => panic!("worker cannot create the batches bucket: {e}\n{}", nats.log_tail(20)),
+        Err(_) => panic!("worker: creating the batches bucket timed out\n{}", nats.log_tail(20)),
+    };
+    // A record: written only if new (revision 0), then replaced by compare-and-set; a
+    // stale revision is refused as such (not as a permission error).
+    let pool = "fake-key";
+    let mut record = batch_record(pool, "rec-1");
+    let key = record.key();
+    assert!(key.starts_with("r.fake-key."), "{key}");
+    let r1 = kv.update(&key, serde_json::to_vec(&record).unwrap().into(), 0).await.unwrap();
+    record.tokens = 300;
+    let r2 = kv.update(&key, serde_json::to_vec(&record).unwrap().into(), r1).await.unwrap();
+    assert!(r2 > r1);
+    let stale = kv.update(&key, serde_json::to_vec(&record).unwrap().into(), r1).await;
+    assert_eq!(stale.unwrap_err().kind(), UpdateErrorKind::WrongLastRevision);
+    let entry = kv.entry(&key).await.unwrap().expect("the record");
+    assert_eq!((entry.revision, entry.operation), (r2, Operation::Put));
+    // A job's claim: created, read, released (deleted); the queue ledger.
+    let claim = claim_key(pool, &halyard_proto::JobId([7; 16]));
+    kv.create(&claim, r#"{"record":"rec-1"}"#.into()).await.unwrap();
+    assert!(kv.get(&claim).await.unwrap().is_some());
+    kv.delete(&claim).await.unwrap();
+    let gone = kv.entry(&claim).await.unwrap().expect("the delete marker");
+    assert_eq!(gone.operation, Operation::Delete);
+    let ledger = QueueLedger { records: [("rec-1".to_string(), 300)].into() };
+    kv.create(ledger_key(pool), serde_json::to_vec(&ledger).unwrap().into()).await.unwrap();
+
+    // The coordinator and the status user read exactly that record.
+    let readers = [("coordinator", &coordinator), ("status", &status)];
+    for (who, b) in readers {
+        let records = halyard_broker::batches::records(b).await;
+        assert_eq!(records, vec![record.clone()], "{who} read the batches");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = nats.log_tail(400);
+    assert!(!log.contains("Violation"), "a role lacked a right on the batches bucket:\n{log}");
+
+    // Neither can write or delete a key (a denied publish: no ack, or an error), and no
+    // role purges the bucket or deletes its stream (a denied request: no answer, or an
+    // error). All at once: each refusal is a timeout.
+    let mut refusals = tokio::task::JoinSet::new();
+    for (who, b) in readers {
+        let (b, key, claim) = (b.clone(), key.clone(), claim.clone());
+        refusals.spawn(async move {
+            let theirs = b.js.get_key_value(BATCHES_BUCKET).await.unwrap();
+            let wait = Duration::from_secs(2);
+            let forged = tokio::time::timeout(wait, theirs.put(&key, "{}".into())).await;
+            assert!(!matches!(forged, Ok(Ok(_))), "{who} credentials wrote a batch record");
+            let deleted = tokio::time::timeout(wait, theirs.delete(&claim)).await;
+            assert!(!matches!(deleted, Ok(Ok(_))), "{who} credentials deleted a claim");
+        });
+    }
+    let everyone = [("coordinator", &coordinator), ("worker", &worker), ("status", &status)];
+    for (who, b) in everyone {
+        for api in ["PURGE", "DELETE"] {
+            let (b, api) = (b.clone(), format!("$JS.API.STREAM.{api}.KV_{BATCHES_BUCKET}"));
+            refusals.spawn(async move {
+                let r = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    b.client.request(api.clone(), "{}".into()),
+                )
+                .await;
+                if let Ok(Ok(reply)) = r {
+                    let text = String::from_utf8_lossy(&reply.payload).into_owned();
+                    assert!(text.contains("\"error\""), "{who}: {api} answered {text}");
+                }
+            });
+        }
+    }
+    while let Some(r) = refusals.join_next().await {
+        r.unwrap();
+    }
+    // The record is intact, and the server logged the refusals by user.
+    assert_eq!(halyard_broker::batches::records(&coordinator).await, vec![record.clone()]);
+    assert_eq!(kv.entry(&key).await.unwrap().expect("the record").revision, r2);
+    assert_eq!(kv.entry(&claim).await.unwrap().expect("the claim").revision, gone.revision);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = nats.log_tail(400);
+    let mut expected = Vec::new();
+    for user in ["halyard-coordinator", "halyard-status"] {
+        expected.push((user, format!("$KV.{BATCHES_BUCKET}.{key}")));
+        expected.push((user, format!("$KV.{BATCHES_BUCKET}.{claim}")));
+    }
+    for user in ["halyard-coordinator", "halyard-worker", "halyard-status"] {
+        expected.push((user, "$JS.API.STREAM.PURGE.KV_halyard_batches".into()));
+        expected.push((user, "$JS.API.STREAM.DELETE.KV_halyard_batches".into()));
+    }
+    for (user, subject) in expected {
+        let needle = format!("Publish Violation - User \"{user}\", Subject \"{subject}\"");
+        assert!(
+            log.lines().any(|l| l.contains(&needle)),
+            "no violation for {user} on {subject}:\n{log}"
+        );
+    }
+}
+
+/// A HypoTermQA sweep of `limit` questions whose model and judge run in batch mode
+/// against the fake provider at `base_url`.
+fn batch_sweep(dir: &Path, base_url: &str, limit: usize) -> PathBuf {
+    let model = |name: &str, model: &str| {
+        format!(
+            "[[model]]\nname = \"{name}\"\nbackend = \"openai\"\nbase_url = \"{base_url}\"\n\
+             model = \"{model}\"\npool = \"fake-key\"\nmax_tokens = 256\n\
+             mode = \"batch\"\nbatch_size = 1000\nbatch_wait_s = 0.3\n\n"
+        )
+    };
+    let p = dir.join("permb.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "name = \"permb\"\n\n{}{}[[benchmark]]\npipeline = \"hypotermqa\"\n\
+             dataset = \"{}\"\nmodels = [\"model-a\"]\njudge = \"judge-a\"\n\
+             semantics = \"paper\"\nlimit = {limit}\n\n[run]\nack_wait_s = 3\nmax_deliver = 3\n",
+            model("model-a", "fake-model"),
+            model("judge-a", "fake-judge"),
+            common::dataset().display()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// A batch-mode sweep runs to the end with each role's own credentials: the worker
+/// process keeps its provider batches in `halyard_batches`, the coordinator process
+/// reads them for its progress, and `halyard status` with the read-only user shows a
+/// batch while the provider holds it; the server logs no permission violation.
+#[test]
+fn a_batch_mode_run_works_with_role_credentials() {
+    use halyard_tests::fake_openai::BatchScript;
+    use halyard_tests::{FakeOpenAi, Gate};
+    let qs = common::load_questions(20);
+    let fake = FakeOpenAi::start_blocking(common::responder(common::question_index(&qs), None));
+    // The first batch is held at the provider until `halyard status` has shown it.
+    let hold = Gate::new();
+    fake.set_batch_script(BatchScript { hold: Some(hold.clone()), ..BatchScript::default() });
+    let nats = server();
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = batch_sweep(dir.path(), &fake.base_url(), 20);
+    let out = dir.path().join("runs");
+    let (wlog, clog) = (dir.path().join("worker.log"), dir.path().join("coordinator.log"));
+    let batch_env = [("HALYARD_BATCH_POLL_MS", "100"), ("HALYARD_BATCH_LEASE_MS", "2000")];
+    let mut w = halyard();
+    w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--nats", &nats.url()])
+        .args(["--nats-user", ROLES[1].0, "--metrics", "off"])
+        .arg("--state")
+        .arg(dir.path().join("cp"))
+        .envs(batch_env)
+        .env("HALYARD_NATS_PASSWORD", ROLES[1].2)
+        .stderr(std::fs::File::create(&wlog).unwrap());
+    let mut worker = ChildGuard::spawn(w);
+    let mut c = halyard();
+    c.args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
+        .args(["--nats-user", ROLES[0].0, "--out", out.to_str().unwrap()])
+        .envs(batch_env)
+        .env("HALYARD_NATS_PASSWORD", ROLES[0].2)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&clog).unwrap());
+    let mut coordinator = ChildGuard::spawn(c);
+    let logs = || {
+        format!(
+            "coordinator: {}\nworker: {}\nserver: {}",
+            std::fs::read_to_string(&clog).unwrap_or_default(),
+            std::fs::read_to_string(&wlog).unwrap_or_default(),
+            nats.log_tail(40)
+        )
+    };
+    // `halyard status --nats` as the read-only user: the held batch, submitted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no batch shown by status\n{}", logs());
+        assert!(coordinator.try_wait().is_none(), "the coordinator exited early\n{}", logs());
+        let st = halyard()
+            .args(["status", "permb", "--nats", &nats.url(), "--nats-user", ROLES[2].0])
+            .env("HALYARD_NATS_PASSWORD", ROLES[2].2)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&st.stdout);
+        if text.contains("provider batches:") && text.contains("submitted") {
+            assert!(text.contains("fake-key: 1 submitted batch, "), "{text}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    hold.open();
+    let status = coordinator.wait_timeout(Duration::from_secs(120)).expect("the run did not end");
+    assert!(status.success(), "coordinator: {status:?}\n{}", logs());
+    let report = read_json(&out.join("permb/report.json"));
+    assert_eq!(report["jobs"]["dead_letters"], 0, "{report}");
+    assert_eq!(fake.call_count(), 0, "online calls in batch mode");
+    assert!(!fake.batch_requests().is_empty(), "no request ran in a batch");
+    worker.signal(libc::SIGTERM);
+    let status = worker.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
+    assert!(status.success(), "worker: {status:?}\n{}", logs());
+    let server_log = nats.log_tail(400);
+    assert!(!server_log.contains("Violation"), "a role lacked a right:\n{server_log}");
 }

@@ -313,23 +313,12 @@ impl OpenAi {
             req.send().await.map_err(|e| transport_error(&format!("POST {shown}"), "", &e))?;
         let status = resp.status().as_u16();
         *limits = RateHeaders::parse(|n| resp.headers().get(n).and_then(|v| v.to_str().ok()));
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
+        let retry_after = retry_after_of(&resp);
         let bytes =
             super::http_guard::read_body(resp, self.max_body_bytes, &format!("POST {shown}"))
                 .await?;
         if status != 200 {
-            // The start of the body, with anything that looks like a key redacted.
-            let text = redact::secrets(&String::from_utf8_lossy(&bytes[..bytes.len().min(300)]));
-            return Err(CallError {
-                class: classify_status(status),
-                status: Some(status),
-                message: format!("POST {shown}: HTTP {status}: {text}"),
-                retry_after,
-            });
+            return Err(status_error(&format!("POST {shown}"), status, &bytes, retry_after));
         }
         let d = decode_completion(&bytes).map_err(|mut e| {
             // The endpoint answered (200); the answer is unusable, a fault of the job's.
@@ -345,6 +334,28 @@ impl OpenAi {
             calls: 1,
             logprobs: d.logprobs,
         })
+    }
+}
+
+/// The `Retry-After` of a response, if it has a readable one.
+pub fn retry_after_of(resp: &reqwest::Response) -> Option<Duration> {
+    resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after)
+}
+
+/// An answer with HTTP status `status` (not a success) as a classified error naming
+/// `what`, with the start of the body, anything that looks like a key redacted.
+pub fn status_error(
+    what: &str,
+    status: u16,
+    body: &[u8],
+    retry_after: Option<Duration>,
+) -> CallError {
+    let text = redact::secrets(&String::from_utf8_lossy(&body[..body.len().min(300)]));
+    CallError {
+        class: classify_status(status),
+        status: Some(status),
+        message: format!("{what}: HTTP {status}: {text}"),
+        retry_after,
     }
 }
 

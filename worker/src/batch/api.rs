@@ -15,7 +15,7 @@ use halyard_proto::pool::HttpModelSpec;
 use halyard_proto::redact;
 use serde::Deserialize;
 
-use crate::backend::openai::{api_key, classify_status, parse_retry_after, transport_error};
+use crate::backend::openai::{api_key, retry_after_of, status_error, transport_error};
 use crate::backend::CallError;
 
 /// A batch as the provider describes it (the fields Halyard reads).
@@ -118,20 +118,10 @@ impl BatchApi {
         }
         let resp = req.send().await.map_err(|e| transport_error(what, "", &e))?;
         let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
+        let retry_after = retry_after_of(&resp);
         let bytes = crate::backend::http_guard::read_body(resp, limit, what).await?;
         if !(200..300).contains(&status) {
-            let text = redact::secrets(&String::from_utf8_lossy(&bytes[..bytes.len().min(300)]));
-            return Err(CallError {
-                class: classify_status(status),
-                status: Some(status),
-                message: format!("{what}: HTTP {status}: {text}"),
-                retry_after,
-            });
+            return Err(status_error(what, status, &bytes, retry_after));
         }
         Ok(bytes)
     }

@@ -624,13 +624,20 @@ impl BatchPool {
             let now = now_ms();
             let mut stale = Vec::new();
             for id in ledger.records.keys().filter(|id| **id != record.id) {
+                // Dropped only when certainly stale: ended, given up, gone, or reserved by
+                // a gatherer that died before it recorded its job list. An uploading
+                // record keeps its tokens whatever its lease (its upload may be slow; a
+                // dead owner's is taken over and given up or submitted), and so does a
+                // record that cannot be read now.
                 let keep = match self.store.record(&self.name, id).await {
                     Ok(r) => r.value.is_some_and(|r| match r.state {
-                        BatchState::Uploaded { .. } | BatchState::Submitted { .. } => true,
-                        BatchState::Gathering | BatchState::Uploading => !r.lease_lapsed(now),
+                        BatchState::Uploading
+                        | BatchState::Uploaded { .. }
+                        | BatchState::Submitted { .. } => true,
+                        BatchState::Gathering => !r.lease_lapsed(now),
                         BatchState::Ended { .. } | BatchState::Abandoned { .. } => false,
                     }),
-                    Err(_) => false,
+                    Err(_) => true,
                 };
                 if !keep {
                     stale.push(id.clone());
