@@ -481,8 +481,9 @@ fn two_workers_share_the_queue_and_take_over_a_dead_owners_batch() {
 }
 
 /// Jobs held by a batch at the provider are not dead letters however often their workers
-/// crash (here four kills while polling, with `max_deliver = 3`): the answers are paid for
-/// and on their way, and the run ends with every one of them.
+/// crash (here four kills while polling, with `max_deliver = 3`), not even when the batch
+/// then expires and sends most of them back to the queue: the crashes' redeliveries are
+/// excused, and the run ends with every answer.
 #[test]
 fn repeated_crashes_do_not_spend_the_budget_of_jobs_in_a_batch() {
     let qs = load_questions(20);
@@ -494,6 +495,9 @@ fn repeated_crashes_do_not_spend_the_budget_of_jobs_in_a_batch() {
     let online_calls = fake.call_count();
     let batch = sweep(dir.path(), "r", &fake.base_url(), &dataset(), 20, Some((1000, 0.3, "")));
     let out = dir.path().join("batch");
+    // The first batch then expires after 5 requests: its other 15 jobs go back to the
+    // queue with their budget kept, the four crashes' redeliveries excused.
+    fake.set_batch_script(BatchScript { expire_after: Some(5), ..BatchScript::default() });
     for kill in 1..=4 {
         let o = halyard_batch()
             .args(["run", batch.to_str().unwrap(), "--out", out.to_str().unwrap()])
@@ -504,7 +508,9 @@ fn repeated_crashes_do_not_spend_the_budget_of_jobs_in_a_batch() {
         assert!(stderr.contains("HALYARD_FAILPOINT: reached"), "kill {kill}: {stderr}");
     }
     assert_eq!(fake.batches_created(), 1, "the first batch was submitted once");
+    fake.set_batch_script(BatchScript::default());
     run_batch(&batch, &out, &[]);
+    assert_eq!(fake.batches()[0]["status"], "expired");
     assert_eq!(assert_each_request_ran_once(&fake), online_calls);
     let a = read_json(&out_ref.join("r/report.json"));
     let b = read_json(&out.join("r/report.json"));
@@ -566,4 +572,37 @@ fn a_stopping_worker_gives_up_the_batch_it_gathers() {
     assert!(status.success(), "coordinator: {status:?}");
     assert_each_request_ran_once(&fake);
     assert_eq!(read_json(&out.join("s/report.json"))["jobs"]["dead_letters"], 0);
+}
+
+/// The provider down while a batch is out (503s on every batch endpoint, then back): the
+/// owner keeps the batch, polls on, and the run ends with each request run once.
+#[test]
+fn an_outage_while_polling_keeps_the_batch() {
+    let qs = load_questions(20);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let hold = Gate::new();
+    fake.set_batch_script(BatchScript { hold: Some(hold.clone()), ..BatchScript::default() });
+    let dir = tempfile::tempdir().unwrap();
+    let batch = sweep(dir.path(), "o", &fake.base_url(), &dataset(), 20, Some((1000, 0.3, "")));
+    let out = dir.path().join("runs");
+    let mut cmd = halyard_batch();
+    cmd.args(["run", batch.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let mut child = halyard_tests::ChildGuard::spawn(cmd);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while live_batches(&fake) == 0 {
+        assert!(Instant::now() < deadline, "no batch submitted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let polls = fake.batch_retrieves();
+    fake.go_down(halyard_tests::Outage::Unavailable);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(fake.batch_retrieves() > polls, "the owner stopped polling during the outage");
+    fake.come_back();
+    hold.open();
+    let status = child.wait_timeout(Duration::from_secs(120)).expect("run ends");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(fake.batches()[0]["status"], "completed");
+    assert_eq!(fake.call_count(), 0);
+    assert_each_request_ran_once(&fake);
+    assert_eq!(read_json(&out.join("o/report.json"))["jobs"]["dead_letters"], 0);
 }

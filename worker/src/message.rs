@@ -81,6 +81,15 @@ impl JobMsg {
         crate::budget::effective(self.delivered, *excused)
     }
 
+    /// Excuse this delivery from the budget: it came because a worker holding the job in
+    /// a provider batch crashed (see `batch`), not because of anything the job did.
+    pub(crate) async fn excuse_delivery(&self, budget: &Budget) {
+        let Some(seq) = self.seq().filter(|_| self.delivered > 1) else { return };
+        if let Err(e) = budget.excuse(seq, self.delivered).await {
+            warn!(stream_seq = seq, delivery = self.delivered, error = %e, "cannot excuse a redelivery of a job held by a provider batch");
+        }
+    }
+
     /// One job of the message is finished with `fate`. The last one settles the message;
     /// an error is the settling ack or nak failing to go out.
     pub(crate) async fn finish(

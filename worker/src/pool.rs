@@ -368,6 +368,10 @@ async fn run_job_locked(
         Some(b) if cached.is_none() => b.holds(&job.id).await,
         _ => false,
     };
+    if held {
+        // Its earlier delivery ended in a crash while the batch went on: not the job's.
+        shared.excuse_delivery(&ctx.budget).await;
+    }
     let effective = if cached.is_some() || held { 1 } else { shared.effective(&ctx.budget).await };
     let mut lc = Lifecycle::new(effective, ctx.max_deliver);
     let mut completion = cached;

@@ -8,7 +8,6 @@
 //! model's variable and goes only into the `Authorization` header; URLs in errors are
 //! shown without credentials and error bodies with key-like text redacted.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use halyard_proto::pool::HttpModelSpec;
@@ -29,8 +28,10 @@ pub struct ProviderBatch {
     pub error_file_id: Option<String>,
     #[serde(default)]
     pub created_at: Option<u64>,
+    /// Any JSON (values other than strings are someone else's; only the string under
+    /// Halyard's key is read).
     #[serde(default)]
-    pub metadata: Option<HashMap<String, String>>,
+    pub metadata: Option<serde_json::Value>,
     /// Why a batch failed as a whole (`{"data":[{"code","message",…}]}`).
     #[serde(default)]
     pub errors: Option<serde_json::Value>,
@@ -86,6 +87,19 @@ const TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How far back a taker looks for a batch it may have created (pages of 100).
 const FIND_PAGES: usize = 20;
+
+/// Ids from the provider's answers (or the broker's records) go into URL paths only when
+/// they are plain ids.
+fn plain_id(id: &str) -> Result<(), CallError> {
+    if !id.is_empty()
+        && id.len() <= 200
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
+    {
+        Ok(())
+    } else {
+        Err(CallError::permanent(format!("{:?} is not a plain provider id", redact::secrets(id))))
+    }
+}
 
 impl BatchApi {
     pub fn new(model: HttpModelSpec) -> Result<BatchApi, CallError> {
@@ -165,6 +179,7 @@ impl BatchApi {
     }
 
     pub async fn retrieve(&self, batch: &str) -> Result<ProviderBatch, CallError> {
+        plain_id(batch)?;
         let url = self.url(&format!("batches/{batch}"));
         let what = format!("GET {}", redact::url(&url));
         self.json(self.client.get(&url), &what).await
@@ -191,8 +206,9 @@ impl BatchApi {
                 let tagged = b
                     .metadata
                     .as_ref()
-                    .and_then(|m| m.get(halyard_proto::provider_batch::METADATA_KEY));
-                if tagged.map(String::as_str) == Some(record) {
+                    .and_then(|m| m.get(halyard_proto::provider_batch::METADATA_KEY))
+                    .and_then(|v| v.as_str());
+                if tagged == Some(record) {
                     return Ok(Some(b.clone()));
                 }
                 older |= b.created_at.is_some_and(|t| t < since_s);
@@ -207,7 +223,9 @@ impl BatchApi {
                 .map(|b| b.id.clone())
                 .filter(|id| id.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)));
             if after.is_none() {
-                return Ok(None);
+                return Err(CallError::transient(format!(
+                    "{what}: a batch id that cannot be a list cursor; cannot look further"
+                )));
             }
         }
         Ok(None)
@@ -215,6 +233,7 @@ impl BatchApi {
 
     /// The content of an output or error file.
     pub async fn content(&self, file: &str) -> Result<Vec<u8>, CallError> {
+        plain_id(file)?;
         let url = self.url(&format!("files/{file}/content"));
         let what = format!("GET {}", redact::url(&url));
         self.send(self.client.get(&url), &what, self.max_file_bytes).await

@@ -163,6 +163,7 @@ impl Batches {
                 sealed: tokio::sync::Mutex::new(Default::default()),
                 follows: Mutex::new(HashMap::new()),
                 answers: Mutex::new(HashMap::new()),
+                download_failed: Mutex::new(HashMap::new()),
                 owned: Mutex::new(HashSet::new()),
                 stop: stop.clone(),
                 hard_stop: hard_stop.clone(),
@@ -229,6 +230,8 @@ pub(crate) struct BatchPool {
     follows: Mutex<HashMap<String, Follow>>,
     /// Answers of ended records, downloaded once per worker.
     answers: Mutex<HashMap<String, Arc<OnceCell<Answers>>>>,
+    /// The last failed download of a record, for [`DOWNLOAD_RETRY`].
+    download_failed: Mutex<HashMap<String, (Instant, CallError)>>,
     /// Records this process owns (their state is pushed to followers as it is written).
     owned: Mutex<HashSet<String>>,
     /// The worker stops fetching: batches not yet submitted are given up at once, so
@@ -290,19 +293,20 @@ impl BatchPool {
         if *stop.borrow() {
             return BatchOutcome::Abandoned;
         }
-        let record = match self.join(job.id, model, line, tokens).await {
+        let period = (ack_wait / 3).max(Duration::from_millis(200));
+        let joined = with_progress(msg, period, self.join(job.id, model, line, tokens)).await;
+        let record = match joined {
             Ok(r) => r,
             Err(e) => {
                 return BatchOutcome::NotRun(format!("cannot claim the job for a batch: {e}"))
             }
         };
         let mut rx = self.follow(&record);
-        let period = (ack_wait / 3).max(Duration::from_millis(200));
         let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         let outcome = loop {
             let current = rx.borrow_and_update().clone();
             if let Some(r) = current {
-                if let Some(o) = self.settle(&r, job).await {
+                if let Some(o) = with_progress(msg, period, self.settle(&r, job)).await {
                     break o;
                 }
             }
@@ -346,14 +350,16 @@ impl BatchPool {
     /// claim names a live record that holds it, or an ended one (its answer is in the
     /// output). False when the broker cannot tell now.
     pub async fn holds(&self, job: &JobId) -> bool {
-        let Ok(claim) = self.store.claim(&self.name, job).await else { return false };
+        // A broker that cannot tell now counts as "held": the job is then not dead-lettered
+        // on a guess (its batch call hands it back if the broker stays unreadable).
+        let Ok(claim) = self.store.claim(&self.name, job).await else { return true };
         let Some(c) = claim.value else { return false };
         match self.store.record(&self.name, &c.record).await {
             Ok(r) => r.value.is_some_and(|r| match r.state {
                 BatchState::Gathering | BatchState::Abandoned { .. } => false,
                 _ => r.holds(job),
             }),
-            Err(_) => false,
+            Err(e) => !e.invalid,
         }
     }
 
@@ -370,15 +376,31 @@ impl BatchPool {
             let claim = self.store.claim(&self.name, &job).await?;
             if let Some(c) = &claim.value {
                 match self.store.record(&self.name, &c.record).await {
-                    Ok(r) if r.value.as_ref().is_some_and(|r| holds_for(r, &job, now_ms())) => {
-                        debug!(job = %job, record = %c.record, "job already in a batch; waiting for it");
-                        return Ok(c.record.clone());
-                    }
-                    Ok(_) => {}
+                    Ok(r) => match &r.value {
+                        Some(rec) if holds_for(rec, &job, now_ms()) => {
+                            debug!(job = %job, record = %c.record, "job already in a batch; waiting for it");
+                            return Ok(c.record.clone());
+                        }
+                        // A gathering record whose owner's lease lapsed: fenced off first
+                        // (given up by compare-and-set), so that its owner, should it be
+                        // alive after all, can neither renew it nor submit it with this job.
+                        Some(rec) if rec.state == BatchState::Gathering => {
+                            let mut dead = rec.clone();
+                            dead.state = BatchState::Abandoned {
+                                reason: "its gatherer's lease lapsed".into(),
+                            };
+                            if self.store.put_record(&dead, r.revision).await?.is_none() {
+                                continue; // it changed meanwhile: look again
+                            }
+                        }
+                        _ => {}
+                    },
                     // Someone else's bytes under a record key: the claim is taken over.
-                    Err(e) => {
+                    Err(e) if e.invalid => {
                         warn!(job = %job, error = %e, "unreadable batch record; gathering the job again")
                     }
+                    // The broker cannot tell now: never take a claim over on a guess.
+                    Err(e) => return Err(e),
                 }
             }
             let mut gathering = self.gathering.lock().await;
@@ -395,7 +417,11 @@ impl BatchPool {
             }
             // Another worker claimed it meanwhile: look again.
         }
-        Err(StoreError { key: job.to_string(), reason: "the job's claim kept changing".into() })
+        Err(StoreError {
+            key: job.to_string(),
+            reason: "the job's claim kept changing".into(),
+            invalid: false,
+        })
     }
 
     /// The gathering record of `model` with room for `tokens` more (a full one is sealed
@@ -432,9 +458,12 @@ impl BatchPool {
                     submitted_ms: None,
                     ended_ms: None,
                 };
-                let revision = self.store.put_record(&record, 0).await?.ok_or_else(|| {
-                    StoreError { key: record.key(), reason: "a new record's key exists".into() }
-                })?;
+                let revision =
+                    self.store.put_record(&record, 0).await?.ok_or_else(|| StoreError {
+                        key: record.key(),
+                        reason: "a new record's key exists".into(),
+                        invalid: false,
+                    })?;
                 v.insert(Gathering {
                     record,
                     revision,
@@ -548,9 +577,16 @@ impl BatchPool {
             {
                 let mut sealed = self.sealed.lock().await;
                 self.submit_sealed(&mut sealed).await;
-                for g in sealed.iter_mut() {
-                    self.renew_gathering(g).await;
+                let mut kept = std::collections::VecDeque::with_capacity(sealed.len());
+                while let Some(mut g) = sealed.pop_front() {
+                    if self.renew_gathering(&mut g).await {
+                        kept.push_back(g);
+                    } else {
+                        warn!(pool = %self.name, record = %g.record.id, "a sealed batch was taken over before submission; dropping it");
+                        self.release(&g.record.id).await;
+                    }
                 }
+                *sealed = kept;
             }
             if last_follow.elapsed() >= self.timing.follow() {
                 last_follow = Instant::now();
@@ -578,37 +614,49 @@ impl BatchPool {
         let due: Vec<usize> = gathering
             .iter()
             .filter(|(_, g)| {
-                !g.lines.is_empty()
-                    && (g.lines.len() >= self.spec.batch_size as usize
-                        || g.started.elapsed() >= wait)
+                g.lines.len() >= self.spec.batch_size as usize || g.started.elapsed() >= wait
             })
             .map(|(m, _)| *m)
             .collect();
         for m in due {
             if let Some(g) = gathering.remove(&m) {
+                // An empty one (its only claims moved on) is given up by `seal`.
                 self.seal(g).await;
             }
         }
-        for g in gathering.values_mut() {
-            self.renew_gathering(g).await;
+        let mut lost = Vec::new();
+        for (m, g) in gathering.iter_mut() {
+            if !self.renew_gathering(g).await {
+                lost.push(*m);
+            }
+        }
+        // Fenced off by a worker that took one of its jobs (its lease had lapsed): its
+        // jobs are gathered again by whoever holds them.
+        for m in lost {
+            if let Some(g) = gathering.remove(&m) {
+                warn!(pool = %self.name, record = %g.record.id, "a gathering batch was taken over; dropping it");
+            }
         }
     }
 
-    /// Renew a not yet submitted record's lease when a third of it is gone.
-    async fn renew_gathering(&self, g: &mut Gathering) {
+    /// Renew a not yet submitted record's lease when a third of it is gone; false when
+    /// the record is no longer this worker's.
+    async fn renew_gathering(&self, g: &mut Gathering) -> bool {
         let now = now_ms();
         let lease = self.timing.lease.as_millis() as u64;
         if g.record.lease_until_ms > now + lease * 2 / 3 {
-            return;
+            return true;
         }
         g.record.lease_until_ms = now + lease;
         match self.store.put_record(&g.record, g.revision).await {
-            Ok(Some(rev)) => g.revision = rev,
-            Ok(None) => {
-                warn!(pool = %self.name, record = %g.record.id, "a gathering batch record changed under its owner")
+            Ok(Some(rev)) => {
+                g.revision = rev;
+                true
             }
+            Ok(None) => false,
             Err(e) => {
-                warn!(pool = %self.name, record = %g.record.id, error = %e, "cannot renew a gathering batch's lease")
+                warn!(pool = %self.name, record = %g.record.id, error = %e, "cannot renew a gathering batch's lease");
+                true
             }
         }
     }
@@ -624,20 +672,24 @@ impl BatchPool {
             let now = now_ms();
             let mut stale = Vec::new();
             for id in ledger.records.keys().filter(|id| **id != record.id) {
-                // Dropped only when certainly stale: ended, given up, gone, or reserved by
-                // a gatherer that died before it recorded its job list. An uploading
-                // record keeps its tokens whatever its lease (its upload may be slow; a
-                // dead owner's is taken over and given up or submitted), and so does a
-                // record that cannot be read now.
+                // Dropped only when certainly stale: ended, given up, gone, reserved by a
+                // gatherer that died before it recorded its job list, uploading long past
+                // its lease, or submitted longer ago than any provider holds a batch. A
+                // slow upload keeps its tokens (its owner renews the lease), and so does
+                // a record that cannot be read now.
                 let keep = match self.store.record(&self.name, id).await {
                     Ok(r) => r.value.is_some_and(|r| match r.state {
-                        BatchState::Uploading
-                        | BatchState::Uploaded { .. }
-                        | BatchState::Submitted { .. } => true,
+                        BatchState::Uploaded { .. } | BatchState::Submitted { .. } => {
+                            now < r.submitted_ms.unwrap_or(r.created_ms)
+                                + LEDGER_HOLD.as_millis() as u64
+                        }
+                        BatchState::Uploading => {
+                            now < r.lease_until_ms + UPLOAD_GRACE.as_millis() as u64
+                        }
                         BatchState::Gathering => !r.lease_lapsed(now),
                         BatchState::Ended { .. } | BatchState::Abandoned { .. } => false,
                     }),
-                    Err(_) => true,
+                    Err(e) => !e.invalid,
                 };
                 if !keep {
                     stale.push(id.clone());
@@ -729,9 +781,15 @@ impl BatchPool {
                             .await
                         {
                             Step::Ok(f) => f,
+                            // Without the provider's list, whether the batch was created
+                            // cannot be told: creating it could submit every request twice.
+                            // Wait (keeping the record) and ask again.
                             Step::Failed(e) => {
-                                warn!(pool = %self.name, record = %record.id, error = %e.message, "cannot look for the batch at the provider; trying again");
-                                tokio::time::sleep(self.timing.poll).await;
+                                warn!(pool = %self.name, record = %record.id, error = %e.message, "cannot look for the batch at the provider (is GET /batches supported?); not creating it blindly, trying again in a minute");
+                                if !self.wait_renewing(&mut record, &mut revision, FIND_RETRY).await
+                                {
+                                    break;
+                                }
                                 continue;
                             }
                             Step::Stop => break,
@@ -756,10 +814,10 @@ impl BatchPool {
                                 }
                                 Step::Failed(e) => {
                                     let next = failed_state("", &e);
-                                    if !self.write(&mut record, &mut revision, next).await {
-                                        break;
+                                    if self.write(&mut record, &mut revision, next).await {
+                                        self.release(&record.id).await;
                                     }
-                                    continue;
+                                    break;
                                 }
                                 Step::Stop => break,
                             }
@@ -775,13 +833,25 @@ impl BatchPool {
                         .await
                     {
                         Step::Ok(b) => b,
+                        // An error status while polling (a rotated key, a proxy's 403,
+                        // a 404 for a moment) does not end a batch the provider may still
+                        // run and bill: keep polling, slowly. Only a batch that has not
+                        // been seen for two days past its submission is given up (its
+                        // jobs go into another batch, counted).
                         Step::Failed(e) => {
-                            // A batch the provider refuses to show (gone, 404): ended,
-                            // its jobs go into another batch (counted).
+                            let age = now_ms()
+                                .saturating_sub(record.submitted_ms.unwrap_or(record.created_ms));
+                            if age < GIVE_UP_UNSEEN.as_millis() as u64 {
+                                warn!(pool = %self.name, record = %record.id, batch = %batch, error = %e.message, "cannot see the submitted batch; polling on");
+                                let wait = (self.timing.poll * 10).min(Duration::from_secs(600));
+                                if !self.wait_renewing(&mut record, &mut revision, wait).await {
+                                    break;
+                                }
+                                continue;
+                            }
                             record.ended_ms = Some(now_ms());
                             let next = failed_state(&batch, &e);
-                            let written = self.write(&mut record, &mut revision, next).await;
-                            if written {
+                            if self.write(&mut record, &mut revision, next).await {
                                 self.release(&record.id).await;
                             }
                             break;
@@ -802,11 +872,8 @@ impl BatchPool {
                         }
                     } else {
                         debug!(pool = %self.name, record = %record.id, status = %b.status, polled, "batch still running");
-                        self.renew(&mut record, &mut revision).await;
-                        let mut hard_stop = self.hard_stop.clone();
-                        tokio::select! {
-                            _ = tokio::time::sleep(self.timing.poll) => {}
-                            true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => break,
+                        if !self.wait_renewing(&mut record, &mut revision, self.timing.poll).await {
+                            break;
                         }
                         continue;
                     }
@@ -825,6 +892,27 @@ impl BatchPool {
             }
         }
         lock(&self.owned).remove(&record.id);
+    }
+}
+
+/// Run `fut` while keeping `msg` with in-progress acks every `period` (a claim waiting
+/// for the gathering lock, a large download).
+async fn with_progress<T>(
+    msg: &jetstream::Message,
+    period: Duration,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(fut);
+    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        tokio::select! {
+            v = &mut fut => return v,
+            _ = progress.tick() => {
+                if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                    debug!(error = %e, "progress ack failed");
+                }
+            }
+        }
     }
 }
 
@@ -861,6 +949,25 @@ fn request_line(job: &Job, model: &HttpModelSpec) -> Result<Vec<u8>, CallError> 
         .map_err(|e| CallError::permanent(format!("cannot encode the request: {e}")))
 }
 
+/// How long a failed download of a batch's answers stands before it is tried again.
+const DOWNLOAD_RETRY: Duration = Duration::from_secs(5);
+
+/// How long an owner waits before it asks again for a batch it may have created, when
+/// the provider's list cannot be read.
+const FIND_RETRY: Duration = Duration::from_secs(60);
+
+/// A submitted batch the provider has refused to show for this long after its submission
+/// is given up (the provider's window is 24 hours).
+const GIVE_UP_UNSEEN: Duration = Duration::from_secs(48 * 3600);
+
+/// A submitted batch holds its tokens in the queue ledger for at most this long after its
+/// submission, taken over or not (by then the provider has ended it, expired at worst).
+const LEDGER_HOLD: Duration = Duration::from_secs(26 * 3600);
+
+/// An uploading record whose lease lapsed this long ago holds no tokens any more (an
+/// upload request is given up after 5 minutes).
+const UPLOAD_GRACE: Duration = Duration::from_secs(600);
+
 /// Backoff of provider requests that failed for the endpoint's reasons: 1 s doubling to
 /// a minute.
 fn backoff(attempt: u32) -> Duration {
@@ -880,12 +987,31 @@ impl BatchPool {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, CallError>>,
     {
+        // The lease is renewed while a request runs (an upload may take minutes) and
+        // while a retry waits, so that nobody takes the record over meanwhile.
+        let tick = (self.timing.lease / 4).max(Duration::from_millis(10));
         let mut attempt = 0u32;
         loop {
             if *self.hard_stop.borrow() {
                 return Step::Stop;
             }
-            match f().await {
+            let res = {
+                let fut = f();
+                tokio::pin!(fut);
+                let mut hard_stop = self.hard_stop.clone();
+                loop {
+                    tokio::select! {
+                        r = &mut fut => break r,
+                        _ = tokio::time::sleep(tick) => {
+                            if !self.renew(record, revision).await {
+                                return Step::Stop;
+                            }
+                        }
+                        true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => return Step::Stop,
+                    }
+                }
+            };
+            match res {
                 Ok(v) => return Step::Ok(v),
                 Err(e) if e.is_permanent() => return Step::Failed(e),
                 Err(e) => {
@@ -895,17 +1021,36 @@ impl BatchPool {
                         .min(Duration::from_secs(300));
                     warn!(pool = %self.name, record = %record.id, error = %e.message, retry_in_ms = delay.as_millis() as u64, "batch API request failed; retrying");
                     attempt += 1;
-                    if !self.renew(record, revision).await {
+                    if !self.wait_renewing(record, revision, delay).await {
                         return Step::Stop;
-                    }
-                    let mut hard_stop = self.hard_stop.clone();
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => return Step::Stop,
                     }
                 }
             }
         }
+    }
+
+    /// Wait `delay`, renewing the record's lease meanwhile; false when the record is no
+    /// longer this worker's or the worker stops.
+    async fn wait_renewing(
+        &self,
+        record: &mut BatchRecord,
+        revision: &mut u64,
+        delay: Duration,
+    ) -> bool {
+        let tick = (self.timing.lease / 4).max(Duration::from_millis(10));
+        let until = tokio::time::Instant::now() + delay;
+        let mut hard_stop = self.hard_stop.clone();
+        while tokio::time::Instant::now() < until {
+            if !self.renew(record, revision).await {
+                return false;
+            }
+            let step = tick.min(until.saturating_duration_since(tokio::time::Instant::now()));
+            tokio::select! {
+                _ = tokio::time::sleep(step) => {}
+                true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => return false,
+            }
+        }
+        self.renew(record, revision).await
     }
 
     /// Write the record's next state (with a fresh lease); false when the record is no
@@ -977,6 +1122,7 @@ impl BatchPool {
             if f.waiters == 0 {
                 follows.remove(id);
                 lock(&self.answers).remove(id);
+                lock(&self.download_failed).remove(id);
             }
         }
     }
@@ -1017,7 +1163,7 @@ impl BatchPool {
                 record.state,
                 BatchState::Uploading | BatchState::Uploaded { .. } | BatchState::Submitted { .. }
             );
-            if !owned && adoptable && record.lease_lapsed(now) {
+            if !owned && adoptable && record.lease_lapsed(now) && !*self.stop.borrow() {
                 let model = self.apis.iter().position(|a| a.model().model == record.model);
                 if let Some(model) = model {
                     let previous = std::mem::replace(&mut record.owner, self.owner.clone());
@@ -1045,6 +1191,15 @@ impl BatchPool {
         };
         let answers = match self.download(r, batch, output.as_deref(), error.as_deref()).await {
             Ok(a) => a,
+            // Asking again will not help (the file is gone, too large, the model is no
+            // longer configured): the job goes into another batch, the delivery counted,
+            // so that it ends as a dead letter naming this if it keeps happening.
+            // (A 401 or 403 is taken for a key or proxy problem that passes.)
+            Err(e) if e.is_permanent() && e.status.is_none_or(|s| s == 404 || s == 410) => {
+                warn!(job = %job.id, batch = %batch, error = %e.message, "cannot download the batch's answers; the job goes into another batch");
+                self.release_claim(job, r).await;
+                return BatchOutcome::Failed(e, 0);
+            }
             Err(e) => {
                 warn!(job = %job.id, batch = %batch, error = %e.message, "cannot download the batch's answers now");
                 return BatchOutcome::NotRun(format!(
@@ -1053,13 +1208,18 @@ impl BatchPool {
                 ));
             }
         };
+        // Only a batch that ran out of time (or was cancelled) leaves requests unrun
+        // through no fault of theirs; a request missing from a completed batch, or
+        // unreadable there, is retried as a failure that counts.
+        let not_run = matches!(status.as_str(), "expired" | "cancelled");
         let outcome = match answers.get(&job.id) {
             Some(Answer::Done(c)) => return BatchOutcome::Done(c.clone()),
             Some(Answer::Failed(e)) if e.class == ErrorClass::RateLimited => {
                 BatchOutcome::NotRun(e.message.clone())
             }
             Some(Answer::Failed(e)) => BatchOutcome::Failed(e.clone(), 1),
-            Some(Answer::NotRun(why)) => BatchOutcome::NotRun(why.clone()),
+            Some(Answer::NotRun(why)) if not_run => BatchOutcome::NotRun(why.clone()),
+            Some(Answer::NotRun(why)) => BatchOutcome::Failed(CallError::transient(why.clone()), 0),
             None if status == "failed" => BatchOutcome::Failed(
                 CallError::transient(format!(
                     "provider batch {} failed: {}",
@@ -1068,14 +1228,25 @@ impl BatchPool {
                 )),
                 0,
             ),
-            None => BatchOutcome::NotRun(format!(
-                "batch {batch} ended {status} without answering the request"
+            None if not_run => BatchOutcome::NotRun(format!(
+                "batch {batch} ended {status} without running the request"
             )),
+            None => BatchOutcome::Failed(
+                CallError::transient(format!(
+                    "batch {batch} ended {status} without an answer for the request"
+                )),
+                1,
+            ),
         };
-        if let Err(e) = self.store.release_claim(&self.name, &job.id).await {
+        self.release_claim(job, r).await;
+        outcome
+    }
+
+    /// Free `job` for another batch (if its claim still names `r`).
+    async fn release_claim(&self, job: &Job, r: &BatchRecord) {
+        if let Err(e) = self.store.release_claim(&self.name, &job.id, &r.id).await {
             warn!(job = %job.id, error = %e, "cannot free the job's batch claim; its next delivery takes it over");
         }
-        outcome
     }
 
     /// The answers of ended record `r`, downloaded once by this worker.
@@ -1086,6 +1257,13 @@ impl BatchPool {
         output: Option<&str>,
         error: Option<&str>,
     ) -> Result<Answers, CallError> {
+        if let Some((at, e)) = lock(&self.download_failed).get(&r.id) {
+            // Thousands of tasks wait for one download: one failure answers them all for
+            // a few seconds instead of each trying again in turn.
+            if at.elapsed() < DOWNLOAD_RETRY {
+                return Err(e.clone());
+            }
+        }
         let cell = lock(&self.answers).entry(r.id.clone()).or_default().clone();
         let api = self.apis.iter().find(|a| a.model().model == r.model).ok_or_else(|| {
             CallError::permanent(format!("no batch model {:?} in pool {:?}", r.model, self.name))
@@ -1106,7 +1284,13 @@ impl BatchPool {
                 info!(pool = %self.name, record = %r.id, batch, answers = answers.len(), "batch answers downloaded");
                 Ok::<_, CallError>(Arc::new(answers))
             })
-            .await?;
-        Ok(got.clone())
+            .await;
+        match got {
+            Ok(a) => Ok(a.clone()),
+            Err(e) => {
+                lock(&self.download_failed).insert(r.id.clone(), (Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
     }
 }

@@ -22,10 +22,18 @@ pub const RECORD_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 pub struct StoreError {
     pub key: String,
     pub reason: String,
+    /// The value is there but is not what it should be (someone else's bytes, a record
+    /// under another record's key): unlike a broker that cannot answer now, asking again
+    /// will not help.
+    pub invalid: bool,
 }
 
 fn err(key: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError { key: key.to_string(), reason: e.to_string() }
+    StoreError { key: key.to_string(), reason: e.to_string(), invalid: false }
+}
+
+fn invalid(key: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError { key: key.to_string(), reason: e.to_string(), invalid: true }
 }
 
 /// A value and the revision to compare against when replacing it (0: no such key, or a
@@ -59,7 +67,7 @@ impl Store {
         }
         // Someone else's bytes on a shared broker: a clear error, never a panic.
         let value = serde_json::from_slice(&entry.value)
-            .map_err(|e| err(key, format!("unreadable value ({e})")))?;
+            .map_err(|e| invalid(key, format!("unreadable value ({e})")))?;
         Ok(Versioned { value: Some(value), revision: entry.revision })
     }
 
@@ -85,7 +93,7 @@ impl Store {
         // A record must be the one its key names.
         if let Some(r) = &v.value {
             if r.id != id || r.pool != pool {
-                return Err(err(&key, "the record names another pool or id than its key"));
+                return Err(invalid(&key, "the record names another pool or id than its key"));
             }
         }
         Ok(v)
@@ -100,8 +108,17 @@ impl Store {
         self.cas(&record.key(), record, revision).await
     }
 
+    /// Job `job`'s claim. A value that is not a claim (someone else's bytes) reads as no
+    /// claim, with its revision, so that it is replaced.
     pub async fn claim(&self, pool: &str, job: &JobId) -> Result<Versioned<Claim>, StoreError> {
-        self.read(&claim_key(pool, job)).await
+        let key = claim_key(pool, job);
+        let entry = self.kv.entry(&key).await.map_err(|e| err(&key, e))?;
+        let Some(entry) = entry else { return Ok(Versioned { value: None, revision: 0 }) };
+        let value = match entry.operation {
+            kv::Operation::Put => serde_json::from_slice(&entry.value).ok(),
+            _ => None,
+        };
+        Ok(Versioned { value, revision: entry.revision })
     }
 
     pub async fn put_claim(
@@ -114,10 +131,31 @@ impl Store {
         self.cas(&claim_key(pool, job), claim, revision).await
     }
 
-    /// The job is free for another batch.
-    pub async fn release_claim(&self, pool: &str, job: &JobId) -> Result<(), StoreError> {
+    /// The job is free for another batch, if its claim still names `record` (a claim
+    /// that moved on to another batch meanwhile is left alone).
+    pub async fn release_claim(
+        &self,
+        pool: &str,
+        job: &JobId,
+        record: &str,
+    ) -> Result<(), StoreError> {
         let key = claim_key(pool, job);
-        self.kv.delete(&key).await.map_err(|e| err(&key, e))
+        let v = self.claim(pool, job).await?;
+        if v.value.is_none_or(|c| c.record != record) {
+            return Ok(());
+        }
+        match self.kv.delete_expect_revision(&key, Some(v.revision)).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // The server refuses a delete at a stale revision: the claim moved on
+                // meanwhile and is not ours to free any more.
+                let now = self.claim(pool, job).await?;
+                if now.revision != v.revision {
+                    return Ok(());
+                }
+                Err(err(&key, e))
+            }
+        }
     }
 
     pub async fn ledger(&self, pool: &str) -> Result<Versioned<QueueLedger>, StoreError> {
