@@ -211,6 +211,8 @@ impl Seen {
 struct Follow {
     tx: watch::Sender<Option<Arc<Seen>>>,
     waiters: usize,
+    /// The revision last sent (0: none yet): an unchanged record wakes nobody.
+    revision: u64,
 }
 
 /// One batch pool of this worker; see the module docs.
@@ -1064,7 +1066,7 @@ impl BatchPool {
             match self.store.put_record(record, *revision).await {
                 Ok(Some(rev)) => {
                     *revision = rev;
-                    self.push(record);
+                    self.push_at(record, rev);
                     return true;
                 }
                 Ok(None) => {
@@ -1097,7 +1099,13 @@ impl BatchPool {
 
     /// Tell this worker's job tasks waiting for `record` its new state.
     fn push(&self, record: &BatchRecord) {
-        if let Some(f) = lock(&self.follows).get(&record.id) {
+        self.push_at(record, 0);
+    }
+
+    /// [`BatchPool::push`] of the record at `revision` (0: unknown).
+    fn push_at(&self, record: &BatchRecord, revision: u64) {
+        if let Some(f) = lock(&self.follows).get_mut(&record.id) {
+            f.revision = revision;
             f.tx.send_replace(Some(Arc::new(Seen::new(record.clone()))));
         }
     }
@@ -1106,9 +1114,11 @@ impl BatchPool {
     /// tender, or pushed by its owner here).
     fn follow(&self, id: &str) -> watch::Receiver<Option<Arc<Seen>>> {
         let mut follows = lock(&self.follows);
-        let f = follows
-            .entry(id.to_string())
-            .or_insert_with(|| Follow { tx: watch::channel(None).0, waiters: 0 });
+        let f = follows.entry(id.to_string()).or_insert_with(|| Follow {
+            tx: watch::channel(None).0,
+            waiters: 0,
+            revision: 0,
+        });
         f.waiters += 1;
         let mut rx = f.tx.subscribe();
         rx.mark_changed();
@@ -1177,8 +1187,11 @@ impl BatchPool {
                     }
                 }
             }
-            if !owned {
-                self.push(&record);
+            // Unchanged, it wakes nobody; but a gathering record's meaning changes with
+            // time (its lease lapses), so it is always sent.
+            let sent = lock(&self.follows).get(&id).map_or(0, |f| f.revision);
+            if !owned && (sent != v.revision || record.state == BatchState::Gathering) {
+                self.push_at(&record, v.revision);
             }
         }
     }
