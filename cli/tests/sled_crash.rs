@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use halyard_coordinator::state::RunState;
-use halyard_proto::{Completion, JobId, JobResult, Outcome, Usage};
+use halyard_proto::{Completion, JobId, JobResult, Outcome, StoredResult, Usage};
 use halyard_worker::Checkpoint;
 
 const CHILD_DIR: &str = "HALYARD_SLED_CRASH_DIR";
@@ -165,10 +165,10 @@ fn verify(dir: &Path, all_cp: &[u64], all_st: &[u64], tried_up_to: u64) -> (usiz
         }
         let mut n = 0;
         for r in st.results() {
-            let r = r.expect("every stored result decodes");
-            let i = index_of(&r.job).expect("a result under an id the child wrote");
+            let (job, r) = r.expect("every stored result decodes");
+            let i = index_of(&job).expect("a result under an id the child wrote");
             assert!(i < tried_up_to);
-            assert_eq!(r, result(i), "result {i} torn or mixed up");
+            assert_eq!(r, StoredResult::from(result(i)), "result {i} torn or mixed up");
             n += 1;
         }
         (present, n)

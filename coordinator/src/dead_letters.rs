@@ -86,9 +86,9 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
     let done = db.open_tree("done").map_err(StateError::from)?;
     let mut failed = Vec::new();
     for r in state.results() {
-        let r = r?;
+        let (job, r) = r?;
         if matches!(r.outcome, Outcome::Failed(_)) {
-            failed.push(r.job);
+            failed.push(job);
         }
     }
     let labelled: Vec<sled::IVec> =

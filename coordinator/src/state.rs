@@ -2,8 +2,10 @@
 //!
 //! Trees:
 //! - `meta`: the run's identity ([`RunMeta`]).
-//! - `results`: job id → the first [`JobResult`] received for it. Inserted with
-//!   compare-and-swap from nothing, so a job is counted once whatever duplicates arrive.
+//! - `results`: job id → the first result received for it, as a [`StoredResult`] in the
+//!   compact form of [`halyard_proto::stored`] (outcome, deliveries, cached; whole
+//!   [`JobResult`]s written by earlier builds still read). Inserted only if the job has
+//!   none, so a job is counted once whatever duplicates arrive.
 //! - `done`: item key → the item's final label (encoded by the pipeline).
 //! - `jobs`: job id → [`JobMeta`] (pool, stage, model) of jobs that became dead letters,
 //!   written when an item's evaluation meets the dead letter; used to describe dead
@@ -20,7 +22,8 @@ use std::path::Path;
 
 use sled::Transactional;
 
-use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome};
+use halyard_proto::stored::{decode_result, encode_result};
+use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome, StoredResult};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -86,7 +89,7 @@ impl ItemKey {
 pub const CACHE_BYTES: u64 = 256 << 20;
 
 /// A run's state. Its one writer is the coordinator that opened it (sled's file lock keeps
-/// other processes out); [`RunState::insert_result_raw`] relies on that.
+/// other processes out); [`RunState::insert_result`] relies on that.
 pub struct RunState {
     db: sled::Db,
     meta: sled::Tree,
@@ -251,12 +254,13 @@ impl RunState {
 
     /// Record a result; false if one was already recorded for this job (a duplicate).
     pub fn insert_result(&self, r: &JobResult) -> Result<bool, StateError> {
-        self.insert_result_raw(&r.job, &enc(r)?)
+        let encoded =
+            encode_result(&StoredResult::from(r)).map_err(|e| StateError::Io(e.to_string()))?;
+        self.insert_encoded(&r.job, &encoded)
     }
 
-    /// Record a result as received (its MessagePack encoding, which is what is stored);
-    /// false if one was already recorded for this job. Saves decoding and re-encoding.
-    pub fn insert_result_raw(&self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError> {
+    /// Record a result in its stored form; false if one was already recorded for this job.
+    fn insert_encoded(&self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError> {
         if !self.stored.may_contain(job) {
             // Never stored (the filter has no false negatives), and the coordinator that owns
             // this state is its only writer (sled's lock keeps other processes out): a
@@ -274,15 +278,13 @@ impl RunState {
         self.results_at_open
     }
 
-    pub fn result(&self, job: &JobId) -> Result<Option<JobResult>, StateError> {
+    pub fn result(&self, job: &JobId) -> Result<Option<StoredResult>, StateError> {
         if !self.stored.may_contain(job) {
             return Ok(None);
         }
         match self.results.get(job.as_bytes())? {
             None => Ok(None),
-            Some(b) => halyard_proto::decode("stored result", &b).map(Some).map_err(|e| {
-                StateError::Corrupt { what: format!("results/{job}"), reason: e.to_string() }
-            }),
+            Some(b) => decode_stored(job, &b).map(Some),
         }
     }
 
@@ -341,21 +343,22 @@ impl RunState {
         })
     }
 
-    /// Every recorded result (for totals and dead letters).
-    pub fn results(&self) -> impl Iterator<Item = Result<JobResult, StateError>> + '_ {
+    /// Every recorded result with its job (for totals and dead letters).
+    pub fn results(&self) -> impl Iterator<Item = Result<(JobId, StoredResult), StateError>> + '_ {
         self.results.iter().map(|r| {
             let (k, v) = r?;
-            halyard_proto::decode("stored result", &v).map_err(|e| StateError::Corrupt {
-                what: format!("results/{k:?}"),
-                reason: e.to_string(),
-            })
+            let job = JobId::from_slice(&k).ok_or_else(|| StateError::Corrupt {
+                what: "results key".into(),
+                reason: format!("{} bytes", k.len()),
+            })?;
+            Ok((job, decode_stored(&job, &v)?))
         })
     }
 
     pub fn totals(&self) -> Result<JobTotals, StateError> {
         let mut t = JobTotals::default();
         for r in self.results() {
-            let r = r?;
+            let (_, r) = r?;
             t.done += 1;
             match &r.outcome {
                 Outcome::Done(c) => {
@@ -423,7 +426,8 @@ impl RunState {
 /// One write of [`RunState::commit_writes`].
 #[derive(Clone, Copy, Debug)]
 pub enum Write<'a> {
-    /// A result as received (its encoding), stored if its job has none.
+    /// A result in its stored form ([`halyard_proto::stored::encode_result`]), stored if
+    /// its job has none.
     Result(&'a JobId, &'a [u8]),
     /// An item is finished with this label.
     Label(ItemKey, &'a [u8]),
@@ -478,6 +482,12 @@ mod failpoint {
     }
 }
 
+/// A stored result, or an error naming its record.
+pub(crate) fn decode_stored(job: &JobId, bytes: &[u8]) -> Result<StoredResult, StateError> {
+    decode_result(bytes)
+        .map_err(|e| StateError::Corrupt { what: format!("results/{job}"), reason: e.to_string() })
+}
+
 fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StateError> {
     halyard_proto::encode(v).map_err(|e| StateError::Io(e.to_string()))
 }
@@ -529,10 +539,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let st = RunState::open(dir.path()).unwrap();
         assert!(st.insert_result(&result(1, "stored before", false)).unwrap());
+        let stored = |r: JobResult| encode_result(&StoredResult::from(r)).unwrap();
         let (r1, r2a, r2b) = (
-            enc(&result(1, "late duplicate", false)).unwrap(),
-            enc(&result(2, "first", false)).unwrap(),
-            enc(&result(2, "second in the same commit", false)).unwrap(),
+            stored(result(1, "late duplicate", false)),
+            stored(result(2, "first", false)),
+            stored(result(2, "second in the same commit", false)),
         );
         let (j1, j2) = (JobId([1; 16]), JobId([2; 16]));
         let m = |stage: &str| JobMeta { pool: "p".into(), stage: stage.into(), model: "m".into() };

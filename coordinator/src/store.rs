@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use halyard_proto::{JobId, JobResult};
+use halyard_proto::{JobId, StoredResult};
 
 use crate::cost::ClassTotals;
 use crate::run::planner::Effect;
@@ -18,7 +18,7 @@ use crate::state::{ItemKey, JobMeta, RunState, StateError, Write};
 /// A run's results, finished items and job notes, as the planner reads and writes them.
 pub trait RunStore {
     /// The result stored for `job` (the first one received), if any.
-    fn result(&self, job: &JobId) -> Result<Option<JobResult>, StateError>;
+    fn result(&self, job: &JobId) -> Result<Option<StoredResult>, StateError>;
     /// Whether a result is stored for `job` (cheaper than [`RunStore::result`]).
     fn has_result(&self, job: &JobId) -> Result<bool, StateError>;
     fn is_done(&self, item: ItemKey) -> Result<bool, StateError>;
@@ -35,11 +35,11 @@ pub trait RunStore {
     /// update: after a crash, all of them or none (see [`RunState::commit_writes`]). A
     /// result is stored only if its job has none (the first result wins, whatever
     /// duplicates arrive); a dead letter's note likewise.
-    fn commit(&mut self, effects: &[Effect<'_>]) -> Result<(), StateError>;
+    fn commit(&mut self, effects: &[Effect]) -> Result<(), StateError>;
 }
 
 impl RunStore for RunState {
-    fn result(&self, job: &JobId) -> Result<Option<JobResult>, StateError> {
+    fn result(&self, job: &JobId) -> Result<Option<StoredResult>, StateError> {
         RunState::result(self, job)
     }
     fn has_result(&self, job: &JobId) -> Result<bool, StateError> {
@@ -60,7 +60,7 @@ impl RunStore for RunState {
     fn costs(&self) -> Result<Vec<ClassTotals>, StateError> {
         RunState::costs(self)
     }
-    fn commit(&mut self, effects: &[Effect<'_>]) -> Result<(), StateError> {
+    fn commit(&mut self, effects: &[Effect]) -> Result<(), StateError> {
         let writes: Vec<Write<'_>> = effects
             .iter()
             .filter_map(|e| match e {
@@ -101,13 +101,8 @@ impl MemStore {
 }
 
 impl RunStore for MemStore {
-    fn result(&self, job: &JobId) -> Result<Option<JobResult>, StateError> {
-        match self.results.get(job) {
-            None => Ok(None),
-            Some(b) => halyard_proto::decode("stored result", b).map(Some).map_err(|e| {
-                StateError::Corrupt { what: format!("results/{job}"), reason: e.to_string() }
-            }),
-        }
+    fn result(&self, job: &JobId) -> Result<Option<StoredResult>, StateError> {
+        self.results.get(job).map(|b| crate::state::decode_stored(job, b)).transpose()
     }
     fn has_result(&self, job: &JobId) -> Result<bool, StateError> {
         Ok(self.results.contains_key(job))
@@ -127,11 +122,11 @@ impl RunStore for MemStore {
     fn costs(&self) -> Result<Vec<ClassTotals>, StateError> {
         Ok(self.costs.clone())
     }
-    fn commit(&mut self, effects: &[Effect<'_>]) -> Result<(), StateError> {
+    fn commit(&mut self, effects: &[Effect]) -> Result<(), StateError> {
         for e in effects {
             match e {
                 Effect::StoreResult { job, encoded } => {
-                    self.results.entry(*job).or_insert_with(|| encoded.to_vec());
+                    self.results.entry(*job).or_insert_with(|| encoded.clone());
                 }
                 Effect::MarkDone { item, label } => {
                     self.done.insert(*item, label.clone());

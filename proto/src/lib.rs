@@ -20,6 +20,8 @@
 //! - [`filter`]: [`JobIdFilter`], a Bloom filter over job ids that lets the stores skip
 //!   lookups that would miss (pure data structure; still no IO).
 //! - [`store_mark`]: detects a sled store that silently lost its data.
+//! - [`stored`]: the compact form of the records the stores keep (checkpointed
+//!   completions, the coordinator's results), fields by position.
 //!
 //! ## Why content hashes
 //! A job id is a hash of pipeline, stage and stage version, model reference, full
@@ -40,6 +42,7 @@ pub mod provider_batch;
 pub mod redact;
 pub mod result;
 pub mod store_mark;
+pub mod stored;
 pub mod subjects;
 
 pub use batch::{
@@ -53,6 +56,7 @@ pub use job::{ChatMessage, Job, JobKey, LogprobsRequest, ModelRef, Role, Samplin
 pub use result::{
     Completion, Failure, FailureKind, JobResult, Outcome, TokenLogprob, TopLogprob, Usage,
 };
+pub use stored::StoredResult;
 
 /// Version of the wire format. A process refuses messages of another major version.
 pub const WIRE_VERSION: u16 = 1;

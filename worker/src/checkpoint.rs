@@ -1,4 +1,5 @@
-//! The worker's checkpoint: every completed call, keyed by job id, in sled.
+//! The worker's checkpoint: every completed call, keyed by job id, in sled (each in the
+//! compact form of [`halyard_proto::stored`]).
 //!
 //! Reads go straight to the tree (sled is safe to share). Writes go through a small actor
 //! that does **group commit**: it takes every write waiting in its channel, inserts them
@@ -142,15 +143,15 @@ impl Checkpoint {
         else {
             return Ok(None);
         };
-        halyard_proto::decode::<Completion>("checkpoint record", &bytes)
+        halyard_proto::stored::decode_completion(&bytes)
             .map(Some)
             .map_err(|e| CheckpointError::Corrupt { job: *job, reason: e.to_string() })
     }
 
     /// Store `completion` and return once it is flushed to disk.
     pub async fn put(&self, job: JobId, completion: &Completion) -> Result<(), CheckpointError> {
-        let bytes =
-            halyard_proto::encode(completion).map_err(|e| CheckpointError::Write(e.to_string()))?;
+        let bytes = halyard_proto::stored::encode_completion(completion)
+            .map_err(|e| CheckpointError::Write(e.to_string()))?;
         self.known.filter.insert(&job);
         let (tx, rx) = oneshot::channel();
         self.tx.send((job, bytes, tx)).await.map_err(|_| CheckpointError::Stopped)?;

@@ -133,11 +133,11 @@ impl LabelsFile {
 pub fn dead_letters(state: &RunState) -> Result<Vec<DeadLetter>, CoordinatorError> {
     let mut out = Vec::new();
     for r in state.results() {
-        let r = r?;
+        let (job, r) = r?;
         if let Outcome::Failed(f) = &r.outcome {
-            let meta = state.job_meta(&r.job)?;
+            let meta = state.job_meta(&job)?;
             out.push(DeadLetter {
-                job: r.job.to_string(),
+                job: job.to_string(),
                 pool: meta.as_ref().map(|m| m.pool.clone()),
                 stage: meta.as_ref().map(|m| m.stage.clone()),
                 model: meta.map(|m| m.model),

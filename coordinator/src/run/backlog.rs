@@ -23,7 +23,7 @@ use halyard_proto::{subjects, Job};
 use tracing::{info, warn};
 
 use super::collector::{decode_results, open_payload, Opened};
-use super::planner::{Arrived, Event, Planner};
+use super::planner::{Event, Planner};
 use crate::state::RunState;
 use crate::store::RunStore;
 use crate::CoordinatorError;
@@ -67,10 +67,8 @@ pub(super) async fn absorb(
         else {
             continue;
         };
-        let arrived: Vec<Arrived> = decode_results(run, &payload)
-            .into_iter()
-            .map(|(result, range)| Arrived { result, encoded: &payload[range] })
-            .collect();
+        let arrived: Vec<_> =
+            decode_results(run, &payload).into_iter().map(|(result, _)| result).collect();
         total += arrived.len();
         let effects = planner.step(Event::Results(arrived), now)?;
         planner.store_mut().commit(&effects)?;

@@ -38,7 +38,7 @@ mod stall;
 
 use collector::Collector;
 use dispatcher::Dispatcher;
-use planner::{Arrived, Event, Planner};
+use planner::{Event, Planner};
 use stall::Stall;
 
 #[derive(Debug, PartialEq)]
@@ -191,7 +191,7 @@ impl ProviderBatches {
 impl Coordinator<'_> {
     /// Step the planner and carry out its effects: store writes and publishes (the
     /// partly filled job messages are sent at the end). Nothing is flushed here.
-    async fn step(&mut self, event: Event<'_>, now: Instant) -> Result<(), CoordinatorError> {
+    async fn step(&mut self, event: Event, now: Instant) -> Result<(), CoordinatorError> {
         let effects = self.planner.step(event, now)?;
         // One atomic update, then the publishes (none is durable before the flush).
         self.planner.store_mut().commit(&effects)?;
@@ -317,9 +317,7 @@ impl Coordinator<'_> {
         let opened = self.collector.open(msgs).await;
         let mut arrived = Vec::with_capacity(msgs.len());
         for payload in opened.iter().filter_map(|o| o.bytes()) {
-            for (result, range) in self.collector.decode(payload) {
-                arrived.push(Arrived { result, encoded: &payload[range] });
-            }
+            arrived.extend(self.collector.decode(payload).into_iter().map(|(result, _)| result));
         }
         self.step(Event::Results(arrived), now).await?;
         // Durable before acked.

@@ -18,7 +18,6 @@
 //! - **the window**: items are taken in while their lane has room (skipping items that
 //!   an earlier process finished), and every finished item lets the next one in.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -37,20 +36,14 @@ use crate::window::Window;
 use crate::CoordinatorError;
 
 /// A result as received: decoded, and its encoding (stored as is).
-#[derive(Clone, Debug)]
-pub struct Arrived<'a> {
-    pub result: JobResult,
-    pub encoded: &'a [u8],
-}
-
 /// What happened, for the planner.
 #[derive(Debug)]
-pub enum Event<'a> {
+pub enum Event {
     /// Take items into the window while it has room (step 3 of recovery, and later).
     Fill,
     /// A batch of results (steps 4 and 5 of recovery): stored and counted once, the items
     /// they wake re-planned, the window refilled.
-    Results(Vec<Arrived<'a>>),
+    Results(Vec<JobResult>),
     /// Jobs no worker will answer (delivered `max_deliver` times without a result, or
     /// lost from the queue three times): each without a result becomes a dead letter
     /// with `error`.
@@ -60,9 +53,10 @@ pub enum Event<'a> {
 /// What the caller must do, in order. Store effects before the flush, the flush before
 /// the acks of the messages that carried the results.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Effect<'a> {
-    /// Store this result (the first for its job; see [`RunStore::commit`]).
-    StoreResult { job: JobId, encoded: Cow<'a, [u8]> },
+pub enum Effect {
+    /// Store this result (the first for its job; see [`RunStore::commit`]), encoded in
+    /// the store's compact form ([`halyard_proto::stored`]).
+    StoreResult { job: JobId, encoded: Vec<u8> },
     /// Item `item` is finished with this label.
     MarkDone { item: ItemKey, label: Vec<u8> },
     /// Describe a dead-lettered job in the report.
@@ -76,7 +70,7 @@ pub enum Effect<'a> {
 
 /// The jobs to publish among `effects`, in order, with their rounds (the store effects
 /// are carried out by [`RunStore::commit`]).
-pub fn publishes(effects: Vec<Effect<'_>>) -> impl Iterator<Item = (Job, Option<u32>)> + '_ {
+pub fn publishes(effects: Vec<Effect>) -> impl Iterator<Item = (Job, Option<u32>)> {
     effects.into_iter().filter_map(|e| match e {
         Effect::Publish { job, round } => Some((job, round)),
         _ => None,
@@ -152,11 +146,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
     }
 
     /// Apply one event; `now` stamps the jobs published (for their latency).
-    pub fn step<'a>(
-        &mut self,
-        event: Event<'a>,
-        now: Instant,
-    ) -> Result<Vec<Effect<'a>>, CoordinatorError> {
+    pub fn step(&mut self, event: Event, now: Instant) -> Result<Vec<Effect>, CoordinatorError> {
         let mut fx = Vec::new();
         match event {
             Event::Fill => self.fill(now, &mut fx)?,
@@ -178,19 +168,19 @@ impl<'s, S: RunStore> Planner<'s, S> {
     }
 
     /// A result arrived: store it if it is the first for its job, and count it.
-    fn arrive<'a>(
+    fn arrive(
         &mut self,
-        a: Arrived<'a>,
+        r: JobResult,
         now: Instant,
         batch: &mut Batch,
-        fx: &mut Vec<Effect<'a>>,
+        fx: &mut Vec<Effect>,
     ) -> Result<(), CoordinatorError> {
-        let job = a.result.job;
+        let job = r.job;
         let new = !batch.fresh.contains_key(&job) && !self.store.has_result(&job)?;
         if new {
-            fx.push(Effect::StoreResult { job, encoded: Cow::Borrowed(a.encoded) });
+            fx.push(Effect::StoreResult { job, encoded: stored_form(&r)? });
         }
-        self.account(a.result, new, now, batch);
+        self.account(r, new, now, batch);
         Ok(())
     }
 
@@ -217,13 +207,13 @@ impl<'s, S: RunStore> Planner<'s, S> {
     }
 
     /// Jobs no worker will answer become dead letters made by the coordinator.
-    fn lost<'a>(
+    fn lost(
         &mut self,
         jobs: Vec<Job>,
         error: &str,
         deliveries: u64,
         now: Instant,
-        fx: &mut Vec<Effect<'a>>,
+        fx: &mut Vec<Effect>,
     ) -> Result<(), CoordinatorError> {
         let mut batch = Batch::default();
         for job in jobs {
@@ -232,8 +222,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
             }
             fx.push(Effect::NoteJob { job: job.id, meta: job_meta_of(&job) });
             let r = self.own_dead_letter(job.id, error.to_string(), deliveries);
-            let encoded = halyard_proto::encode(&r).map_err(|e| StateError::Io(e.to_string()))?;
-            fx.push(Effect::StoreResult { job: job.id, encoded: Cow::Owned(encoded) });
+            fx.push(Effect::StoreResult { job: job.id, encoded: stored_form(&r)? });
             self.account(r, true, now, &mut batch);
         }
         self.replan(batch, now, fx)
@@ -256,11 +245,11 @@ impl<'s, S: RunStore> Planner<'s, S> {
     }
 
     /// Re-evaluate the active items that the batch's results woke, then refill the window.
-    fn replan<'a>(
+    fn replan(
         &mut self,
         mut batch: Batch,
         now: Instant,
-        fx: &mut Vec<Effect<'a>>,
+        fx: &mut Vec<Effect>,
     ) -> Result<(), CoordinatorError> {
         let affected = &mut batch.affected;
         affected.sort_unstable();
@@ -289,7 +278,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
     /// Take items into the window while it has room: skip those finished in an earlier
     /// process, plan the others and publish what they wait for. On a fresh start this is
     /// step 3 of recovery; later it keeps the window full as items finish.
-    fn fill<'a>(&mut self, now: Instant, fx: &mut Vec<Effect<'a>>) -> Result<(), CoordinatorError> {
+    fn fill(&mut self, now: Instant, fx: &mut Vec<Effect>) -> Result<(), CoordinatorError> {
         let none = HashMap::new();
         while let Some(key) = self.window.next_candidate() {
             if self.resumed_done && self.store.is_done(key)? {
@@ -316,7 +305,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
         key: ItemKey,
         jobs: Vec<(JobId, JobRequest)>,
         now: Instant,
-        fx: &mut Vec<Effect<'_>>,
+        fx: &mut Vec<Effect>,
     ) {
         for (id, j) in jobs {
             if self.window.wait_on(key, id, now) {
@@ -344,7 +333,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
         key: ItemKey,
         fresh: &HashMap<JobId, Outcome>,
         woke: &[JobId],
-        fx: &mut Vec<Effect<'_>>,
+        fx: &mut Vec<Effect>,
     ) -> Result<Eval, CoordinatorError> {
         let bench = self.benchmarks[key.bench as usize].ops();
         let mut known: HashMap<JobId, Outcome> = HashMap::new();
@@ -389,7 +378,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
 
     /// The jobs published and not answered, rebuilt from the active items (the window
     /// keeps only ids), with the notes of dead letters met on the way.
-    pub fn outstanding_jobs(&self) -> Result<(Vec<Job>, Vec<Effect<'static>>), CoordinatorError> {
+    pub fn outstanding_jobs(&self) -> Result<(Vec<Job>, Vec<Effect>), CoordinatorError> {
         let none = HashMap::new();
         let mut fx = Vec::new();
         let mut jobs: HashMap<JobId, Job> = HashMap::new();
@@ -470,6 +459,12 @@ impl<'s, S: RunStore> Planner<'s, S> {
 }
 
 /// The job of request `r`, whose id `id` is already known (`Job::new` would hash it again).
+/// A result in the store's compact form (outcome, deliveries, cached: what is read back).
+fn stored_form(r: &JobResult) -> Result<Vec<u8>, CoordinatorError> {
+    let stored = halyard_proto::StoredResult::from(r);
+    Ok(halyard_proto::stored::encode_result(&stored).map_err(|e| StateError::Io(e.to_string()))?)
+}
+
 fn job_of(run: Uuid, id: JobId, r: JobRequest) -> Job {
     debug_assert_eq!(id, r.id());
     Job {
