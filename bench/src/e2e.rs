@@ -338,7 +338,7 @@ pub fn run(
 }
 
 /// The report must count every job once.
-fn check_report(path: &Path, jobs: u64) -> anyhow::Result<()> {
+pub fn check_report(path: &Path, jobs: u64) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text)?;
     let b = &v["benchmarks"][0];

@@ -9,19 +9,26 @@
 //!    one coordinator process (see `e2e.rs`): planning, publishing with `Nats-Msg-Id`,
 //!    pulling, sled checkpoint with group commit, result publishing, acks, counting
 //!    each result once, the report;
+//! 3. (c) the same sweep as users run it, `halyard run` of the `halyard` binary (see
+//!    `cli_run.rs`), with its own nats-server and with `--nats`: wall clock with start-up
+//!    and report, its peak resident set, and the bytes its run state and checkpoint
+//!    leave on disk per job;
 //!
 //! and prints a table: jobs/s of each, Halyard's ratio to (a), p50/p99 job latency
 //! (publish to result recorded, as the coordinator sees it), the peak resident set of
 //! the coordinator, the workers and nats-server (`wait4`'s `ru_maxrss`, `VmHWM`), and the
 //! CPU time per job of each process (on a small machine every process competes for the
 //! same cores, so this column says where the time goes). Targets (printed, never
-//! asserted): ratio ≥ 0.5; coordinator RSS < 1 GiB at a million jobs.
+//! asserted): ratio ≥ 0.5; coordinator RSS < 1 GiB at a million jobs; for (c), ratio
+//! ≥ 0.5 with one job per message and ≥ 0.7 with job batches, ≤ 200 bytes on disk per
+//! job, and a resident set < 512 MiB at a million jobs.
 //!
 //! ```sh
 //! cargo run --release -p halyard-bench -- --jobs 100000
 //! ```
 
 mod bare;
+mod cli_run;
 mod e2e;
 mod procs;
 
@@ -69,6 +76,13 @@ struct Cli {
     /// Keep stores, logs and reports here instead of a temporary directory.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// The `halyard` binary for (c) (default: the one beside this binary; (c) is skipped
+    /// if there is none).
+    #[arg(long)]
+    halyard: Option<PathBuf>,
+    /// Skip (c), `halyard run`.
+    #[arg(long)]
+    no_cli: bool,
 }
 
 #[derive(Subcommand)]
@@ -299,6 +313,35 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         }
     }
 
+    let halyard = cli.halyard.clone().unwrap_or_else(|| exe.with_file_name("halyard"));
+    let mut cli_runs = Vec::new();
+    if cli.no_cli {
+    } else if !halyard.exists() {
+        eprintln!(
+            "(c) skipped: no {} (build it: cargo build --release -p halyard)",
+            halyard.display()
+        );
+    } else {
+        for &b in &cli.job_batch {
+            for external in [false, true] {
+                let how = if external { "--nats" } else { "embedded" };
+                eprintln!("(c) halyard run ({how}), job_batch {b} ...");
+                let dir =
+                    root.join(format!("cli-{}-b{b}", if external { "nats" } else { "embedded" }));
+                cli_runs.push(cli_run::run(
+                    &halyard,
+                    &dir,
+                    cli.jobs,
+                    cli.in_flight,
+                    cli.window,
+                    b.max(1),
+                    external,
+                )?);
+                done_with(&dir);
+            }
+        }
+    }
+
     let head = format!(
         "{:<34} {:>9} {:>7} {:>8} {:>6} {:>8} {:>8} {:>9} {:>10} {:>9}",
         "measurement",
@@ -381,6 +424,40 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             jobs as f64 / pulls.max(1) as f64,
             c.results as f64 / c.batches.max(1) as f64
         );
+    }
+    if !cli_runs.is_empty() {
+        println!(
+            "\n{:<34} {:>9} {:>7} {:>8} {:>6} {:>9} {:>10} {:>10} {:>9}",
+            "halyard run (start-up, report incl.)",
+            "jobs",
+            "s",
+            "jobs/s",
+            "ratio",
+            "RSS",
+            "CPU µs/job",
+            "state B/job",
+            "ckpt B/job"
+        );
+        for r in &cli_runs {
+            let jps = rate(r.jobs, r.secs);
+            let n = r.jobs.max(1) as f64;
+            println!(
+                "{:<34} {:>9} {:>7.2} {:>8} {:>6.2} {:>9} {:>10} {:>10.0} {:>9.0}",
+                format!(
+                    "{}, job_batch {}",
+                    if r.external_nats { "--nats" } else { "embedded" },
+                    r.job_batch
+                ),
+                r.jobs,
+                r.secs,
+                thousands(jps),
+                jps / ceiling,
+                mib(r.usage.max_rss),
+                per_job(r.usage.cpu_s, r.jobs),
+                r.state_bytes as f64 / n,
+                r.checkpoint_bytes as f64 / n,
+            );
+        }
     }
     let best = runs.iter().map(|r| rate(r.figures.items, r.figures.done_s)).fold(0.0, f64::max);
     let max_coord = runs.iter().map(|r| r.coordinator.max_rss).max().unwrap_or(0);

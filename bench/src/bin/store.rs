@@ -9,7 +9,7 @@
 //! blocks, as `du` counts them), per job and, with `--text`, as a multiple of the answer
 //! text.
 //!
-//! `cargo run --release -p halyard-bench --bin store -- [--jobs 100000] [--text 0] [--batch 1024]`
+//! `cargo run --release -p halyard-bench --bin store -- [--jobs 100000] [--text 0] [--batch 1024] [--engine sled|redb]`
 //!
 //! `--text N`: answers of about N bytes of English-like text (words drawn from a fixed
 //! list by a seeded generator); 0 is the noop pipeline's empty answer.
@@ -41,13 +41,58 @@ struct Args {
     /// Keep the stores here instead of a temporary directory.
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// `sled`: Halyard's stores as they are. `redb`: the same records and commits in redb
+    /// (a B-tree with copy-on-write pages), for comparison only: Halyard does not use it.
+    #[arg(long, value_enum, default_value_t = Engine::Sled)]
+    engine: Engine,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Engine {
+    Sled,
+    Redb,
 }
 
 const WORDS: &[&str] = &[
-    "the", "model", "answer", "term", "is", "a", "of", "in", "hallucination", "question",
-    "which", "not", "known", "defined", "paper", "concept", "refers", "to", "and", "that",
-    "method", "used", "for", "data", "evaluation", "language", "large", "results", "this",
-    "we", "describe", "there", "no", "such", "as", "by", "with", "benchmark", "score",
+    "the",
+    "model",
+    "answer",
+    "term",
+    "is",
+    "a",
+    "of",
+    "in",
+    "hallucination",
+    "question",
+    "which",
+    "not",
+    "known",
+    "defined",
+    "paper",
+    "concept",
+    "refers",
+    "to",
+    "and",
+    "that",
+    "method",
+    "used",
+    "for",
+    "data",
+    "evaluation",
+    "language",
+    "large",
+    "results",
+    "this",
+    "we",
+    "describe",
+    "there",
+    "no",
+    "such",
+    "as",
+    "by",
+    "with",
+    "benchmark",
+    "score",
 ];
 
 /// A seeded xorshift: the same text every run.
@@ -92,80 +137,114 @@ fn disk_bytes(dir: &Path) -> std::io::Result<u64> {
     Ok(total)
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let tmp = tempfile::tempdir()?;
-    let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut text_bytes = 0u64;
-    let completions: Vec<Completion> = (0..args.jobs)
-        .map(|_| {
+/// Every record of the run, encoded once, whichever engine writes them.
+struct Records {
+    ids: Vec<JobId>,
+    completions: Vec<Completion>,
+    /// The coordinator's stored results ([`encode_result`]).
+    results: Vec<Vec<u8>>,
+    /// The items' labels (the noop pipeline's `{"item": i}`).
+    labels: Vec<Vec<u8>>,
+    costs: Vec<ClassTotals>,
+    text_bytes: u64,
+}
+
+impl Records {
+    fn new(args: &Args) -> anyhow::Result<Records> {
+        let (mut rng, mut id_rng) = (Rng(0x9e37_79b9_7f4a_7c15), Rng(0x2545_f491_4f6c_dd1d));
+        let mut r = Records {
+            ids: Vec::new(),
+            completions: Vec::new(),
+            results: Vec::new(),
+            labels: Vec::new(),
+            costs: vec![ClassTotals { model: "m".into(), stage: "s".into(), ..Default::default() }],
+            text_bytes: 0,
+        };
+        for i in 0..args.jobs {
             let t = text(&mut rng, args.text);
-            text_bytes += t.len() as u64;
-            Completion {
+            r.text_bytes += t.len() as u64;
+            let c = Completion {
                 usage: Usage { prompt_tokens: 40, completion_tokens: (t.len() / 4) as u64 },
                 text: t,
                 latency_ms: 0,
                 finish_reason: Some("stop".into()),
                 calls: 1,
                 logprobs: None,
-            }
-        })
-        .collect();
-    let started = Instant::now();
+            };
+            let s =
+                StoredResult { outcome: Outcome::Done(c.clone()), deliveries: 1, cached: false };
+            r.results.push(encode_result(&s)?);
+            r.labels.push(halyard_proto::encode(&serde_json::json!({ "item": i }))?);
+            r.completions.push(c);
+            r.ids.push(job_id(&mut id_rng));
+        }
+        Ok(r)
+    }
+
+    fn item(i: usize) -> ItemKey {
+        ItemKey { bench: 0, model: 0, item: i as u32 }
+    }
+}
+
+/// Halyard's stores: per batch, the checkpoint's group commit of concurrent puts, then
+/// the run state's atomic commit of results, labels and cost totals, then its flush.
+fn write_sled(args: &Args, dir: &Path, r: &Records) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let state = RunState::open(&dir.join("state"))?;
         let cp = Checkpoint::open(&dir.join("checkpoint"))?;
-        let totals = vec![ClassTotals { model: "m".into(), stage: "s".into(), ..Default::default() }];
-        let mut id_rng = Rng(0x2545_f491_4f6c_dd1d);
-        let ids: Vec<JobId> = (0..args.jobs).map(|_| job_id(&mut id_rng)).collect();
-        for (chunk, start) in ids.chunks(args.batch).zip((0u64..).step_by(args.batch)) {
-            // The worker's side: a group of concurrent puts.
+        for (chunk, start) in r.ids.chunks(args.batch).zip((0usize..).step_by(args.batch)) {
             let puts = chunk.iter().enumerate().map(|(k, id)| {
-                let cp = cp.clone();
-                let c = completions[start as usize + k].clone();
-                let id = *id;
+                let (cp, c, id) = (cp.clone(), r.completions[start + k].clone(), *id);
                 tokio::spawn(async move { cp.put(id, &c).await })
             });
             for p in futures::future::join_all(puts).await {
                 p??;
             }
-            // The coordinator's side: one atomic commit of the batch, then a flush.
-            let encoded: Vec<Vec<u8>> = chunk
-                .iter()
-                .enumerate()
-                .map(|(k, _)| {
-                    let c = completions[start as usize + k].clone();
-                    let s = StoredResult { outcome: Outcome::Done(c), deliveries: 1, cached: false };
-                    encode_result(&s)
-                })
-                .collect::<Result<_, _>>()?;
-            let labels: Vec<Vec<u8>> = (0..chunk.len())
-                .map(|k| halyard_proto::encode(&serde_json::json!({ "item": start + k as u64 })))
-                .collect::<Result<_, _>>()?;
             let mut writes = Vec::with_capacity(chunk.len() * 2 + 1);
             for (k, id) in chunk.iter().enumerate() {
-                if std::env::var("XR").is_err() { writes.push(Write::Result(id, &encoded[k])); }
-                let item = ItemKey { bench: 0, model: 0, item: (start + k as u64) as u32 };
-                if std::env::var("XL").is_err() { writes.push(Write::Label(item, &labels[k])); }
+                writes.push(Write::Result(id, &r.results[start + k]));
+                writes.push(Write::Label(Records::item(start + k), &r.labels[start + k]));
             }
-            writes.push(Write::Costs(&totals));
+            writes.push(Write::Costs(&r.costs));
             state.commit_writes(&writes)?;
             state.flush().await?;
         }
         drop(state);
         cp.close().await;
         anyhow::Ok(())
-    })?;
+    })
+}
+
+/// Peak resident set of this process (`VmHWM`), in bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let tmp = tempfile::tempdir()?;
+    let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    let records = Records::new(&args)?;
+    let before = peak_rss().unwrap_or(0);
+    let started = Instant::now();
+    match args.engine {
+        Engine::Sled => write_sled(&args, &dir, &records)?,
+        Engine::Redb => redb_side::write(&args, &dir, &records)?,
+    }
     let secs = started.elapsed().as_secs_f64();
     let (st, cp) = (disk_bytes(&dir.join("state"))?, disk_bytes(&dir.join("checkpoint"))?);
     let n = args.jobs.max(1) as f64;
     println!(
-        "{} jobs, answers of {} bytes: written in {secs:.1} s ({:.0} jobs/s)",
+        "{:?}: {} jobs, answers of {} bytes: written in {secs:.1} s ({:.0} jobs/s); peak RSS {:.0} MiB ({:.0} MiB of it the records to write)",
+        args.engine,
         args.jobs,
         args.text,
-        args.jobs as f64 / secs
+        args.jobs as f64 / secs,
+        peak_rss().unwrap_or(0) as f64 / 1048576.0,
+        before as f64 / 1048576.0,
     );
     println!(
         "on disk: run state {:.1} MB ({:.0} B/job), checkpoint {:.1} MB ({:.0} B/job), together {:.0} B/job",
@@ -175,12 +254,57 @@ fn main() -> anyhow::Result<()> {
         cp as f64 / n,
         (st + cp) as f64 / n
     );
-    if text_bytes > 0 {
+    if records.text_bytes > 0 {
         println!(
             "answer text {:.1} MB: state + checkpoint = {:.2} x the text",
-            text_bytes as f64 / 1e6,
-            (st + cp) as f64 / text_bytes as f64
+            records.text_bytes as f64 / 1e6,
+            (st + cp) as f64 / records.text_bytes as f64
         );
     }
     Ok(())
+}
+
+/// The same records in redb: per batch, the checkpoint's records in one durable commit
+/// and the run state's results, labels and cost totals in another.
+mod redb_side {
+    use super::*;
+    use redb::{Database, TableDefinition};
+
+    const RESULTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("results");
+    const DONE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("done");
+    const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+    const COMPLETIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("completions");
+
+    pub fn write(args: &Args, dir: &Path, r: &Records) -> anyhow::Result<()> {
+        for d in ["state", "checkpoint"] {
+            std::fs::create_dir_all(dir.join(d))?;
+        }
+        let state = Database::create(dir.join("state/db.redb"))?;
+        let cp = Database::create(dir.join("checkpoint/db.redb"))?;
+        let costs = halyard_proto::encode(&r.costs)?;
+        for (chunk, start) in r.ids.chunks(args.batch).zip((0usize..).step_by(args.batch)) {
+            let tx = cp.begin_write()?;
+            {
+                let mut t = tx.open_table(COMPLETIONS)?;
+                for (k, id) in chunk.iter().enumerate() {
+                    let c = halyard_proto::stored::encode_completion(&r.completions[start + k])?;
+                    t.insert(&id.as_bytes()[..], &c[..])?;
+                }
+            }
+            tx.commit()?;
+            let tx = state.begin_write()?;
+            {
+                let mut results = tx.open_table(RESULTS)?;
+                let mut done = tx.open_table(DONE)?;
+                for (k, id) in chunk.iter().enumerate() {
+                    results.insert(&id.as_bytes()[..], &r.results[start + k][..])?;
+                    let item = Records::item(start + k).to_bytes();
+                    done.insert(&item[..], &r.labels[start + k][..])?;
+                }
+                tx.open_table(META)?.insert("costs", &costs[..])?;
+            }
+            tx.commit()?;
+        }
+        Ok(())
+    }
 }
