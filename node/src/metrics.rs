@@ -417,41 +417,27 @@ pub fn worker_metrics(e: &mut Exposition, worker: &str, s: &Stats) {
 /// Provider batches (`mode = "batch"` pools) not over yet, per pool and state, read from
 /// the broker at each scrape.
 pub fn batch_metrics(e: &mut Exposition, groups: &[halyard_proto::provider_batch::BatchGroup]) {
-    e.family(
-        "halyard_provider_batches",
-        "gauge",
-        "Provider batches not over yet, per pool and state.",
-    );
-    for g in groups {
-        e.sample(
-            "halyard_provider_batches",
-            &[("pool", &g.pool), ("state", &g.state)],
-            g.batches as f64,
-        );
-    }
-    e.family(
-        "halyard_provider_batch_requests",
-        "gauge",
-        "Requests in provider batches not over yet, per pool and state.",
-    );
-    for g in groups {
-        e.sample(
+    type Figure = fn(&halyard_proto::provider_batch::BatchGroup) -> f64;
+    let families: [(&str, &str, Figure); 3] = [
+        ("halyard_provider_batches", "Provider batches not over yet, per pool and state.", |g| {
+            g.batches as f64
+        }),
+        (
             "halyard_provider_batch_requests",
-            &[("pool", &g.pool), ("state", &g.state)],
-            g.requests as f64,
-        );
-    }
-    e.family(
-        "halyard_provider_batch_oldest_seconds",
-        "gauge",
-        "Age of the oldest provider batch per pool and state (since submitted, or created).",
-    );
-    for g in groups {
-        e.sample(
+            "Requests in provider batches not over yet, per pool and state.",
+            |g| g.requests as f64,
+        ),
+        (
             "halyard_provider_batch_oldest_seconds",
-            &[("pool", &g.pool), ("state", &g.state)],
-            g.oldest_s,
-        );
+            "Age of the oldest provider batch per pool and state (since submitted, or created).",
+            |g| g.oldest_s,
+        ),
+    ];
+    for (name, help, figure) in families {
+        e.family(name, "gauge", help);
+        for g in groups {
+            e.sample(name, &[("pool", &g.pool), ("state", &g.state)], figure(g));
+        }
     }
 }
 

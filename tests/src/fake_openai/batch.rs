@@ -614,6 +614,18 @@ fn bad_path(e: PathRejection) -> Response {
     bad_request(&format!("bad path: {e}"), Some("id"), None)
 }
 
+/// The id in a request's path, or the response to give instead: the scripted outage, or
+/// a 400 for a path that does not parse.
+async fn path_id(
+    shared: &Shared,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<String, Response> {
+    if let Some(response) = outage(shared).await {
+        return Err(response);
+    }
+    path.map(|Path(id)| id).map_err(bad_path)
+}
+
 /// The batch routes, under `/v1` and at the root.
 pub(super) fn routes(router: Router<Arc<Shared>>) -> Router<Arc<Shared>> {
     let mut router = router;
@@ -741,12 +753,9 @@ async fn retrieve_file(
     State(shared): State<Arc<Shared>>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    if let Some(response) = outage(&shared).await {
-        return response;
-    }
-    let id = match path {
-        Ok(Path(id)) => id,
-        Err(e) => return bad_path(e),
+    let id = match path_id(&shared, path).await {
+        Ok(id) => id,
+        Err(response) => return response,
     };
     match shared.batch.store().files.get(&id) {
         Some(file) => axum::Json(file.object()).into_response(),
@@ -758,12 +767,9 @@ async fn delete_file(
     State(shared): State<Arc<Shared>>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    if let Some(response) = outage(&shared).await {
-        return response;
-    }
-    let id = match path {
-        Ok(Path(id)) => id,
-        Err(e) => return bad_path(e),
+    let id = match path_id(&shared, path).await {
+        Ok(id) => id,
+        Err(response) => return response,
     };
     match shared.batch.store().files.remove(&id) {
         Some(_) => axum::Json(json!({"id": id, "object": "file", "deleted": true})).into_response(),
@@ -775,12 +781,9 @@ async fn file_content(
     State(shared): State<Arc<Shared>>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    if let Some(response) = outage(&shared).await {
-        return response;
-    }
-    let id = match path {
-        Ok(Path(id)) => id,
-        Err(e) => return bad_path(e),
+    let id = match path_id(&shared, path).await {
+        Ok(id) => id,
+        Err(response) => return response,
     };
     let bytes = shared.batch.store().files.get(&id).map(|f| f.bytes.clone());
     match bytes {
@@ -924,12 +927,9 @@ async fn retrieve_batch(
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
     shared.batch.store().retrieves += 1;
-    if let Some(response) = outage(&shared).await {
-        return response;
-    }
-    let id = match path {
-        Ok(Path(id)) => id,
-        Err(e) => return bad_path(e),
+    let id = match path_id(&shared, path).await {
+        Ok(id) => id,
+        Err(response) => return response,
     };
     let script = shared.batch.script().clone();
     let starts = {
@@ -1007,12 +1007,9 @@ async fn cancel_batch(
     State(shared): State<Arc<Shared>>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    if let Some(response) = outage(&shared).await {
-        return response;
-    }
-    let id = match path {
-        Ok(Path(id)) => id,
-        Err(e) => return bad_path(e),
+    let id = match path_id(&shared, path).await {
+        Ok(id) => id,
+        Err(response) => return response,
     };
     let mut store = shared.batch.store();
     let Some(batch) = store.batch_mut(&id) else {
