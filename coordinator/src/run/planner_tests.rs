@@ -28,7 +28,7 @@ fn with_window(jobs: u32, window: usize) -> Sweep {
 /// A worker's answer to `job`: its last message echoed back.
 fn answer(job: &Job, worker: &str) -> JobResult {
     let text = job.key.messages.last().map(|m| m.content.clone()).unwrap_or_default();
-    let r = JobResult {
+    JobResult {
         v: halyard_proto::WIRE_VERSION,
         job: job.id,
         run: job.run,
@@ -43,8 +43,7 @@ fn answer(job: &Job, worker: &str) -> JobResult {
         deliveries: 1,
         worker: worker.into(),
         cached: false,
-    };
-    r
+    }
 }
 
 fn arrived(answers: &[JobResult]) -> Vec<JobResult> {
