@@ -631,8 +631,13 @@ fn an_outage_while_polling_keeps_the_batch() {
     }
     let polls = fake.batch_retrieves();
     fake.go_down(halyard_tests::Outage::Unavailable);
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(fake.batch_retrieves() > polls, "the owner stopped polling during the outage");
+    // The owner keeps polling the unavailable provider (with backoff) instead of giving
+    // the batch up.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while fake.batch_retrieves() <= polls {
+        assert!(Instant::now() < deadline, "the owner stopped polling during the outage");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     fake.come_back();
     hold.open();
     let status = child.wait_timeout(Duration::from_secs(120)).expect("run ends");

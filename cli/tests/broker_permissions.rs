@@ -44,6 +44,20 @@ async fn connect(nats: &NatsServer, role: usize) -> Broker {
     halyard_broker::connect(&cfg).await.unwrap()
 }
 
+/// The server's log once it holds every one of `needles` (the server logs a violation
+/// after refusing it), or after 10 s, for the caller's assertions to name what is missing.
+async fn log_holding(nats: &NatsServer, needles: &[String]) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = nats.log_tail(400);
+        if needles.iter().all(|n| log.contains(n.as_str())) || std::time::Instant::now() > deadline
+        {
+            return log;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn sweep(dir: &Path, jobs: u64) -> PathBuf {
     let p = dir.join("perm.toml");
     std::fs::write(
@@ -116,8 +130,7 @@ async fn worker_credentials_cannot_publish_jobs_or_delete_messages() {
         }
     }
     // The server refused them as permission violations, by user.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let log = nats.log_tail(400);
+    let mut needles = Vec::new();
     for user in ["halyard-worker", "halyard-status"] {
         for (kind, subject) in [
             ("Publish", "halyard.jobs.free"),
@@ -125,12 +138,12 @@ async fn worker_credentials_cannot_publish_jobs_or_delete_messages() {
             ("Subscription", "halyard.results.>"),
             ("Subscription", "_INBOX_halyard-coordinator.>"),
         ] {
-            let needle = format!("{kind} Violation - User \"{user}\", Subject \"{subject}\"");
-            assert!(
-                log.lines().any(|l| l.contains(&needle)),
-                "no violation for {user} on {subject}:\n{log}"
-            );
+            needles.push(format!("{kind} Violation - User \"{user}\", Subject \"{subject}\""));
         }
+    }
+    let log = log_holding(&nats, &needles).await;
+    for needle in needles {
+        assert!(log.lines().any(|l| l.contains(&needle)), "no {needle}:\n{log}");
     }
 }
 
@@ -347,8 +360,6 @@ async fn batches_bucket_is_written_by_workers_and_read_by_coordinator_and_status
     assert_eq!(halyard_broker::batches::records(&coordinator).await, vec![record.clone()]);
     assert_eq!(kv.entry(&key).await.unwrap().expect("the record").revision, r2);
     assert_eq!(kv.entry(&claim).await.unwrap().expect("the claim").revision, gone.revision);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let log = nats.log_tail(400);
     let mut expected = Vec::new();
     for user in ["halyard-coordinator", "halyard-status"] {
         expected.push((user, format!("$KV.{BATCHES_BUCKET}.{key}")));
@@ -358,12 +369,15 @@ async fn batches_bucket_is_written_by_workers_and_read_by_coordinator_and_status
         expected.push((user, "$JS.API.STREAM.PURGE.KV_halyard_batches".into()));
         expected.push((user, "$JS.API.STREAM.DELETE.KV_halyard_batches".into()));
     }
-    for (user, subject) in expected {
-        let needle = format!("Publish Violation - User \"{user}\", Subject \"{subject}\"");
-        assert!(
-            log.lines().any(|l| l.contains(&needle)),
-            "no violation for {user} on {subject}:\n{log}"
-        );
+    let needles: Vec<String> = expected
+        .iter()
+        .map(|(user, subject)| {
+            format!("Publish Violation - User \"{user}\", Subject \"{subject}\"")
+        })
+        .collect();
+    let log = log_holding(&nats, &needles).await;
+    for needle in needles {
+        assert!(log.lines().any(|l| l.contains(&needle)), "no {needle}:\n{log}");
     }
 }
 
