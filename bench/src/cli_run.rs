@@ -28,20 +28,6 @@ pub struct CliRun {
     pub checkpoint_bytes: u64,
 }
 
-/// Allocated bytes of the files under `dir` (what `du` counts); 0 if it does not exist.
-pub fn disk_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => disk_bytes(&e.path()),
-            Ok(m) => m.blocks() * 512,
-            Err(_) => 0,
-        })
-        .sum()
-}
-
 #[allow(clippy::too_many_arguments)] // the bench's command-line knobs, passed through
 pub fn run(
     halyard: &Path,
@@ -108,7 +94,7 @@ pub fn run(
         jobs,
         secs,
         usage,
-        state_bytes: disk_bytes(&run_dir.join("state")),
-        checkpoint_bytes: disk_bytes(&run_dir.join("checkpoint")),
+        state_bytes: procs::disk_bytes(&run_dir.join("state"))?,
+        checkpoint_bytes: procs::disk_bytes(&run_dir.join("checkpoint"))?,
     })
 }

@@ -1,4 +1,5 @@
-//! Child processes of the benchmark and their peak memory.
+//! Child processes of the benchmark and their peak memory; the bytes a store leaves on
+//! disk.
 //!
 //! Roles (coordinator, workers) run as separate processes so that each one's peak
 //! resident set is its own: it is read from `wait4`'s `ru_maxrss` when the child is
@@ -75,4 +76,16 @@ pub fn peak_rss(pid: u32) -> Option<u64> {
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// Allocated bytes of the files under `dir` (what `du` counts).
+pub fn disk_bytes(dir: &std::path::Path) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let m = e.metadata()?;
+        total += if m.is_dir() { disk_bytes(&e.path())? } else { m.blocks() * 512 };
+    }
+    Ok(total)
 }

@@ -172,7 +172,6 @@ fn crash_and_recover(point: &str, job_batch: usize) -> AtCrash {
         }))
         .into_iter()
         .flatten()
-        .map(|(r, _)| r)
         .collect();
     let published: HashSet<JobId> = results.iter().map(|r| r.job).collect();
     assert_eq!(

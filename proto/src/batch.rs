@@ -4,8 +4,7 @@
 //! A results message is either one [`JobResult`] (a MessagePack map) or a MessagePack
 //! array of them (a *batch*: the results one sled group commit made durable, sent as one
 //! publish, one broker ack, one delivery and one ack at the coordinator instead of one of
-//! each per job). [`decode_results`] reads both and also returns where each result's own
-//! encoding lies, so the coordinator stores it without re-encoding.
+//! each per job). [`decode_results`] reads both.
 //!
 //! Job messages use the same framing: with `[run] job_batch` > 1 the coordinator sends
 //! the jobs it plans together as one message ([`decode_jobs`] reads both forms).
@@ -14,8 +13,6 @@
 //! retried with the same batch is de-duplicated by the stream. The same results grouped
 //! differently (a replay after a crash) get another id; the coordinator keeps the first
 //! result of each job and counts the rest as duplicates.
-
-use std::ops::Range;
 
 use uuid::Uuid;
 
@@ -71,18 +68,15 @@ pub fn batch_msg_id<'a>(run: Uuid, jobs: impl IntoIterator<Item = &'a JobId>) ->
     }
 }
 
-/// The results in a results message, each with the byte range of its own encoding.
-pub fn decode_results(bytes: &[u8]) -> Result<Vec<(JobResult, Range<usize>)>, CodecError> {
+/// The results in a results message.
+pub fn decode_results(bytes: &[u8]) -> Result<Vec<JobResult>, CodecError> {
     decode_items(bytes, "results message", "result", "result in a results batch")
 }
 
 /// The jobs in a job message: one [`Job`] (a MessagePack map), or a batch of them (an
 /// array, `[run] job_batch` > 1), as [`encode_batch`] makes it from encoded jobs.
 pub fn decode_jobs(bytes: &[u8]) -> Result<Vec<Job>, CodecError> {
-    Ok(decode_items(bytes, "job message", "job", "job in a job batch")?
-        .into_iter()
-        .map(|(j, _)| j)
-        .collect())
+    decode_items(bytes, "job message", "job", "job in a job batch")
 }
 
 /// One item of a job message, decoded on its own (see [`decode_job_items`]).
@@ -165,7 +159,7 @@ fn decode_items<T: serde::de::DeserializeOwned>(
     message: &'static str,
     single: &'static str,
     inner: &'static str,
-) -> Result<Vec<(T, Range<usize>)>, CodecError> {
+) -> Result<Vec<T>, CodecError> {
     let malformed = |why: &str| CodecError::Decode {
         what: message,
         len: bytes.len(),
@@ -179,7 +173,7 @@ fn decode_items<T: serde::de::DeserializeOwned>(
         }
         Some(0xdc | 0xdd) => return Err(malformed("truncated array header")),
         // A single item.
-        _ => return Ok(vec![(crate::decode(single, bytes)?, 0..bytes.len())]),
+        _ => return Ok(vec![crate::decode(single, bytes)?]),
     };
     // Every item takes more than one byte: a count beyond the message is corrupt.
     if n > bytes.len() {
@@ -188,11 +182,10 @@ fn decode_items<T: serde::de::DeserializeOwned>(
     let mut out = Vec::with_capacity(n);
     let mut rest = &bytes[start..];
     for _ in 0..n {
-        let at = bytes.len() - rest.len();
         let mut de = rmp_serde::Deserializer::new(&mut rest);
         let r: T = serde::Deserialize::deserialize(&mut de)
             .map_err(|source| CodecError::Decode { what: inner, len: bytes.len(), source })?;
-        out.push((r, at..bytes.len() - rest.len()));
+        out.push(r);
     }
     if !rest.is_empty() {
         return Err(malformed("bytes after the last item"));
@@ -233,24 +226,18 @@ mod tests {
         }
     }
 
-    /// Batches of every header size decode to the same results, each with the exact
-    /// bytes of its own encoding; a single result still reads as a message of one.
+    /// Batches of every header size decode to the same results; a single result still
+    /// reads as a message of one.
     #[test]
-    fn batches_round_trip_with_ranges() {
+    fn batches_round_trip() {
         for n in [0usize, 1, 15, 16, 300] {
             let results: Vec<JobResult> = (0..n).map(|i| result(i as u8)).collect();
             let encoded: Vec<Vec<u8>> = results.iter().map(|r| encode(r).unwrap()).collect();
             let msg = encode_batch(&encoded);
-            let back = decode_results(&msg).unwrap();
-            assert_eq!(back.len(), n);
-            for ((r, range), (want, bytes)) in back.iter().zip(results.iter().zip(&encoded)) {
-                assert_eq!(r, want);
-                assert_eq!(&msg[range.clone()], bytes.as_slice());
-            }
+            assert_eq!(decode_results(&msg).unwrap(), results);
         }
         let one = encode(&result(5)).unwrap();
-        let back = decode_results(&one).unwrap();
-        assert_eq!((back[0].0.clone(), back[0].1.clone()), (result(5), 0..one.len()));
+        assert_eq!(decode_results(&one).unwrap(), vec![result(5)]);
     }
 
     /// Corrupt messages are errors naming the results message, never a panic.

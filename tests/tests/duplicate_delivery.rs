@@ -142,9 +142,7 @@ async fn collect_results(
             .unwrap();
         while let Some(Ok(m)) = batch.next().await {
             // A worker publishes the results that became durable together as one message.
-            out.extend(
-                halyard_proto::decode_results(&m.payload).unwrap().into_iter().map(|(r, _)| r),
-            );
+            out.extend(halyard_proto::decode_results(&m.payload).unwrap());
             m.ack().await.unwrap();
         }
     }

@@ -72,7 +72,7 @@ async fn jobs_reach_only_their_pool() {
             .unwrap();
         while let Some(Ok(m)) = batch.next().await {
             seen.extend(
-                halyard_proto::decode_results(&m.payload).unwrap().into_iter().map(|(r, _)| r.job),
+                halyard_proto::decode_results(&m.payload).unwrap().into_iter().map(|r| r.job),
             );
             m.ack().await.unwrap();
         }

@@ -78,7 +78,7 @@ async fn storm_pauses_the_pool_and_loses_no_job() {
         // One result or a worker's batch of them.
         let results = halyard_proto::decode_results(&m.payload).unwrap();
         m.ack().await.unwrap();
-        for (r, _) in results {
+        for r in results {
             match r.outcome {
                 Outcome::Done(_) => {
                     done.insert(r.job);

@@ -51,7 +51,7 @@ async fn stored_results(b: &Broker) -> Vec<JobResult> {
     let mut out = Vec::new();
     for seq in first..=last {
         if let Ok(m) = stream.get_raw_message(seq).await {
-            out.extend(halyard_proto::decode_results(&m.payload).unwrap().into_iter().map(|r| r.0));
+            out.extend(halyard_proto::decode_results(&m.payload).unwrap());
         }
     }
     out

@@ -24,6 +24,11 @@ use halyard_proto::stored::encode_result;
 use halyard_proto::{Completion, JobId, Outcome, StoredResult, Usage};
 use halyard_worker::Checkpoint;
 
+// The measuring helpers of `halyard-bench` (this binary uses two of them).
+#[allow(dead_code, unused_imports)]
+#[path = "../procs.rs"]
+mod procs;
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -125,18 +130,6 @@ fn job_id(rng: &mut Rng) -> JobId {
     JobId(id)
 }
 
-/// Allocated bytes of the files under `dir` (what `du` reports).
-fn disk_bytes(dir: &Path) -> std::io::Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        let m = e.metadata()?;
-        total += if m.is_dir() { disk_bytes(&e.path())? } else { m.blocks() * 512 };
-    }
-    Ok(total)
-}
-
 /// Every record of the run, encoded once, whichever engine writes them.
 struct Records {
     ids: Vec<JobId>,
@@ -216,11 +209,9 @@ fn write_sled(args: &Args, dir: &Path, r: &Records) -> anyhow::Result<()> {
     })
 }
 
-/// Peak resident set of this process (`VmHWM`), in bytes.
+/// Peak resident set of this process, in bytes.
 fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    procs::peak_rss(std::process::id())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -235,7 +226,8 @@ fn main() -> anyhow::Result<()> {
         Engine::Redb => redb_side::write(&args, &dir, &records)?,
     }
     let secs = started.elapsed().as_secs_f64();
-    let (st, cp) = (disk_bytes(&dir.join("state"))?, disk_bytes(&dir.join("checkpoint"))?);
+    let (st, cp) =
+        (procs::disk_bytes(&dir.join("state"))?, procs::disk_bytes(&dir.join("checkpoint"))?);
     let n = args.jobs.max(1) as f64;
     println!(
         "{:?}: {} jobs, answers of {} bytes: written in {secs:.1} s ({:.0} jobs/s); peak RSS {:.0} MiB ({:.0} MiB of it the records to write)",

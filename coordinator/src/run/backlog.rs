@@ -67,8 +67,7 @@ pub(super) async fn absorb(
         else {
             continue;
         };
-        let arrived: Vec<_> =
-            decode_results(run, &payload).into_iter().map(|(result, _)| result).collect();
+        let arrived = decode_results(run, &payload);
         total += arrived.len();
         let effects = planner.step(Event::Results(arrived), now)?;
         planner.store_mut().commit(&effects)?;

@@ -3,7 +3,6 @@
 //! input), and turns JetStream's max-deliveries advisories into the jobs they
 //! name.
 
-use std::ops::Range;
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -65,7 +64,7 @@ impl Collector {
 
     /// The results of one message (one result, or a worker's batch of them), each with
     /// the range of its encoding in `payload`; results of other runs are left out.
-    pub fn decode(&self, payload: &[u8]) -> Vec<(JobResult, Range<usize>)> {
+    pub fn decode(&self, payload: &[u8]) -> Vec<JobResult> {
         decode_results(self.run, payload)
     }
 
@@ -236,8 +235,8 @@ pub(super) async fn open_payload(
     }
 }
 
-/// The results of run `run` in one message, each with the range of its encoding.
-pub(super) fn decode_results(run: Uuid, payload: &[u8]) -> Vec<(JobResult, Range<usize>)> {
+/// The results of run `run` in one message.
+pub(super) fn decode_results(run: Uuid, payload: &[u8]) -> Vec<JobResult> {
     let results = match halyard_proto::decode_results(payload) {
         Ok(r) => r,
         Err(err) => {
@@ -247,7 +246,7 @@ pub(super) fn decode_results(run: Uuid, payload: &[u8]) -> Vec<(JobResult, Range
     };
     results
         .into_iter()
-        .filter(|(r, _)| {
+        .filter(|r| {
             if r.run != run {
                 debug!(run = %r.run, "result for another run; ignoring");
                 return false;

@@ -317,7 +317,7 @@ impl Coordinator<'_> {
         let opened = self.collector.open(msgs).await;
         let mut arrived = Vec::with_capacity(msgs.len());
         for payload in opened.iter().filter_map(|o| o.bytes()) {
-            arrived.extend(self.collector.decode(payload).into_iter().map(|(result, _)| result));
+            arrived.extend(self.collector.decode(payload));
         }
         self.step(Event::Results(arrived), now).await?;
         // Durable before acked.

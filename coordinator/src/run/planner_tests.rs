@@ -46,10 +46,6 @@ fn answer(job: &Job, worker: &str) -> JobResult {
     }
 }
 
-fn arrived(answers: &[JobResult]) -> Vec<JobResult> {
-    answers.to_vec()
-}
-
 /// Carry out the store effects; return the jobs to publish, with their rounds.
 fn apply(store: &mut MemStore, fx: Vec<Effect>) -> Vec<(Job, Option<u32>)> {
     store.commit(&fx).unwrap();
@@ -91,12 +87,12 @@ fn results_count_once() {
     let again = JobResult { cached: true, ..answer(&published[0], "w2") };
     let other = answer(&published[1], "w1");
     let batch = [first, again.clone(), other];
-    let fx = p.step(Event::Results(arrived(&batch)), Instant::now()).unwrap();
+    let fx = p.step(Event::Results(batch.to_vec()), Instant::now()).unwrap();
     assert_eq!(stored(&fx), 2, "the copy in the same batch is not stored: {fx:?}");
     assert_eq!(items(&fx), vec![0, 1]);
     apply(p.store_mut(), fx);
     let redelivered = [again];
-    let fx = p.step(Event::Results(arrived(&redelivered)), Instant::now()).unwrap();
+    let fx = p.step(Event::Results(redelivered.to_vec()), Instant::now()).unwrap();
     assert_eq!((stored(&fx), items(&fx).len()), (0, 0), "a redelivered copy: {fx:?}");
     let progress = p.progress().clone();
     assert_eq!((progress.results, progress.duplicates, progress.items_done), (2, 2, 2));
@@ -118,7 +114,7 @@ fn window_bounds_planning() {
     while let Some(job) = queue.first().cloned() {
         queue.remove(0);
         let a = [answer(&job, "w")];
-        let fx = p.step(Event::Results(arrived(&a)), Instant::now()).unwrap();
+        let fx = p.step(Event::Results(a.to_vec()), Instant::now()).unwrap();
         done += items(&fx).len();
         let more = jobs(&apply(p.store_mut(), fx));
         assert!(more.len() <= 1, "one finished item lets one more in: {more:?}");
@@ -143,7 +139,7 @@ fn resume_skips_finished_items_and_takes_the_backlog_before_publishing() {
         let fx = p.step(Event::Fill, Instant::now()).unwrap();
         let published = jobs(&apply(p.store_mut(), fx));
         let a = [answer(&published[0], "w")];
-        let fx = p.step(Event::Results(arrived(&a)), Instant::now()).unwrap();
+        let fx = p.step(Event::Results(a.to_vec()), Instant::now()).unwrap();
         apply(p.store_mut(), fx);
         // The process dies here; job 1 is answered while no coordinator runs.
         (std::mem::take(p.store_mut()), published)
@@ -154,7 +150,7 @@ fn resume_skips_finished_items_and_takes_the_backlog_before_publishing() {
     let planned: Vec<JobId> = jobs(&apply(p.store_mut(), fx)).iter().map(|j| j.id).collect();
     assert_eq!(planned, vec![published[1].id, published[2].id, published[3].id], "same ids");
     let late = [answer(&published[1], "w")];
-    let fx = p.step(Event::Results(arrived(&late)), Instant::now()).unwrap();
+    let fx = p.step(Event::Results(late.to_vec()), Instant::now()).unwrap();
     assert_eq!(items(&fx), vec![1], "item 1 finishes from the backlog's result");
     apply(p.store_mut(), fx);
     let still: Vec<JobId> =
@@ -243,7 +239,7 @@ fn drive(
         assert!(batches < 10_000, "the run does not converge");
         let n = per_batch.min(queue.len());
         let answers: Vec<_> = queue.drain(..n).map(|j| answer(&j, "w")).collect();
-        let fx = p.step(Event::Results(arrived(&answers)), Instant::now()).unwrap();
+        let fx = p.step(Event::Results(answers.to_vec()), Instant::now()).unwrap();
         let more = jobs(&apply(p.store_mut(), fx));
         published.extend(more.iter().cloned());
         queue.extend(more);
