@@ -258,6 +258,11 @@ where
                     "not available",
                     "leader",
                     "insufficient resources",
+                    // Another process created the same stream at the same moment (two
+                    // workers starting together): the next try finds it. A foreign stream
+                    // that owns the subjects for good still fails, after the patience.
+                    "subjects overlap",
+                    "already in use",
                 ]
                 .iter()
                 .any(|w| msg.to_ascii_lowercase().contains(w));
