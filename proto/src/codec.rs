@@ -8,6 +8,8 @@ pub enum CodecError {
     Encode(#[from] rmp_serde::encode::Error),
     #[error("cannot decode {what} ({len} bytes): {source}")]
     Decode { what: &'static str, len: usize, source: rmp_serde::decode::Error },
+    #[error("cannot decompress {what} ({len} bytes): {reason}")]
+    Decompress { what: &'static str, len: usize, reason: String },
     #[error("{what} has wire version {found}, this build speaks {expected}")]
     Version { what: &'static str, found: u16, expected: u16 },
 }
