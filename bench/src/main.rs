@@ -7,7 +7,7 @@
 //!    then one at a time;
 //! 2. (b) Halyard's `noop` pipeline end to end, with 1, 2 and 4 worker processes and
 //!    one coordinator process (see `e2e.rs`): planning, publishing with `Nats-Msg-Id`,
-//!    pulling, sled checkpoint with group commit, result publishing, acks, counting
+//!    pulling, checkpoint with group commit, result publishing, acks, counting
 //!    each result once, the report;
 //! 3. (c) the same sweep as users run it, `halyard run` of the `halyard` binary (see
 //!    `cli_run.rs`), with its own nats-server and with `--nats`: wall clock with start-up

@@ -115,7 +115,7 @@ pub struct WorkerArgs {
     /// bucket sets it for every worker.
     #[arg(long, default_value_t = 10.0)]
     pub quota_ttl: f64,
-    /// Checkpoint directory (sled).
+    /// Checkpoint directory (a redb store).
     #[arg(long, default_value = "halyard-worker")]
     pub state: PathBuf,
     /// Deliveries before a job becomes a dead letter (ignored with --sweep).

@@ -13,7 +13,7 @@ mod nats_args;
 use args::{CoordArgs, ReportCmd, RetryFailedArgs, RunArgs, StatusCmd, WorkerArgs};
 
 /// mimalloc instead of the system allocator: the job path allocates and frees a few
-/// small buffers per message, and sled copies whole pages on writes; glibc's malloc spent
+/// small buffers per message, and the stores copy pages on writes; glibc's malloc spent
 /// a quarter of the coordinator's and the workers' CPU time on that (README, Performance).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,4 +1,4 @@
-//! Crash tests of the worker's durability order, with batching on (group commit in sled,
+//! Crash tests of the worker's durability order, with batching on (group commit in the checkpoint,
 //! pipelined result publishes, acks written without a round trip each).
 //!
 //! Each test runs the `halyard` binary against a real nats-server on a `noop` sweep:
@@ -6,9 +6,9 @@
 //!    nothing consumes results while the worker crashes;
 //! 2. `halyard worker` with `HALYARD_FAILPOINT=<point>:<n>` aborts (SIGABRT, no cleanup)
 //!    the n-th time it passes `<point>`, in the middle of the run;
-//! 3. the broker's streams and the dead worker's sled checkpoint are read back, and the
-//!    order is checked: every acked job has its result in sled and in the results
-//!    stream, and every published result is in sled;
+//! 3. the broker's streams and the dead worker's checkpoint are read back, and the
+//!    order is checked: every acked job has its result in the checkpoint and in the
+//!    results stream, and every published result is in the checkpoint;
 //! 4. a new worker on the same checkpoint and the coordinator again finish the run: every
 //!    job counted exactly once, none lost, no stall re-publication needed, and results
 //!    that were flushed but not published come from the checkpoint, not a new call.
@@ -157,7 +157,7 @@ fn crash_and_recover(point: &str, job_batch: usize) -> AtCrash {
     // Let the broker finish reading what the dead worker's socket had already sent.
     std::thread::sleep(Duration::from_millis(300));
 
-    // 3. The durability order, read back from the broker and the dead worker's sled.
+    // 3. The durability order, read back from the broker and the dead worker's checkpoint.
     let messages = rt.block_on(stored(&broker, subjects::JOBS_STREAM, |b| {
         halyard_proto::decode_jobs(b).unwrap()
     }));
@@ -190,7 +190,7 @@ fn crash_and_recover(point: &str, job_batch: usize) -> AtCrash {
     assert!(!queued.is_empty(), "{point}: the crash came after the run, not in it");
     assert!(
         acked.is_subset(&checkpointed),
-        "{point}: acked jobs missing from sled: {:?}",
+        "{point}: acked jobs missing from the checkpoint: {:?}",
         acked.difference(&checkpointed)
     );
     assert!(
@@ -260,7 +260,7 @@ fn crash_between_call_and_persist() {
     crash_and_recover("call-persist", 1);
 }
 
-/// Killed between the sled flush and the result publish: the flushed result is replayed from sled.
+/// Killed between the checkpoint commit and the result publish: the committed result is replayed from the checkpoint.
 #[test]
 fn crash_between_flush_and_publish() {
     let c = crash_and_recover("flush-publish", 1);
@@ -289,7 +289,7 @@ fn crash_between_ack_and_flush() {
     crash_and_recover("ack-flush", 1);
 }
 
-/// With job batches (`[run] job_batch`): killed between the sled flush and the result
+/// With job batches (`[run] job_batch`): killed between the checkpoint commit and the result
 /// publish, and between the result's broker ack and the message's ack. A message is acked
 /// only once every job in it is durable and published; the rest come back, and the
 /// checkpoint answers the jobs it holds.
@@ -378,11 +378,11 @@ fn job_batch_that_kills_every_worker_becomes_dead_letters() {
 }
 
 /// The coordinator killed in the middle of a commit (issue 13): its store effects of one
-/// step (results, labels, cost totals) are one atomic update. The failpoint makes durable
-/// everything sled holds after half of a commit's writes, as sled's background flush may
-/// at any moment, and aborts; written one by one, the results of that batch would then be
-/// stored without the cost totals counting them, and their redelivery would be taken for
-/// duplicates: results the cost and call totals never count. Resumed, the run counts
+/// step (results, labels, cost totals) are one atomic update. The failpoint aborts after
+/// half of a commit's writes; written one by one (and made durable in the background, as
+/// sled did), the results of that batch would be stored without the cost totals counting
+/// them, and their redelivery would be taken for duplicates: results the cost and call
+/// totals never count. Resumed, the run counts
 /// every result exactly once in both, each against its model and stage.
 #[test]
 fn coordinator_crash_in_the_middle_of_a_commit_loses_no_count() {

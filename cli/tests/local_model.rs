@@ -98,7 +98,7 @@ fn smollm2_answers_and_judges_and_reruns_from_checkpoint() {
         .sum();
     assert_eq!(counted, 3, "every question labelled, judge errors included: {b}");
 
-    // A new run (own coordinator state) on the same checkpoint: all from sled, no calls.
+    // A new run (own coordinator state) on the same checkpoint: all from the checkpoint, no calls.
     let a2 = args("second");
     run_to_end(&a2.iter().map(String::as_str).collect::<Vec<_>>());
     let r2 = read_json(&dir.path().join("second/local/report.json"));

@@ -5,7 +5,7 @@
 //! calls made twice are at most the calls in flight when the outage began.
 //!
 //! Real nats-server (embedded by `halyard run`, or a test server for the
-//! separate-process case), real sled, real HTTP, the `halyard` binary.
+//! separate-process case), real stores on disk, real HTTP, the `halyard` binary.
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! API keys never leave the environment variable that holds them: a planted key is sent
 //! to the (fake) API, and found nowhere in the logs (JSON, debug level, every crate), the
-//! run's files (sled run state, worker checkpoint, broker store, reports, status.json) or
+//! run's files (run state, worker checkpoint, broker store, reports, status.json) or
 //! the status and metrics output.
 
 mod common;

@@ -1,4 +1,5 @@
-//! Crash tests in the style of sled's own: a supervisor runs a workload as a child
+//! Crash tests of the stores (in the style of sled's own, which Halyard used before
+//! redb; the test keeps its name): a supervisor runs a workload as a child
 //! process (this test binary, re-executed), kills it with SIGKILL at a random moment,
 //! reopens the stores and checks the invariants:
 //! - every worker checkpoint record and every coordinator result the child reported as
@@ -39,7 +40,7 @@ fn index_of(job: &JobId) -> Option<u64> {
 }
 
 fn completion(i: u64) -> Completion {
-    // Sizes vary so that records straddle sled's segments now and then.
+    // Sizes vary so that records straddle pages now and then.
     Completion {
         text: format!("completion {i} {}", "x".repeat((i % 97) as usize * 40)),
         usage: Usage { prompt_tokens: i, completion_tokens: i / 2 },
@@ -254,24 +255,32 @@ fn probe(dir: &Path, n: u64) -> Result<(usize, usize), String> {
 
 #[test]
 fn damaged_stores_fail_with_the_store_named() {
+    fn file(d: &Path) -> std::path::PathBuf {
+        d.join(halyard_store::FILE)
+    }
     for (what, damage) in [
         (
-            "conf overwritten",
-            (|d: &Path| std::fs::write(d.join("conf"), b"\x00garbage\xff").unwrap()) as fn(&Path),
+            "header overwritten",
+            (|d: &Path| {
+                let mut b = std::fs::read(file(d)).unwrap();
+                b[..64].copy_from_slice(&[0xa5; 64]);
+                std::fs::write(file(d), b).unwrap()
+            }) as fn(&Path),
         ),
-        ("db truncated to 100 bytes", |d: &Path| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(d.join("db"))
-                .unwrap()
-                .set_len(100)
-                .unwrap()
+        ("truncated to 100 bytes", |d: &Path| {
+            std::fs::OpenOptions::new().write(true).open(file(d)).unwrap().set_len(100).unwrap()
         }),
-        ("db zeroed", |d: &Path| {
-            let len = std::fs::metadata(d.join("db")).unwrap().len();
-            std::fs::write(d.join("db"), vec![0u8; len as usize]).unwrap()
+        ("zeroed", |d: &Path| {
+            let len = std::fs::metadata(file(d)).unwrap().len();
+            std::fs::write(file(d), vec![0u8; len as usize]).unwrap()
         }),
-        ("db missing", |d: &Path| std::fs::remove_file(d.join("db")).unwrap()),
+        ("missing", |d: &Path| std::fs::remove_file(file(d)).unwrap()),
+        ("a page in the middle overwritten", |d: &Path| {
+            let mut b = std::fs::read(file(d)).unwrap();
+            let mid = b.len() / 2 / 4096 * 4096;
+            b[mid..mid + 4096].fill(0x5a);
+            std::fs::write(file(d), b).unwrap()
+        }),
     ] {
         let dir = tempfile::tempdir().unwrap();
         filled(dir.path(), 200);

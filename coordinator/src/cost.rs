@@ -11,9 +11,9 @@
 //! publishes no new job of a priced model; jobs already published finish, free (unpriced)
 //! models keep going, and then the run stops, resumable with a higher limit.
 //!
-//! Crash caveat: the totals are written after the batch's results, in the same flush; a
-//! hard kill that lands between sled's background write of some results and the flush
-//! may leave those results uncounted (at most one batch).
+//! The totals are written in the same transaction as the batch's results
+//! ([`crate::state::RunState::commit_writes`]): after a hard kill the store holds both or
+//! neither.
 
 use std::collections::HashMap;
 

@@ -7,7 +7,7 @@
 //! run state with the job, its deliveries (attempts) and the last error, and listed in
 //! the report.
 //!
-//! Re-queueing works on the run state while no coordinator has it open (sled's lock):
+//! Re-queueing works on the run state while no coordinator has it open (the store's lock):
 //! 1. every dead letter is moved from `results` to `retried` (job → retry round) and to
 //!    `dead_history` (round + job → the failed result, kept for the record);
 //! 2. every item label is forgotten (`done`), so that the next coordinator re-evaluates
@@ -24,15 +24,12 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use halyard_proto::{JobId, Outcome};
-use sled::transaction::TransactionError;
-use sled::Transactional;
+use halyard_store::redb::ReadableDatabase;
 
 use crate::report::{self, DeadLetter};
-use crate::state::{RunState, StateError};
+use crate::state::{job_key, RunState, StateError, DONE, HISTORY, META, RESULTS, RETRIED};
 use crate::CoordinatorError;
 
-const RETRIED: &str = "retried";
-const HISTORY: &str = "dead_history";
 const ROUND_KEY: &[u8] = b"retry_round";
 /// Offset of retry rounds in job message ids (`<run>:<job>:r<100 + round>`), clear of the
 /// stall check's rounds (1–3).
@@ -74,16 +71,16 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
     let state = open(run_dir)?;
     let jobs = report::dead_letters(&state)?;
     let db = state.db();
-    let meta = db.open_tree("meta").map_err(StateError::from)?;
-    let last = meta.get(ROUND_KEY).map_err(StateError::from)?.map(|v| be_u32(&v)).unwrap_or(0);
+    let last = {
+        let tx = db.begin_read().map_err(StateError::from)?;
+        let meta = tx.open_table(META).map_err(StateError::from)?;
+        let round = meta.get(ROUND_KEY).map_err(StateError::from)?.map(|v| be_u32(v.value()));
+        round.unwrap_or(0)
+    };
     if jobs.is_empty() {
         return Ok(Requeued { round: last, jobs });
     }
     let round = last + 1;
-    let results = db.open_tree("results").map_err(StateError::from)?;
-    let retried = db.open_tree(RETRIED).map_err(StateError::from)?;
-    let history = db.open_tree(HISTORY).map_err(StateError::from)?;
-    let done = db.open_tree("done").map_err(StateError::from)?;
     let mut failed = Vec::new();
     for r in state.results() {
         let (job, r) = r?;
@@ -91,48 +88,41 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
             failed.push(job);
         }
     }
-    let labelled: Vec<sled::IVec> =
-        done.iter().keys().collect::<Result<_, _>>().map_err(StateError::from)?;
-    // One atomic update: a crash leaves the run as it was or wholly re-queued, never with
-    // results moved to the history while their items still count as finished.
-    let res: Result<(), TransactionError<StateError>> = (
-        &results, &retried, &history, &done, &meta,
-    )
-        .transaction(|(results, retried, history, done, meta)| {
+    // One atomic, durable update: a crash leaves the run as it was or wholly re-queued,
+    // never with results moved to the history while their items still count as finished.
+    let update = || -> Result<(), StateError> {
+        let tx = db.begin_write()?;
+        {
+            let mut results = tx.open_table(RESULTS)?;
+            let mut retried = tx.open_table(RETRIED)?;
+            let mut history = tx.open_table(HISTORY)?;
             for job in &failed {
-                let key = job.as_bytes();
-                if let Some(raw) = results.remove(&key[..])? {
+                let key = &job.as_bytes()[..];
+                let raw = results.remove(key)?.map(|v| v.value().to_vec());
+                if let Some(raw) = raw {
                     let mut hkey = round.to_be_bytes().to_vec();
                     hkey.extend_from_slice(key);
-                    history.insert(hkey, raw)?;
+                    history.insert(&hkey[..], &raw[..])?;
                 }
-                retried.insert(&key[..], &round.to_be_bytes())?;
+                retried.insert(key, &round.to_be_bytes()[..])?;
             }
-            for k in &labelled {
-                done.remove(k)?;
-            }
-            meta.insert(ROUND_KEY, &round.to_be_bytes())?;
-            Ok(())
-        });
-    match res {
-        Ok(()) => {}
-        Err(TransactionError::Abort(e)) => return Err(e.into()),
-        Err(TransactionError::Storage(e)) => return Err(StateError::from(e).into()),
-    }
-    db.flush().map_err(StateError::from)?;
+            tx.open_table(DONE)?.retain(|_, _| false)?;
+            tx.open_table(META)?.insert(ROUND_KEY, &round.to_be_bytes()[..])?;
+        }
+        tx.commit()?;
+        Ok(())
+    };
+    update()?;
     Ok(Requeued { round, jobs })
 }
 
 /// Jobs put back by `requeue`, with their round (read by the coordinator at start).
 pub(crate) fn retried(state: &RunState) -> Result<HashMap<JobId, u32>, StateError> {
     let mut out = HashMap::new();
-    for kv in state.db().open_tree(RETRIED)?.iter() {
+    let tx = state.db().begin_read()?;
+    for kv in tx.open_table(RETRIED)?.range::<&[u8]>(..)? {
         let (k, v) = kv?;
-        let id = JobId::from_slice(&k).ok_or_else(|| StateError::Corrupt {
-            what: "retried key".into(),
-            reason: format!("{} bytes", k.len()),
-        })?;
-        out.insert(id, be_u32(&v));
+        out.insert(job_key(k.value(), "retried")?, be_u32(v.value()));
     }
     Ok(out)
 }

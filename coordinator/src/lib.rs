@@ -12,7 +12,7 @@
 //!   - `run::backlog` and `run::stall`: results that arrived while no coordinator ran,
 //!     and jobs lost from the queue;
 //!   - the cost limit: [`cost::Meter`].
-//! - [`store`]: [`store::RunStore`], what the planner reads and writes, with the sled
+//! - [`store`]: [`store::RunStore`], what the planner reads and writes, with the redb
 //!   [`state::RunState`] and the in-memory [`store::MemStore`] the planner's tests use.
 //! - `window`: the planning window (which items are planned, which jobs
 //!   they wait on).
@@ -28,7 +28,7 @@
 //! result is acked only after it is flushed, and it is flushed only after the jobs it
 //! led to were handed to the dispatcher), and a single owner of the run state needs no
 //! locks. The planner has no IO at all, so that counting once, recovery and the window
-//! are tested without sled, tokio or NATS (`run/planner_tests.rs`).
+//! are tested without a store on disk, tokio or NATS (`run/planner_tests.rs`).
 //! - [`worker_plan`]: the plan of a worker serving a sweep (pools, quotas, models).
 //!
 //! ## Planning is a pure function of known results
@@ -42,7 +42,7 @@
 //! Items are not all planned up front: per (benchmark, model under test) at most
 //! `[run] window` items are planned and unfinished at a time, and more are planned as
 //! they finish. Memory is bounded by the window, not by the run: a million-item run
-//! holds a few thousand items in memory; results and labels live in sled.
+//! holds a few thousand items in memory; results and labels live in the run state on disk.
 //!
 //! ## Recovery, in order
 //! 1. Open the run state; the run id (UUID v7) is created once and reused.

@@ -1,7 +1,8 @@
-//! The coordinator's run state in sled.
+//! The coordinator's run state: one redb database ([`halyard_store`]).
 //!
-//! Trees:
-//! - `meta`: the run's identity ([`RunMeta`]).
+//! Tables:
+//! - `meta`: the run's identity ([`RunMeta`]), the cost totals, the outages, the retry
+//!   round of `halyard retry-failed`.
 //! - `results`: job id → the first result received for it, as a [`StoredResult`] in the
 //!   compact form of [`halyard_proto::stored`] (outcome, deliveries, cached; whole
 //!   [`JobResult`]s written by earlier builds still read). Inserted only if the job has
@@ -9,21 +10,26 @@
 //! - `done`: item key → the item's final label (encoded by the pipeline).
 //! - `jobs`: job id → [`JobMeta`] (pool, stage, model) of jobs that became dead letters,
 //!   written when an item's evaluation meets the dead letter; used to describe dead
-//!   letters in the report. (Not written for every job: that was one more sled write per
+//!   letters in the report. (Not written for every job: that was one more write per
 //!   job, for the rare failure.)
+//! - `retried`, `dead_history`: see [`crate::dead_letters`].
 //!
-//! Results and item labels are flushed before the result messages that carried them are
-//! acked; after a crash, a redelivered result is recognised as a duplicate.
+//! Every update is one redb transaction, committed without an fsync; [`RunState::flush`]
+//! makes everything committed so far durable with one. Results and item labels are
+//! flushed before the result messages that carried them are acked; after a crash, a
+//! redelivered result is recognised as a duplicate.
 //!
-//! Memory: sled's page cache is capped at [`CACHE_BYTES`] (sled's default is 1 GiB),
-//! so a run of a million results keeps a bounded footprint; the rest stays on disk.
+//! Memory: redb's page cache is capped at [`CACHE_BYTES`] (its default is 1 GiB), so a
+//! run of a million results keeps a bounded footprint; the rest stays on disk.
 
 use std::path::Path;
-
-use sled::Transactional;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use halyard_proto::stored::{decode_result, encode_result};
 use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome, StoredResult};
+use halyard_store::redb::{self, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use halyard_store::{table, Table};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -37,11 +43,23 @@ pub enum StateError {
     Corrupt { what: String, reason: String },
 }
 
-impl From<sled::Error> for StateError {
-    fn from(e: sled::Error) -> Self {
-        StateError::Io(e.to_string())
-    }
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StateError {
+            fn from(e: $t) -> Self {
+                StateError::Io(redb::Error::from(e).to_string())
+            }
+        }
+    )*};
 }
+from_redb!(
+    redb::Error,
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RunMeta {
@@ -58,7 +76,7 @@ pub struct JobMeta {
 }
 
 /// A 12-byte item key: benchmark, model-under-test and item index, big-endian so that
-/// sled iterates items in order.
+/// the store iterates items in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ItemKey {
     pub bench: u32,
@@ -83,23 +101,30 @@ impl ItemKey {
     }
 }
 
-/// sled page cache of the run state. Measured at a million results: 64 MiB costs half
-/// again as much CPU per write as 256 MiB (pages are re-read from the log); more buys
-/// nothing.
-pub const CACHE_BYTES: u64 = 256 << 20;
+/// Page cache of the run state.
+pub const CACHE_BYTES: usize = 64 << 20;
 
-/// A run's state. Its one writer is the coordinator that opened it (sled's file lock keeps
-/// other processes out); [`RunState::insert_result`] relies on that.
+pub(crate) const META: Table = table("meta");
+pub(crate) const RESULTS: Table = table("results");
+pub(crate) const DONE: Table = table("done");
+const JOBS: Table = table("jobs");
+pub(crate) const RETRIED: Table = table("retried");
+pub(crate) const HISTORY: Table = table("dead_history");
+const TABLES: [Table; 6] = [META, RESULTS, DONE, JOBS, RETRIED, HISTORY];
+
+/// A range of one table, read in a snapshot of its own.
+type Scan = redb::Range<'static, &'static [u8], &'static [u8]>;
+
+/// A run's state. Its one writer is the coordinator that opened it (redb's file lock
+/// keeps other processes out).
 pub struct RunState {
-    db: sled::Db,
-    meta: sled::Tree,
-    results: sled::Tree,
-    done: sled::Tree,
-    jobs: sled::Tree,
+    db: Arc<Database>,
     /// Every job with a stored result (filled at open, then on insert): most lookups
-    /// are for jobs just planned, which have none, and need not reach sled.
+    /// are for jobs just planned, which have none, and need not reach the store.
     stored: JobIdFilter,
     results_at_open: u64,
+    /// Something was committed since the last flush.
+    dirty: AtomicBool,
 }
 
 /// Totals over the results of a run.
@@ -120,54 +145,65 @@ pub struct JobTotals {
 
 impl RunState {
     pub fn open(dir: &Path) -> Result<RunState, StateError> {
-        let err = |e: &dyn std::fmt::Display| StateError::Open {
-            path: dir.display().to_string(),
-            reason: e.to_string(),
-        };
-        halyard_proto::store_mark::create_private_dir(dir).map_err(|e| err(&e))?;
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(CACHE_BYTES)
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .map_err(|e| err(&e))?;
-        // A run state whose data vanished is an error, not a fresh run (see
-        // halyard_proto::store_mark).
-        let marks = db.open_tree("halyard_store")?;
-        let marked = marks.contains_key(halyard_proto::store_mark::MARK_KEY)?;
-        halyard_proto::store_mark::guard(dir, marked, || {
-            marks
-                .insert(halyard_proto::store_mark::MARK_KEY, &b"1"[..])
-                .map_err(|e| e.to_string())?;
-            db.flush().map(drop).map_err(|e| e.to_string())
-        })
-        .map_err(|e| err(&e))?;
-        let results = db.open_tree("results")?;
+        let db = halyard_store::open(dir, CACHE_BYTES, &TABLES)
+            .map_err(|reason| StateError::Open { path: dir.display().to_string(), reason })?;
         let stored = JobIdFilter::new();
         let mut results_at_open = 0;
-        for key in results.iter().keys() {
-            let key = key?;
-            let id = JobId::from_slice(&key).ok_or_else(|| StateError::Corrupt {
-                what: "results key".into(),
-                reason: format!("{} bytes", key.len()),
-            })?;
-            stored.insert(&id);
-            results_at_open += 1;
+        {
+            let tx = db.begin_read()?;
+            for kv in tx.open_table(RESULTS)?.range::<&[u8]>(..)? {
+                let (key, _) = kv?;
+                let id = job_key(key.value(), "results")?;
+                stored.insert(&id);
+                results_at_open += 1;
+            }
         }
-        Ok(RunState {
-            meta: db.open_tree("meta")?,
-            results,
-            done: db.open_tree("done")?,
-            jobs: db.open_tree("jobs")?,
-            db,
-            stored,
-            results_at_open,
+        Ok(RunState { db: Arc::new(db), stored, results_at_open, dirty: AtomicBool::new(false) })
+    }
+
+    /// One value of `table`.
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(table)?;
+        let v = t.get(key)?.map(|v| v.value().to_vec());
+        Ok(v)
+    }
+
+    /// Whether `table` holds `key`.
+    fn contains(&self, table: Table, key: &[u8]) -> Result<bool, StateError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(table)?;
+        let found = t.get(key)?.is_some();
+        Ok(found)
+    }
+
+    /// `update` in one write transaction, committed without an fsync (see
+    /// [`RunState::flush`]).
+    fn write<T>(
+        &self,
+        update: impl FnOnce(&redb::WriteTransaction) -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(redb::Durability::None)?;
+        let out = update(&tx)?;
+        tx.commit()?;
+        self.dirty.store(true, Ordering::Release);
+        Ok(out)
+    }
+
+    /// A scan of `table` from `lo` to `hi` (inclusive), or all of it.
+    fn scan(&self, table: Table, bounds: Option<(&[u8], &[u8])>) -> Result<Scan, StateError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(table)?;
+        Ok(match bounds {
+            Some((lo, hi)) => t.range::<&[u8]>(lo..=hi)?,
+            None => t.range::<&[u8]>(..)?,
         })
     }
 
     /// The run's identity, created (UUID v7) on first use.
     pub fn run_meta(&self, name: &str) -> Result<(RunMeta, bool), StateError> {
-        if let Some(b) = self.meta.get(b"run")? {
+        if let Some(b) = self.get(META, b"run")? {
             let m: RunMeta = halyard_proto::decode("run meta", &b).map_err(|e| {
                 StateError::Corrupt { what: "meta/run".into(), reason: e.to_string() }
             })?;
@@ -178,72 +214,61 @@ impl RunState {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         let m = RunMeta { id: Uuid::now_v7(), name: name.to_string(), created_unix_ms: now };
-        self.meta.insert(b"run", enc(&m)?)?;
-        self.db.flush()?;
+        let bytes = enc(&m)?;
+        // Durable at once: the run's identity names its subjects and message ids.
+        let tx = self.db.begin_write()?;
+        tx.open_table(META)?.insert(&b"run"[..], &bytes[..])?;
+        tx.commit()?;
         Ok((m, true))
     }
 
     /// Carry out `writes` as one atomic update: after a crash, either all of them are in
-    /// the state or none is (one sled transaction over the trees they touch; sled logs
-    /// it as one batch, recovered whole or not at all). Written one by one, sled's
-    /// background flush could make a prefix durable (a batch's results without the cost
-    /// totals counting them) and a crash then would leave results that are never counted:
-    /// their redelivery is a duplicate.
+    /// the state or none is (one redb transaction). Written one by one, a crash could
+    /// leave a prefix durable (a batch's results without the cost totals counting them):
+    /// results that are never counted, since their redelivery is a duplicate.
     ///
     /// A result is stored only if its job has none (the first result wins); a job note
     /// likewise. Not durable until [`RunState::flush`].
     pub fn commit_writes(&self, writes: &[Write<'_>]) -> Result<(), StateError> {
-        // Encoded before the transaction, which may run its closure more than once.
-        let mut encoded: Vec<Option<Vec<u8>>> = Vec::with_capacity(writes.len());
-        for w in writes {
-            encoded.push(match w {
-                Write::JobNote(_, meta) => Some(enc(meta)?),
-                Write::Costs(totals) => Some(enc(totals)?),
-                _ => None,
-            });
-        }
         let trip = failpoint::mid_commit(writes.len());
-        let trees = (&self.results, &self.done, &self.jobs, &self.meta);
-        let res: Result<(), sled::transaction::TransactionError<StateError>> =
-            trees.transaction(|(results, done, jobs, meta)| {
-                let mut fresh = std::collections::HashSet::new();
-                for (i, (w, e)) in writes.iter().zip(&encoded).enumerate() {
-                    if trip == Some(i) {
-                        failpoint::crash(&self.db);
+        self.write(|tx| {
+            let mut results = tx.open_table(RESULTS)?;
+            let mut done = tx.open_table(DONE)?;
+            let mut jobs = tx.open_table(JOBS)?;
+            let mut meta = tx.open_table(META)?;
+            let mut fresh = std::collections::HashSet::new();
+            for (i, w) in writes.iter().enumerate() {
+                if trip == Some(i) {
+                    failpoint::crash();
+                }
+                match w {
+                    Write::Result(job, bytes) => {
+                        // The filter has no false negatives: a job it has never seen has
+                        // no result, unless this batch holds it twice.
+                        let absent = if self.stored.may_contain(job) {
+                            results.get(&job.as_bytes()[..])?.is_none()
+                        } else {
+                            fresh.insert(**job)
+                        };
+                        if absent {
+                            results.insert(&job.as_bytes()[..], *bytes)?;
+                        }
                     }
-                    match w {
-                        Write::Result(job, bytes) => {
-                            // The filter has no false negatives: a job it has never seen
-                            // has no result, unless this batch holds it twice.
-                            let absent = if self.stored.may_contain(job) {
-                                results.get(job.as_bytes())?.is_none()
-                            } else {
-                                fresh.insert(**job)
-                            };
-                            if absent {
-                                results.insert(job.as_bytes(), *bytes)?;
-                            }
+                    Write::Label(item, label) => {
+                        done.insert(&item.to_bytes()[..], *label)?;
+                    }
+                    Write::JobNote(job, note) => {
+                        if jobs.get(&job.as_bytes()[..])?.is_none() {
+                            jobs.insert(&job.as_bytes()[..], &enc(note)?[..])?;
                         }
-                        Write::Label(item, label) => {
-                            done.insert(&item.to_bytes()[..], *label)?;
-                        }
-                        Write::JobNote(job, _) => {
-                            if jobs.get(job.as_bytes())?.is_none() {
-                                jobs.insert(job.as_bytes(), e.as_deref().unwrap_or_default())?;
-                            }
-                        }
-                        Write::Costs(_) => {
-                            meta.insert(&b"costs"[..], e.as_deref().unwrap_or_default())?;
-                        }
+                    }
+                    Write::Costs(totals) => {
+                        meta.insert(&b"costs"[..], &enc(totals)?[..])?;
                     }
                 }
-                Ok(())
-            });
-        match res {
-            Ok(()) => {}
-            Err(sled::transaction::TransactionError::Abort(e)) => return Err(e),
-            Err(sled::transaction::TransactionError::Storage(e)) => return Err(e.into()),
-        }
+            }
+            Ok(())
+        })?;
         for w in writes {
             if let Write::Result(job, _) = w {
                 self.stored.insert(job);
@@ -253,24 +278,22 @@ impl RunState {
     }
 
     /// Record a result; false if one was already recorded for this job (a duplicate).
+    /// Not durable until [`RunState::flush`].
     pub fn insert_result(&self, r: &JobResult) -> Result<bool, StateError> {
         let encoded =
             encode_result(&StoredResult::from(r)).map_err(|e| StateError::Io(e.to_string()))?;
-        self.insert_encoded(&r.job, &encoded)
-    }
-
-    /// Record a result in its stored form; false if one was already recorded for this job.
-    fn insert_encoded(&self, job: &JobId, encoded: &[u8]) -> Result<bool, StateError> {
-        if !self.stored.may_contain(job) {
-            // Never stored (the filter has no false negatives), and the coordinator that owns
-            // this state is its only writer (sled's lock keeps other processes out): a
-            // plain insert does what the compare-and-swap would, for less.
-            self.stored.insert(job);
-            self.results.insert(job.as_bytes(), encoded)?;
-            return Ok(true);
-        }
-        let res = self.results.compare_and_swap(job.as_bytes(), None::<&[u8]>, Some(encoded))?;
-        Ok(res.is_ok())
+        let job = r.job;
+        let may_have = self.stored.may_contain(&job);
+        let inserted = self.write(|tx| {
+            let mut results = tx.open_table(RESULTS)?;
+            if may_have && results.get(&job.as_bytes()[..])?.is_some() {
+                return Ok(false);
+            }
+            results.insert(&job.as_bytes()[..], &encoded[..])?;
+            Ok(true)
+        })?;
+        self.stored.insert(&job);
+        Ok(inserted)
     }
 
     /// Results recorded when the state was opened.
@@ -282,7 +305,7 @@ impl RunState {
         if !self.stored.may_contain(job) {
             return Ok(None);
         }
-        match self.results.get(job.as_bytes())? {
+        match self.get(RESULTS, job.as_bytes())? {
             None => Ok(None),
             Some(b) => decode_stored(job, &b).map(Some),
         }
@@ -293,11 +316,11 @@ impl RunState {
         if !self.stored.may_contain(job) {
             return Ok(false);
         }
-        Ok(self.results.contains_key(job.as_bytes())?)
+        self.contains(RESULTS, job.as_bytes())
     }
 
     pub fn job_meta(&self, job: &JobId) -> Result<Option<JobMeta>, StateError> {
-        match self.jobs.get(job.as_bytes())? {
+        match self.get(JOBS, job.as_bytes())? {
             None => Ok(None),
             Some(b) => halyard_proto::decode("job meta", &b).map(Some).map_err(|e| {
                 StateError::Corrupt { what: format!("jobs/{job}"), reason: e.to_string() }
@@ -306,16 +329,22 @@ impl RunState {
     }
 
     pub fn is_done(&self, item: ItemKey) -> Result<bool, StateError> {
-        Ok(self.done.contains_key(item.to_bytes())?)
+        self.contains(DONE, &item.to_bytes())
     }
 
+    /// Items finished, in all (0 if the store cannot be read: the next read reports it).
     pub fn done_count(&self) -> usize {
-        self.done.len()
+        let count = || -> Result<u64, StateError> {
+            let tx = self.db.begin_read()?;
+            let n = tx.open_table(DONE)?.len()?;
+            Ok(n)
+        };
+        count().unwrap_or(0) as usize
     }
 
     /// Item labels in key order.
-    pub fn labels(&self) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> + '_ {
-        Self::decode_labels(self.done.iter())
+    pub fn labels(&self) -> impl Iterator<Item = Result<(ItemKey, Vec<u8>), StateError>> + '_ {
+        decode_labels(self.scan(DONE, None))
     }
 
     /// Labels of one benchmark and model in item order (a range scan, not a full pass).
@@ -323,34 +352,17 @@ impl RunState {
         &self,
         bench: u32,
         model: u32,
-    ) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> + '_ {
-        let mut prefix = [0u8; 8];
-        prefix[..4].copy_from_slice(&bench.to_be_bytes());
-        prefix[4..].copy_from_slice(&model.to_be_bytes());
-        Self::decode_labels(self.done.scan_prefix(prefix))
-    }
-
-    fn decode_labels(
-        it: sled::Iter,
-    ) -> impl Iterator<Item = Result<(ItemKey, sled::IVec), StateError>> {
-        it.map(|r| {
-            let (k, v) = r?;
-            let key = ItemKey::from_bytes(&k).ok_or_else(|| StateError::Corrupt {
-                what: "done key".into(),
-                reason: format!("{} bytes", k.len()),
-            })?;
-            Ok((key, v))
-        })
+    ) -> impl Iterator<Item = Result<(ItemKey, Vec<u8>), StateError>> + '_ {
+        let lo = ItemKey { bench, model, item: 0 }.to_bytes();
+        let hi = ItemKey { bench, model, item: u32::MAX }.to_bytes();
+        decode_labels(self.scan(DONE, Some((&lo, &hi))))
     }
 
     /// Every recorded result with its job (for totals and dead letters).
     pub fn results(&self) -> impl Iterator<Item = Result<(JobId, StoredResult), StateError>> + '_ {
-        self.results.iter().map(|r| {
-            let (k, v) = r?;
-            let job = JobId::from_slice(&k).ok_or_else(|| StateError::Corrupt {
-                what: "results key".into(),
-                reason: format!("{} bytes", k.len()),
-            })?;
+        entries(self.scan(RESULTS, None)).map(|kv| {
+            let (k, v) = kv?;
+            let job = job_key(&k, "results")?;
             Ok((job, decode_stored(&job, &v)?))
         })
     }
@@ -380,7 +392,7 @@ impl RunState {
 
     /// The cost accounting totals stored by an earlier process (empty if none).
     pub fn costs(&self) -> Result<Vec<crate::cost::ClassTotals>, StateError> {
-        match self.meta.get(b"costs")? {
+        match self.get(META, b"costs")? {
             None => Ok(Vec::new()),
             Some(b) => halyard_proto::decode("cost totals", &b).map_err(|e| StateError::Corrupt {
                 what: "meta/costs".into(),
@@ -391,13 +403,16 @@ impl RunState {
 
     /// Store the endpoint outages seen during the run (for its report).
     pub fn put_outages(&self, spans: &[crate::run::outage::OutageSpan]) -> Result<(), StateError> {
-        self.meta.insert(b"outages", enc(&spans)?)?;
-        Ok(())
+        let bytes = enc(&spans)?;
+        self.write(|tx| {
+            tx.open_table(META)?.insert(&b"outages"[..], &bytes[..])?;
+            Ok(())
+        })
     }
 
     /// The endpoint outages stored so far (empty if none).
     pub fn outages(&self) -> Result<Vec<crate::run::outage::OutageSpan>, StateError> {
-        match self.meta.get(b"outages")? {
+        match self.get(META, b"outages")? {
             None => Ok(Vec::new()),
             Some(b) => halyard_proto::decode("outages", &b).map_err(|e| StateError::Corrupt {
                 what: "meta/outages".into(),
@@ -411,16 +426,62 @@ impl RunState {
         self.labels_of(bench, model).count() as u64
     }
 
-    /// The sled database itself, for trees owned by other modules (`dead_letters`).
-    pub(crate) fn db(&self) -> &sled::Db {
+    /// The database itself, for tables owned by other modules (`dead_letters`).
+    pub(crate) fn db(&self) -> &Database {
         &self.db
     }
 
-    /// Make everything written so far durable.
+    /// Make everything committed so far durable (one fsync, off the async threads; none
+    /// if nothing was committed since the last flush).
     pub async fn flush(&self) -> Result<(), StateError> {
-        self.db.flush_async().await?;
-        Ok(())
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let db = self.db.clone();
+        let res = tokio::task::spawn_blocking(move || halyard_store::make_durable(&db))
+            .await
+            .map_err(|e| StateError::Io(format!("flush: {e}")))
+            .and_then(|r| r.map_err(StateError::from));
+        if res.is_err() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        res
     }
+}
+
+/// The entries of a scan as owned bytes; a scan that could not start is one error.
+fn entries(
+    scan: Result<Scan, StateError>,
+) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StateError>> {
+    let (failed, scan) = match scan {
+        Ok(s) => (None, Some(s)),
+        Err(e) => (Some(Err(e)), None),
+    };
+    failed.into_iter().chain(scan.into_iter().flatten().map(|kv| {
+        let (k, v) = kv?;
+        Ok((k.value().to_vec(), v.value().to_vec()))
+    }))
+}
+
+fn decode_labels(
+    scan: Result<Scan, StateError>,
+) -> impl Iterator<Item = Result<(ItemKey, Vec<u8>), StateError>> {
+    entries(scan).map(|kv| {
+        let (k, v) = kv?;
+        let key = ItemKey::from_bytes(&k).ok_or_else(|| StateError::Corrupt {
+            what: "done key".into(),
+            reason: format!("{} bytes", k.len()),
+        })?;
+        Ok((key, v))
+    })
+}
+
+/// A job id stored as the key of `table`, or an error naming the table.
+pub(crate) fn job_key(key: &[u8], table: &str) -> Result<JobId, StateError> {
+    JobId::from_slice(key).ok_or_else(|| StateError::Corrupt {
+        what: format!("{table} key"),
+        reason: format!("{} bytes", key.len()),
+    })
 }
 
 /// One write of [`RunState::commit_writes`].
@@ -438,9 +499,8 @@ pub enum Write<'a> {
 }
 
 /// A crash point for tests: `HALYARD_COORDINATOR_FAILPOINT=mid-commit:<n>` makes the
-/// coordinator, in its n-th commit of two writes or more, try to make durable everything
-/// sled holds after half of the writes (as sled's background flush may at any moment)
-/// and abort. Read once; unset, it costs a branch per commit.
+/// coordinator abort in its n-th commit of two writes or more, after half of the writes
+/// are in the transaction. Read once; unset, it costs a branch per commit.
 mod failpoint {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
@@ -463,21 +523,8 @@ mod failpoint {
         (PASSES.fetch_add(1, Ordering::Relaxed) + 1 == n).then_some(writes / 2)
     }
 
-    /// Try to make durable what sled holds, from another thread, as sled's background
-    /// flusher would (it cannot while a transaction holds sled's write lock: the
-    /// attempt waits for the commit), and abort.
-    pub fn crash(db: &sled::Db) -> ! {
-        let db = db.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = db.flush();
-            let _ = tx.send(());
-        });
-        let flushed = rx.recv_timeout(std::time::Duration::from_secs(1)).is_ok();
-        eprintln!(
-            "{ENV}: aborting in the middle of a commit (a concurrent flush {})",
-            if flushed { "made the writes so far durable" } else { "waited for the commit" }
-        );
+    pub fn crash() -> ! {
+        eprintln!("{ENV}: aborting in the middle of a commit");
         std::process::abort()
     }
 }
@@ -570,6 +617,44 @@ mod tests {
         assert_eq!(st.costs().unwrap()[0].jobs, 2);
         // The filter knows job 2 now: a later result for it is a duplicate.
         assert!(!st.insert_result(&result(2, "after", false)).unwrap());
+    }
+
+    /// A run state written by an earlier build (sled, results with named fields) opens
+    /// with its run id, results, labels, notes and cost totals, and counts its results
+    /// as stored (a redelivery is a duplicate).
+    #[tokio::test]
+    async fn a_sled_run_state_of_an_earlier_build_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = RunMeta { id: Uuid::now_v7(), name: "old".into(), created_unix_ms: 1 };
+        let item = ItemKey { bench: 0, model: 1, item: 2 };
+        let note = JobMeta { pool: "p".into(), stage: "s".into(), model: "m".into() };
+        {
+            let old = sled::open(dir.path()).unwrap();
+            let t = |n: &str| old.open_tree(n).unwrap();
+            t("meta").insert(b"run", enc(&meta).unwrap()).unwrap();
+            // The whole wire result with field names, as builds before the compact form
+            // stored it.
+            t("results")
+                .insert(JobId([1; 16]).as_bytes(), enc(&result(1, "old answer", false)).unwrap())
+                .unwrap();
+            t("done").insert(item.to_bytes(), &b"label"[..]).unwrap();
+            t("jobs").insert(JobId([1; 16]).as_bytes(), enc(&note).unwrap()).unwrap();
+            t("halyard_store").insert(halyard_proto::store_mark::MARK_KEY, &b"1"[..]).unwrap();
+            old.flush().unwrap();
+        }
+        halyard_proto::store_mark::write_file(dir.path()).unwrap();
+        let st = RunState::open(dir.path()).unwrap();
+        assert_eq!(st.run_meta("old").unwrap(), (meta, false));
+        assert_eq!(st.results_at_open(), 1);
+        match st.result(&JobId([1; 16])).unwrap().unwrap().outcome {
+            Outcome::Done(c) => assert_eq!(c.text, "old answer"),
+            o => panic!("{o:?}"),
+        }
+        assert!(!st.insert_result(&result(1, "redelivered", false)).unwrap());
+        let labels: Vec<_> = st.labels().collect::<Result<_, _>>().unwrap();
+        assert_eq!(labels, vec![(item, b"label".to_vec())]);
+        assert_eq!(st.job_meta(&JobId([1; 16])).unwrap(), Some(note));
+        assert!(!dir.path().join("db").exists(), "sled's files were left behind");
     }
 
     /// The run id is created once and survives reopening; item keys round-trip in order.

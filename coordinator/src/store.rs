@@ -1,5 +1,5 @@
 //! What the planner needs of a run's state: [`RunStore`], with two implementations, the
-//! sled [`RunState`] the coordinator runs on and the in-memory [`MemStore`] the planner's
+//! redb [`RunState`] the coordinator runs on and the in-memory [`MemStore`] the planner's
 //! tests run on (as raft-rs has `Storage` with `MemStorage`).
 //!
 //! Writes go to the store as the planner's effects are carried out, the effects of one

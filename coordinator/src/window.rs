@@ -9,7 +9,7 @@
 //! slow model (a small API quota) does not hold back the lanes of fast ones, and every
 //! pool gets work from the start.
 //!
-//! Nothing here is durable, and nothing needs to be: the run state in sled holds results
+//! Nothing here is durable, and nothing needs to be: the run state holds results
 //! and finished items, so after a restart the cursors start again at item 0, skip
 //! finished items and re-plan every unfinished one.
 //!

@@ -195,7 +195,7 @@ fn run_metrics(e: &mut Exposition, p: &Progress) {
     e.family(
         "halyard_result_batches_total",
         "counter",
-        "Result batches committed (one sled flush each).",
+        "Result batches committed (one fsync of the run state each).",
     )
     .sample("halyard_result_batches_total", &[], p.batches as f64);
 }

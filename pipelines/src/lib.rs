@@ -1,7 +1,7 @@
 //! # halyard-pipelines: the benchmarks, as pure functions
 //!
 //! This crate is where the specs (`shared/specs/`) live in code. It knows nothing of
-//! NATS, sled or tokio: a pipeline turns dataset items into [`common::JobRequest`]s,
+//! NATS, the stores or tokio: a pipeline turns dataset items into [`common::JobRequest`]s,
 //! turns known results into labels, and turns labels into a report. The coordinator
 //! owns every side effect.
 //!

@@ -4,7 +4,7 @@
 //! A noop benchmark has `jobs` items per model under test; item `i` needs one job
 //! (stage `noop`, the user message `noop item <i>`). Its jobs travel the whole path of
 //! any other job: planned by the coordinator, published with `Nats-Msg-Id`, pulled by a
-//! worker, checkpointed in sled, published back, acknowledged, counted once, reported.
+//! worker, checkpointed, published back, acknowledged, counted once, reported.
 //! Only the model call is free: the sweep gives the pipeline models with
 //! `backend = "noop"`, which the worker answers at once.
 //!

@@ -2,7 +2,7 @@
 //! one message.
 //!
 //! A results message is either one [`JobResult`] (a MessagePack map) or a MessagePack
-//! array of them (a *batch*: the results one sled group commit made durable, sent as one
+//! array of them (a *batch*: the results one checkpoint group commit made durable, sent as one
 //! publish, one broker ack, one delivery and one ack at the coordinator instead of one of
 //! each per job). [`decode_results`] reads both.
 //!

@@ -3,7 +3,7 @@
 //!
 //! Workers look up every job in their checkpoint and the coordinator looks up the result
 //! of every job an item needs; in a large run nearly all of those lookups miss, and a
-//! miss in sled costs microseconds. A job id is already a uniform hash, so the filter
+//! miss in the store costs microseconds. A job id is already a uniform hash, so the filter
 //! takes its bit positions straight from the id's bytes. No false negatives: once an id
 //! is [`insert`](JobIdFilter::insert)ed, [`may_contain`](JobIdFilter::may_contain) is true
 //! for it forever; a false positive only costs the lookup the filter would have saved.

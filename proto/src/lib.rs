@@ -13,13 +13,13 @@
 //! - [`provider_batch`]: provider batches of `mode = "batch"` pools as the broker
 //!   records them (durable before each provider step, taken over after a crash).
 //! - [`redact`]: secrets out of text bound for logs, errors and dead letters.
-//! - [`batch`]: results messages holding many results (one per sled group commit).
+//! - [`batch`]: results messages holding many results (one per checkpoint group commit).
 //! - [`health`]: a pool's endpoint health ([`PoolHealthRecord`]) as workers publish it.
 //! - [`subjects`]: stream, subject and consumer names, and pool-name encoding.
 //! - [`codec`]: MessagePack (rmp-serde, named fields) with a version check.
 //! - [`filter`]: [`JobIdFilter`], a Bloom filter over job ids that lets the stores skip
 //!   lookups that would miss (pure data structure; still no IO).
-//! - [`store_mark`]: detects a sled store that silently lost its data.
+//! - [`store_mark`]: detects a store that silently lost its data.
 //! - [`stored`]: the compact form of the records the stores keep (checkpointed
 //!   completions, the coordinator's results), fields by position.
 //!

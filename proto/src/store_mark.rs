@@ -1,17 +1,18 @@
-//! A guard against a sled store that lost its data behind Halyard's back.
+//! A guard against a store that lost its data behind Halyard's back.
 //!
-//! sled recovers a damaged log by keeping what precedes the damage: a data file that
-//! was truncated, zeroed or deleted opens as an *empty* store, without an error. For a
-//! checkpoint that means paying again for every call; for a run state, forgetting every
-//! result. So each store carries a mark in two places, written once when the store is
-//! created: a key inside sled (by the caller, flushed first) and the file
-//! `HALYARD_STORE` beside sled's files (written and synced second). On every open, a
-//! store whose file says it was marked but whose data no longer holds the mark has lost
-//! its data: that is an error naming the directory, not a silent fresh start.
+//! A store whose data file was deleted (or emptied) opens as an *empty* store, without
+//! an error: redb initialises an empty file, and sled (Halyard's store before redb) did
+//! the same for a truncated or zeroed log. For a checkpoint that means paying again for
+//! every call; for a run state, forgetting every result. So each store carries a mark in
+//! two places, written once when the store is created: a key inside the store (by the
+//! caller, committed durably first) and the file `HALYARD_STORE` beside the store's
+//! files (written and synced second). On every open, a store whose file says it was
+//! marked but whose data no longer holds the mark has lost its data: that is an error
+//! naming the directory, not a silent fresh start.
 //!
-//! Limits: this catches the loss of everything (the common result of a truncated or
-//! zeroed data file), not the loss of a tail of recent records (which sled's own
-//! recovery treats as an interrupted write).
+//! Limits: this catches the loss of everything, not the loss of a tail of recent records
+//! (which the store's own recovery treats as an interrupted write). Damage inside the
+//! file is the store's to find (redb checks every page's checksum at open).
 //!
 //! The only file-system code in this crate (with [`create_private_dir`]); std only.
 
@@ -78,7 +79,7 @@ pub fn write_file(dir: &Path) -> Result<(), String> {
     let path = dir.join(MARK_FILE);
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
     let mut f = std::fs::File::create(&path).map_err(err)?;
-    f.write_all(b"This directory is a Halyard store (sled). Do not delete this file on its own.\n")
+    f.write_all(b"This directory is a Halyard store. Do not delete this file on its own.\n")
         .map_err(err)?;
     f.sync_all().map_err(err)
 }

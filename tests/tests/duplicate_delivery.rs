@@ -1,5 +1,5 @@
 //! A job delivered twice (as after a lost ack) calls the model once per worker: the
-//! second delivery is answered from the sled checkpoint. Real nats-server, real sled,
+//! second delivery is answered from the checkpoint. Real nats-server, real stores on disk,
 //! real HTTP.
 
 use std::time::Duration;

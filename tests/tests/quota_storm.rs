@@ -1,7 +1,7 @@
 //! A 429 storm: the quota-enforcing fake answers every request with 429 for 10 s. The
 //! pool pauses as a whole (a cool-down announced to every member) instead of each job
 //! retrying on its own, and every job still completes: none is lost or dead-lettered.
-//! Real nats-server, real sled, real HTTP; two workers with their own connections.
+//! Real nats-server, real stores on disk, real HTTP; two workers with their own connections.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

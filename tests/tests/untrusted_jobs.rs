@@ -1,5 +1,5 @@
 //! Issue 13: job messages are untrusted input, checked at the worker one job at a time.
-//! Real nats-server, real sled, real HTTP (an "attacker" server that must never be
+//! Real nats-server, real stores on disk, real HTTP (an "attacker" server that must never be
 //! called).
 
 use std::time::Duration;

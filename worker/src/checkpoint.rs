@@ -1,22 +1,24 @@
-//! The worker's checkpoint: every completed call, keyed by job id, in sled (each in the
-//! compact form of [`halyard_proto::stored`]).
+//! The worker's checkpoint: every completed call, keyed by job id, in one redb database
+//! ([`halyard_store`]), each in the compact form of [`halyard_proto::stored`].
 //!
-//! Reads go straight to the tree (sled is safe to share). Writes go through a small actor
-//! that does **group commit**: it takes every write waiting in its channel, inserts them
-//! in one batch, calls `flush_async` once, and only then answers each writer. A writer
-//! therefore learns "durable" only after an fsync that covers its record, and N results
-//! arriving together cost one flush instead of N. Under load (the previous group was not
-//! small) it waits up to a millisecond for more writes before flushing: a sled flush
-//! costs about as much CPU as a hundred writes, so a few larger groups beat many small
-//! ones; at low load nobody waits.
+//! Reads go straight to the store (each in a snapshot of its own). Writes go through a
+//! small actor that does **group commit**: it takes every write waiting in its channel
+//! and commits them in one durable transaction (one fsync), and only then answers each
+//! writer. A writer therefore learns "durable" only after an fsync that covers its
+//! record, and N results arriving together cost one fsync instead of N. Under load (the
+//! previous group was not small) it waits up to a millisecond for more writes before
+//! committing: an fsync costs about as much as a hundred writes, so a few larger groups
+//! beat many small ones; at low load nobody waits.
 //!
-//! Lookups of jobs never seen skip sled: a [`JobIdFilter`] holds every stored id (filled
-//! from the store in the background after opening, and on every write before it is
-//! committed); until the background pass is done, every lookup goes to sled.
+//! Lookups of jobs never seen skip the store: a [`JobIdFilter`] holds every stored id
+//! (filled from the store in the background after opening, and on every write before it
+//! is committed); until the background pass is done, every lookup goes to the store.
 
 use std::path::Path;
 
 use halyard_proto::{Completion, JobId, JobIdFilter};
+use halyard_store::redb::{self, Database, ReadableDatabase, ReadableTableMetadata};
+use halyard_store::{table, Table};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -29,6 +31,8 @@ pub enum CheckpointError {
     Open { path: String, reason: String },
     #[error("checkpoint store write failed: {0}")]
     Write(String),
+    #[error("checkpoint store read failed: {0}")]
+    Read(String),
     #[error("checkpoint record for job {job} is corrupt: {reason}")]
     Corrupt { job: JobId, reason: String },
     #[error("checkpoint actor has stopped")]
@@ -40,7 +44,7 @@ type WriteReq = (JobId, Vec<u8>, oneshot::Sender<Result<(), CheckpointError>>);
 /// Handle to the checkpoint store; cheap to clone.
 #[derive(Clone)]
 pub struct Checkpoint {
-    tree: sled::Tree,
+    db: Arc<Database>,
     tx: mpsc::Sender<WriteReq>,
     writer: Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
     known: Arc<Known>,
@@ -56,81 +60,68 @@ struct Known {
     pass: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
+const COMPLETIONS: Table = table("completions");
+/// Page cache of the checkpoint.
+const CACHE_BYTES: usize = 64 << 20;
 /// Largest number of writes committed by one flush.
 const MAX_GROUP: usize = 1024;
 /// A group that follows one of at least LINGER_AFTER writes waits up to LINGER for more.
 const LINGER_AFTER: usize = 16;
 const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// A store whose data vanished is an error, not an empty checkpoint (see
-/// [`halyard_proto::store_mark`]).
-pub(crate) fn mark_guard(dir: &Path, db: &sled::Db) -> Result<(), String> {
-    use halyard_proto::store_mark;
-    let marks = db.open_tree("halyard_store").map_err(|e| e.to_string())?;
-    let has = marks.contains_key(store_mark::MARK_KEY).map_err(|e| e.to_string())?;
-    store_mark::guard(dir, has, || {
-        marks.insert(store_mark::MARK_KEY, &b"1"[..]).map_err(|e| e.to_string())?;
-        db.flush().map(|_| ()).map_err(|e| e.to_string())
-    })
+fn read_err(e: impl Into<redb::Error>) -> CheckpointError {
+    CheckpointError::Read(e.into().to_string())
 }
 
 impl Checkpoint {
     /// Open (or create) the store in `dir` and start its writer actor.
     pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
-        let err = |e: &dyn std::fmt::Display| CheckpointError::Open {
-            path: dir.display().to_string(),
-            reason: e.to_string(),
-        };
-        halyard_proto::store_mark::create_private_dir(dir).map_err(|e| err(&e))?;
-        // sled's default page cache is 1 GiB; a checkpoint does not need that much to stay fast.
-        let db = sled::Config::new()
-            .path(dir)
-            .mode(sled::Mode::HighThroughput)
-            .cache_capacity(256 << 20)
-            .open()
-            .map_err(|e| err(&e))?;
-        mark_guard(dir, &db).map_err(|e| err(&e))?;
-        Self::from_db(db).map_err(|e| err(&e))
+        let db = halyard_store::open(dir, CACHE_BYTES, &[COMPLETIONS])
+            .map_err(|reason| CheckpointError::Open { path: dir.display().to_string(), reason })?;
+        Ok(Self::from_db(db))
     }
 
     /// A store that lives in memory only (tests).
     pub fn temporary() -> Result<Checkpoint, CheckpointError> {
-        let db = sled::Config::new().temporary(true).open().map_err(|e| CheckpointError::Open {
-            path: "<temporary>".into(),
-            reason: e.to_string(),
-        })?;
-        Self::from_db(db).map_err(|e| CheckpointError::Open {
-            path: "<temporary>".into(),
-            reason: e.to_string(),
-        })
+        let db = halyard_store::temporary(&[COMPLETIONS])
+            .map_err(|reason| CheckpointError::Open { path: "<temporary>".into(), reason })?;
+        Ok(Self::from_db(db))
     }
 
-    fn from_db(db: sled::Db) -> Result<Checkpoint, sled::Error> {
-        let tree = db.open_tree("completions")?;
+    fn from_db(db: Database) -> Checkpoint {
+        let db = Arc::new(db);
         let (tx, rx) = mpsc::channel(4096);
-        let writer = tokio::spawn(Writer { db, tree: tree.clone(), rx }.run());
+        let writer = tokio::spawn(Writer { db: db.clone(), rx }.run());
         let known = Arc::new(Known {
             filter: JobIdFilter::new(),
             complete: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             pass: std::sync::Mutex::new(None),
         });
-        let (k, t) = (known.clone(), tree.clone());
+        let (k, d) = (known.clone(), db.clone());
         let pass = tokio::task::spawn_blocking(move || {
-            for key in t.iter().keys() {
-                if k.stop.load(Ordering::Relaxed) {
-                    return;
+            let keys = || -> Result<(), redb::Error> {
+                let tx = d.begin_read()?;
+                for kv in tx.open_table(COMPLETIONS)?.range::<&[u8]>(..)? {
+                    if k.stop.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    match JobId::from_slice(kv?.0.value()) {
+                        Some(id) => k.filter.insert(&id),
+                        // Unreadable: leave the filter incomplete, so lookups keep going
+                        // to the store.
+                        None => return Ok(()),
+                    }
                 }
-                match key.ok().and_then(|key| JobId::from_slice(&key)) {
-                    Some(id) => k.filter.insert(&id),
-                    // Unreadable: leave the filter incomplete, so lookups keep going to sled.
-                    None => return,
-                }
+                k.complete.store(true, Ordering::Release);
+                Ok(())
+            };
+            if let Err(e) = keys() {
+                tracing::warn!(error = %e, "checkpoint: reading the stored ids failed; lookups go to the store");
             }
-            k.complete.store(true, Ordering::Release);
         });
         *known.pass.lock().unwrap_or_else(|p| p.into_inner()) = Some(pass);
-        Ok(Checkpoint { tree, tx, writer: Arc::new(std::sync::Mutex::new(Some(writer))), known })
+        Checkpoint { db, tx, writer: Arc::new(std::sync::Mutex::new(Some(writer))), known }
     }
 
     /// The stored completion for `job`, if any.
@@ -138,12 +129,12 @@ impl Checkpoint {
         if self.known.complete.load(Ordering::Acquire) && !self.known.filter.may_contain(job) {
             return Ok(None);
         }
-        let Some(bytes) =
-            self.tree.get(job.as_bytes()).map_err(|e| CheckpointError::Write(e.to_string()))?
-        else {
+        let tx = self.db.begin_read().map_err(read_err)?;
+        let t = tx.open_table(COMPLETIONS).map_err(read_err)?;
+        let Some(bytes) = t.get(&job.as_bytes()[..]).map_err(read_err)? else {
             return Ok(None);
         };
-        halyard_proto::stored::decode_completion(&bytes)
+        halyard_proto::stored::decode_completion(bytes.value())
             .map(Some)
             .map_err(|e| CheckpointError::Corrupt { job: *job, reason: e.to_string() })
     }
@@ -162,11 +153,11 @@ impl Checkpoint {
     /// worker can open it at once. Waits until every other clone of this handle is gone.
     pub async fn close(self) {
         let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // The filter pass holds the tree too: stop it so the store's lock is released now.
+        // The filter pass holds the store too: stop it so the store's lock is released now.
         self.known.stop.store(true, Ordering::Relaxed);
         let pass = self.known.pass.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(self.tx);
-        drop(self.tree);
+        drop(self.db);
         if let Some(p) = pass {
             let _ = p.await;
         }
@@ -175,19 +166,37 @@ impl Checkpoint {
         }
     }
 
+    /// Records stored (0 if the store cannot be read).
     pub fn len(&self) -> usize {
-        self.tree.len()
+        let count = || -> Result<u64, redb::Error> {
+            let tx = self.db.begin_read()?;
+            let n = tx.open_table(COMPLETIONS)?.len()?;
+            Ok(n)
+        };
+        count().unwrap_or(0) as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tree.is_empty()
+        self.len() == 0
     }
 }
 
 struct Writer {
-    db: sled::Db,
-    tree: sled::Tree,
+    db: Arc<Database>,
     rx: mpsc::Receiver<WriteReq>,
+}
+
+/// Commit `records` in one durable transaction.
+fn commit_group(db: &Database, records: &[(JobId, Vec<u8>)]) -> Result<(), redb::Error> {
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(COMPLETIONS)?;
+        for (job, bytes) in records {
+            t.insert(&job.as_bytes()[..], &bytes[..])?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
 }
 
 impl Writer {
@@ -204,7 +213,7 @@ impl Writer {
                 }
             }
             // Under load (the last group was not small), wait a moment for more writes:
-            // one flush then covers many more of them. At low load nobody waits.
+            // one fsync then covers many more of them. At low load nobody waits.
             if group.len() < MAX_GROUP && last_group >= LINGER_AFTER {
                 let deadline = tokio::time::Instant::now() + LINGER;
                 while group.len() < MAX_GROUP {
@@ -218,26 +227,26 @@ impl Writer {
                 }
             }
             last_group = group.len();
-            let mut batch = sled::Batch::default();
-            for (job, bytes, _) in &group {
-                batch.insert(job.as_bytes().as_slice(), bytes.as_slice());
+            let mut records = Vec::with_capacity(group.len());
+            let mut replies = Vec::with_capacity(group.len());
+            for (job, bytes, reply) in group.drain(..) {
+                records.push((job, bytes));
+                replies.push(reply);
             }
-            writes += group.len() as u64;
+            writes += records.len() as u64;
             flushes += 1;
-            let res = match self.tree.apply_batch(batch) {
-                Ok(()) => self.db.flush_async().await.map(|_| ()).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            for (_, _, reply) in group.drain(..) {
+            let db = self.db.clone();
+            // The commit blocks on its fsync: off the async threads.
+            let res = tokio::task::spawn_blocking(move || commit_group(&db, &records))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            for reply in replies {
                 // A dropped receiver means the caller gave up; nothing to do.
                 let _ = reply.send(res.clone().map_err(CheckpointError::Write));
             }
         }
-        // All handles dropped: make sure everything is on disk before the db closes.
-        let _ = self.db.flush_async().await;
         tracing::info!(writes, flushes, "checkpoint closed");
-        drop(self.tree);
-        drop(self.db);
     }
 }
 
@@ -293,7 +302,7 @@ mod tests {
     }
 
     /// Ids stored before opening are found once the filter pass is done, and ids never
-    /// stored are answered without sled.
+    /// stored are answered without the store.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn lookups_find_old_and_new_records() {
         let dir = tempfile::tempdir().unwrap();
@@ -315,12 +324,30 @@ mod tests {
         cp.close().await;
     }
 
+    /// A checkpoint written by an earlier build (sled, completions with named fields)
+    /// answers its jobs after the upgrade: no call is paid again.
+    #[tokio::test]
+    async fn a_sled_checkpoint_of_an_earlier_build_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = JobId([9; 16]);
+        {
+            let old = sled::open(dir.path()).unwrap();
+            let named = halyard_proto::encode(&completion("paid before")).unwrap();
+            old.open_tree("completions").unwrap().insert(id.as_bytes(), named).unwrap();
+            old.flush().unwrap();
+        }
+        let cp = Checkpoint::open(dir.path()).unwrap();
+        assert_eq!(cp.get(&id).unwrap().unwrap().text, "paid before");
+        assert_eq!(cp.len(), 1);
+        cp.close().await;
+    }
+
     /// A corrupt record is reported with the job id, not a panic.
     #[tokio::test]
     async fn corrupt_record_is_an_error() {
         let cp = Checkpoint::temporary().unwrap();
         let id = JobId([1; 16]);
-        cp.tree.insert(id.as_bytes(), &b"\xc1garbage"[..]).unwrap();
+        commit_group(&cp.db, &[(id, b"\xc1garbage".to_vec())]).unwrap();
         // As the opening pass does for a record already on disk.
         cp.known.filter.insert(&id);
         let err = cp.get(&id).unwrap_err();

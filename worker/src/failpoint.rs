@@ -13,7 +13,7 @@
 //! | point | the worker has… | and not yet… |
 //! |---|---|---|
 //! | `call-persist` | the model's answer | written it to the checkpoint |
-//! | `flush-publish` | the answer flushed in sled (group commit) | published the result |
+//! | `flush-publish` | the answer committed durably in the checkpoint (group commit) | published the result |
 //! | `publish-confirm` | handed the publish of the batch holding the result to the client | seen the broker's ack for it (it may not have left the process) |
 //! | `confirm-ack` | the broker's ack for the result | acked the job |
 //! | `ack-flush` | handed the job's ack to the client | flushed the connection (the ack may not have left the process) |

@@ -2,7 +2,7 @@
 //!
 //! ## Layout
 //! - [`lifecycle`]: the life of one delivery as a pure state machine (no IO).
-//! - [`checkpoint`]: sled store of completed calls, with group commit.
+//! - [`checkpoint`]: redb store of completed calls, with group commit.
 //! - [`config_file`]: the worker configuration file (`halyard worker --config`): pools,
 //!   the models each may call, quotas and HTTP limits, for workers without a sweep.
 //! - [`batch`]: batch pools (`mode = "batch"`): jobs answered through the provider's
@@ -37,7 +37,7 @@
 //! 2. If the checkpoint holds the job's result, publish it and ack: no model call.
 //! 3. Otherwise call the backend (retrying transient failures, honouring `Retry-After`,
 //!    sending in-progress acks while the call runs longer than a third of `ack_wait`).
-//! 4. Write the completion to sled and flush (group commit: one flush covers every
+//! 4. Write the completion to the checkpoint, durably (group commit: one flush covers every
 //!    result that arrived meanwhile), publish it to `halyard.results.<run>` and await the
 //!    broker's ack (the outbox sends the results that became durable together as one
 //!    message, see `outbox`), and only then ack the job. The ack is a plain one, written with the others pending on the
@@ -52,7 +52,7 @@
 //!    "The last delivery" is counted by [`budget`], not by JetStream alone.
 //!
 //! A crash anywhere loses at most the calls in flight: a job acked is durable in both
-//! sled and the results stream; a job not acked is redelivered and, if its call had
+//! the checkpoint and the results stream; a job not acked is redelivered and, if its call had
 //! completed, answered from the checkpoint.
 //!
 //! ## Shutdown
@@ -96,7 +96,7 @@ pub struct WorkerConfig {
     /// What this worker serves: its pools, their quotas and the models it may call in
     /// each (see `halyard_proto::pool`). Every job received is checked against it.
     pub plan: WorkerPlan,
-    /// sled directory of the checkpoint.
+    /// Directory of the checkpoint.
     pub state_dir: PathBuf,
     pub worker_id: String,
     pub delivery: Delivery,

@@ -21,7 +21,7 @@
 //! The delivery number the machine compares with `max_deliver` is the *effective* one:
 //! JetStream's count less the deliveries handed back (see [`crate::budget`]).
 //!
-//! An ack is only ever emitted after the result is durable in sled *and* in the results
+//! An ack is only ever emitted after the result is durable in the checkpoint *and* in the results
 //! stream; a crash at any point loses at most the call in flight.
 
 use std::time::Duration;
@@ -53,7 +53,7 @@ pub enum Disposition {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    /// The job arrived; `checkpoint_hit` says whether sled already holds its result.
+    /// The job arrived; `checkpoint_hit` says whether the checkpoint already holds its result.
     Start {
         checkpoint_hit: bool,
     },

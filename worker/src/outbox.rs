@@ -4,7 +4,7 @@
 //! once the broker has acknowledged a message holding it (only then may the job be
 //! acked), false when it could not be published (the job is nak'd; its result stays in
 //! the checkpoint and is replayed on redelivery). The outbox's actor takes every result
-//! waiting in its channel (a sled group commit wakes all its writers at once, so they
+//! waiting in its channel (a checkpoint group commit wakes all its writers at once, so they
 //! arrive together), groups them by run and publishes each group as one message
 //! ([`halyard_proto::batch`]), with a `Nats-Msg-Id` derived from its job ids. At most
 //! [`IN_FLIGHT`] batches await their broker ack at a time; results arriving meanwhile

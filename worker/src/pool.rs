@@ -409,7 +409,7 @@ async fn run_job_locked(
                 let failure = dead_letter(&lc, delivered, last_error.as_ref());
                 publish(ctx, job, Outcome::Failed(failure), delivered, false).await
             }
-            // A plain ack, not a double ack: the result is durable in sled and in the
+            // A plain ack, not a double ack: the result is durable in the checkpoint and in the
             // results stream, so a lost ack only means a redelivery that the checkpoint
             // answers without a model call. Acks are not awaited one by one: the client
             // writes all pending acks in one go (batched on the wire).

@@ -9,7 +9,7 @@
 //! blocks, as `du` counts them), per job and, with `--text`, as a multiple of the answer
 //! text.
 //!
-//! `cargo run --release -p halyard-bench --bin store -- [--jobs 100000] [--text 0] [--batch 1024] [--engine sled|redb]`
+//! `cargo run --release -p halyard-bench --bin store -- [--jobs 100000] [--text 0] [--batch 1024] [--engine halyard|sled]`
 //!
 //! `--text N`: answers of about N bytes of English-like text (words drawn from a fixed
 //! list by a seeded generator); 0 is the noop pipeline's empty answer.
@@ -46,16 +46,20 @@ struct Args {
     /// Keep the stores here instead of a temporary directory.
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
-    /// `sled`: Halyard's stores as they are. `redb`: the same records and commits in redb
-    /// (a B-tree with copy-on-write pages), for comparison only: Halyard does not use it.
-    #[arg(long, value_enum, default_value_t = Engine::Sled)]
+    /// `halyard`: Halyard's stores as they are (redb). `sled`: the same records and commits
+    /// in sled 0.34, as Halyard stored them before issue 19, for comparison.
+    #[arg(long, value_enum, default_value_t = Engine::Halyard)]
     engine: Engine,
+    /// Compact both stores after writing (redb's `compact`: free pages returned to the
+    /// file system), as a finished run's could be.
+    #[arg(long)]
+    compact: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum Engine {
+    Halyard,
     Sled,
-    Redb,
 }
 
 const WORDS: &[&str] = &[
@@ -181,7 +185,7 @@ impl Records {
 
 /// Halyard's stores: per batch, the checkpoint's group commit of concurrent puts, then
 /// the run state's atomic commit of results, labels and cost totals, then its flush.
-fn write_sled(args: &Args, dir: &Path, r: &Records) -> anyhow::Result<()> {
+fn write_halyard(args: &Args, dir: &Path, r: &Records) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let state = RunState::open(&dir.join("state"))?;
@@ -222,10 +226,22 @@ fn main() -> anyhow::Result<()> {
     let before = peak_rss().unwrap_or(0);
     let started = Instant::now();
     match args.engine {
-        Engine::Sled => write_sled(&args, &dir, &records)?,
-        Engine::Redb => redb_side::write(&args, &dir, &records)?,
+        Engine::Halyard => write_halyard(&args, &dir, &records)?,
+        Engine::Sled => sled_side::write(&args, &dir, &records)?,
     }
     let secs = started.elapsed().as_secs_f64();
+    if args.compact {
+        if let Engine::Sled = args.engine {
+            anyhow::bail!("--compact compacts Halyard's stores (redb), not sled's");
+        }
+        let t = Instant::now();
+        for d in ["state", "checkpoint"] {
+            let mut db =
+                halyard_store::open(&dir.join(d), 64 << 20, &[]).map_err(anyhow::Error::msg)?;
+            while db.compact()? {}
+        }
+        println!("compacted both stores in {:.1} s", t.elapsed().as_secs_f64());
+    }
     let (st, cp) =
         (procs::disk_bytes(&dir.join("state"))?, procs::disk_bytes(&dir.join("checkpoint"))?);
     let n = args.jobs.max(1) as f64;
@@ -256,46 +272,46 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The same records in redb: per batch, the checkpoint's records in one durable commit
-/// and the run state's results, labels and cost totals in another.
-mod redb_side {
+/// The same records in sled 0.34, as Halyard's stores wrote them before issue 19: per
+/// batch, the checkpoint's records in one batch and a flush, then the run state's
+/// results, labels and cost totals in one transaction over three trees and a flush.
+mod sled_side {
     use super::*;
-    use redb::{Database, TableDefinition};
-
-    const RESULTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("results");
-    const DONE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("done");
-    const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-    const COMPLETIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("completions");
+    use sled::Transactional;
 
     pub fn write(args: &Args, dir: &Path, r: &Records) -> anyhow::Result<()> {
-        for d in ["state", "checkpoint"] {
-            std::fs::create_dir_all(dir.join(d))?;
-        }
-        let state = Database::create(dir.join("state/db.redb"))?;
-        let cp = Database::create(dir.join("checkpoint/db.redb"))?;
+        let open = |d: &str| {
+            sled::Config::new()
+                .path(dir.join(d))
+                .mode(sled::Mode::HighThroughput)
+                .cache_capacity(256 << 20)
+                .open()
+        };
+        let (state, cp) = (open("state")?, open("checkpoint")?);
+        let (results, done, meta) =
+            (state.open_tree("results")?, state.open_tree("done")?, state.open_tree("meta")?);
+        let completions = cp.open_tree("completions")?;
         let costs = halyard_proto::encode(&r.costs)?;
         for (chunk, start) in r.ids.chunks(args.batch).zip((0usize..).step_by(args.batch)) {
-            let tx = cp.begin_write()?;
-            {
-                let mut t = tx.open_table(COMPLETIONS)?;
-                for (k, id) in chunk.iter().enumerate() {
-                    let c = halyard_proto::stored::encode_completion(&r.completions[start + k])?;
-                    t.insert(&id.as_bytes()[..], &c[..])?;
-                }
+            let mut batch = sled::Batch::default();
+            for (k, id) in chunk.iter().enumerate() {
+                let c = halyard_proto::stored::encode_completion(&r.completions[start + k])?;
+                batch.insert(&id.as_bytes()[..], c);
             }
-            tx.commit()?;
-            let tx = state.begin_write()?;
-            {
-                let mut results = tx.open_table(RESULTS)?;
-                let mut done = tx.open_table(DONE)?;
-                for (k, id) in chunk.iter().enumerate() {
-                    results.insert(&id.as_bytes()[..], &r.results[start + k][..])?;
-                    let item = Records::item(start + k).to_bytes();
-                    done.insert(&item[..], &r.labels[start + k][..])?;
-                }
-                tx.open_table(META)?.insert("costs", &costs[..])?;
-            }
-            tx.commit()?;
+            completions.apply_batch(batch)?;
+            cp.flush()?;
+            (&results, &done, &meta)
+                .transaction(|(results, done, meta)| {
+                    for (k, id) in chunk.iter().enumerate() {
+                        results.insert(&id.as_bytes()[..], &r.results[start + k][..])?;
+                        let item = Records::item(start + k).to_bytes();
+                        done.insert(&item[..], &r.labels[start + k][..])?;
+                    }
+                    meta.insert(&b"costs"[..], &costs[..])?;
+                    Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+                })
+                .map_err(|e| anyhow::anyhow!("sled transaction: {e:?}"))?;
+            state.flush()?;
         }
         Ok(())
     }

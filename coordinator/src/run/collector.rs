@@ -16,7 +16,7 @@ use uuid::Uuid;
 /// Results taken from the broker at most per group commit.
 const RESULT_BATCH: usize = 2048;
 /// After a commit of at least LINGER_AFTER results (the run is busy), the next pull
-/// waits LINGER first, so that more results go into one commit (a sled flush costs
+/// waits LINGER first, so that more results go into one commit (an fsync costs
 /// about as much as a hundred result writes).
 const LINGER_AFTER: usize = 32;
 const LINGER: Duration = Duration::from_millis(2);

@@ -5,7 +5,7 @@
 //! mark an item done, note a dead-lettered job, store the cost totals, publish a job. The
 //! planner reads the run state through [`RunStore`] and never writes it itself; it does
 //! not flush, publish or ack. So counting once, recovery and the window are tested with
-//! [`crate::store::MemStore`], without sled, tokio or NATS (`planner_tests.rs`), as
+//! [`crate::store::MemStore`], without a store on disk, tokio or NATS (`planner_tests.rs`), as
 //! `halyard-worker`'s `lifecycle.rs` is for a job delivery.
 //!
 //! What it decides:

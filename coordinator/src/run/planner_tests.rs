@@ -1,5 +1,5 @@
 //! The planner over the in-memory store: counting once, the window, recovery, dead
-//! letters and the cost limit, without sled, tokio or NATS.
+//! letters and the cost limit, without a store on disk, tokio or NATS.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;

@@ -12,7 +12,7 @@
 //!   A job matches on **model and messages**; recordings of the same request are served
 //!   in file order by sample index (sample `i` gets the `i`-th), so repeated samples stay
 //!   distinct.
-//! - **A previous Halyard run's checkpoint** (the worker's sled directory): a job is
+//! - **A previous Halyard run's checkpoint** (the worker's checkpoint directory): a job is
 //!   answered with the completion the original model gave to the same job key, i.e. the
 //!   job's key with its model reference replaced by the recorded one
 //!   (`recorded_backend`, `recorded_endpoint`, same model name). Every field of the key
