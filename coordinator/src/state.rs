@@ -449,6 +449,18 @@ impl RunState {
     }
 }
 
+impl Drop for RunState {
+    /// Commits since the last flush are made durable on the way out (every path that
+    /// acks flushes first; this covers writes nobody waited for, such as the outages).
+    fn drop(&mut self) {
+        if self.dirty.load(Ordering::Acquire) {
+            if let Err(e) = halyard_store::make_durable(&self.db) {
+                tracing::warn!(error = %e, "run state: the last commits could not be made durable");
+            }
+        }
+    }
+}
+
 /// The entries of a scan as owned bytes; a scan that could not start is one error.
 fn entries(
     scan: Result<Scan, StateError>,
