@@ -4,7 +4,7 @@
 //!
 //! [`open`] does what every store needs before its owner reads a record:
 //! - creates the directory readable by its owner only ([`store_mark::create_private_dir`]);
-//! - migrates, once, a sled store written by an earlier build (see [`migrate`]);
+//! - migrates, once, a sled store written by an earlier build (`migrate`);
 //! - opens the file with redb's integrity check (every page's checksum, so a file altered
 //!   behind redb's back is an error at open, not a panic or wrong answers later), under
 //!   redb's lock (a second process that opens the store gets an error);
@@ -136,7 +136,7 @@ fn is_sled_store(dir: &Path) -> bool {
 ///
 /// The sled store is opened with sled's own lock, so a process of an earlier build that
 /// still has it open makes this an error instead of a copy of a moving store.
-pub fn migrate(dir: &Path, cache_bytes: usize) -> Result<(), String> {
+fn migrate(dir: &Path, cache_bytes: usize) -> Result<(), String> {
     let started = std::time::Instant::now();
     let tmp = dir.join(MIGRATING);
     match std::fs::remove_file(&tmp) {
