@@ -18,7 +18,7 @@ use crate::{e2e, procs};
 
 /// One `halyard run`.
 pub struct CliRun {
-    pub job_batch: usize,
+    pub job_batch: String,
     /// Against the benchmark's nats-server (`--nats`) rather than its own.
     pub external_nats: bool,
     pub jobs: u64,
@@ -35,7 +35,7 @@ pub fn run(
     jobs: u64,
     in_flight: usize,
     window: usize,
-    job_batch: usize,
+    job_batch: &str,
     external_nats: bool,
 ) -> anyhow::Result<CliRun> {
     std::fs::create_dir_all(dir)?;
@@ -89,7 +89,7 @@ pub fn run(
     let run_dir = out.join("noop-bench");
     e2e::check_report(&run_dir.join("report.json"), jobs)?;
     Ok(CliRun {
-        job_batch,
+        job_batch: job_batch.to_string(),
         external_nats,
         jobs,
         secs,

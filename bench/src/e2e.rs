@@ -33,8 +33,14 @@ pub fn write_sweep(
     jobs: u64,
     concurrency: usize,
     window: usize,
-    job_batch: usize,
+    job_batch: &str,
 ) -> anyhow::Result<PathBuf> {
+    // "auto" is a TOML string; a number stays one (the sweep check refuses anything else).
+    let job_batch = if job_batch.parse::<u64>().is_ok() {
+        job_batch.to_string()
+    } else {
+        format!("{job_batch:?}")
+    };
     let text = format!(
         "name = \"noop-bench\"\n\n[[model]]\nname = \"{POOL}\"\nbackend = \"noop\"\nmax_concurrency = {concurrency}\n\n\
          [[benchmark]]\npipeline = \"noop\"\njobs = {jobs}\nmodels = [\"{POOL}\"]\n\n[run]\nwindow = {window}\njob_batch = {job_batch}\n"
@@ -173,8 +179,8 @@ pub async fn role_worker(
 #[derive(Debug)]
 pub struct E2e {
     pub worker_count: usize,
-    /// `[run] job_batch` of the sweep.
-    pub job_batch: usize,
+    /// `[run] job_batch` of the sweep ("auto" or a number).
+    pub job_batch: String,
     pub figures: CoordinatorFigures,
     pub worker_figures: Vec<WorkerFigures>,
     pub coordinator: procs::Usage,
@@ -266,7 +272,7 @@ pub fn run(
     workers: usize,
     in_flight: usize,
     window: usize,
-    job_batch: usize,
+    job_batch: &str,
 ) -> anyhow::Result<E2e> {
     std::fs::create_dir_all(dir)?;
     let nats = EmbeddedNats::start(&dir.join("nats"))?;
@@ -327,7 +333,7 @@ pub fn run(
     check_report(&out.join("noop-bench/report.json"), jobs)?;
     Ok(E2e {
         worker_count: workers,
-        job_batch,
+        job_batch: job_batch.to_string(),
         figures,
         worker_figures,
         coordinator,

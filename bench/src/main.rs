@@ -70,9 +70,10 @@ struct Cli {
     /// The coordinator's planning window (`[run] window` of the sweep).
     #[arg(long, default_value_t = sweep::DEFAULT_WINDOW)]
     window: usize,
-    /// `[run] job_batch` values to measure Halyard with (jobs per job message).
-    #[arg(long, value_delimiter = ',', default_value = "1,64")]
-    job_batch: Vec<usize>,
+    /// `[run] job_batch` values to measure Halyard with: `auto` (the default of a sweep)
+    /// or jobs per job message.
+    #[arg(long, value_delimiter = ',', default_value = "auto,1,64", value_parser = job_batch_arg)]
+    job_batch: Vec<String>,
     /// Keep stores, logs and reports here instead of a temporary directory.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -228,6 +229,15 @@ fn bare(
     Ok(Bare { jobs: n, secs, nats_rss, nats_cpu_s, client_cpu_s })
 }
 
+/// A `--job-batch` value: `auto` or a number of jobs.
+fn job_batch_arg(s: &str) -> Result<String, String> {
+    match s.parse::<u64>() {
+        _ if s == "auto" => Ok(s.to_string()),
+        Ok(n) if (1..=sweep::MAX_JOB_BATCH as u64).contains(&n) => Ok(s.to_string()),
+        _ => Err(format!("{s:?} is neither auto nor 1..={}", sweep::MAX_JOB_BATCH)),
+    }
+}
+
 fn mib(b: u64) -> String {
     format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0))
 }
@@ -262,7 +272,7 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let root = cli.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&root)?;
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let sweep_path = e2e::write_sweep(&root, cli.jobs, cli.in_flight, cli.window, 1)?;
+    let sweep_path = e2e::write_sweep(&root, cli.jobs, cli.in_flight, cli.window, "1")?;
     let sample = messages(&sweep_path)?;
     let (sample_id, sample_job) = sample.job(0);
     println!(
@@ -295,20 +305,11 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     done_with(&root.join("bare-serial"));
     let ceiling = rate(a.jobs, a.secs);
     let mut runs = Vec::new();
-    for &b in &cli.job_batch {
+    for b in &cli.job_batch {
         for &w in &cli.workers {
             eprintln!("(b) halyard noop end to end, {w} worker(s), job_batch {b} ...");
             let dir = root.join(format!("e2e-{w}-b{b}"));
-            runs.push(e2e::run(
-                rt,
-                &exe,
-                &dir,
-                cli.jobs,
-                w.max(1),
-                cli.in_flight,
-                cli.window,
-                b.max(1),
-            )?);
+            runs.push(e2e::run(rt, &exe, &dir, cli.jobs, w.max(1), cli.in_flight, cli.window, b)?);
             done_with(&dir);
         }
     }
@@ -322,7 +323,7 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             halyard.display()
         );
     } else {
-        for &b in &cli.job_batch {
+        for b in &cli.job_batch {
             for external in [false, true] {
                 let how = if external { "--nats" } else { "embedded" };
                 eprintln!("(c) halyard run ({how}), job_batch {b} ...");
@@ -334,7 +335,7 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
                     cli.jobs,
                     cli.in_flight,
                     cli.window,
-                    b.max(1),
+                    b,
                     external,
                 )?);
                 done_with(&dir);

@@ -1,14 +1,19 @@
 //! The dispatcher: publishes the jobs the planner asks for, in job messages of one job or
 //! of a batch (`[run] job_batch`), and reaps the broker's acks of those publishes.
 //!
+//! How many jobs a pool's message may hold is the pool's [`Batching`]: one, a fixed
+//! number (`job_batch = N`), or paced (`job_batch = "auto"`, pools without paid calls):
+//! the jobs the pool gets in [`AUTO_BATCH_SPAN`] at the pace it was sent jobs over the
+//! last second or more, between 1 and [`AUTO_MAX_JOB_BATCH`].
+//!
 //! Publishes are pipelined: their broker acks are awaited in the background (at most
 //! [`MAX_UNCONFIRMED`] at a time) and only logged; a publish that never reached the
 //! stream is caught by the stall check. A publish the client refuses is retried with a
 //! growing delay (the broker may be restarting). A job message larger than the server's
 //! `max_payload` travels through the object store (`halyard_broker::objects`).
 
-use std::collections::HashMap;
-use std::time::Duration;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures::stream::FuturesUnordered;
@@ -17,6 +22,8 @@ use halyard_broker::Broker;
 use halyard_proto::{subjects, Job, JobId};
 use tracing::warn;
 use uuid::Uuid;
+
+use crate::sweep::{JobBatch, AUTO_BATCH_SPAN, AUTO_MAX_JOB_BATCH};
 
 /// Job publishes whose broker ack is not yet in (async-nats allows 5,000 by default).
 const MAX_UNCONFIRMED: usize = 4096;
@@ -36,33 +43,130 @@ struct JobBuf {
     bytes: usize,
 }
 
+/// How many jobs a pool's job message may hold.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Batching {
+    Fixed(usize),
+    Paced(Pace),
+}
+
+impl Batching {
+    /// The batching of pool `pool` under `[run] job_batch`: `local` pools are those
+    /// without paid calls ([`crate::sweep::Sweep::local_pools`]).
+    pub(super) fn of(job_batch: JobBatch, local: bool) -> Batching {
+        match job_batch {
+            JobBatch::Fixed(n) => Batching::Fixed(n),
+            JobBatch::Auto if local => Batching::Paced(Pace::default()),
+            JobBatch::Auto => Batching::Fixed(1),
+        }
+    }
+
+    /// Jobs the pool's next message may hold.
+    pub(super) fn limit(&self) -> usize {
+        match self {
+            Batching::Fixed(n) => *n,
+            Batching::Paced(p) => p.batch(),
+        }
+    }
+}
+
+/// A pool's pace: the jobs it was sent per second over its last span of a second or
+/// more (a span holds thousands of a fast pool's jobs: steady enough, and a pool that
+/// slows down gets small messages within a span). Unknown (0) until a span is complete, and until
+/// [`Pace::restart`] (the first publishes of a coordinator are a burst that says nothing
+/// of the pool's pace).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Pace {
+    since: Option<Instant>,
+    count: u64,
+    /// Jobs per second; 0 while unknown.
+    rate: f64,
+}
+
+impl Pace {
+    const SPAN: Duration = Duration::from_secs(1);
+
+    /// Measure from `now` on.
+    pub(super) fn restart(&mut self, now: Instant) {
+        self.since = Some(now);
+        self.count = 0;
+    }
+
+    /// One job was sent at `now`.
+    pub(super) fn sent(&mut self, now: Instant) {
+        let Some(since) = self.since else { return };
+        self.count += 1;
+        let dt = now.saturating_duration_since(since);
+        if dt >= Self::SPAN {
+            let r = self.count as f64 / dt.as_secs_f64();
+            self.rate = r;
+            self.restart(now);
+        }
+    }
+
+    /// Jobs a message may hold at this pace.
+    pub(super) fn batch(&self) -> usize {
+        let n = (self.rate * AUTO_BATCH_SPAN.as_secs_f64()).floor();
+        (n as usize).clamp(1, AUTO_MAX_JOB_BATCH)
+    }
+}
+
 pub struct Dispatcher {
     broker: Broker,
     run: Uuid,
-    /// `[run] job_batch`: jobs per job message.
-    job_batch: usize,
+    /// `[run] job_batch`.
+    job_batch: JobBatch,
+    /// Pools without paid calls (batched under `job_batch = "auto"`).
+    local_pools: BTreeSet<String>,
+    /// Each pool's batching, made on its first job.
+    batching: HashMap<String, Batching>,
     /// Subject of each pool (computing it hashes odd pool names).
     subjects: HashMap<String, async_nats::Subject>,
     acks: FuturesUnordered<AckFuture>,
-    /// Jobs planned per pool and not sent yet (`job_batch` > 1).
+    /// Jobs planned per pool and not sent yet (batched pools).
     bufs: HashMap<String, JobBuf>,
 }
 
 impl Dispatcher {
-    pub fn new(broker: Broker, run: Uuid, job_batch: usize) -> Dispatcher {
+    pub fn new(
+        broker: Broker,
+        run: Uuid,
+        job_batch: JobBatch,
+        local_pools: BTreeSet<String>,
+    ) -> Dispatcher {
         Dispatcher {
             broker,
             run,
             job_batch,
+            local_pools,
+            batching: HashMap::new(),
             subjects: HashMap::new(),
             acks: FuturesUnordered::new(),
             bufs: HashMap::new(),
         }
     }
 
-    /// Publish `job`, or with `job_batch` > 1 add it to its pool's next job message
-    /// (sent when full, and by [`Dispatcher::send_batches`] at the end of every planning
-    /// round). A re-publication (`round`) always goes alone.
+    /// Paced pools measure their pace from now on (called once the coordinator's first
+    /// publishes, a burst, are out).
+    pub fn start_pacing(&mut self, now: Instant) {
+        for p in self.local_pools.clone() {
+            if let Batching::Paced(pace) = self.batching_of(&p) {
+                pace.restart(now);
+            }
+        }
+    }
+
+    fn batching_of(&mut self, pool: &str) -> &mut Batching {
+        if !self.batching.contains_key(pool) {
+            let b = Batching::of(self.job_batch, self.local_pools.contains(pool));
+            self.batching.insert(pool.to_string(), b);
+        }
+        self.batching.get_mut(pool).expect("inserted above")
+    }
+
+    /// Publish `job`, or add it to its pool's next job message when the pool's messages
+    /// may hold more than one (sent when full, and by [`Dispatcher::send_batches`] at the
+    /// end of every planning round). A re-publication (`round`) always goes alone.
     pub async fn send(&mut self, job: &Job, round: Option<u32>) {
         let payload = match halyard_proto::encode(job) {
             Ok(p) => p,
@@ -71,7 +175,12 @@ impl Dispatcher {
                 return;
             }
         };
-        if round.is_none() && self.job_batch > 1 {
+        let batching = self.batching_of(&job.pool);
+        if let Batching::Paced(pace) = batching {
+            pace.sent(Instant::now());
+        }
+        let max = batching.limit();
+        if round.is_none() && max > 1 {
             let limit = MAX_JOB_MESSAGE_BYTES.min(self.broker.payload_limit());
             // A job that would take the message past the limit starts the next one.
             let full = self
@@ -87,7 +196,7 @@ impl Dispatcher {
             buf.bytes += payload.len();
             buf.ids.push(job.id);
             buf.encoded.push(payload);
-            if buf.ids.len() >= self.job_batch || buf.bytes + FRAME >= limit {
+            if buf.ids.len() >= max || buf.bytes + FRAME >= limit {
                 if let Some(buf) = self.bufs.remove(&job.pool) {
                     self.publish_jobs(&job.pool, buf).await;
                 }
@@ -195,5 +304,52 @@ impl Dispatcher {
                 None => break,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `auto` batches only pools without paid calls, paced: one job per message until a
+    /// span is measured; then the jobs of AUTO_BATCH_SPAN at the measured pace, between
+    /// 1 and AUTO_MAX_JOB_BATCH. A fixed job_batch is the same for every pool.
+    #[test]
+    fn batching_follows_the_pools_pace() {
+        assert_eq!(Batching::of(JobBatch::Auto, false), Batching::Fixed(1));
+        assert_eq!(Batching::of(JobBatch::Fixed(8), false).limit(), 8);
+        assert_eq!(Batching::of(JobBatch::Fixed(8), true).limit(), 8);
+        let t0 = Instant::now();
+        let paced = |jobs_per_s: u64| {
+            let mut b = Batching::of(JobBatch::Auto, true);
+            let Batching::Paced(p) = &mut b else { panic!("local pools are paced") };
+            // Before pacing starts, sends (the first burst) are not counted.
+            for _ in 0..100_000 {
+                p.sent(t0);
+            }
+            assert_eq!(p.batch(), 1);
+            p.restart(t0);
+            for i in 1..=2 * jobs_per_s {
+                p.sent(t0 + Duration::from_secs_f64(i as f64 / jobs_per_s as f64));
+            }
+            b.limit()
+        };
+        assert_eq!(paced(10), 1, "a slow pool (a local model) keeps one job per message");
+        assert_eq!(paced(99), 1);
+        assert_eq!(paced(1_000), 10);
+        assert_eq!(paced(3_200), 32);
+        assert_eq!(paced(50_000), AUTO_MAX_JOB_BATCH, "a fast pool's messages are capped");
+        // A pool that slowed down: its messages shrink again after one span.
+        let mut p = Pace::default();
+        p.restart(t0);
+        for i in 1..=20_000u64 {
+            p.sent(t0 + Duration::from_micros(i * 100));
+        }
+        assert_eq!(p.batch(), AUTO_MAX_JOB_BATCH);
+        let t1 = t0 + Duration::from_secs(2);
+        for i in 1..=40u64 {
+            p.sent(t1 + Duration::from_millis(i * 100));
+        }
+        assert_eq!(p.batch(), 1);
     }
 }

@@ -34,6 +34,7 @@ pub mod outage;
 pub mod planner;
 #[cfg(test)]
 mod planner_tests;
+mod queued;
 mod stall;
 
 use collector::Collector;
@@ -103,7 +104,12 @@ async fn run_phase(
     let mut c = Coordinator {
         cfg: &cfg,
         planner,
-        dispatcher: Dispatcher::new(broker.clone(), meta.id, cfg.sweep.run.job_batch),
+        dispatcher: Dispatcher::new(
+            broker.clone(),
+            meta.id,
+            cfg.sweep.run.job_batch,
+            cfg.sweep.local_pools(),
+        ),
         collector: Collector::new(broker.clone(), meta.id, consumer),
         stall: Stall::new(broker.clone(), cfg.sweep.run.ack_wait),
         outages: outage::Outages::new(
@@ -119,19 +125,25 @@ async fn run_phase(
     let span = tracing::info_span!("run", run = %meta.id, sweep = %meta.name);
     let p = c.planner.progress();
     info!(parent: &span, items = p.items_total, done = p.items_done, window = cfg.sweep.run.window, "planning");
-    // 3. Plan until the window is full, holding its publishes back; 4. read the results
-    // that arrived while no coordinator ran (`backlog`); then publish what is still
-    // unanswered.
+    // 3. Plan until the window is full, holding its publishes back; 4. note the jobs
+    // still queued (`queued`), read the results that arrived while no coordinator ran
+    // (`backlog`); then publish what is neither answered nor queued.
     let fill = c.planner.step(Event::Fill, Instant::now())?;
     c.planner.store_mut().commit(&fill)?;
     let mut held: Vec<(Job, Option<u32>)> = planner::publishes(fill).collect();
+    let pools = cfg.sweep.pools();
+    let in_stream = match created {
+        true => Default::default(), // a new run has nothing queued
+        false => queued::in_stream(&broker, meta.id, pools.keys()).instrument(span.clone()).await,
+    };
     backlog::absorb(&broker, &mut c.planner, &mut held).instrument(span.clone()).await?;
     for (job, round) in held {
-        if !c.planner.store().has_result(&job.id)? {
+        if !c.planner.store().has_result(&job.id)? && !queued::holds(&in_stream, &job) {
             c.dispatcher.send(&job, round).await;
         }
     }
     c.dispatcher.send_batches().await;
+    c.dispatcher.start_pacing(Instant::now());
     c.planner.store().flush().await?;
     c.publish_progress();
     // 5. and 6. Collect results until every item is finished.

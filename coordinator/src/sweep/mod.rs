@@ -7,7 +7,7 @@
 //! - `[[benchmark]]`: each pipeline checks its own table (see [`crate::benchmarks`]);
 //! - `run`: the `[run]` table.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -26,7 +26,9 @@ pub use crate::benchmarks::noop::MAX_NOOP_JOBS;
 pub use crate::benchmarks::Benchmark;
 pub use models::{gguf_identity, placement, Model};
 pub use quota::{check_quota, QuotaSpec, RawQuota};
-pub use run::{RunSettings, DEFAULT_WINDOW, MAX_JOB_BATCH};
+pub use run::{
+    JobBatch, RunSettings, AUTO_BATCH_SPAN, AUTO_MAX_JOB_BATCH, DEFAULT_WINDOW, MAX_JOB_BATCH,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
@@ -75,7 +77,25 @@ impl Sweep {
         }
         pools
     }
+
+    /// Pools whose every model runs locally or calls nothing (`noop`, `gguf`, `embed`,
+    /// `replay`): no paid call behind any of their jobs. `job_batch = "auto"` batches
+    /// only these.
+    pub fn local_pools(&self) -> BTreeSet<String> {
+        let mut paid = BTreeSet::new();
+        let mut all = BTreeSet::new();
+        for m in &self.models {
+            all.insert(m.spec.pool.clone());
+            if !LOCAL_BACKENDS.contains(&m.spec.model_ref.backend.as_str()) {
+                paid.insert(m.spec.pool.clone());
+            }
+        }
+        all.difference(&paid).cloned().collect()
+    }
 }
+
+/// Backends that make no call to anybody's API.
+const LOCAL_BACKENDS: [&str; 4] = ["noop", "gguf", "embed", "replay"];
 
 /// An error about key `key` of sweep file `file`.
 pub(crate) fn key_err(file: &str, key: impl Into<String>, reason: impl Into<String>) -> SweepError {

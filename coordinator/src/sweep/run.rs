@@ -17,9 +17,37 @@ pub(crate) struct RawRun {
     ack_wait_s: Option<f64>,
     window: Option<i64>,
     max_cost: Option<f64>,
-    job_batch: Option<i64>,
+    job_batch: Option<RawJobBatch>,
     outage_patience_s: Option<f64>,
 }
+
+/// `job_batch = "auto"` or a number (anything else is refused with the key's name).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawJobBatch {
+    Number(i64),
+    Word(String),
+    Other(toml::Value),
+}
+
+/// `[run] job_batch`: how many jobs a job message may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobBatch {
+    /// The default: pools whose models run locally or call nothing (`noop`, `gguf`,
+    /// `embed`, `replay`) get job messages of up to [`AUTO_MAX_JOB_BATCH`] jobs, sized
+    /// by the pool's own pace so that a message holds about [`AUTO_BATCH_SPAN`] of the
+    /// pool's work; pools of HTTP APIs (paid calls) one job per message.
+    Auto,
+    /// Up to this many jobs per message, for every pool.
+    Fixed(usize),
+}
+
+/// Largest job message of `job_batch = "auto"`.
+pub const AUTO_MAX_JOB_BATCH: usize = 64;
+/// With `job_batch = "auto"`, a job message holds about this much of its pool's work:
+/// long enough that a fast pool's messages carry many jobs, short enough that a slow
+/// pool's jobs are not held by one worker while others idle.
+pub const AUTO_BATCH_SPAN: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Settings of the run itself.
 #[derive(Clone, Debug)]
@@ -31,10 +59,10 @@ pub struct RunSettings {
     pub window: usize,
     /// `[run] max_cost` (USD): no new paid calls once the run has spent this much.
     pub max_cost: Option<f64>,
-    /// `[run] job_batch`: jobs per job message (default 1). Above 1, the jobs planned
+    /// `[run] job_batch`: jobs per job message (default `auto`). Above 1, the jobs planned
     /// together for a pool travel as one message: one publish, delivery and ack for up to
-    /// this many jobs. For cheap, fast jobs (no-op, small local models); see README.
-    pub job_batch: usize,
+    /// this many jobs. See [`JobBatch`] and README "Job batches".
+    pub job_batch: JobBatch,
     /// `[run] outage_patience_s` (default 6 h): a pool whose endpoint has been down this
     /// long stops the run as interrupted (resumable), rather than waiting forever.
     pub outage_patience: std::time::Duration,
@@ -62,14 +90,30 @@ pub(super) fn check(f: &str, raw: Option<RawRun>) -> Result<RunSettings, SweepEr
     if !(1..=1_000_000).contains(&window) {
         return Err(key_err(f, "run.window", format!("{window} is outside 1..=1000000")));
     }
-    let job_batch = rr.job_batch.unwrap_or(1);
-    if !(1..=MAX_JOB_BATCH).contains(&job_batch) {
-        return Err(key_err(
-            f,
-            "run.job_batch",
-            format!("{job_batch} is outside 1..={MAX_JOB_BATCH}"),
-        ));
-    }
+    let job_batch = match rr.job_batch {
+        None => JobBatch::Auto,
+        Some(RawJobBatch::Word(w)) if w == "auto" => JobBatch::Auto,
+        Some(RawJobBatch::Number(n)) if (1..=MAX_JOB_BATCH).contains(&n) => {
+            JobBatch::Fixed(n as usize)
+        }
+        Some(RawJobBatch::Number(n)) => {
+            return Err(key_err(f, "run.job_batch", format!("{n} is outside 1..={MAX_JOB_BATCH}")))
+        }
+        Some(RawJobBatch::Word(w)) => {
+            return Err(key_err(
+                f,
+                "run.job_batch",
+                format!("{w:?} is neither \"auto\" nor a number of jobs (1..={MAX_JOB_BATCH})"),
+            ))
+        }
+        Some(RawJobBatch::Other(v)) => {
+            return Err(key_err(
+                f,
+                "run.job_batch",
+                format!("{v} is neither \"auto\" nor a number of jobs (1..={MAX_JOB_BATCH})"),
+            ))
+        }
+    };
     let patience = rr.outage_patience_s.unwrap_or(DEFAULT_OUTAGE_PATIENCE_S);
     if !(patience.is_finite() && (1.0..=30.0 * 86_400.0).contains(&patience)) {
         return Err(key_err(
@@ -88,7 +132,7 @@ pub(super) fn check(f: &str, raw: Option<RawRun>) -> Result<RunSettings, SweepEr
         ack_wait: std::time::Duration::from_secs_f64(ack_wait_s),
         window: window as usize,
         max_cost: rr.max_cost,
-        job_batch: job_batch as usize,
+        job_batch,
         outage_patience: std::time::Duration::from_secs_f64(patience),
     })
 }

@@ -28,12 +28,15 @@ fn noop_sweep_parses() {
     let b = &s.benchmarks[0];
     assert_eq!((b.pipeline(), b.model_count(), b.item_count()), ("noop", 1, 1000));
     assert_eq!(s.run.window, DEFAULT_WINDOW);
-    assert_eq!(s.run.job_batch, 1);
+    assert_eq!(s.run.job_batch, JobBatch::Auto);
     assert_eq!(s.pools().get("free"), Some(&64));
     let s =
         parse(Path::new("/tmp/s.toml"), &format!("{NOOP}\n[run]\nwindow = 10\njob_batch = 64\n"))
             .unwrap();
-    assert_eq!((s.run.window, s.run.job_batch), (10, 64));
+    assert_eq!((s.run.window, s.run.job_batch), (10, JobBatch::Fixed(64)));
+    let s =
+        parse(Path::new("/tmp/s.toml"), &format!("{NOOP}\n[run]\njob_batch = \"auto\"\n")).unwrap();
+    assert_eq!(s.run.job_batch, JobBatch::Auto);
     assert_eq!(s.run.outage_patience, std::time::Duration::from_secs(6 * 3600));
     let s = parse(Path::new("/tmp/s.toml"), &format!("{NOOP}\n[run]\noutage_patience_s = 90\n"))
         .unwrap();
@@ -61,6 +64,14 @@ fn bad_noop_sweeps_name_the_key() {
         (format!("{NOOP}\n[run]\nwindow = 0\n"), "run.window`: 0 is outside"),
         (format!("{NOOP}\n[run]\njob_batch = 0\n"), "run.job_batch`: 0 is outside 1..=256"),
         (format!("{NOOP}\n[run]\njob_batch = 257\n"), "run.job_batch`: 257 is outside 1..=256"),
+        (
+            format!("{NOOP}\n[run]\njob_batch = \"big\"\n"),
+            "run.job_batch`: \"big\" is neither \"auto\" nor a number of jobs (1..=256)",
+        ),
+        (
+            format!("{NOOP}\n[run]\njob_batch = 6.5\n"),
+            "run.job_batch`: 6.5 is neither \"auto\" nor a number of jobs",
+        ),
         (format!("{NOOP}\n[run]\noutage_patience_s = 0\n"), "run.outage_patience_s`: 0 is outside"),
     ];
     for (text, needle) in cases {
