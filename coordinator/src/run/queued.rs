@@ -71,7 +71,7 @@ pub(super) async fn in_stream<'p>(
     if !queued.is_empty() {
         info!(
             jobs = queued.len(),
-            messages, "jobs of this run still queued; not publishing them again"
+            messages, "jobs of this run still in the job stream; left there, not sent again"
         );
     }
     queued
