@@ -14,11 +14,24 @@
 //! it.
 //!
 //! Long records (answer text) are compressed: a compact record of at least
-//! [`COMPRESS_FROM`] bytes is stored as the marker twice and a zstd frame of the rest,
-//! when that is smaller. A compact record's second byte is always an array header, never
-//! `0xc1`, so the two forms cannot be confused.
+//! [`COMPRESS_FROM`] bytes is stored as the marker and a second byte naming how, then a
+//! zstd frame of the rest, when that is smaller. `0xc2`: with the built-in dictionary
+//! `dict/answers-v1.zdict` (64 KiB trained on English prose of public benchmark data by
+//! `scripts/train-zstd-dict`; a short answer alone gives zstd little to learn from, and
+//! the dictionary brings what answers share: gpt-3.5-turbo's recorded answers, held out
+//! from the training, shrink 2.27 times with it and 1.46 without). `0xc1`: without a
+//! dictionary (text the dictionary does not help, such as Chinese, and records of earlier
+//! builds). A compact record's second byte is always an array header, never `0xc1` or
+//! `0xc2`, so the forms cannot be confused. The dictionary is part of the store format:
+//! records written with it need exactly its bytes, so a better one would come as a new
+//! file with a new second byte, never as a replacement.
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
+use zstd::bulk::{Compressor, Decompressor};
+use zstd::dict::{DecoderDictionary, EncoderDictionary};
 
 use crate::codec::CodecError;
 use crate::id::JobId;
@@ -26,8 +39,13 @@ use crate::result::{Completion, JobResult, Outcome};
 
 /// First byte of a record in the compact form (never used by MessagePack).
 const MARKER: u8 = 0xc1;
-/// Second byte of a compressed record (a compact record's is an array header).
+/// Second byte of a record compressed without a dictionary (a compact record's is an
+/// array header).
 const COMPRESSED: u8 = 0xc1;
+/// Second byte of a record compressed with [`ANSWERS_V1`].
+const COMPRESSED_DICT: u8 = 0xc2;
+/// The built-in dictionary (see the module docs). Never change these bytes.
+static ANSWERS_V1: &[u8] = include_bytes!("../dict/answers-v1.zdict");
 /// Compact records at least this long are compressed: below it, zstd's frame header and
 /// the short text leave little to gain for the CPU.
 pub const COMPRESS_FROM: usize = 128;
@@ -67,16 +85,55 @@ fn encode_compact<T: Serialize>(v: &T) -> Result<Vec<u8>, CodecError> {
     buf.push(MARKER);
     rmp_serde::encode::write(&mut buf, v)?;
     if buf.len() >= COMPRESS_FROM {
-        if let Ok(z) = zstd::bulk::compress(&buf[1..], LEVEL) {
+        if let Some((how, z)) = compress(&buf[1..]) {
             if z.len() + 2 < buf.len() {
                 let mut out = Vec::with_capacity(z.len() + 2);
-                out.extend_from_slice(&[MARKER, COMPRESSED]);
+                out.extend_from_slice(&[MARKER, how]);
                 out.extend_from_slice(&z);
                 return Ok(out);
             }
         }
     }
     Ok(buf)
+}
+
+/// This thread's compressor and decompressor with the built-in dictionary (each holds a
+/// zstd context; the dictionary itself is prepared once per process).
+struct DictCodec {
+    compressor: Compressor<'static>,
+    decompressor: Decompressor<'static>,
+}
+
+thread_local! {
+    static DICT_CODEC: RefCell<Option<DictCodec>> = const { RefCell::new(None) };
+}
+
+/// Run `f` with this thread's [`DictCodec`]; `None` if zstd cannot make one.
+fn with_dict_codec<R>(f: impl FnOnce(&mut DictCodec) -> R) -> Option<R> {
+    static ENCODER: OnceLock<EncoderDictionary<'static>> = OnceLock::new();
+    static DECODER: OnceLock<DecoderDictionary<'static>> = OnceLock::new();
+    DICT_CODEC.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            let enc = ENCODER.get_or_init(|| EncoderDictionary::copy(ANSWERS_V1, LEVEL));
+            let dec = DECODER.get_or_init(|| DecoderDictionary::copy(ANSWERS_V1));
+            *slot = Some(DictCodec {
+                compressor: Compressor::with_prepared_dictionary(enc).ok()?,
+                decompressor: Decompressor::with_prepared_dictionary(dec).ok()?,
+            });
+        }
+        slot.as_mut().map(f)
+    })
+}
+
+/// A zstd frame of `raw` and the second byte that says how it was made: with the
+/// dictionary, or without when the dictionary does not make it smaller than `raw`.
+fn compress(raw: &[u8]) -> Option<(u8, Vec<u8>)> {
+    let with_dict = with_dict_codec(|c| c.compressor.compress(raw).ok()).flatten();
+    match with_dict {
+        Some(z) if z.len() < raw.len() => Some((COMPRESSED_DICT, z)),
+        _ => zstd::bulk::compress(raw, LEVEL).ok().map(|z| (COMPRESSED, z)),
+    }
 }
 
 fn decode_compact<T: for<'de> Deserialize<'de>>(
@@ -91,12 +148,21 @@ fn decode_compact<T: for<'de> Deserialize<'de>>(
             source,
         })
     };
-    Some(match rest.strip_prefix(&[COMPRESSED]) {
-        None => decode(rest),
-        Some(frame) => match zstd::bulk::decompress(frame, expanded_len(frame)) {
+    let decompress_err = |reason: String| CodecError::Decompress { what, len: bytes.len(), reason };
+    Some(match rest.split_first() {
+        Some((&COMPRESSED, frame)) => match zstd::bulk::decompress(frame, expanded_len(frame)) {
             Ok(raw) => decode(&raw),
-            Err(e) => Err(CodecError::Decompress { what, len: bytes.len(), reason: e.to_string() }),
+            Err(e) => Err(decompress_err(e.to_string())),
         },
+        Some((&COMPRESSED_DICT, frame)) => {
+            let cap = expanded_len(frame);
+            match with_dict_codec(|c| c.decompressor.decompress(frame, cap)) {
+                Some(Ok(raw)) => decode(&raw),
+                Some(Err(e)) => Err(decompress_err(e.to_string())),
+                None => Err(decompress_err("zstd cannot load the built-in dictionary".into())),
+            }
+        }
+        _ => decode(rest),
     })
 }
 
@@ -241,7 +307,18 @@ mod tests {
     #[test]
     fn garbage_is_an_error() {
         let bad_frame = [MARKER, COMPRESSED, 0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x01];
+        let bad_dict_frame = [MARKER, COMPRESSED_DICT, 0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x01];
+        // A frame that was made with the dictionary does not read without it, and
+        // the reverse: the second byte must say how.
+        let text = "The capital of France is Paris, on the river Seine. ".repeat(8);
+        let z = encode_completion(&completion(&text, false)).unwrap();
+        assert_eq!(z[1], COMPRESSED_DICT);
+        let mut swapped = z.clone();
+        swapped[1] = COMPRESSED;
         for bad in [
+            &swapped[..],
+            &bad_dict_frame,
+            &[MARKER, COMPRESSED_DICT],
             &[MARKER][..],
             &[MARKER, 0x93, 0x01],
             b"\xff\x00",
@@ -265,15 +342,21 @@ mod tests {
             (0..400).map(|i| words[(i * 7 + i / 3) % words.len()]).collect::<Vec<_>>().join(" ");
         let c = completion(&text, false);
         let z = encode_completion(&c).unwrap();
-        assert_eq!(&z[..2], &[MARKER, COMPRESSED]);
+        assert_eq!(&z[..2], &[MARKER, COMPRESSED_DICT]);
         assert!(z.len() * 3 < text.len(), "{} bytes for {} of text", z.len(), text.len());
         assert_eq!(decode_completion(&z).unwrap(), c);
-        let r = StoredResult { outcome: Outcome::Done(c), deliveries: 2, cached: false };
+        let r = StoredResult { outcome: Outcome::Done(c.clone()), deliveries: 2, cached: false };
         let zr = encode_result(&r).unwrap();
-        assert_eq!(&zr[..2], &[MARKER, COMPRESSED]);
+        assert_eq!(&zr[..2], &[MARKER, COMPRESSED_DICT]);
         assert_eq!(decode_result(&zr).unwrap(), r);
+        // Records compressed without the dictionary (earlier builds) still read.
+        let compact = rmp_serde::to_vec(&c).unwrap();
+        let mut old = vec![MARKER, COMPRESSED];
+        old.extend(zstd::bulk::compress(&compact, LEVEL).unwrap());
+        assert_eq!(decode_completion(&old).unwrap(), c);
         // Short: plain.
-        assert_ne!(encode_completion(&completion("short", false)).unwrap()[1], COMPRESSED);
+        let short = encode_completion(&completion("short", false)).unwrap();
+        assert!(short[1] != COMPRESSED && short[1] != COMPRESSED_DICT);
         // Hard to compress (pseudo-random characters): never larger than the plain form.
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let noise: String = (0..600)
@@ -288,5 +371,46 @@ mod tests {
         let stored = encode_completion(&n).unwrap();
         assert!(stored.len() <= 1 + rmp_serde::to_vec(&n).unwrap().len());
         assert_eq!(decode_completion(&stored).unwrap(), n);
+    }
+
+    /// A short English answer (written for this test, in the manner of the fact-checking
+    /// answers AutoHall recorded; not in the dictionary's samples) is stored in fewer bytes with the dictionary than
+    /// without; text the dictionary does not help (Chinese news, UHGEval) is stored in
+    /// whichever form is smaller, and every form reads back (from any thread: each has
+    /// its own zstd contexts).
+    #[test]
+    fn the_dictionary_helps_short_english_answers() {
+        let answer = "Based on the evidence provided, the claim that global warming is \
+            driving polar bears toward extinction is supported. The evidence states that \
+            polar bears depend on sea ice to hunt seals, and that the loss of Arctic sea ice \
+            caused by rising temperatures has reduced their access to food.";
+        let c = completion(answer, false);
+        let z = encode_completion(&c).unwrap();
+        let compact = rmp_serde::to_vec(&c).unwrap();
+        let plain = zstd::bulk::compress(&compact, LEVEL).unwrap();
+        assert_eq!(z[1], COMPRESSED_DICT);
+        assert!(
+            (z.len() - 2) * 4 < plain.len() * 3,
+            "{} bytes with the dictionary, {} without, {} raw",
+            z.len() - 2,
+            plain.len(),
+            compact.len()
+        );
+        let chinese = "新华社北京电 国家统计局今天发布数据显示，今年前三季度国内生产总值同比增长，\
+            其中第三产业增加值增长较快，消费对经济增长的贡献率继续提高。";
+        let zc = encode_completion(&completion(chinese, false)).unwrap();
+        assert!(zc.len() <= 1 + rmp_serde::to_vec(&completion(chinese, false)).unwrap().len());
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let (z, zc, c) = (z.clone(), zc.clone(), c.clone());
+                std::thread::spawn(move || {
+                    assert_eq!(decode_completion(&z).unwrap(), c);
+                    assert_eq!(decode_completion(&zc).unwrap().text, chinese);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 }

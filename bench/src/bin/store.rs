@@ -12,7 +12,10 @@
 //! `cargo run --release -p halyard-bench --bin store -- [--jobs 100000] [--text 0] [--batch 1024] [--engine halyard|sled]`
 //!
 //! `--text N`: answers of about N bytes of English-like text (words drawn from a fixed
-//! list by a seeded generator); 0 is the noop pipeline's empty answer.
+//! list by a seeded generator); 0 is the noop pipeline's empty answer. `--answers FILE`:
+//! real answers instead, one JSON string per line, taken in turn (for example the
+//! answers gpt-3.5-turbo gave in AutoHall's recording, which the stores' zstd dictionary
+//! was not trained on; README "Performance" shows how to extract them).
 
 use std::path::Path;
 use std::time::Instant;
@@ -40,6 +43,9 @@ struct Args {
     /// Bytes of answer text per job (0: the noop pipeline's empty answer).
     #[arg(long, default_value_t = 0)]
     text: usize,
+    /// Answers to store instead of generated text: one JSON string per line, in turn.
+    #[arg(long)]
+    answers: Option<std::path::PathBuf>,
     /// Results per coordinator commit (the coordinator takes up to 2,048 per step).
     #[arg(long, default_value_t = 1024)]
     batch: usize,
@@ -126,6 +132,21 @@ fn text(rng: &mut Rng, len: usize) -> String {
     s
 }
 
+/// The answers of `path`: one JSON string per line (blank lines skipped).
+fn read_answers(path: &Path) -> anyhow::Result<Vec<String>> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let a: String = serde_json::from_str(line).with_context(|| {
+            format!("{}:{}: not a JSON string (one answer per line)", path.display(), n + 1)
+        })?;
+        out.push(a);
+    }
+    anyhow::ensure!(!out.is_empty(), "{}: no answers", path.display());
+    Ok(out)
+}
+
 /// A random 16-byte id, as a content hash is.
 fn job_id(rng: &mut Rng) -> JobId {
     let mut id = [0u8; 16];
@@ -157,8 +178,15 @@ impl Records {
             costs: vec![ClassTotals { model: "m".into(), stage: "s".into(), ..Default::default() }],
             text_bytes: 0,
         };
+        let answers = match &args.answers {
+            Some(path) => read_answers(path)?,
+            None => Vec::new(),
+        };
         for i in 0..args.jobs {
-            let t = text(&mut rng, args.text);
+            let t = match answers.is_empty() {
+                true => text(&mut rng, args.text),
+                false => answers[i as usize % answers.len()].clone(),
+            };
             r.text_bytes += t.len() as u64;
             let c = Completion {
                 usage: Usage { prompt_tokens: 40, completion_tokens: (t.len() / 4) as u64 },
@@ -262,10 +290,10 @@ fn main() -> anyhow::Result<()> {
         (procs::disk_bytes(&dir.join("state"))?, procs::disk_bytes(&dir.join("checkpoint"))?);
     let n = args.jobs.max(1) as f64;
     println!(
-        "{:?}: {} jobs, answers of {} bytes: written in {secs:.1} s ({:.0} jobs/s); peak RSS {:.0} MiB ({:.0} MiB of it the records to write)",
+        "{:?}: {} jobs, answers of {:.0} bytes on average: written in {secs:.1} s ({:.0} jobs/s); peak RSS {:.0} MiB ({:.0} MiB of it the records to write)",
         args.engine,
         args.jobs,
-        args.text,
+        records.text_bytes as f64 / n,
         args.jobs as f64 / secs,
         peak_rss().unwrap_or(0) as f64 / 1048576.0,
         before as f64 / 1048576.0,
