@@ -3,8 +3,11 @@
 //! `cargo bench -p halyard-worker --bench gguf` (needs models/, see scripts/fetch-model.sh;
 //! `HALYARD_BENCH_ROUNDS=N` for more rounds than 7). Prints, for both, prompt tokens/s
 //! (prefill), single-stream generation tokens/s and batched generation tokens/s (4
-//! sequences at once), the ratio backend/direct, and the spread over the rounds (lowest
-//! and highest ratio of a round), so that a difference can be told from noise.
+//! sequences at once), the ratio backend/direct, and the spread over the rounds, so that a
+//! difference can be told from noise. The ratio is the median of the rounds' own ratios
+//! (each round measures both sides back to back, so load that comes and goes hits a
+//! round's two figures alike; the ratio of the two sides' medians pairs figures of
+//! different rounds), with the middle half of the rounds' ratios and their extremes.
 //!
 //! Generation is timed end to end on both sides, the same way: from the request to the
 //! last token, prefill included, generated tokens divided by that time (an earlier
@@ -34,8 +37,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn min_max(v: &[f64]) -> (f64, f64) {
-    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
+/// The `q` quantile (0..=1) of `v`, by the nearest rank.
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
 struct Direct {
@@ -186,11 +191,11 @@ fn main() {
         hb.push(rt.block_on(backend_batched(&model)));
     }
     println!(
-        "SmolLM2-135M-Instruct Q4_1, {threads} threads, up to {GEN} generated tokens, batch of {SLOTS}; medians of {rounds} interleaved rounds"
+        "SmolLM2-135M-Instruct Q4_1, {threads} threads, up to {GEN} generated tokens, batch of {SLOTS}; {rounds} interleaved rounds: medians of each side, and of the rounds' ratios"
     );
     println!(
-        "{:<28} {:>10} {:>10} {:>7} {:>17}",
-        "figure (tokens/s)", "llama.cpp", "halyard", "ratio", "ratio per round"
+        "{:<28} {:>10} {:>10} {:>7} {:>13} {:>13}",
+        "figure (tokens/s)", "llama.cpp", "halyard", "ratio", "middle half", "all rounds"
     );
     for (name, x, y) in [
         ("prompt (prefill)", dp, hp),
@@ -198,8 +203,15 @@ fn main() {
         ("generation, batched x4", db, hb),
     ] {
         let per_round: Vec<f64> = x.iter().zip(&y).map(|(a, b)| b / a).collect();
-        let (lo, hi) = min_max(&per_round);
+        let q = |p: f64| quantile(per_round.clone(), p);
         let (x, y) = (median(x), median(y));
-        println!("{name:<28} {x:>10.1} {y:>10.1} {:>7.2} {:>8.2} – {:<6.2}", y / x, lo, hi);
+        println!(
+            "{name:<28} {x:>10.1} {y:>10.1} {:>7.2} {:>6.2} – {:<4.2} {:>6.2} – {:<4.2}",
+            q(0.5),
+            q(0.25),
+            q(0.75),
+            q(0.0),
+            q(1.0)
+        );
     }
 }
