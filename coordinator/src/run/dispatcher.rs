@@ -12,7 +12,7 @@
 //! growing delay (the broker may be restarting). A job message larger than the server's
 //! `max_payload` travels through the object store (`halyard_broker::objects`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
@@ -23,7 +23,7 @@ use halyard_proto::{subjects, Job, JobId};
 use tracing::warn;
 use uuid::Uuid;
 
-use crate::sweep::{JobBatch, AUTO_BATCH_SPAN, AUTO_MAX_JOB_BATCH};
+use crate::sweep::{JobBatch, Sweep, AUTO_BATCH_SPAN, AUTO_MAX_JOB_BATCH};
 
 /// Job publishes whose broker ack is not yet in (async-nats allows 5,000 by default).
 const MAX_UNCONFIRMED: usize = 4096;
@@ -114,11 +114,8 @@ impl Pace {
 pub struct Dispatcher {
     broker: Broker,
     run: Uuid,
-    /// `[run] job_batch`.
-    job_batch: JobBatch,
-    /// Pools without paid calls (batched under `job_batch = "auto"`).
-    local_pools: BTreeSet<String>,
-    /// Each pool's batching, made on its first job.
+    /// Each pool's batching (`[run] job_batch`); a pool the sweep does not name (none
+    /// should reach the dispatcher) sends one job per message.
     batching: HashMap<String, Batching>,
     /// Subject of each pool (computing it hashes odd pool names).
     subjects: HashMap<String, async_nats::Subject>,
@@ -128,18 +125,22 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(
-        broker: Broker,
-        run: Uuid,
-        job_batch: JobBatch,
-        local_pools: BTreeSet<String>,
-    ) -> Dispatcher {
+    /// A dispatcher for run `run` of `sweep`: each of its pools batched as `[run]
+    /// job_batch` says (paced pools are those without paid calls).
+    pub fn new(broker: Broker, run: Uuid, sweep: &Sweep) -> Dispatcher {
+        let local = sweep.local_pools();
+        let batching = sweep
+            .pools()
+            .into_keys()
+            .map(|p| {
+                let b = Batching::of(sweep.run.job_batch, local.contains(&p));
+                (p, b)
+            })
+            .collect();
         Dispatcher {
             broker,
             run,
-            job_batch,
-            local_pools,
-            batching: HashMap::new(),
+            batching,
             subjects: HashMap::new(),
             acks: FuturesUnordered::new(),
             bufs: HashMap::new(),
@@ -149,19 +150,11 @@ impl Dispatcher {
     /// Paced pools measure their pace from now on (called once the coordinator's first
     /// publishes, a burst, are out).
     pub fn start_pacing(&mut self, now: Instant) {
-        for p in self.local_pools.clone() {
-            if let Batching::Paced(pace) = self.batching_of(&p) {
+        for b in self.batching.values_mut() {
+            if let Batching::Paced(pace) = b {
                 pace.restart(now);
             }
         }
-    }
-
-    fn batching_of(&mut self, pool: &str) -> &mut Batching {
-        if !self.batching.contains_key(pool) {
-            let b = Batching::of(self.job_batch, self.local_pools.contains(pool));
-            self.batching.insert(pool.to_string(), b);
-        }
-        self.batching.get_mut(pool).expect("inserted above")
     }
 
     /// Publish `job`, or add it to its pool's next job message when the pool's messages
@@ -175,11 +168,14 @@ impl Dispatcher {
                 return;
             }
         };
-        let batching = self.batching_of(&job.pool);
-        if let Batching::Paced(pace) = batching {
-            pace.sent(Instant::now());
-        }
-        let max = batching.limit();
+        let max = match self.batching.get_mut(&job.pool) {
+            Some(Batching::Paced(pace)) => {
+                pace.sent(Instant::now());
+                pace.batch()
+            }
+            Some(b) => b.limit(),
+            None => 1,
+        };
         if round.is_none() && max > 1 {
             let limit = MAX_JOB_MESSAGE_BYTES.min(self.broker.payload_limit());
             // A job that would take the message past the limit starts the next one.

@@ -104,12 +104,7 @@ async fn run_phase(
     let mut c = Coordinator {
         cfg: &cfg,
         planner,
-        dispatcher: Dispatcher::new(
-            broker.clone(),
-            meta.id,
-            cfg.sweep.run.job_batch,
-            cfg.sweep.local_pools(),
-        ),
+        dispatcher: Dispatcher::new(broker.clone(), meta.id, &cfg.sweep),
         collector: Collector::new(broker.clone(), meta.id, consumer),
         stall: Stall::new(broker.clone(), cfg.sweep.run.ack_wait),
         outages: outage::Outages::new(

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 
 use async_nats::jetstream::stream::RawMessageErrorKind;
 use halyard_broker::{objects, Broker};
+use halyard_proto::batch::JobItem;
 use halyard_proto::{subjects, Job, JobId};
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -60,11 +61,15 @@ pub(super) async fn in_stream<'p>(
                     // Another run's object, or one unreadable now: not this run's queue.
                     Err(_) => continue,
                 };
-            // Anything that is not a job of this run (another run's, a stranger's) is
-            // not ours to skip.
-            let Ok(jobs) = halyard_proto::decode_jobs(&payload) else { continue };
-            for j in jobs.into_iter().filter(|j| j.run == run && j.pool == *pool) {
-                queued.insert(j.id, j);
+            // Read item by item, as a worker reads the message (a bad item costs only
+            // itself: the worker runs the others). Anything that is not a job of this run
+            // (another run's, a stranger's) is not ours to skip.
+            for item in halyard_proto::batch::decode_job_items(&payload) {
+                if let JobItem::Job(j) = item {
+                    if j.run == run && j.pool == *pool {
+                        queued.insert(j.id, j);
+                    }
+                }
             }
         }
     }
