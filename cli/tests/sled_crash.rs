@@ -7,6 +7,9 @@
 //! - every record that is there decodes and holds what was written for its id (no torn
 //!   or mixed-up record).
 //!
+//! The child merges the stores' logs from 300 records (`HALYARD_STORE_MERGE_AT`), so
+//! kills also land in the middle of merges and between their parts.
+//!
 //! Iterations accumulate in the same stores. CI runs a few (`sled_crash_loop`); the
 //! benchmark runs many: `HALYARD_CRASH_ITERS=200 cargo test --release -p halyard --test
 //! sled_crash -- --nocapture` prints the figures.
@@ -113,6 +116,8 @@ fn run_child(dir: &Path, start: u64, kill_after: Duration) -> Acked {
     c.args(["--exact", "sled_crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR, dir)
         .env(CHILD_START, start.to_string())
+        // Logs merged every few hundred records, so kills land in merges too.
+        .env(halyard_store::logged::MERGE_AT_ENV, "300")
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = halyard_tests::ChildGuard::spawn(c);

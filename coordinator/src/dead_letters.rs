@@ -27,7 +27,7 @@ use halyard_proto::{JobId, Outcome};
 use halyard_store::redb::ReadableDatabase;
 
 use crate::report::{self, DeadLetter};
-use crate::state::{job_key, RunState, StateError, DONE, HISTORY, META, RESULTS, RETRIED};
+use crate::state::{job_key, RunState, StateError, DONE, HISTORY, META, RETRIED};
 use crate::CoordinatorError;
 
 const ROUND_KEY: &[u8] = b"retry_round";
@@ -90,29 +90,25 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
     }
     // One atomic, durable update: a crash leaves the run as it was or wholly re-queued,
     // never with results moved to the history while their items still count as finished.
-    let update = || -> Result<(), StateError> {
-        let tx = db.begin_write()?;
-        {
-            let mut results = tx.open_table(RESULTS)?;
+    state.results_table().write(
+        db,
+        halyard_store::redb::Durability::Immediate,
+        |tx, results| {
             let mut retried = tx.open_table(RETRIED)?;
             let mut history = tx.open_table(HISTORY)?;
             for job in &failed {
-                let key = &job.as_bytes()[..];
-                let raw = results.remove(key)?.map(|v| v.value().to_vec());
-                if let Some(raw) = raw {
+                if let Some(raw) = results.remove(job.as_bytes())? {
                     let mut hkey = round.to_be_bytes().to_vec();
-                    hkey.extend_from_slice(key);
+                    hkey.extend_from_slice(job.as_bytes());
                     history.insert(&hkey[..], &raw[..])?;
                 }
-                retried.insert(key, &round.to_be_bytes()[..])?;
+                retried.insert(&job.as_bytes()[..], &round.to_be_bytes()[..])?;
             }
             tx.open_table(DONE)?.retain(|_, _| false)?;
             tx.open_table(META)?.insert(ROUND_KEY, &round.to_be_bytes()[..])?;
-        }
-        tx.commit()?;
-        Ok(())
-    };
-    update()?;
+            Ok::<_, StateError>(())
+        },
+    )?;
     Ok(Requeued { round, jobs })
 }
 

@@ -6,7 +6,9 @@
 //! - `results`: job id → the first result received for it, as a [`StoredResult`] in the
 //!   compact form of [`halyard_proto::stored`] (outcome, deliveries, cached; whole
 //!   [`JobResult`]s written by earlier builds still read). Inserted only if the job has
-//!   none, so a job is counted once whatever duplicates arrive.
+//!   none, so a job is counted once whatever duplicates arrive. Written through its log
+//!   `results_log` ([`halyard_store::Logged`]: job ids are random, and inserted one by
+//!   one each would copy a page of the table).
 //! - `done`: item key → the item's final label (encoded by the pipeline).
 //! - `jobs`: job id → [`JobMeta`] (pool, stage, model) of jobs that became dead letters,
 //!   written when an item's evaluation meets the dead letter; used to describe dead
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use halyard_proto::stored::{decode_result, encode_result};
 use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome, StoredResult};
 use halyard_store::redb::{self, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
-use halyard_store::{table, Table};
+use halyard_store::{table, LogTable, Logged, Table};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -106,6 +108,7 @@ pub const CACHE_BYTES: usize = 64 << 20;
 
 pub(crate) const META: Table = table("meta");
 pub(crate) const RESULTS: Table = table("results");
+const RESULTS_LOG: LogTable = redb::TableDefinition::new("results_log");
 pub(crate) const DONE: Table = table("done");
 const JOBS: Table = table("jobs");
 pub(crate) const RETRIED: Table = table("retried");
@@ -119,6 +122,8 @@ type Scan = redb::Range<'static, &'static [u8], &'static [u8]>;
 /// keeps other processes out).
 pub struct RunState {
     db: Arc<Database>,
+    /// The `results` table and its log.
+    results: Logged,
     /// Every job with a stored result (filled at open, then on insert): most lookups
     /// are for jobs just planned, which have none, and need not reach the store.
     stored: JobIdFilter,
@@ -147,18 +152,29 @@ impl RunState {
     pub fn open(dir: &Path) -> Result<RunState, StateError> {
         let db = halyard_store::open(dir, CACHE_BYTES, &TABLES)
             .map_err(|reason| StateError::Open { path: dir.display().to_string(), reason })?;
+        let results = Logged::open(&db, RESULTS, RESULTS_LOG)?;
         let stored = JobIdFilter::new();
-        let mut results_at_open = 0;
-        {
-            let tx = db.begin_read()?;
-            for kv in tx.open_table(RESULTS)?.range::<&[u8]>(..)? {
-                let (key, _) = kv?;
-                let id = job_key(key.value(), "results")?;
+        let mut bad_key = None;
+        let results_at_open = results.for_each_id(&db, |key| match job_key(key, "results") {
+            Ok(id) => {
                 stored.insert(&id);
-                results_at_open += 1;
+                true
             }
+            Err(e) => {
+                bad_key = Some(e);
+                false
+            }
+        })?;
+        if let Some(e) = bad_key {
+            return Err(e);
         }
-        Ok(RunState { db: Arc::new(db), stored, results_at_open, dirty: AtomicBool::new(false) })
+        Ok(RunState {
+            db: Arc::new(db),
+            results,
+            stored,
+            results_at_open,
+            dirty: AtomicBool::new(false),
+        })
     }
 
     /// One value of `table`.
@@ -231,8 +247,7 @@ impl RunState {
     /// likewise. Not durable until [`RunState::flush`].
     pub fn commit_writes(&self, writes: &[Write<'_>]) -> Result<(), StateError> {
         let trip = failpoint::mid_commit(writes.len());
-        self.write(|tx| {
-            let mut results = tx.open_table(RESULTS)?;
+        self.results.write(&self.db, redb::Durability::None, |tx, results| {
             let mut done = tx.open_table(DONE)?;
             let mut jobs = tx.open_table(JOBS)?;
             let mut meta = tx.open_table(META)?;
@@ -246,12 +261,12 @@ impl RunState {
                         // The filter has no false negatives: a job it has never seen has
                         // no result, unless this batch holds it twice.
                         let absent = if self.stored.may_contain(job) {
-                            results.get(&job.as_bytes()[..])?.is_none()
+                            !results.contains(job.as_bytes())?
                         } else {
                             fresh.insert(**job)
                         };
                         if absent {
-                            results.insert(&job.as_bytes()[..], *bytes)?;
+                            results.insert(job.as_bytes(), bytes)?;
                         }
                     }
                     Write::Label(item, label) => {
@@ -267,8 +282,9 @@ impl RunState {
                     }
                 }
             }
-            Ok(())
+            Ok::<_, StateError>(())
         })?;
+        self.dirty.store(true, Ordering::Release);
         for w in writes {
             if let Write::Result(job, _) = w {
                 self.stored.insert(job);
@@ -284,16 +300,21 @@ impl RunState {
             encode_result(&StoredResult::from(r)).map_err(|e| StateError::Io(e.to_string()))?;
         let job = r.job;
         let may_have = self.stored.may_contain(&job);
-        let inserted = self.write(|tx| {
-            let mut results = tx.open_table(RESULTS)?;
-            if may_have && results.get(&job.as_bytes()[..])?.is_some() {
-                return Ok(false);
+        let inserted = self.results.write(&self.db, redb::Durability::None, |_, results| {
+            if may_have && results.contains(job.as_bytes())? {
+                return Ok::<_, StateError>(false);
             }
-            results.insert(&job.as_bytes()[..], &encoded[..])?;
+            results.insert(job.as_bytes(), &encoded)?;
             Ok(true)
         })?;
+        self.dirty.store(true, Ordering::Release);
         self.stored.insert(&job);
         Ok(inserted)
+    }
+
+    /// The `results` table (for `dead_letters`, which moves results out of it).
+    pub(crate) fn results_table(&self) -> &Logged {
+        &self.results
     }
 
     /// Results recorded when the state was opened.
@@ -305,10 +326,7 @@ impl RunState {
         if !self.stored.may_contain(job) {
             return Ok(None);
         }
-        match self.get(RESULTS, job.as_bytes())? {
-            None => Ok(None),
-            Some(b) => decode_stored(job, &b).map(Some),
-        }
+        self.results.get(&self.db, job.as_bytes(), |b| decode_stored(job, b))?.transpose()
     }
 
     /// Whether a result is stored for `job` (no decoding; most lookups stop at the filter).
@@ -316,7 +334,7 @@ impl RunState {
         if !self.stored.may_contain(job) {
             return Ok(false);
         }
-        self.contains(RESULTS, job.as_bytes())
+        Ok(self.results.contains(&self.db, job.as_bytes())?)
     }
 
     pub fn job_meta(&self, job: &JobId) -> Result<Option<JobMeta>, StateError> {
@@ -360,7 +378,8 @@ impl RunState {
 
     /// Every recorded result with its job (for totals and dead letters).
     pub fn results(&self) -> impl Iterator<Item = Result<(JobId, StoredResult), StateError>> + '_ {
-        entries(self.scan(RESULTS, None)).map(|kv| {
+        let scan = self.results.entries(&self.db).map_err(StateError::from);
+        scan_items(scan.map(|s| s.map(|kv| kv.map_err(StateError::from)))).map(|kv| {
             let (k, v) = kv?;
             let job = job_key(&k, "results")?;
             Ok((job, decode_stored(&job, &v)?))
@@ -461,17 +480,26 @@ impl Drop for RunState {
     }
 }
 
-/// The entries of a scan as owned bytes; a scan that could not start is one error.
-fn entries(
-    scan: Result<Scan, StateError>,
-) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StateError>> {
+/// The items of a scan; a scan that could not start is one error.
+fn scan_items<T>(
+    scan: Result<impl Iterator<Item = Result<T, StateError>>, StateError>,
+) -> impl Iterator<Item = Result<T, StateError>> {
     let (failed, scan) = match scan {
         Ok(s) => (None, Some(s)),
         Err(e) => (Some(Err(e)), None),
     };
-    failed.into_iter().chain(scan.into_iter().flatten().map(|kv| {
-        let (k, v) = kv?;
-        Ok((k.value().to_vec(), v.value().to_vec()))
+    failed.into_iter().chain(scan.into_iter().flatten())
+}
+
+/// The entries of a scan as owned bytes; a scan that could not start is one error.
+fn entries(
+    scan: Result<Scan, StateError>,
+) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StateError>> {
+    scan_items(scan.map(|s| {
+        s.map(|kv| {
+            let (k, v) = kv?;
+            Ok((k.value().to_vec(), v.value().to_vec()))
+        })
     }))
 }
 

@@ -23,6 +23,9 @@
 
 use std::path::Path;
 
+pub mod logged;
+pub use logged::{LogTable, Logged};
+
 use halyard_proto::store_mark;
 pub use redb;
 use redb::{Database, ReadableDatabase, TableDefinition};

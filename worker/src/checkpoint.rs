@@ -1,5 +1,7 @@
 //! The worker's checkpoint: every completed call, keyed by job id, in one redb database
-//! ([`halyard_store`]), each in the compact form of [`halyard_proto::stored`].
+//! ([`halyard_store`]), each in the compact form of [`halyard_proto::stored`]. The table
+//! is written through its log ([`halyard_store::Logged`]): job ids are random, and
+//! inserted one by one each would copy a page of the table.
 //!
 //! Reads go straight to the store (each in a snapshot of its own). Writes go through a
 //! small actor that does **group commit**: it takes every write waiting in its channel
@@ -17,8 +19,8 @@
 use std::path::Path;
 
 use halyard_proto::{Completion, JobId, JobIdFilter};
-use halyard_store::redb::{self, Database, ReadableDatabase, ReadableTableMetadata};
-use halyard_store::{table, Table};
+use halyard_store::redb::{self, Database};
+use halyard_store::{table, LogTable, Logged, Table};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -45,6 +47,7 @@ type WriteReq = (JobId, Vec<u8>, oneshot::Sender<Result<(), CheckpointError>>);
 #[derive(Clone)]
 pub struct Checkpoint {
     db: Arc<Database>,
+    table: Arc<Logged>,
     tx: mpsc::Sender<WriteReq>,
     writer: Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
     known: Arc<Known>,
@@ -61,6 +64,7 @@ struct Known {
 }
 
 const COMPLETIONS: Table = table("completions");
+const COMPLETIONS_LOG: LogTable = redb::TableDefinition::new("completions_log");
 /// Page cache of the checkpoint.
 const CACHE_BYTES: usize = 64 << 20;
 /// Largest number of writes committed by one flush.
@@ -78,50 +82,65 @@ impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
         let db = halyard_store::open(dir, CACHE_BYTES, &[COMPLETIONS])
             .map_err(|reason| CheckpointError::Open { path: dir.display().to_string(), reason })?;
-        Ok(Self::from_db(db))
+        Self::from_db(db).map_err(|e| CheckpointError::Open {
+            path: dir.display().to_string(),
+            reason: e.to_string(),
+        })
     }
 
     /// A store that lives in memory only (tests).
     pub fn temporary() -> Result<Checkpoint, CheckpointError> {
         let db = halyard_store::temporary(&[COMPLETIONS])
             .map_err(|reason| CheckpointError::Open { path: "<temporary>".into(), reason })?;
-        Ok(Self::from_db(db))
+        Self::from_db(db).map_err(|e| CheckpointError::Open {
+            path: "<temporary>".into(),
+            reason: e.to_string(),
+        })
     }
 
-    fn from_db(db: Database) -> Checkpoint {
+    fn from_db(db: Database) -> Result<Checkpoint, redb::Error> {
+        let table = Arc::new(Logged::open(&db, COMPLETIONS, COMPLETIONS_LOG)?);
         let db = Arc::new(db);
         let (tx, rx) = mpsc::channel(4096);
-        let writer = tokio::spawn(Writer { db: db.clone(), rx }.run());
+        let writer = tokio::spawn(Writer { db: db.clone(), table: table.clone(), rx }.run());
         let known = Arc::new(Known {
             filter: JobIdFilter::new(),
             complete: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             pass: std::sync::Mutex::new(None),
         });
-        let (k, d) = (known.clone(), db.clone());
+        let (k, d, t) = (known.clone(), db.clone(), table.clone());
         let pass = tokio::task::spawn_blocking(move || {
-            let keys = || -> Result<(), redb::Error> {
-                let tx = d.begin_read()?;
-                for kv in tx.open_table(COMPLETIONS)?.range::<&[u8]>(..)? {
-                    if k.stop.load(Ordering::Relaxed) {
-                        return Ok(());
-                    }
-                    match JobId::from_slice(kv?.0.value()) {
-                        Some(id) => k.filter.insert(&id),
-                        // Unreadable: leave the filter incomplete, so lookups keep going
-                        // to the store.
-                        None => return Ok(()),
-                    }
+            let mut readable = true;
+            let keys = t.for_each_id(&d, |key| {
+                if k.stop.load(Ordering::Relaxed) {
+                    readable = false;
+                    return false;
                 }
-                k.complete.store(true, Ordering::Release);
-                Ok(())
-            };
-            if let Err(e) = keys() {
-                tracing::warn!(error = %e, "checkpoint: reading the stored ids failed; lookups go to the store");
+                match JobId::from_slice(key) {
+                    Some(id) => k.filter.insert(&id),
+                    // Unreadable: leave the filter incomplete, so lookups keep going
+                    // to the store.
+                    None => readable = false,
+                }
+                readable
+            });
+            match keys {
+                Ok(_) if readable => k.complete.store(true, Ordering::Release),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "checkpoint: reading the stored ids failed; lookups go to the store")
+                }
             }
         });
         *known.pass.lock().unwrap_or_else(|p| p.into_inner()) = Some(pass);
-        Checkpoint { db, tx, writer: Arc::new(std::sync::Mutex::new(Some(writer))), known }
+        Ok(Checkpoint {
+            db,
+            table,
+            tx,
+            writer: Arc::new(std::sync::Mutex::new(Some(writer))),
+            known,
+        })
     }
 
     /// The stored completion for `job`, if any.
@@ -129,13 +148,12 @@ impl Checkpoint {
         if self.known.complete.load(Ordering::Acquire) && !self.known.filter.may_contain(job) {
             return Ok(None);
         }
-        let tx = self.db.begin_read().map_err(read_err)?;
-        let t = tx.open_table(COMPLETIONS).map_err(read_err)?;
-        let Some(bytes) = t.get(&job.as_bytes()[..]).map_err(read_err)? else {
-            return Ok(None);
-        };
-        halyard_proto::stored::decode_completion(bytes.value())
-            .map(Some)
+        let decoded = self
+            .table
+            .get(&self.db, job.as_bytes(), halyard_proto::stored::decode_completion)
+            .map_err(read_err)?;
+        decoded
+            .transpose()
             .map_err(|e| CheckpointError::Corrupt { job: *job, reason: e.to_string() })
     }
 
@@ -157,6 +175,7 @@ impl Checkpoint {
         self.known.stop.store(true, Ordering::Relaxed);
         let pass = self.known.pass.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(self.tx);
+        drop(self.table);
         drop(self.db);
         if let Some(p) = pass {
             let _ = p.await;
@@ -168,12 +187,7 @@ impl Checkpoint {
 
     /// Records stored (0 if the store cannot be read).
     pub fn len(&self) -> usize {
-        let count = || -> Result<u64, redb::Error> {
-            let tx = self.db.begin_read()?;
-            let n = tx.open_table(COMPLETIONS)?.len()?;
-            Ok(n)
-        };
-        count().unwrap_or(0) as usize
+        self.table.len(&self.db).unwrap_or(0) as usize
     }
 
     pub fn is_empty(&self) -> bool {
@@ -183,20 +197,22 @@ impl Checkpoint {
 
 struct Writer {
     db: Arc<Database>,
+    table: Arc<Logged>,
     rx: mpsc::Receiver<WriteReq>,
 }
 
 /// Commit `records` in one durable transaction.
-fn commit_group(db: &Database, records: &[(JobId, Vec<u8>)]) -> Result<(), redb::Error> {
-    let tx = db.begin_write()?;
-    {
-        let mut t = tx.open_table(COMPLETIONS)?;
+fn commit_group(
+    db: &Database,
+    table: &Logged,
+    records: &[(JobId, Vec<u8>)],
+) -> Result<(), redb::Error> {
+    table.write(db, redb::Durability::Immediate, |_, t| {
         for (job, bytes) in records {
-            t.insert(&job.as_bytes()[..], &bytes[..])?;
+            t.insert(job.as_bytes(), bytes)?;
         }
-    }
-    tx.commit()?;
-    Ok(())
+        Ok::<_, redb::Error>(())
+    })
 }
 
 impl Writer {
@@ -235,9 +251,9 @@ impl Writer {
             }
             writes += records.len() as u64;
             flushes += 1;
-            let db = self.db.clone();
+            let (db, table) = (self.db.clone(), self.table.clone());
             // The commit blocks on its fsync: off the async threads.
-            let res = tokio::task::spawn_blocking(move || commit_group(&db, &records))
+            let res = tokio::task::spawn_blocking(move || commit_group(&db, &table, &records))
                 .await
                 .map_err(|e| e.to_string())
                 .and_then(|r| r.map_err(|e| e.to_string()));
@@ -347,7 +363,7 @@ mod tests {
     async fn corrupt_record_is_an_error() {
         let cp = Checkpoint::temporary().unwrap();
         let id = JobId([1; 16]);
-        commit_group(&cp.db, &[(id, b"\xc1garbage".to_vec())]).unwrap();
+        commit_group(&cp.db, &cp.table, &[(id, b"\xc1garbage".to_vec())]).unwrap();
         // As the opening pass does for a record already on disk.
         cp.known.filter.insert(&id);
         let err = cp.get(&id).unwrap_err();

@@ -265,12 +265,12 @@ fn main() -> anyhow::Result<()> {
         drop(RunState::open(&dir.join("state"))?);
         let state_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        drop(
-            halyard_store::open(&dir.join("checkpoint"), 64 << 20, &[])
-                .map_err(anyhow::Error::msg)?,
-        );
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            anyhow::Ok(Checkpoint::open(&dir.join("checkpoint"))?.close().await)
+        })?;
         println!(
-            "reopened: run state in {state_s:.2} s (integrity check and id pass), checkpoint in {:.2} s (integrity check)",
+            "reopened: run state in {state_s:.2} s (integrity check, log and id pass), checkpoint in {:.2} s (integrity check, log)",
             t.elapsed().as_secs_f64()
         );
     }
