@@ -476,7 +476,7 @@ pub struct Entries {
 }
 
 impl Entries {
-    fn from_log(&mut self, key: Key, seq: u64) -> Result<(Vec<u8>, Vec<u8>), redb::Error> {
+    fn log_record(&mut self, key: Key, seq: u64) -> Result<(Vec<u8>, Vec<u8>), redb::Error> {
         let Some(bytes) = self.log.get(seq)? else {
             return Err(corrupt(format!("log record {seq} is missing")));
         };
@@ -506,11 +506,11 @@ impl Iterator for Entries {
                     Some(std::cmp::Ordering::Equal) => {
                         self.keyed.next();
                         self.log_ids.next();
-                        Some(self.from_log(lk, seq))
+                        Some(self.log_record(lk, seq))
                     }
                     _ => {
                         self.log_ids.next();
-                        Some(self.from_log(lk, seq))
+                        Some(self.log_record(lk, seq))
                     }
                 }
             }
@@ -533,14 +533,14 @@ mod tests {
     const KEYED: Table = crate::table("keyed");
     const LOG: LogTable = TableDefinition::new("keyed_log");
 
-    /// A seeded xorshift.
+    /// A seeded splitmix64.
     struct Rng(u64);
     impl Rng {
         fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let z = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
         }
         fn key(&mut self, of: u64) -> Key {
             let i = self.next() % of;
