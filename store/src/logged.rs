@@ -16,9 +16,11 @@
 //! log's merged records (a prefix of its sequence numbers) are deleted.
 //!
 //! Reads see exactly what a plain table would: the newest record of an id is in the log
-//! while the index names it, in the keyed table otherwise (readers read the index before
-//! they open their snapshot, and the index changes only after the commit it describes,
-//! so a record is never missed while it moves). The log and the keyed table change only
+//! while the index names it, in the keyed table otherwise. A reader opens its snapshot
+//! while it holds the index, and the index takes a commit only after it is made (writers
+//! take turns, and a writer's turn ends once the index has its commit), so the snapshot
+//! is the index's commit or the one after it, whose merge part, if any, copied the record
+//! the index names before deleting it: a record is never missed while it moves. The log and the keyed table change only
 //! in redb's atomic commits, and opening rebuilds the index from the log, so a crash at
 //! any point loses nothing: a merge cut short leaves records in both, the log's the newer
 //! (or the same), and the next merge copies them again.
@@ -113,6 +115,12 @@ fn split_log_record(seq: u64, bytes: &[u8]) -> Result<(Key, &[u8]), redb::Error>
     }
 }
 
+/// The sequence number after `seq`: an error, not a wrap onto record 0, at the end.
+fn next_seq(seq: u64) -> Result<u64, redb::Error> {
+    seq.checked_add(1)
+        .ok_or_else(|| corrupt(format!("log record {seq} has the last sequence number")))
+}
+
 /// The log's ids in `tx`, each with its newest record's sequence number, in id order.
 fn log_ids(tx: &ReadTransaction, log: LogTable) -> Result<BTreeMap<Key, u64>, redb::Error> {
     let mut ids = BTreeMap::new();
@@ -169,7 +177,7 @@ impl Logged {
         let tx = db.begin_read()?;
         let seqs = log_ids(&tx, log)?;
         let next = match tx.open_table(log)?.last()? {
-            Some((seq, _)) => seq.value() + 1,
+            Some((seq, _)) => next_seq(seq.value())?,
             None => 0,
         };
         let keyed_len = tx.open_table(keyed)?.len()?;
@@ -196,10 +204,22 @@ impl Logged {
         key: &Key,
         read: impl FnOnce(&[u8]) -> T,
     ) -> Result<Option<T>, redb::Error> {
-        // The index first, then the snapshot (module docs).
-        let seq = lock(&self.index).seqs.get(key).copied();
-        let tx = db.begin_read()?;
+        let (seq, tx) = self.lookup(db, key)?;
         self.get_in(&tx, seq, key, read)
+    }
+
+    /// Where the index puts `key`, and a snapshot opened while holding the index (module
+    /// docs).
+    fn lookup(
+        &self,
+        db: &Database,
+        key: &Key,
+    ) -> Result<(Option<u64>, ReadTransaction), redb::Error> {
+        let index = lock(&self.index);
+        let seq = index.seqs.get(key).copied();
+        let tx = db.begin_read()?;
+        drop(index);
+        Ok((seq, tx))
     }
 
     fn get_in<T>(
@@ -371,7 +391,7 @@ impl LoggedWrite<'_> {
         bytes.extend_from_slice(record);
         self.log.insert(self.next, &bytes[..])?;
         self.staged.insert(*key, self.next);
-        self.next += 1;
+        self.next = next_seq(self.next)?;
         Ok(())
     }
 
@@ -379,7 +399,8 @@ impl LoggedWrite<'_> {
     /// log is merged into the keyed table first, in this transaction, so no older record
     /// of the id is left in the log to take its place.
     pub fn remove(&mut self, key: &Key) -> Result<Option<Vec<u8>>, redb::Error> {
-        if !self.emptied {
+        // Again after an earlier removal of this transaction if records were logged since.
+        if !self.emptied || !self.staged.is_empty() {
             let mut newest = BTreeMap::new();
             for kv in self.log.range::<u64>(..)? {
                 let (seq, bytes) = kv?;
@@ -416,9 +437,10 @@ impl LoggedWrite<'_> {
         }
         // The part's ids are taken from the index, and the lock let go before the records
         // are copied: readers do not wait for the copy.
+        // Due by records, replaced ones included: they are deleted by the merge too.
+        let n = self.log.len()?;
         let (part, mut keyed_len) = {
             let index = lock(&self.logged.index);
-            let n = index.seqs.len() as u64;
             let due = n >= self.logged.min_merge && n >= (index.keyed_len / 4).min(MAX_MERGE);
             // A merge takes the records committed before the transaction that starts it.
             if self.merge.is_none() && due {
@@ -665,6 +687,61 @@ mod tests {
         drop(t);
         let t = Logged::open_merging_at(&db, KEYED, LOG, 1000).unwrap();
         check(&db, &t, &model);
+    }
+
+    /// A reader's snapshot and its look in the index stay one view: an id replaced and
+    /// its older record merged and deleted by later commits still reads as it was then.
+    #[test]
+    fn a_lookup_reads_its_own_moment_while_records_move() {
+        let db = crate::temporary(&[KEYED]).unwrap();
+        let t = Logged::open_merging_at(&db, KEYED, LOG, 4).unwrap();
+        let k = [0xf5; 16];
+        t.write(&db, Durability::None, |_, w| w.insert(&k, b"old")).unwrap();
+        let (seq, tx) = t.lookup(&db, &k).unwrap();
+        // Replaced, then enough commits for a whole merge (16 parts), which deletes the
+        // old record from the log.
+        t.write(&db, Durability::None, |_, w| w.insert(&k, b"new")).unwrap();
+        for i in 0..40u8 {
+            t.write(&db, Durability::None, |_, w| w.insert(&[i; 16], &[i])).unwrap();
+        }
+        let now = db.begin_read().unwrap();
+        assert!(now.open_table(LOG).unwrap().get(seq.unwrap()).unwrap().is_none(), "not merged");
+        let then = t.get_in(&tx, seq, &k, |r| r.to_vec()).unwrap();
+        assert_eq!(then.as_deref(), Some(&b"old"[..]));
+        assert_eq!(t.get(&db, &k, |r| r.to_vec()).unwrap().as_deref(), Some(&b"new"[..]));
+    }
+
+    /// Removing again in the same transaction, after records were written since the
+    /// first removal, takes those out too.
+    #[test]
+    fn a_second_removal_sees_the_records_written_since() {
+        let db = crate::temporary(&[KEYED]).unwrap();
+        let t = Logged::open_merging_at(&db, KEYED, LOG, 1000).unwrap();
+        t.write(&db, Durability::None, |_, w| w.insert(&[1; 16], b"a")).unwrap();
+        let got = t
+            .write(&db, Durability::None, |_, w| {
+                w.remove(&[1; 16])?;
+                w.insert(&[2; 16], b"b")?;
+                w.insert(&[2; 16], b"c")?;
+                let removed = w.remove(&[2; 16])?;
+                Ok::<_, redb::Error>((removed, w.contains(&[2; 16])?))
+            })
+            .unwrap();
+        assert_eq!(got, (Some(b"c".to_vec()), false));
+        check(&db, &t, &BTreeMap::new());
+    }
+
+    /// A log whose last record has the last sequence number is refused, not wrapped onto
+    /// record 0.
+    #[test]
+    fn the_last_sequence_number_is_an_error_not_a_wrap() {
+        let db = crate::temporary(&[KEYED]).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(KEYED).unwrap();
+        tx.open_table(LOG).unwrap().insert(u64::MAX, &[5u8; 17][..]).unwrap();
+        tx.commit().unwrap();
+        let e = Logged::open(&db, KEYED, LOG).err().unwrap().to_string();
+        assert!(e.contains("last sequence number"), "{e}");
     }
 
     /// A transaction whose update fails commits nothing: the index does not take its
