@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use halyard_proto::stored::{decode_result, encode_result};
 use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome, StoredResult};
+use halyard_store::logged::LoggedWrite;
 use halyard_store::redb::{self, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use halyard_store::{table, LogTable, Logged, Table};
 use serde::{Deserialize, Serialize};
@@ -107,7 +108,7 @@ impl ItemKey {
 pub const CACHE_BYTES: usize = 64 << 20;
 
 pub(crate) const META: Table = table("meta");
-pub(crate) const RESULTS: Table = table("results");
+const RESULTS: Table = table("results");
 const RESULTS_LOG: LogTable = redb::TableDefinition::new("results_log");
 pub(crate) const DONE: Table = table("done");
 const JOBS: Table = table("jobs");
@@ -207,6 +208,16 @@ impl RunState {
         Ok(out)
     }
 
+    /// [`RunState::write`] with the writer of `results` too (see [`Logged::write`]).
+    fn write_results<T>(
+        &self,
+        update: impl FnOnce(&redb::WriteTransaction, &mut LoggedWrite<'_>) -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        let out = self.results.write(&self.db, redb::Durability::None, update)?;
+        self.dirty.store(true, Ordering::Release);
+        Ok(out)
+    }
+
     /// A scan of `table` from `lo` to `hi` (inclusive), or all of it.
     fn scan(&self, table: Table, bounds: Option<(&[u8], &[u8])>) -> Result<Scan, StateError> {
         let tx = self.db.begin_read()?;
@@ -247,7 +258,7 @@ impl RunState {
     /// likewise. Not durable until [`RunState::flush`].
     pub fn commit_writes(&self, writes: &[Write<'_>]) -> Result<(), StateError> {
         let trip = failpoint::mid_commit(writes.len());
-        self.results.write(&self.db, redb::Durability::None, |tx, results| {
+        self.write_results(|tx, results| {
             let mut done = tx.open_table(DONE)?;
             let mut jobs = tx.open_table(JOBS)?;
             let mut meta = tx.open_table(META)?;
@@ -282,9 +293,8 @@ impl RunState {
                     }
                 }
             }
-            Ok::<_, StateError>(())
+            Ok(())
         })?;
-        self.dirty.store(true, Ordering::Release);
         for w in writes {
             if let Write::Result(job, _) = w {
                 self.stored.insert(job);
@@ -300,14 +310,13 @@ impl RunState {
             encode_result(&StoredResult::from(r)).map_err(|e| StateError::Io(e.to_string()))?;
         let job = r.job;
         let may_have = self.stored.may_contain(&job);
-        let inserted = self.results.write(&self.db, redb::Durability::None, |_, results| {
+        let inserted = self.write_results(|_, results| {
             if may_have && results.contains(job.as_bytes())? {
-                return Ok::<_, StateError>(false);
+                return Ok(false);
             }
             results.insert(job.as_bytes(), &encoded)?;
             Ok(true)
         })?;
-        self.dirty.store(true, Ordering::Release);
         self.stored.insert(&job);
         Ok(inserted)
     }

@@ -72,8 +72,6 @@ struct Index {
     seqs: BTreeMap<Key, u64>,
     /// The sequence number of the next record.
     next: u64,
-    /// Records in the keyed table.
-    keyed_len: u64,
     merge: Option<Merge>,
 }
 
@@ -86,13 +84,11 @@ struct Merge {
 }
 
 /// What a write transaction did, applied to the index once it is committed.
-#[derive(Default)]
 struct Done {
     appended: Vec<(Key, u64)>,
     next: u64,
     merged: Vec<(Key, u64)>,
     merge: Option<Merge>,
-    keyed_len: u64,
     /// The whole log was merged and emptied ([`LoggedWrite::remove`]).
     emptied: bool,
 }
@@ -121,15 +117,34 @@ fn next_seq(seq: u64) -> Result<u64, redb::Error> {
         .ok_or_else(|| corrupt(format!("log record {seq} has the last sequence number")))
 }
 
-/// The log's ids in `tx`, each with its newest record's sequence number, in id order.
-fn log_ids(tx: &ReadTransaction, log: LogTable) -> Result<BTreeMap<Key, u64>, redb::Error> {
+/// The ids in `log`, each with its newest record's sequence number, in id order.
+fn newest_ids(
+    log: &impl ReadableTable<u64, &'static [u8]>,
+) -> Result<BTreeMap<Key, u64>, redb::Error> {
     let mut ids = BTreeMap::new();
-    for kv in tx.open_table(log)?.range::<u64>(..)? {
+    for kv in log.range::<u64>(..)? {
         let (seq, bytes) = kv?;
         let (key, _) = split_log_record(seq.value(), bytes.value())?;
         ids.insert(key, seq.value());
     }
     Ok(ids)
+}
+
+/// The log's ids in `tx` ([`newest_ids`]).
+fn log_ids(tx: &ReadTransaction, log: LogTable) -> Result<BTreeMap<Key, u64>, redb::Error> {
+    newest_ids(&tx.open_table(log)?)
+}
+
+/// The record (without its id) of log record `seq`, which must be there.
+fn log_record(
+    log: &impl ReadableTable<u64, &'static [u8]>,
+    seq: u64,
+) -> Result<Vec<u8>, redb::Error> {
+    let Some(bytes) = log.get(seq)? else {
+        return Err(corrupt(format!("log record {seq} is missing")));
+    };
+    let (_, record) = split_log_record(seq, bytes.value())?;
+    Ok(record.to_vec())
 }
 
 /// The first id of part `part` of the key space, and the first of the next (none for the
@@ -145,8 +160,8 @@ fn part_bounds(part: u16) -> (Key, Option<Key>) {
 }
 
 impl Logged {
-    /// The logged table `keyed` with its log `log` in `db` (both created by the store's
-    /// open). Merges a log left by an earlier process into the keyed table first.
+    /// The logged table `keyed` with its log `log` in `db` (created if missing), its index
+    /// read from the log an earlier process left.
     pub fn open(db: &Database, keyed: Table, log: LogTable) -> Result<Logged, redb::Error> {
         let at = std::env::var(MERGE_AT_ENV).ok().and_then(|v| v.trim().parse().ok());
         Self::open_merging_at(db, keyed, log, at.unwrap_or(MIN_MERGE))
@@ -180,7 +195,6 @@ impl Logged {
             Some((seq, _)) => next_seq(seq.value())?,
             None => 0,
         };
-        let keyed_len = tx.open_table(keyed)?.len()?;
         if !seqs.is_empty() {
             tracing::debug!(
                 table = keyed.name(),
@@ -191,7 +205,7 @@ impl Logged {
         Ok(Logged {
             keyed,
             log,
-            index: Mutex::new(Index { seqs, next, keyed_len, merge: None }),
+            index: Mutex::new(Index { seqs, next, merge: None }),
             min_merge: min_merge.max(1),
             turn: Mutex::new(()),
         })
@@ -256,16 +270,12 @@ impl Logged {
         let tx = db.begin_read()?;
         let keyed = tx.open_table(self.keyed)?;
         let mut n = keyed.len()?;
-        for (key, _) in self.log_ids(&tx)? {
+        for (key, _) in log_ids(&tx, self.log)? {
             if keyed.get(&key[..])?.is_none() {
                 n += 1;
             }
         }
         Ok(n)
-    }
-
-    fn log_ids(&self, tx: &ReadTransaction) -> Result<BTreeMap<Key, u64>, redb::Error> {
-        log_ids(tx, self.log)
     }
 
     /// Call `each` with every id that has a record, in one snapshot (the keyed table's in
@@ -276,7 +286,7 @@ impl Logged {
         mut each: impl FnMut(&[u8]) -> bool,
     ) -> Result<u64, redb::Error> {
         let tx = db.begin_read()?;
-        let in_log = self.log_ids(&tx)?;
+        let in_log = log_ids(&tx, self.log)?;
         let mut n = 0;
         for kv in tx.open_table(self.keyed)?.range::<&[u8]>(..)? {
             let (key, _) = kv?;
@@ -301,7 +311,7 @@ impl Logged {
     /// Every id with its newest record, in id order, in one snapshot.
     pub fn entries(&self, db: &Database) -> Result<Entries, redb::Error> {
         let tx = db.begin_read()?;
-        let log_ids = self.log_ids(&tx)?.into_iter().peekable();
+        let log_ids = log_ids(&tx, self.log)?.into_iter().peekable();
         let log = tx.open_table(self.log)?;
         let keyed = tx.open_table(self.keyed)?.range::<&[u8]>(..)?;
         Ok(Entries { keyed: keyed.peekable(), log, log_ids })
@@ -350,7 +360,6 @@ impl Logged {
         index.seqs.extend(done.appended);
         index.next = done.next;
         index.merge = done.merge;
-        index.keyed_len = done.keyed_len;
         Ok(out)
     }
 
@@ -401,18 +410,9 @@ impl LoggedWrite<'_> {
     pub fn remove(&mut self, key: &Key) -> Result<Option<Vec<u8>>, redb::Error> {
         // Again after an earlier removal of this transaction if records were logged since.
         if !self.emptied || !self.staged.is_empty() {
-            let mut newest = BTreeMap::new();
-            for kv in self.log.range::<u64>(..)? {
-                let (seq, bytes) = kv?;
-                let (k, _) = split_log_record(seq.value(), bytes.value())?;
-                newest.insert(k, seq.value());
-            }
-            for (k, seq) in newest {
-                let bytes = self.log.get(seq)?.map(|v| v.value().to_vec());
-                if let Some(bytes) = bytes {
-                    let (_, record) = split_log_record(seq, &bytes)?;
-                    self.keyed.insert(&k[..], record)?;
-                }
+            for (k, seq) in newest_ids(&self.log)? {
+                let record = log_record(&self.log, seq)?;
+                self.keyed.insert(&k[..], &record[..])?;
             }
             self.log.retain(|_, _| false)?;
             self.staged.clear();
@@ -423,50 +423,32 @@ impl LoggedWrite<'_> {
         Ok(removed)
     }
 
-    /// Carry out one part of a merge, starting one if the log is due.
+    /// Carry out one part of a merge, starting one if the log is due (none once the log
+    /// was emptied: the index's records are gone).
     fn finish(mut self) -> Result<Done, redb::Error> {
-        if self.emptied {
-            return Ok(Done {
-                appended: self.staged.into_iter().collect(),
-                next: self.next,
-                merged: Vec::new(),
-                merge: None,
-                keyed_len: self.keyed.len()?,
-                emptied: true,
-            });
-        }
-        // The part's ids are taken from the index, and the lock let go before the records
-        // are copied: readers do not wait for the copy.
         // Due by records, replaced ones included: they are deleted by the merge too.
-        let n = self.log.len()?;
-        let (part, mut keyed_len) = {
-            let index = lock(&self.logged.index);
-            let due = n >= self.logged.min_merge && n >= (index.keyed_len / 4).min(MAX_MERGE);
-            // A merge takes the records committed before the transaction that starts it.
-            if self.merge.is_none() && due {
-                self.merge = Some(Merge { below: self.first, part: 0 });
-            }
-            let part = self.merge.map(|m| {
+        let (n, keyed_len) = (self.log.len()?, self.keyed.len()?);
+        let due = n >= self.logged.min_merge && n >= (keyed_len / 4).min(MAX_MERGE);
+        // A merge takes the records committed before the transaction that starts it.
+        if self.merge.is_none() && due && !self.emptied {
+            self.merge = Some(Merge { below: self.first, part: 0 });
+        }
+        let mut merged = Vec::new();
+        if let Some(m) = self.merge {
+            // The part's ids are taken from the index, and the lock let go before the
+            // records are copied: readers do not wait for the copy.
+            let ids: Vec<(Key, u64)> = {
+                let index = lock(&self.logged.index);
                 let (lo, hi) = part_bounds(m.part);
                 let range = match hi {
                     Some(hi) => index.seqs.range(lo..hi),
                     None => index.seqs.range(lo..),
                 };
-                let ids: Vec<(Key, u64)> =
-                    range.filter(|(_, &seq)| seq < m.below).map(|(k, &s)| (*k, s)).collect();
-                (m, ids)
-            });
-            (part, index.keyed_len)
-        };
-        let mut merged = Vec::new();
-        if let Some((m, ids)) = part {
+                range.filter(|(_, &seq)| seq < m.below).map(|(k, &s)| (*k, s)).collect()
+            };
             for (key, seq) in ids {
-                let bytes = self.log.get(seq)?.map(|v| v.value().to_vec());
-                let Some(bytes) = bytes else {
-                    return Err(corrupt(format!("log record {seq} is missing")));
-                };
-                let (_, record) = split_log_record(seq, &bytes)?;
-                self.keyed.insert(&key[..], record)?;
+                let record = log_record(&self.log, seq)?;
+                self.keyed.insert(&key[..], &record[..])?;
                 merged.push((key, seq));
             }
             self.merge = if m.part + 1 < PARTS {
@@ -477,15 +459,13 @@ impl LoggedWrite<'_> {
                 self.log.retain_in::<u64, _>(..m.below, |_, _| false)?;
                 None
             };
-            keyed_len = self.keyed.len()?;
         }
         Ok(Done {
             appended: self.staged.into_iter().collect(),
             next: self.next,
             merged,
             merge: self.merge,
-            keyed_len,
-            emptied: false,
+            emptied: self.emptied,
         })
     }
 }
@@ -498,12 +478,8 @@ pub struct Entries {
 }
 
 impl Entries {
-    fn log_record(&mut self, key: Key, seq: u64) -> Result<(Vec<u8>, Vec<u8>), redb::Error> {
-        let Some(bytes) = self.log.get(seq)? else {
-            return Err(corrupt(format!("log record {seq} is missing")));
-        };
-        let (_, record) = split_log_record(seq, bytes.value())?;
-        Ok((key.to_vec(), record.to_vec()))
+    fn log_record(&self, key: Key, seq: u64) -> Result<(Vec<u8>, Vec<u8>), redb::Error> {
+        Ok((key.to_vec(), log_record(&self.log, seq)?))
     }
 }
 
