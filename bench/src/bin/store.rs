@@ -9,7 +9,7 @@
 //! blocks, as `du` counts them), per job and, with `--text`, as a multiple of the answer
 //! text.
 //!
-//! `cargo run --release -p halyard-bench --bin store -- [--jobs 100000] [--text 0] [--batch 1024] [--engine halyard|sled]`
+//! `cargo run --release -p halyard-bench --bin store -- [--jobs 100000] [--text 0] [--batch 1024] [--engine halyard|sled] [--compact] [--stats]`
 //!
 //! `--text N`: answers of about N bytes of English-like text (words drawn from a fixed
 //! list by a seeded generator); 0 is the noop pipeline's empty answer. `--answers FILE`:
@@ -60,6 +60,10 @@ struct Args {
     /// file system), as a finished run's could be.
     #[arg(long)]
     compact: bool,
+    /// Print redb's statistics of each table of both stores (pages, bytes stored, room
+    /// left in pages) and of the files (pages allocated, free).
+    #[arg(long)]
+    stats: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -288,6 +292,16 @@ fn main() -> anyhow::Result<()> {
         }
         println!("compacted both stores in {:.1} s", t.elapsed().as_secs_f64());
     }
+    if args.stats {
+        if let Engine::Sled = args.engine {
+            anyhow::bail!("--stats reads Halyard's stores (redb), not sled's");
+        }
+        for d in ["state", "checkpoint"] {
+            for line in stats(d, &dir.join(d))? {
+                println!("{line}");
+            }
+        }
+    }
     let (st, cp) =
         (procs::disk_bytes(&dir.join("state"))?, procs::disk_bytes(&dir.join("checkpoint"))?);
     let n = args.jobs.max(1) as f64;
@@ -321,6 +335,64 @@ fn main() -> anyhow::Result<()> {
 /// The same records in sled 0.34, as Halyard's stores wrote them before issue 19: per
 /// batch, the checkpoint's records in one batch and a flush, then the run state's
 /// results, labels and cost totals in one transaction over three trees and a flush.
+/// redb's statistics of the store in `dir`, one line per table that holds pages, then
+/// one for the file.
+fn stats(name: &str, dir: &Path) -> anyhow::Result<Vec<String>> {
+    use halyard_store::redb::{ReadableDatabase, ReadableTableMetadata, TableHandle};
+    let db = halyard_store::open(dir, 64 << 20, &[]).map_err(anyhow::Error::msg)?;
+    let mut lines = Vec::new();
+    let tx = db.begin_read()?;
+    for handle in tx.list_tables()? {
+        let t = tx.open_untyped_table(handle)?;
+        let s = t.stats()?;
+        if s.leaf_pages() == 0 {
+            continue;
+        }
+        lines.push(format!(
+            "  {name}/{:<20} {:>9} records {:>7} leaf + {:>5} branch pages; {:>6.1} MB stored, {:>5.1} MB metadata, {:>5.1} MB room left in pages",
+            t.name(),
+            t.len()?,
+            s.leaf_pages(),
+            s.branch_pages(),
+            s.stored_bytes() as f64 / 1e6,
+            s.metadata_bytes() as f64 / 1e6,
+            s.fragmented_bytes() as f64 / 1e6,
+        ));
+    }
+    drop(tx);
+    let s = db.begin_write()?.stats()?;
+    lines.push(format!(
+        "  {name}: {} pages of {} bytes allocated ({:.1} MB), {:.1} MB free or room left in pages",
+        s.allocated_pages(),
+        s.page_size(),
+        (s.allocated_pages() * s.page_size() as u64) as f64 / 1e6,
+        s.fragmented_bytes() as f64 / 1e6,
+    ));
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The statistics name each table that holds records, with its count, and the file.
+    #[test]
+    fn stats_name_tables_and_their_records() {
+        let d = tempfile::tempdir().unwrap();
+        let t = halyard_store::table("answers");
+        let db = halyard_store::open(d.path(), 1 << 20, &[t]).unwrap();
+        let tx = db.begin_write().unwrap();
+        for i in 0..10u8 {
+            tx.open_table(t).unwrap().insert(&[i][..], &[i; 100][..]).unwrap();
+        }
+        tx.commit().unwrap();
+        drop(db);
+        let lines = super::stats("state", d.path()).unwrap();
+        let line =
+            lines.iter().find(|l| l.contains("state/answers")).expect("a line for the table");
+        assert!(line.contains(" 10 records"), "{line}");
+        assert!(lines.last().unwrap().contains("pages of 4096 bytes allocated"), "{lines:?}");
+    }
+}
+
 mod sled_side {
     use super::*;
     use sled::Transactional;
