@@ -7,8 +7,10 @@
 //!   compact form of [`halyard_proto::stored`] (outcome, deliveries, cached; whole
 //!   [`JobResult`]s written by earlier builds still read). Inserted only if the job has
 //!   none, so a job is counted once whatever duplicates arrive. Written through its log
-//!   `results_log` ([`halyard_store::Logged`]: job ids are random, and inserted one by
-//!   one each would copy a page of the table).
+//!   `results_log` and kept in compressed blocks, `results_blocks`
+//!   ([`halyard_store::Logged`]: job ids are random, and inserted one by one each would
+//!   copy a page of the table); `results` itself holds records of earlier builds until
+//!   the run state is opened.
 //! - `done`: item key → the item's final label (encoded by the pipeline).
 //! - `jobs`: job id → [`JobMeta`] (pool, stage, model) of jobs that became dead letters,
 //!   written when an item's evaluation meets the dead letter; used to describe dead
@@ -32,7 +34,7 @@ use halyard_proto::stored::{decode_result, encode_result};
 use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome, StoredResult};
 use halyard_store::logged::LoggedWrite;
 use halyard_store::redb::{self, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
-use halyard_store::{table, LogTable, Logged, Table};
+use halyard_store::{table, LogTable, Logged, LoggedTables, Table};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -110,6 +112,10 @@ pub const CACHE_BYTES: usize = 64 << 20;
 pub(crate) const META: Table = table("meta");
 const RESULTS: Table = table("results");
 const RESULTS_LOG: LogTable = redb::TableDefinition::new("results_log");
+/// `results` written through its log and kept in blocks; the `results` table holds
+/// records of earlier builds, moved into blocks at open.
+const RESULTS_LOGGED: LoggedTables =
+    LoggedTables { blocks: table("results_blocks"), log: RESULTS_LOG, older: RESULTS };
 pub(crate) const DONE: Table = table("done");
 const JOBS: Table = table("jobs");
 pub(crate) const RETRIED: Table = table("retried");
@@ -153,7 +159,7 @@ impl RunState {
     pub fn open(dir: &Path) -> Result<RunState, StateError> {
         let db = halyard_store::open(dir, CACHE_BYTES, &TABLES)
             .map_err(|reason| StateError::Open { path: dir.display().to_string(), reason })?;
-        let results = Logged::open(&db, RESULTS, RESULTS_LOG)?;
+        let results = Logged::open(&db, RESULTS_LOGGED)?;
         let stored = JobIdFilter::new();
         let mut bad_key = None;
         let results_at_open = results.for_each_id(&db, |key| match job_key(key, "results") {

@@ -150,20 +150,83 @@ fn decode_compact<T: for<'de> Deserialize<'de>>(
     };
     let decompress_err = |reason: String| CodecError::Decompress { what, len: bytes.len(), reason };
     Some(match rest.split_first() {
-        Some((&COMPRESSED, frame)) => match zstd::bulk::decompress(frame, expanded_len(frame)) {
-            Ok(raw) => decode(&raw),
-            Err(e) => Err(decompress_err(e.to_string())),
-        },
-        Some((&COMPRESSED_DICT, frame)) => {
-            let cap = expanded_len(frame);
-            match with_dict_codec(|c| c.decompressor.decompress(frame, cap)) {
-                Some(Ok(raw)) => decode(&raw),
-                Some(Err(e)) => Err(decompress_err(e.to_string())),
-                None => Err(decompress_err("zstd cannot load the built-in dictionary".into())),
+        Some((&how, frame)) if how == COMPRESSED || how == COMPRESSED_DICT => {
+            match expand(how, frame) {
+                Ok(raw) => decode(&raw),
+                Err(reason) => Err(decompress_err(reason)),
             }
         }
         _ => decode(rest),
     })
+}
+
+/// The bytes of zstd frame `frame`, made as `how` says ([`COMPRESSED`] or
+/// [`COMPRESSED_DICT`]).
+fn expand(how: u8, frame: &[u8]) -> Result<Vec<u8>, String> {
+    let cap = expanded_len(frame);
+    if how == COMPRESSED_DICT {
+        match with_dict_codec(|c| c.decompressor.decompress(frame, cap)) {
+            Some(r) => r.map_err(|e| e.to_string()),
+            None => Err("zstd cannot load the built-in dictionary".into()),
+        }
+    } else {
+        zstd::bulk::decompress(frame, cap).map_err(|e| e.to_string())
+    }
+}
+
+/// First byte of bytes [`pack`] kept as they were (compression made them no smaller).
+const PACKED_RAW: u8 = 0x00;
+
+/// `raw` (a block of many records, `halyard_store::logged`) for the store: a byte naming
+/// how, then a zstd frame of it, with the built-in dictionary or without, or `raw`
+/// itself when compression makes it no smaller. Records compressed together share what
+/// a record alone cannot give zstd: short answers shrink about 3 times in blocks of 4
+/// KiB against 2.2 one at a time.
+pub fn pack(raw: &[u8]) -> Vec<u8> {
+    match compress(raw) {
+        Some((how, z)) if z.len() < raw.len() => {
+            let mut out = Vec::with_capacity(z.len() + 1);
+            out.push(how);
+            out.extend_from_slice(&z);
+            out
+        }
+        _ => {
+            let mut out = Vec::with_capacity(raw.len() + 1);
+            out.push(PACKED_RAW);
+            out.extend_from_slice(raw);
+            out
+        }
+    }
+}
+
+/// The bytes [`pack`] was given, or why they cannot be had.
+pub fn unpack(packed: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+    match packed.split_first() {
+        Some((&PACKED_RAW, raw)) => Ok(std::borrow::Cow::Borrowed(raw)),
+        Some((&how, frame)) if how == COMPRESSED || how == COMPRESSED_DICT => {
+            expand(how, frame).map(std::borrow::Cow::Owned)
+        }
+        Some((how, _)) => Err(format!("unknown packing {how:#04x}")),
+        None => Err("empty".into()),
+    }
+}
+
+/// `record` with its own compression undone (a compressed compact record becomes the
+/// compact record it was), so that a block compresses it together with its neighbours;
+/// any other record as it is, and so is a frame that does not expand (its reader reports
+/// it). Both forms decode alike.
+pub fn plain(record: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if let [MARKER, how, frame @ ..] = record {
+        if *how == COMPRESSED || *how == COMPRESSED_DICT {
+            if let Ok(raw) = expand(*how, frame) {
+                let mut out = Vec::with_capacity(raw.len() + 1);
+                out.push(MARKER);
+                out.extend_from_slice(&raw);
+                return std::borrow::Cow::Owned(out);
+            }
+        }
+    }
+    std::borrow::Cow::Borrowed(record)
 }
 
 /// The size a frame says it expands to, within [`MAX_EXPANDED`] (frames written here
@@ -412,5 +475,45 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
+    }
+
+    /// A compressed record comes out of [`plain`] as the compact record it was, and
+    /// decodes alike; other records pass as they are. [`pack`] keeps what compression
+    /// does not shrink, and [`unpack`] gives back what it was given, or an error naming
+    /// the packing.
+    #[test]
+    fn plain_records_and_packed_blocks_round_trip() {
+        let text = "The evidence does not support the claim. ".repeat(8);
+        let c = completion(&text, false);
+        let z = encode_completion(&c).unwrap();
+        assert_eq!(&z[..2], &[MARKER, COMPRESSED_DICT]);
+        let p = plain(&z);
+        assert_eq!(p[0], MARKER);
+        assert!(p.len() > z.len());
+        assert_eq!(decode_completion(&p).unwrap(), c);
+        let short = encode_completion(&completion("short", false)).unwrap();
+        assert!(matches!(plain(&short), std::borrow::Cow::Borrowed(_)));
+        // A damaged frame is left for its reader to report.
+        let damaged = [MARKER, COMPRESSED_DICT, 1, 2, 3];
+        assert_eq!(&plain(&damaged)[..], &damaged[..]);
+        assert!(decode_completion(&plain(&damaged)).is_err());
+        // Many records together: packed smaller than the records packed one by one.
+        let records: Vec<Vec<u8>> = (0..16)
+            .map(|i| {
+                plain(&encode_completion(&completion(&format!("{i}: {text}"), false)).unwrap())
+                    .into_owned()
+            })
+            .collect();
+        let block = records.concat();
+        let packed = pack(&block);
+        let alone: usize = records.iter().map(|r| pack(r).len()).sum();
+        assert!(packed.len() * 2 < alone, "{} packed together, {alone} alone", packed.len());
+        assert_eq!(&unpack(&packed).unwrap()[..], &block[..]);
+        let tiny = pack(b"ab");
+        assert_eq!(tiny, [PACKED_RAW, b'a', b'b']);
+        assert_eq!(&unpack(&tiny).unwrap()[..], b"ab");
+        assert!(unpack(&[0x7f, 1]).unwrap_err().contains("0x7f"));
+        assert!(unpack(&[]).is_err());
+        assert!(unpack(&[COMPRESSED_DICT, 9, 9]).is_err());
     }
 }

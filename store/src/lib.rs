@@ -24,7 +24,7 @@
 use std::path::Path;
 
 pub mod logged;
-pub use logged::{LogTable, Logged, LoggedWrite};
+pub use logged::{LogTable, Logged, LoggedWrite, Tables as LoggedTables};
 
 use halyard_proto::store_mark;
 pub use redb;

@@ -1,7 +1,7 @@
 //! The worker's checkpoint: every completed call, keyed by job id, in one redb database
 //! ([`halyard_store`]), each in the compact form of [`halyard_proto::stored`]. The table
-//! is written through its log ([`halyard_store::Logged`]): job ids are random, and
-//! inserted one by one each would copy a page of the table.
+//! is written through its log and kept in compressed blocks ([`halyard_store::Logged`]):
+//! job ids are random, and inserted one by one each would copy a page of the table.
 //!
 //! Reads go straight to the store (each in a snapshot of its own). Writes go through a
 //! small actor that does **group commit**: it takes every write waiting in its channel
@@ -20,7 +20,7 @@ use std::path::Path;
 
 use halyard_proto::{Completion, JobId, JobIdFilter};
 use halyard_store::redb::{self, Database};
-use halyard_store::{table, LogTable, Logged, Table};
+use halyard_store::{table, LogTable, Logged, LoggedTables, Table};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -65,6 +65,10 @@ struct Known {
 
 const COMPLETIONS: Table = table("completions");
 const COMPLETIONS_LOG: LogTable = redb::TableDefinition::new("completions_log");
+/// `completions` written through its log and kept in blocks; the `completions` table holds
+/// records of earlier builds, moved into blocks at open.
+const COMPLETIONS_LOGGED: LoggedTables =
+    LoggedTables { blocks: table("completions_blocks"), log: COMPLETIONS_LOG, older: COMPLETIONS };
 /// Page cache of the checkpoint.
 const CACHE_BYTES: usize = 64 << 20;
 /// Largest number of writes committed by one flush.
@@ -99,7 +103,7 @@ impl Checkpoint {
     }
 
     fn from_db(db: Database) -> Result<Checkpoint, redb::Error> {
-        let table = Arc::new(Logged::open(&db, COMPLETIONS, COMPLETIONS_LOG)?);
+        let table = Arc::new(Logged::open(&db, COMPLETIONS_LOGGED)?);
         let db = Arc::new(db);
         let (tx, rx) = mpsc::channel(4096);
         let writer = tokio::spawn(Writer { db: db.clone(), table: table.clone(), rx }.run());
