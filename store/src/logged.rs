@@ -25,7 +25,12 @@
 //!   the key space per commit for large runs, so no commit rewrites everything and the
 //!   file needs room for a part more, not all of it. A record is rewritten about once
 //!   per size class it climbs (log base [`FANOUT`] of its run sizes).
-//!   No flush starts while a merge goes on, so the merge's blocks stay at the end.
+//!   No flush starts while a merge goes on, so the merge's blocks stay at the end, and
+//!   a due merge starts before a flush, so runs cannot pile up.
+//!
+//! A flush or a merge part runs in a commit of its own after the write that made it due:
+//! if it fails (a damaged block), the write stands, its records stay in the log, and the
+//! next write tries again.
 //!
 //! Reads see exactly what a plain table would: the newest record of an id is in the log
 //! while the index names it, otherwise in the newest run that holds it. The runs a
@@ -127,11 +132,14 @@ struct Index {
     seqs: BTreeMap<Key, u64>,
     /// The sequence number of the next record.
     next: u64,
-    /// Bytes of the log's records.
+    /// Records in the log (replaced ones included) and their bytes.
+    log_records: u64,
     log_bytes: u64,
     /// The runs, oldest first.
     runs: Vec<Run>,
     merge: Option<RunMerge>,
+    /// The last flush or merge failed (warned once).
+    failing: bool,
 }
 
 /// A merge in progress: runs `inputs` into run `output`, part `part` of `parts` next.
@@ -149,6 +157,7 @@ struct RunMerge {
 struct Done {
     appended: Vec<(Key, u64)>,
     next: u64,
+    log_records: u64,
     log_bytes: u64,
     /// The log was flushed and emptied.
     emptied: bool,
@@ -246,7 +255,7 @@ fn read_runs(
             )
         });
         match (id, counts, k.len()) {
-            (Some(id), Some((records, bytes)), 8) if id > 0 => {
+            (Some(id), Some((records, bytes)), 8) if id > 0 && id < u32::MAX => {
                 runs.push(Run { id, records, bytes })
             }
             _ => {
@@ -381,7 +390,7 @@ impl BlockBuilder {
             packed = pack(&self.raw[..end]);
         }
         // The size that packs to PACKED_BYTES if the next block's records pack alike.
-        self.cut_at = (end * PACKED_BYTES / packed.len().max(1)).clamp(1 << 10, 1 << 16);
+        self.cut_at = (end * PACKED_BYTES / packed.len().max(1)).clamp(1 << 10, 1 << 14);
         let last = self.id(n - 1);
         let mut value = Vec::with_capacity(4 + packed.len());
         value.extend_from_slice(&(n as u32).to_le_bytes());
@@ -462,7 +471,8 @@ fn block_count(key: &[u8], value: &[u8]) -> Result<u32, redb::Error> {
 /// as many as its header says, each id after the one before, the last one in its key.
 fn block_records(key: &[u8], value: &[u8]) -> Result<Vec<(Key, Vec<u8>)>, redb::Error> {
     let count = block_count(key, value)?;
-    let mut out: Vec<(Key, Vec<u8>)> = Vec::with_capacity(count as usize);
+    // At most one record per 17 bytes (id and length): a damaged count asks for no more.
+    let mut out: Vec<(Key, Vec<u8>)> = Vec::with_capacity((count as usize).min(value.len() / 17));
     read_block(key, value, |id, record| {
         out.push((id, record.to_vec()));
         true
@@ -608,6 +618,7 @@ impl Logged {
         let tx = db.begin_read()?;
         let log = tx.open_table(tables.log)?;
         let (seqs, log_bytes) = newest_ids(&log)?;
+        let log_records = log.len()?;
         let next = match log.last()? {
             Some((seq, _)) => next_seq(seq.value())?,
             None => 0,
@@ -624,7 +635,15 @@ impl Logged {
         }
         let logged = Logged {
             tables,
-            index: Mutex::new(Index { seqs, next, log_bytes, runs, merge: None }),
+            index: Mutex::new(Index {
+                seqs,
+                next,
+                log_records,
+                log_bytes,
+                runs,
+                merge: None,
+                failing: false,
+            }),
             min_merge: min_merge.max(1),
             one_part_below: ONE_PART_BELOW,
             many_parts_from: MANY_PARTS_FROM,
@@ -735,7 +754,9 @@ impl Logged {
 
     /// Run `update` in one write transaction of `durability` and commit it; `update` gets
     /// the transaction (for other tables) and the writer of this table. A flush of the
-    /// log or part of a merge that is due is carried out in the same transaction.
+    /// log or part of a merge that is due follows in a transaction of its own: if it
+    /// fails (a damaged block), the update is kept, the records stay in the log, and the
+    /// next write tries again (a warning says so once).
     pub fn write<T, E: From<redb::Error>>(
         &self,
         db: &Database,
@@ -743,12 +764,58 @@ impl Logged {
         update: impl FnOnce(&WriteTransaction, &mut LoggedWrite<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
         let _turn = lock(&self.turn);
+        let out = self.transact(db, durability, false, update)?;
+        if self.maintenance_due() {
+            let done = self.transact(db, durability, true, |_, _| Ok::<_, redb::Error>(()));
+            let mut index = lock(&self.index);
+            match done {
+                Ok(()) if index.failing => {
+                    index.failing = false;
+                    tracing::info!(
+                        table = self.tables.blocks.name(),
+                        "the log is flushed and merged again"
+                    );
+                }
+                Ok(()) => {}
+                Err(e) if !index.failing => {
+                    index.failing = true;
+                    tracing::warn!(
+                        table = self.tables.blocks.name(),
+                        error = %e,
+                        "cannot flush the log or merge runs; records stay in the log, retried at each write"
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether a flush of the log or a part of a merge is due.
+    fn maintenance_due(&self) -> bool {
+        let index = lock(&self.index);
+        index.merge.is_some()
+            || (index.log_records > 0
+                && (index.log_records >= self.min_merge || index.log_bytes >= FLUSH_BYTES))
+            || due_merge(&index.runs).is_some()
+    }
+
+    /// One write transaction: `update`, then (if `maintain`) a flush or a merge part that
+    /// is due; the index takes the commit once it is made.
+    fn transact<T, E: From<redb::Error>>(
+        &self,
+        db: &Database,
+        durability: Durability,
+        maintain: bool,
+        update: impl FnOnce(&WriteTransaction, &mut LoggedWrite<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
         let mut tx = db.begin_write().map_err(redb::Error::from)?;
         tx.set_durability(durability).map_err(redb::Error::from)?;
         let (out, done) = {
-            let (next, log_bytes, runs, merge) = {
+            let (next, log_records, log_bytes, runs, merge) = {
                 let index = lock(&self.index);
-                (index.next, index.log_bytes, index.runs.clone(), index.merge.clone())
+                let i = &*index;
+                (i.next, i.log_records, i.log_bytes, i.runs.clone(), i.merge.clone())
             };
             let mut w = LoggedWrite {
                 logged: self,
@@ -757,13 +824,14 @@ impl Logged {
                 older: tx.open_table(self.tables.older).map_err(redb::Error::from)?,
                 staged: HashMap::new(),
                 next,
+                log_records,
                 log_bytes,
                 runs,
                 merge,
                 emptied: false,
             };
             let out = update(&tx, &mut w)?;
-            (out, w.finish()?)
+            (out, w.finish(maintain)?)
         };
         tx.commit().map_err(redb::Error::from)?;
         let mut index = lock(&self.index);
@@ -772,6 +840,7 @@ impl Logged {
         }
         index.seqs.extend(done.appended);
         index.next = done.next;
+        index.log_records = done.log_records;
         index.log_bytes = done.log_bytes;
         index.runs = done.runs;
         index.merge = done.merge;
@@ -798,6 +867,7 @@ pub struct LoggedWrite<'t> {
     /// This transaction's records: id → sequence number.
     staged: HashMap<Key, u64>,
     next: u64,
+    log_records: u64,
     log_bytes: u64,
     runs: Vec<Run>,
     merge: Option<RunMerge>,
@@ -824,6 +894,7 @@ impl LoggedWrite<'_> {
         self.log.insert(self.next, &bytes[..])?;
         self.staged.insert(*key, self.next);
         self.next = next_seq(self.next)?;
+        self.log_records += 1;
         self.log_bytes += bytes.len() as u64;
         Ok(())
     }
@@ -925,6 +996,7 @@ impl LoggedWrite<'_> {
         }
         self.log.retain(|_, _| false)?;
         self.staged.clear();
+        self.log_records = 0;
         self.log_bytes = 0;
         self.emptied = true;
         if w.records > 0 {
@@ -1008,16 +1080,14 @@ impl LoggedWrite<'_> {
         Ok(())
     }
 
-    /// Flush the log or carry out one part of a merge, whichever is due (a merge first:
-    /// no flush starts while one goes on, so the merge's blocks stay at the end).
-    fn finish(mut self) -> Result<Done, redb::Error> {
+    /// If `maintain`, carry out one part of a merge or flush the log, whichever is due.
+    fn finish(mut self, maintain: bool) -> Result<Done, redb::Error> {
         let min = self.logged.min_merge;
-        if !self.emptied {
+        if maintain && !self.emptied {
+            // A due merge starts before a flush (flushes alone would pile up runs when
+            // every commit brings a flush's worth), and no flush while a merge goes on.
             if self.merge.is_none() {
-                let log_records = self.log.len()?;
-                if log_records >= min || (self.log_bytes >= FLUSH_BYTES && log_records > 0) {
-                    self.flush(false)?;
-                } else if let Some(inputs) = due_merge(&self.runs) {
+                if let Some(inputs) = due_merge(&self.runs) {
                     let bytes: u64 = inputs.iter().map(|r| r.bytes).sum();
                     let parts = if bytes < self.logged.one_part_below {
                         1
@@ -1037,12 +1107,20 @@ impl LoggedWrite<'_> {
                         written: 0,
                         bytes: 0,
                     });
+                } else {
+                    let log_records = self.log_records;
+                    if log_records >= min || (self.log_bytes >= FLUSH_BYTES && log_records > 0) {
+                        self.flush(false)?;
+                    }
                 }
             }
             if let Some(mut m) = self.merge.take() {
                 self.merge_part(&mut m)?;
                 if m.part + 1 < m.parts {
                     m.part += 1;
+                    // What it holds so far, for the size classes after a crash.
+                    let so_far = Run { id: m.output, records: m.written, bytes: m.bytes };
+                    write_run_entry(&mut self.blocks, &so_far)?;
                     self.merge = Some(m);
                 } else {
                     for &run in &m.inputs {
@@ -1052,12 +1130,16 @@ impl LoggedWrite<'_> {
                     let run = Run { id: m.output, records: m.written, bytes: m.bytes };
                     write_run_entry(&mut self.blocks, &run)?;
                     self.runs.push(run);
+                    // Oldest first by number: a run flushed by a removal during the merge
+                    // is newer than its output.
+                    self.runs.sort_by_key(|r| r.id);
                 }
             }
         }
         Ok(Done {
             appended: self.staged.into_iter().collect(),
             next: self.next,
+            log_records: self.log_records,
             log_bytes: self.log_bytes,
             emptied: self.emptied,
             runs: self.runs,
@@ -1528,6 +1610,13 @@ mod tests {
             assert!(t.entries(&db).unwrap().any(|kv| kv.is_err()));
             assert!(t.len(&db).is_err());
         }
+        // Writes go on (their flushes too; the merge that would read the block fails and
+        // is tried again at each write), and read back.
+        for i in 100..130u8 {
+            t.write(&db, Durability::None, |_, w| w.insert(&[i; 16], &[i])).unwrap();
+            assert_eq!(t.get(&db, &[i; 16], |r| r.to_vec()).unwrap(), Some(vec![i]));
+        }
+        assert!(lock(&t.index).failing, "no merge reached the damaged block");
         // Records out of order.
         let mut b = BlockBuilder::new();
         b.push(&[9; 16], b"x");
@@ -1581,6 +1670,8 @@ mod tests {
         let mut t = Logged::open_merging_at(&db, T, 2).unwrap();
         t.one_part_below = 0;
         let mut model = BTreeMap::new();
+        t.write(&db, Durability::None, |_, w| w.insert(&[0xf7; 16], b"older")).unwrap();
+        model.insert([0xf7; 16], b"older".to_vec());
         let mut i = 0u8;
         while lock(&t.index).merge.as_ref().is_none_or(|m| m.part < 8) {
             assert!(i < 200, "no merge reached part 8");
@@ -1589,17 +1680,40 @@ mod tests {
             i += 1;
         }
         let output = lock(&t.index).merge.as_ref().map(|m| m.output).unwrap();
-        let removed = t.write(&db, Durability::None, |_, w| w.remove(&[0; 16])).unwrap();
+        // A newer record of an id the merge has not reached yet (its last part), flushed
+        // by the removal into a run numbered after the merge's output: it stays the newer
+        // one through this merge and the merges after it.
+        let late = [0xf7; 16];
+        let removed = t
+            .write(&db, Durability::None, |_, w| {
+                w.insert(&late, b"newer")?;
+                w.remove(&[0; 16])
+            })
+            .unwrap();
         assert_eq!(removed, Some(vec![0]));
         model.remove(&[0; 16]);
+        model.insert(late, b"newer".to_vec());
         check(&db, &t, &model);
-        // On until the merge is done (its output listed among the runs).
+        // On until the merge is done (its output listed among the runs), and through
+        // the merges after it.
         while !lock(&t.index).runs.iter().any(|r| r.id == output) {
-            assert!(i < 250, "the merge did not end");
+            assert!(i < 150, "the merge did not end");
             t.write(&db, Durability::None, |_, w| w.insert(&[i; 16], &[i])).unwrap();
             model.insert([i; 16], vec![i]);
             i += 1;
         }
+        check(&db, &t, &model);
+        let merged_after = lock(&t.index).runs.len();
+        for _ in 0..60 {
+            t.write(&db, Durability::None, |_, w| w.insert(&[i; 16], &[i])).unwrap();
+            model.insert([i; 16], vec![i]);
+            i += 1;
+        }
+        assert!(
+            !lock(&t.index).runs.iter().any(|r| r.id == output),
+            "its output was not merged again"
+        );
+        let _ = merged_after;
         check(&db, &t, &model);
     }
 }
