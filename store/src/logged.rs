@@ -238,6 +238,13 @@ fn run_range(run: u32, lo: &[u8], hi: Option<&[u8]>) -> (Vec<u8>, Vec<u8>) {
     (block_key(run, lo), end)
 }
 
+/// The directory's key of run `run`.
+fn run_entry_key(run: u32) -> [u8; 8] {
+    let mut k = [0; 8];
+    k[4..].copy_from_slice(&run.to_be_bytes());
+    k
+}
+
 /// The runs of the directory in `blocks`, oldest first.
 fn read_runs(
     blocks: &impl ReadableTable<&'static [u8], &'static [u8]>,
@@ -246,16 +253,13 @@ fn read_runs(
     for kv in blocks.range::<&[u8]>(&DIRECTORY[..]..&[0, 0, 0, 1][..])? {
         let (k, v) = kv?;
         let (k, v) = (k.value(), v.value());
-        let id = k.get(4..8).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(u32::from_be_bytes);
-        let counts = v.get(..16).map(|c| {
-            let (r, b) = c.split_at(8);
-            (
-                u64::from_le_bytes(r.try_into().unwrap_or_default()),
-                u64::from_le_bytes(b.try_into().unwrap_or_default()),
-            )
+        let id = <[u8; 8]>::try_from(k).ok().map(|k| u32::from_be_bytes([k[4], k[5], k[6], k[7]]));
+        let counts = v.split_first_chunk::<8>().and_then(|(r, rest)| {
+            let (b, _) = rest.split_first_chunk::<8>()?;
+            Some((u64::from_le_bytes(*r), u64::from_le_bytes(*b)))
         });
-        match (id, counts, k.len()) {
-            (Some(id), Some((records, bytes)), 8) if id > 0 && id < u32::MAX => {
+        match (id, counts) {
+            (Some(id), Some((records, bytes))) if id > 0 && id < u32::MAX => {
                 runs.push(Run { id, records, bytes })
             }
             _ => {
@@ -274,21 +278,10 @@ fn write_run_entry(
     blocks: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
     run: &Run,
 ) -> Result<(), redb::Error> {
-    let mut k = DIRECTORY.to_vec();
-    k.extend_from_slice(&run.id.to_be_bytes());
-    let mut v = run.records.to_le_bytes().to_vec();
-    v.extend_from_slice(&run.bytes.to_le_bytes());
-    blocks.insert(&k[..], &v[..])?;
-    Ok(())
-}
-
-fn remove_run_entry(
-    blocks: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
-    run: u32,
-) -> Result<(), redb::Error> {
-    let mut k = DIRECTORY.to_vec();
-    k.extend_from_slice(&run.to_be_bytes());
-    blocks.remove(&k[..])?;
+    let mut v = [0; 16];
+    v[..8].copy_from_slice(&run.records.to_le_bytes());
+    v[8..].copy_from_slice(&run.bytes.to_le_bytes());
+    blocks.insert(&run_entry_key(run.id)[..], &v[..])?;
     Ok(())
 }
 
@@ -455,6 +448,40 @@ impl RunWriter {
     }
 }
 
+/// Records of a block: ids and records, in id order.
+type Records = Vec<(Key, Vec<u8>)>;
+
+/// Write `records` (in id order) as blocks of run `run`; returns the records and bytes
+/// written.
+fn write_run<'r>(
+    blocks: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+    run: u32,
+    records: impl IntoIterator<Item = (&'r Key, &'r Vec<u8>)>,
+) -> Result<(u64, u64), redb::Error> {
+    let mut w = RunWriter::new(run);
+    for (k, r) in records {
+        w.push(blocks, k, r)?;
+    }
+    w.finish(blocks)?;
+    Ok((w.records, w.bytes))
+}
+
+/// The first block of run `run` whose last id is `from` or after: its key and records.
+fn block_at(
+    blocks: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    run: u32,
+    from: &[u8],
+) -> Result<Option<(Vec<u8>, Records)>, redb::Error> {
+    let (lo, hi) = run_range(run, from, None);
+    match blocks.range::<&[u8]>(&lo[..]..&hi[..])?.next() {
+        None => Ok(None),
+        Some(kv) => {
+            let (k, v) = kv?;
+            Ok(Some((k.value().to_vec(), block_records(k.value(), v.value())?)))
+        }
+    }
+}
+
 fn block_err(key: &[u8], what: String) -> redb::Error {
     corrupt(format!("the block of records {} {what}", hex(key)))
 }
@@ -483,31 +510,24 @@ fn block_records(key: &[u8], value: &[u8]) -> Result<Vec<(Key, Vec<u8>)>, redb::
             format!("holds {} records, its header says {count}", out.len()),
         ));
     }
-    if out.last().map(|(k, _)| &k[..]) != key.get(4..) {
-        return Err(block_err(key, "does not end with the id in its key".into()));
-    }
     Ok(out)
 }
 
 /// The record of `id` in the block keyed `key`, read up to it.
 fn block_find(key: &[u8], value: &[u8], id: &Key) -> Result<Option<Vec<u8>>, redb::Error> {
-    let (mut found, mut seen) = (None, None);
+    let mut found = None;
     read_block(key, value, |k, record| {
-        seen = Some(k);
         if k == *id {
             found = Some(record.to_vec());
         }
         k < *id
     })?;
-    // Read to its end without reaching `id`: it must end with the id in its key.
-    if seen.is_none_or(|k| k < *id) && seen.as_ref().map(|k| &k[..]) != key.get(4..) {
-        return Err(block_err(key, "does not end with the id in its key".into()));
-    }
     Ok(found)
 }
 
 /// Pass each record of the block keyed `key` to `each`, in id order, until it returns
-/// false; an error names the block if it cannot be read or its ids are out of order.
+/// false; an error names the block if it cannot be read, its ids are out of order, or,
+/// read to its end, its last id is not the one in its key.
 fn read_block(
     key: &[u8],
     value: &[u8],
@@ -545,9 +565,12 @@ fn read_block(
         }
         last = Some(*id);
         if !each(*id, record) {
-            break;
+            return Ok(());
         }
         rest = &after[at + len..];
+    }
+    if last.as_ref().map(|k| &k[..]) != key.get(4..) {
+        return Err(block_err(key, "does not end with the id in its key".into()));
     }
     Ok(())
 }
@@ -795,9 +818,13 @@ impl Logged {
     fn maintenance_due(&self) -> bool {
         let index = lock(&self.index);
         index.merge.is_some()
-            || (index.log_records > 0
-                && (index.log_records >= self.min_merge || index.log_bytes >= FLUSH_BYTES))
+            || self.log_due(index.log_records, index.log_bytes)
             || due_merge(&index.runs).is_some()
+    }
+
+    /// Whether a log of `records` records and `bytes` bytes is due for a flush.
+    fn log_due(&self, records: u64, bytes: u64) -> bool {
+        records > 0 && (records >= self.min_merge || bytes >= FLUSH_BYTES)
     }
 
     /// One write transaction: `update`, then (if `maintain`) a flush or a merge part that
@@ -912,24 +939,12 @@ impl LoggedWrite<'_> {
         // include the output of a merge going on.
         let runs = read_runs(&self.blocks)?;
         for run in runs.iter().rev().map(|r| r.id) {
-            let (lo, hi) = run_range(run, key, None);
-            let found = match self.blocks.range::<&[u8]>(&lo[..]..&hi[..])?.next() {
-                None => None,
-                Some(kv) => {
-                    let (k, value) = kv?;
-                    Some((k.value().to_vec(), block_records(k.value(), value.value())?))
-                }
-            };
-            let Some((block, mut records)) = found else { continue };
+            let Some((block, mut records)) = block_at(&self.blocks, run, key)? else { continue };
             let Ok(at) = records.binary_search_by(|(k, _)| k.cmp(key)) else { continue };
             let (_, record) = records.remove(at);
             removed.get_or_insert(record);
             self.blocks.remove(&block[..])?;
-            let mut w = RunWriter::new(run);
-            for (k, r) in &records {
-                w.push(&mut self.blocks, k, r)?;
-            }
-            w.finish(&mut self.blocks)?;
+            write_run(&mut self.blocks, run, records.iter().map(|(k, r)| (k, r)))?;
             if let Some(r) = self.runs.iter_mut().find(|r| r.id == run) {
                 r.records = r.records.saturating_sub(1);
                 write_run_entry(&mut self.blocks, r)?;
@@ -1039,26 +1054,14 @@ impl LoggedWrite<'_> {
             }
             // The block holding the part's last ids may go on past it.
             if let Some(hi) = hi {
-                let (a, b) = run_range(run, &hi, None);
-                let next = match self.blocks.range::<&[u8]>(&a[..]..&b[..])?.next() {
-                    None => None,
-                    Some(kv) => {
-                        let (k, v) = kv?;
-                        Some((k.value().to_vec(), block_records(k.value(), v.value())?))
-                    }
-                };
-                if let Some((k, block)) = next {
+                if let Some((k, block)) = block_at(&self.blocks, run, &hi)? {
                     if block.first().is_some_and(|(id, _)| *id < hi) {
                         self.blocks.remove(&k[..])?;
                         let (inside, rest): (Vec<_>, Vec<_>) =
                             block.into_iter().partition(|(id, _)| *id < hi);
                         taken.extend(inside);
                         // The rest keeps its last id, hence its key.
-                        let mut w = RunWriter::new(run);
-                        for (id, r) in &rest {
-                            w.push(&mut self.blocks, id, r)?;
-                        }
-                        w.finish(&mut self.blocks)?;
+                        write_run(&mut self.blocks, run, rest.iter().map(|(k, r)| (k, r)))?;
                     }
                 }
             }
@@ -1070,19 +1073,14 @@ impl LoggedWrite<'_> {
             }
             records.extend(taken);
         }
-        let mut w = RunWriter::new(m.output);
-        for (k, r) in &records {
-            w.push(&mut self.blocks, k, r)?;
-        }
-        w.finish(&mut self.blocks)?;
-        m.written += w.records;
-        m.bytes += w.bytes;
+        let (written, bytes) = write_run(&mut self.blocks, m.output, &records)?;
+        m.written += written;
+        m.bytes += bytes;
         Ok(())
     }
 
     /// If `maintain`, carry out one part of a merge or flush the log, whichever is due.
     fn finish(mut self, maintain: bool) -> Result<Done, redb::Error> {
-        let min = self.logged.min_merge;
         if maintain && !self.emptied {
             // A due merge starts before a flush (flushes alone would pile up runs when
             // every commit brings a flush's worth), and no flush while a merge goes on.
@@ -1107,11 +1105,8 @@ impl LoggedWrite<'_> {
                         written: 0,
                         bytes: 0,
                     });
-                } else {
-                    let log_records = self.log_records;
-                    if log_records >= min || (self.log_bytes >= FLUSH_BYTES && log_records > 0) {
-                        self.flush(false)?;
-                    }
+                } else if self.logged.log_due(self.log_records, self.log_bytes) {
+                    self.flush(false)?;
                 }
             }
             if let Some(mut m) = self.merge.take() {
@@ -1124,7 +1119,7 @@ impl LoggedWrite<'_> {
                     self.merge = Some(m);
                 } else {
                     for &run in &m.inputs {
-                        remove_run_entry(&mut self.blocks, run)?;
+                        self.blocks.remove(&run_entry_key(run)[..])?;
                     }
                     self.runs.retain(|r| !m.inputs.contains(&r.id));
                     let run = Run { id: m.output, records: m.written, bytes: m.bytes };
@@ -1207,7 +1202,7 @@ impl Entries {
 }
 
 impl Iterator for Entries {
-    type Item = Result<(Vec<u8>, Vec<u8>), redb::Error>;
+    type Item = Result<Entry, redb::Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
         self.next_entry().transpose()
