@@ -140,6 +140,15 @@ pub struct WorkerArgs {
 }
 
 #[derive(Args)]
+pub struct GcArgs {
+    /// Run directories (`<out>/<sweep name>`), store directories (a worker's
+    /// `--state`), or output directories of runs; stores up to two levels down are
+    /// compacted.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Args)]
 pub struct RetryFailedArgs {
     /// The run directory (`<out>/<sweep name>`, holding `state/`).
     pub run: PathBuf,

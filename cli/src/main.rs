@@ -10,7 +10,7 @@ use halyard_node::{supervisor, worker};
 mod args;
 mod nats_args;
 
-use args::{CoordArgs, ReportCmd, RetryFailedArgs, RunArgs, StatusCmd, WorkerArgs};
+use args::{CoordArgs, GcArgs, ReportCmd, RetryFailedArgs, RunArgs, StatusCmd, WorkerArgs};
 
 /// mimalloc instead of the system allocator: the job path allocates and frees a few
 /// small buffers per message, and the stores copy pages on writes; glibc's malloc spent
@@ -57,6 +57,10 @@ enum Cmd {
     Report(ReportCmd),
     /// List a stopped run's dead letters and re-queue them for its next coordinator.
     RetryFailed(RetryFailedArgs),
+    /// Compact the stores (run state, worker checkpoints) of stopped runs and workers:
+    /// the room their commits freed goes back to the file system. Complete runs compact
+    /// their own as they end.
+    Gc(GcArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -136,6 +140,13 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
                 a.out.join("leaderboard.html").display()
             );
             0
+        }
+        Cmd::Gc(a) => {
+            let gc = halyard_node::gc::run(&a.paths)?;
+            for line in &gc.lines {
+                println!("{line}");
+            }
+            u8::from(gc.failed > 0)
         }
         Cmd::RetryFailed(a) => {
             print!("{}", retry_failed::run(&a.run, a.list)?);

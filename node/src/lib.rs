@@ -17,7 +17,8 @@
 //!   heartbeats, and `halyard status`, which reads them.
 //! - [`metrics`]: the Prometheus `/metrics` endpoint; [`display`]: progress bars or
 //!   progress log lines; [`shutdown`]: signals.
-//! - [`retry_failed`] and [`leaderboard`]: `halyard retry-failed` and `halyard report`.
+//! - [`retry_failed`], [`leaderboard`] and [`gc`]: `halyard retry-failed`, `halyard report`
+//!   and `halyard gc`.
 
 use std::path::PathBuf;
 
@@ -25,6 +26,7 @@ use halyard_coordinator::sweep::{self, Sweep};
 
 pub mod coordinator;
 pub mod display;
+pub mod gc;
 pub mod leaderboard;
 pub mod metrics;
 pub mod retry_failed;

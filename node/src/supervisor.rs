@@ -66,8 +66,14 @@ pub async fn run(
     let (outcome, mut worker_error) = race(coordinator, local.as_mut(), fail_tx).await;
     let _ = shown.await;
     if let Some(w) = local {
+        let dir = w.checkpoint.clone();
         if let Some(e) = w.stop().await {
             worker_error = Some(e);
+        }
+        // The run is complete and the worker closed its checkpoint: give back the room
+        // its commits freed, as the coordinator did with the run state.
+        if worker_error.is_none() && matches!(outcome, Ok(RunOutcome::Complete { .. })) {
+            let _ = tokio::task::spawn_blocking(move || Checkpoint::compact(&dir)).await;
         }
     }
     let _ = broker.client.flush().await;
@@ -136,6 +142,8 @@ struct LocalWorker {
     stats: (String, Arc<Stats>),
     beat: Option<JoinHandle<()>>,
     stop: watch::Sender<bool>,
+    /// The directory of its checkpoint.
+    checkpoint: PathBuf,
 }
 
 impl LocalWorker {
@@ -145,7 +153,7 @@ impl LocalWorker {
         dir: PathBuf,
     ) -> Result<LocalWorker, NodeError> {
         let checkpoint = Checkpoint::open(&dir)?;
-        let mut cfg = worker::sweep_worker(&opts.sweep, dir);
+        let mut cfg = worker::sweep_worker(&opts.sweep, dir.clone());
         cfg.http.allow_insecure_http = opts.allow_insecure_http;
         let stats = (cfg.worker_id.clone(), cfg.stats.clone());
         let beat = status::heartbeat(
@@ -160,7 +168,7 @@ impl LocalWorker {
         let task = tokio::spawn(async move {
             halyard_worker::run_with_checkpoint(b, checkpoint, cfg, until(stop_rx)).await
         });
-        Ok(LocalWorker { task: Some(task), stats, beat, stop })
+        Ok(LocalWorker { task: Some(task), stats, beat, stop, checkpoint: dir })
     }
 
     /// Stop the worker and wait for it; its error, if it had one.

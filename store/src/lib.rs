@@ -79,6 +79,81 @@ pub fn open(dir: &Path, cache_bytes: usize, tables: &[Table]) -> Result<Database
     Ok(db)
 }
 
+/// What [`compact`] did to a store's file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compacted {
+    /// Bytes the file held on disk before (allocated blocks, as `du` counts them).
+    pub before: u64,
+    /// And after.
+    pub after: u64,
+}
+
+/// Compact the store in `dir` (the whole file, every table): pages freed by earlier
+/// commits are filled with pages moved from the end of the file, and the file is cut
+/// after its last page in use. A store that is growing holds such free room (a copy-on-
+/// write B-tree frees the pages each commit replaces, and redb grows small files in
+/// doubling steps); a finished run's store need not keep it.
+///
+/// The store is opened as [`open`] opens it (its lock, the integrity check, the mark),
+/// so a store in use by another process is an error and nothing is changed. Each step of
+/// redb's compaction is a commit: a crash in the middle leaves the store whole (redb
+/// repairs its allocator at the next open) with part of the room returned.
+pub fn compact(dir: &Path, cache_bytes: usize) -> Result<Compacted, String> {
+    let file = dir.join(FILE);
+    // A sled store of an earlier build is moved to redb by the open, and measured after.
+    let sled = !file.is_file() && is_sled_store(dir);
+    if !file.is_file() && !sled {
+        return Err(format!("{} is not a Halyard store (it has no {FILE})", dir.display()));
+    }
+    let before = if sled { None } else { Some(disk_bytes(&file)?) };
+    let mut db = open(dir, cache_bytes, &[])?;
+    let before = match before {
+        Some(b) => b,
+        None => disk_bytes(&file)?,
+    };
+    loop {
+        match db.compact() {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Err(format!("{}: compacting: {e}", file.display())),
+        }
+    }
+    drop(db);
+    Ok(Compacted { before, after: disk_bytes(&file)? })
+}
+
+/// [`compact`] the store in `dir` (`what` names it), and say so in the log: the bytes
+/// returned, or why not (a warning only: the store is whole either way, and compacting
+/// it again later, or `halyard gc`, returns the room).
+pub fn compact_and_log(what: &str, dir: &Path, cache_bytes: usize) -> Option<Compacted> {
+    let started = std::time::Instant::now();
+    match compact(dir, cache_bytes) {
+        Ok(c) => {
+            tracing::info!(
+                store = what,
+                dir = %dir.display(),
+                before = %format_args!("{:.1} MB", c.before as f64 / 1e6),
+                after = %format_args!("{:.1} MB", c.after as f64 / 1e6),
+                seconds = %format_args!("{:.2}", started.elapsed().as_secs_f64()),
+                "compacted"
+            );
+            Some(c)
+        }
+        Err(e) => {
+            tracing::warn!(store = what, error = %e, "compacting failed; the store is whole, and `halyard gc` compacts it later");
+            None
+        }
+    }
+}
+
+/// The bytes `file` holds on disk (allocated blocks: a file redb extended but has not
+/// written yet holds fewer than its length).
+pub fn disk_bytes(file: &Path) -> Result<u64, String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(m.blocks() * 512)
+}
+
 /// A store in memory only (tests), with `tables`.
 pub fn temporary(tables: &[Table]) -> Result<Database, String> {
     let db = Database::builder()
@@ -250,6 +325,44 @@ mod tests {
         assert_eq!(get(&db, A, b"k").as_deref(), Some(&b"v"[..]));
         assert_eq!(get(&db, B, b"k"), None);
         assert!(d.path().join(store_mark::MARK_FILE).is_file());
+    }
+
+    /// Compaction returns the room of freed pages and keeps every record; a store in use,
+    /// or a directory without a store, is an error that changes nothing.
+    #[test]
+    fn compacts_and_keeps_records() {
+        let d = tempfile::tempdir().unwrap();
+        let db = open(d.path(), 1 << 20, &[A]).unwrap();
+        for i in 0..20_000u32 {
+            put(&db, A, &i.to_be_bytes(), &[i as u8; 200]);
+        }
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(A).unwrap();
+            for i in (0..20_000u32).filter(|i| i % 10 != 0) {
+                t.remove(&i.to_be_bytes()[..]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let e = compact(d.path(), 1 << 20).unwrap_err();
+        assert!(e.contains("in use by another process"), "{e}");
+        drop(db);
+        let c = compact(d.path(), 1 << 20).unwrap();
+        assert_eq!(c.after, disk_bytes(&d.path().join(FILE)).unwrap());
+        assert!(c.after * 3 < c.before, "{c:?}: a tenth of the records kept");
+        let again = compact(d.path(), 1 << 20).unwrap();
+        assert!(again.after <= c.after, "{again:?} after {c:?}");
+        let db = open(d.path(), 1 << 20, &[A]).unwrap();
+        for i in 0..20_000u32 {
+            let want = (i % 10 == 0).then(|| vec![i as u8; 200]);
+            assert_eq!(get(&db, A, &i.to_be_bytes()), want, "record {i}");
+        }
+        drop(db);
+        let none = d.path().join("nothing");
+        std::fs::create_dir(&none).unwrap();
+        let e = compact(&none, 1 << 20).unwrap_err();
+        assert!(e.contains("nothing") && e.contains("is not a Halyard store"), "{e}");
+        assert!(!none.join(FILE).exists(), "compact created a store");
     }
 
     /// A sled store of an earlier build becomes a redb store with every tree and record

@@ -56,8 +56,9 @@ struct Args {
     /// in sled 0.34, as Halyard stored them before issue 19, for comparison.
     #[arg(long, value_enum, default_value_t = Engine::Halyard)]
     engine: Engine,
-    /// Compact both stores after writing (redb's `compact`: free pages returned to the
-    /// file system), as a finished run's could be.
+    /// Compact both stores after writing, as a complete run does as it ends
+    /// (`halyard_store::compact`: free pages returned to the file system), and print the
+    /// bytes on disk again.
     #[arg(long)]
     compact: bool,
     /// Print redb's statistics of each table of both stores (pages, bytes stored, room
@@ -280,17 +281,28 @@ fn main() -> anyhow::Result<()> {
             t.elapsed().as_secs_f64()
         );
     }
+    let n = args.jobs.max(1) as f64;
+    println!(
+        "{:?}: {} jobs, answers of {:.0} bytes on average: written in {secs:.1} s ({:.0} jobs/s); peak RSS {:.0} MiB ({:.0} MiB of it the records to write)",
+        args.engine,
+        args.jobs,
+        records.text_bytes as f64 / n,
+        args.jobs as f64 / secs,
+        peak_rss().unwrap_or(0) as f64 / 1048576.0,
+        before as f64 / 1048576.0,
+    );
+    on_disk("on disk", &dir, n, records.text_bytes)?;
     if args.compact {
         if let Engine::Sled = args.engine {
             anyhow::bail!("--compact compacts Halyard's stores (redb), not sled's");
         }
+        // What a complete run does to its stores as it ends.
         let t = Instant::now();
         for d in ["state", "checkpoint"] {
-            let mut db =
-                halyard_store::open(&dir.join(d), 64 << 20, &[]).map_err(anyhow::Error::msg)?;
-            while db.compact()? {}
+            halyard_store::compact(&dir.join(d), 64 << 20).map_err(anyhow::Error::msg)?;
         }
-        println!("compacted both stores in {:.1} s", t.elapsed().as_secs_f64());
+        println!("compacted both stores in {:.2} s", t.elapsed().as_secs_f64());
+        on_disk("on disk, compacted (as a complete run leaves them)", &dir, n, records.text_bytes)?;
     }
     if args.stats {
         if let Engine::Sled = args.engine {
@@ -302,39 +314,32 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Print the bytes on disk of both stores in `dir`, per job of `n` and against the
+/// answers' `text` bytes.
+fn on_disk(what: &str, dir: &Path, n: f64, text: u64) -> anyhow::Result<()> {
     let (st, cp) =
         (procs::disk_bytes(&dir.join("state"))?, procs::disk_bytes(&dir.join("checkpoint"))?);
-    let n = args.jobs.max(1) as f64;
     println!(
-        "{:?}: {} jobs, answers of {:.0} bytes on average: written in {secs:.1} s ({:.0} jobs/s); peak RSS {:.0} MiB ({:.0} MiB of it the records to write)",
-        args.engine,
-        args.jobs,
-        records.text_bytes as f64 / n,
-        args.jobs as f64 / secs,
-        peak_rss().unwrap_or(0) as f64 / 1048576.0,
-        before as f64 / 1048576.0,
-    );
-    println!(
-        "on disk: run state {:.1} MB ({:.0} B/job), checkpoint {:.1} MB ({:.0} B/job), together {:.0} B/job",
+        "{what}: run state {:.1} MB ({:.0} B/job), checkpoint {:.1} MB ({:.0} B/job), together {:.0} B/job",
         st as f64 / 1e6,
         st as f64 / n,
         cp as f64 / 1e6,
         cp as f64 / n,
         (st + cp) as f64 / n
     );
-    if records.text_bytes > 0 {
+    if text > 0 {
         println!(
             "answer text {:.1} MB: state + checkpoint = {:.2} x the text",
-            records.text_bytes as f64 / 1e6,
-            (st + cp) as f64 / records.text_bytes as f64
+            text as f64 / 1e6,
+            (st + cp) as f64 / text as f64
         );
     }
     Ok(())
 }
 
-/// The same records in sled 0.34, as Halyard's stores wrote them before issue 19: per
-/// batch, the checkpoint's records in one batch and a flush, then the run state's
-/// results, labels and cost totals in one transaction over three trees and a flush.
 /// redb's statistics of the store in `dir`, one line per table that holds pages, then
 /// one for the file.
 fn stats(name: &str, dir: &Path) -> anyhow::Result<Vec<String>> {
@@ -393,6 +398,9 @@ mod tests {
     }
 }
 
+/// The same records in sled 0.34, as Halyard's stores wrote them before issue 19: per
+/// batch, the checkpoint's records in one batch and a flush, then the run state's
+/// results, labels and cost totals in one transaction over three trees and a flush.
 mod sled_side {
     use super::*;
     use sled::Transactional;
