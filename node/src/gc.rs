@@ -85,7 +85,7 @@ fn stores_under(dir: &Path, depth: usize) -> std::io::Result<Vec<PathBuf>> {
     if !meta.is_dir() {
         return Ok(Vec::new());
     }
-    if is_store(dir) {
+    if halyard_store::is_store(dir) {
         return Ok(vec![dir.to_path_buf()]);
     }
     let mut found = Vec::new();
@@ -100,13 +100,6 @@ fn stores_under(dir: &Path, depth: usize) -> std::io::Result<Vec<PathBuf>> {
         }
     }
     Ok(found)
-}
-
-/// Whether `dir` is a Halyard store: its database file, or the sled files of an
-/// earlier build's store (which compacting moves to redb first, as opening does).
-fn is_store(dir: &Path) -> bool {
-    dir.join(halyard_store::FILE).is_file()
-        || (dir.join("conf").is_file() && dir.join("db").is_file())
 }
 
 #[cfg(test)]

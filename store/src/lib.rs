@@ -102,7 +102,7 @@ pub fn compact(dir: &Path, cache_bytes: usize) -> Result<Compacted, String> {
     let file = dir.join(FILE);
     // A sled store of an earlier build is moved to redb by the open, and measured after.
     let sled = !file.is_file() && is_sled_store(dir);
-    if !file.is_file() && !sled {
+    if !is_store(dir) {
         return Err(format!("{} is not a Halyard store (it has no {FILE})", dir.display()));
     }
     let before = if sled { None } else { Some(disk_bytes(&file)?) };
@@ -200,6 +200,12 @@ fn open_file(file: &Path, cache_bytes: usize) -> Result<Database, String> {
 
 fn err(e: impl Into<redb::Error>) -> String {
     e.into().to_string()
+}
+
+/// Whether `dir` holds a Halyard store: its database file, or the sled files of an
+/// earlier build's store (which opening, or compacting, moves to redb first).
+pub fn is_store(dir: &Path) -> bool {
+    dir.join(FILE).is_file() || is_sled_store(dir)
 }
 
 /// Whether `dir` holds a sled store (an earlier build's).
@@ -363,6 +369,26 @@ mod tests {
         let e = compact(&none, 1 << 20).unwrap_err();
         assert!(e.contains("nothing") && e.contains("is not a Halyard store"), "{e}");
         assert!(!none.join(FILE).exists(), "compact created a store");
+    }
+
+    /// Compacting a sled store of an earlier build moves it to redb first, as opening
+    /// does, and keeps its records.
+    #[test]
+    fn compacting_a_sled_store_migrates_it() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let old = sled::open(d.path()).unwrap();
+            old.open_tree("a").unwrap().insert("k", "v").unwrap();
+            old.open_tree("halyard_store").unwrap().insert(store_mark::MARK_KEY, "1").unwrap();
+            old.flush().unwrap();
+        }
+        store_mark::write_file(d.path()).unwrap();
+        assert!(is_store(d.path()));
+        let c = compact(d.path(), 1 << 20).unwrap();
+        assert_eq!(c.after, disk_bytes(&d.path().join(FILE)).unwrap());
+        assert!(!d.path().join("conf").exists(), "sled's files left behind");
+        let db = open(d.path(), 1 << 20, &[A]).unwrap();
+        assert_eq!(get(&db, A, b"k").as_deref(), Some(&b"v"[..]));
     }
 
     /// A sled store of an earlier build becomes a redb store with every tree and record
