@@ -17,7 +17,17 @@ const CACHE_BYTES: usize = 64 << 20;
 /// How deep under a path stores are looked for: `<out>/<run>/state` from `<out>`.
 const DEPTH: usize = 2;
 
-/// What `gc` did: a line per store, and whether every store was compacted.
+/// Compact the store in `dir` that its owner in this process has closed (`what` names
+/// it: "run state", "checkpoint"), off the async threads; the log says how it went.
+pub async fn compact_store(what: &'static str, dir: PathBuf) {
+    let compact = move || halyard_store::compact_and_log(what, &dir, CACHE_BYTES);
+    if let Err(e) = tokio::task::spawn_blocking(compact).await {
+        tracing::warn!(store = what, error = %e, "compacting panicked; the store is whole (`halyard gc DIR` compacts it later)");
+    }
+}
+
+/// What `gc` did: a line per store (and per directory it could not search), and how
+/// many stores were not compacted.
 pub struct Gc {
     pub lines: Vec<String>,
     pub failed: usize,
@@ -26,11 +36,16 @@ pub struct Gc {
 /// Compact every store at or under `paths` (see the module docs).
 pub fn run(paths: &[PathBuf]) -> Result<Gc, NodeError> {
     let mut stores = Vec::new();
+    let mut lines = Vec::new();
     for p in paths {
-        let found = stores_under(p, DEPTH).map_err(|source| NodeError::Io {
-            what: format!("halyard gc: reading {}", p.display()),
+        let meta = std::fs::metadata(p).map_err(|source| NodeError::Io {
+            what: format!("halyard gc: {}", p.display()),
             source,
         })?;
+        let mut found = Vec::new();
+        if meta.is_dir() {
+            stores_under(p, DEPTH, &mut found, &mut lines);
+        }
         if found.is_empty() {
             return Err(NodeError::Usage(format!(
                 "halyard gc: {} holds no Halyard store (give a run directory, a store directory such as a worker's --state, or an output directory of runs)",
@@ -41,7 +56,7 @@ pub fn run(paths: &[PathBuf]) -> Result<Gc, NodeError> {
     }
     stores.sort();
     stores.dedup();
-    let mut gc = Gc { lines: Vec::new(), failed: 0 };
+    let mut gc = Gc { lines, failed: 0 };
     let (mut before, mut after) = (0u64, 0u64);
     for dir in &stores {
         let started = std::time::Instant::now();
@@ -78,28 +93,32 @@ fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
-/// `dir` if it is a store, else the stores in its subdirectories, `depth` levels down.
-/// A path that does not exist is an error (a typo must not pass as "nothing to do").
-fn stores_under(dir: &Path, depth: usize) -> std::io::Result<Vec<PathBuf>> {
-    let meta = std::fs::metadata(dir)?;
-    if !meta.is_dir() {
-        return Ok(Vec::new());
-    }
+/// `dir` if it is a store, else the stores in its subdirectories, `depth` levels down,
+/// into `found`. A subdirectory that cannot be read (a `lost+found` at a volume's root)
+/// is passed over with a line in `lines`, not an end to the search.
+fn stores_under(dir: &Path, depth: usize, found: &mut Vec<PathBuf>, lines: &mut Vec<String>) {
     if halyard_store::is_store(dir) {
-        return Ok(vec![dir.to_path_buf()]);
+        found.push(dir.to_path_buf());
+        return;
     }
-    let mut found = Vec::new();
     if depth == 0 {
-        return Ok(found);
+        return;
     }
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        // Symbolic links are not followed: a store is compacted where it lives.
-        if entry.file_type()?.is_dir() {
-            found.extend(stores_under(&entry.path(), depth - 1)?);
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            lines.push(format!("not searched {}: {e}", dir.display()));
+            return;
+        }
+    };
+    for entry in entries {
+        match entry.and_then(|e| Ok((e.path(), e.file_type()?))) {
+            // Symbolic links are not followed: a store is compacted where it lives.
+            Ok((path, kind)) if kind.is_dir() => stores_under(&path, depth - 1, found, lines),
+            Ok(_) => {}
+            Err(e) => lines.push(format!("not searched an entry of {}: {e}", dir.display())),
         }
     }
-    Ok(found)
 }
 
 #[cfg(test)]
@@ -154,6 +173,35 @@ mod tests {
             let t = tx.open_table(T).unwrap();
             assert_eq!(t.len().unwrap(), 500);
             assert!(t.get(&8u32.to_be_bytes()[..]).unwrap().is_some());
+        }
+    }
+
+    /// A subdirectory that cannot be read is passed over with a line naming it; the
+    /// stores beside it are compacted.
+    #[test]
+    fn an_unreadable_subdirectory_does_not_stop_the_search() {
+        use std::os::unix::fs::PermissionsExt;
+        let out = tempfile::tempdir().unwrap();
+        let (closed, state) = (out.path().join("lost+found"), out.path().join("a/state"));
+        store_with_room(&state);
+        std::fs::create_dir(&closed).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let readable = std::fs::read_dir(&closed).is_ok(); // root reads it anyway
+        let gc = run(&[out.path().to_path_buf()]);
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let gc = gc.unwrap();
+        assert_eq!(gc.failed, 0, "{:?}", gc.lines);
+        assert!(
+            gc.lines.iter().any(|l| l.starts_with(&format!("compacted {}", state.display()))),
+            "{:?}",
+            gc.lines
+        );
+        if !readable {
+            assert!(
+                gc.lines[0].starts_with(&format!("not searched {}", closed.display())),
+                "{:?}",
+                gc.lines
+            );
         }
     }
 

@@ -73,7 +73,7 @@ pub async fn run(
         // The run is complete and the worker closed its checkpoint: give back the room
         // its commits freed, as the coordinator did with the run state.
         if worker_error.is_none() && matches!(outcome, Ok(RunOutcome::Complete { .. })) {
-            let _ = tokio::task::spawn_blocking(move || Checkpoint::compact(&dir)).await;
+            crate::gc::compact_store("checkpoint", dir).await;
         }
     }
     let _ = broker.client.flush().await;

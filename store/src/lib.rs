@@ -111,22 +111,18 @@ pub fn compact(dir: &Path, cache_bytes: usize) -> Result<Compacted, String> {
         Some(b) => b,
         None => disk_bytes(&file)?,
     };
-    loop {
-        match db.compact() {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => return Err(format!("{}: compacting: {e}", file.display())),
-        }
-    }
+    // redb repeats its passes until one makes no progress.
+    db.compact().map_err(|e| format!("{}: compacting: {e}", file.display()))?;
     drop(db);
     Ok(Compacted { before, after: disk_bytes(&file)? })
 }
 
-/// [`compact`] the store in `dir` (`what` names it), and say so in the log: the bytes
-/// returned, or why not (a warning only: the store is whole either way, and compacting
-/// it again later, or `halyard gc`, returns the room).
+/// [`compact`] the store in `dir` (`what` names it), and say so in the log: that it
+/// starts, then the bytes before and after, or why not (a warning only: the store is
+/// whole either way, and `halyard gc` returns the room later).
 pub fn compact_and_log(what: &str, dir: &Path, cache_bytes: usize) -> Option<Compacted> {
     let started = std::time::Instant::now();
+    tracing::info!(store = what, dir = %dir.display(), "compacting");
     match compact(dir, cache_bytes) {
         Ok(c) => {
             tracing::info!(
@@ -140,7 +136,7 @@ pub fn compact_and_log(what: &str, dir: &Path, cache_bytes: usize) -> Option<Com
             Some(c)
         }
         Err(e) => {
-            tracing::warn!(store = what, error = %e, "compacting failed; the store is whole, and `halyard gc` compacts it later");
+            tracing::warn!(store = what, dir = %dir.display(), error = %e, "compacting failed; the store is whole (`halyard gc DIR` compacts it later)");
             None
         }
     }

@@ -189,12 +189,6 @@ impl Checkpoint {
         }
     }
 
-    /// Compact the closed checkpoint in `dir` ([`halyard_store::compact_and_log`]): what
-    /// it returned to the file system, or `None` (a warning says why).
-    pub fn compact(dir: &Path) -> Option<halyard_store::Compacted> {
-        halyard_store::compact_and_log("checkpoint", dir, CACHE_BYTES)
-    }
-
     /// Records stored (0 if the store cannot be read).
     pub fn len(&self) -> usize {
         self.table.len(&self.db).unwrap_or(0) as usize

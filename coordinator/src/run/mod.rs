@@ -23,7 +23,7 @@ use tracing::{info, warn, Instrument};
 use uuid::Uuid;
 
 use crate::progress::Progress;
-use crate::state::{RunState, CACHE_BYTES};
+use crate::state::RunState;
 use crate::store::RunStore;
 use crate::{CoordinatorConfig, CoordinatorError};
 
@@ -58,32 +58,13 @@ pub enum RunOutcome {
     OutageStopped { run: Uuid, outage: outage::PoolOutage, patience_s: u64 },
 }
 
-/// Run the coordinator for `cfg` until the run completes or `shutdown` resolves; a
-/// complete run's state is then compacted.
+/// Run the coordinator for `cfg` until the run completes or `shutdown` resolves.
+///
+/// A sweep whose evaluation reads a dataset built in the same run (`dataset_from`) runs
+/// in two phases under one run id: first everything else (the builds write their
+/// datasets with the phase's report), then, with the built datasets read in, the whole
+/// sweep, whose finished items are skipped as on any resumption.
 pub async fn run(
-    broker: Broker,
-    cfg: CoordinatorConfig,
-    progress_tx: Option<watch::Sender<Progress>>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<RunOutcome, CoordinatorError> {
-    let state = cfg.run_dir.join("state");
-    let outcome = run_phases(broker, cfg, progress_tx, shutdown).await?;
-    // A complete run's state is read from now on, not grown: the room its commits freed
-    // goes back to the file system (README "Performance").
-    if let RunOutcome::Complete { .. } = outcome {
-        let compact = move || halyard_store::compact_and_log("run state", &state, CACHE_BYTES);
-        if let Err(e) = tokio::task::spawn_blocking(compact).await {
-            warn!(error = %e, "compacting the run state panicked; the run is complete");
-        }
-    }
-    Ok(outcome)
-}
-
-/// The phases of [`run`]. A sweep whose evaluation reads a dataset built in the same run
-/// (`dataset_from`) runs in two phases under one run id: first everything else (the
-/// builds write their datasets with the phase's report), then, with the built datasets
-/// read in, the whole sweep, whose finished items are skipped as on any resumption.
-async fn run_phases(
     broker: Broker,
     mut cfg: CoordinatorConfig,
     progress_tx: Option<watch::Sender<Progress>>,
