@@ -18,11 +18,27 @@ const CACHE_BYTES: usize = 64 << 20;
 const DEPTH: usize = 2;
 
 /// Compact the store in `dir` that its owner in this process has closed (`what` names
-/// it: "run state", "checkpoint"), off the async threads; the log says how it went.
+/// it: "run state", "checkpoint"), off the async threads. The log says that it starts,
+/// then the bytes before and after, or why not: a warning only, the store is whole
+/// either way and `halyard gc` returns the room later.
 pub async fn compact_store(what: &'static str, dir: PathBuf) {
-    let compact = move || halyard_store::compact_and_log(what, &dir, CACHE_BYTES);
-    if let Err(e) = tokio::task::spawn_blocking(compact).await {
-        tracing::warn!(store = what, error = %e, "compacting panicked; the store is whole (`halyard gc DIR` compacts it later)");
+    tracing::info!(store = what, dir = %dir.display(), "compacting");
+    let started = std::time::Instant::now();
+    let shown = dir.display().to_string();
+    let failed = |e: &dyn std::fmt::Display| {
+        tracing::warn!(store = what, dir = %shown, error = %e, "compacting failed; the store is whole (`halyard gc DIR` compacts it later)");
+    };
+    match tokio::task::spawn_blocking(move || halyard_store::compact(&dir, CACHE_BYTES)).await {
+        Ok(Ok(c)) => tracing::info!(
+            store = what,
+            dir = %shown,
+            before = %mb(c.before),
+            after = %mb(c.after),
+            seconds = %format_args!("{:.2}", started.elapsed().as_secs_f64()),
+            "compacted"
+        ),
+        Ok(Err(e)) => failed(&e),
+        Err(panicked) => failed(&panicked),
     }
 }
 

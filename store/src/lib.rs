@@ -100,12 +100,12 @@ pub struct Compacted {
 /// repairs its allocator at the next open) with part of the room returned.
 pub fn compact(dir: &Path, cache_bytes: usize) -> Result<Compacted, String> {
     let file = dir.join(FILE);
-    // A sled store of an earlier build is moved to redb by the open, and measured after.
-    let sled = !file.is_file() && is_sled_store(dir);
     if !is_store(dir) {
         return Err(format!("{} is not a Halyard store (it has no {FILE})", dir.display()));
     }
-    let before = if sled { None } else { Some(disk_bytes(&file)?) };
+    // A sled store of an earlier build has no file yet: the open moves it to redb, and it
+    // is measured after.
+    let before = file.is_file().then(|| disk_bytes(&file)).transpose()?;
     let mut db = open(dir, cache_bytes, &[])?;
     let before = match before {
         Some(b) => b,
@@ -115,31 +115,6 @@ pub fn compact(dir: &Path, cache_bytes: usize) -> Result<Compacted, String> {
     db.compact().map_err(|e| format!("{}: compacting: {e}", file.display()))?;
     drop(db);
     Ok(Compacted { before, after: disk_bytes(&file)? })
-}
-
-/// [`compact`] the store in `dir` (`what` names it), and say so in the log: that it
-/// starts, then the bytes before and after, or why not (a warning only: the store is
-/// whole either way, and `halyard gc` returns the room later).
-pub fn compact_and_log(what: &str, dir: &Path, cache_bytes: usize) -> Option<Compacted> {
-    let started = std::time::Instant::now();
-    tracing::info!(store = what, dir = %dir.display(), "compacting");
-    match compact(dir, cache_bytes) {
-        Ok(c) => {
-            tracing::info!(
-                store = what,
-                dir = %dir.display(),
-                before = %format_args!("{:.1} MB", c.before as f64 / 1e6),
-                after = %format_args!("{:.1} MB", c.after as f64 / 1e6),
-                seconds = %format_args!("{:.2}", started.elapsed().as_secs_f64()),
-                "compacted"
-            );
-            Some(c)
-        }
-        Err(e) => {
-            tracing::warn!(store = what, dir = %dir.display(), error = %e, "compacting failed; the store is whole (`halyard gc DIR` compacts it later)");
-            None
-        }
-    }
 }
 
 /// The bytes `file` holds on disk (allocated blocks: a file redb extended but has not

@@ -610,8 +610,8 @@ impl Logged {
         Self::open_merging_at(db, tables, at.unwrap_or(MIN_MERGE))
     }
 
-    /// [`Logged::open`] with flushes from `min_merge` records of log (tests, benchmarks).
-    pub fn open_merging_at(
+    /// [`Logged::open`] with flushes from `min_merge` records of log.
+    fn open_merging_at(
         db: &Database,
         tables: Tables,
         min_merge: u64,
@@ -874,13 +874,15 @@ impl Logged {
         Ok(out)
     }
 
-    /// Records in the log not flushed yet (for tests and benchmarks).
-    pub fn unmerged(&self) -> usize {
+    /// Records in the log not flushed yet.
+    #[cfg(test)]
+    fn unmerged(&self) -> usize {
         lock(&self.index).seqs.len()
     }
 
-    /// The runs' record counts, oldest first (for tests and benchmarks).
-    pub fn runs(&self) -> Vec<u64> {
+    /// The runs' record counts, oldest first.
+    #[cfg(test)]
+    fn runs(&self) -> Vec<u64> {
         lock(&self.index).runs.iter().map(|r| r.records).collect()
     }
 }
