@@ -128,7 +128,7 @@ fn gc_killed_mid_compaction_loses_nothing() {
     store_with_room(&template);
     let full = bytes(&template);
 
-    // One gc to the end, timed: the kills are spread over its length.
+    // One gc to the end, timed: the first kills are spread over its length.
     let timed = dir.path().join("timed");
     copy_store(&template, &timed);
     let started = std::time::Instant::now();
@@ -139,22 +139,34 @@ fn gc_killed_mid_compaction_loses_nothing() {
     assert!(compacted * 3 < full, "gc returned too little: {full} -> {compacted} bytes");
     verify(&timed, "after gc");
 
-    // Kills at steps of a thirteenth of its length, until gc ends before the kill: every
-    // killed store must open whole, and some kills must land in the middle of the
-    // compaction (the file already partly cut, not yet all).
-    let step = length / 13;
-    let mut midway = 0;
-    for k in 1..=40u32 {
+    // Kills at a quarter, a half and three quarters of its length (wherever they land:
+    // start-up, the integrity check, the compaction), then kills the moment the file is
+    // seen partly cut, until three of those found gc still in the middle of its
+    // compaction (the file left between its full and its compacted size). Every killed
+    // store must open whole.
+    let midway = |size: u64| size > compacted + (1 << 20) && size + (1 << 20) < full;
+    let mut mid_kills = 0;
+    for k in 0..30u32 {
         let store = dir.path().join(format!("killed-{k}"));
         copy_store(&template, &store);
+        let file = store.join(halyard_store::FILE);
         let mut child = halyard().args(["gc", store.to_str().unwrap()]).spawn().unwrap();
-        std::thread::sleep(step * k);
-        let ended = child.try_wait().unwrap().is_some();
+        let when = if k < 3 {
+            std::thread::sleep(length * (k + 1) / 4);
+            format!("after {:?}", length * (k + 1) / 4)
+        } else {
+            while child.try_wait().unwrap().is_none()
+                && !midway(halyard_store::disk_bytes(&file).unwrap_or(full))
+            {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            "when the file was seen partly cut".to_string()
+        };
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let size = bytes(&store);
-        midway += u32::from(size > compacted + (1 << 20) && size + (1 << 20) < full);
-        let what = format!("gc killed after {:?} ({size} bytes)", step * k);
+        mid_kills += u32::from(k >= 3 && midway(size));
+        let what = format!("gc killed {when} ({size} bytes)");
         verify(&store, &what);
         let gc = halyard().args(["gc", store.to_str().unwrap()]).output().unwrap();
         assert!(
@@ -164,9 +176,9 @@ fn gc_killed_mid_compaction_loses_nothing() {
         );
         assert!(bytes(&store) * 3 < full, "{what}: gc afterwards returned too little");
         verify(&store, &format!("{what}, then gc"));
-        if ended {
+        if mid_kills == 3 {
             break;
         }
     }
-    assert!(midway > 0, "no kill landed in the middle of a compaction ({length:?} for one gc)");
+    assert_eq!(mid_kills, 3, "kills in the middle of a compaction, of 27 tries");
 }
