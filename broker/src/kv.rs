@@ -42,14 +42,24 @@ pub async fn open_bucket(
         num_replicas: crate::stream_replicas(broker),
         ..Default::default()
     };
-    let s = crate::retry_js(&format!("create the KV bucket {name}"), || {
-        broker.js.get_or_create_stream(cfg.clone())
+    // Both requests are retried together: a broker restarting between them loses the
+    // second's answer, or (a memory bucket) the stream itself, which the next try creates.
+    crate::retry_js(&format!("open the KV bucket {name}"), || async {
+        let s = broker.js.get_or_create_stream(cfg.clone()).await.map_err(|e| e.to_string())?;
+        match broker.js.get_key_value(name).await {
+            Ok(store) => Ok((store, s)),
+            Err(e) => Err(vanished(e.to_string())),
+        }
     })
-    .await?;
-    let store = broker
-        .js
-        .get_key_value(name)
-        .await
-        .map_err(|e| BrokerError::js(format!("open the KV bucket {name}"), e))?;
-    Ok((store, s))
+    .await
+}
+
+/// The error of opening a bucket whose stream was just created or found: "not found"
+/// means the stream went meanwhile (a broker restart), so it is marked transient.
+pub(crate) fn vanished(msg: String) -> String {
+    if msg.to_ascii_lowercase().contains("not found") {
+        format!("{msg} (gone since it was created: unavailable)")
+    } else {
+        msg
+    }
 }

@@ -100,13 +100,12 @@ async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
         allow_direct: true,
         ..Default::default()
     };
-    crate::retry_js(&format!("create the object bucket {BUCKET}"), || {
-        b.js.get_or_create_stream(cfg.clone())
+    // As for KV buckets, both requests are retried together (crate::kv::open_bucket).
+    crate::retry_js(&format!("open the object bucket {BUCKET}"), || async {
+        b.js.get_or_create_stream(cfg.clone()).await.map_err(|e| e.to_string())?;
+        b.js.get_object_store(BUCKET).await.map_err(|e| crate::kv::vanished(e.to_string()))
     })
-    .await?;
-    b.js.get_object_store(BUCKET)
-        .await
-        .map_err(|e| BrokerError::js(format!("open the object bucket {BUCKET}"), e))
+    .await
 }
 
 /// Store `bytes` of run `run` as an object (unless it is there already) and return its

@@ -1,7 +1,8 @@
 //! Chaos: a HypoTermQA run against a local fake paid API (whose judge also returns
 //! garbage for some terms), with `halyard coordinator` and several `halyard worker`s as
 //! separate OS processes, killed with SIGKILL at random moments and restarted; the
-//! broker is restarted once (one server) or loses a node (3-node cluster).
+//! broker is restarted once (one server) or loses a node (3-node cluster), with a worker
+//! killed and started again just before, so that it sets up while the broker goes.
 //!
 //! Checks at the end: the run completes; the report and labels equal an uninterrupted
 //! run's with the same fake (every job terminal, each item counted once, none lost);
@@ -253,6 +254,17 @@ fn chaos(cfg: Config) -> Figures {
             f.in_flight_observed += fake.in_flight();
             // Every worker's calls may be redelivered while the broker is away.
             f.in_flight_bound += cfg.workers * 2 * CONCURRENCY;
+            // One worker is killed and started again just before: it starts (streams,
+            // buckets, consumers) while the broker goes, and must ride it out.
+            let i = rng.below(cfg.workers as u64) as usize;
+            workers[i].kill();
+            f.kills_worker += 1;
+            f.in_flight_bound += 2 * CONCURRENCY;
+            workers[i] = procs.worker(i);
+            started_at[i] = Instant::now();
+            f.restarts += 1;
+            std::thread::sleep(Duration::from_millis(rng.below(60)));
+            f.broker_events.push(format!("w{i} restarted as the broker went"));
             match &mut broker {
                 Broker::One(n) => {
                     // SIGTERM, as a planned restart: a lone nats-server killed with -9
@@ -293,11 +305,15 @@ fn chaos(cfg: Config) -> Figures {
     };
     assert!(status.success());
     assert!(at.is_empty(), "the run ended before {} planned kills", at.len());
-    for (w, at) in workers.iter_mut().zip(&started_at) {
+    for (i, (w, at)) in workers.iter_mut().zip(&started_at).enumerate() {
         std::thread::sleep(Duration::from_secs(1).saturating_sub(at.elapsed()));
         w.signal(libc::SIGTERM);
         let s = w.wait_timeout(Duration::from_secs(30)).expect("worker did not stop on SIGTERM");
-        assert!(s.success(), "worker stop: {s:?}");
+        assert!(
+            s.success(),
+            "worker {i} stop: {s:?}\n{}",
+            std::fs::read_to_string(d.join(format!("w{i}.log"))).unwrap_or_default()
+        );
     }
     f.wall = started.elapsed();
 

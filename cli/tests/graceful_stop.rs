@@ -172,46 +172,59 @@ fn sigterm_finishes_or_hands_back_in_flight_work_and_loses_nothing() {
 }
 
 /// A process still waiting for its broker stops on the first SIGTERM: a worker exits 0
-/// (it held nothing), a coordinator 130 with a line saying nothing had started.
+/// (it held nothing), a coordinator or `halyard run` 130 with a line saying nothing had
+/// started. Both while nothing answers at the broker's address and while a broker
+/// answers without JetStream (it retries its setup for a minute: a broker starting).
 #[test]
 fn a_stop_while_waiting_for_the_broker_is_clean() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("nats://127.0.0.1:{}", halyard_tests::free_port());
-    let sweep = noop_sweep(dir.path(), "x", 10);
-    let state = dir.path().join("w");
-    let out = dir.path().join("runs");
+    let absent = format!("nats://127.0.0.1:{}", halyard_tests::free_port());
+    stop_while_waiting(
+        dir.path(),
+        "absent",
+        &absent,
+        "broker not reachable yet",
+        "before the broker",
+    );
+    let no_js = NatsServer::start_with_args(&["-js=false"]);
+    stop_while_waiting(
+        dir.path(),
+        "nojs",
+        &no_js.url(),
+        "JetStream not ready",
+        "stopped while starting",
+    );
+}
+
+/// Start a worker, a coordinator and a `halyard run` against `url` in turn; once each
+/// logs `waiting`, SIGTERM it: it must stop within 10 s with its exit status and `said`.
+fn stop_while_waiting(dir: &Path, case: &str, url: &str, waiting: &str, said: &str) {
+    let sweep = noop_sweep(dir, "x", 10);
+    let state = dir.join(format!("w-{case}"));
+    let out = dir.join(format!("runs-{case}"));
+    let (sweep, state, out) =
+        (sweep.to_str().unwrap(), state.to_str().unwrap(), out.to_str().unwrap());
     for (args, code) in [
-        (vec!["worker", "--nats", &url, "--pool", "p=1", "--state", state.to_str().unwrap()], 0),
-        (
-            vec![
-                "coordinator",
-                sweep.to_str().unwrap(),
-                "--nats",
-                &url,
-                "--out",
-                out.to_str().unwrap(),
-            ],
-            130,
-        ),
+        (vec!["worker", "--nats", url, "--pool", "p=1", "--state", state, "--metrics", "off"], 0),
+        (vec!["coordinator", sweep, "--nats", url, "--out", out, "--metrics", "off"], 130),
+        (vec!["run", sweep, "--nats", url, "--out", out], 130),
     ] {
-        let log = dir.path().join(format!("{}.log", args[0]));
+        let log = dir.join(format!("{}-{case}.log", args[0]));
         let mut cmd = halyard();
-        cmd.args(&args).args(["--metrics", "off"]).stderr(std::fs::File::create(&log).unwrap());
-        let mut p = halyard_tests::ChildGuard::spawn(cmd);
-        // Wait until it is retrying the connection (the handlers are installed by then).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("broker not reachable yet")
-        {
-            assert!(std::time::Instant::now() < deadline, "{}: never tried the broker", args[0]);
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        cmd.args(&args).stderr(std::fs::File::create(&log).unwrap());
+        let mut p = ChildGuard::spawn(cmd);
+        // Wait until it is retrying (the handlers are installed by then).
+        wait_for(
+            &format!("{} ({case}) to wait for the broker", args[0]),
+            Duration::from_secs(30),
+            || std::fs::read_to_string(&log).unwrap_or_default().contains(waiting),
+        );
         p.signal(libc::SIGTERM);
-        let st =
-            p.wait_timeout(std::time::Duration::from_secs(10)).expect("did not stop on SIGTERM");
+        let st = p.wait_timeout(Duration::from_secs(10)).unwrap_or_else(|| {
+            panic!("{} ({case}) did not stop on SIGTERM", args[0]);
+        });
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        assert_eq!(st.code(), Some(code), "{}: {text}", args[0]);
-        assert!(text.contains("before the broker"), "{text}");
+        assert_eq!(st.code(), Some(code), "{} ({case}): {text}", args[0]);
+        assert!(text.contains(said), "{} ({case}): {text}", args[0]);
     }
 }

@@ -44,7 +44,7 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<RunOutcome, NodeError> {
     let run_dir = crate::run_dir(&opts.out, &opts.sweep)?;
-    let (embedded, broker) = start_broker(opts.nats.clone(), &run_dir).await?;
+    let (embedded, broker) = start_broker(opts.nats.clone(), &run_dir, &shutdown).await?;
     let mut local = None;
     if !opts.no_workers {
         let dir = opts.checkpoint.clone().unwrap_or_else(|| run_dir.join("checkpoint"));
@@ -85,10 +85,12 @@ pub async fn run(
     Ok(outcome?)
 }
 
-/// The broker given, or a private nats-server started for this run.
+/// The broker given, or a private nats-server started for this run (unless `shutdown`
+/// comes while it is waited for).
 async fn start_broker(
     nats: Option<Nats>,
     run_dir: &Path,
+    shutdown: &watch::Receiver<bool>,
 ) -> Result<(Option<EmbeddedNats>, Broker), NodeError> {
     let (embedded, url, auth) = match nats {
         Some(n) => (None, n.url, n.auth),
@@ -101,8 +103,8 @@ async fn start_broker(
             (Some(n), url, auth)
         }
     };
-    let broker =
-        halyard_broker::connect(&BrokerConfig::new(url, "halyard-run").with_auth(auth)).await?;
+    let cfg = BrokerConfig::new(url, "halyard-run").with_auth(auth);
+    let broker = crate::connect_or_stop(&cfg, shutdown).await?;
     Ok((embedded, broker))
 }
 

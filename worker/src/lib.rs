@@ -211,6 +211,10 @@ pub async fn run(
 }
 
 /// As [`run`], with an already opened checkpoint (embedded mode shares one).
+///
+/// A `shutdown` that resolves while the worker is still starting (waiting for JetStream,
+/// loading its models) stops it at once: it has taken no job yet, so it closes its
+/// checkpoint and returns as after any graceful stop.
 pub async fn run_with_checkpoint(
     broker: Broker,
     checkpoint: Checkpoint,
@@ -224,83 +228,21 @@ pub async fn run_with_checkpoint(
     if let Some((p, n)) = failpoints.armed() {
         tracing::warn!(point = p.name(), pass = n, "failpoint armed: this worker will abort there");
     }
-    halyard_broker::ensure_streams(&broker).await?;
-    let (plan, http) = (config.plan.clone(), config.http);
-    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
-        .await
-        .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
-        .map_err(WorkerError::Backend)?;
-    let stats = config.stats.clone();
-    let mut quotas = std::collections::HashMap::new();
-    for p in &config.plan.pools {
-        if let Some(q) = &p.quota {
-            let gate = quota::QuotaGate::join(
-                &broker,
-                &p.pool.name,
-                quota::PoolQuota::from(q),
-                &config.worker_id,
-                config.quota_settings,
-                stats.clone(),
-            )
-            .await?;
-            quotas.insert(p.pool.name.clone(), gate);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let started = tokio::select! {
+        s = start(&broker, &checkpoint, &config, failpoints) => s?,
+        _ = &mut shutdown => {
+            info!(worker = %config.worker_id, "stopped while starting: no job was taken");
+            checkpoint.close().await;
+            return Ok(config.stats.clone());
         }
-    }
-    let mut health = std::collections::HashMap::new();
-    for p in config.plan.pools.iter().map(|p| &p.pool) {
-        let h = health::PoolHealth::join(&broker, &p.name, &config.worker_id, stats.clone());
-        health.insert(p.name.clone(), h.await?);
-    }
-    let budget = budget::Budget::open(&broker).await?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (hard_tx, hard_rx) = watch::channel(false);
-    let timing = batch::BatchTiming::from_env().map_err(WorkerError::Backend)?;
-    let batches = batch::Batches::start(
-        &broker,
-        &config.plan,
-        &config.worker_id,
-        failpoints.clone(),
-        timing,
-        stop_rx.clone(),
-        hard_rx.clone(),
-    )
-    .await
-    .map_err(WorkerError::Backend)?;
-    let ctx = Arc::new(pool::PoolCtx {
-        batches,
-        checkpoint: checkpoint.clone(),
-        backends,
-        stats: stats.clone(),
-        worker_id: config.worker_id.clone(),
-        retry: config.retry,
-        max_deliver: config.delivery.max_deliver.max(1) as u64,
-        ack_wait: config.delivery.ack_wait,
-        hard_stop: hard_rx,
-        stop: stop_rx.clone(),
-        running: Default::default(),
-        outbox: outbox::Outbox::start(broker.clone(), failpoints.clone()),
-        broker: broker.clone(),
-        failpoints,
-        quotas: quotas.clone(),
-        plan: config.plan.clone(),
-        budget,
-    });
-    let mut loops = tokio::task::JoinSet::new();
-    for p in config.plan.pools.iter().map(|p| &p.pool) {
-        let consumer = halyard_broker::pool_consumer(&broker, &p.name, config.delivery).await?;
-        loops.spawn(pool::run_pool(
-            ctx.clone(),
-            p.name.clone(),
-            health[&p.name].clone(),
-            consumer,
-            p.concurrency,
-            stop_rx.clone(),
-        ));
-    }
+    };
+    let Started { ctx, mut loops, quotas, health, stop_tx, hard_tx } = started;
+    let stats = config.stats.clone();
     info!(worker = %config.worker_id, pools = config.plan.pools.len(), "worker running");
     stats.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     tokio::select! {
-        _ = shutdown => {}
+        _ = &mut shutdown => {}
         // A pool loop only ends on its own if its semaphore closes; treat as shutdown.
         _ = loops.join_next() => {}
     }
@@ -333,4 +275,104 @@ pub async fn run_with_checkpoint(
         "worker stopped"
     );
     Ok(stats)
+}
+
+/// What a started worker runs with: its pools' loops and what they share.
+struct Started {
+    ctx: Arc<pool::PoolCtx>,
+    loops: tokio::task::JoinSet<()>,
+    quotas: std::collections::HashMap<String, Arc<quota::QuotaGate>>,
+    health: std::collections::HashMap<String, Arc<health::PoolHealth>>,
+    stop_tx: watch::Sender<bool>,
+    hard_tx: watch::Sender<bool>,
+}
+
+/// Start a worker: the streams, its models, its quota shares and pool health, and one
+/// loop per pool bound to the pool's consumer. Dropped before it ends (a stop while
+/// starting), it has taken no job: it leaves what a crash at the same moment would.
+async fn start(
+    broker: &Broker,
+    checkpoint: &Checkpoint,
+    config: &WorkerConfig,
+    failpoints: Arc<failpoint::Failpoints>,
+) -> Result<Started, WorkerError> {
+    halyard_broker::ensure_streams(broker).await?;
+    let (plan, http) = (config.plan.clone(), config.http);
+    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
+        .await
+        .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
+        .map_err(WorkerError::Backend)?;
+    let stats = config.stats.clone();
+    let mut quotas = std::collections::HashMap::new();
+    for p in &config.plan.pools {
+        if let Some(q) = &p.quota {
+            let gate = quota::QuotaGate::join(
+                broker,
+                &p.pool.name,
+                quota::PoolQuota::from(q),
+                &config.worker_id,
+                config.quota_settings,
+                stats.clone(),
+            )
+            .await?;
+            quotas.insert(p.pool.name.clone(), gate);
+        }
+    }
+    let mut health = std::collections::HashMap::new();
+    for p in config.plan.pools.iter().map(|p| &p.pool) {
+        let h = health::PoolHealth::join(broker, &p.name, &config.worker_id, stats.clone());
+        health.insert(p.name.clone(), h.await?);
+    }
+    let budget = budget::Budget::open(broker).await?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (hard_tx, hard_rx) = watch::channel(false);
+    let timing = batch::BatchTiming::from_env().map_err(WorkerError::Backend)?;
+    let batches = batch::Batches::start(
+        broker,
+        &config.plan,
+        &config.worker_id,
+        failpoints.clone(),
+        timing,
+        stop_rx.clone(),
+        hard_rx.clone(),
+    )
+    .await
+    .map_err(WorkerError::Backend)?;
+    let ctx = Arc::new(pool::PoolCtx {
+        batches,
+        checkpoint: checkpoint.clone(),
+        backends,
+        stats: stats.clone(),
+        worker_id: config.worker_id.clone(),
+        retry: config.retry,
+        max_deliver: config.delivery.max_deliver.max(1) as u64,
+        ack_wait: config.delivery.ack_wait,
+        hard_stop: hard_rx,
+        stop: stop_rx.clone(),
+        running: Default::default(),
+        outbox: outbox::Outbox::start(broker.clone(), failpoints.clone()),
+        broker: broker.clone(),
+        failpoints,
+        quotas: quotas.clone(),
+        plan: config.plan.clone(),
+        budget,
+    });
+    // Every consumer is bound before the first loop runs: a start dropped half-way has
+    // taken no job.
+    let mut consumers = Vec::new();
+    for p in config.plan.pools.iter().map(|p| &p.pool) {
+        consumers.push((p, halyard_broker::pool_consumer(broker, &p.name, config.delivery).await?));
+    }
+    let mut loops = tokio::task::JoinSet::new();
+    for (p, consumer) in consumers {
+        loops.spawn(pool::run_pool(
+            ctx.clone(),
+            p.name.clone(),
+            health[&p.name].clone(),
+            consumer,
+            p.concurrency,
+            stop_rx.clone(),
+        ));
+    }
+    Ok(Started { ctx, loops, quotas, health, stop_tx, hard_tx })
 }

@@ -95,17 +95,49 @@ async fn run_phase(
     let state = RunState::open(&cfg.run_dir.join("state"))?;
     let (meta, created) = state.run_meta(&cfg.sweep.name)?;
     info!(run = %meta.id, name = %meta.name, resumed = !created, "coordinator starting");
+    // Steps 2 to 4 wait on the broker (JetStream may not be ready yet): a stop meanwhile
+    // ends the phase as interrupted. What they did is what a crash there would leave,
+    // which the next start recovers (crate docs).
+    // Every event of the run carries its id and name (a span; JSON logs show it too).
+    let span = tracing::info_span!("run", run = %meta.id, sweep = %meta.name);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let start = start(&broker, &cfg, state, meta.id, created, progress_tx, &span);
+    let mut c = tokio::select! {
+        c = start => c?,
+        _ = &mut shutdown => {
+            info!(run = %meta.id, "stopped while starting; start again to resume");
+            return Ok(RunOutcome::Interrupted { run: meta.id });
+        }
+    };
+    // 5. and 6. Collect results until every item is finished.
+    c.collector.subscribe_advisories().await?;
+    let outcome = c.collect(shutdown).instrument(span).await?;
+    c.planner.store().flush().await?;
+    Ok(outcome)
+}
+
+/// Steps 2 to 4 of a phase: the streams and the run's result consumer; the first window
+/// planned; what is queued and what arrived meanwhile noted; the rest published.
+async fn start<'s>(
+    broker: &Broker,
+    cfg: &'s CoordinatorConfig,
+    state: RunState,
+    run: Uuid,
+    created: bool,
+    progress_tx: Option<watch::Sender<Progress>>,
+    span: &tracing::Span,
+) -> Result<Coordinator<'s>, CoordinatorError> {
     // 2. Streams and the run's result consumer.
-    halyard_broker::ensure_streams(&broker).await?;
-    let consumer = halyard_broker::results_consumer(&broker, meta.id).await?;
+    halyard_broker::ensure_streams(broker).await?;
+    let consumer = halyard_broker::results_consumer(broker, run).await?;
     let retried = crate::dead_letters::retried(&state)?;
     let state_outages = state.outages()?;
-    let planner = Planner::open(&cfg.sweep, state, meta.id, retried)?;
+    let planner = Planner::open(&cfg.sweep, state, run, retried)?;
     let mut c = Coordinator {
-        cfg: &cfg,
+        cfg,
         planner,
-        dispatcher: Dispatcher::new(broker.clone(), meta.id, &cfg.sweep),
-        collector: Collector::new(broker.clone(), meta.id, consumer),
+        dispatcher: Dispatcher::new(broker.clone(), run, &cfg.sweep),
+        collector: Collector::new(broker.clone(), run, consumer),
         stall: Stall::new(broker.clone(), cfg.sweep.run.ack_wait),
         outages: outage::Outages::new(
             broker.clone(),
@@ -116,10 +148,8 @@ async fn run_phase(
         progress_tx: progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0),
         provider_batches: ProviderBatches::new(broker.clone(), &cfg.sweep),
     };
-    // Every event of the run carries its id and name (a span; JSON logs show it too).
-    let span = tracing::info_span!("run", run = %meta.id, sweep = %meta.name);
     let p = c.planner.progress();
-    info!(parent: &span, items = p.items_total, done = p.items_done, window = cfg.sweep.run.window, "planning");
+    info!(parent: span, items = p.items_total, done = p.items_done, window = cfg.sweep.run.window, "planning");
     // 3. Plan until the window is full, holding its publishes back; 4. note the jobs
     // still queued (`queued`), read the results that arrived while no coordinator ran
     // (`backlog`); then publish what is neither answered nor queued.
@@ -129,9 +159,9 @@ async fn run_phase(
     let pools = cfg.sweep.pools();
     let in_stream = match created {
         true => Default::default(), // a new run has nothing queued
-        false => queued::in_stream(&broker, meta.id, pools.keys()).instrument(span.clone()).await,
+        false => queued::in_stream(broker, run, pools.keys()).instrument(span.clone()).await,
     };
-    backlog::absorb(&broker, &mut c.planner, &mut held).instrument(span.clone()).await?;
+    backlog::absorb(broker, &mut c.planner, &mut held).instrument(span.clone()).await?;
     for (job, round) in held {
         if !c.planner.store().has_result(&job.id)? && !queued::holds(&in_stream, &job) {
             c.dispatcher.send(&job, round).await;
@@ -141,11 +171,7 @@ async fn run_phase(
     c.dispatcher.start_pacing(Instant::now());
     c.planner.store().flush().await?;
     c.publish_progress();
-    // 5. and 6. Collect results until every item is finished.
-    c.collector.subscribe_advisories().await?;
-    let outcome = c.collect(shutdown).instrument(span).await?;
-    c.planner.store().flush().await?;
-    Ok(outcome)
+    Ok(c)
 }
 
 /// The roles of one phase of a run.
