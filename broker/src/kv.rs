@@ -54,9 +54,10 @@ pub async fn open_bucket(
     .await
 }
 
-/// The error of opening a bucket whose stream was just created or found: "not found"
-/// means the stream went meanwhile (a broker restart), so it is marked transient.
-pub(crate) fn vanished(msg: String) -> String {
+/// The error of using a bucket whose stream was just created or found: "not found"
+/// means the stream went meanwhile (a broker restart took a memory bucket), so it is
+/// marked transient for [`crate::retry_js`].
+pub fn vanished(msg: String) -> String {
     if msg.to_ascii_lowercase().contains("not found") {
         format!("{msg} (gone since it was created: unavailable)")
     } else {

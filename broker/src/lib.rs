@@ -238,8 +238,10 @@ pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
 const SETUP_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Run a JetStream setup request, retrying while it times out or finds no JetStream
-/// (yet); other errors (a stream configured differently, say) fail at once.
-pub(crate) async fn retry_js<T, E, F, Fut>(what: &str, mut f: F) -> Result<T, BrokerError>
+/// (yet); other errors (a stream configured differently, say) fail at once. For a
+/// setup of several requests, run them all in `f`: a broker restart between them is
+/// then ridden out as a whole.
+pub async fn retry_js<T, E, F, Fut>(what: &str, mut f: F) -> Result<T, BrokerError>
 where
     E: std::fmt::Display,
     F: FnMut() -> Fut,

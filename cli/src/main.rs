@@ -73,7 +73,13 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match rt.block_on(dispatch(cli.cmd)) {
+    let result = rt.block_on(dispatch(cli.cmd));
+    // Whatever is still running was left by its awaiter (a model still loading when a
+    // stop came while starting): waiting for it would hold the exit, with the signal
+    // handlers gone. Every store is closed by now, and a commit cut short is a crash,
+    // which the stores survive.
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e)
             if matches!(e.downcast_ref(), Some(halyard_node::NodeError::StoppedBeforeStart(_))) =>

@@ -282,8 +282,8 @@ fn chaos(cfg: Config) -> Figures {
         }
         if at.first().is_some_and(|&a| calls >= a) {
             at.remove(0);
-            // One kill in four hits the coordinator (the second, sixth, …).
-            let kill_no = f.kills_worker + f.kills_coordinator;
+            // One planned kill in four hits the coordinator (the second, sixth, …).
+            let kill_no = cfg.kills - at.len() - 1;
             if kill_no % 4 == 1 {
                 coord.kill();
                 f.kills_coordinator += 1;

@@ -228,17 +228,38 @@ pub async fn run_with_checkpoint(
     if let Some((p, n)) = failpoints.armed() {
         tracing::warn!(point = p.name(), pass = n, "failpoint armed: this worker will abort there");
     }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (hard_tx, hard_rx) = watch::channel(false);
+    // What start-up joins lives here, so that a stop while starting leaves it too.
+    let mut joined = Joined::default();
     let mut shutdown = std::pin::pin!(shutdown);
+    let stats = config.stats.clone();
+    let start = start(&broker, &checkpoint, &config, failpoints, &mut joined, (stop_rx, hard_rx));
     let started = tokio::select! {
-        s = start(&broker, &checkpoint, &config, failpoints) => s?,
-        _ = &mut shutdown => {
-            info!(worker = %config.worker_id, "stopped while starting: no job was taken");
+        s = start => Some(s),
+        _ = &mut shutdown => None,
+    };
+    let Joined { quotas, health } = joined;
+    let (ctx, mut loops) = match started {
+        Some(Ok(s)) => s,
+        stopped_or_failed => {
+            let _ = (stop_tx.send(true), hard_tx.send(true));
+            for gate in quotas.values() {
+                gate.leave().await;
+            }
+            for h in health.values() {
+                h.close().await;
+            }
             checkpoint.close().await;
-            return Ok(config.stats.clone());
+            return match stopped_or_failed {
+                Some(Err(e)) => Err(e),
+                _ => {
+                    info!(worker = %config.worker_id, "stopped while starting: no job was taken");
+                    Ok(stats)
+                }
+            };
         }
     };
-    let Started { ctx, mut loops, quotas, health, stop_tx, hard_tx } = started;
-    let stats = config.stats.clone();
     info!(worker = %config.worker_id, pools = config.plan.pools.len(), "worker running");
     stats.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     tokio::select! {
@@ -277,25 +298,25 @@ pub async fn run_with_checkpoint(
     Ok(stats)
 }
 
-/// What a started worker runs with: its pools' loops and what they share.
-struct Started {
-    ctx: Arc<pool::PoolCtx>,
-    loops: tokio::task::JoinSet<()>,
+/// The quota pools and pool-health announcements a worker has joined, by pool: left and
+/// closed when it stops, however far its start-up went.
+#[derive(Default)]
+struct Joined {
     quotas: std::collections::HashMap<String, Arc<quota::QuotaGate>>,
     health: std::collections::HashMap<String, Arc<health::PoolHealth>>,
-    stop_tx: watch::Sender<bool>,
-    hard_tx: watch::Sender<bool>,
 }
 
-/// Start a worker: the streams, its models, its quota shares and pool health, and one
-/// loop per pool bound to the pool's consumer. Dropped before it ends (a stop while
-/// starting), it has taken no job: it leaves what a crash at the same moment would.
+/// Start a worker: the streams, its models, its quota shares and pool health (into
+/// `joined`), and one loop per pool bound to the pool's consumer, stopped by `stops`
+/// (graceful, hard). Dropped before it ends (a stop while starting), it has taken no job.
 async fn start(
     broker: &Broker,
     checkpoint: &Checkpoint,
     config: &WorkerConfig,
     failpoints: Arc<failpoint::Failpoints>,
-) -> Result<Started, WorkerError> {
+    joined: &mut Joined,
+    (stop_rx, hard_rx): (watch::Receiver<bool>, watch::Receiver<bool>),
+) -> Result<(Arc<pool::PoolCtx>, tokio::task::JoinSet<()>), WorkerError> {
     halyard_broker::ensure_streams(broker).await?;
     let (plan, http) = (config.plan.clone(), config.http);
     let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
@@ -303,7 +324,6 @@ async fn start(
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;
     let stats = config.stats.clone();
-    let mut quotas = std::collections::HashMap::new();
     for p in &config.plan.pools {
         if let Some(q) = &p.quota {
             let gate = quota::QuotaGate::join(
@@ -315,17 +335,18 @@ async fn start(
                 stats.clone(),
             )
             .await?;
-            quotas.insert(p.pool.name.clone(), gate);
+            joined.quotas.insert(p.pool.name.clone(), gate);
         }
     }
-    let mut health = std::collections::HashMap::new();
+    if !joined.quotas.is_empty() {
+        // The other members shrink their shares before this one's first request.
+        tokio::time::sleep(config.quota_settings.join_settle).await;
+    }
     for p in config.plan.pools.iter().map(|p| &p.pool) {
         let h = health::PoolHealth::join(broker, &p.name, &config.worker_id, stats.clone());
-        health.insert(p.name.clone(), h.await?);
+        joined.health.insert(p.name.clone(), h.await?);
     }
     let budget = budget::Budget::open(broker).await?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (hard_tx, hard_rx) = watch::channel(false);
     let timing = batch::BatchTiming::from_env().map_err(WorkerError::Backend)?;
     let batches = batch::Batches::start(
         broker,
@@ -353,7 +374,7 @@ async fn start(
         outbox: outbox::Outbox::start(broker.clone(), failpoints.clone()),
         broker: broker.clone(),
         failpoints,
-        quotas: quotas.clone(),
+        quotas: joined.quotas.clone(),
         plan: config.plan.clone(),
         budget,
     });
@@ -368,11 +389,11 @@ async fn start(
         loops.spawn(pool::run_pool(
             ctx.clone(),
             p.name.clone(),
-            health[&p.name].clone(),
+            joined.health[&p.name].clone(),
             consumer,
             p.concurrency,
             stop_rx.clone(),
         ));
     }
-    Ok(Started { ctx, loops, quotas, health, stop_tx, hard_tx })
+    Ok((ctx, loops))
 }

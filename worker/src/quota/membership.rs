@@ -118,6 +118,15 @@ pub async fn open_bucket(
     ))
 }
 
+/// Subscribe to the announcements of `pool`'s members.
+pub async fn subscribe(broker: &Broker, pool: &str) -> Result<async_nats::Subscriber, BrokerError> {
+    broker
+        .client
+        .subscribe(subject(pool))
+        .await
+        .map_err(|e| err("cannot subscribe to announcements", e))
+}
+
 impl Membership {
     pub fn new(
         broker: &Broker,
@@ -176,13 +185,6 @@ impl Membership {
         let own = format!("$KV.{BUCKET}.{}", self.key);
         self.stream.purge().filter(own).await.map_err(|e| err("cannot remove member key", e))?;
         self.announce(&Announcement::Leave { worker: self.worker.clone() }).await
-    }
-
-    pub async fn subscribe(&self) -> Result<async_nats::Subscriber, BrokerError> {
-        self.client
-            .subscribe(self.subject.clone())
-            .await
-            .map_err(|e| err("cannot subscribe to announcements", e))
     }
 
     pub async fn announce(&self, a: &Announcement) -> Result<(), BrokerError> {

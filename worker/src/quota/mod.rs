@@ -80,7 +80,8 @@ pub struct QuotaSettings {
     /// After a cool-down, the time to step back up from half rate to the full share.
     pub recover: Duration,
     /// A joining member waits this long before its first request, so the others have
-    /// shrunk their shares when it starts.
+    /// shrunk their shares when it starts (the worker waits it once, after joining all
+    /// its quota pools).
     pub join_settle: Duration,
 }
 
@@ -211,13 +212,22 @@ impl QuotaGate {
         mut settings: QuotaSettings,
         stats: Arc<Stats>,
     ) -> Result<Arc<QuotaGate>, BrokerError> {
-        let (kv, stream, ttl) = membership::open_bucket(broker, settings.ttl).await?;
+        let sub = membership::subscribe(broker, pool).await?;
+        // Retried as a whole: a broker restarting meanwhile loses answers, and the
+        // members bucket (memory) with them, which the next try creates again.
+        let what = format!("join the quota pool {pool}");
+        let (membership, members, ttl) = halyard_broker::retry_js(&what, || async {
+            let gone = |e: BrokerError| halyard_broker::kv::vanished(e.to_string());
+            let (kv, stream, ttl) =
+                membership::open_bucket(broker, settings.ttl).await.map_err(gone)?;
+            let m = Membership::new(broker, kv, stream, pool, worker);
+            m.heartbeat().await.map_err(gone)?;
+            m.announce(&Announcement::Join { worker: worker.to_string() }).await.map_err(gone)?;
+            let members = m.live().await.map_err(gone)?;
+            Ok::<_, String>((m, members, ttl))
+        })
+        .await?;
         settings.ttl = ttl;
-        let membership = Membership::new(broker, kv, stream, pool, worker);
-        let sub = membership.subscribe().await?;
-        membership.heartbeat().await?;
-        membership.announce(&Announcement::Join { worker: worker.to_string() }).await?;
-        let members = membership.live().await?;
         let limiter = Arc::new(PoolLimiter::new(quota, members));
         let gate = Arc::new(QuotaGate {
             pool: pool.to_string(),
@@ -233,7 +243,8 @@ impl QuotaGate {
         info!(pool, members, rpm = ?rates.requests, tpm = ?rates.tokens, "joined quota pool");
         let task = tokio::spawn(upkeep(gate.clone(), sub));
         *gate.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
-        tokio::time::sleep(settings.join_settle).await;
+        // The caller waits `join_settle` before its first request (once for all its
+        // pools), holding the gate so that it can leave even if it stops meanwhile.
         Ok(gate)
     }
 
