@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::RawMessageErrorKind;
 use halyard_broker::{BrokerConfig, Delivery};
-use halyard_coordinator::{sweep, CoordinatorConfig, RunOutcome};
+use halyard_coordinator::{sweep, CoordinatorConfig, Progress, RunOutcome};
 use halyard_proto::pool::{PoolPlan, WorkerModel, WorkerPlan};
 use halyard_proto::{subjects, JobId};
 use halyard_tests::NatsServer;
@@ -51,12 +51,16 @@ async fn queued(broker: &halyard_broker::Broker) -> (HashMap<JobId, usize>, usiz
     (jobs, messages)
 }
 
-/// A coordinator that publishes its first jobs and stops at once (no worker runs).
+/// A coordinator that publishes its first jobs and stops once its start-up is over (its
+/// first progress, sent as start-up ends: a stop before then would cut the start-up
+/// short); no worker runs.
 async fn publish_and_stop(broker: &halyard_broker::Broker, cfg: &CoordinatorConfig) {
+    let (tx, mut rx) = watch::channel(Progress::default());
+    let started = async move {
+        let _ = rx.changed().await;
+    };
     let outcome =
-        halyard_coordinator::run(broker.clone(), cfg.clone(), None, std::future::ready(()))
-            .await
-            .unwrap();
+        halyard_coordinator::run(broker.clone(), cfg.clone(), Some(tx), started).await.unwrap();
     assert!(matches!(outcome, RunOutcome::Interrupted { .. }), "{outcome:?}");
 }
 
