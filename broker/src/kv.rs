@@ -48,19 +48,8 @@ pub async fn open_bucket(
         let s = broker.js.get_or_create_stream(cfg.clone()).await.map_err(|e| e.to_string())?;
         match broker.js.get_key_value(name).await {
             Ok(store) => Ok((store, s)),
-            Err(e) => Err(vanished(e.to_string())),
+            Err(e) => Err(crate::vanished(e.to_string())),
         }
     })
     .await
-}
-
-/// The error of using a bucket whose stream was just created or found: "not found"
-/// means the stream went meanwhile (a broker restart took a memory bucket), so it is
-/// marked transient for [`crate::retry_js`].
-pub fn vanished(msg: String) -> String {
-    if msg.to_ascii_lowercase().contains("not found") {
-        format!("{msg} (gone since it was created: unavailable)")
-    } else {
-        msg
-    }
 }

@@ -278,6 +278,17 @@ where
     }
 }
 
+/// The error of using a bucket whose stream was just created or found: "not found"
+/// means the stream went meanwhile (a broker restart took a memory bucket), so it is
+/// marked transient for [`retry_js`].
+pub fn vanished(msg: String) -> String {
+    if msg.to_ascii_lowercase().contains("not found") {
+        format!("{msg} (gone since it was created: unavailable)")
+    } else {
+        msg
+    }
+}
+
 /// Delivery settings of a pool's consumer.
 #[derive(Clone, Copy, Debug)]
 pub struct Delivery {

@@ -103,7 +103,7 @@ async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
     // As for KV buckets, both requests are retried together (crate::kv::open_bucket).
     crate::retry_js(&format!("open the object bucket {BUCKET}"), || async {
         b.js.get_or_create_stream(cfg.clone()).await.map_err(|e| e.to_string())?;
-        b.js.get_object_store(BUCKET).await.map_err(|e| crate::kv::vanished(e.to_string()))
+        b.js.get_object_store(BUCKET).await.map_err(|e| crate::vanished(e.to_string()))
     })
     .await
 }

@@ -103,14 +103,10 @@ pub fn compact(dir: &Path, cache_bytes: usize) -> Result<Compacted, String> {
     if !is_store(dir) {
         return Err(format!("{} is not a Halyard store (it has no {FILE})", dir.display()));
     }
-    // A sled store of an earlier build has no file yet: the open moves it to redb, and it
-    // is measured after.
-    let before = file.is_file().then(|| disk_bytes(&file)).transpose()?;
+    // Measured once open: a sled store of an earlier build has no file until the open
+    // moves it to redb.
     let mut db = open(dir, cache_bytes, &[])?;
-    let before = match before {
-        Some(b) => b,
-        None => disk_bytes(&file)?,
-    };
+    let before = disk_bytes(&file)?;
     // redb repeats its passes until one makes no progress.
     db.compact().map_err(|e| format!("{}: compacting: {e}", file.display()))?;
     drop(db);

@@ -217,7 +217,7 @@ impl QuotaGate {
         // members bucket (memory) with them, which the next try creates again.
         let what = format!("join the quota pool {pool}");
         let (membership, members, ttl) = halyard_broker::retry_js(&what, || async {
-            let gone = |e: BrokerError| halyard_broker::kv::vanished(e.to_string());
+            let gone = |e: BrokerError| halyard_broker::vanished(e.to_string());
             let (kv, stream, ttl) =
                 membership::open_bucket(broker, settings.ttl).await.map_err(gone)?;
             let m = Membership::new(broker, kv, stream, pool, worker);
