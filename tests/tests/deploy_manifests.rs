@@ -3,7 +3,8 @@
 //! dashboard's queries name metrics Halyard documents as exported. A rename on either side
 //! fails here instead of silently breaking autoscaling or a panel.
 //!
-//! (Schema validation of the manifests is `deploy/k8s/validate`, run by `.ci/run`.)
+//! (Schema validation of the rendered overlays and their invariants are `deploy/k8s/validate`
+//! and `deploy/k8s/invariants.py`, run by `.ci/run` through `deploy/check`.)
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -59,7 +60,9 @@ fn name(doc: &str) -> String {
 
 /// The pools of the sweep held by ConfigMap `configmap` in `file`, through Halyard's own
 /// sweep parser; paths inside the pod are mapped to this checkout's files. With `gpu`,
-/// only the pools of the local models placed on that GPU (what `worker --gpu N` serves).
+/// only the pools of the local models placed on that GPU (what `worker --gpu N` serves);
+/// without, the pools of the models placed on no GPU (what a worker without `--gpu`
+/// serves).
 fn sweep_pools(file: &str, configmap: &str, gpu: Option<u32>) -> BTreeSet<String> {
     let text = read(file);
     let doc = documents(&text)
@@ -74,7 +77,7 @@ fn sweep_pools(file: &str, configmap: &str, gpu: Option<u32>) -> BTreeSet<String
         .unwrap_or_else(|e| panic!("{file}: {configmap}'s sweep does not parse: {e}"));
     s.models
         .iter()
-        .filter(|m| gpu.is_none() || m.local.as_ref().is_some_and(|l| l.gpu == gpu))
+        .filter(|m| m.local.as_ref().and_then(|l| l.gpu) == gpu)
         .map(|m| m.spec.pool.clone())
         .collect()
 }
@@ -132,10 +135,10 @@ fn check_scaled_object(
 #[test]
 fn keda_watches_the_consumers_of_the_api_pools() {
     check_scaled_object(
-        "deploy/k8s/keda.yaml",
+        "deploy/k8s/base/keda.yaml",
         "halyard-worker",
-        ("deploy/k8s/sweep.yaml", "halyard-sweep", None),
-        "deploy/k8s/worker.yaml",
+        ("deploy/k8s/base/sweep.yaml", "halyard-sweep", None),
+        "deploy/k8s/base/worker.yaml",
     );
 }
 
@@ -144,10 +147,22 @@ fn keda_watches_the_consumers_of_the_api_pools() {
 #[test]
 fn keda_watches_the_consumer_of_the_gpu_pool() {
     check_scaled_object(
-        "deploy/k8s/worker-gpu.yaml",
+        "deploy/k8s/overlays/gpu/worker-gpu.yaml",
         "halyard-worker-gpu",
-        ("deploy/k8s/worker-gpu.yaml", "halyard-sweep-gpu", Some(0)),
-        "deploy/k8s/worker-gpu.yaml",
+        ("deploy/k8s/overlays/gpu/sweep.yaml", "halyard-sweep", Some(0)),
+        "deploy/k8s/overlays/gpu/worker-gpu.yaml",
+    );
+}
+
+/// In the GPU overlay the API workers' ScaledObject watches the judge's pool only: a
+/// trigger on a pool the sweep lacks would watch a consumer that never exists.
+#[test]
+fn keda_watches_only_the_api_pools_of_the_gpu_sweep() {
+    check_scaled_object(
+        "deploy/k8s/overlays/gpu/keda-api.yaml",
+        "halyard-worker",
+        ("deploy/k8s/overlays/gpu/sweep.yaml", "halyard-sweep", None),
+        "deploy/k8s/base/worker.yaml",
     );
 }
 
@@ -156,15 +171,15 @@ fn keda_watches_the_consumer_of_the_gpu_pool() {
 #[should_panic(expected = "consumers vs the pools")]
 fn a_renamed_consumer_fails_the_check() {
     let dir = tempfile::tempdir().unwrap();
-    let keda = read("deploy/k8s/keda.yaml").replace("pool-openai-judge", "pool-judge");
+    let keda = read("deploy/k8s/base/keda.yaml").replace("pool-openai-judge", "pool-judge");
     let rel = dir.path().join("keda.yaml");
     std::fs::write(&rel, keda).unwrap();
     // `read` joins onto the repository; an absolute path replaces it.
     check_scaled_object(
         rel.to_str().unwrap(),
         "halyard-worker",
-        ("deploy/k8s/sweep.yaml", "halyard-sweep", None),
-        "deploy/k8s/worker.yaml",
+        ("deploy/k8s/base/sweep.yaml", "halyard-sweep", None),
+        "deploy/k8s/base/worker.yaml",
     );
 }
 
