@@ -1,11 +1,11 @@
 # halyard with CUDA: the image of GPU workers (`halyard worker --gpu N`, local GGUF models
-# offloaded to an NVIDIA GPU; deploy/k8s/overlays/gpu runs it as halyard:0.1.0-cuda).
+# offloaded to an NVIDIA GPU; deploy/k8s/overlays/gpu runs it as halyard-cuda:0.1.0).
 # Unlike deploy/image/Dockerfile (FROM scratch, a binary built on this machine), it builds
 # Halyard from source in NVIDIA's CUDA *devel* image (nvcc and the CUDA libraries that
 # llama.cpp compiles and links against) and runs it on NVIDIA's CUDA *runtime* image.
 #
-#   docker build -f deploy/image/cuda.Dockerfile -t halyard:0.1.0-cuda .
-#   docker build -f deploy/image/cuda.Dockerfile --build-arg CUDA_ARCHITECTURES="80;86;89;90" -t halyard:0.1.0-cuda .
+#   docker build -f deploy/image/cuda.Dockerfile -t halyard-cuda:0.1.0 .
+#   docker build -f deploy/image/cuda.Dockerfile --build-arg CUDA_ARCHITECTURES="80;86;89;90" -t halyard-cuda:0.1.0 .
 #
 # The build context is the repository root; cuda.Dockerfile.dockerignore (BuildKit, the
 # default builder since Docker 23) sends the sources, not target/ or models/. The build
