@@ -179,6 +179,7 @@ fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
             finish_reason: Some("stop".into()),
             calls: 1,
             logprobs: None,
+            refusal: false,
         }),
         deliveries: 1,
         worker: halyard_worker::default_worker_id(),

@@ -51,6 +51,7 @@ fn completion(i: u64) -> Completion {
         finish_reason: Some("stop".into()),
         calls: 1,
         logprobs: None,
+        refusal: false,
     }
 }
 

@@ -611,6 +611,7 @@ mod tests {
                 finish_reason: None,
                 calls: 2,
                 logprobs: None,
+                refusal: false,
             }),
             deliveries: 1,
             worker: "w".into(),

@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use halyard_proto::{ChatMessage, Completion, JobId, JobKey, ModelRef, Outcome, Sampling};
+use halyard_proto::{
+    AnswerKind, ChatMessage, Completion, JobId, JobKey, ModelRef, Outcome, Sampling,
+};
 use serde::{Deserialize, Serialize};
 
 /// A model as the pipelines see it (built by the coordinator from the sweep).
@@ -112,6 +114,48 @@ impl ResultLookup for HashMap<JobId, Outcome> {
 impl ResultLookup for BTreeMap<JobId, Outcome> {
     fn get(&self, id: &JobId) -> Option<JobOutcome<'_>> {
         BTreeMap::get(self, id).map(outcome_ref)
+    }
+}
+
+/// A completion's kind when it is not an answer in words (issue 29): an empty answer or a
+/// structured refusal. `None` for text. Every pipeline records it beside the output it
+/// read and counts it in its report.
+pub fn odd_kind(c: &Completion) -> Option<AnswerKind> {
+    match c.kind() {
+        AnswerKind::Text => None,
+        k => Some(k),
+    }
+}
+
+/// How many outputs of some kind were empty or refusals (issue 29): the count every report
+/// shows beside the figure those outputs fed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OddCounts {
+    pub empty: u64,
+    pub refusal: u64,
+}
+
+impl OddCounts {
+    /// Count one output of kind `k` (`None`: text, not counted).
+    pub fn add(&mut self, k: Option<AnswerKind>) {
+        match k {
+            Some(AnswerKind::Empty) => self.empty += 1,
+            Some(AnswerKind::Refusal) => self.refusal += 1,
+            Some(AnswerKind::Text) | None => {}
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.empty.saturating_add(self.refusal)
+    }
+
+    /// "3 empty, 1 refusal" (or "none").
+    pub fn describe(&self) -> String {
+        if self.total() == 0 {
+            "none".into()
+        } else {
+            format!("{} empty, {} refusal", self.empty, self.refusal)
+        }
     }
 }
 

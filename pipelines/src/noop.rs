@@ -155,6 +155,7 @@ mod tests {
             finish_reason: None,
             calls: 1,
             logprobs: None,
+            refusal: false,
         })
     }
 

@@ -42,6 +42,7 @@ fn done(text: String) -> Outcome {
         finish_reason: Some("stop".into()),
         calls: 1,
         logprobs: None,
+        refusal: false,
     })
 }
 

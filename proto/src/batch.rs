@@ -213,6 +213,7 @@ mod tests {
                 finish_reason: if i % 2 == 0 { None } else { Some("stop".into()) },
                 calls: 1,
                 logprobs: None,
+                refusal: false,
             })
         };
         JobResult {

@@ -21,9 +21,57 @@ pub struct Completion {
     /// HTTP attempts (or engine calls) spent to obtain it, retries included.
     pub calls: u32,
     /// Per-token log-probabilities, when the job asked for them and the backend gave them
-    /// (see [`crate::LogprobsRequest`]); absent otherwise, and then not on the wire.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (see [`crate::LogprobsRequest`]); `None` otherwise. Always written (as nil when
+    /// absent): the stores write fields by position, and [`Completion::refusal`] follows.
+    #[serde(default)]
     pub logprobs: Option<Vec<TokenLogprob>>,
+    /// The API said the model refused (`message.refusal` instead of `content`): `text` is
+    /// the refusal's wording, not an answer. Pipelines count refusals as their own class
+    /// (issue 29); backends without structured refusals leave it false, and a refusal in
+    /// plain words is the pipeline's to recognise. Last, and left out when false, so that
+    /// records written before it read as not refused.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub refusal: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Completion {
+    /// What kind of answer this is: a structured refusal, an empty answer (nothing but
+    /// white space), or text. Every pipeline reads answers through this, so an empty
+    /// answer or a refusal is never scored as if it were an answer without being counted.
+    pub fn kind(&self) -> AnswerKind {
+        if self.refusal {
+            AnswerKind::Refusal
+        } else if self.text.trim().is_empty() {
+            AnswerKind::Empty
+        } else {
+            AnswerKind::Text
+        }
+    }
+}
+
+/// What a completion holds (see [`Completion::kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerKind {
+    Text,
+    /// An empty answer (`""` or only white space).
+    Empty,
+    /// A structured refusal from the API (`message.refusal`).
+    Refusal,
+}
+
+impl AnswerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnswerKind::Text => "text",
+            AnswerKind::Empty => "empty",
+            AnswerKind::Refusal => "refusal",
+        }
+    }
 }
 
 /// One token of a completion with its natural-log probability and, when asked, the most

@@ -301,6 +301,7 @@ mod tests {
                     top: vec![TopLogprob { token: "b".into(), logprob: -1.5 }],
                 }]
             }),
+            refusal: false,
         }
     }
 
@@ -314,6 +315,29 @@ mod tests {
             worker: "worker-with-a-long-name-0123456789".into(),
             cached: true,
         }
+    }
+
+    /// Issue 29: a refusal round-trips in both forms, with and without log-probabilities
+    /// (the compact form writes fields by position, so `logprobs` is always written before
+    /// it), and a record written before the flag existed reads as not refused.
+    #[test]
+    fn refusal_flag_round_trips() {
+        for lp in [false, true] {
+            let c = Completion { refusal: true, ..completion("I can't help with that.", lp) };
+            assert_eq!(decode_completion(&encode_completion(&c).unwrap()).unwrap(), c);
+            assert_eq!(decode_completion(&crate::encode(&c).unwrap()).unwrap(), c);
+            assert_eq!(c.kind(), crate::AnswerKind::Refusal);
+        }
+        // A record of the build before: five fields, no logprobs, no flag.
+        #[derive(Serialize)]
+        struct Before(String, Usage, u64, Option<String>, u32);
+        let mut old = vec![MARKER];
+        rmp_serde::encode::write(&mut old, &Before("a".into(), Usage::default(), 1, None, 1))
+            .unwrap();
+        let c = decode_completion(&old).unwrap();
+        assert!(!c.refusal && c.logprobs.is_none());
+        assert_eq!(c.kind(), crate::AnswerKind::Text);
+        assert_eq!(Completion { text: " \n".into(), ..c }.kind(), crate::AnswerKind::Empty);
     }
 
     /// Both forms round-trip, and records of the named form written before still read.
@@ -355,6 +379,7 @@ mod tests {
             finish_reason: None,
             calls: 1,
             logprobs: None,
+            refusal: false,
         };
         let r = job_result(Outcome::Done(c.clone()));
         let (compact, named) =

@@ -1501,6 +1501,7 @@ mod tests {
             finish_reason: None,
             calls: 1,
             logprobs: None,
+            refusal: false,
         }
     }
 

@@ -27,6 +27,7 @@ fn result_of(job: &Job) -> Vec<u8> {
             finish_reason: None,
             calls: 1,
             logprobs: None,
+            refusal: false,
         }),
         deliveries: 1,
         worker: "test".into(),

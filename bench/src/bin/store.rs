@@ -200,6 +200,7 @@ impl Records {
                 finish_reason: Some("stop".into()),
                 calls: 1,
                 logprobs: None,
+                refusal: false,
             };
             let s =
                 StoredResult { outcome: Outcome::Done(c.clone()), deliveries: 1, cached: false };

@@ -237,7 +237,7 @@ fn report_judge_mode(
         let judge_errors =
             ls.iter().flat_map(|l| &l.sentences).filter(|s| s.verdict.is_none()).count() as u64;
         let failed = ls.iter().filter(|l| l.passage_error.is_some()).count() as u64;
-        let r = hvi::score(
+        let mut r = hvi::score(
             &c.model.name,
             "judge",
             hvi::plan::counts_of(&ls),
@@ -245,6 +245,7 @@ fn report_judge_mode(
             failed,
             weights,
         );
+        (r.odd_passages, r.odd_judge_outputs) = hvi::plan::odd_of(&ls);
         out.json.push(out.entry(&r, dataset)?);
         reports.push(r);
     }

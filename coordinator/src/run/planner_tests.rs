@@ -39,6 +39,7 @@ fn answer(job: &Job, worker: &str) -> JobResult {
             finish_reason: None,
             calls: 1,
             logprobs: None,
+            refusal: false,
         }),
         deliveries: 1,
         worker: worker.into(),

@@ -4,8 +4,8 @@
 //! model:
 //! 1. `reference` (sample 0): the model writes a reference for the claim at the
 //!    benchmark's reference temperature. A dead letter ends the item (`reference_failed`).
-//! 2. Refusal filter (no job): a reference that is empty or contains one of the
-//!    configured phrases (case-insensitive) is dropped (`refused`).
+//! 2. Refusal filter (no job): a reference that is empty, a structured refusal, or
+//!    contains one of the configured phrases (case-insensitive) is dropped (`refused`).
 //! 3. `classify`: the same model, at the classification temperature (0.1 in the paper),
 //!    answers whether the claim is true given the reference; parsed with the authors'
 //!    substring rule ([`parse_claim_verdict`]). No verdict: `unclassified`.
@@ -14,7 +14,10 @@
 //!    references (stage `sample`, the reference prompt, sample index 1..=K, same
 //!    temperature), and for each a pairwise check (stage `pair`, classification
 //!    temperature) whose answer is read with the no-conflict rule. Samples run in
-//!    parallel; each pair check starts as soon as its sample is in.
+//!    parallel; each pair check starts as soon as its sample is in. An empty or refused
+//!    sample or check answer is compared by the authors' rule (an answer without a
+//!    "no conflict" phrase is a conflict) and counted (issue 29): the report shows how
+//!    many scored references such a comparison touched.
 //!
 //! 6. Baselines (when `baselines`), for every classified reference: Zero-Self-Check and
 //!    Few-Self-Check jobs, and SelfCk-1gm over the K samples of step 5 (see
@@ -29,7 +32,9 @@ use serde::{Deserialize, Serialize};
 
 use super::baselines::{self, BaselineLabels};
 use super::dataset::Claim;
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
+use halyard_proto::AnswerKind;
+
+use crate::common::{odd_kind, JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 use crate::metrics::autohall::{
     is_hallucinated, pair_conflicts, parse_claim_verdict, ClaimVerdict, GoldLabel,
     NoConflictPhrases,
@@ -46,14 +51,22 @@ pub const DEFAULT_CLASSIFY_TEMPERATURE: f32 = 0.1;
 
 /// Default refusal filter: phrases of references "that fail to contain concrete content"
 /// (the paper's example is "I can not provide a specific reference"; no list is
-/// published, so this one is Halyard's).
-pub const DEFAULT_REFUSAL_PHRASES: [&str; 6] = [
+/// published, so this one is Halyard's). Issue 29 added the common "assist"/"help"
+/// forms; a structured refusal (`message.refusal`) is dropped whatever its words.
+pub const DEFAULT_REFUSAL_PHRASES: [&str; 13] = [
     "i can not provide",
     "i cannot provide",
     "i can't provide",
+    "i can’t provide",
     "i am unable to provide",
     "i'm unable to provide",
     "as an ai language model, i",
+    "i can't assist",
+    "i can’t assist",
+    "i cannot assist",
+    "i can't help with",
+    "i can’t help with",
+    "i cannot help with",
 ];
 
 /// Step 1 (spec §2.1): the reference-generation prompt, verbatim.
@@ -156,6 +169,21 @@ pub struct Pair {
     pub conflict: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The sample was empty or a refusal (issue 29): it is still compared, by the
+    /// authors' rule, and counted in the report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_kind: Option<AnswerKind>,
+    /// The check's answer was empty or a refusal: by the authors' rule it holds no
+    /// "no conflict" phrase, so it counts as a conflict; counted in the report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_kind: Option<AnswerKind>,
+}
+
+impl Pair {
+    /// An empty or refused sample or check answer decided this comparison.
+    pub fn is_odd(&self) -> bool {
+        self.sample_kind.is_some() || self.answer_kind.is_some()
+    }
 }
 
 /// The final label of one claim for one model (a row of `labels.jsonl`).
@@ -171,7 +199,13 @@ pub struct ItemLabel {
     pub gold: GoldLabel,
     pub status: Status,
     pub reference: Option<String>,
+    /// The reference was empty or a refusal (issue 29; it is `refused` then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_kind: Option<AnswerKind>,
     pub classification: Option<String>,
+    /// The classification answer was empty or a refusal (it is `unclassified` then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classification_kind: Option<AnswerKind>,
     pub verdict: Option<ClaimVerdict>,
     /// The hallucination label (classified items only).
     pub hallucinated: Option<bool>,
@@ -208,7 +242,9 @@ pub fn evaluate(
         gold: c.gold,
         status: Status::ReferenceFailed,
         reference: None,
+        reference_kind: None,
         classification: None,
+        classification_kind: None,
         verdict: None,
         hallucinated: None,
         pairs: Vec::new(),
@@ -222,10 +258,13 @@ pub fn evaluate(
             label.error = Some(format!("reference job failed: {e}"));
             return Plan::Done(label);
         }
-        Some(JobOutcome::Done(r)) => r.text.clone(),
+        Some(JobOutcome::Done(r)) => {
+            label.reference_kind = odd_kind(r);
+            r.text.clone()
+        }
     };
     label.reference = Some(reference.clone());
-    if cfg.is_refusal(&reference) {
+    if label.reference_kind.is_some() || cfg.is_refusal(&reference) {
         label.status = Status::Refused;
         return Plan::Done(label);
     }
@@ -243,7 +282,10 @@ pub fn evaluate(
             label.error = Some(format!("classification job failed: {e}"));
             return Plan::Done(label);
         }
-        Some(JobOutcome::Done(r)) => r.text.clone(),
+        Some(JobOutcome::Done(r)) => {
+            label.classification_kind = odd_kind(r);
+            r.text.clone()
+        }
     };
     label.classification = Some(answer.clone());
     let Some(verdict) = parse_claim_verdict(&answer) else {
@@ -266,6 +308,8 @@ pub fn evaluate(
                 answer: None,
                 conflict: None,
                 error: Some(format!("sample job failed: {e}")),
+                sample_kind: None,
+                answer_kind: None,
             },
             Some(JobOutcome::Done(s)) => {
                 let pair_req = cfg.classifier.request(
@@ -276,6 +320,7 @@ pub fn evaluate(
                     0,
                 );
                 let sample = Some(s.text.clone());
+                let sample_kind = odd_kind(s);
                 match results.get(&pair_req.id()) {
                     None => {
                         // Identical samples share one check.
@@ -289,12 +334,16 @@ pub fn evaluate(
                         answer: None,
                         conflict: None,
                         error: Some(format!("pair check failed: {e}")),
+                        sample_kind,
+                        answer_kind: None,
                     },
                     Some(JobOutcome::Done(a)) => Pair {
                         sample,
                         answer: Some(a.text.clone()),
                         conflict: Some(pair_conflicts(&a.text, cfg.no_conflict)),
                         error: None,
+                        sample_kind,
+                        answer_kind: odd_kind(a),
                     },
                 }
             }

@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::baselines::Baseline;
-use super::plan::{ItemLabel, Status};
+use super::plan::{ItemLabel, Pair, Status};
+use crate::common::OddCounts;
 use crate::metrics::autohall::GoldLabel;
 use crate::metrics::autohall::{k_ablation, DetectionRecord};
 use crate::metrics::classification::{ClassificationIntervals, ClassificationMetrics, Confusion};
@@ -50,6 +51,17 @@ pub struct DetectionReport {
     pub scored_factual: u64,
     /// Balanced references left out because a sample or a pair check failed.
     pub incomplete: u64,
+    /// Of the scored references, those with at least one comparison decided by an empty
+    /// or refused sample or check answer (issue 29): counted as conflicts by the
+    /// authors' rule, and shown beside the figures they move.
+    #[serde(default)]
+    pub scored_with_odd_checks: u64,
+    /// The comparisons of scored references with an empty or refused sample.
+    #[serde(default)]
+    pub odd_samples: OddCounts,
+    /// The comparisons of scored references with an empty or refused check answer.
+    #[serde(default)]
+    pub odd_check_answers: OddCounts,
     /// `None` when nothing could be scored.
     pub at_k: Option<KRow>,
     pub ablation: Vec<KRow>,
@@ -86,6 +98,13 @@ pub struct Report {
     pub balanced_per_class: u64,
     /// `None` when detection is off (`samples = 0`).
     pub detection: Option<DetectionReport>,
+    /// References that were empty or refusals (all `refused`; the phrase filter counts the
+    /// rest of `refused`).
+    #[serde(default)]
+    pub odd_references: OddCounts,
+    /// Classification answers that were empty or refusals (all `unclassified`).
+    #[serde(default)]
+    pub odd_classifications: OddCounts,
     /// The paper's baselines on the balanced set (empty when not run).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub baselines: Vec<BaselineReport>,
@@ -170,7 +189,10 @@ pub fn score(
     let mut status: BTreeMap<String, u64> =
         Status::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
     let mut by_gold: BTreeMap<String, GoldCounts> = BTreeMap::new();
+    let (mut odd_references, mut odd_classifications) = (OddCounts::default(), OddCounts::default());
     for l in labels {
+        odd_references.add(l.reference_kind);
+        odd_classifications.add(l.classification_kind);
         *status.entry(l.status.as_str().to_string()).or_default() += 1;
         if let Some(h) = l.hallucinated {
             let g = by_gold.entry(gold_name(l.gold).into()).or_default();
@@ -184,10 +206,17 @@ pub fn score(
     let detection = (samples > 0).then(|| {
         let mut records = Vec::new();
         let mut incomplete = 0;
+        let (mut with_odd, mut odd_samples, mut odd_check_answers) =
+            (0, OddCounts::default(), OddCounts::default());
         for l in labels.iter().filter(|l| balanced.contains(&l.index)) {
             match (l.hallucinated, l.conflicts()) {
                 (Some(h), Some(c)) if c.len() == samples as usize => {
-                    records.push(DetectionRecord { hallucinated: h, conflicts: c })
+                    records.push(DetectionRecord { hallucinated: h, conflicts: c });
+                    with_odd += u64::from(l.pairs.iter().any(Pair::is_odd));
+                    for p in &l.pairs {
+                        odd_samples.add(p.sample_kind);
+                        odd_check_answers.add(p.answer_kind);
+                    }
                 }
                 _ => incomplete += 1,
             }
@@ -202,6 +231,9 @@ pub fn score(
             scored_hallucinated,
             scored_factual: records.len() as u64 - scored_hallucinated,
             incomplete,
+            scored_with_odd_checks: with_odd,
+            odd_samples,
+            odd_check_answers,
             at_k: ablation.last().cloned(),
             ablation,
         }
@@ -220,6 +252,8 @@ pub fn score(
         by_gold,
         balanced_per_class: balanced.len() as u64 / 2,
         detection,
+        odd_references,
+        odd_classifications,
         baselines: baselines_of(labels, &balanced),
     }
 }
@@ -272,7 +306,7 @@ fn gold_name(g: GoldLabel) -> &'static str {
 pub fn render_markdown(title: &str, reports: &[Report]) -> String {
     let mut md = format!("## {title}\n\n");
     md.push_str("Hallucination rate = hallucinated / classified references; detection on the balanced set, hallucination positive, figures ×100. In brackets: the 95% interval (Wilson for the rate, accuracy, precision and recall; a seeded bootstrap over references for F1).\n\n");
-    md.push_str("| model | claims | classified | hallucinated | rate % | balanced 2n | K | scored | acc | P | R | F1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| model | claims | classified | hallucinated | rate % | balanced 2n | K | scored | scored with empty/refused checks | acc | P | R | F1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut order: Vec<&Report> = reports.iter().collect();
     let f1 = |r: &Report| {
         r.detection
@@ -283,16 +317,21 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
     };
     order.sort_by(|a, b| f1(b).total_cmp(&f1(a)).then(a.model.cmp(&b.model)));
     for r in order {
-        let (k, scored, at_k) = match &r.detection {
-            Some(d) => (d.k.to_string(), d.scored.to_string(), d.at_k.as_ref()),
-            None => ("off".into(), "–".into(), None),
+        let (k, scored, odd, at_k) = match &r.detection {
+            Some(d) => (
+                d.k.to_string(),
+                d.scored.to_string(),
+                d.scored_with_odd_checks.to_string(),
+                d.at_k.as_ref(),
+            ),
+            None => ("off".into(), "–".into(), "–".into(), None),
         };
         let fig = |f: fn(&ClassificationMetrics) -> Option<f64>,
                    c: fn(&ClassificationIntervals) -> Option<&Interval>| {
             at_k.map_or("–".into(), |k| with_bracket(f(&k.metrics), c(&k.ci95), 100.0, 2))
         };
         md.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} | {} | {k} | {scored} | {} | {} | {} | {} |\n",
+            "| `{}` | {} | {} | {} | {} | {} | {k} | {scored} | {odd} | {} | {} | {} | {} |\n",
             r.model,
             r.claims,
             r.classified,
@@ -313,6 +352,11 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
             let d: Vec<String> = r.dropped_labels.iter().map(|(k, v)| format!("{k} {v}")).collect();
             md.push_str(&format!(" Rows dropped for their label: {}.", d.join(", ")));
         }
+        md.push_str(&format!(
+            " Empty or refused references (refused): {}; classification answers (unclassified): {}.",
+            r.odd_references.describe(),
+            r.odd_classifications.describe()
+        ));
         for (g, c) in &r.by_gold {
             md.push_str(&format!(
                 " Gold {g}: {} of {} hallucinated.",
@@ -322,8 +366,16 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
         md.push('\n');
         if let Some(d) = r.detection.as_ref().filter(|d| !d.ablation.is_empty()) {
             md.push_str(&format!(
-                "\nDetection: {} scored ({} hallucinated, {} factual), {} left out (failed sample or check).\n\n",
-                d.scored, d.scored_hallucinated, d.scored_factual, d.incomplete
+                "\nDetection: {} scored ({} hallucinated, {} factual), {} left out (failed sample or check). \
+                 {} of the scored references had a comparison with an empty or refused sample ({}) or check \
+                 answer ({}), counted as a conflict by the authors' rule.\n\n",
+                d.scored,
+                d.scored_hallucinated,
+                d.scored_factual,
+                d.incomplete,
+                d.scored_with_odd_checks,
+                d.odd_samples.describe(),
+                d.odd_check_answers.describe()
             ));
             md.push_str("| k | TP | FP | TN | FN | acc | P | R | F1 | mean Num_c (H) | mean Num_c (F) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
             for row in &d.ablation {

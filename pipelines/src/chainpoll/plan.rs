@@ -305,6 +305,7 @@ mod tests {
             finish_reason: None,
             calls: 1,
             logprobs,
+            refusal: false,
         })
     }
 

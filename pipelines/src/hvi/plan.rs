@@ -1,11 +1,15 @@
 //! The planner. Judge mode, per (prompt, model under test), pipeline `hvi`, stage version
 //! [`STAGE_VERSION`]:
 //! 1. `passage`: the model writes a passage for the prompt (optional system prompt, then
-//!    the prompt verbatim). A dead letter ends the item with no sentence.
+//!    the prompt verbatim). A dead letter ends the item with no sentence; so do an empty
+//!    passage and a refusal (issue 29: a refusal's own sentences are not the passage the
+//!    prompt asked for), each counted apart in the report, so that HVI over fewer passages
+//!    says how many it lost and why.
 //! 2. The passage is split into sentences ([`split_sentences`]).
 //! 3. `sentence_judge`: the judge labels every sentence, all in parallel. An unreadable
 //!    verdict is asked once more (`sample_index` 1, a new job); still unreadable, or a
-//!    failed judge job, makes the sentence a `judge_error`, which is left out of `U`.
+//!    failed judge job, makes the sentence a `judge_error`, which is left out of `U`. An
+//!    empty or refused judge output is unreadable, and counted by its kind.
 //!
 //! Labelled mode calls nothing: [`evaluate_labelled`] counts one model's rows.
 
@@ -14,7 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::dataset::{Category, LabelRow, Prompt};
 use super::judge::{judge_messages, parse_verdict, split_sentences, Verdict};
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
+use halyard_proto::AnswerKind;
+
+use crate::common::{odd_kind, JobOutcome, JobRequest, ModelSpec, OddCounts, Plan, ResultLookup};
 use crate::metrics::hvi::HviCounts;
 
 /// The pipeline name in job keys.
@@ -44,6 +50,9 @@ pub struct SentenceLabel {
     pub outputs: Vec<Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The kinds of the judge's outputs that were empty or refusals (issue 29).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub odd_outputs: Vec<AnswerKind>,
 }
 
 /// The final label of one (prompt, model) in judge mode.
@@ -56,6 +65,9 @@ pub struct ItemLabel {
     pub passage: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub passage_error: Option<String>,
+    /// The passage was empty or a refusal (issue 29): no sentence was judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passage_kind: Option<AnswerKind>,
     pub sentences: Vec<SentenceLabel>,
 }
 
@@ -80,19 +92,23 @@ impl Config {
 /// Advances one prompt as far as the known results allow.
 pub fn evaluate(cfg: &Config, p: &Prompt, results: &dyn ResultLookup) -> Plan<ItemLabel> {
     let req = cfg.passage_request(p);
-    let label = |passage, passage_error, sentences| ItemLabel {
+    let label = |passage, passage_error, passage_kind, sentences| ItemLabel {
         id: p.id.clone(),
         factual: p.factual,
         model: cfg.model.name.clone(),
         judge: cfg.judge.name.clone(),
         passage,
         passage_error,
+        passage_kind,
         sentences,
     };
     let passage = match results.get(&req.id()) {
         None => return Plan::Waiting(vec![req]),
         Some(JobOutcome::Failed(e)) => {
-            return Plan::Done(label(None, Some(e.to_string()), Vec::new()))
+            return Plan::Done(label(None, Some(e.to_string()), None, Vec::new()))
+        }
+        Some(JobOutcome::Done(c)) if odd_kind(c).is_some() => {
+            return Plan::Done(label(Some(c.text.clone()), None, odd_kind(c), Vec::new()))
         }
         Some(JobOutcome::Done(c)) => c.text.clone(),
     };
@@ -109,7 +125,7 @@ pub fn evaluate(cfg: &Config, p: &Prompt, results: &dyn ResultLookup) -> Plan<It
         }
     }
     if waiting.is_empty() {
-        Plan::Done(label(Some(passage), None, sentences))
+        Plan::Done(label(Some(passage), None, None, sentences))
     } else {
         Plan::Waiting(waiting)
     }
@@ -124,6 +140,7 @@ fn judge_sentence(
 ) -> Result<SentenceLabel, Box<JobRequest>> {
     let messages = judge_messages(&p.prompt, passage, &sentence);
     let mut outputs = Vec::new();
+    let mut odd = Vec::new();
     for attempt in 0..JUDGE_ATTEMPTS {
         let req =
             cfg.judge.request(PIPELINE, "sentence_judge", STAGE_VERSION, messages.clone(), attempt);
@@ -138,10 +155,15 @@ fn judge_sentence(
                     category: None,
                     outputs,
                     error,
+                    odd_outputs: odd,
                 });
             }
             Some(JobOutcome::Done(c)) => {
                 outputs.push(Some(c.text.clone()));
+                if let Some(k) = odd_kind(c) {
+                    odd.push(k);
+                    continue;
+                }
                 if let Some(v) = parse_verdict(&c.text) {
                     let category = match v {
                         Verdict::NotHallucinated => None,
@@ -154,13 +176,26 @@ fn judge_sentence(
                         category,
                         outputs,
                         error: None,
+                        odd_outputs: odd,
                     });
                 }
             }
         }
     }
     let error = Some(format!("no VERDICT line in {JUDGE_ATTEMPTS} judge outputs"));
-    Ok(SentenceLabel { sentence, verdict: None, category: None, outputs, error })
+    Ok(SentenceLabel { sentence, verdict: None, category: None, outputs, error, odd_outputs: odd })
+}
+
+/// The empty or refused passages and judge outputs of one model's labels (issue 29).
+pub fn odd_of(labels: &[ItemLabel]) -> (OddCounts, OddCounts) {
+    let (mut passages, mut judge) = (OddCounts::default(), OddCounts::default());
+    for l in labels {
+        passages.add(l.passage_kind);
+        for k in l.sentences.iter().flat_map(|s| &s.odd_outputs) {
+            judge.add(Some(*k));
+        }
+    }
+    (passages, judge)
 }
 
 /// Counts of the judged sentences of one model's labels (judge errors left out).
@@ -206,6 +241,7 @@ mod tests {
             finish_reason: None,
             calls: 1,
             logprobs: None,
+            refusal: false,
         })
     }
 
@@ -252,6 +288,55 @@ mod tests {
             counts_of(&[label]),
             HviCounts { sentences: 2, hallucinated: 2, efm: 0, esl: 1 }
         );
+    }
+
+    /// Issue 29: an empty passage and a refusal are judged nowhere and counted apart;
+    /// empty or refused judge outputs are no verdict (asked again) and counted by kind.
+    #[test]
+    fn odd_passages_and_judge_outputs_are_counted() {
+        let cfg = Config { model: spec("m"), judge: spec("j"), system_prompt: None };
+        let refusal = |t: &str| match done(t) {
+            Outcome::Done(c) => Outcome::Done(Completion { refusal: true, ..c }),
+            o => o,
+        };
+        let mut labels = Vec::new();
+        for (i, out) in [done(" "), refusal("I can't help with that.")].into_iter().enumerate() {
+            let p = Prompt { id: i.to_string(), prompt: format!("Prompt {i}."), factual: true };
+            let mut known: HashMap<JobId, Outcome> = HashMap::new();
+            known.insert(cfg.passage_request(&p).id(), out);
+            let Plan::Done(l) = evaluate(&cfg, &p, &known) else { panic!("judged an odd passage") };
+            assert!(l.sentences.is_empty());
+            labels.push(l);
+        }
+        let p = Prompt { id: "9".into(), prompt: "Write.".into(), factual: true };
+        let mut known: HashMap<JobId, Outcome> = HashMap::new();
+        known.insert(cfg.passage_request(&p).id(), done("One sentence."));
+        let l = loop {
+            match evaluate(&cfg, &p, &known) {
+                Plan::Done(l) => break l,
+                Plan::Waiting(jobs) => {
+                    for j in jobs {
+                        let out = if j.key.sample_index == 0 { done("") } else { refusal("No.") };
+                        known.insert(j.id(), out);
+                    }
+                }
+            }
+        };
+        assert_eq!(l.sentences[0].verdict, None);
+        labels.push(l);
+        let (passages, judge) = odd_of(&labels);
+        assert_eq!((passages.empty, passages.refusal, judge.empty, judge.refusal), (1, 1, 1, 1));
+        let mut r = crate::hvi::score::score(
+            "m",
+            "judge",
+            counts_of(&labels),
+            1,
+            0,
+            crate::hvi::score::Weights::default(),
+        );
+        (r.odd_passages, r.odd_judge_outputs) = (passages, judge);
+        let md = crate::hvi::score::render_markdown(&[r]);
+        assert!(md.contains("passages left out (no sentence judged): 0 failed call(s), 1 empty, 1 refusal"), "{md}");
     }
 
     /// Labelled mode counts only the named model's rows.

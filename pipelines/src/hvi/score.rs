@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::common::OddCounts;
 use crate::metrics::hvi::{hvi, ranking_scale, HviCounts, HviParams};
 use crate::metrics::interval::{bootstrap_by, with_bracket, Bootstrap, Interval};
 
@@ -64,6 +65,12 @@ pub struct Report {
     pub judge_errors: u64,
     /// Prompts whose passage call failed (judge mode).
     pub failed_passages: u64,
+    /// Passages that were empty or refusals (judge mode, issue 29): no sentence judged.
+    #[serde(default)]
+    pub odd_passages: OddCounts,
+    /// Judge outputs that were empty or refusals (asked again; judge errors when still).
+    #[serde(default)]
+    pub odd_judge_outputs: OddCounts,
     pub p_efm: f64,
     pub p_esl: f64,
     pub delta1: f64,
@@ -108,6 +115,8 @@ pub fn score(
         counts,
         judge_errors,
         failed_passages,
+        odd_passages: OddCounts::default(),
+        odd_judge_outputs: OddCounts::default(),
         p_efm,
         p_esl,
         delta1: w.delta1,
@@ -164,11 +173,11 @@ pub fn render_markdown(reports: &[Report]) -> String {
          (a seeded bootstrap over the model's sentences; sentences of one passage are not independent, so it is too narrow); \
          `0–100`: HVI clipped for ranking.\n\n",
     );
-    md.push_str("### Leaderboard\n\n| rank | model | HVI | initial | 0–100 | U | N | N_EFM | N_ESL | P_EFM | P_ESL | δ1 | δ2 | judge errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("### Leaderboard\n\n| rank | model | HVI | initial | 0–100 | U | N | N_EFM | N_ESL | P_EFM | P_ESL | δ1 | δ2 | judge errors | passages left out |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i, r) in rows.iter().enumerate() {
         let c = r.counts;
         md.push_str(&format!(
-            "| {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {} | {} | {} |\n",
+            "| {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {} | {} | {} | {} |\n",
             i + 1,
             r.model,
             with_bracket(r.hvi, r.hvi_ci95.as_ref(), 1.0, 2),
@@ -182,7 +191,8 @@ pub fn render_markdown(reports: &[Report]) -> String {
             r.p_esl,
             r.delta1,
             r.delta2,
-            r.judge_errors
+            r.judge_errors,
+            r.failed_passages + r.odd_passages.total()
         ));
     }
     md.push('\n');
@@ -190,10 +200,19 @@ pub fn render_markdown(reports: &[Report]) -> String {
         if let Some(e) = &r.error {
             md.push_str(&format!("`{}`: HVI not computed: {e}.\n", r.model));
         }
-        if r.failed_passages > 0 {
+        if r.failed_passages > 0 || r.odd_passages.total() > 0 {
             md.push_str(&format!(
-                "`{}`: {} passage call(s) failed (no sentences).\n",
-                r.model, r.failed_passages
+                "`{}`: passages left out (no sentence judged): {} failed call(s), {}.\n",
+                r.model,
+                r.failed_passages,
+                r.odd_passages.describe()
+            ));
+        }
+        if r.odd_judge_outputs.total() > 0 {
+            md.push_str(&format!(
+                "`{}`: judge outputs empty or refused (no verdict, asked again): {}.\n",
+                r.model,
+                r.odd_judge_outputs.describe()
             ));
         }
     }
@@ -270,6 +289,6 @@ mod tests {
         );
         assert!(r.hvi.is_none() && r.error.is_some());
         let md = render_markdown(&[r]);
-        assert!(md.contains("HVI not computed") && md.contains("1 passage call(s) failed"), "{md}");
+        assert!(md.contains("HVI not computed") && md.contains("passages left out (no sentence judged): 1 failed call(s)"), "{md}");
     }
 }

@@ -102,6 +102,9 @@ pub enum JudgeParseError {
     BadValue { key: &'static str, value: String, allowed: &'static str },
     #[error("the judge output gives conflicting `{key}` values: {values}")]
     Conflicting { key: &'static str, values: String },
+    /// The judge answered with nothing to read: an empty output or a refusal (issue 29).
+    #[error("the judge gave no verdict: its output is {}", match .0 { halyard_proto::AnswerKind::Refusal => "a refusal", _ => "empty" })]
+    NoVerdict(halyard_proto::AnswerKind),
 }
 
 /// A usable paper-mode verdict and the judge's reasoning, when it gave one.

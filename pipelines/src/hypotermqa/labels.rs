@@ -299,6 +299,9 @@ pub struct JudgeAttempt {
     pub output: Option<String>,
     /// Why this attempt is unusable (parse error or job failure); `None` when usable.
     pub error: Option<String>,
+    /// The output was empty or a refusal (issue 29); absent for text and failed jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub odd: Option<halyard_proto::AnswerKind>,
 }
 
 /// One judge check of one term.
@@ -348,6 +351,9 @@ pub struct ItemLabel {
     /// The answer job's id (32 hex digits).
     pub answer_job: String,
     pub answer: Option<String>,
+    /// The answer was empty or a refusal (issue 29); absent for text and unanswered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_kind: Option<halyard_proto::AnswerKind>,
     /// The answer job's last error when it is a dead letter.
     pub answer_error: Option<String>,
     pub answer_label: AnswerLabel,

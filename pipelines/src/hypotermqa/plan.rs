@@ -42,7 +42,7 @@ use super::labels::{
 use super::prompts::{acceptance_messages, answer_messages, meaning_messages, repair_messages};
 use super::string_match::{paper_includes, reference_includes};
 use super::Semantics;
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
+use crate::common::{odd_kind, JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 
 /// The pipeline name in job keys.
 pub const PIPELINE: &str = "hypotermqa";
@@ -76,8 +76,11 @@ impl Config {
 pub fn evaluate(cfg: &Config, q: &Question, results: &dyn ResultLookup) -> Plan<ItemLabel> {
     let answer_req = cfg.answer_request(q);
     let answer_job = answer_req.id().to_string();
-    let item =
-        |answer: Option<String>, answer_error: Option<String>, answer_label, terms| ItemLabel {
+    let item = |answer: Option<String>,
+                answer_kind,
+                answer_error: Option<String>,
+                answer_label,
+                terms| ItemLabel {
             question_id: q.id,
             question_type: q.question_type(),
             question: q.question.clone(),
@@ -86,6 +89,7 @@ pub fn evaluate(cfg: &Config, q: &Question, results: &dyn ResultLookup) -> Plan<
             semantics: cfg.semantics,
             answer_job: answer_job.clone(),
             answer,
+            answer_kind,
             answer_error,
             answer_label,
             terms,
@@ -95,10 +99,20 @@ pub fn evaluate(cfg: &Config, q: &Question, results: &dyn ResultLookup) -> Plan<
         Some(JobOutcome::Failed(error)) => {
             let terms =
                 q.terms.iter().map(|t| term_eval(t, false, None, None, None, Vec::new())).collect();
-            return Plan::Done(item(None, Some(error.to_string()), AnswerLabel::Unanswered, terms));
+            return Plan::Done(item(
+                None,
+                None,
+                Some(error.to_string()),
+                AnswerLabel::Unanswered,
+                terms,
+            ));
         }
-        Some(JobOutcome::Done(c)) => c.text.clone(),
+        // An empty answer or a refusal is labelled by the paper's rules like any answer
+        // (no term is included in it, so both terms are irrelevant) and counted apart in
+        // the report (issue 29).
+        Some(JobOutcome::Done(c)) => (c.text.clone(), odd_kind(c)),
     };
+    let (answer, answer_kind) = answer;
     let mut waiting: Vec<JobRequest> = Vec::new();
     let mut terms = Vec::with_capacity(2);
     for t in &q.terms {
@@ -124,7 +138,7 @@ pub fn evaluate(cfg: &Config, q: &Question, results: &dyn ResultLookup) -> Plan<
         Semantics::Paper => paper_answer_label(terms.iter().filter_map(|t| t.term_label)),
         Semantics::Reference => reference_answer_label(terms.iter().flat_map(|t| &t.rows)),
     };
-    Plan::Done(item(Some(answer), None, answer_label, terms))
+    Plan::Done(item(Some(answer), answer_kind, None, answer_label, terms))
 }
 
 fn term_eval(
@@ -235,15 +249,19 @@ fn paper_judge<T>(
                     job_id,
                     output: None,
                     error: Some(format!("judge job failed: {e}")),
+                    odd: None,
                 });
                 return Ok((attempts, None));
             }
-            Some(JobOutcome::Done(c)) => match parse(&c.text) {
+            // An empty output or a refusal is an unusable output like any other: asked
+            // again, then judge_error (issue 29: counted by its kind in the report).
+            Some(JobOutcome::Done(c)) => match odd_kind(c).map_or_else(|| parse(&c.text), |k| Err(JudgeParseError::NoVerdict(k))) {
                 Ok(v) => {
                     attempts.push(JudgeAttempt {
                         job_id,
                         output: Some(c.text.clone()),
                         error: None,
+                        odd: None,
                     });
                     return Ok((attempts, Some(v)));
                 }
@@ -252,6 +270,7 @@ fn paper_judge<T>(
                         job_id,
                         output: Some(c.text.clone()),
                         error: Some(e.to_string()),
+                        odd: odd_kind(c),
                     });
                     last_bad = c.text.clone();
                 }
@@ -337,12 +356,28 @@ fn reference_judge(
                 reflection: error.clone(),
                 reasoning: None,
             };
-            Ok((JudgeAttempt { job_id, output: None, error: Some(error) }, reading))
+            Ok((JudgeAttempt { job_id, output: None, error: Some(error), odd: None }, reading))
+        }
+        // An empty output or a refusal is no output (issue 29): judge_error, like a dead
+        // letter, and not the authors' "unparseable counts as valid", which is about what
+        // their judge did say. The words of a refusal stay in the error.
+        Some(JobOutcome::Done(c)) if odd_kind(c).is_some() => {
+            let error = JudgeParseError::NoVerdict(c.kind()).to_string();
+            let error = match c.kind() {
+                halyard_proto::AnswerKind::Refusal => format!("{error}: {:?}", c.text),
+                _ => error,
+            };
+            let reading = ReferenceReading {
+                value: Err(error.clone()),
+                reflection: error.clone(),
+                reasoning: None,
+            };
+            Ok((JudgeAttempt { job_id, output: None, error: Some(error), odd: odd_kind(c) }, reading))
         }
         Some(JobOutcome::Done(c)) => {
             let reading = read(&c.text);
             let error = reading.value.as_ref().err().cloned();
-            Ok((JudgeAttempt { job_id, output: Some(c.text.clone()), error }, reading))
+            Ok((JudgeAttempt { job_id, output: Some(c.text.clone()), error, odd: None }, reading))
         }
     }
 }

@@ -26,6 +26,7 @@ use super::labels::{AnswerLabel, EvalType, ItemLabel, Label};
 use super::plan::PIPELINE;
 use super::Semantics;
 use crate::metrics::interval::{wilson, Interval};
+use crate::common::OddCounts;
 
 /// Which labels a report covers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +224,18 @@ pub struct Report {
     /// Term level: valid terms by term source.
     pub terms_by_valid_term_source: ByTermSource,
     pub judge_error: JudgeStats,
+    /// Answers that were empty or refusals (issue 29), all questions: labelled by the
+    /// rules like any answer (neither term is included, so they are irrelevant) and
+    /// counted here, beside the shares they are part of.
+    #[serde(default)]
+    pub odd_answers: OddCounts,
+    /// The same, of hypothetical questions only (the HTS denominator).
+    #[serde(default)]
+    pub odd_answers_hypothetical: OddCounts,
+    /// Judge outputs that were empty or refusals (no verdict: asked again in paper mode,
+    /// judge_error when still so; judge_error in reference mode).
+    #[serde(default)]
+    pub odd_judge_outputs: OddCounts,
 }
 
 #[derive(Default)]
@@ -303,8 +316,14 @@ pub fn score<'a>(
     let (mut labelled_hyp, mut labelled_hyp_valid) = (0u64, 0u64);
     let (mut answered, mut checks, mut check_errors, mut retried, mut calls) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut odd_answers, mut odd_hyp, mut odd_judge) =
+        (OddCounts::default(), OddCounts::default(), OddCounts::default());
     for item in items.values() {
         answers.entry(item.question_type).or_default().add(item.answer_label.as_str());
+        odd_answers.add(item.answer_kind);
+        if item.question_type == QuestionType::Hypothetical {
+            odd_hyp.add(item.answer_kind);
+        }
         if item.answer_label == AnswerLabel::Unanswered {
             continue;
         }
@@ -336,6 +355,9 @@ pub fn score<'a>(
                 check_errors += u64::from(c.label == Label::JudgeError);
                 retried += u64::from(c.attempts.first().is_some_and(|a| a.error.is_some()));
                 calls += c.attempts.len() as u64;
+                for a in &c.attempts {
+                    odd_judge.add(a.odd);
+                }
             }
         }
     }
@@ -407,6 +429,9 @@ pub fn score<'a>(
             retried_checks: Share::new(retried, checks),
             calls,
         },
+        odd_answers,
+        odd_answers_hypothetical: odd_hyp,
+        odd_judge_outputs: odd_judge,
     }
 }
 
@@ -472,6 +497,12 @@ pub fn render_markdown(r: &Report) -> String {
         "\n{} questions, {} labelled, {} labels ignored (other model, judge or semantics, or repeated).\n",
         r.questions, r.items_labelled, r.items_ignored
     ));
+    s.push_str(&format!(
+        "\nEmpty or refused answers (labelled by the rules: no term included, so irrelevant): \
+         {} of all answers, {} of answers to hypothetical questions.\n",
+        r.odd_answers.describe(),
+        r.odd_answers_hypothetical.describe()
+    ));
     s.push_str(
         "\nShares in brackets: their 95% Wilson interval in percent. Questions are independent \
          items; evaluation rows and terms of one answer are not, so their intervals are narrower \
@@ -535,11 +566,13 @@ pub fn render_markdown(r: &Report) -> String {
     let j = &r.judge_error;
     s.push_str(&format!(
         "\n### Judge\n\n- answers labelled judge_error: {}\n- judge checks without a usable verdict: {}\n\
-         - judge checks whose first output was unusable: {}\n- judge calls: {}\n",
+         - judge checks whose first output was unusable: {}\n- judge calls: {}\n\
+         - judge outputs empty or refused (no verdict): {}\n",
         pct(&j.answers),
         pct(&j.checks),
         pct(&j.retried_checks),
-        j.calls
+        j.calls,
+        r.odd_judge_outputs.describe()
     ));
     s
 }

@@ -93,6 +93,7 @@ fn done(text: String) -> Outcome {
         finish_reason: None,
         calls: 1,
         logprobs: None,
+        refusal: false,
     })
 }
 

@@ -159,6 +159,7 @@ pub(crate) mod tests {
             finish_reason: None,
             calls: 1,
             logprobs: None,
+            refusal: false,
         });
         let results = std::collections::HashMap::from([(req.id(), done)]);
         let got = bert_step(&m, "续写", "参考", &results).unwrap().score.unwrap();

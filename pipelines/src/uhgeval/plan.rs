@@ -22,9 +22,13 @@
 //! With a BERTScore embedder (a model with `backend = "embed"`), each valid continuation
 //! gets a `bert` job embedding it and the reference ([`super::embed::bert_step`]).
 //!
-//! A job that became a dead letter reads as the empty answer, as UHGEval's `safe_request`
-//! returns `""` on any failure (§1.2): the verdict is invalid and the error is kept in the
-//! label.
+//! A job that became a dead letter makes its item **invalid** in its form (issue 29), and
+//! its error is kept in the label. UHGEval's `safe_request` returns `""` on any failure
+//! (§1.2), which its rules then read as an answer: with `v2` a failed keyword call counted
+//! as "hallucinated" (a model whose every call failed scored 0.50), and a failed
+//! `extract_kws` call gave kwPrec 0 inside a valid item. Halyard does not read a failure as
+//! an answer. An empty answer or a refusal that the model did give is read by UHGEval's
+//! rules, marked with its kind, and counted in the report.
 
 // `Err` carries the job still needed (not an error path); boxing it would allocate per
 // call for nothing.
@@ -37,7 +41,9 @@ use super::dataset::{NewsItem, NewsType};
 use super::embed::{bert_step, BertLabel};
 pub use super::generation::{AppliedGeneration, Generation};
 use super::prompts;
-use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
+use halyard_proto::AnswerKind;
+
+use crate::common::{odd_kind, JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
 use crate::metrics::bleu::bleu4_v2;
 use crate::metrics::kwprec::parse_extracted_keywords;
 use crate::metrics::tokenize::jieba_cut;
@@ -141,9 +147,17 @@ pub struct Answer {
     /// The dead letter's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The answer was empty or a refusal (issue 29).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<AnswerKind>,
 }
 
 impl Answer {
+    /// The job became a dead letter: its item is invalid in its form.
+    pub fn failed(&self) -> bool {
+        self.text.is_none()
+    }
+
     /// The text the parsers see: the answer, or `""` for a failed call.
     pub fn as_str(&self) -> &str {
         self.text.as_deref().unwrap_or("")
@@ -264,10 +278,10 @@ impl Config {
         match results.get(&req.id()) {
             None => Err(req),
             Some(JobOutcome::Done(c)) => {
-                Ok(Answer { job, text: Some(c.text.clone()), error: None })
+                Ok(Answer { job, text: Some(c.text.clone()), error: None, kind: odd_kind(c) })
             }
             Some(JobOutcome::Failed(e)) => {
-                Ok(Answer { job, text: None, error: Some(e.to_string()) })
+                Ok(Answer { job, text: None, error: Some(e.to_string()), kind: None })
             }
         }
     }
@@ -372,7 +386,9 @@ fn keyword(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step<Ke
     let r = keyword_item(&cases, &verdicts, cfg.variant).unwrap_or(
         crate::metrics::uhgeval::KeywordItem { accuracy: 0.0, num_kws: 0, valid: false },
     );
-    Ok(KeywordLabel { keywords: judged, accuracy: r.accuracy, num_kws: r.num_kws, valid: r.valid })
+    // A failed call is no verdict: the item is invalid (see the module doc).
+    let valid = r.valid && !judged.iter().any(|k| k.answer.failed());
+    Ok(KeywordLabel { keywords: judged, accuracy: r.accuracy, num_kws: r.num_kws, valid })
 }
 
 fn sentence(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step<SentenceLabel> {
@@ -387,13 +403,14 @@ fn sentence(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step<S
     match (judge(&item.hallucinated_continuation), judge(cfg.real_continuation(item))) {
         (Ok((on_hallucinated, vh)), Ok((on_real, vr))) => {
             let r = sentence_item(vh, vr);
+            let valid = r.valid && !on_hallucinated.failed() && !on_real.failed();
             Ok(SentenceLabel {
                 on_hallucinated,
                 verdict_hallucinated: vh,
                 on_real,
                 verdict_real: vr,
                 accuracy: r.accuracy,
-                valid: r.valid,
+                valid,
             })
         }
         (a, b) => Err([a.err(), b.err()].into_iter().flatten().collect()),
@@ -417,7 +434,8 @@ fn selective(cfg: &Config, case: &Case, results: &dyn ResultLookup) -> Step<Sele
         .map_err(|r| vec![r])?;
     let choice = parse_selective_choice(unechoed(&answer, &query, cfg.variant), cfg.variant);
     let s = selective_item(choice, order);
-    Ok(SelectiveLabel { order, answer, choice, correct: s.correct, valid: s.valid })
+    let valid = s.valid && !answer.failed();
+    Ok(SelectiveLabel { order, answer, choice, correct: s.correct, valid })
 }
 
 fn generative(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step<GenerativeLabel> {
@@ -425,7 +443,7 @@ fn generative(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step
     let answer =
         cfg.call("continue", query.clone(), LONG_MAX_TOKENS, results).map_err(|r| vec![r])?;
     let continuation = continuation_from_answer(answer.as_str(), &query, cfg.variant).to_string();
-    let valid = generative_valid(&continuation, cfg.variant);
+    let valid = generative_valid(&continuation, cfg.variant) && !answer.failed();
     let reference = &item.news_remainder;
     // Keyword extraction and the BERTScore embedding run in parallel.
     let kq = prompts::extract_kws(&continuation, cfg.variant);
@@ -456,6 +474,9 @@ fn generative(cfg: &Config, item: &NewsItem, results: &dyn ResultLookup) -> Step
     });
     let m = generative_item(&continuation, reference, &keywords, UhgVariant::Paper);
     let v2 = bleu4_v2(&jieba_cut(&continuation), &jieba_cut(reference)).score;
+    // A failed extraction leaves no keywords to score: kwPrec would read 0, so the item
+    // is invalid (its metrics are not averaged) instead.
+    let valid = valid && !extraction.as_ref().is_some_and(Answer::failed);
     Ok(GenerativeLabel {
         answer,
         continuation,

@@ -130,9 +130,19 @@ pub fn render_markdown(reports: &[Report]) -> String {
         }
         md.push('\n');
         if r.failed_calls > 0 {
+            let forms: Vec<String> =
+                r.invalid_by_failed_call.iter().map(|(f, n)| format!("{f} {n}")).collect();
             md.push_str(&format!(
-                "{} model call(s) failed and were read as empty answers (invalid).\n\n",
-                r.failed_calls
+                "{} model call(s) failed (dead letters); each makes its item invalid in its form, \
+                 left out of the averages: {}.\n\n",
+                r.failed_calls,
+                forms.join(", ")
+            ));
+        }
+        if r.odd_answers.total() > 0 {
+            md.push_str(&format!(
+                "Empty or refused answers, read by UHGEval's rules: {}.\n\n",
+                r.odd_answers.describe()
             ));
         }
     }

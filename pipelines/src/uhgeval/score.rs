@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::dataset::NewsType;
 use super::embed::{similarity, Embedder, PAPER_BERT_MODEL};
 use super::plan::{AppliedGeneration, Case, Config, ItemLabel};
+use crate::common::OddCounts;
 use crate::metrics::interval::{bootstrap_mean, wilson, Bootstrap, Interval};
 use crate::metrics::uhgeval::{
     generative_overall, keyword_overall, selective_overall, sentence_overall, AccuracyOverall,
@@ -176,8 +177,15 @@ pub struct Report {
     pub variant: UhgVariant,
     /// Items with a label.
     pub items: usize,
-    /// Model calls that became dead letters (read as empty answers).
+    /// Model calls that became dead letters (each makes its item invalid in its form).
     pub failed_calls: usize,
+    /// Items made invalid by a failed call, by form (`keyword`, `sentence`, `selective`,
+    /// `generative`); only forms with such items are listed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub invalid_by_failed_call: BTreeMap<String, usize>,
+    /// Answers that were empty or refusals (read by UHGEval's rules, issue 29).
+    #[serde(default)]
+    pub odd_answers: OddCounts,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keyword: Option<FormReport<KeywordOverall>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -240,26 +248,37 @@ pub fn score(
     embedder: Option<&dyn Embedder>,
 ) -> Report {
     let mut failed_calls = 0;
-    let mut count = |a: &super::plan::Answer| failed_calls += usize::from(a.error.is_some());
+    let mut odd_answers = OddCounts::default();
+    let mut invalid_by_failed_call: BTreeMap<String, usize> = BTreeMap::new();
+    // Counts an item's answers in one form; true when one of them failed.
+    let mut count = |form: &str, answers: &mut dyn Iterator<Item = &super::plan::Answer>| {
+        let mut failed = false;
+        for a in answers {
+            failed_calls += usize::from(a.failed());
+            failed |= a.failed();
+            odd_answers.add(a.kind);
+        }
+        if failed {
+            *invalid_by_failed_call.entry(form.to_string()).or_default() += 1;
+        }
+    };
     let (mut kw, mut se, mut sl, mut gen) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for l in labels {
         let t = l.news_type;
         if let Some(k) = &l.keyword {
-            k.keywords.iter().for_each(|v| count(&v.answer));
+            count("keyword", &mut k.keywords.iter().map(|v| &v.answer));
             kw.push((t, KeywordItem { accuracy: k.accuracy, num_kws: k.num_kws, valid: k.valid }));
         }
         if let Some(s) = &l.sentence {
-            count(&s.on_hallucinated);
-            count(&s.on_real);
+            count("sentence", &mut [&s.on_hallucinated, &s.on_real].into_iter());
             se.push((t, SentenceItem { accuracy: s.accuracy, valid: s.valid }));
         }
         if let Some(s) = &l.selective {
-            count(&s.answer);
+            count("selective", &mut std::iter::once(&s.answer));
             sl.push((t, SelectiveItem { correct: s.correct, valid: s.valid }));
         }
         if let Some(g) = &l.generative {
-            count(&g.answer);
-            g.extraction.iter().for_each(&mut count);
+            count("generative", &mut std::iter::once(&g.answer).chain(g.extraction.iter()));
             gen.push((l, g));
         }
     }
@@ -270,6 +289,8 @@ pub fn score(
         variant,
         items: labels.len(),
         failed_calls,
+        invalid_by_failed_call,
+        odd_answers,
         keyword: (!kw.is_empty()).then(|| form_report(&kw, keyword_overall, keyword_ci)),
         sentence: (!se.is_empty()).then(|| form_report(&se, sentence_overall, sentence_ci)),
         selective: (!sl.is_empty()).then(|| form_report(&sl, selective_overall, selective_ci)),
@@ -369,6 +390,7 @@ mod tests {
             job: "j".into(),
             text: error.is_none().then(|| "x".into()),
             error: error.map(String::from),
+            kind: None,
         }
     }
 

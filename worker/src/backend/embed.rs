@@ -58,6 +58,7 @@ impl EmbedModel {
             finish_reason: Some("stop".into()),
             calls: 1,
             logprobs: None,
+            refusal: false,
         })
     }
 }

@@ -461,6 +461,7 @@ fn completion(
         finish_reason: Some(finish.into()),
         calls: 1,
         logprobs,
+        refusal: false,
     }
 }
 

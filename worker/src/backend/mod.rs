@@ -191,7 +191,7 @@ impl Backends {
         match job.key.model.backend.as_str() {
             "openai" => self.http.call(job, self.http_model(job)?).await,
             // Answers at once (throughput benchmarks of the job path).
-            "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1, logprobs: None }),
+            "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1, logprobs: None, refusal: false }),
             "gguf" => self.call_local(job).await,
             "replay" => match self.replay.get(&job.key.model.endpoint) {
                 Some(r) => r.answer(job),

@@ -76,6 +76,8 @@ pub struct Decoded {
     pub finish_reason: Option<String>,
     /// `choices[0].logprobs.content`, when the API returned it.
     pub logprobs: Option<Vec<TokenLogprob>>,
+    /// `message.refusal` was the answer (see [`Completion::refusal`]).
+    pub refusal: bool,
 }
 
 #[derive(Deserialize)]
@@ -212,8 +214,15 @@ pub fn decode_completion(body: &[u8]) -> Result<Decoded, CallError> {
     let usage = r
         .usage
         .map(|u| Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
-    let text = match (choice.message.content, choice.message.refusal) {
-        (Some(text), _) | (None, Some(text)) => text,
+    // A refusal is carried as one (issue 29): its words are kept as the text, and the flag
+    // tells every pipeline that they are not an answer. An empty `content` ("") is a
+    // successful call with an empty answer: the model said nothing. It is not retried
+    // (asking again at temperature 0 gives the same), and every pipeline counts it as
+    // `empty` through `Completion::kind`.
+    let refusal = choice.message.refusal.filter(|r| !r.trim().is_empty());
+    let (text, refusal) = match (choice.message.content, refusal) {
+        (_, Some(r)) => (r, true),
+        (Some(text), None) => (text, false),
         (None, None) => {
             return Err(CallError::permanent(format!(
                 "the response's answer has no content and no refusal (finish_reason {:?}); body starts: {:?}",
@@ -241,6 +250,7 @@ pub fn decode_completion(body: &[u8]) -> Result<Decoded, CallError> {
         usage: usage.unwrap_or_default(),
         finish_reason: choice.finish_reason,
         logprobs,
+        refusal,
     })
 }
 
@@ -333,6 +343,7 @@ impl OpenAi {
             finish_reason: d.finish_reason,
             calls: 1,
             logprobs: d.logprobs,
+            refusal: d.refusal,
         })
     }
 }
@@ -542,7 +553,13 @@ mod tests {
     fn null_content_is_the_refusal_or_an_error() {
         let refusal =
             br#"{"choices":[{"message":{"content":null,"refusal":"I can't help with that."}}]}"#;
-        assert_eq!(decode_body(refusal).unwrap().0, "I can't help with that.");
+        let d = decode_completion(refusal).unwrap();
+        assert_eq!((d.text.as_str(), d.refusal), ("I can't help with that.", true));
+        // Issue 29: a refusal beside content is still a refusal; an empty refusal is none.
+        let both = br#"{"choices":[{"message":{"content":"Sure","refusal":"No."}}]}"#;
+        assert_eq!(decode_completion(both).map(|d| (d.text, d.refusal)).unwrap(), ("No.".into(), true));
+        let blank = br#"{"choices":[{"message":{"content":"Sure","refusal":" "}}]}"#;
+        assert_eq!(decode_completion(blank).map(|d| (d.text, d.refusal)).unwrap(), ("Sure".into(), false));
         let e = decode_body(
             br#"{"choices":[{"message":{"content":null,"tool_calls":[]},"finish_reason":"tool_calls"}]}"#,
         )
@@ -553,7 +570,10 @@ mod tests {
             "{}",
             e.message
         );
-        assert_eq!(decode_body(br#"{"choices":[{"message":{"content":""}}]}"#).unwrap().0, "");
+        // Issue 29: an empty content is an empty answer, not a refusal: the pipelines count
+        // it as `empty` (`Completion::kind`).
+        let empty = decode_completion(br#"{"choices":[{"message":{"content":""}}]}"#).unwrap();
+        assert_eq!((empty.text.as_str(), empty.refusal), ("", false));
     }
 
     /// Issue 16: token log-probabilities (with their alternatives) are read from

@@ -47,6 +47,8 @@ struct Recorded {
     text: String,
     usage: Usage,
     finish_reason: Option<String>,
+    /// Recorded as `message.refusal`.
+    refusal: bool,
 }
 
 /// (model, [(role, content)]) of a request.
@@ -126,15 +128,23 @@ fn parse_line(text: &str) -> Result<(RequestKey, Recorded), String> {
         messages.push((role.to_string(), content.to_string()));
     }
     let choice = &resp.choices.as_ref().and_then(|c| c.get(0)).ok_or("`choices` is empty")?;
-    let text = choice["message"]["content"]
-        .as_str()
-        .ok_or("choices[0].message.content is not a string")?;
+    // A recorded refusal (`message.refusal`, issue 29) replays as a refusal.
+    let refusal = choice["message"]["refusal"].as_str().filter(|r| !r.trim().is_empty());
+    let (text, refusal) = match refusal {
+        Some(r) => (r, true),
+        None => (
+            choice["message"]["content"]
+                .as_str()
+                .ok_or("choices[0].message.content is not a string (and no refusal)")?,
+            false,
+        ),
+    };
     let usage = resp.usage.as_ref().map_or(Usage::default(), |u| Usage {
         prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
         completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
     });
     let finish_reason = choice["finish_reason"].as_str().map(str::to_string);
-    Ok(((model, messages), Recorded { text: text.to_string(), usage, finish_reason }))
+    Ok(((model, messages), Recorded { text: text.to_string(), usage, finish_reason, refusal }))
 }
 
 impl Recordings {
@@ -195,6 +205,7 @@ impl Recordings {
             finish_reason: rec.finish_reason.clone(),
             calls: 1,
             logprobs: None,
+            refusal: rec.refusal,
         })
     }
 }

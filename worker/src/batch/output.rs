@@ -96,6 +96,7 @@ fn line(batch: &str, raw: &[u8], latency_ms: u64) -> Result<(JobId, Answer), Str
                     finish_reason: d.finish_reason,
                     calls: 1,
                     logprobs: d.logprobs,
+                    refusal: d.refusal,
                 }),
                 Err(mut e) => {
                     e.status = Some(200);

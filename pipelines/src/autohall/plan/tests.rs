@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use halyard_proto::{Completion, Failure, FailureKind, JobId, ModelRef, Outcome, Usage};
+use halyard_proto::{AnswerKind, Completion, Failure, FailureKind, JobId, ModelRef, Outcome, Usage};
 
 use super::*;
 use crate::autohall::baselines::{Baseline, BaselineVerdict};
@@ -48,6 +48,7 @@ fn done(text: &str) -> Outcome {
         finish_reason: None,
         calls: 1,
         logprobs: None,
+        refusal: false,
     })
 }
 
@@ -138,12 +139,21 @@ fn balancing_and_score() {
         gold: GoldLabel::Supported,
         status: if h.is_some() { Status::Classified } else { Status::Unclassified },
         reference: None,
+        reference_kind: None,
         classification: None,
+        classification_kind: None,
         verdict: None,
         hallucinated: h,
         pairs: conflicts
             .into_iter()
-            .map(|c| Pair { sample: None, answer: None, conflict: Some(c), error: None })
+            .map(|c| Pair {
+                sample: None,
+                answer: None,
+                conflict: Some(c),
+                error: None,
+                sample_kind: None,
+                answer_kind: None,
+            })
             .collect(),
         baselines: None,
         error: None,
@@ -234,4 +244,72 @@ fn baselines_run_as_jobs() {
         _ => done("x"),
     });
     assert!(off.0.baselines.is_none());
+}
+
+fn refused(text: &str) -> Outcome {
+    match done(text) {
+        Outcome::Done(c) => Outcome::Done(Completion { refusal: true, ..c }),
+        o => o,
+    }
+}
+
+/// Issue 29: a structured refusal, an empty reference and the common "can't assist"
+/// wording are refused references; an empty classification is unclassified; each is
+/// marked with its kind and counted in the report.
+#[test]
+fn odd_references_and_classifications_are_counted() {
+    let c = cfg(0);
+    let mut labels = Vec::new();
+    for (i, r) in [refused("Policy."), done(""), done("I can't assist with that.")].into_iter().enumerate() {
+        let (mut l, _) = drive(&c, &claim(GoldLabel::Supported), |_, _| r.clone());
+        assert_eq!(l.status, Status::Refused, "reference {i}");
+        l.index = i as u32;
+        labels.push(l);
+    }
+    assert_eq!(labels[0].reference_kind, Some(AnswerKind::Refusal));
+    assert_eq!(labels[1].reference_kind, Some(AnswerKind::Empty));
+    assert_eq!(labels[2].reference_kind, None, "refused by its words, not by the API");
+    let (mut l, _) = drive(&c, &claim(GoldLabel::Supported), |s, _| {
+        if s == "classify" { done(" ") } else { done("text") }
+    });
+    assert_eq!((l.status, l.classification_kind), (Status::Unclassified, Some(AnswerKind::Empty)));
+    l.index = 3;
+    labels.push(l);
+    let r = score("m", 4, &Default::default(), 0, &labels);
+    assert_eq!((r.odd_references.refusal, r.odd_references.empty), (1, 1));
+    assert_eq!(r.odd_classifications.empty, 1);
+    let md = crate::autohall::score::render_markdown("AutoHall", &[r]);
+    assert!(md.contains("Empty or refused references (refused): 1 empty, 1 refusal"), "{md}");
+}
+
+/// Issue 29: one empty answer of 13 pair checks marks the reference as conflicting (the
+/// authors' rule, kept), and the report counts the scored reference it touched.
+#[test]
+fn an_empty_pair_answer_is_counted_beside_detection() {
+    let c = cfg(13);
+    let mut labels = Vec::new();
+    for (i, gold) in [GoldLabel::Refuted, GoldLabel::Supported].into_iter().enumerate() {
+        let (mut l, _) = drive(&c, &claim(gold), |stage, k| match stage {
+            "reference" | "sample" => done(&format!("paragraph {k}")),
+            // True: hallucinated for the refuted claim, factual for the supported one.
+            "classify" => done("The claim is true."),
+            "pair" if i == 1 && k == 0 => done("There are no conflicting parts."),
+            "pair" => done("There are no conflicting parts."),
+            s => panic!("stage {s}"),
+        });
+        l.index = i as u32;
+        labels.push(l);
+    }
+    // The factual reference's 7th comparison got an empty answer.
+    let mut odd = labels[1].clone();
+    odd.pairs[6].answer = Some(String::new());
+    odd.pairs[6].answer_kind = Some(AnswerKind::Empty);
+    odd.pairs[6].conflict = Some(crate::metrics::autohall::pair_conflicts("", NoConflictPhrases::Standard));
+    assert_eq!(odd.pairs[6].conflict, Some(true), "the authors' rule: no phrase, a conflict");
+    labels[1] = odd;
+    let r = score("m", 2, &Default::default(), 13, &labels);
+    let d = r.detection.as_ref().unwrap();
+    assert_eq!((d.scored, d.scored_with_odd_checks, d.odd_check_answers.empty), (2, 1, 1));
+    let md = crate::autohall::score::render_markdown("AutoHall", &[r]);
+    assert!(md.contains("1 of the scored references had a comparison with an empty or refused"), "{md}");
 }

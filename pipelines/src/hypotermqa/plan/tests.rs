@@ -1,6 +1,8 @@
 use std::collections::HashMap;
 
-use halyard_proto::{Completion, Failure, FailureKind, JobId, ModelRef, Outcome, Role, Usage};
+use halyard_proto::{
+    AnswerKind, Completion, Failure, FailureKind, JobId, ModelRef, Outcome, Role, Usage,
+};
 
 use super::*;
 use crate::hypotermqa::dataset::parse_line;
@@ -42,6 +44,7 @@ fn done(text: &str) -> Outcome {
         finish_reason: None,
         calls: 1,
         logprobs: None,
+        refusal: false,
     })
 }
 
@@ -304,4 +307,75 @@ fn system_prompt_changes_the_answer_job() {
     let (a, b) = (plain.answer_request(&q), with.answer_request(&q));
     assert_eq!(b.key.messages[0], ChatMessage::system("Be brief."));
     assert_ne!(a.id(), b.id());
+}
+
+fn odd(text: &str, refusal: bool) -> Outcome {
+    match done(text) {
+        Outcome::Done(c) => Outcome::Done(Completion { refusal, ..c }),
+        o => o,
+    }
+}
+
+/// Issue 29: an empty answer and a refusal are labelled by the rules (irrelevant: no term
+/// included), marked on the item, and counted in the report, in both semantics.
+#[test]
+fn empty_and_refused_answers_are_counted() {
+    for semantics in [Semantics::Paper, Semantics::Reference] {
+        let (c, q) = (cfg(semantics), question());
+        let mut labels = Vec::new();
+        for (text, refusal, kind) in
+            [("", false, AnswerKind::Empty), ("  \n", false, AnswerKind::Empty), ("I can't assist with that.", true, AnswerKind::Refusal)]
+        {
+            let mut res = Results::new();
+            res.insert(c.answer_request(&q).id(), odd(text, refusal));
+            let l = finished(evaluate(&c, &q, &res));
+            assert_eq!((l.answer_label, l.answer_kind), (AnswerLabel::Irrelevant, Some(kind)));
+            labels.push(l);
+        }
+        let totals = QuestionCounts { hypothetical: 1, ..QuestionCounts::default() };
+        let meta = ScoreMeta { model: "m".into(), judge: "j".into(), semantics };
+        // Three labels of one question: the last wins, and is the refusal.
+        let r = crate::hypotermqa::score(&meta, &totals, &labels);
+        assert_eq!((r.odd_answers.empty, r.odd_answers.refusal), (0, 1));
+        let r = crate::hypotermqa::score(&meta, &totals, &labels[..1]);
+        assert_eq!((r.odd_answers_hypothetical.empty, r.odd_answers_hypothetical.refusal), (1, 0));
+        assert!(crate::hypotermqa::render_markdown(&r).contains("1 empty, 0 refusal"));
+    }
+}
+
+/// Issue 29: a judge output that is empty or a refusal is no verdict: judge_error in
+/// reference mode (not the authors' "unparseable counts as valid"), asked again and then
+/// judge_error in paper mode; each counted in the report.
+#[test]
+fn empty_or_refused_judge_output_is_no_verdict() {
+    for (text, refusal) in [("", false), ("I'm sorry, I can't help with that.", true)] {
+        let (c, q) = (cfg(Semantics::Reference), question());
+        let mut res = Results::new();
+        res.insert(c.answer_request(&q).id(), done("Nanorobotics and Nano-Sync Fusion work together."));
+        for r in waiting(evaluate(&c, &q, &res)) {
+            res.insert(r.id(), odd(text, refusal));
+        }
+        let l = finished(evaluate(&c, &q, &res));
+        assert!(l.terms.iter().all(|t| t.term_label == Some(Label::JudgeError)), "{l:?}");
+        assert_eq!(l.answer_label, AnswerLabel::JudgeError);
+        let totals = QuestionCounts { hypothetical: 1, ..QuestionCounts::default() };
+        let meta = ScoreMeta { model: "m".into(), judge: "j".into(), semantics: Semantics::Reference };
+        let r = crate::hypotermqa::score(&meta, &totals, [&l]);
+        assert_eq!(r.odd_judge_outputs.total(), 3, "two acceptance checks and one meaning check");
+        assert_eq!(r.odd_judge_outputs.refusal, if refusal { 3 } else { 0 });
+
+        let c = cfg(Semantics::Paper);
+        let mut res = Results::new();
+        res.insert(c.answer_request(&q).id(), done("Nanorobotics and Nano-Sync Fusion work together."));
+        for _ in 0..PAPER_JUDGE_ATTEMPTS {
+            for r in waiting(evaluate(&c, &q, &res)) {
+                res.insert(r.id(), odd(text, refusal));
+            }
+        }
+        let l = finished(evaluate(&c, &q, &res));
+        assert!(l.terms.iter().all(|t| t.term_label == Some(Label::JudgeError)), "{l:?}");
+        let meta = ScoreMeta { model: "m".into(), judge: "j".into(), semantics: Semantics::Paper };
+        let r = crate::hypotermqa::score(&meta, &totals, [&l]);
+        assert_eq!(r.odd_judge_outputs.total(), 2 * u64::from(PAPER_JUDGE_ATTEMPTS));
+    }
 }

@@ -37,6 +37,7 @@ fn item(
         semantics,
         answer_job: String::new(),
         answer: (label != AnswerLabel::Unanswered).then(|| "a".into()),
+        answer_kind: None,
         answer_error: None,
         answer_label: label,
         terms,

@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use halyard_proto::{Completion, Failure, FailureKind, JobId, Outcome, Usage};
+use halyard_proto::{AnswerKind, Completion, Failure, FailureKind, JobId, Outcome, Usage};
 
 use super::*;
 use crate::uhgeval::read_dataset;
@@ -43,6 +43,7 @@ fn done(text: &str) -> Outcome {
         finish_reason: None,
         calls: 1,
         logprobs: None,
+        refusal: false,
     })
 }
 
@@ -236,4 +237,55 @@ fn bert_job_beside_extraction() {
     let g = l.generative.unwrap();
     assert_eq!(g.bert.unwrap().score, Some(0.0));
     assert_eq!(g.keywords, ["续写"]);
+}
+
+/// Issue 29: a failed call is no answer. With `v2`, UHGEval's `""` for a failed call read
+/// as "hallucinated", so a model whose every call failed scored 0.50 at keyword level; a
+/// failed `extract_kws` gave kwPrec 0 inside a valid item. Both items are invalid now,
+/// counted by form, and the report says so.
+#[test]
+fn failed_calls_make_items_invalid() {
+    let all = cases();
+    let c = &all[0];
+    for variant in [UhgVariant::Paper, UhgVariant::V2] {
+        let k = cfg(variant, &[Form::Keyword, Form::Sentence, Form::Selective, Form::Generative]);
+        let (l, _) = run(&k, c, |_, _| failed());
+        assert!(!l.keyword.as_ref().unwrap().valid, "{variant:?}");
+        assert!(!l.sentence.as_ref().unwrap().valid);
+        assert!(!l.selective.as_ref().unwrap().valid);
+        assert!(!l.generative.as_ref().unwrap().valid);
+        let r = crate::uhgeval::score("m", variant, &all, &[l], None);
+        assert_eq!(r.keyword.as_ref().unwrap().overall.avg_accuracy, None, "no valid item: no figure");
+        assert_eq!(r.invalid_by_failed_call.values().sum::<usize>(), 4);
+        let md = crate::uhgeval::render_markdown(&[r]);
+        assert!(md.contains("each makes its item invalid in its form"), "{md}");
+        assert!(!md.contains("read as empty answers"));
+    }
+    let k = cfg(UhgVariant::Paper, &[Form::Generative]);
+    let (l, _) = run(&k, c, |stage, _| match stage {
+        "continue" => done("四国外长在会后发表联合声明。"),
+        _ => failed(),
+    });
+    let g = l.generative.unwrap();
+    assert!(g.extraction.as_ref().unwrap().failed());
+    assert!(!g.valid, "a failed extraction is not kwPrec 0 in a valid item");
+}
+
+/// Issue 29: an empty answer and a refusal the model gave are read by UHGEval's rules and
+/// counted by kind.
+#[test]
+fn empty_and_refused_answers_are_counted() {
+    let all = cases();
+    let k = cfg(UhgVariant::Paper, &[Form::Selective]);
+    let refusal = || match done("I can't help with that.") {
+        Outcome::Done(c) => Outcome::Done(Completion { refusal: true, ..c }),
+        o => o,
+    };
+    let (a, _) = run(&k, &all[0], |_, _| done(""));
+    let (b, _) = run(&k, &all[1], |_, _| refusal());
+    assert_eq!(a.selective.as_ref().unwrap().answer.kind, Some(AnswerKind::Empty));
+    assert!(!a.selective.as_ref().unwrap().valid, "UHGEval's rule: no choice, invalid");
+    let r = crate::uhgeval::score("m", UhgVariant::Paper, &all, &[a, b], None);
+    assert_eq!((r.odd_answers.empty, r.odd_answers.refusal), (1, 1));
+    assert!(crate::uhgeval::render_markdown(&[r]).contains("1 empty, 1 refusal"));
 }
