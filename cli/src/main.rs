@@ -53,7 +53,8 @@ enum Cmd {
     /// Show a run's progress, cost and workers: from the broker (--nats, any machine)
     /// or from the run's status.json.
     Status(StatusCmd),
-    /// Merge finished runs into a HypoTermQA leaderboard (leaderboard.md and .html).
+    /// Merge finished runs into a leaderboard (leaderboard.md and .html): HypoTermQA ranked
+    /// by HTS, and every pipeline's results compared pair by pair on their shared items.
     Report(ReportCmd),
     /// List a stopped run's dead letters and re-queue them for its next coordinator.
     RetryFailed(RetryFailedArgs),

@@ -9,6 +9,9 @@
 //! gets McNemar's exact test on the hypothetical questions both answered (valid answer or
 //! not, read from the runs' `labels.jsonl`), so a rank that the questions cannot tell apart
 //! is marked "not significant" instead of looking like a real difference.
+//!
+//! Every pipeline's results, HypoTermQA's included, are also compared pair by pair on the
+//! items they share, each figure with its own paired test ([`super::paired_runs`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,6 +23,7 @@ use halyard_pipelines::metrics::paired::{mcnemar, PairedTest};
 use serde_json::Value;
 
 use super::html::esc;
+use super::paired_runs::{self, p_text, PairedRow};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
@@ -67,6 +71,8 @@ pub struct Leaderboard {
     pub comparisons: Vec<Comparison>,
     pub warnings: Vec<String>,
     pub skipped: Vec<String>,
+    /// Paired comparisons of every pipeline's results ([`super::paired_runs`]).
+    pub paired: Vec<PairedRow>,
 }
 
 /// Hypothetical questions' outcomes of the entry whose rows are `lines` of `labels`.
@@ -123,6 +129,7 @@ fn s(v: &Value) -> String {
 /// Read `report.json` of each run directory (or a report.json path) and rank.
 pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
     let mut lb = Leaderboard::default();
+    let mut runs = Vec::new();
     for d in dirs {
         let path = if d.is_dir() { d.join("report.json") } else { d.clone() };
         let text = std::fs::read_to_string(&path)
@@ -134,11 +141,12 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
             .ok_or_else(|| format!("{}: no `benchmarks` array", path.display()))?;
         let run = s(&report["run"]["name"]);
         let run_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        runs.push((run.clone(), run_dir.clone(), benchmarks.clone()));
         for b in benchmarks {
             let model = s(&b["model"]);
             if b["pipeline"] != "hypotermqa" {
                 lb.skipped.push(format!(
-                    "{run}: {} results for {model} (not a HypoTermQA benchmark)",
+                    "{run}: {} results for {model} are not in the HTS table (see the paired comparisons)",
                     s(&b["pipeline"])
                 ));
                 continue;
@@ -191,8 +199,9 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
             });
         }
     }
-    if lb.rows.is_empty() {
-        return Err("no HypoTermQA results in these runs".into());
+    lb.paired = paired_runs::compare(&runs, &mut lb.warnings);
+    if lb.rows.is_empty() && lb.skipped.is_empty() {
+        return Err("no benchmark results in these runs".into());
     }
     lb.rows.sort_by(|a, b| {
         b.hts.total_cmp(&a.hts).then_with(|| a.model.cmp(&b.model)).then_with(|| a.run.cmp(&b.run))
@@ -264,14 +273,6 @@ fn versus(c: Option<&Comparison>) -> String {
     }
 }
 
-fn p_text(p: f64) -> String {
-    if p < 0.001 {
-        "< 0.001".into()
-    } else {
-        format!("{p:.3}")
-    }
-}
-
 /// The cells of row `i` (rank `i + 1`), in [`HEADERS`] order, as plain text.
 fn cells(lb: &Leaderboard, i: usize) -> [String; 15] {
     let r = &lb.rows[i];
@@ -328,18 +329,23 @@ fn comparisons_markdown(lb: &Leaderboard) -> String {
 }
 
 pub fn render_markdown(lb: &Leaderboard) -> String {
-    let mut md = String::from("# HypoTermQA leaderboard\n\nRanked by HTS (valid answers to hypothetical questions, higher is better).\n\n");
+    let mut md = String::from("# Leaderboard\n\nHypoTermQA results ranked by HTS (valid answers to hypothetical questions, higher is better); every pipeline's results compared pair by pair below.\n\n");
     for w in &lb.warnings {
         let _ = writeln!(md, "> **Warning:** {w}");
     }
     if !lb.warnings.is_empty() {
         md.push('\n');
     }
-    let _ = writeln!(md, "| {} |\n|{}", HEADERS.join(" | "), "---|".repeat(HEADERS.len()));
-    for i in 0..lb.rows.len() {
-        let _ = writeln!(md, "| {} |", cells(lb, i).join(" | "));
+    if lb.rows.is_empty() {
+        md.push_str("No HypoTermQA results in these runs.\n");
+    } else {
+        let _ = writeln!(md, "| {} |\n|{}", HEADERS.join(" | "), "---|".repeat(HEADERS.len()));
+        for i in 0..lb.rows.len() {
+            let _ = writeln!(md, "| {} |", cells(lb, i).join(" | "));
+        }
     }
     md.push_str(&comparisons_markdown(lb));
+    md.push_str(&paired_runs::markdown(&lb.paired));
     for sk in &lb.skipped {
         let _ = writeln!(md, "\nSkipped: {sk}");
     }
@@ -347,10 +353,10 @@ pub fn render_markdown(lb: &Leaderboard) -> String {
 }
 
 pub fn render_html(lb: &Leaderboard) -> String {
-    let mut o = String::from("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>HypoTermQA leaderboard</title>");
+    let mut o = String::from("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Halyard leaderboard</title>");
     let _ = write!(
         o,
-        "<style>{}</style><script>{}</script></head><body><h1>HypoTermQA leaderboard</h1>",
+        "<style>{}</style><script>{}</script></head><body><h1>Leaderboard</h1>",
         super::html::STYLE,
         super::html::SCRIPT
     );
@@ -449,6 +455,17 @@ pub fn render_html(lb: &Leaderboard) -> String {
                     let _ = write!(o, "<td colspan=\"7\">{}</td></tr>", esc(e));
                 }
             }
+        }
+        o.push_str("</table>");
+    }
+    if !lb.paired.is_empty() {
+        o.push_str("<h2>Paired comparisons (every pipeline)</h2><p class=\"meta\">Each two results of one figure on the items both have: A − B with its 95% interval and the test named (McNemar exact, paired bootstrap, DeLong paired).</p><table><tr><th>benchmark</th><th>figure</th><th>A</th><th>B</th><th>shared items</th><th>A − B</th><th>95% CI</th><th>test</th><th>result</th></tr>");
+        for r in &lb.paired {
+            let _ = write!(o, "<tr><td>{}</td><td>{}</td>", esc(&r.group), esc(&r.figure));
+            for c in paired_runs::cells(r) {
+                let _ = write!(o, "<td>{}</td>", esc(&c));
+            }
+            o.push_str("</tr>");
         }
         o.push_str("</table>");
     }

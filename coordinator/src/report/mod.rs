@@ -21,6 +21,7 @@ use crate::{CoordinatorConfig, CoordinatorError};
 
 pub mod html;
 pub mod leaderboard;
+pub mod paired_runs;
 mod section;
 
 pub use section::Section;

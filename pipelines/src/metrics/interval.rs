@@ -54,6 +54,8 @@ pub enum CiMethod {
     PairedBootstrap,
     /// Newcombe's hybrid score interval (method 10) for a paired difference of proportions.
     NewcombePaired,
+    /// Difference of two correlated AUROCs ± z·√var, DeLong's paired covariance.
+    DelongPaired,
 }
 
 impl CiMethod {
@@ -65,6 +67,7 @@ impl CiMethod {
             CiMethod::DelongMean => "delong_mean",
             CiMethod::PairedBootstrap => "paired_bootstrap",
             CiMethod::NewcombePaired => "newcombe_paired",
+            CiMethod::DelongPaired => "delong_paired",
         }
     }
 }
@@ -323,7 +326,7 @@ pub struct DelongAuroc {
 }
 
 /// Mid-ranks (1-based, ties averaged) of `values`.
-fn midranks(values: &[f64]) -> Vec<f64> {
+pub(crate) fn midranks(values: &[f64]) -> Vec<f64> {
     let mut order: Vec<usize> = (0..values.len()).collect();
     order.sort_by(|&a, &b| values[a].partial_cmp(&values[b]).unwrap_or(std::cmp::Ordering::Equal));
     let mut ranks = vec![0.0; values.len()];
@@ -343,7 +346,7 @@ fn midranks(values: &[f64]) -> Vec<f64> {
 }
 
 /// Sample variance (denominator n − 1) of at least two values.
-fn sample_variance(v: &[f64]) -> f64 {
+pub(crate) fn sample_variance(v: &[f64]) -> f64 {
     let m = v.iter().sum::<f64>() / v.len() as f64;
     v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64
 }
