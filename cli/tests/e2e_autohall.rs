@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use common::autohall::*;
 use common::*;
-use halyard_tests::FakeOpenAi;
+use halyard_tests::{FakeOpenAi, Faults};
 use serde_json::Value;
 
 /// Every figure of the report (statuses, hallucination rate, balanced set, detection per
@@ -22,7 +22,8 @@ fn autohall_run_matches_independent_computation() {
         repo_root().join("datasets/autohall/climate_sample.jsonl"),
         repo_root().join("datasets/autohall/pubhealth_sample.jsonl"),
     ];
-    let fake = FakeOpenAi::start_blocking(autohall_responder);
+    let faults = Faults::new();
+    let fake = FakeOpenAi::start_blocking(faults.wrap(autohall_responder));
     let dir = tempfile::tempdir().unwrap();
     let sweep = autohall_sweep(
         dir.path(),
@@ -130,4 +131,6 @@ fn autohall_run_matches_independent_computation() {
     let md = std::fs::read_to_string(out.join("autohall-e2e/report.md")).unwrap();
     assert_eq!(md.matches("autohall on").count(), 2, "one section per benchmark");
     assert!(md.contains("| k | TP |"));
+    // Issue 29: faults leave every status, figure and label as they were.
+    rerun_with_faults(&fake, &faults, &sweep, "autohall-e2e", &out, dir.path());
 }

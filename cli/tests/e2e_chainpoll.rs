@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use halyard_tests::{ChatCall, FakeOpenAi, Reply};
+use halyard_tests::{ChatCall, FakeOpenAi, Faults, Reply};
 use serde_json::{json, Value};
 
 const POLLS: u64 = 5;
@@ -220,7 +220,8 @@ fn chainpoll_run_matches_independent_computation() {
         })
         .collect();
     std::fs::write(&ctx_path, lines.join("\n")).unwrap();
-    let fake = FakeOpenAi::start_blocking(responder);
+    let faults = Faults::new();
+    let fake = FakeOpenAi::start_blocking(faults.wrap(responder));
     let url = fake.base_url();
     let mut sweep = String::from("name = \"chainpoll-e2e\"\n");
     for (name, seed, t) in
@@ -331,4 +332,6 @@ fn chainpoll_run_matches_independent_computation() {
         md.contains("| judge | ChainPoll-correctness AUROC | ChainPoll-adherence AUROC |"),
         "{md}"
     );
+    // Issue 29: faults leave every poll, figure and label as they were.
+    rerun_with_faults(&fake, &faults, &sweep_path, "chainpoll-e2e", &out, dir.path());
 }

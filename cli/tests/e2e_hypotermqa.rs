@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use halyard_tests::{ChildGuard, FakeOpenAi, Reply};
+use halyard_tests::{ChildGuard, FakeOpenAi, Faults, Reply};
 
 fn report_counts(report: &serde_json::Value) -> std::collections::HashMap<(String, String), u64> {
     let mut m = std::collections::HashMap::new();
@@ -140,12 +140,15 @@ fn kill_and_resume_loses_nothing_and_repeats_at_most_in_flight() {
 }
 
 /// A job the API rejects with HTTP 400 becomes a dead letter; the run still finishes and
-/// the report lists it.
+/// the report lists it. Issue 29: the same run through a bad API night (503s, bodies cut
+/// mid-way, empty bodies, truncated JSON, the server killed and back) gives the same
+/// figures, labels and dead letter (paper semantics).
 #[test]
 fn poison_job_becomes_dead_letter() {
     let qs = load_questions(9);
     let poison = qs[4].id;
-    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), Some(poison)));
+    let faults = Faults::new();
+    let fake = FakeOpenAi::start_blocking(faults.wrap(responder(question_index(&qs), Some(poison))));
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "poison", &fake.base_url(), 9, 4);
     let out = dir.path().join("runs");
@@ -168,6 +171,7 @@ fn poison_job_becomes_dead_letter() {
     assert_eq!(hits, 1);
     let md = std::fs::read_to_string(out.join("poison/report.md")).unwrap();
     assert!(md.contains("Dead letters"), "{md}");
+    rerun_with_faults(&fake, &faults, &sweep, "poison", &out, dir.path());
 }
 
 /// Bad sweeps fail before anything starts, naming the file, the key and the reason.

@@ -9,7 +9,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::*;
-use halyard_tests::{ChatCall, FakeOpenAi, Reply};
+use halyard_tests::{ChatCall, FakeOpenAi, Faults, Reply};
 use serde_json::Value;
 
 /// The authors' inclusion of each question's own terms, from the golden vectors.
@@ -84,14 +84,15 @@ fn reference_semantics_run_matches_the_authors_rules() {
     let poisoned = poisoned.expect("some answer is valid with an included valid term");
     let rules = responder(question_index(&qs), None);
     let poison = poisoned.clone();
-    let fake = FakeOpenAi::start_blocking(move |call: &ChatCall| {
+    let faults = Faults::new();
+    let fake = FakeOpenAi::start_blocking(faults.wrap(move |call: &ChatCall| {
         let meaning = call.messages.first().is_some_and(|(_, s)| s.contains("real meaning"));
         let user = call.messages.get(1).map_or("", |(_, u)| u.as_str());
         if meaning && user.starts_with(&format!("TERM => {poison}:")) {
             return Reply::Status { code: 400, body: "rejected".into(), retry_after: None };
         }
         rules(call)
-    });
+    }));
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "reference", &fake.base_url(), 180, 8);
     let text = std::fs::read_to_string(&sweep).unwrap();
@@ -157,4 +158,6 @@ fn reference_semantics_run_matches_the_authors_rules() {
         .map(|v| v["question_id"].as_i64().unwrap())
         .collect();
     assert_eq!(ids.len(), 180);
+    // Issue 29: faults leave every figure and label of reference semantics as they were.
+    rerun_with_faults(&fake, &faults, &sweep, "reference", &out, dir.path());
 }

@@ -14,7 +14,7 @@ use common::*;
 use halyard_pipelines::metrics::bleu::{bleu4_paper, bleu4_v2};
 use halyard_pipelines::metrics::rouge::rouge_l;
 use halyard_pipelines::metrics::tokenize::jieba_cut;
-use halyard_tests::{ChatCall, FakeOpenAi, Reply};
+use halyard_tests::{ChatCall, FakeOpenAi, Faults, Reply};
 use serde_json::Value;
 
 const HVI_JUDGE_SYSTEM: &str = "You are a careful fact-checker";
@@ -438,7 +438,8 @@ fn entry<'a>(report: &'a Value, bench: u64, model: &str) -> &'a Value {
 /// The combined sweep's figures equal the independent computation, per benchmark and model.
 #[test]
 fn mixed_sweep_matches_independent_computation() {
-    let fake = FakeOpenAi::start_blocking(responder);
+    let faults = Faults::new();
+    let fake = FakeOpenAi::start_blocking(faults.wrap(responder));
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), &fake.base_url(), "paper");
     let out = dir.path().join("runs");
@@ -550,6 +551,8 @@ fn mixed_sweep_matches_independent_computation() {
     ] {
         assert!(md.contains(needle), "{needle:?} not in report.md:\n{md}");
     }
+    // Issue 29: faults leave UHGEval's and HVI's figures and labels as they were.
+    rerun_with_faults(&fake, &faults, &sweep, "mixed", &out, dir.path());
 }
 
 /// Bad uhgeval/hvi benchmark keys fail before anything starts, naming file and key.

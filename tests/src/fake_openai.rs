@@ -106,6 +106,11 @@ pub enum Reply {
     Hang,
     /// 200 with `Content-Type: application/json` and this body, verbatim.
     Garbage(String),
+    /// 200 with a structured refusal: `content` null, `message.refusal` this text.
+    Refusal(String),
+    /// 200 whose body (a completion of this text) is cut mid-way: the server sends the
+    /// first half, then drops the connection (the client sees the body end early).
+    ResetMidBody(String),
 }
 
 impl Reply {
@@ -478,8 +483,34 @@ async fn respond(mut reply: Reply, call: &ChatCall) -> Response {
                 return (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body)
                     .into_response()
             }
+            Reply::Refusal(text) => {
+                let mut body = completion_body(call, "", 0, 0);
+                body["choices"][0]["message"] = json!({"role": "assistant", "content": null, "refusal": text});
+                return (StatusCode::OK, axum::Json(body)).into_response();
+            }
+            Reply::ResetMidBody(text) => {
+                let body = completion_body(call, &text, 1, 1).to_string().into_bytes();
+                let half = bytes_half(body);
+                let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![
+                    Ok(half),
+                    Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fake reset")),
+                ];
+                let stream = futures::stream::iter(chunks);
+                return (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    axum::body::Body::from_stream(stream),
+                )
+                    .into_response();
+            }
         }
     }
+}
+
+/// The first half of `body`.
+fn bytes_half(mut body: Vec<u8>) -> Vec<u8> {
+    body.truncate(body.len() / 2);
+    body
 }
 
 fn words(text: &str) -> u64 {

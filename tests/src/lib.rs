@@ -14,6 +14,8 @@
 //!   torn down with its volumes and images on drop; and a std-only HTTP GET.
 //! - [`fake_api`]: the HypoTermQA rules and per-prompt ledger of the `fake-api` binary
 //!   (`src/bin/fake-api.rs`), the fake paid API of the container deployments.
+//! - [`faults`]: [`Faults`], the faults of a bad API night (503s, bodies cut mid-way,
+//!   empty bodies, truncated JSON) in front of any responder, and a server kill mid-run.
 //! - [`fake_quota`]: [`FakeQuotaApi`], a `FakeOpenAi` that enforces requests- and
 //!   tokens-per-minute quotas over a sliding window (429 with `Retry-After` beyond
 //!   them), with a configurable latency and 429 storms, and a ledger of admissions.
@@ -57,6 +59,7 @@ pub mod compose;
 pub mod fake_api;
 pub mod fake_openai;
 pub mod fake_quota;
+pub mod faults;
 pub mod mutate;
 pub mod nats;
 pub mod process;
@@ -65,5 +68,6 @@ pub mod prometheus;
 pub use cluster::NatsCluster;
 pub use fake_openai::{repeats, request_key, ChatCall, FakeOpenAi, Gate, Outage, Reply};
 pub use fake_quota::{FakeQuotaApi, QuotaConfig, QuotaLedger};
+pub use faults::Faults;
 pub use nats::{free_port, NatsServer};
 pub use process::{cargo_bin, pid_alive, spawn_tied, ChildGuard};

@@ -390,3 +390,55 @@ pub fn assert_sweep_rejected(dir: &Path, name: &str, body: &str, needle: &str) {
     assert!(err.contains(needle), "{name}: {needle:?} not in: {err}");
     assert!(err.contains(&format!("{name}.toml")), "{name}: file not named: {err}");
 }
+
+/// Issue 29: `sweep` (named `name`), already run without faults into `clean_out`, run
+/// again into a fresh directory under `tmp` with `faults` on (503s, bodies cut mid-way,
+/// empty bodies, truncated JSON) and the API killed for 2 s mid-run, gives the same
+/// figures (`report.json`'s `benchmarks`), the same `labels.jsonl`, label by label, and the
+/// same dead letters. Panics naming the first difference; returns the faults injected.
+pub fn rerun_with_faults(
+    api: &halyard_tests::FakeOpenAi,
+    faults: &halyard_tests::Faults,
+    sweep: &Path,
+    name: &str,
+    clean_out: &Path,
+    tmp: &Path,
+) -> [usize; 4] {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let out = tmp.join("with-faults");
+    faults.enable();
+    let done = AtomicBool::new(false);
+    let (stated, killed) = std::thread::scope(|s| {
+        let kill = s.spawn(|| {
+            halyard_tests::faults::kill_during(api, 20, std::time::Duration::from_secs(2), &done)
+        });
+        let (_, stated) =
+            run_complete(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        done.store(true, Ordering::SeqCst);
+        (stated, kill.join().expect("kill thread"))
+    });
+    let injected = faults.injected();
+    assert!(injected.iter().all(|n| *n > 0), "every kind of fault injected: {injected:?}");
+    assert!(killed, "the API was killed mid-run");
+    let (clean, faulty) = (read_json(&clean_out.join(name).join("report.json")), read_json(&out.join(name).join("report.json")));
+    assert_eq!(stated, faulty["jobs"]["dead_letters"].as_u64().unwrap_or(0));
+    assert_eq!(
+        faulty["jobs"]["dead_letters"], clean["jobs"]["dead_letters"],
+        "dead letters with faults ({injected:?} injected): {}",
+        faulty["dead_letters"]
+    );
+    let (cb, fb) = (clean["benchmarks"].as_array().unwrap(), faulty["benchmarks"].as_array().unwrap());
+    assert_eq!(cb.len(), fb.len());
+    for (c, f) in cb.iter().zip(fb) {
+        assert_eq!(f, c, "a figure moved under faults ({injected:?} injected)");
+    }
+    let labels = |dir: &Path| {
+        std::fs::read_to_string(dir.join(name).join("labels.jsonl")).expect("labels.jsonl")
+    };
+    let (cl, fl) = (labels(clean_out), labels(&out));
+    assert_eq!(cl.lines().count(), fl.lines().count(), "labels.jsonl rows");
+    for (i, (c, f)) in cl.lines().zip(fl.lines()).enumerate() {
+        assert_eq!(f, c, "labels.jsonl line {} differs under faults", i + 1);
+    }
+    injected
+}

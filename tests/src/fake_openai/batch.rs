@@ -559,6 +559,18 @@ fn settle(call: ChatCall, mut reply: Reply) -> LineState {
             Reply::Garbage(body) => {
                 return LineState::Answered { call, status: 200, body: json_or_string(body) }
             }
+            Reply::Refusal(text) => {
+                let mut body = completion_body(&call, "", 0, 0);
+                body["choices"][0]["message"] =
+                    json!({"role": "assistant", "content": null, "refusal": text});
+                return LineState::Answered { call, status: 200, body };
+            }
+            // An output file has no connection to drop: the line's body is cut instead.
+            Reply::ResetMidBody(text) => {
+                let whole = completion_body(&call, &text, 1, 1).to_string();
+                let cut = whole[..whole.len() / 2].to_string();
+                return LineState::Answered { call, status: 200, body: Value::String(cut) };
+            }
         }
     }
 }
