@@ -94,20 +94,26 @@ impl Exposition {
 pub struct Sources {
     pub coordinator: Option<CoordinatorSource>,
     pub workers: Vec<(String, Arc<Stats>)>,
-    /// The workers' broker connection (the coordinator's is in its source), for `/healthz`.
+    /// The workers' broker connection (the coordinator's is in its source), for `/readyz`.
     pub broker: Option<Broker>,
 }
 
-/// `/healthz`: the process answers and its broker connections are up.
-pub fn liveness(src: &Sources) -> Result<(), String> {
-    let mut brokers = src.coordinator.iter().map(|c| &c.broker).chain(src.broker.iter());
-    brokers.try_for_each(Broker::connected)
+/// `/healthz` (liveness): the process is alive, which its answering shows. The broker is
+/// deliberately not part of it: a process without its broker reconnects on its own, and
+/// restarting it (what a failed liveness probe does) would only cut its calls in flight,
+/// to be paid again, on every pod at once during a broker outage. The broker is in
+/// `/readyz`.
+pub fn liveness(_: &Sources) -> Result<(), String> {
+    Ok(())
 }
 
-/// `/readyz`: alive, the coordinator planning (its run open), and every worker's models
-/// loaded and consumers bound (not yet shutting down).
+/// `/readyz`: every broker connection of the process up, the coordinator planning (its
+/// run open), and every worker's models loaded and consumers bound (not yet shutting
+/// down).
 pub fn readiness(src: &Sources) -> Result<(), String> {
     liveness(src)?;
+    let mut brokers = src.coordinator.iter().map(|c| &c.broker).chain(src.broker.iter());
+    brokers.try_for_each(Broker::connected)?;
     if let Some(c) = &src.coordinator {
         if c.progress.borrow().run.is_none() {
             return Err("coordinator: not planning yet".into());
