@@ -148,7 +148,8 @@ fn poison_job_becomes_dead_letter() {
     let qs = load_questions(9);
     let poison = qs[4].id;
     let faults = Faults::new();
-    let fake = FakeOpenAi::start_blocking(faults.wrap(responder(question_index(&qs), Some(poison))));
+    let fake =
+        FakeOpenAi::start_blocking(faults.wrap(responder(question_index(&qs), Some(poison))));
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "poison", &fake.base_url(), 9, 4);
     let out = dir.path().join("runs");

@@ -218,12 +218,13 @@ impl Meter {
                 if r.cached {
                     t.cache_hits += 1;
                 } else {
-                    t.calls += done.calls as u64;
+                    t.calls = t.calls.saturating_add(done.calls as u64);
                 }
-                t.retries += (done.calls as u64).saturating_sub(1);
-                t.prompt_tokens += done.usage.prompt_tokens;
-                t.completion_tokens += done.usage.completion_tokens;
-                t.latency_ms_total += done.latency_ms;
+                t.retries = t.retries.saturating_add((done.calls as u64).saturating_sub(1));
+                t.prompt_tokens = t.prompt_tokens.saturating_add(done.usage.prompt_tokens);
+                t.completion_tokens =
+                    t.completion_tokens.saturating_add(done.usage.completion_tokens);
+                t.latency_ms_total = t.latency_ms_total.saturating_add(done.latency_ms);
                 let secs = done.latency_ms as f64 / 1000.0;
                 let b = LATENCY_BUCKETS_S
                     .iter()
@@ -266,14 +267,14 @@ pub fn by_model(classes: &[ClassTotals]) -> Vec<ClassTotals> {
                 out.last_mut().expect("just pushed")
             }
         };
-        slot.jobs += c.jobs;
-        slot.dead_letters += c.dead_letters;
-        slot.calls += c.calls;
-        slot.cache_hits += c.cache_hits;
-        slot.retries += c.retries;
-        slot.prompt_tokens += c.prompt_tokens;
-        slot.completion_tokens += c.completion_tokens;
-        slot.latency_ms_total += c.latency_ms_total;
+        slot.jobs = slot.jobs.saturating_add(c.jobs);
+        slot.dead_letters = slot.dead_letters.saturating_add(c.dead_letters);
+        slot.calls = slot.calls.saturating_add(c.calls);
+        slot.cache_hits = slot.cache_hits.saturating_add(c.cache_hits);
+        slot.retries = slot.retries.saturating_add(c.retries);
+        slot.prompt_tokens = slot.prompt_tokens.saturating_add(c.prompt_tokens);
+        slot.completion_tokens = slot.completion_tokens.saturating_add(c.completion_tokens);
+        slot.latency_ms_total = slot.latency_ms_total.saturating_add(c.latency_ms_total);
         slot.latency_buckets = merge_buckets(&slot.latency_buckets, &c.latency_buckets);
         slot.cost += c.cost;
     }

@@ -412,11 +412,12 @@ impl RunState {
                     if r.cached {
                         t.cache_hits += 1;
                     } else {
-                        t.model_calls += c.calls as u64;
+                        t.model_calls = t.model_calls.saturating_add(c.calls as u64);
                     }
-                    t.prompt_tokens += c.usage.prompt_tokens;
-                    t.completion_tokens += c.usage.completion_tokens;
-                    t.latency_ms_total += c.latency_ms;
+                    t.prompt_tokens = t.prompt_tokens.saturating_add(c.usage.prompt_tokens);
+                    t.completion_tokens =
+                        t.completion_tokens.saturating_add(c.usage.completion_tokens);
+                    t.latency_ms_total = t.latency_ms_total.saturating_add(c.latency_ms);
                 }
                 Outcome::Failed(_) => t.dead_letters += 1,
             }

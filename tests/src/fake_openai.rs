@@ -485,7 +485,8 @@ async fn respond(mut reply: Reply, call: &ChatCall) -> Response {
             }
             Reply::Refusal(text) => {
                 let mut body = completion_body(call, "", 0, 0);
-                body["choices"][0]["message"] = json!({"role": "assistant", "content": null, "refusal": text});
+                body["choices"][0]["message"] =
+                    json!({"role": "assistant", "content": null, "refusal": text});
                 return (StatusCode::OK, axum::Json(body)).into_response();
             }
             Reply::ResetMidBody(text) => {
@@ -542,7 +543,7 @@ fn completion_body(call: &ChatCall, text: &str, prompt: u64, completion: u64) ->
         "usage": {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
-            "total_tokens": prompt + completion,
+            "total_tokens": prompt.saturating_add(completion),
         },
     })
 }

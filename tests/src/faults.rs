@@ -51,7 +51,10 @@ impl Faults {
     }
 
     /// `inner` behind the injector.
-    pub fn wrap<F>(self: &Arc<Self>, inner: F) -> impl Fn(&ChatCall) -> Reply + Send + Sync + 'static
+    pub fn wrap<F>(
+        self: &Arc<Self>,
+        inner: F,
+    ) -> impl Fn(&ChatCall) -> Reply + Send + Sync + 'static
     where
         F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
     {

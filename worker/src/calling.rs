@@ -42,6 +42,9 @@ enum Round {
     Done(Result<Completion, CallError>),
     /// The pool paused while this job waited outside an HTTP request.
     Paused,
+    /// The worker is stopping while this job waited outside an HTTP request (for its
+    /// quota share, a backoff): it goes back to the queue at once (issue 33).
+    Stopping,
     Abandoned,
 }
 
@@ -109,6 +112,7 @@ pub(crate) async fn call(
             }
             Round::Done(Err(e)) => return CallOutcome::Failed(e, calls),
             Round::Paused => {}
+            Round::Stopping => return CallOutcome::HandBack(calls),
             Round::Abandoned => return CallOutcome::Abandoned,
         }
     }
@@ -127,11 +131,27 @@ async fn run_round(
     let fut = call.run();
     tokio::pin!(fut);
     let mut hard_stop = ctx.hard_stop.clone();
+    let mut stop = ctx.stop.clone();
     let mut changes = health.subscribe();
+    // A graceful stop never waits on a quota gate or a backoff: a job not in an HTTP
+    // request goes back at once; one in a request finishes it (the call is paid).
+    let mut stopping = { *stop.borrow() };
+    let mut stop_checks = tokio::time::interval(Duration::from_millis(100));
     loop {
         tokio::select! {
             res = &mut fut => return Round::Done(res),
             _ = progress.tick() => send_progress(msg).await,
+            Ok(()) = async { stop.wait_for(|s| *s).await.map(|_| ()) }, if !stopping => {
+                stopping = true;
+                if !call.attempts.in_http() {
+                    return Round::Stopping;
+                }
+            }
+            _ = stop_checks.tick(), if stopping => {
+                if !call.attempts.in_http() {
+                    return Round::Stopping;
+                }
+            }
             Ok(()) = changes.changed() => {
                 if !call.probe && health.is_paused() && !call.attempts.in_http() {
                     return Round::Paused;

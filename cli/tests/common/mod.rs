@@ -420,14 +420,18 @@ pub fn rerun_with_faults(
     let injected = faults.injected();
     assert!(injected.iter().all(|n| *n > 0), "every kind of fault injected: {injected:?}");
     assert!(killed, "the API was killed mid-run");
-    let (clean, faulty) = (read_json(&clean_out.join(name).join("report.json")), read_json(&out.join(name).join("report.json")));
+    let (clean, faulty) = (
+        read_json(&clean_out.join(name).join("report.json")),
+        read_json(&out.join(name).join("report.json")),
+    );
     assert_eq!(stated, faulty["jobs"]["dead_letters"].as_u64().unwrap_or(0));
     assert_eq!(
         faulty["jobs"]["dead_letters"], clean["jobs"]["dead_letters"],
         "dead letters with faults ({injected:?} injected): {}",
         faulty["dead_letters"]
     );
-    let (cb, fb) = (clean["benchmarks"].as_array().unwrap(), faulty["benchmarks"].as_array().unwrap());
+    let (cb, fb) =
+        (clean["benchmarks"].as_array().unwrap(), faulty["benchmarks"].as_array().unwrap());
     assert_eq!(cb.len(), fb.len());
     for (c, f) in cb.iter().zip(fb) {
         assert_eq!(f, c, "a figure moved under faults ({injected:?} injected)");

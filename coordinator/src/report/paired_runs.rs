@@ -93,7 +93,9 @@ fn observations(pipeline: &str, row: &Value) -> Vec<(String, String, Obs)> {
             push(
                 "selective: correct",
                 id("id"),
-                valid("selective").then(|| row["selective"]["correct"].as_bool().map(Obs::Bin)).flatten(),
+                valid("selective")
+                    .then(|| row["selective"]["correct"].as_bool().map(Obs::Bin))
+                    .flatten(),
             );
             push("generative ROUGE-L", id("id"), score("generative", "rouge_l"));
             push("generative kwPrec", id("id"), score("generative", "kw_prec"));
@@ -103,7 +105,9 @@ fn observations(pipeline: &str, row: &Value) -> Vec<(String, String, Obs)> {
             let label = row["label"].as_bool();
             for m in row["metrics"].as_array().into_iter().flatten() {
                 let metric = m["metric"].as_str().unwrap_or("?");
-                let obs = label.zip(m["score"].as_f64()).map(|(label, score)| Obs::Ranked { label, score });
+                let obs = label
+                    .zip(m["score"].as_f64())
+                    .map(|(label, score)| Obs::Ranked { label, score });
                 push(&format!("AUROC ({metric})"), id("id"), obs);
             }
         }
@@ -114,9 +118,9 @@ fn observations(pipeline: &str, row: &Value) -> Vec<(String, String, Obs)> {
                 .flatten()
                 .filter(|s| s["verdict"].is_string())
                 .collect();
-            let hallucinated =
-                judged.iter().filter(|s| s["verdict"] != "not_hallucinated").count();
-            let share = (!judged.is_empty()).then(|| Obs::Score(hallucinated as f64 / judged.len() as f64));
+            let hallucinated = judged.iter().filter(|s| s["verdict"] != "not_hallucinated").count();
+            let share =
+                (!judged.is_empty()).then(|| Obs::Score(hallucinated as f64 / judged.len() as f64));
             push("share of a prompt's sentences hallucinated", id("id"), share);
         }
         _ => {}
@@ -317,7 +321,11 @@ pub fn markdown(rows: &[PairedRow]) -> String {
 mod tests {
     use super::*;
 
-    fn run(dir: &Path, name: &str, entries: Vec<(Value, Vec<Value>)>) -> (String, std::path::PathBuf, Vec<Value>) {
+    fn run(
+        dir: &Path,
+        name: &str,
+        entries: Vec<(Value, Vec<Value>)>,
+    ) -> (String, std::path::PathBuf, Vec<Value>) {
         std::fs::create_dir_all(dir).unwrap();
         let mut lines = String::new();
         let mut n = 0;
@@ -344,13 +352,19 @@ mod tests {
             let rows = (0..40)
                 .map(|i| serde_json::json!({"claim_id": format!("c{i}"), "hallucinated": i < flip}))
                 .collect();
-            (serde_json::json!({"pipeline": "autohall", "model": model, "dataset": "claims.csv"}), rows)
+            (
+                serde_json::json!({"pipeline": "autohall", "model": model, "dataset": "claims.csv"}),
+                rows,
+            )
         };
         let uhg = |model: &str, add: f64| {
             let rows = (0..30)
                 .map(|i| serde_json::json!({"id": format!("u{i}"), "generative": {"valid": true, "rouge_l": (i as f64 / 60.0) + add, "kw_prec": 0.5, "bleu4_paper": 0.1}}))
                 .collect();
-            (serde_json::json!({"pipeline": "uhgeval", "model": model, "dataset": "u.jsonl", "variant": "paper"}), rows)
+            (
+                serde_json::json!({"pipeline": "uhgeval", "model": model, "dataset": "u.jsonl", "variant": "paper"}),
+                rows,
+            )
         };
         let chainpoll = |model: &str, noisy: bool| {
             let rows = (0..40)
@@ -360,14 +374,27 @@ mod tests {
                     serde_json::json!({"id": format!("p{i}"), "label": label, "metrics": [{"metric": "correctness", "score": score}]})
                 })
                 .collect();
-            (serde_json::json!({"pipeline": "chainpoll", "model": model, "dataset": "cp.jsonl"}), rows)
+            (
+                serde_json::json!({"pipeline": "chainpoll", "model": model, "dataset": "cp.jsonl"}),
+                rows,
+            )
         };
-        let a = run(&t.path().join("a"), "a", vec![autohall("m1", 30), uhg("m1", 0.2), chainpoll("j1", false)]);
-        let b = run(&t.path().join("b"), "b", vec![autohall("m2", 5), uhg("m2", 0.0), chainpoll("j2", true)]);
+        let a = run(
+            &t.path().join("a"),
+            "a",
+            vec![autohall("m1", 30), uhg("m1", 0.2), chainpoll("j1", false)],
+        );
+        let b = run(
+            &t.path().join("b"),
+            "b",
+            vec![autohall("m2", 5), uhg("m2", 0.0), chainpoll("j2", true)],
+        );
         let mut warnings = Vec::new();
         let rows = compare(&[a, b], &mut warnings);
         assert!(warnings.is_empty(), "{warnings:?}");
-        let find = |f: &str| rows.iter().find(|r| r.figure.starts_with(f)).unwrap_or_else(|| panic!("{f}: {rows:?}"));
+        let find = |f: &str| {
+            rows.iter().find(|r| r.figure.starts_with(f)).unwrap_or_else(|| panic!("{f}: {rows:?}"))
+        };
         let ah = find("hallucinated reference");
         let t1 = ah.test.as_ref().unwrap();
         assert_eq!((ah.shared, t1.test.name()), (40, "McNemar exact"));
@@ -383,10 +410,28 @@ mod tests {
         assert_eq!(t3.test.name(), "DeLong paired");
         assert!(t3.difference.estimate > 0.3 && t3.significant, "{t3:?}");
         let md = markdown(&rows);
-        assert!(md.contains("| autohall on claims.csv | hallucinated reference") && md.contains("DeLong paired"), "{md}");
+        assert!(
+            md.contains("| autohall on claims.csv | hallucinated reference")
+                && md.contains("DeLong paired"),
+            "{md}"
+        );
         // Different datasets are different groups: nothing shared, nothing compared.
-        let c = run(&t.path().join("c"), "c", vec![(serde_json::json!({"pipeline": "autohall", "model": "m3", "dataset": "other.csv"}), vec![serde_json::json!({"claim_id": "c0", "hallucinated": true})])]);
-        let d = run(&t.path().join("d"), "d", vec![(serde_json::json!({"pipeline": "autohall", "model": "m4", "dataset": "other.csv"}), vec![serde_json::json!({"claim_id": "zz", "hallucinated": true})])]);
+        let c = run(
+            &t.path().join("c"),
+            "c",
+            vec![(
+                serde_json::json!({"pipeline": "autohall", "model": "m3", "dataset": "other.csv"}),
+                vec![serde_json::json!({"claim_id": "c0", "hallucinated": true})],
+            )],
+        );
+        let d = run(
+            &t.path().join("d"),
+            "d",
+            vec![(
+                serde_json::json!({"pipeline": "autohall", "model": "m4", "dataset": "other.csv"}),
+                vec![serde_json::json!({"claim_id": "zz", "hallucinated": true})],
+            )],
+        );
         let rows = compare(&[c, d], &mut warnings);
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].test, Err("no shared items".into()));

@@ -189,7 +189,8 @@ pub fn score(
     let mut status: BTreeMap<String, u64> =
         Status::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
     let mut by_gold: BTreeMap<String, GoldCounts> = BTreeMap::new();
-    let (mut odd_references, mut odd_classifications) = (OddCounts::default(), OddCounts::default());
+    let (mut odd_references, mut odd_classifications) =
+        (OddCounts::default(), OddCounts::default());
     for l in labels {
         odd_references.add(l.reference_kind);
         odd_classifications.add(l.classification_kind);

@@ -336,7 +336,12 @@ mod tests {
         );
         (r.odd_passages, r.odd_judge_outputs) = (passages, judge);
         let md = crate::hvi::score::render_markdown(&[r]);
-        assert!(md.contains("passages left out (no sentence judged): 0 failed call(s), 1 empty, 1 refusal"), "{md}");
+        assert!(
+            md.contains(
+                "passages left out (no sentence judged): 0 failed call(s), 1 empty, 1 refusal"
+            ),
+            "{md}"
+        );
     }
 
     /// Labelled mode counts only the named model's rows.

@@ -289,6 +289,10 @@ mod tests {
         );
         assert!(r.hvi.is_none() && r.error.is_some());
         let md = render_markdown(&[r]);
-        assert!(md.contains("HVI not computed") && md.contains("passages left out (no sentence judged): 1 failed call(s)"), "{md}");
+        assert!(
+            md.contains("HVI not computed")
+                && md.contains("passages left out (no sentence judged): 1 failed call(s)"),
+            "{md}"
+        );
     }
 }

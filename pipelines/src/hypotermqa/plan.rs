@@ -76,23 +76,22 @@ impl Config {
 pub fn evaluate(cfg: &Config, q: &Question, results: &dyn ResultLookup) -> Plan<ItemLabel> {
     let answer_req = cfg.answer_request(q);
     let answer_job = answer_req.id().to_string();
-    let item = |answer: Option<String>,
+    let item =
+        |answer: Option<String>, answer_kind, answer_error: Option<String>, answer_label, terms| {
+            ItemLabel {
+                question_id: q.id,
+                question_type: q.question_type(),
+                question: q.question.clone(),
+                model: cfg.model.name.clone(),
+                judge: cfg.judge.name.clone(),
+                semantics: cfg.semantics,
+                answer_job: answer_job.clone(),
+                answer,
                 answer_kind,
-                answer_error: Option<String>,
+                answer_error,
                 answer_label,
-                terms| ItemLabel {
-            question_id: q.id,
-            question_type: q.question_type(),
-            question: q.question.clone(),
-            model: cfg.model.name.clone(),
-            judge: cfg.judge.name.clone(),
-            semantics: cfg.semantics,
-            answer_job: answer_job.clone(),
-            answer,
-            answer_kind,
-            answer_error,
-            answer_label,
-            terms,
+                terms,
+            }
         };
     let answer = match results.get(&answer_req.id()) {
         None => return Plan::Waiting(vec![answer_req]),
@@ -255,7 +254,9 @@ fn paper_judge<T>(
             }
             // An empty output or a refusal is an unusable output like any other: asked
             // again, then judge_error (issue 29: counted by its kind in the report).
-            Some(JobOutcome::Done(c)) => match odd_kind(c).map_or_else(|| parse(&c.text), |k| Err(JudgeParseError::NoVerdict(k))) {
+            Some(JobOutcome::Done(c)) => match odd_kind(c)
+                .map_or_else(|| parse(&c.text), |k| Err(JudgeParseError::NoVerdict(k)))
+            {
                 Ok(v) => {
                     attempts.push(JudgeAttempt {
                         job_id,
@@ -372,7 +373,10 @@ fn reference_judge(
                 reflection: error.clone(),
                 reasoning: None,
             };
-            Ok((JudgeAttempt { job_id, output: None, error: Some(error), odd: odd_kind(c) }, reading))
+            Ok((
+                JudgeAttempt { job_id, output: None, error: Some(error), odd: odd_kind(c) },
+                reading,
+            ))
         }
         Some(JobOutcome::Done(c)) => {
             let reading = read(&c.text);

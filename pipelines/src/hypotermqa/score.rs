@@ -25,8 +25,8 @@ use super::dataset::{Question, QuestionType, TermSet};
 use super::labels::{AnswerLabel, EvalType, ItemLabel, Label};
 use super::plan::PIPELINE;
 use super::Semantics;
-use crate::metrics::interval::{wilson, Interval};
 use crate::common::OddCounts;
+use crate::metrics::interval::{wilson, Interval};
 
 /// Which labels a report covers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

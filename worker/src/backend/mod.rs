@@ -104,6 +104,36 @@ pub struct Backends {
     local: HashMap<String, gguf::GgufModel>,
     /// Replay sources, by the endpoint of their jobs.
     replay: HashMap<String, replay::Replay>,
+    /// Completions whose reported token usage was more than the request could use, and
+    /// was clamped ([`clamp_usage`]).
+    pub usage_clamped: std::sync::atomic::AtomicU64,
+}
+
+/// Output tokens a request without `max_tokens` is taken to produce at the most: far
+/// beyond any model's output limit, far below what would overflow a quota or a total.
+pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
+/// Tokens a chat template may add per message, and per request, beyond the bytes of the
+/// messages (a byte-level tokenizer never makes more tokens than bytes).
+const TEMPLATE_TOKENS_PER_MESSAGE: u64 = 16;
+const TEMPLATE_TOKENS: u64 = 64;
+
+/// Clamp `usage`, as an API reported it for `job`, to what the request could have used
+/// (issue 33): prompt tokens at most the bytes of its messages plus the chat template's
+/// allowance, completion tokens at most its `max_tokens` (else [`MAX_COMPLETION_TOKENS`]).
+/// An API answering `prompt_tokens = 2^64 − 1` would otherwise leave a quota debt no
+/// pool ever pays back, and totals that overflow. Returns whether anything was clamped.
+pub fn clamp_usage(job: &Job, usage: &mut Usage) -> bool {
+    let prompt_cap = job
+        .key
+        .messages
+        .iter()
+        .map(|m| (m.content.len() as u64).saturating_add(TEMPLATE_TOKENS_PER_MESSAGE))
+        .fold(TEMPLATE_TOKENS, u64::saturating_add);
+    let completion_cap = job.key.sampling.max_tokens.map_or(MAX_COMPLETION_TOKENS, u64::from);
+    let clamped = usage.prompt_tokens > prompt_cap || usage.completion_tokens > completion_cap;
+    usage.prompt_tokens = usage.prompt_tokens.min(prompt_cap);
+    usage.completion_tokens = usage.completion_tokens.min(completion_cap);
+    clamped
 }
 
 impl Backends {
@@ -142,7 +172,14 @@ impl Backends {
                 let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
                 local.insert(spec.endpoint.clone(), m);
             }
-            Ok(Backends { http, http_models, embed, local, replay })
+            Ok(Backends {
+                http,
+                http_models,
+                embed,
+                local,
+                replay,
+                usage_clamped: Default::default(),
+            })
         }
         #[cfg(not(feature = "gguf"))]
         {
@@ -152,7 +189,7 @@ impl Backends {
                     s.path.display()
                 ));
             }
-            Ok(Backends { http, http_models, embed, replay })
+            Ok(Backends { http, http_models, embed, replay, usage_clamped: Default::default() })
         }
     }
 
@@ -179,22 +216,43 @@ impl Backends {
     ) -> (Result<Completion, CallError>, RateHeaders) {
         match job.key.model.backend.as_str() {
             "openai" => match self.http_model(job) {
-                Ok(m) => self.http.call_with_limits(job, m).await,
+                Ok(m) => {
+                    let (r, headers) = self.http.call_with_limits(job, m).await;
+                    (r.map(|c| self.clamped(job, c)), headers)
+                }
                 Err(e) => (Err(e), RateHeaders::default()),
             },
             _ => (self.call(job).await, RateHeaders::default()),
         }
     }
 
+    /// `c` with its usage clamped to what `job` could use, counted and logged when it was.
+    fn clamped(&self, job: &Job, mut c: Completion) -> Completion {
+        let reported = c.usage;
+        if clamp_usage(job, &mut c.usage) {
+            self.usage_clamped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                job = %job.id,
+                pool = %job.pool,
+                reported_prompt = reported.prompt_tokens,
+                reported_completion = reported.completion_tokens,
+                prompt = c.usage.prompt_tokens,
+                completion = c.usage.completion_tokens,
+                "the API reported more tokens than the request could use: clamped"
+            );
+        }
+        c
+    }
+
     /// One attempt at the call (no retries).
     pub async fn call(&self, job: &Job) -> Result<Completion, CallError> {
         match job.key.model.backend.as_str() {
-            "openai" => self.http.call(job, self.http_model(job)?).await,
+            "openai" => self.http.call(job, self.http_model(job)?).await.map(|c| self.clamped(job, c)),
             // Answers at once (throughput benchmarks of the job path).
             "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1, logprobs: None, refusal: false }),
             "gguf" => self.call_local(job).await,
             "replay" => match self.replay.get(&job.key.model.endpoint) {
-                Some(r) => r.answer(job),
+                Some(r) => r.answer(job).map(|c| self.clamped(job, c)),
                 None => Err(CallError::permanent(format!(
                     "this worker holds no replay recordings {} (pool {}); start a worker with the sweep that names them",
                     job.key.model.endpoint, job.pool
@@ -237,3 +295,55 @@ impl Backends {
 use halyard_proto::Usage;
 
 use crate::quota::RateHeaders;
+
+#[cfg(test)]
+mod tests {
+    use halyard_proto::{ChatMessage, JobKey, ModelRef, Sampling};
+
+    use super::*;
+    use crate::quota::charged_tokens;
+
+    fn job(max_tokens: Option<u32>) -> Job {
+        let key = JobKey {
+            pipeline: "noop".into(),
+            stage: "call".into(),
+            stage_version: 1,
+            model: ModelRef {
+                backend: "openai".into(),
+                endpoint: "http://x".into(),
+                model: "m".into(),
+            },
+            messages: vec![ChatMessage::system("Be brief."), ChatMessage::user("What is 2 + 2?")],
+            sampling: Sampling { max_tokens, ..Sampling::default() },
+            sample_index: 0,
+        };
+        Job::new(uuid::Uuid::nil(), "p", key, 1000)
+    }
+
+    /// Issue 33: usage at the extremes (2^64 − 1) is clamped to what the request could
+    /// use; plausible usage is left as it is; the quota's charge and correction stay finite.
+    #[test]
+    fn usage_is_clamped_to_what_the_request_could_use() {
+        let j = job(Some(256));
+        let mut u = Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX };
+        assert!(clamp_usage(&j, &mut u));
+        let prompt_cap = 64 + (9 + 16) + (14 + 16);
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (prompt_cap, 256));
+        let mut fine = Usage { prompt_tokens: 20, completion_tokens: 3 };
+        assert!(!clamp_usage(&j, &mut fine));
+        assert_eq!((fine.prompt_tokens, fine.completion_tokens), (20, 3));
+        let mut u = Usage { prompt_tokens: 1, completion_tokens: u64::MAX };
+        assert!(clamp_usage(&job(None), &mut u));
+        assert_eq!(u.completion_tokens, MAX_COMPLETION_TOKENS);
+        // What the quota charges from the clamped usage is bounded, whatever the API said.
+        for counts in
+            [halyard_proto::pool::TpmCounts::Usage, halyard_proto::pool::TpmCounts::MaxTokens]
+        {
+            let charged = charged_tokens(counts, 100, Some(256), &u);
+            assert!(charged <= prompt_cap + MAX_COMPLETION_TOKENS, "{counts:?}: {charged}");
+            // Unclamped extremes do not overflow the charge either.
+            let max = Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX };
+            assert_eq!(charged_tokens(counts, 100, None, &max), u64::MAX);
+        }
+    }
+}

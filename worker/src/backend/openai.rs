@@ -557,9 +557,15 @@ mod tests {
         assert_eq!((d.text.as_str(), d.refusal), ("I can't help with that.", true));
         // Issue 29: a refusal beside content is still a refusal; an empty refusal is none.
         let both = br#"{"choices":[{"message":{"content":"Sure","refusal":"No."}}]}"#;
-        assert_eq!(decode_completion(both).map(|d| (d.text, d.refusal)).unwrap(), ("No.".into(), true));
+        assert_eq!(
+            decode_completion(both).map(|d| (d.text, d.refusal)).unwrap(),
+            ("No.".into(), true)
+        );
         let blank = br#"{"choices":[{"message":{"content":"Sure","refusal":" "}}]}"#;
-        assert_eq!(decode_completion(blank).map(|d| (d.text, d.refusal)).unwrap(), ("Sure".into(), false));
+        assert_eq!(
+            decode_completion(blank).map(|d| (d.text, d.refusal)).unwrap(),
+            ("Sure".into(), false)
+        );
         let e = decode_body(
             br#"{"choices":[{"message":{"content":null,"tool_calls":[]},"finish_reason":"tool_calls"}]}"#,
         )

@@ -301,11 +301,19 @@ impl PoolLimiter {
         due as u64
     }
 
-    /// The API reported `actual` tokens for a request charged `estimate`.
+    /// The API reported `actual` tokens for a request charged `estimate`. The debt this
+    /// leaves is at most one minute of this member's token share (issue 33): whatever an
+    /// API reports, the pool is never held back for longer than a minute by it (the
+    /// worker clamps usage to what a request could use before this, see
+    /// `backend::clamp_usage`; this bounds what is left, e.g. a reasoning model without
+    /// `max_tokens`).
     pub fn correct(&self, estimate: u64, actual: u64) {
         let mut s = self.lock();
-        let diff = estimate as i64 - actual.min(i64::MAX as u64 / 4) as i64;
-        s.balance = s.balance.saturating_add(diff);
+        let diff =
+            estimate.min(i64::MAX as u64 / 4) as i64 - actual.min(i64::MAX as u64 / 4) as i64;
+        let floor =
+            s.buckets.tokens.as_ref().map_or(0, |b| b.per_minute.min(i64::MAX as f64 / 4.0) as i64);
+        s.balance = s.balance.saturating_add(diff).max(-floor);
     }
 
     /// The current token balance (credit positive, debt negative).

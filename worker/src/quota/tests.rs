@@ -273,3 +273,24 @@ async fn max_tokens_counting_keeps_no_credit() {
     assert!(n * 100 <= 6000 + 100, "{n} requests of 100 tokens in a minute");
     assert_eq!(l.balance(), 0);
 }
+
+/// Issue 33: a correction at the extremes (the API said 2^64 − 1 tokens) leaves a debt of
+/// at most a minute of the share, so the next request is admitted within about a minute
+/// instead of never; corrections never overflow.
+#[tokio::test(start_paused = true)]
+async fn an_absurd_correction_costs_at_most_a_minute() {
+    let l = PoolLimiter::new(quota(None, Some(6000)), 1);
+    l.acquire(100).await;
+    l.correct(100, u64::MAX);
+    let share = l.rates().tokens.unwrap();
+    assert!(l.balance() < 0 && l.balance() >= -(share as i64), "{}", l.balance());
+    l.correct(u64::MAX, u64::MAX);
+    l.correct(u64::MAX, 0);
+    assert!(l.balance() > 0, "credit, no overflow: {}", l.balance());
+    let l = PoolLimiter::new(quota(None, Some(6000)), 1);
+    l.acquire(100).await;
+    l.correct(100, u64::MAX);
+    let start = Instant::now();
+    l.acquire(100).await;
+    assert!(Instant::now() - start <= Duration::from_secs(125), "{:?}", Instant::now() - start);
+}

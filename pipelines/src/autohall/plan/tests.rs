@@ -1,6 +1,8 @@
 use std::collections::HashMap;
 
-use halyard_proto::{AnswerKind, Completion, Failure, FailureKind, JobId, ModelRef, Outcome, Usage};
+use halyard_proto::{
+    AnswerKind, Completion, Failure, FailureKind, JobId, ModelRef, Outcome, Usage,
+};
 
 use super::*;
 use crate::autohall::baselines::{Baseline, BaselineVerdict};
@@ -260,7 +262,9 @@ fn refused(text: &str) -> Outcome {
 fn odd_references_and_classifications_are_counted() {
     let c = cfg(0);
     let mut labels = Vec::new();
-    for (i, r) in [refused("Policy."), done(""), done("I can't assist with that.")].into_iter().enumerate() {
+    for (i, r) in
+        [refused("Policy."), done(""), done("I can't assist with that.")].into_iter().enumerate()
+    {
         let (mut l, _) = drive(&c, &claim(GoldLabel::Supported), |_, _| r.clone());
         assert_eq!(l.status, Status::Refused, "reference {i}");
         l.index = i as u32;
@@ -270,7 +274,11 @@ fn odd_references_and_classifications_are_counted() {
     assert_eq!(labels[1].reference_kind, Some(AnswerKind::Empty));
     assert_eq!(labels[2].reference_kind, None, "refused by its words, not by the API");
     let (mut l, _) = drive(&c, &claim(GoldLabel::Supported), |s, _| {
-        if s == "classify" { done(" ") } else { done("text") }
+        if s == "classify" {
+            done(" ")
+        } else {
+            done("text")
+        }
     });
     assert_eq!((l.status, l.classification_kind), (Status::Unclassified, Some(AnswerKind::Empty)));
     l.index = 3;
@@ -304,12 +312,16 @@ fn an_empty_pair_answer_is_counted_beside_detection() {
     let mut odd = labels[1].clone();
     odd.pairs[6].answer = Some(String::new());
     odd.pairs[6].answer_kind = Some(AnswerKind::Empty);
-    odd.pairs[6].conflict = Some(crate::metrics::autohall::pair_conflicts("", NoConflictPhrases::Standard));
+    odd.pairs[6].conflict =
+        Some(crate::metrics::autohall::pair_conflicts("", NoConflictPhrases::Standard));
     assert_eq!(odd.pairs[6].conflict, Some(true), "the authors' rule: no phrase, a conflict");
     labels[1] = odd;
     let r = score("m", 2, &Default::default(), 13, &labels);
     let d = r.detection.as_ref().unwrap();
     assert_eq!((d.scored, d.scored_with_odd_checks, d.odd_check_answers.empty), (2, 1, 1));
     let md = crate::autohall::score::render_markdown("AutoHall", &[r]);
-    assert!(md.contains("1 of the scored references had a comparison with an empty or refused"), "{md}");
+    assert!(
+        md.contains("1 of the scored references had a comparison with an empty or refused"),
+        "{md}"
+    );
 }

@@ -323,9 +323,11 @@ fn empty_and_refused_answers_are_counted() {
     for semantics in [Semantics::Paper, Semantics::Reference] {
         let (c, q) = (cfg(semantics), question());
         let mut labels = Vec::new();
-        for (text, refusal, kind) in
-            [("", false, AnswerKind::Empty), ("  \n", false, AnswerKind::Empty), ("I can't assist with that.", true, AnswerKind::Refusal)]
-        {
+        for (text, refusal, kind) in [
+            ("", false, AnswerKind::Empty),
+            ("  \n", false, AnswerKind::Empty),
+            ("I can't assist with that.", true, AnswerKind::Refusal),
+        ] {
             let mut res = Results::new();
             res.insert(c.answer_request(&q).id(), odd(text, refusal));
             let l = finished(evaluate(&c, &q, &res));
@@ -351,7 +353,10 @@ fn empty_or_refused_judge_output_is_no_verdict() {
     for (text, refusal) in [("", false), ("I'm sorry, I can't help with that.", true)] {
         let (c, q) = (cfg(Semantics::Reference), question());
         let mut res = Results::new();
-        res.insert(c.answer_request(&q).id(), done("Nanorobotics and Nano-Sync Fusion work together."));
+        res.insert(
+            c.answer_request(&q).id(),
+            done("Nanorobotics and Nano-Sync Fusion work together."),
+        );
         for r in waiting(evaluate(&c, &q, &res)) {
             res.insert(r.id(), odd(text, refusal));
         }
@@ -359,14 +364,18 @@ fn empty_or_refused_judge_output_is_no_verdict() {
         assert!(l.terms.iter().all(|t| t.term_label == Some(Label::JudgeError)), "{l:?}");
         assert_eq!(l.answer_label, AnswerLabel::JudgeError);
         let totals = QuestionCounts { hypothetical: 1, ..QuestionCounts::default() };
-        let meta = ScoreMeta { model: "m".into(), judge: "j".into(), semantics: Semantics::Reference };
+        let meta =
+            ScoreMeta { model: "m".into(), judge: "j".into(), semantics: Semantics::Reference };
         let r = crate::hypotermqa::score(&meta, &totals, [&l]);
         assert_eq!(r.odd_judge_outputs.total(), 3, "two acceptance checks and one meaning check");
         assert_eq!(r.odd_judge_outputs.refusal, if refusal { 3 } else { 0 });
 
         let c = cfg(Semantics::Paper);
         let mut res = Results::new();
-        res.insert(c.answer_request(&q).id(), done("Nanorobotics and Nano-Sync Fusion work together."));
+        res.insert(
+            c.answer_request(&q).id(),
+            done("Nanorobotics and Nano-Sync Fusion work together."),
+        );
         for _ in 0..PAPER_JUDGE_ATTEMPTS {
             for r in waiting(evaluate(&c, &q, &res)) {
                 res.insert(r.id(), odd(text, refusal));

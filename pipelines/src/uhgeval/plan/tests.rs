@@ -255,7 +255,11 @@ fn failed_calls_make_items_invalid() {
         assert!(!l.selective.as_ref().unwrap().valid);
         assert!(!l.generative.as_ref().unwrap().valid);
         let r = crate::uhgeval::score("m", variant, &all, &[l], None);
-        assert_eq!(r.keyword.as_ref().unwrap().overall.avg_accuracy, None, "no valid item: no figure");
+        assert_eq!(
+            r.keyword.as_ref().unwrap().overall.avg_accuracy,
+            None,
+            "no valid item: no figure"
+        );
         assert_eq!(r.invalid_by_failed_call.values().sum::<usize>(), 4);
         let md = crate::uhgeval::render_markdown(&[r]);
         assert!(md.contains("each makes its item invalid in its form"), "{md}");
