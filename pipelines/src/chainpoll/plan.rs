@@ -410,6 +410,42 @@ mod tests {
         assert!(jobs.iter().all(|j| j.key.stage != "probability"));
     }
 
+    /// Issue 29: a poll without the required final line `Answer: yes|no` is unparseable
+    /// and counted as such, not read from a stray "yes"/"no": prose, an echo of the
+    /// instruction, a refusal, an empty output.
+    #[test]
+    fn verdict_needs_the_answer_line() {
+        let cfg = Config {
+            judge: spec("j"),
+            polls: 6,
+            metrics: vec![Metric::Correctness],
+            unparseable: Unparseable::CountAsNo,
+            sampler: None,
+            probability: None,
+        };
+        let echo = "After your reasoning, end with one final line, exactly \"Answer: yes\" if the answer contains a hallucination, or \"Answer: no\" if it does not.";
+        let outputs = [
+            "This is false; there is no evidence",
+            echo,
+            "",
+            "I'm sorry, but I can't assist with that.",
+            "Claim 1 is invented.\nAnswer: yes",
+            "Every claim holds.\nAnswer: no",
+        ];
+        let Plan::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new())
+        else {
+            panic!()
+        };
+        let known: HashMap<JobId, Outcome> =
+            jobs.iter().map(|j| (j.id(), done(outputs[j.key.sample_index as usize], None))).collect();
+        let Plan::Done(l) = evaluate(&cfg, 0, &item(), &known) else { panic!() };
+        let verdicts: Vec<Option<bool>> = l.metrics[0].polls.iter().map(|p| p.verdict).collect();
+        assert_eq!(verdicts, [None, None, None, None, Some(true), Some(false)]);
+        // Counted as "no" by policy, but as unparseable polls, not as verdicts.
+        assert!((l.metrics[0].score.unwrap() - 1.0 / 6.0).abs() < 1e-12);
+        assert!(l.metrics[0].polls.iter().all(|p| p.error.is_none()));
+    }
+
     /// Sentence split on end punctuation followed by space, and on line breaks.
     #[test]
     fn sentence_split() {

@@ -273,3 +273,145 @@ pub fn render_markdown(title: &str, reports: &[Report]) -> String {
     }
     md
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chainpoll::{Config, ItemLabel};
+    use crate::common::ModelSpec;
+    use crate::metrics::chainpoll::Unparseable;
+    use halyard_proto::ModelRef;
+    use serde_json::{json, Value};
+
+    fn spec(name: &str, backend: &str) -> ModelSpec {
+        ModelSpec {
+            name: name.into(),
+            model_ref: ModelRef {
+                backend: backend.into(),
+                endpoint: "http://x".into(),
+                model: name.into(),
+            },
+            pool: name.into(),
+            api_key_env: None,
+            temperature: 0.7,
+            max_tokens: None,
+            seed: None,
+            timeout_ms: 1000,
+        }
+    }
+
+    fn config(sampler: bool, probability: bool) -> Config {
+        Config {
+            judge: spec("j", "openai"),
+            polls: 1,
+            metrics: vec![Metric::Correctness],
+            unparseable: Unparseable::Exclude,
+            sampler: sampler.then(|| (spec("s", "openai"), 2)),
+            probability: probability.then(|| spec("p", "gguf")),
+        }
+    }
+
+    /// A label with a ChainPoll score (`None`: its one poll is unparseable), and optional
+    /// SelfCheck and token-log-probability scores.
+    fn label(i: usize, positive: bool, cp: Option<f64>, sc: Option<f64>, lp: Option<f64>) -> ItemLabel {
+        let poll = match cp {
+            Some(s) => json!({"output": "Answer: x", "verdict": s > 0.5}),
+            None => json!({"output": "Hmm.", "verdict": null, "unreadable": "no_answer_line"}),
+        };
+        let mut v = json!({
+            "pipeline": "chainpoll", "model": "j", "index": i, "id": i.to_string(), "line": i + 1,
+            "label": positive,
+            "metrics": [{"metric": "correctness", "polls": [poll], "score": cp}],
+        });
+        if let Some(s) = sc {
+            v["selfcheck"] = json!({"samples": 2, "failed_samples": 0, "avg": s, "max": s});
+        }
+        if let Some(p) = lp {
+            v["logprob_scores"] = json!({
+                "tokens": 3, "pseudo_entropy_max": p, "pseudo_entropy_mean": p / 2.0,
+                "avg_neg_logprob": p, "max_neg_logprob": p});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Issue 29 (6): a judge that always answers "no" on 100 items has AUROC 0.5 and an
+    /// interval that cannot be estimated (no variation in scores), not [0.5, 0.5]; the
+    /// same for perfect separation and for a class of one item.
+    #[test]
+    fn collapsed_intervals_are_not_estimable() {
+        let cfg = config(false, false);
+        let always_no: Vec<ItemLabel> =
+            (0..100).map(|i| label(i, i % 2 == 0, Some(0.0), None, None)).collect();
+        let r = score(&cfg, &always_no);
+        let md = render_markdown("t", std::slice::from_ref(&r));
+        assert!(!md.contains("[0.5000, 0.5000]"), "{md}");
+        assert!(md.contains("0.5000 [not estimable: no variation in scores]"), "{md}");
+        let j = serde_json::to_value(&r).unwrap();
+        let ci = &j["metrics"][0]["auroc_ci95"];
+        assert!(ci["low"].is_null() && ci["high"].is_null(), "{ci}");
+        assert_eq!(ci["not_estimable"], "no variation in scores");
+        let perfect: Vec<ItemLabel> = (0..10)
+            .map(|i| label(i, i % 2 == 0, Some(if i % 2 == 0 { 1.0 } else { 0.0 }), None, None))
+            .collect();
+        let md = render_markdown("t", &[score(&cfg, &perfect)]);
+        assert!(!md.contains("[1.0000, 1.0000]"), "{md}");
+        assert!(md.contains("1.0000 [not estimable: perfect separation"), "{md}");
+        let one_positive: Vec<ItemLabel> =
+            (0..5).map(|i| label(i, i == 0, Some(0.2 * i as f64), None, None)).collect();
+        let md = render_markdown("t", &[score(&cfg, &one_positive)]);
+        assert!(md.contains("[not estimable: fewer than 2 items of a class"), "{md}");
+    }
+
+    /// Issue 29 (7, 8): the token-log-probability baselines are reported as the paper's
+    /// Max pseudo-entropy, the mean pseudo-entropy, and SelfCheckGPT's Avg(−log p) and
+    /// Max(−log p), each named for what it is, with its AUROC; items without
+    /// log-probabilities are counted beside them.
+    #[test]
+    fn logprob_baselines_named_for_what_they_are() {
+        let cfg = config(false, true);
+        let labels: Vec<ItemLabel> = (0..8)
+            .map(|i| {
+                let lp = (i != 7).then_some(if i % 2 == 0 { 2.0 + i as f64 } else { 1.0 });
+                label(i, i % 2 == 0, Some(0.5), None, lp)
+            })
+            .collect();
+        let r = score(&cfg, &labels);
+        let j = serde_json::to_value(&r).unwrap();
+        let b = &j["logprob_baselines"];
+        for key in ["pseudo_entropy_max", "pseudo_entropy_mean", "avg_neg_logprob", "max_neg_logprob"]
+        {
+            assert_eq!(b[key]["auroc"], 1.0, "{key}: {b}");
+            assert_eq!((b[key]["scored"].as_u64(), b[key]["unscored"].as_u64()), (Some(7), Some(1)));
+        }
+        let md = render_markdown("t", &[r]);
+        for name in ["Max pseudo-entropy", "Mean pseudo-entropy", "Avg(−log p)", "Max(−log p)"] {
+            assert!(md.contains(&format!("| {name} |")), "{name}: {md}");
+            assert!(md.contains(&format!("{name} AUROC")), "{name}: {md}");
+        }
+        assert!(!md.contains("| pseudo-entropy |"), "{md}");
+    }
+
+    /// Issue 29 (11): methods scored on different items are also reported on the common
+    /// subset (items every method scored), with both n.
+    #[test]
+    fn common_subset_beside_all_scored() {
+        let cfg = config(true, false);
+        let labels: Vec<ItemLabel> = (0..12)
+            .map(|i| {
+                let pos = i % 2 == 0;
+                let cp = (i != 0).then_some(if pos { 0.8 } else { 0.2 });
+                let sc = (i != 1 && i != 3).then_some(if pos { 1.0 + i as f64 } else { 12.0 - i as f64 });
+                label(i, pos, cp, sc, None)
+            })
+            .collect();
+        let r = score(&cfg, &labels);
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["common_subset"]["items"], 9);
+        let cp = &j["metrics"][0];
+        assert_eq!((cp["scored"].as_u64(), cp["on_common_subset"]["scored"].as_u64()), (Some(11), Some(9)));
+        assert_eq!(j["selfcheck_avg"]["on_common_subset"]["scored"], 9);
+        let md = render_markdown("t", &[r]);
+        assert!(md.contains("common subset"), "{md}");
+        assert!(md.contains("(n=9)"), "{md}");
+    }
+}

@@ -446,4 +446,26 @@ mod tests {
         assert!(i.low < 0.5 && i.high <= 1.0 && i.low >= 0.0, "{i:?}");
         assert!(mean_auroc_delong(&[]).is_err());
     }
+
+    /// Issue 29 (6): an interval that collapses to a point is not estimable and says why,
+    /// never [x, x]: constant values, one item, a DeLong variance of 0.
+    #[test]
+    fn collapsed_intervals_say_why() {
+        let text = |ci: Interval| with_bracket(Some(ci.estimate), Some(&ci), 1.0, 4);
+        let constant = bootstrap_mean(&[0.3; 10], Bootstrap::default()).unwrap();
+        assert_eq!(text(constant), "0.3000 [not estimable: no variation in scores]");
+        let one = bootstrap_mean(&[0.3], Bootstrap::default()).unwrap();
+        assert_eq!(text(one), "0.3000 [not estimable: fewer than 2 items]");
+        let c = Confusion { true_pos: 10, false_pos: 0, true_neg: 10, false_neg: 0 };
+        let f1 = f1_bootstrap(&c, Bootstrap::default()).unwrap();
+        assert_eq!(text(f1), "1.0000 [not estimable: every resample gives 1]");
+        let tied = auroc_delong(&[true, true, false, false], &[0.0; 4]).unwrap();
+        assert_eq!(text(tied), "0.5000 [not estimable: no variation in scores]");
+        let perfect = auroc_delong(&[true, true, false, false], &[0.9, 0.8, 0.1, 0.2]).unwrap();
+        assert!(text(perfect).starts_with("1.0000 [not estimable: perfect separation"));
+        let few = auroc_delong(&[true, false, false], &[0.9, 0.1, 0.95]).unwrap();
+        assert!(text(few).starts_with("0.5000 [not estimable: fewer than 2 items of a class"));
+        // Wilson at 0 or n is not zero-width: it stays estimable.
+        assert!(wilson(0, 10).unwrap().high > 0.0); // TODO-bounds
+    }
 }
