@@ -250,8 +250,12 @@ fn logprob_scored(
     if let Some(v) = pick(p) {
         return Ok(v);
     }
-    let reason = p.error.as_ref().or(why(p)).map_or("not scored", |e| e.as_str());
-    Err(reason.split(": ").next().unwrap_or(reason).to_string())
+    // A job-level error is "<reason>: <details>"; a score's own error is short already.
+    Err(match (&p.error, why(p)) {
+        (Some(e), _) => e.split(": ").next().unwrap_or(e).to_string(),
+        (None, Some(e)) => e.clone(),
+        (None, None) => "not scored".into(),
+    })
 }
 
 /// Score one judge's labels.
@@ -417,12 +421,13 @@ fn ranking_text(r: &Ranking) -> String {
     auroc_text(r.auroc, r.auroc_ci95.as_ref(), r.auroc_error.as_deref())
 }
 
-/// "why: n; why: n" of reason counts, or "–".
+/// "why: n; why: n" of reason counts, or "–" (a `|` escaped for Markdown tables).
 pub fn reasons_text<K: std::fmt::Display>(reasons: &BTreeMap<K, u64>) -> String {
     if reasons.is_empty() {
         return "–".into();
     }
-    reasons.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join("; ")
+    let parts: Vec<String> = reasons.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+    parts.join("; ").replace('|', "\\|").replace('\n', " ")
 }
 
 impl std::fmt::Display for Unreadable {
@@ -716,6 +721,47 @@ mod tests {
         assert_eq!(j["selfcheck_avg"]["on_common_subset"]["scored"], 9);
         let md = render_markdown("t", &[r]);
         assert!(md.contains("common subset"), "{md}");
+        assert!(md.contains("| 1 (no final \"Answer: yes/no\" line: 1) |"), "{md}");
         assert!(md.contains("(n=9)"), "{md}");
+    }
+
+    /// Issue 29: items a baseline could not score are counted beside it, by why: the
+    /// probability job failed, it returned no log-probabilities, or its positions lacked
+    /// the top alternatives (pseudo-entropy only; Avg/Max(−log p) still score them).
+    #[test]
+    fn unscored_items_are_counted_by_why() {
+        let cfg = config(false, true);
+        let mut labels: Vec<ItemLabel> =
+            (0..6).map(|i| label(i, i % 2 == 0, Some(0.5), None, Some(1.0 + i as f64))).collect();
+        let mut set = |i: usize, v: serde_json::Value| {
+            labels[i].logprob_scores = Some(serde_json::from_value(v).unwrap());
+        };
+        set(0, json!({"tokens": 0, "error": "probability job failed: HTTP 500"}));
+        set(
+            1,
+            json!({"tokens": 0, "error": "no token log-probabilities returned: model `p` gave none"}),
+        );
+        set(
+            2,
+            json!({"tokens": 3, "avg_neg_logprob": 2.0, "max_neg_logprob": 3.0,
+            "pseudo_entropy_error": "pseudo-entropy is undefined: a token position has no top alternatives"}),
+        );
+        let r = score(&cfg, &labels);
+        let b = &r.logprob_baselines;
+        let pe = b.pseudo_entropy_max.as_ref().unwrap();
+        assert_eq!((pe.scored, pe.unscored), (3, 3));
+        let want: BTreeMap<String, u64> = [
+            ("no token log-probabilities returned", 1),
+            ("probability job failed", 1),
+            ("pseudo-entropy is undefined: a token position has no top alternatives", 1),
+        ]
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+        assert_eq!(pe.unscored_by_reason, want);
+        let avg = b.avg_neg_logprob.as_ref().unwrap();
+        assert_eq!((avg.scored, avg.unscored_by_reason.len()), (4, 2));
+        let md = render_markdown("t", &[r]);
+        assert!(md.contains("| Avg(−log p) | 4 | 2 (no token log-probabilities returned: 1; probability job failed: 1) |"), "{md}");
     }
 }

@@ -112,7 +112,7 @@ impl Unreadable {
     pub fn as_str(self) -> &'static str {
         match self {
             Unreadable::Empty => "empty output",
-            Unreadable::NoAnswerLine => "no final \"Answer: yes|no\" line",
+            Unreadable::NoAnswerLine => "no final \"Answer: yes/no\" line",
         }
     }
 }
