@@ -173,8 +173,10 @@ impl Pipeline for ChainPoll {
     fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError> {
         let mut reports = Vec::new();
         for (m, c) in self.config.iter().enumerate() {
-            let items: Vec<chainpoll::ItemLabel> = out.labels(m)?;
-            for l in &items {
+            let mut items: Vec<chainpoll::ItemLabel> = out.labels(m)?;
+            for l in &mut items {
+                // Labels stored by an earlier version follow the current verdict rule.
+                chainpoll::reread_verdicts(c, l);
                 out.row(l)?;
             }
             let report = chainpoll::score(c, &items);

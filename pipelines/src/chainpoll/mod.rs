@@ -21,6 +21,7 @@ pub use aggregate::{realhall_aggregate, Aggregate, AggregateRow};
 pub use baselines::{LogprobScores, SelfCheckLabel};
 pub use dataset::{parse_items, read_items, DatasetError, Item, ItemSet};
 pub use plan::{
-    evaluate, sentences, Config, ItemLabel, Metric, MetricLabel, Poll, PIPELINE, STAGE_VERSION,
+    evaluate, reread_verdicts, sentences, Config, ItemLabel, Metric, MetricLabel, Poll, PIPELINE,
+    STAGE_VERSION,
 };
 pub use score::{render_markdown, score, LogprobReport, Report};

@@ -174,6 +174,31 @@ pub fn sentences(text: &str) -> Vec<&str> {
     out.into_iter().map(str::trim).filter(|s| s.chars().any(char::is_alphanumeric)).collect()
 }
 
+/// The ChainPoll score of an item's polls under the policy (failed polls left out).
+fn score_of(cfg: &Config, polls: &[Poll]) -> Option<f64> {
+    let answered: Vec<Option<bool>> =
+        polls.iter().filter(|p| p.error.is_none()).map(|p| p.verdict).collect();
+    chainpoll_score_parsed(&answered, cfg.unparseable).ok()
+}
+
+/// Reads a stored label's verdicts again from the polls' outputs with the current rule,
+/// and its scores with them: a label stored by an earlier version (whose rule read a
+/// stray "yes"/"no", issue 29) is reported as a fresh one would be. Returns how many
+/// verdicts changed.
+pub fn reread_verdicts(cfg: &Config, label: &mut ItemLabel) -> usize {
+    let mut changed = 0;
+    for m in &mut label.metrics {
+        for p in m.polls.iter_mut().filter(|p| p.error.is_none()) {
+            let Some(text) = &p.output else { continue };
+            let parsed = parse_verdict_answer_line(text);
+            changed += usize::from(p.verdict != parsed.ok());
+            (p.verdict, p.unreadable) = (parsed.ok(), parsed.err());
+        }
+        m.score = score_of(cfg, &m.polls);
+    }
+    changed
+}
+
 /// Advances one item as far as the known results allow.
 pub fn evaluate(
     cfg: &Config,
@@ -206,9 +231,7 @@ pub fn evaluate(
                 }
             }
         }
-        let answered: Vec<Option<bool>> =
-            polls.iter().filter(|p| p.error.is_none()).map(|p| p.verdict).collect();
-        let score = chainpoll_score_parsed(&answered, cfg.unparseable).ok();
+        let score = score_of(cfg, &polls);
         metrics.push(MetricLabel { metric, polls, score });
     }
     let selfcheck =
@@ -476,6 +499,35 @@ mod tests {
         // Counted as "no" by policy, but as unparseable polls, not as verdicts.
         assert!((l.metrics[0].score.unwrap() - 1.0 / 6.0).abs() < 1e-12);
         assert!(l.metrics[0].polls.iter().all(|p| p.error.is_none()));
+    }
+
+    /// Issue 29: a label stored with the old rule's verdicts is read again with the
+    /// strict one (verdicts, reasons and score), so an old run's report follows the rule.
+    #[test]
+    fn stored_labels_are_reread() {
+        let cfg = Config {
+            judge: spec("j"),
+            polls: 2,
+            metrics: vec![Metric::Correctness],
+            unparseable: Unparseable::Exclude,
+            sampler: None,
+            probability: None,
+        };
+        let mut l: ItemLabel = serde_json::from_value(serde_json::json!({
+            "pipeline": "chainpoll", "model": "j", "index": 0, "id": "1", "line": 1, "label": true,
+            "metrics": [{"metric": "correctness", "score": 0.5, "polls": [
+                {"output": "This is false; there is no evidence", "verdict": false},
+                {"output": "Reasoning.\nAnswer: yes", "verdict": true}]}]
+        }))
+        .unwrap();
+        assert_eq!(reread_verdicts(&cfg, &mut l), 1);
+        let m = &l.metrics[0];
+        assert_eq!(
+            (m.polls[0].verdict, m.polls[0].unreadable),
+            (None, Some(Unreadable::NoAnswerLine))
+        );
+        assert_eq!(m.score, Some(1.0));
+        assert_eq!(reread_verdicts(&cfg, &mut l), 0);
     }
 
     fn json_label_with_old_pseudo_entropy(label: &serde_json::Value) -> ItemLabel {
