@@ -315,12 +315,28 @@ fn chainpoll_run_matches_independent_computation() {
         let ci = &b["selfcheck_avg"]["auroc_ci95"];
         assert_eq!((ci["method"].as_str(), ci["n"].as_u64()), (Some("delong"), Some(24)));
         assert!(ci["low"].as_f64().unwrap() <= got && got <= ci["high"].as_f64().unwrap());
-        // The sampler (openai) doubles as the probability model, which cannot score a text.
-        let pe = &b["pseudo_entropy"];
-        assert!(pe["ranking"].is_null(), "{pe}");
+        // The sampler (openai) doubles as the probability model, which cannot score a text:
+        // none of the token-log-probability baselines (issue 29: Max and mean
+        // pseudo-entropy, Avg/Max(−log p)) is computed, and the report says why.
+        let pe = &b["logprob_baselines"];
+        assert!(pe["pseudo_entropy_max"].is_null() && pe["avg_neg_logprob"].is_null(), "{pe}");
         assert!(pe["not_computed"].as_str().unwrap().contains("backend openai"), "{pe}");
         assert_eq!(b["selfcheck_all_samples_failed"], 0);
     }
+    // Issue 29: judge-1 ran on both datasets, so the report carries its RealHall aggregate:
+    // the mean of its Correctness AUROC on the first and Adherence AUROC on the second.
+    let auroc = |bench: u64, metric: usize| {
+        let b = benches.iter().find(|b| b["benchmark"] == bench && b["model"] == "judge-1");
+        b.unwrap()["metrics"][metric]["auroc"].as_f64().unwrap()
+    };
+    let realhall = report["realhall"].as_array().expect("a RealHall aggregate");
+    assert_eq!(realhall.len(), 1, "judge-2 ran on one dataset only: {realhall:?}");
+    assert_eq!(realhall[0]["model"], "judge-1");
+    let row = &realhall[0]["rows"][0];
+    assert_eq!(row["method"], "chainpoll");
+    let want = (auroc(0, 0) + auroc(1, 1)) / 2.0;
+    let got = row["aggregate_auroc"]["estimate"].as_f64().unwrap();
+    assert!((got - want).abs() < 1e-12, "RealHall aggregate {got} vs {want}");
     assert!(failed_total > 0, "the rules fail no poll; that path is untested");
     assert_eq!(report["jobs"]["dead_letters"], failed_total);
     // Each poll and sample is one request: N per item and metric, S per item (shared by judges).
@@ -328,6 +344,9 @@ fn chainpoll_run_matches_independent_computation() {
     assert_eq!(fake.call_count() as u64, expected_calls);
     let md = std::fs::read_to_string(out.join("chainpoll-e2e/report.md")).unwrap();
     assert_eq!(md.matches("chainpoll on").count(), 2);
+    assert!(
+        md.contains("## RealHall aggregate\n") && md.contains("### `judge-1` (benchmarks 0, 1)")
+    );
     assert!(
         md.contains("| judge | ChainPoll-correctness AUROC | ChainPoll-adherence AUROC |"),
         "{md}"

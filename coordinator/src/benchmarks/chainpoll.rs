@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use halyard_pipelines::chainpoll::aggregate::AggregateRow;
 use halyard_pipelines::chainpoll::{self, Metric};
 use halyard_pipelines::common::{ModelSpec, ResultLookup};
 use halyard_pipelines::metrics::chainpoll::Unparseable;
@@ -172,8 +173,10 @@ impl Pipeline for ChainPoll {
     fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError> {
         let mut reports = Vec::new();
         for (m, c) in self.config.iter().enumerate() {
-            let items: Vec<chainpoll::ItemLabel> = out.labels(m)?;
-            for l in &items {
+            let mut items: Vec<chainpoll::ItemLabel> = out.labels(m)?;
+            for l in &mut items {
+                // Labels stored by an earlier version follow the current verdict rule.
+                chainpoll::reread_verdicts(c, l);
                 out.row(l)?;
             }
             let report = chainpoll::score(c, &items);
@@ -182,11 +185,231 @@ impl Pipeline for ChainPoll {
                 o.insert("skipped_unbalanced_rows".into(), self.skipped.into());
             }
             out.json.push(v);
+            out.across.chainpoll.push(RealHallPart {
+                bench: out.bench,
+                dataset: self.dataset.display().to_string(),
+                report: report.clone(),
+            });
             reports.push(report);
         }
         let title = format!("Benchmark {}: chainpoll on `{}`", out.bench, self.dataset.display());
         out.md.push_str(&chainpoll::render_markdown(&title, &reports));
         out.md.push('\n');
         Ok(())
+    }
+}
+
+/// One ChainPoll benchmark's report of one judge, for RealHall's aggregate.
+#[derive(Clone, Debug)]
+pub struct RealHallPart {
+    pub bench: usize,
+    pub dataset: String,
+    pub report: chainpoll::Report,
+}
+
+/// RealHall's aggregate of one judge over the sweep's ChainPoll benchmarks (spec
+/// `metrics.md` §3.2; issue 29), in `report.json`'s `realhall`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RealHallEntry {
+    pub model: String,
+    /// The benchmarks (sweep indices) and their datasets, in sweep order.
+    pub benchmarks: Vec<usize>,
+    pub datasets: Vec<String>,
+    /// The ChainPoll metric taken as "ChainPoll" on each dataset.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chainpoll_metric: Vec<Metric>,
+    pub rows: Vec<AggregateRow>,
+    /// Why there is no aggregate (the same dataset in two benchmarks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_computed: Option<String>,
+}
+
+/// The aggregate of every judge benchmarked on two or more ChainPoll datasets, in the
+/// order judges first appear; a judge on one dataset has none (its benchmark's figures are
+/// the whole story). A dataset benchmarked twice for a judge makes its aggregate not
+/// computed: the aggregate's interval assumes independent datasets.
+pub fn realhall(parts: &[RealHallPart]) -> Vec<RealHallEntry> {
+    let mut judges: Vec<&str> = Vec::new();
+    for p in parts {
+        if !judges.contains(&p.report.model.as_str()) {
+            judges.push(&p.report.model);
+        }
+    }
+    let mut out = Vec::new();
+    for judge in judges {
+        let mine: Vec<&RealHallPart> = parts.iter().filter(|p| p.report.model == judge).collect();
+        if mine.len() < 2 {
+            continue;
+        }
+        let mut entry = RealHallEntry {
+            model: judge.to_string(),
+            benchmarks: mine.iter().map(|p| p.bench).collect(),
+            datasets: mine.iter().map(|p| p.dataset.clone()).collect(),
+            chainpoll_metric: Vec::new(),
+            rows: Vec::new(),
+            not_computed: None,
+        };
+        let twice = mine.iter().enumerate().find_map(|(i, p)| {
+            mine[..i].iter().find(|q| q.dataset == p.dataset).map(|q| (q.bench, p))
+        });
+        if let Some((first, p)) = twice {
+            entry.not_computed = Some(format!(
+                "dataset `{}` is in benchmarks {first} and {}: the aggregate needs distinct (independent) datasets",
+                p.dataset, p.bench
+            ));
+            out.push(entry);
+            continue;
+        }
+        let per: Vec<(String, &chainpoll::Report)> =
+            mine.iter().map(|p| (p.dataset.clone(), &p.report)).collect();
+        if let Some(a) = chainpoll::realhall_aggregate(&per) {
+            entry.chainpoll_metric = a.chainpoll_metric;
+            entry.rows = a.rows;
+        }
+        out.push(entry);
+    }
+    out
+}
+
+/// The RealHall section of `report.md` (nothing without an aggregate).
+pub fn realhall_markdown(entries: &[RealHallEntry]) -> String {
+    if entries.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "## RealHall aggregate\n\nPer judge benchmarked on several ChainPoll datasets: the unweighted mean of its per-dataset AUROCs (ChainPoll = Adherence on a dataset run with it, else Correctness; ChainPoll paper Tables 1, 3, 4), in brackets its 95% interval from the per-dataset DeLong variances (or why it cannot be estimated); per dataset, the AUROC with its n (items scored) and the items left unscored; quality vs ChainPoll = mean(AUROC − 0.5) / mean(AUROC of ChainPoll − 0.5).\n",
+    );
+    for e in entries {
+        let benches: Vec<String> = e.benchmarks.iter().map(|b| b.to_string()).collect();
+        md.push_str(&format!("\n### `{}` (benchmarks {})\n\n", e.model, benches.join(", ")));
+        if let Some(why) = &e.not_computed {
+            md.push_str(&format!("Not computed: {why}.\n"));
+            continue;
+        }
+        md.push_str("| method |");
+        for d in &e.datasets {
+            md.push_str(&format!(" `{d}` AUROC (n; unscored) |"));
+        }
+        md.push_str(" aggregate AUROC | quality vs ChainPoll | note |\n|---|");
+        md.push_str(&"---|".repeat(e.datasets.len() + 3));
+        md.push('\n');
+        for r in &e.rows {
+            md.push_str(&format!("| {} |", r.method));
+            for i in 0..e.datasets.len() {
+                let v = r.per_dataset.get(i).copied().flatten();
+                md.push_str(&format!(
+                    " {} ({}; {}) |",
+                    v.map_or("–".into(), |v| format!("{v:.4}")),
+                    r.per_dataset_n.get(i).copied().unwrap_or(0),
+                    r.per_dataset_unscored.get(i).copied().unwrap_or(0)
+                ));
+            }
+            let agg = r.aggregate_auroc.as_ref();
+            md.push_str(&format!(
+                " {} | {} | {} |\n",
+                halyard_pipelines::metrics::interval::with_bracket(
+                    agg.map(|a| a.estimate),
+                    agg,
+                    1.0,
+                    4
+                ),
+                r.quality_vs_chainpoll.map_or("–".into(), |q| format!("{q:.4}")),
+                r.note.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halyard_pipelines::chainpoll::{Config, ItemLabel};
+    use halyard_pipelines::common::ModelSpec;
+    use halyard_pipelines::metrics::chainpoll::Unparseable;
+    use halyard_proto::ModelRef;
+
+    fn config(judge: &str) -> Config {
+        Config {
+            judge: ModelSpec {
+                name: judge.into(),
+                model_ref: ModelRef {
+                    backend: "openai".into(),
+                    endpoint: "http://x".into(),
+                    model: judge.into(),
+                },
+                pool: judge.into(),
+                api_key_env: None,
+                temperature: 0.7,
+                max_tokens: None,
+                seed: None,
+                timeout_ms: 1000,
+            },
+            polls: 1,
+            metrics: vec![Metric::Correctness],
+            unparseable: Unparseable::Exclude,
+            sampler: None,
+            probability: None,
+        }
+    }
+
+    /// A report of `judge` on 8 items whose ChainPoll scores rank `good` of the 4
+    /// hallucinated items above the faithful ones.
+    fn part(bench: usize, dataset: &str, judge: &str, good: usize) -> RealHallPart {
+        let labels: Vec<ItemLabel> = (0..8)
+            .map(|i| {
+                let positive = i < 4;
+                let s = match (positive, i < good) {
+                    (true, true) => 0.8,
+                    (true, false) => 0.1,
+                    (false, _) => 0.2 + 0.1 * (i % 2) as f64,
+                };
+                serde_json::from_value(serde_json::json!({
+                    "pipeline": "chainpoll", "model": judge, "index": i, "id": i.to_string(),
+                    "line": i + 1, "label": positive,
+                    "metrics": [{"metric": "correctness", "polls": [], "score": s}]
+                }))
+                .unwrap()
+            })
+            .collect();
+        RealHallPart {
+            bench,
+            dataset: dataset.into(),
+            report: chainpoll::score(&config(judge), &labels),
+        }
+    }
+
+    /// Issue 29 (9): a sweep with two ChainPoll datasets reports the RealHall aggregate of
+    /// the judge run on both (the mean of its AUROCs, with its interval), in report.md and
+    /// report.json; a judge on one dataset has none; a dataset run twice is not aggregated.
+    #[test]
+    fn realhall_over_the_sweeps_datasets() {
+        let parts =
+            [part(0, "a.jsonl", "j1", 4), part(0, "a.jsonl", "j2", 4), part(1, "b.jsonl", "j1", 2)];
+        let agg = realhall(&parts);
+        assert_eq!(agg.len(), 1, "{agg:?}");
+        let e = &agg[0];
+        assert_eq!((e.model.as_str(), e.benchmarks.as_slice()), ("j1", &[0, 1][..]));
+        let cp = &e.rows[0];
+        assert_eq!(cp.method, "chainpoll");
+        let (a, b) =
+            (parts[0].report.metrics[0].ranking.auroc, parts[2].report.metrics[0].ranking.auroc);
+        let mean = (a.unwrap() + b.unwrap()) / 2.0;
+        let ci = cp.aggregate_auroc.unwrap();
+        assert!((ci.estimate - mean).abs() < 1e-12, "{ci:?}");
+        assert_eq!(cp.per_dataset_n, [8, 8]);
+        let md = realhall_markdown(&agg);
+        assert!(
+            md.contains("## RealHall aggregate") && md.contains("### `j1` (benchmarks 0, 1)"),
+            "{md}"
+        );
+        assert!(md.contains(&format!("| chainpoll | {:.4} (8; 0) |", a.unwrap())), "{md}");
+        assert!(md.contains(&format!("{:.4} [", mean)), "{md}");
+        let j = serde_json::to_value(&agg).unwrap();
+        assert_eq!(j[0]["rows"][0]["aggregate_auroc"]["method"], "delong_mean");
+        // The same dataset twice: not aggregated, and the report says why.
+        let twice = realhall(&[part(0, "a.jsonl", "j1", 4), part(2, "a.jsonl", "j1", 3)]);
+        assert!(twice[0].not_computed.as_deref().unwrap().contains("benchmarks 0 and 2"));
+        assert!(realhall(&parts[..1]).is_empty() && realhall_markdown(&[]).is_empty());
     }
 }

@@ -223,11 +223,13 @@ pub(crate) fn whisker(
     );
 }
 
-/// A figure of one model for [`interval_chart`]: label, estimate, 95% bounds.
+/// A figure of one model for [`interval_chart`]: label, estimate, 95% bounds (or why the
+/// interval is not estimable, issue 29).
 struct Point {
     label: String,
     estimate: f64,
     ci: Option<(f64, f64)>,
+    not_estimable: Option<String>,
 }
 
 /// Bars of one figure across models, from 0 to the figure's scale (1 for fractions and
@@ -267,6 +269,8 @@ fn interval_chart(out: &mut String, title: &str, points: &[Point]) {
             whisker(out, LEFT, scale, y + 11.0, low.max(0.0), high.min(max), &p.label);
             end = end.max(LEFT + high.min(max) * scale);
             text = format!("{:.4} [{low:.4}, {high:.4}]", p.estimate);
+        } else if let Some(why) = &p.not_estimable {
+            text = format!("{:.4} [not estimable: {}]", p.estimate, esc(why));
         }
         let _ = write!(
             out,
@@ -278,13 +282,35 @@ fn interval_chart(out: &mut String, title: &str, points: &[Point]) {
     out.push_str("</svg></figure>");
 }
 
+/// An interval object of `report.json` (`estimate`, `low`, `high`, and `not_estimable`
+/// when the bounds are null) as a chart point.
+fn point(label: &str, o: &Value) -> Option<Point> {
+    Some(Point {
+        label: label.to_string(),
+        estimate: o["estimate"].as_f64()?,
+        ci: bounds(o),
+        not_estimable: bounds(o).is_none().then(|| not_estimable_text(o)),
+    })
+}
+
+/// Why an interval object has no bounds.
+fn not_estimable_text(v: &Value) -> String {
+    v["not_estimable"].as_str().unwrap_or("reason not recorded").to_string()
+}
+
 /// `report.json` intervals (objects with `estimate`, `low`, `high`) of an entry, by path
-/// (dotted, at most `depth` levels down).
-fn intervals_of(v: &Value, prefix: &str, depth: usize, out: &mut Vec<(String, f64, f64, f64)>) {
+/// (dotted, at most `depth` levels down), as points labelled `label`.
+fn intervals_of(
+    v: &Value,
+    prefix: &str,
+    depth: usize,
+    label: &str,
+    out: &mut Vec<(String, Point)>,
+) {
     let Some(o) = v.as_object() else { return };
-    if let (Some(e), Some(l), Some(h)) = (o.get("estimate"), o.get("low"), o.get("high")) {
-        if let (Some(e), Some(l), Some(h)) = (e.as_f64(), l.as_f64(), h.as_f64()) {
-            out.push((prefix.to_string(), e, l, h));
+    if o.contains_key("estimate") && o.contains_key("low") && o.contains_key("high") {
+        if let Some(p) = point(label, v) {
+            out.push((prefix.to_string(), p));
         }
         return;
     }
@@ -293,7 +319,7 @@ fn intervals_of(v: &Value, prefix: &str, depth: usize, out: &mut Vec<(String, f6
     }
     for (k, x) in o {
         let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-        intervals_of(x, &key, depth - 1, out);
+        intervals_of(x, &key, depth - 1, label, out);
     }
 }
 
@@ -386,6 +412,7 @@ fn hypotermqa_section(
             label: e["model"].as_str().unwrap_or("?").to_string(),
             estimate: e["hts"].as_f64().unwrap_or(0.0),
             ci: bounds(&e["hts_share"]["ci95"]),
+            not_estimable: None,
         })
         .collect();
     interval_chart(out, "HTS (%) with its 95% interval", &hts);
@@ -441,9 +468,13 @@ fn bounds(v: &Value) -> Option<(f64, f64)> {
     Some((v["low"].as_f64()?, v["high"].as_f64()?))
 }
 
-/// "low–high" of an interval object, or "–".
+/// "low–high" of an interval object, "not estimable: why", or "–".
 fn ci_text(v: &Value) -> String {
-    bounds(v).map_or("–".into(), |(l, h)| format!("{l:.2}–{h:.2}"))
+    match bounds(v) {
+        Some((l, h)) => format!("{l:.2}–{h:.2}"),
+        None if v.is_object() => format!("not estimable: {}", not_estimable_text(v)),
+        None => "–".into(),
+    }
 }
 
 /// Numeric fields of a report entry, nested objects flattened with dots (two levels).
@@ -493,13 +524,9 @@ fn generic_section(out: &mut String, b: u64, entries: &[(usize, &Value)]) {
     let mut figures: BTreeMap<String, Vec<Point>> = BTreeMap::new();
     for (_, e) in entries {
         let mut found = Vec::new();
-        intervals_of(e, "", 2, &mut found);
-        for (path, estimate, low, high) in found {
-            figures.entry(path).or_default().push(Point {
-                label: e["model"].as_str().unwrap_or("?").to_string(),
-                estimate,
-                ci: Some((low, high)),
-            });
+        intervals_of(e, "", 2, e["model"].as_str().unwrap_or("?"), &mut found);
+        for (path, p) in found {
+            figures.entry(path).or_default().push(p);
         }
     }
     if !figures.is_empty() {
@@ -508,6 +535,160 @@ fn generic_section(out: &mut String, b: u64, entries: &[(usize, &Value)]) {
             interval_chart(out, &format!("{path} with its 95% interval"), points);
         }
         out.push_str("</div>");
+    }
+}
+
+/// An AUROC cell of `report.json` values: "0.7000 [0.6000, 0.8000]", "0.5000 [not
+/// estimable: why]", or "– (why there is no AUROC)".
+fn auroc_cell(auroc: &Value, ci: &Value, error: &Value) -> String {
+    let Some(a) = auroc.as_f64() else {
+        return format!("– ({})", error.as_str().unwrap_or("no AUROC"));
+    };
+    match bounds(ci) {
+        Some((l, h)) => format!("{a:.4} [{l:.4}, {h:.4}]"),
+        None if ci.is_object() => format!("{a:.4} [not estimable: {}]", not_estimable_text(ci)),
+        None => format!("{a:.4}"),
+    }
+}
+
+/// "why: n; …" of a `report.json` map of counts, after the total ("0" when none).
+fn counts_cell(total: &Value, by: &Value) -> String {
+    let n = u(total);
+    match by.as_object().filter(|o| n > 0 && !o.is_empty()) {
+        None => n.to_string(),
+        Some(o) => {
+            let parts: Vec<String> = o.iter().map(|(k, v)| format!("{k}: {}", u(v))).collect();
+            format!("{n} ({})", parts.join("; "))
+        }
+    }
+}
+
+/// The methods of a ChainPoll entry: (report name, its ranking object).
+fn chainpoll_methods(e: &Value) -> Vec<(String, &Value)> {
+    use halyard_pipelines::chainpoll::score as s;
+    let mut out: Vec<(String, &Value)> = e["metrics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| (format!("{}{}", s::CHAINPOLL_PREFIX, m["metric"].as_str().unwrap_or("?")), m))
+        .collect();
+    let b = &e["logprob_baselines"];
+    for (name, v) in [
+        (s::SELFCHECK_AVG, &e["selfcheck_avg"]),
+        (s::SELFCHECK_MAX, &e["selfcheck_max"]),
+        (s::PSEUDO_ENTROPY_MAX, &b["pseudo_entropy_max"]),
+        (s::PSEUDO_ENTROPY_MEAN, &b["pseudo_entropy_mean"]),
+        (s::AVG_NEG_LOGPROB, &b["avg_neg_logprob"]),
+        (s::MAX_NEG_LOGPROB, &b["max_neg_logprob"]),
+    ] {
+        if v.is_object() {
+            out.push((name.to_string(), v));
+        }
+    }
+    out
+}
+
+/// ChainPoll: per judge and method, the AUROC with its interval (or why not), the items
+/// scored and unscored (why), the AUROC on the common subset, the poll counts; then one
+/// chart per method across judges.
+fn chainpoll_section(out: &mut String, b: u64, entries: &[(usize, &Value)]) {
+    let first = entries[0].1;
+    let _ = write!(
+        out,
+        "<h2 id=\"bench-{b}\">Benchmark {b}: ChainPoll</h2><p class=\"meta\">Dataset <code>{}</code>. AUROC against the labels (hallucinated positive), in brackets its 95% DeLong interval or why it cannot be estimated. Verdict: {}</p>",
+        esc(first["dataset"].as_str().unwrap_or("?")),
+        esc(first["verdict_rule"].as_str().unwrap_or("?"))
+    );
+    out.push_str("<table class=\"chainpoll\"><tr><th>judge</th><th>method</th><th>AUROC (all scored)</th><th>scored</th><th>unscored (why)</th><th>AUROC on the common subset</th><th>common subset n</th><th>polls</th><th>unparseable polls (why)</th><th>failed polls</th></tr>");
+    let mut figures: BTreeMap<String, Vec<Point>> = BTreeMap::new();
+    for (_, e) in entries {
+        let model = e["model"].as_str().unwrap_or("?");
+        for (name, m) in chainpoll_methods(e) {
+            let c = &m["on_common_subset"];
+            let poll = |k: &str| {
+                if m.get("polls").is_some() {
+                    u(&m[k]).to_string()
+                } else {
+                    "–".into()
+                }
+            };
+            let unparseable = if m.get("polls").is_some() {
+                counts_cell(&m["unparseable"], &m["unparseable_by_reason"])
+            } else {
+                "–".into()
+            };
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+                esc(model),
+                esc(&name),
+                esc(&auroc_cell(&m["auroc"], &m["auroc_ci95"], &m["auroc_error"])),
+                u(&m["scored"]),
+                esc(&counts_cell(&m["unscored"], &m["unscored_by_reason"])),
+                esc(&if c.is_object() { auroc_cell(&c["auroc"], &c["auroc_ci95"], &c["auroc_error"]) } else { "–".into() }),
+                if c.is_object() { u(&c["scored"]).to_string() } else { "–".into() },
+                poll("polls"),
+                esc(&unparseable),
+                poll("failed"),
+            );
+            if let Some(p) = point(model, &m["auroc_ci95"]) {
+                figures.entry(name).or_default().push(p);
+            }
+        }
+        if let Some(why) = e["logprob_baselines"]["not_computed"].as_str() {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>token-log-probability baselines</td><td colspan=\"8\">not computed: {}</td></tr>",
+                esc(model),
+                esc(why)
+            );
+        }
+    }
+    out.push_str("</table><div class=\"charts\">");
+    for (name, points) in &figures {
+        interval_chart(out, &format!("{name} AUROC with its 95% interval"), points);
+    }
+    out.push_str("</div>");
+}
+
+/// RealHall's aggregate over the sweep's ChainPoll datasets, per judge (issue 29).
+fn realhall_section(out: &mut String, realhall: &Value) {
+    let Some(list) = realhall.as_array().filter(|l| !l.is_empty()) else { return };
+    out.push_str("<h2 id=\"realhall\">RealHall aggregate</h2><p class=\"meta\">Per judge, the unweighted mean of its per-dataset AUROCs (ChainPoll: Adherence where the dataset was run with it, else Correctness), in brackets its 95% interval from the per-dataset DeLong variances, or why it cannot be estimated; quality vs ChainPoll = mean(AUROC − 0.5) / mean(AUROC<sub>ChainPoll</sub> − 0.5).</p>");
+    for a in list {
+        let datasets: Vec<&str> =
+            a["datasets"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let _ = write!(out, "<h3>{}</h3>", esc(a["model"].as_str().unwrap_or("?")));
+        if let Some(why) = a["not_computed"].as_str() {
+            let _ = write!(out, "<p>Not computed: {}</p>", esc(why));
+            continue;
+        }
+        out.push_str("<table class=\"realhall\"><tr><th>method</th>");
+        for d in &datasets {
+            let _ = write!(out, "<th>{} AUROC (n; unscored)</th>", esc(d));
+        }
+        out.push_str("<th>aggregate AUROC</th><th>quality vs ChainPoll</th><th>note</th></tr>");
+        for r in a["rows"].as_array().into_iter().flatten() {
+            let _ = write!(out, "<tr><td>{}</td>", esc(r["method"].as_str().unwrap_or("?")));
+            for i in 0..datasets.len() {
+                let v = r["per_dataset"][i].as_f64().map_or("–".into(), |v| format!("{v:.4}"));
+                let _ = write!(
+                    out,
+                    "<td class=\"num\">{v} ({}; {})</td>",
+                    u(&r["per_dataset_n"][i]),
+                    u(&r["per_dataset_unscored"][i])
+                );
+            }
+            let agg = &r["aggregate_auroc"];
+            let _ = write!(
+                out,
+                "<td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                esc(&auroc_cell(&agg["estimate"], agg, &Value::Null)),
+                r["quality_vs_chainpoll"].as_f64().map_or("–".into(), |q| format!("{q:.4}")),
+                esc(r["note"].as_str().unwrap_or(""))
+            );
+        }
+        out.push_str("</table>");
     }
 }
 
@@ -652,10 +833,13 @@ pub fn render(report: &Value, labels: &Path) -> Result<String, String> {
     for (b, es) in &by_bench {
         if es.iter().all(|(_, e)| e["pipeline"] == "hypotermqa") {
             hypotermqa_section(&mut out, *b, es, &samples);
+        } else if es.iter().all(|(_, e)| e["pipeline"] == "chainpoll") {
+            chainpoll_section(&mut out, *b, es);
         } else {
             generic_section(&mut out, *b, es);
         }
     }
+    realhall_section(&mut out, &report["realhall"]);
     cost_section(&mut out, &report["costs"]);
     jobs_section(&mut out, report);
     out.push_str("<div id=\"render-check\" data-ok=\"pending\"></div></body></html>\n");
@@ -694,5 +878,73 @@ mod tests {
             !html.contains("http://") && !html.contains("https://"),
             "the page must not reference the network"
         );
+    }
+
+    /// Issue 29: a ChainPoll benchmark gets its own section: every method's AUROC with its
+    /// interval or why it is not estimable (the generic table never showed the per-metric
+    /// AUROCs, which sit in an array), unscored items and unparseable polls with why, the
+    /// common-subset AUROC; and the RealHall aggregate has its section.
+    #[test]
+    fn chainpoll_and_realhall_sections() {
+        let dir = tempfile::tempdir().unwrap();
+        let labels = dir.path().join("labels.jsonl");
+        std::fs::write(&labels, "").unwrap();
+        let m = |i: usize, s: Option<f64>, why: &str| {
+            let poll = match s {
+                Some(_) => serde_json::json!({"output": "Answer: no", "verdict": false}),
+                None => serde_json::json!({"output": "", "verdict": null, "unreadable": why}),
+            };
+            serde_json::json!({"pipeline": "chainpoll", "model": "j", "index": i, "id": i.to_string(),
+                "line": i + 1, "label": i % 2 == 0,
+                "metrics": [{"metric": "correctness", "polls": [poll], "score": s}]})
+        };
+        let items: Vec<halyard_pipelines::chainpoll::ItemLabel> = (0..10)
+            .map(|i| m(i, (i != 9).then_some(0.0), "empty"))
+            .map(|v| serde_json::from_value(v).unwrap())
+            .collect();
+        let cfg = halyard_pipelines::chainpoll::Config {
+            judge: halyard_pipelines::common::ModelSpec {
+                name: "j".into(),
+                model_ref: halyard_proto::ModelRef {
+                    backend: "openai".into(),
+                    endpoint: "http://x".into(),
+                    model: "j".into(),
+                },
+                pool: "j".into(),
+                api_key_env: None,
+                temperature: 0.7,
+                max_tokens: None,
+                seed: None,
+                timeout_ms: 1000,
+            },
+            polls: 1,
+            metrics: vec![halyard_pipelines::chainpoll::Metric::Correctness],
+            unparseable: halyard_pipelines::metrics::chainpoll::Unparseable::Exclude,
+            sampler: None,
+            probability: None,
+        };
+        let mut entry =
+            serde_json::to_value(halyard_pipelines::chainpoll::score(&cfg, &items)).unwrap();
+        entry["benchmark"] = 0.into();
+        entry["dataset"] = "d.jsonl".into();
+        let realhall = serde_json::json!([{"model": "j", "benchmarks": [0, 1], "datasets": ["d.jsonl", "e.jsonl"],
+            "rows": [{"method": "chainpoll", "per_dataset": [0.5, 0.7], "per_dataset_n": [9, 10], "per_dataset_unscored": [1, 0],
+                "aggregate_auroc": {"estimate": 0.6, "low": null, "high": null, "level": 0.95, "method": "delong_mean", "n": 19,
+                    "not_estimable": "a part has no DeLong variance"}, "quality_vs_chainpoll": 1.0}]}]);
+        let report = serde_json::json!({
+            "run": {"id": "r", "name": "n", "sweep": "s.toml"}, "benchmarks": [entry],
+            "realhall": realhall, "jobs": {"done": 1}, "costs": {"total": 0.0}, "dead_letters": []
+        });
+        let html = render(&report, &labels).unwrap();
+        assert!(html.contains("Benchmark 0: ChainPoll"), "{html}");
+        assert!(html.contains("<td>ChainPoll-correctness</td><td class=\"num\">0.5000 [not estimable: no variation in scores]</td><td class=\"num\">9</td><td>1 (no readable verdict (every poll unparseable or failed): 1)</td>"), "{html}");
+        assert!(html.contains("<td>1 (empty: 1)</td>"), "{html}");
+        assert!(html.contains("not computed: no probability model configured"), "{html}");
+        assert!(
+            html.contains("0.5000 [not estimable: no variation in scores]</text>"),
+            "chart: {html}"
+        );
+        assert!(html.contains("<h2 id=\"realhall\">RealHall aggregate</h2>"), "{html}");
+        assert!(html.contains("<td class=\"num\">0.5000 (9; 1)</td><td class=\"num\">0.7000 (10; 0)</td><td class=\"num\">0.6000 [not estimable: a part has no DeLong variance]</td>"), "{html}");
     }
 }

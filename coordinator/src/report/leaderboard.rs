@@ -290,7 +290,7 @@ fn cells(lb: &Leaderboard, i: usize) -> [String; 15] {
         r.semantics.clone(),
         r.run.clone(),
         r.cost.map_or("-".to_string(), |c| format!("{c:.4}")),
-        r.hts_ci.map_or("-".to_string(), |c| format!("{:.2}–{:.2}", c.low, c.high)),
+        r.hts_ci.map_or("-".to_string(), |c| c.range(2, "–")),
         versus(lb.comparisons.get(i)),
     ]
 }
@@ -311,11 +311,10 @@ fn comparisons_markdown(lb: &Leaderboard) -> String {
                 let (only_a, only_b) = t.discordant.map_or((0, 0), |d| (d.only_a, d.only_b));
                 let _ = writeln!(
                     md,
-                    "| {ranks} | {models} | {} | {only_a} | {only_b} | {:+.2} | {:.2} to {:.2} | {} | {} |",
+                    "| {ranks} | {models} | {} | {only_a} | {only_b} | {:+.2} | {} | {} | {} |",
                     d.n,
                     d.estimate,
-                    d.low,
-                    d.high,
+                    d.range(2, " to "),
                     p_text(t.p_value),
                     if t.significant { "significant" } else { "not significant" }
                 );
@@ -386,10 +385,10 @@ pub fn render_html(lb: &Leaderboard) -> String {
             r.hts,
         );
         let mut end = LEFT + w;
-        if let Some(ci) = &r.hts_ci {
+        if let Some((low, high)) = r.hts_ci.as_ref().and_then(|c| c.bounds()) {
             let scale = W / 100.0;
-            super::html::whisker(&mut o, LEFT, scale, y + 11.0, ci.low, ci.high, &label);
-            end = end.max(LEFT + ci.high * scale);
+            super::html::whisker(&mut o, LEFT, scale, y + 11.0, low, high, &label);
+            end = end.max(LEFT + high * scale);
         }
         let _ = write!(
             o,
@@ -442,11 +441,10 @@ pub fn render_html(lb: &Leaderboard) -> String {
                     let (x, y) = t.discordant.map_or((0, 0), |d| (d.only_a, d.only_b));
                     let _ = write!(
                         o,
-                        "<td class=\"num\">{}</td><td class=\"num\">{x}</td><td class=\"num\">{y}</td><td class=\"num\">{:+.2}</td><td class=\"num\">{:.2} to {:.2}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                        "<td class=\"num\">{}</td><td class=\"num\">{x}</td><td class=\"num\">{y}</td><td class=\"num\">{:+.2}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
                         d.n,
                         d.estimate,
-                        d.low,
-                        d.high,
+                        esc(&d.range(2, " to ")),
                         p_text(t.p_value),
                         if t.significant { "significant" } else { "<b>not significant</b>" }
                     );

@@ -24,7 +24,7 @@ pub mod leaderboard;
 pub mod paired_runs;
 mod section;
 
-pub use section::Section;
+pub use section::{Across, Section};
 
 #[derive(Serialize)]
 pub struct DeadLetter {
@@ -54,6 +54,10 @@ struct ReportJson<'a> {
     dead_letters: Vec<DeadLetter>,
     /// Endpoint outages seen during the run (pools paused by their workers).
     outages: Vec<OutageRow>,
+    /// RealHall's aggregate over the sweep's ChainPoll datasets, per judge benchmarked on
+    /// two or more (issue 29).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    realhall: Vec<crate::benchmarks::chainpoll::RealHallEntry>,
 }
 
 /// An outage in `report.json`.
@@ -172,6 +176,7 @@ pub fn write(
         cfg.sweep.file.display()
     );
     let mut labels = LabelsFile::create(&dir)?;
+    let mut across = Across::default();
     for (b, bench) in cfg.sweep.benchmarks.iter().enumerate() {
         let mut section = Section {
             state,
@@ -180,9 +185,12 @@ pub fn write(
             md: &mut md,
             json: &mut benchmarks,
             labels: &mut labels,
+            across: &mut across,
         };
         bench.ops().report(&mut section)?;
     }
+    let realhall = crate::benchmarks::chainpoll::realhall(&across.chainpoll);
+    md.push_str(&crate::benchmarks::chainpoll::realhall_markdown(&realhall));
     let totals = state.totals()?;
     let dead = dead_letters(state)?;
     let dead_count = dead.len() as u64;
@@ -210,6 +218,7 @@ pub fn write(
         costs,
         dead_letters: dead,
         outages,
+        realhall,
     };
     let value = serde_json::to_value(&report).map_err(|e| io_err(&dir, e))?;
     let json = serde_json::to_vec_pretty(&value).map_err(|e| io_err(&dir, e))?;

@@ -21,6 +21,15 @@ pub struct Section<'a> {
     /// `report.json`'s `benchmarks`.
     pub json: &'a mut Vec<serde_json::Value>,
     pub(super) labels: &'a mut LabelsFile,
+    /// What benchmarks hand on to figures across benchmarks (the RealHall aggregate).
+    pub across: &'a mut Across,
+}
+
+/// Figures computed across the sweep's benchmarks, gathered while each writes its section.
+#[derive(Default)]
+pub struct Across {
+    /// Each ChainPoll benchmark's report per judge, for RealHall's aggregate over datasets.
+    pub chainpoll: Vec<crate::benchmarks::chainpoll::RealHallPart>,
 }
 
 impl Section<'_> {

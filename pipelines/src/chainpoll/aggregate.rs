@@ -1,7 +1,9 @@
 //! RealHall's aggregate over datasets (spec `metrics.md` §3.2): for one judge, the
 //! unweighted mean of its per-dataset AUROCs for every method (ChainPoll, each ChainPoll
-//! metric, the SelfCheck-NGram Avg and Max baselines, pseudo-entropy), with a 95%
-//! interval from the per-dataset DeLong variances (the datasets are independent), and
+//! metric, the SelfCheck-NGram Avg and Max baselines, the Max and mean pseudo-entropy,
+//! Avg/Max(−log p)), with a 95% interval from the per-dataset DeLong variances (the
+//! datasets are independent; not estimable, with why, when a dataset's AUROC has no
+//! variance or all are 0), and
 //! "quality vs ours" (ChainPoll Table 5, note e):
 //! `mean_d(AUROC_d − 0.5) / mean_d(AUROC_d^ChainPoll − 0.5)`.
 //!
@@ -9,24 +11,32 @@
 //! datasets (those benchmarked with `adherence`, which needs their context documents),
 //! Correctness on the others (the paper's Tables 1, 3 and 4). A method missing on some
 //! dataset (no sampler, no probability model, an undefined AUROC) has no aggregate, and the
-//! row says on which datasets it is missing.
+//! row says on which datasets it is missing. Each row gives the items behind each
+//! dataset's AUROC (`per_dataset_n`) and the items left unscored there.
 
 use serde::{Deserialize, Serialize};
 
 use super::plan::Metric;
 use super::score::{Ranking, Report};
 use crate::metrics::auroc::relative_quality;
-use crate::metrics::interval::{mean_auroc_delong, DelongAuroc, Interval};
+use crate::metrics::interval::{mean_auroc_delong, CiMethod, DelongAuroc, Interval, NotEstimable};
 
 /// One method's AUROCs over the datasets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AggregateRow {
     /// `chainpoll`, `chainpoll_correctness`, `chainpoll_adherence`, `selfcheck_avg`,
-    /// `selfcheck_max` or `pseudo_entropy`.
+    /// `selfcheck_max`, `pseudo_entropy_max`, `pseudo_entropy_mean`, `avg_neg_logprob` or
+    /// `max_neg_logprob`.
     pub method: String,
     /// Per dataset, in the order of [`Aggregate::datasets`].
     pub per_dataset: Vec<Option<f64>>,
-    /// The mean AUROC with its 95% interval (`delong_mean`); `None` when a dataset lacks it.
+    /// Items scored (the AUROC's n) per dataset, and items left unscored there.
+    #[serde(default)]
+    pub per_dataset_n: Vec<u64>,
+    #[serde(default)]
+    pub per_dataset_unscored: Vec<u64>,
+    /// The mean AUROC with its 95% interval (`delong_mean`), the interval not estimable
+    /// when a dataset's AUROC has no DeLong variance; `None` when a dataset lacks the AUROC.
     pub aggregate_auroc: Option<Interval>,
     /// Quality vs ChainPoll; `None` when undefined (a missing AUROC, or ChainPoll at chance).
     pub quality_vs_chainpoll: Option<f64>,
@@ -74,27 +84,48 @@ fn row(
     chainpoll: &[Option<f64>],
 ) -> AggregateRow {
     let per_dataset: Vec<Option<f64>> = per.iter().map(|k| k.and_then(|k| k.auroc)).collect();
-    let missing: Vec<&str> = datasets
-        .iter()
-        .zip(&per)
-        .filter(|(_, k)| k.and_then(delong_of).is_none())
-        .map(|(d, _)| d.as_str())
-        .collect();
+    let names = |f: &dyn Fn(&Option<&Ranking>) -> bool| -> Vec<&str> {
+        datasets.iter().zip(&per).filter(|(_, k)| f(k)).map(|(d, _)| d.as_str()).collect()
+    };
+    let missing = names(&|k| k.and_then(|k| k.auroc).is_none());
+    let no_variance = names(&|k| k.is_some_and(|k| k.auroc.is_some() && delong_of(k).is_none()));
     let parts: Option<Vec<DelongAuroc>> = per.iter().map(|k| k.and_then(delong_of)).collect();
-    let aggregate_auroc = parts.and_then(|p| mean_auroc_delong(&p).ok());
     let values: Option<Vec<f64>> = per_dataset.iter().copied().collect();
+    let items: u64 = per.iter().flatten().map(|k| k.scored).sum();
+    let aggregate_auroc = match (parts, &values) {
+        (Some(p), _) => mean_auroc_delong(&p).ok(),
+        // Every AUROC, not every variance: the mean, its interval not estimable.
+        (None, Some(v)) => Some(Interval::not_estimable(
+            v.iter().sum::<f64>() / v.len() as f64,
+            CiMethod::DelongMean,
+            items,
+            NotEstimable::PartWithoutVariance,
+        )),
+        (None, None) => None,
+    };
     let reference: Option<Vec<f64>> = chainpoll.iter().copied().collect();
     let quality_vs_chainpoll = match (values, reference) {
         (Some(v), Some(r)) => relative_quality(&v, &r).ok(),
         _ => None,
     };
+    let mut notes = Vec::new();
+    if !missing.is_empty() {
+        notes.push(format!("no AUROC on: {}", missing.join(", ")));
+    }
+    if !no_variance.is_empty() {
+        notes.push(format!(
+            "no DeLong variance (interval not estimable) on: {}",
+            no_variance.join(", ")
+        ));
+    }
     AggregateRow {
         method: method.into(),
         per_dataset,
+        per_dataset_n: per.iter().map(|k| k.map_or(0, |k| k.scored)).collect(),
+        per_dataset_unscored: per.iter().map(|k| k.map_or(0, |k| k.unscored)).collect(),
         aggregate_auroc,
         quality_vs_chainpoll,
-        note: (!missing.is_empty())
-            .then(|| format!("no AUROC with a DeLong variance on: {}", missing.join(", "))),
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
     }
 }
 
@@ -116,10 +147,13 @@ pub fn realhall_aggregate(per_dataset: &[(String, &Report)]) -> Option<Aggregate
         }
     }
     type Pick = fn(&Report) -> Option<&Ranking>;
-    let baselines: [(&str, Pick); 3] = [
+    let baselines: [(&str, Pick); 6] = [
         ("selfcheck_avg", |r| r.selfcheck_avg.as_ref()),
         ("selfcheck_max", |r| r.selfcheck_max.as_ref()),
-        ("pseudo_entropy", |r| r.pseudo_entropy.ranking.as_ref()),
+        ("pseudo_entropy_max", |r| r.logprob_baselines.pseudo_entropy_max.as_ref()),
+        ("pseudo_entropy_mean", |r| r.logprob_baselines.pseudo_entropy_mean.as_ref()),
+        ("avg_neg_logprob", |r| r.logprob_baselines.avg_neg_logprob.as_ref()),
+        ("max_neg_logprob", |r| r.logprob_baselines.max_neg_logprob.as_ref()),
     ];
     for (name, pick) in baselines {
         let per: Vec<Option<&Ranking>> = per_dataset.iter().map(|(_, r)| pick(r)).collect();
@@ -131,7 +165,7 @@ pub fn realhall_aggregate(per_dataset: &[(String, &Report)]) -> Option<Aggregate
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chainpoll::score::{MetricReport, PseudoEntropyReport};
+    use crate::chainpoll::score::{CommonSubset, LogprobReport, MetricReport};
     use crate::metrics::interval::Z95;
 
     fn ranking(auroc: f64) -> Ranking {
@@ -163,13 +197,15 @@ mod tests {
                     yes: 0,
                     no: 0,
                     unparseable: 0,
+                    unparseable_by_reason: Default::default(),
                     failed: 0,
                 })
                 .collect(),
             selfcheck_avg: selfcheck.map(ranking),
             selfcheck_max: None,
             selfcheck_all_samples_failed: None,
-            pseudo_entropy: PseudoEntropyReport::default(),
+            logprob_baselines: LogprobReport::default(),
+            common_subset: CommonSubset::default(),
         }
     }
 
@@ -193,7 +229,8 @@ mod tests {
         let cp = get("chainpoll").aggregate_auroc.unwrap();
         assert!((cp.estimate - 0.7875).abs() < 1e-12);
         let half = Z95 * (4.0f64 * 0.001).sqrt() / 4.0;
-        assert!((cp.high - cp.estimate - half).abs() < 1e-12 && cp.n == 80, "{cp:?}");
+        assert!((cp.high.unwrap() - cp.estimate - half).abs() < 1e-12 && cp.n == 80, "{cp:?}");
+        assert_eq!(get("chainpoll").per_dataset_n, [20, 20, 20, 20]);
         let sc = get("selfcheck_avg");
         assert!((sc.aggregate_auroc.unwrap().estimate - 0.625).abs() < 1e-12);
         assert!((sc.quality_vs_chainpoll.unwrap() - 0.434782609).abs() < 1e-9);
@@ -201,8 +238,31 @@ mod tests {
         let adh = get("chainpoll_adherence");
         assert_eq!(adh.per_dataset, [None, None, Some(0.7), Some(0.9)]);
         assert!(adh.aggregate_auroc.is_none() && adh.note.as_deref().unwrap().contains("d0, d1"));
-        let pe = get("pseudo_entropy");
+        let pe = get("pseudo_entropy_max");
         assert!(pe.aggregate_auroc.is_none() && pe.quality_vs_chainpoll.is_none());
         assert!(realhall_aggregate(&[]).is_none());
+    }
+
+    /// Issue 29: a dataset whose AUROC has no DeLong variance (a class of one item) still
+    /// gives the mean AUROC, its interval not estimable, and the note names the dataset.
+    #[test]
+    fn aggregate_without_a_variance_is_not_estimable() {
+        use Metric::Correctness as C;
+        let mut r1 = report(&[(C, 0.8)], None);
+        r1.metrics[0].ranking.auroc_variance = None;
+        let r2 = report(&[(C, 0.6)], None);
+        let agg = realhall_aggregate(&[("d1".into(), &r1), ("d2".into(), &r2)]).unwrap();
+        let cp = &agg.rows[0];
+        let ci = cp.aggregate_auroc.unwrap();
+        assert!((ci.estimate - 0.7).abs() < 1e-12);
+        assert_eq!(
+            (ci.bounds(), ci.not_estimable),
+            (None, Some(NotEstimable::PartWithoutVariance))
+        );
+        assert!(cp
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("no DeLong variance (interval not estimable) on: d1"));
     }
 }

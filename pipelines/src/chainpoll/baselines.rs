@@ -1,6 +1,7 @@
 //! ChainPoll's baselines per item (spec `metrics.md` §3.3, §3.4): SelfCheck-NGram
-//! (unigram) on sampled answers, and pseudo-entropy from a "probability model"'s token
-//! log-probabilities of the completion.
+//! (unigram) on sampled answers, and, from a "probability model"'s token
+//! log-probabilities of the completion, pseudo-entropy (max and mean over tokens) and
+//! SelfCheckGPT's Avg(−log p) and Max(−log p) (issue 29).
 //!
 //! - `sample` (with a `sampler`): S answers of the sampler to the item's prompt (sample
 //!   index 1..=S). Failed samples are left out and counted; an item whose samples **all**
@@ -9,8 +10,12 @@
 //! - `probability` (with a `probability` model): one scoring job: the item's prompt as the
 //!   user message and its completion as the assistant message, asking for the completion's
 //!   token log-probabilities with the top 5 alternatives (teacher forcing, as ChainPoll's
-//!   text-curie-001 scored the gpt-3.5-turbo completions). The score is the mean over tokens
-//!   of the per-token pseudo-entropy. Only backends that can score a given text can serve:
+//!   text-curie-001 scored the gpt-3.5-turbo completions). From the one job, four scores
+//!   ([`LogprobScores`]): the **max** over tokens of the per-token pseudo-entropy (the seed
+//!   paper's "Max pseudo-entropy", Tables 1, 3, 4), its **mean** over tokens (what Halyard
+//!   reported as "pseudo-entropy" before issue 29), and SelfCheckGPT's Avg(−log p) and
+//!   Max(−log p) ([`crate::metrics::neg_logprob`]). Only backends that can score a given
+//!   text can serve:
 //!   `gguf` (and `replay` of its recordings); for any other the report says why, per model,
 //!   and no job is planned.
 
@@ -20,7 +25,8 @@ use serde::{Deserialize, Serialize};
 use super::dataset::Item;
 use super::plan::{sentences, PIPELINE, STAGE_VERSION};
 use crate::common::{JobOutcome, JobRequest, ModelSpec, ResultLookup};
-use crate::metrics::pseudo_entropy::pseudo_entropy_of_tokens;
+use crate::metrics::neg_logprob::neg_logprob;
+use crate::metrics::pseudo_entropy::token_pseudo_entropies;
 use crate::metrics::selfcheck::selfcheck_unigram_text;
 
 /// Alternatives per position asked of the probability model (the paper's top-5).
@@ -42,16 +48,41 @@ pub struct SelfCheckLabel {
     pub error: Option<String>,
 }
 
-/// The pseudo-entropy of an item's completion under the probability model.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PseudoEntropyLabel {
-    /// Mean over the completion's tokens of the per-token pseudo-entropy; `None`: see `error`.
-    pub score: Option<f64>,
+/// The scores of an item's completion from its token log-probabilities under the
+/// probability model (issue 29). A score is `None` when the job gave nothing to compute it
+/// from (`error` says why), or, for pseudo-entropy, when the positions lack their top
+/// alternatives (`pseudo_entropy_error`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LogprobScores {
     /// Tokens scored.
     pub tokens: u32,
+    /// Max over the completion's tokens of the per-token pseudo-entropy: the seed paper's
+    /// "Max pseudo-entropy".
+    #[serde(default)]
+    pub pseudo_entropy_max: Option<f64>,
+    /// Mean over the completion's tokens of the per-token pseudo-entropy (stored as
+    /// `score` before issue 29).
+    #[serde(default, alias = "score")]
+    pub pseudo_entropy_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pseudo_entropy_error: Option<String>,
+    /// SelfCheckGPT's Avg(−log p): mean over sentences of the mean −ln p of their tokens.
+    #[serde(default)]
+    pub avg_neg_logprob: Option<f64>,
+    /// SelfCheckGPT's Max(−log p): mean over sentences of the largest −ln p of their tokens.
+    #[serde(default)]
+    pub max_neg_logprob: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neg_logprob_error: Option<String>,
+    /// Why there is no score at all: [`JOB_FAILED`] or [`NO_LOGPROBS`], then the details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
+
+/// The start of [`LogprobScores::error`] when the probability job failed.
+pub const JOB_FAILED: &str = "probability job failed";
+/// The start of [`LogprobScores::error`] when the job returned no log-probabilities.
+pub const NO_LOGPROBS: &str = "no token log-probabilities returned";
 
 /// Whether `model` can score a given completion (`Err`: why not, for the report).
 pub fn probability_support(model: &ModelSpec) -> Result<(), String> {
@@ -135,36 +166,45 @@ pub fn selfcheck(
     }
 }
 
-/// The pseudo-entropy label of an item, or `None` with the scoring job pushed on `waiting`.
-pub fn pseudo_entropy(
+/// The token-log-probability scores of an item, or `None` with the scoring job pushed on
+/// `waiting`.
+pub fn logprob_scores(
     model: &ModelSpec,
     item: &Item,
     results: &dyn ResultLookup,
     waiting: &mut Vec<JobRequest>,
-) -> Option<PseudoEntropyLabel> {
+) -> Option<LogprobScores> {
     let req = probability_request(model, item);
-    let failed = |error: String| PseudoEntropyLabel { score: None, tokens: 0, error: Some(error) };
-    match results.get(&req.id()) {
+    let failed = |error: String| LogprobScores { error: Some(error), ..LogprobScores::default() };
+    let tokens = match results.get(&req.id()) {
         None => {
             waiting.push(req);
-            None
+            return None;
         }
-        Some(JobOutcome::Failed(e)) => Some(failed(format!("probability job failed: {e}"))),
-        Some(JobOutcome::Done(c)) => Some(match &c.logprobs {
-            None => failed(format!(
-                "probability model `{}` returned no token log-probabilities",
-                model.name
-            )),
-            Some(tokens) => match pseudo_entropy_of_tokens(tokens, TOP_ALTERNATIVES as usize) {
-                Ok(v) => {
-                    PseudoEntropyLabel { score: Some(v), tokens: tokens.len() as u32, error: None }
-                }
-                Err(e) => PseudoEntropyLabel {
-                    score: None,
-                    tokens: tokens.len() as u32,
-                    error: Some(e.to_string()),
-                },
-            },
-        }),
+        Some(JobOutcome::Failed(e)) => return Some(failed(format!("{JOB_FAILED}: {e}"))),
+        Some(JobOutcome::Done(c)) => match &c.logprobs {
+            None => {
+                return Some(failed(format!(
+                    "{NO_LOGPROBS}: probability model `{}` gave none",
+                    model.name
+                )))
+            }
+            Some(tokens) => tokens,
+        },
+    };
+    let mut out = LogprobScores { tokens: tokens.len() as u32, ..LogprobScores::default() };
+    match token_pseudo_entropies(tokens, TOP_ALTERNATIVES as usize) {
+        Ok(per) => {
+            out.pseudo_entropy_max = Some(per.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+            out.pseudo_entropy_mean = Some(per.iter().sum::<f64>() / per.len() as f64);
+        }
+        Err(e) => out.pseudo_entropy_error = Some(e.to_string()),
     }
+    let texts: Vec<&str> = tokens.iter().map(|t| t.token.as_str()).collect();
+    let lps: Vec<f64> = tokens.iter().map(|t| t.logprob).collect();
+    match neg_logprob(&texts, &lps) {
+        Ok(r) => (out.avg_neg_logprob, out.max_neg_logprob) = (Some(r.avg), Some(r.max)),
+        Err(e) => out.neg_logprob_error = Some(e.to_string()),
+    }
+    Some(out)
 }

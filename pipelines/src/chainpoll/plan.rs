@@ -8,24 +8,27 @@
 //! - `sample` (only with a `sampler`): S answers of the sampler to the item's prompt
 //!   (sample index 1..=S), for the SelfCheck-NGram baseline;
 //! - `probability` (only with a `probability` model that can score a given text): the
-//!   completion's token log-probabilities, for the pseudo-entropy baseline
-//!   (see [`super::baselines`]).
+//!   completion's token log-probabilities, for the pseudo-entropy (max, mean) and
+//!   Avg/Max(−log p) baselines (see [`super::baselines`]).
 //!
 //! Every job of an item is independent, so all are requested at once.
 //!
-//! Verdicts are read with [`parse_verdict_final_answer`]: the last standalone `yes`/`no`
-//! word (the prompts end by asking for `Answer: yes` or `Answer: no`). A poll without
-//! one is *unparseable* and counts as the benchmark's `unparseable` policy says
-//! (excluded from N by default, or counted as "no"); a poll whose job failed is left
-//! out of N under either policy.
+//! Verdicts are read with [`parse_verdict_answer_line`]: the prompts end by requiring a
+//! final line `Answer: yes` or `Answer: no`, and only that line gives a verdict (issue 29:
+//! the last stray "yes"/"no" of the reasoning is not one). A poll without it (an empty
+//! output, a refusal, a verdict in prose) is *unparseable*, with its reason, and counts as
+//! the benchmark's `unparseable` policy says (excluded from N by default, or counted as
+//! "no"); a poll whose job failed is left out of N under either policy.
 
 use halyard_proto::ChatMessage;
 use serde::{Deserialize, Serialize};
 
-use super::baselines::{self, PseudoEntropyLabel, SelfCheckLabel};
+use super::baselines::{self, LogprobScores, SelfCheckLabel};
 use super::dataset::Item;
 use crate::common::{JobOutcome, JobRequest, ModelSpec, Plan, ResultLookup};
-use crate::metrics::chainpoll::{chainpoll_score_parsed, parse_verdict_final_answer, Unparseable};
+use crate::metrics::chainpoll::{
+    chainpoll_score_parsed, parse_verdict_answer_line, Unparseable, Unreadable,
+};
 
 /// The pipeline name in job keys.
 pub const PIPELINE: &str = "chainpoll";
@@ -94,8 +97,8 @@ pub struct Config {
     pub unparseable: Unparseable,
     /// The model drawing the SelfCheck-NGram samples, and S; `None`: no baseline.
     pub sampler: Option<(ModelSpec, u32)>,
-    /// The "probability model" scoring each completion for the pseudo-entropy baseline
-    /// (spec §3.3); `None`: not computed.
+    /// The "probability model" scoring each completion for the pseudo-entropy (spec §3.3)
+    /// and Avg/Max(−log p) baselines; `None`: not computed.
     #[serde(default)]
     pub probability: Option<ModelSpec>,
 }
@@ -116,8 +119,11 @@ impl Config {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Poll {
     pub output: Option<String>,
-    /// `None`: unparseable, or the job failed (then `error` says why).
+    /// `None`: unparseable (then `unreadable` says why), or the job failed (then `error`
+    /// says why).
     pub verdict: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<Unreadable>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -143,8 +149,9 @@ pub struct ItemLabel {
     pub metrics: Vec<MetricLabel>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selfcheck: Option<SelfCheckLabel>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pseudo_entropy: Option<PseudoEntropyLabel>,
+    /// The token-log-probability baselines (stored as `pseudo_entropy` before issue 29).
+    #[serde(default, alias = "pseudo_entropy", skip_serializing_if = "Option::is_none")]
+    pub logprob_scores: Option<LogprobScores>,
 }
 
 /// Sentences of an English passage: split after `.`, `!` or `?` followed by
@@ -167,6 +174,31 @@ pub fn sentences(text: &str) -> Vec<&str> {
     out.into_iter().map(str::trim).filter(|s| s.chars().any(char::is_alphanumeric)).collect()
 }
 
+/// The ChainPoll score of an item's polls under the policy (failed polls left out).
+fn score_of(cfg: &Config, polls: &[Poll]) -> Option<f64> {
+    let answered: Vec<Option<bool>> =
+        polls.iter().filter(|p| p.error.is_none()).map(|p| p.verdict).collect();
+    chainpoll_score_parsed(&answered, cfg.unparseable).ok()
+}
+
+/// Reads a stored label's verdicts again from the polls' outputs with the current rule,
+/// and its scores with them: a label stored by an earlier version (whose rule read a
+/// stray "yes"/"no", issue 29) is reported as a fresh one would be. Returns how many
+/// verdicts changed.
+pub fn reread_verdicts(cfg: &Config, label: &mut ItemLabel) -> usize {
+    let mut changed = 0;
+    for m in &mut label.metrics {
+        for p in m.polls.iter_mut().filter(|p| p.error.is_none()) {
+            let Some(text) = &p.output else { continue };
+            let parsed = parse_verdict_answer_line(text);
+            changed += usize::from(p.verdict != parsed.ok());
+            (p.verdict, p.unreadable) = (parsed.ok(), parsed.err());
+        }
+        m.score = score_of(cfg, &m.polls);
+    }
+    changed
+}
+
 /// Advances one item as far as the known results allow.
 pub fn evaluate(
     cfg: &Config,
@@ -185,25 +217,28 @@ pub fn evaluate(
                 Some(JobOutcome::Failed(e)) => polls.push(Poll {
                     output: None,
                     verdict: None,
+                    unreadable: None,
                     error: Some(format!("poll job failed: {e}")),
                 }),
-                Some(JobOutcome::Done(c)) => polls.push(Poll {
-                    output: Some(c.text.clone()),
-                    verdict: parse_verdict_final_answer(&c.text),
-                    error: None,
-                }),
+                Some(JobOutcome::Done(c)) => {
+                    let parsed = parse_verdict_answer_line(&c.text);
+                    polls.push(Poll {
+                        output: Some(c.text.clone()),
+                        verdict: parsed.ok(),
+                        unreadable: parsed.err(),
+                        error: None,
+                    })
+                }
             }
         }
-        let answered: Vec<Option<bool>> =
-            polls.iter().filter(|p| p.error.is_none()).map(|p| p.verdict).collect();
-        let score = chainpoll_score_parsed(&answered, cfg.unparseable).ok();
+        let score = score_of(cfg, &polls);
         metrics.push(MetricLabel { metric, polls, score });
     }
     let selfcheck =
         cfg.sampler.as_ref().map(|(m, s)| baselines::selfcheck(m, *s, item, results, &mut waiting));
-    let pseudo_entropy = match &cfg.probability {
+    let logprob_scores = match &cfg.probability {
         Some(m) if baselines::probability_support(m).is_ok() => {
-            baselines::pseudo_entropy(m, item, results, &mut waiting)
+            baselines::logprob_scores(m, item, results, &mut waiting)
         }
         _ => None,
     };
@@ -219,7 +254,7 @@ pub fn evaluate(
         label: item.label,
         metrics,
         selfcheck,
-        pseudo_entropy,
+        logprob_scores,
     })
 }
 
@@ -280,7 +315,7 @@ mod tests {
                 "Answer: no",
                 "hmm",
                 "FAIL",
-                "Yes, clearly. Answer: YES",
+                "Yes, clearly.\nAnswer: YES",
             ];
             let mut known = HashMap::new();
             for (i, j) in jobs.iter().enumerate() {
@@ -354,8 +389,9 @@ mod tests {
     }
 
     /// Issue 16: a gguf probability model gets one scoring job (prompt, then completion as
-    /// the assistant message, log-probabilities with 5 alternatives); the label holds the
-    /// mean pseudo-entropy; an openai one gets no job.
+    /// the assistant message, log-probabilities with 5 alternatives); an openai one gets no
+    /// job. Issue 29: the label holds the max and the mean pseudo-entropy over tokens and
+    /// SelfCheckGPT's Avg(−log p) and Max(−log p), each under its own name.
     #[test]
     fn pseudo_entropy_from_a_scoring_job() {
         use halyard_proto::{TokenLogprob, TopLogprob};
@@ -399,16 +435,108 @@ mod tests {
             known.insert(j.id(), o);
         }
         let Plan::Done(l) = evaluate(&cfg, 0, &item(), &known) else { panic!() };
-        let pe = l.pseudo_entropy.unwrap();
-        let want = (5f64.ln() + 10f64.ln()) / 2.0;
-        assert_eq!(pe.tokens, 2);
-        assert!((pe.score.unwrap() - want).abs() < 1e-12, "{pe:?}");
+        let j = serde_json::to_value(&l).unwrap();
+        let pe = &j["logprob_scores"];
+        let close = |key: &str, want: f64| {
+            assert!((pe[key].as_f64().unwrap() - want).abs() < 1e-12, "{key}: {pe}");
+        };
+        assert_eq!(pe["tokens"], 2);
+        close("pseudo_entropy_mean", (5f64.ln() + 10f64.ln()) / 2.0);
+        close("pseudo_entropy_max", 10f64.ln());
+        // Tokens "a", "b": one sentence, p 0.2 and 0.1.
+        close("avg_neg_logprob", (5f64.ln() + 10f64.ln()) / 2.0);
+        close("max_neg_logprob", 10f64.ln());
+        // A label stored before issue 29 (`pseudo_entropy.score`) still reads, as the mean.
+        let old = json_label_with_old_pseudo_entropy(&j);
+        assert_eq!(old.logprob_scores.unwrap().pseudo_entropy_mean, Some(0.25));
         cfg.probability = Some(spec("o"));
         let Plan::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new())
         else {
             panic!()
         };
         assert!(jobs.iter().all(|j| j.key.stage != "probability"));
+    }
+
+    /// Issue 29: a poll without the required final line `Answer: yes|no` is unparseable
+    /// and counted as such, not read from a stray "yes"/"no": prose, an echo of the
+    /// instruction, a refusal, an empty output.
+    #[test]
+    fn verdict_needs_the_answer_line() {
+        let cfg = Config {
+            judge: spec("j"),
+            polls: 6,
+            metrics: vec![Metric::Correctness],
+            unparseable: Unparseable::CountAsNo,
+            sampler: None,
+            probability: None,
+        };
+        let echo = "After your reasoning, end with one final line, exactly \"Answer: yes\" if the answer contains a hallucination, or \"Answer: no\" if it does not.";
+        let outputs = [
+            "This is false; there is no evidence",
+            echo,
+            "",
+            "I'm sorry, but I can't assist with that.",
+            "Claim 1 is invented.\nAnswer: yes",
+            "Every claim holds.\nAnswer: no",
+        ];
+        let Plan::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new())
+        else {
+            panic!()
+        };
+        let known: HashMap<JobId, Outcome> = jobs
+            .iter()
+            .map(|j| (j.id(), done(outputs[j.key.sample_index as usize], None)))
+            .collect();
+        let Plan::Done(l) = evaluate(&cfg, 0, &item(), &known) else { panic!() };
+        let verdicts: Vec<Option<bool>> = l.metrics[0].polls.iter().map(|p| p.verdict).collect();
+        assert_eq!(verdicts, [None, None, None, None, Some(true), Some(false)]);
+        let why: Vec<Option<Unreadable>> =
+            l.metrics[0].polls.iter().map(|p| p.unreadable).collect();
+        use Unreadable::{Empty, NoAnswerLine};
+        assert_eq!(
+            why,
+            [Some(NoAnswerLine), Some(NoAnswerLine), Some(Empty), Some(NoAnswerLine), None, None]
+        );
+        // Counted as "no" by policy, but as unparseable polls, not as verdicts.
+        assert!((l.metrics[0].score.unwrap() - 1.0 / 6.0).abs() < 1e-12);
+        assert!(l.metrics[0].polls.iter().all(|p| p.error.is_none()));
+    }
+
+    /// Issue 29: a label stored with the old rule's verdicts is read again with the
+    /// strict one (verdicts, reasons and score), so an old run's report follows the rule.
+    #[test]
+    fn stored_labels_are_reread() {
+        let cfg = Config {
+            judge: spec("j"),
+            polls: 2,
+            metrics: vec![Metric::Correctness],
+            unparseable: Unparseable::Exclude,
+            sampler: None,
+            probability: None,
+        };
+        let mut l: ItemLabel = serde_json::from_value(serde_json::json!({
+            "pipeline": "chainpoll", "model": "j", "index": 0, "id": "1", "line": 1, "label": true,
+            "metrics": [{"metric": "correctness", "score": 0.5, "polls": [
+                {"output": "This is false; there is no evidence", "verdict": false},
+                {"output": "Reasoning.\nAnswer: yes", "verdict": true}]}]
+        }))
+        .unwrap();
+        assert_eq!(reread_verdicts(&cfg, &mut l), 1);
+        let m = &l.metrics[0];
+        assert_eq!(
+            (m.polls[0].verdict, m.polls[0].unreadable),
+            (None, Some(Unreadable::NoAnswerLine))
+        );
+        assert_eq!(m.score, Some(1.0));
+        assert_eq!(reread_verdicts(&cfg, &mut l), 0);
+    }
+
+    fn json_label_with_old_pseudo_entropy(label: &serde_json::Value) -> ItemLabel {
+        let mut v = label.clone();
+        let o = v.as_object_mut().unwrap();
+        o.remove("logprob_scores");
+        o.insert("pseudo_entropy".into(), serde_json::json!({"score": 0.25, "tokens": 2}));
+        serde_json::from_value(v).unwrap()
     }
 
     /// Sentence split on end punctuation followed by space, and on line breaks.

@@ -437,7 +437,7 @@ pub fn score<'a>(
 
 /// "12.34% (3/9) [4.12, 30.20]": the share, its counts and its 95% Wilson interval.
 fn pct(s: &Share) -> String {
-    let ci = s.ci95.map_or(String::new(), |c| format!(" [{:.2}, {:.2}]", c.low, c.high));
+    let ci = s.ci95.map_or(String::new(), |c| c.bracket(1.0, 2));
     format!("{:.2}% ({}/{}){ci}", s.percent, s.numerator, s.denominator)
 }
 
@@ -479,10 +479,12 @@ pub fn render_markdown(r: &Report) -> String {
         r.judge,
         r.semantics.as_str(),
         r.hts,
-        r.hts_share.ci95.map_or(String::new(), |c| format!(
-            " (95% interval {:.2}–{:.2}, Wilson, n = {})",
-            c.low, c.high, c.n
-        )),
+        r.hts_share.ci95.map_or(String::new(), |c| match c.bounds() {
+            Some((low, high)) => {
+                format!(" (95% interval {low:.2}–{high:.2}, Wilson, n = {})", c.n)
+            }
+            None => format!(" (95% interval not estimable: {}, n = {})", c.why(), c.n),
+        }),
         r.valid_answers_to_hypothetical,
         r.hypothetical_questions
     );

@@ -5,9 +5,17 @@
 //! - [`parse_verdict_first_word`]: the third-party re-implementation (S10,
 //!   `cisco-open/polygraphLLM`), for prompts that demand the verdict first;
 //! - [`parse_verdict_final_answer`]: the spec's recommendation for the paper's
-//!   CoT-then-answer prompts, the **last** standalone `yes`/`no` word.
+//!   CoT-then-answer prompts, the **last** standalone `yes`/`no` word. This is the
+//!   reference implementation's rule, kept for the golden vectors (spec §5.4); it is
+//!   lenient: "This is false; there is no evidence" reads as *no*, and so does a judge
+//!   that echoes the instruction line (issue 29).
+//! - [`parse_verdict_answer_line`]: what the ChainPoll pipeline uses (issue 29): the
+//!   verdict is read only from the final line that Halyard's prompts require,
+//!   `Answer: yes` or `Answer: no`; without it the poll is unparseable, with the reason
+//!   ([`Unreadable`]). **A deliberate deviation from the reference rule**: a stray
+//!   "yes"/"no" in the reasoning is not a verdict.
 //!
-//! Unparseable polls (only the second parser has them) count as chosen by
+//! Unparseable polls (only the last two parsers have them) count as chosen by
 //! [`Unparseable`]; the default, [`Unparseable::Exclude`], is this module's choice where
 //! the spec leaves it open (see its doc).
 
@@ -88,6 +96,53 @@ pub fn parse_verdict_final_answer(response: &str) -> Option<bool> {
     })
 }
 
+/// Why a poll has no verdict under [`parse_verdict_answer_line`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unreadable {
+    /// The output is empty (or only whitespace).
+    Empty,
+    /// The output's last non-empty line is not `Answer: yes` or `Answer: no` (a refusal,
+    /// a truncated answer, a verdict given in prose, an echo of the instruction…).
+    NoAnswerLine,
+}
+
+impl Unreadable {
+    /// The reason as the report states it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unreadable::Empty => "empty output",
+            Unreadable::NoAnswerLine => "no final \"Answer: yes/no\" line",
+        }
+    }
+}
+
+/// The verdict of a poll of Halyard's ChainPoll prompts (issue 29): the output's **last
+/// non-empty line** must be the required answer line, `Answer: yes` or `Answer: no`
+/// (case-insensitive; `Final answer:` also accepted; spaces around the colon, Markdown
+/// emphasis or code marks (`*`, `_`, `` ` ``), a leading `#`/`>` and one trailing `.` or
+/// `!` are ignored). Anything else is unparseable: an empty output, a refusal, a verdict
+/// in prose ("This is false; there is no evidence"), or a line that merely quotes the
+/// instruction (`… exactly "Answer: yes" if …, or "Answer: no" if it does not.`).
+pub fn parse_verdict_answer_line(response: &str) -> Result<bool, Unreadable> {
+    let Some(last) = response.lines().map(str::trim).rev().find(|l| !l.is_empty()) else {
+        return Err(Unreadable::Empty);
+    };
+    let line: String = last.chars().filter(|c| !matches!(c, '*' | '_' | '`')).collect();
+    let line = line.trim().trim_start_matches(['#', '>']).trim();
+    let line = line.strip_suffix(['.', '!']).unwrap_or(line).trim_end().to_ascii_lowercase();
+    let rest = line.strip_prefix("final").map_or(line.as_str(), |r| r.trim_start());
+    let verdict = rest
+        .strip_prefix("answer")
+        .and_then(|r| r.trim_start().strip_prefix(':'))
+        .map(str::trim_start);
+    match verdict {
+        Some("yes") => Ok(true),
+        Some("no") => Ok(false),
+        _ => Err(Unreadable::NoAnswerLine),
+    }
+}
+
 /// S10's decision threshold: hallucinated iff `score > 0.5` (spec §3.1 step 3).
 pub const S10_THRESHOLD: f64 = 0.5;
 
@@ -128,5 +183,35 @@ mod tests {
         assert_eq!(parse_verdict_final_answer("nope, cannot say, yesterday"), None);
         assert_eq!(parse_verdict_final_answer("答案：no。"), Some(false));
         assert_eq!(parse_verdict_final_answer(""), None);
+    }
+
+    /// Issue 29: only the required final line gives a verdict. A stray yes/no in prose, an
+    /// echo of the instruction, a refusal and an empty output are unparseable (the
+    /// reference rule read the first two as "no").
+    #[test]
+    fn answer_line_is_required() {
+        use Unreadable::{Empty, NoAnswerLine};
+        let echo = "After your reasoning, end with one final line, exactly \"Answer: yes\" if the answer contains a hallucination, or \"Answer: no\" if it does not.";
+        for (text, want) in [
+            ("Reasoning.\nAnswer: yes", Ok(true)),
+            ("Claim 1 is fine.\n\nAnswer: no\n\n", Ok(false)),
+            ("**Answer:** No.", Ok(false)),
+            ("Final answer: YES", Ok(true)),
+            ("answer : yes!", Ok(true)),
+            ("This is false; there is no evidence", Err(NoAnswerLine)),
+            (echo, Err(NoAnswerLine)),
+            ("I'm sorry, but I can't assist with that.", Err(NoAnswerLine)),
+            ("", Err(Empty)),
+            (" \n\t\n", Err(Empty)),
+            ("Answer: yes\nOn reflection the date is right.", Err(NoAnswerLine)),
+            ("Answer: maybe", Err(NoAnswerLine)),
+            ("Answer: yes or no", Err(NoAnswerLine)),
+            ("All good. Final answer: No", Err(NoAnswerLine)),
+        ] {
+            assert_eq!(parse_verdict_answer_line(text), want, "{text:?}");
+        }
+        // The reference rule reads the first two as a verdict.
+        assert_eq!(parse_verdict_final_answer("This is false; there is no evidence"), Some(false));
+        assert_eq!(parse_verdict_final_answer(echo), Some(false));
     }
 }

@@ -15,6 +15,13 @@
 //!   structural components computed from mid-ranks), and the mean of independent
 //!   per-dataset AUROCs (RealHall's aggregate) from the sum of their variances.
 //!
+//! **Not estimable** (issue 29): an interval that collapses to a point (a bootstrap whose
+//! resamples all give one value, one item, a DeLong variance of 0 at perfect separation or
+//! with tied scores, a class of fewer than 2 items) would print as `[x, x]` and look
+//! precise. Such an interval has no bounds (`low`/`high` are `null` in JSON) and carries
+//! [`NotEstimable`], the reason, which every renderer prints instead of the bracket. The
+//! Wilson interval of a proportion never collapses (it is not zero-width at 0 or n).
+//!
 //! The units are independent items in every method; where a report's unit is not (the
 //! evaluation rows of one HypoTermQA answer), the interval is narrower than it should be
 //! and the report says so.
@@ -72,13 +79,100 @@ impl CiMethod {
     }
 }
 
+/// Why an interval cannot be estimated (issue 29). Serialised as its sentence
+/// ([`NotEstimable::as_string`]); a sentence this version does not know reads back as
+/// [`NotEstimable::Other`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "String", from = "String")]
+pub enum NotEstimable {
+    /// One item: every resample is that item.
+    FewerThanTwoItems,
+    /// DeLong's variance needs at least 2 items of each class.
+    FewerThanTwoPerClass,
+    /// Every item has the same value (score): every resample gives it, DeLong's
+    /// variance is 0.
+    NoVariation,
+    /// AUROC 0 or 1: DeLong's variance is 0 (a bootstrap would give the same value on
+    /// every resample).
+    PerfectSeparation,
+    /// DeLong's variance is 0 for another reason (or every part's, for a mean).
+    ZeroVariance,
+    /// Every bootstrap resample gives this value.
+    EveryResampleGives(f64),
+    /// The 2.5% and 97.5% quantiles of the resamples coincide (most resamples give one
+    /// value).
+    QuantilesCoincide,
+    /// A part of a combined figure has no variance (named by the figure's note).
+    PartWithoutVariance,
+    /// A reason written by another version.
+    Other,
+}
+
+impl NotEstimable {
+    /// The reason as reports print it after "not estimable: ".
+    pub fn as_string(self) -> String {
+        match self {
+            NotEstimable::FewerThanTwoItems => "fewer than 2 items".into(),
+            NotEstimable::FewerThanTwoPerClass => {
+                "fewer than 2 items of a class (DeLong needs 2 hallucinated and 2 faithful)".into()
+            }
+            NotEstimable::NoVariation => "no variation in scores".into(),
+            NotEstimable::PerfectSeparation => {
+                "perfect separation (AUROC 0 or 1): DeLong's variance is 0".into()
+            }
+            NotEstimable::ZeroVariance => "DeLong's variance is 0".into(),
+            NotEstimable::EveryResampleGives(v) => format!("every resample gives {v}"),
+            NotEstimable::QuantilesCoincide => {
+                "the 2.5% and 97.5% resample quantiles coincide".into()
+            }
+            NotEstimable::PartWithoutVariance => "a part has no DeLong variance".into(),
+            NotEstimable::Other => "reason not recorded".into(),
+        }
+    }
+}
+
+impl From<NotEstimable> for String {
+    fn from(n: NotEstimable) -> String {
+        n.as_string()
+    }
+}
+
+impl From<String> for NotEstimable {
+    fn from(s: String) -> NotEstimable {
+        use NotEstimable::*;
+        let known = [
+            FewerThanTwoItems,
+            FewerThanTwoPerClass,
+            NoVariation,
+            PerfectSeparation,
+            ZeroVariance,
+            QuantilesCoincide,
+            PartWithoutVariance,
+        ];
+        if let Some(k) = known.into_iter().find(|k| k.as_string() == s) {
+            return k;
+        }
+        match s.strip_prefix("every resample gives ").map(str::parse::<f64>) {
+            Some(Ok(v)) => EveryResampleGives(v),
+            _ => Other,
+        }
+    }
+}
+
+impl std::fmt::Display for NotEstimable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.as_string())
+    }
+}
+
 /// A figure with its 95% interval, in the figure's own unit (a share in percent has its
-/// interval in percent).
+/// interval in percent). `low` and `high` are `None` exactly when the interval is not
+/// estimable, and then `not_estimable` says why.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
     pub estimate: f64,
-    pub low: f64,
-    pub high: f64,
+    pub low: Option<f64>,
+    pub high: Option<f64>,
     /// 0.95.
     pub level: f64,
     pub method: CiMethod,
@@ -91,6 +185,9 @@ pub struct Interval {
     /// Bootstrap: the generator's seed (with `resamples`, the interval is reproducible).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// Why there are no bounds (issue 29); `None` for an estimable interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_estimable: Option<NotEstimable>,
 }
 
 impl Interval {
@@ -98,25 +195,79 @@ impl Interval {
     pub fn scaled(self, factor: f64) -> Interval {
         Interval {
             estimate: self.estimate * factor,
-            low: self.low * factor,
-            high: self.high * factor,
+            low: self.low.map(|l| l * factor),
+            high: self.high.map(|h| h * factor),
             ..self
         }
     }
 
-    /// " [low, high]" of the interval times `factor` (100: a fraction as a percentage), with
-    /// `decimals` digits: the bracket Markdown reports put after a figure.
-    pub fn bracket(&self, factor: f64, decimals: usize) -> String {
-        format!(" [{:.d$}, {:.d$}]", self.low * factor, self.high * factor, d = decimals)
+    /// `(low, high)`, or `None` when the interval is not estimable.
+    pub fn bounds(&self) -> Option<(f64, f64)> {
+        match (self.low, self.high, self.not_estimable) {
+            (Some(l), Some(h), None) => Some((l, h)),
+            _ => None,
+        }
     }
 
-    /// Whether `value` lies inside the bounds (inclusive).
+    /// " [low, high]" of the interval times `factor` (100: a fraction as a percentage), with
+    /// `decimals` digits: the bracket Markdown reports put after a figure; " [not
+    /// estimable: why]" when the interval is not estimable.
+    pub fn bracket(&self, factor: f64, decimals: usize) -> String {
+        match self.bounds() {
+            Some((l, h)) => format!(" [{:.d$}, {:.d$}]", l * factor, h * factor, d = decimals),
+            None => format!(" [not estimable: {}]", self.why()),
+        }
+    }
+
+    /// "low{sep}high" with `decimals` digits, or "not estimable: why".
+    pub fn range(&self, decimals: usize, sep: &str) -> String {
+        match self.bounds() {
+            Some((l, h)) => format!("{l:.d$}{sep}{h:.d$}", d = decimals),
+            None => format!("not estimable: {}", self.why()),
+        }
+    }
+
+    /// The reason an interval is not estimable ("" for an estimable one).
+    pub fn why(&self) -> String {
+        match (self.bounds(), self.not_estimable) {
+            (Some(_), _) => String::new(),
+            (None, Some(n)) => n.as_string(),
+            (None, None) => NotEstimable::Other.as_string(),
+        }
+    }
+
+    /// Whether `value` lies inside the bounds (inclusive); `false` when not estimable.
     pub fn contains(&self, value: f64) -> bool {
-        self.low <= value && value <= self.high
+        self.bounds().is_some_and(|(l, h)| l <= value && value <= h)
     }
 
     fn closed(estimate: f64, low: f64, high: f64, method: CiMethod, n: u64) -> Interval {
-        Interval { estimate, low, high, level: LEVEL, method, n, resamples: None, seed: None }
+        Interval {
+            estimate,
+            low: Some(low),
+            high: Some(high),
+            level: LEVEL,
+            method,
+            n,
+            resamples: None,
+            seed: None,
+            not_estimable: None,
+        }
+    }
+
+    /// An interval that cannot be estimated, and why.
+    pub fn not_estimable(estimate: f64, method: CiMethod, n: u64, why: NotEstimable) -> Interval {
+        Interval {
+            estimate,
+            low: None,
+            high: None,
+            level: LEVEL,
+            method,
+            n,
+            resamples: None,
+            seed: None,
+            not_estimable: Some(why),
+        }
     }
 }
 
@@ -269,15 +420,27 @@ pub(crate) fn percentile_bootstrap(
     }
     reps.sort_by(f64::total_cmp);
     let alpha = 1.0 - LEVEL;
+    let (low, high) = (quantile(&reps, alpha / 2.0), quantile(&reps, 1.0 - alpha / 2.0));
+    // A collapsed interval is not an estimate of precision (issue 29).
+    let why = if low < high {
+        None
+    } else if n == 1 {
+        Some(NotEstimable::FewerThanTwoItems)
+    } else if reps[0] == reps[reps.len() - 1] {
+        Some(NotEstimable::EveryResampleGives(reps[0]))
+    } else {
+        Some(NotEstimable::QuantilesCoincide)
+    };
     let interval = Interval {
         estimate,
-        low: quantile(&reps, alpha / 2.0),
-        high: quantile(&reps, 1.0 - alpha / 2.0),
+        low: why.is_none().then_some(low),
+        high: why.is_none().then_some(high),
         level: LEVEL,
         method,
         n: n as u64,
         resamples: Some(reps.len() as u32),
         seed: Some(cfg.seed),
+        not_estimable: why,
     };
     Ok((interval, reps))
 }
@@ -293,9 +456,14 @@ pub(crate) fn mean_at(values: &[f64], idx: &[usize]) -> f64 {
 
 /// Percentile bootstrap of the mean of per-item values (BLEU-4, ROUGE-L, kwPrec,
 /// BERTScore, a macro accuracy). Errors: `Empty`; `NotANumber`.
+/// Not estimable (no variation) when every value is the same.
 pub fn bootstrap_mean(values: &[f64], cfg: Bootstrap) -> Result<Interval, MetricError> {
     super::reject_nan("bootstrapped values", values)?;
-    bootstrap_by(values.len(), cfg, |idx| Some(mean_at(values, idx)))
+    let mut ci = bootstrap_by(values.len(), cfg, |idx| Some(mean_at(values, idx)))?;
+    if values.len() > 1 && values.iter().all(|v| *v == values[0]) {
+        (ci.low, ci.high, ci.not_estimable) = (None, None, Some(NotEstimable::NoVariation));
+    }
+    Ok(ci)
 }
 
 /// Percentile bootstrap of F1 (hallucination positive) over the classified items of a
@@ -382,16 +550,35 @@ fn normal_interval(estimate: f64, variance: f64, method: CiMethod, n: u64) -> In
     Interval::closed(estimate, (estimate - half).max(0.0), (estimate + half).min(1.0), method, n)
 }
 
-/// AUROC with DeLong's 95% interval, `AUROC ± z·√var` clipped to [0, 1]. At AUROC 0 or
-/// 1 the variance is 0 and the interval collapses to the point: read it with n.
+/// AUROC with DeLong's 95% interval, `AUROC ± z·√var` clipped to [0, 1]. Not estimable
+/// (issue 29) with fewer than 2 items of a class, and where the variance is 0: all scores
+/// tied (no variation), AUROC 0 or 1 (perfect separation). Errors as
+/// [`super::auroc::auroc`] (the AUROC itself is undefined).
 pub fn auroc_delong(labels: &[bool], scores: &[f64]) -> Result<Interval, MetricError> {
-    let d = delong(labels, scores)?;
+    let auroc = super::auroc::auroc(labels, scores)?;
+    let n = labels.len() as u64;
+    let not = |why| Ok(Interval::not_estimable(auroc, CiMethod::Delong, n, why));
+    let d = match delong(labels, scores) {
+        Ok(d) => d,
+        Err(MetricError::Undefined { .. }) => return not(NotEstimable::FewerThanTwoPerClass),
+        Err(e) => return Err(e),
+    };
+    if d.variance <= 0.0 {
+        return not(if scores.iter().all(|s| *s == scores[0]) {
+            NotEstimable::NoVariation
+        } else if d.auroc == 0.0 || d.auroc == 1.0 {
+            NotEstimable::PerfectSeparation
+        } else {
+            NotEstimable::ZeroVariance
+        });
+    }
     Ok(normal_interval(d.auroc, d.variance, CiMethod::Delong, d.positives + d.negatives))
 }
 
 /// The unweighted mean of independent AUROCs (RealHall's aggregate over datasets, spec
 /// §3.2) with the interval `mean ± z·√(Σ var_d)/D`, clipped to [0, 1]; n = all items.
-/// Errors: `Empty`; `NotANumber` for a NaN AUROC or variance.
+/// Not estimable when every variance is 0. Errors: `Empty`; `NotANumber` for a NaN AUROC
+/// or variance.
 pub fn mean_auroc_delong(parts: &[DelongAuroc]) -> Result<Interval, MetricError> {
     if parts.is_empty() {
         return Err(MetricError::Empty { what: "per-dataset AUROCs" });
@@ -402,6 +589,14 @@ pub fn mean_auroc_delong(parts: &[DelongAuroc]) -> Result<Interval, MetricError>
     let mean = parts.iter().map(|p| p.auroc).sum::<f64>() / d;
     let var = parts.iter().map(|p| p.variance).sum::<f64>() / (d * d);
     let n = parts.iter().map(|p| p.positives + p.negatives).sum();
+    if var <= 0.0 {
+        return Ok(Interval::not_estimable(
+            mean,
+            CiMethod::DelongMean,
+            n,
+            NotEstimable::ZeroVariance,
+        ));
+    }
     Ok(normal_interval(mean, var, CiMethod::DelongMean, n))
 }
 
@@ -413,11 +608,13 @@ mod tests {
     #[test]
     fn wilson_edges() {
         let z = wilson(0, 10).unwrap();
-        assert_eq!((z.estimate, z.low), (0.0, 0.0));
-        assert!(z.high > 0.2 && z.high < 0.35, "{z:?}");
+        let (zl, zh) = z.bounds().unwrap();
+        assert_eq!((z.estimate, zl), (0.0, 0.0));
+        assert!(zh > 0.2 && zh < 0.35, "{z:?}");
         let f = wilson(10, 10).unwrap();
-        assert_eq!((f.estimate, f.high), (1.0, 1.0));
-        assert!((f.low - (1.0 - z.high)).abs() < 1e-12, "symmetric");
+        let (fl, fh) = f.bounds().unwrap();
+        assert_eq!((f.estimate, fh), (1.0, 1.0));
+        assert!((fl - (1.0 - zh)).abs() < 1e-12, "symmetric");
         assert!(wilson(0, 0).is_err());
         assert!(wilson(3, 2).is_err());
     }
@@ -430,8 +627,9 @@ mod tests {
         let a = bootstrap_mean(&v, Bootstrap::default()).unwrap();
         assert_eq!(a, bootstrap_mean(&v, Bootstrap::default()).unwrap());
         let b = bootstrap_mean(&v, Bootstrap { seed: 1, ..Bootstrap::default() }).unwrap();
-        assert_ne!((a.low, a.high), (b.low, b.high));
-        assert!(a.low < a.estimate && a.estimate < a.high);
+        assert_ne!(a.bounds(), b.bounds());
+        let (al, ah) = a.bounds().unwrap();
+        assert!(al < a.estimate && a.estimate < ah);
         assert_eq!((a.n, a.resamples, a.method), (50, Some(2000), CiMethod::Bootstrap));
         assert!(bootstrap_mean(&[], Bootstrap::default()).is_err());
         assert!(bootstrap_by(3, Bootstrap::default(), |_| None).is_err());
@@ -446,7 +644,44 @@ mod tests {
         let d = delong(&[true, true, false, false], &[0.9, 0.8, 0.1, 0.2]).unwrap();
         assert_eq!((d.auroc, d.variance), (1.0, 0.0));
         let i = auroc_delong(&[true, true, false, false], &[0.9, 0.1, 0.8, 0.2]).unwrap();
-        assert!(i.low < 0.5 && i.high <= 1.0 && i.low >= 0.0, "{i:?}");
+        let (l, h) = i.bounds().unwrap();
+        assert!(l < 0.5 && h <= 1.0 && l >= 0.0, "{i:?}");
         assert!(mean_auroc_delong(&[]).is_err());
+    }
+
+    /// Issue 29 (6): an interval that collapses to a point is not estimable and says why,
+    /// never [x, x]: constant values, one item, a DeLong variance of 0.
+    #[test]
+    fn collapsed_intervals_say_why() {
+        let text = |ci: Interval| with_bracket(Some(ci.estimate), Some(&ci), 1.0, 4);
+        let constant = bootstrap_mean(&[0.3; 10], Bootstrap::default()).unwrap();
+        assert_eq!(text(constant), "0.3000 [not estimable: no variation in scores]");
+        let one = bootstrap_mean(&[0.3], Bootstrap::default()).unwrap();
+        assert_eq!(text(one), "0.3000 [not estimable: fewer than 2 items]");
+        let c = Confusion { true_pos: 10, false_pos: 0, true_neg: 10, false_neg: 0 };
+        let f1 = f1_bootstrap(&c, Bootstrap::default()).unwrap();
+        assert_eq!(text(f1), "1.0000 [not estimable: every resample gives 1]");
+        let tied = auroc_delong(&[true, true, false, false], &[0.0; 4]).unwrap();
+        assert_eq!(text(tied), "0.5000 [not estimable: no variation in scores]");
+        let perfect = auroc_delong(&[true, true, false, false], &[0.9, 0.8, 0.1, 0.2]).unwrap();
+        assert!(text(perfect).starts_with("1.0000 [not estimable: perfect separation"));
+        let few = auroc_delong(&[true, false, false], &[0.9, 0.1, 0.95]).unwrap();
+        assert!(text(few).starts_with("0.5000 [not estimable: fewer than 2 items of a class"));
+        // Wilson at 0 or n is not zero-width: it stays estimable.
+        assert!(wilson(0, 10).unwrap().bounds().is_some());
+        assert!(wilson(10, 10).unwrap().bounds().is_some());
+        // The reason survives JSON: bounds null, the sentence beside them.
+        let j = serde_json::to_value(constant).unwrap();
+        assert!(j["low"].is_null() && j["high"].is_null(), "{j}");
+        assert_eq!(j["not_estimable"], "no variation in scores");
+        let back: Interval = serde_json::from_value(j).unwrap();
+        assert_eq!(back, constant);
+        let mean = mean_auroc_delong(&[DelongAuroc {
+            auroc: 1.0,
+            variance: 0.0,
+            positives: 2,
+            negatives: 2,
+        }]);
+        assert_eq!(mean.unwrap().not_estimable, Some(NotEstimable::ZeroVariance));
     }
 }

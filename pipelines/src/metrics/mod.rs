@@ -23,7 +23,9 @@
 //! - [`selfcheck`]: the SelfCheck-NGram unigram baseline, sentence and passage level
 //!   (§3.4).
 //! - [`pseudo_entropy`]: PPL5 and pseudo-entropy from top-M probabilities or
-//!   log-probabilities (§3.3, corrected).
+//!   log-probabilities (§3.3, corrected), per token and over a completion (max, mean).
+//! - [`neg_logprob`]: SelfCheckGPT's grey-box Avg(−log p) and Max(−log p) of a completion
+//!   from its token log-probabilities (issue 29).
 //! - [`tokenize`]: jieba segmentation (`list(jieba.cut(text))`) and the English word
 //!   tokeniser used for SelfCheck.
 //! - [`bleu`]: BLEU-4, `paper` (geometric mean without brevity penalty) and `v2` (nltk
@@ -55,6 +57,7 @@ pub mod classification;
 pub mod hvi;
 pub mod interval;
 pub mod kwprec;
+pub mod neg_logprob;
 pub mod paired;
 pub mod pseudo_entropy;
 pub mod rouge;

@@ -97,9 +97,16 @@ pub fn paired_bootstrap_by(
     let at_most_zero = reps.iter().filter(|d| **d <= 0.0).count() as f64;
     let at_least_zero = reps.iter().filter(|d| **d >= 0.0).count() as f64;
     let p_value = (2.0 * at_most_zero.min(at_least_zero) / used).min(1.0);
+    // A collapsed interval (every resample gives one difference) is not estimable
+    // (issue 29); the p-value still decides: 1 for identical models, 0 for a constant
+    // non-zero difference.
+    let significant = match difference.bounds() {
+        Some((low, high)) => !(low <= 0.0 && 0.0 <= high),
+        None => p_value < 1.0 - LEVEL,
+    };
     Ok(PairedTest {
         test: PairedTestKind::PairedBootstrap,
-        significant: !difference.contains(0.0),
+        significant,
         difference,
         p_value,
         discordant: None,
@@ -156,6 +163,8 @@ pub fn mcnemar(a: &[bool], b: &[bool]) -> Result<PairedTest, MetricError> {
     };
     let (w1, w2) = (wilson(both + only_a, n)?, wilson(both + only_b, n)?);
     let (p1, p2) = (w1.estimate, w2.estimate);
+    // Wilson intervals of n ≥ 1 items always have bounds.
+    let ((l1, h1), (l2, h2)) = (w1.bounds().unwrap_or((p1, p1)), w2.bounds().unwrap_or((p2, p2)));
     let margins = [(both + only_a), (only_b + neither), (both + only_b), (only_a + neither)];
     let phi = if margins.contains(&0) {
         0.0
@@ -165,19 +174,20 @@ pub fn mcnemar(a: &[bool], b: &[bool]) -> Result<PairedTest, MetricError> {
     };
     let theta = p1 - p2;
     let side = |x: f64, y: f64| (x * x - 2.0 * phi * x * y + y * y).max(0.0).sqrt();
-    let low = theta - side(p1 - w1.low, w2.high - p2);
-    let high = theta + side(w1.high - p1, p2 - w2.low);
+    let low = theta - side(p1 - l1, h2 - p2);
+    let high = theta + side(h1 - p1, p2 - l2);
     Ok(PairedTest {
         test: PairedTestKind::McnemarExact,
         difference: Interval {
             estimate: theta,
-            low: low.max(-1.0),
-            high: high.min(1.0),
+            low: Some(low.max(-1.0)),
+            high: Some(high.min(1.0)),
             level: LEVEL,
             method: CiMethod::NewcombePaired,
             n,
             resamples: None,
             seed: None,
+            not_estimable: None,
         },
         p_value,
         significant: p_value < 1.0 - LEVEL,
@@ -291,6 +301,10 @@ mod tests {
         let s = [0.1, 0.5, 0.7, 0.2];
         let p = paired_bootstrap_mean(&s, &s, Bootstrap::default()).unwrap();
         assert_eq!((p.difference.estimate, p.p_value, p.significant), (0.0, 1.0, false));
+        // Issue 29: every resample gives 0, so the interval is not estimable, not [0, 0].
+        use crate::metrics::interval::NotEstimable;
+        assert_eq!(p.difference.bounds(), None);
+        assert_eq!(p.difference.not_estimable, Some(NotEstimable::EveryResampleGives(0.0)));
     }
 
     /// A model better on every item is significantly better; mismatched inputs are errors.
@@ -299,7 +313,7 @@ mod tests {
         let a = vec![true; 30];
         let b = vec![false; 30];
         let m = mcnemar(&a, &b).unwrap();
-        assert!(m.significant && m.p_value < 1e-8 && m.difference.low > 0.5, "{m:?}");
+        assert!(m.significant && m.p_value < 1e-8 && m.difference.low.unwrap() > 0.5, "{m:?}");
         assert_eq!(m.discordant, Some(Discordant { only_a: 30, only_b: 0 }));
         assert!(mcnemar(&a, &b[..3]).is_err());
         assert!(mcnemar(&[], &[]).is_err());

@@ -106,6 +106,32 @@ pub fn position_top_logprobs(token: &halyard_proto::TokenLogprob, m: usize) -> V
     out
 }
 
+/// The per-token pseudo-entropy of a completion's tokens with top-`m` alternatives
+/// ([`position_top_logprobs`], then [`token_pseudo_entropy_from_logprobs`]), from which a
+/// completion score is taken: the **max** over tokens is ChainPoll's "Max pseudo-entropy"
+/// baseline (seed Tables 1, 3, 4), the mean is [`pseudo_entropy_of_tokens`].
+/// Errors: `Empty` for no token; `Undefined` when a position has no alternative at all
+/// (the backend was not asked for them), or the first error of a position.
+pub fn token_pseudo_entropies(
+    tokens: &[halyard_proto::TokenLogprob],
+    m: usize,
+) -> Result<Vec<f64>, MetricError> {
+    if tokens.is_empty() {
+        return Err(MetricError::Empty { what: "token positions" });
+    }
+    if tokens.iter().any(|t| t.top.is_empty()) {
+        return Err(MetricError::Undefined {
+            what: "pseudo-entropy",
+            reason: "a token position has no top alternatives",
+        });
+    }
+    tokens
+        .iter()
+        .map(|t| token_pseudo_entropy_from_logprobs(&position_top_logprobs(t, m)))
+        .map(|r| r.map(|t| t.pseudo_entropy))
+        .collect()
+}
+
 /// Completion-level pseudo-entropy of a completion's token log-probabilities with top-`m`
 /// alternatives ([`position_top_logprobs`], then [`completion_pseudo_entropy`]).
 /// Errors: `Empty` for no token; `Undefined` when a position has no alternative at all
@@ -182,7 +208,12 @@ mod tests {
         let pe = pseudo_entropy_of_tokens(std::slice::from_ref(&inside), 5).unwrap();
         assert!((pe - 1.217354379).abs() < 1e-9, "{pe}");
         let bare = TokenLogprob { token: "x".into(), logprob: -0.1, top: vec![] };
-        assert!(pseudo_entropy_of_tokens(&[bare], 5).is_err());
+        assert!(pseudo_entropy_of_tokens(std::slice::from_ref(&bare), 5).is_err());
         assert!(pseudo_entropy_of_tokens(&[], 5).is_err());
+        let per = token_pseudo_entropies(&[inside.clone(), outside], 5).unwrap();
+        assert_eq!(per.len(), 2);
+        assert!((per[0] - pe).abs() < 1e-15);
+        assert!(token_pseudo_entropies(&[inside, bare], 5).is_err());
+        assert!(token_pseudo_entropies(&[], 5).is_err());
     }
 }

@@ -461,8 +461,9 @@ mod tests {
         let md = render_markdown(&[r]);
         assert!(
             // Selective accuracy 1 of 2 with Wilson(1, 2) = 0.0945–0.9055; one valid
-            // continuation: its bootstrap intervals are the point.
-            md.contains("| `m` | 0.5000 [0.0945, 0.9055] | 2 | 0.5000 [0.5000, 0.5000] | 0.2500 [0.2500, 0.2500] | 1.0000 [1.0000, 1.0000] | n/c | 2.0000 [2.0000, 2.0000] | 1 |"),
+            // continuation: its bootstrap intervals cannot be estimated (issue 29: they
+            // were printed as the point, [x, x]).
+            md.contains("| `m` | 0.5000 [0.0945, 0.9055] | 2 | 0.5000 [not estimable: fewer than 2 items] | 0.2500 [not estimable: fewer than 2 items] | 1.0000 [not estimable: fewer than 2 items] | n/c | 2.0000 [not estimable: fewer than 2 items] | 1 |"),
             "{md}"
         );
         let r = score("m", UhgVariant::Paper, &cases, &labels, Some(&CharCounts));
@@ -502,7 +503,8 @@ mod tests {
         let g = r.generative.as_ref().unwrap();
         let rouge = &g.ci95["avg_rouge_l"];
         assert_eq!((rouge.n, rouge.estimate), (6, g.overall.avg_rouge_l.unwrap()));
-        assert!(rouge.low < rouge.estimate && rouge.estimate < rouge.high);
+        let (low, high) = rouge.bounds().unwrap();
+        assert!(low < rouge.estimate && rouge.estimate < high);
         assert!(g.ci95.contains_key("avg_bleu4_v2") && g.ci95_by_type.contains_key(&NewsType::Doc));
         let b = &g.bert_score;
         assert_eq!((b.model.as_deref(), b.comparable_to_paper), (Some("minilm"), false));
