@@ -295,7 +295,7 @@ pub fn cells(r: &PairedRow) -> [String; 7] {
     let (diff, ci, method) = match &r.test {
         Ok(t) => (
             format!("{:+.4}", t.difference.estimate),
-            format!("{:.4} to {:.4}", t.difference.low, t.difference.high),
+            t.difference.range(4, " to "),
             t.test.name().to_string(),
         ),
         Err(_) => ("-".into(), "-".into(), "-".into()),

@@ -253,13 +253,14 @@ pub fn delong_paired(labels: &[bool], a: &[f64], b: &[f64]) -> Result<PairedTest
         test: PairedTestKind::DelongPaired,
         difference: Interval {
             estimate,
-            low: (estimate - Z95 * sd).max(-1.0),
-            high: (estimate + Z95 * sd).min(1.0),
+            low: Some((estimate - Z95 * sd).max(-1.0)),
+            high: Some((estimate + Z95 * sd).min(1.0)),
             level: LEVEL,
             method: CiMethod::DelongPaired,
             n: labels.len() as u64,
             resamples: None,
             seed: None,
+            not_estimable: None,
         },
         p_value,
         significant: p_value < 1.0 - LEVEL,
@@ -284,7 +285,7 @@ mod tests {
         let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
         assert!(close(t.difference.estimate, 0.958_333_333_333_333_4 - 0.666_666_666_666_666_6));
         let sd = 0.021_990_740_740_740_74f64.sqrt();
-        assert!(close(t.difference.high - t.difference.estimate, Z95 * sd), "{t:?}");
+        assert!(close(t.difference.high.unwrap() - t.difference.estimate, Z95 * sd), "{t:?}");
         assert!((t.p_value - 0.049_202_789_177_490_34).abs() < 1e-12, "{t:?}");
         assert!(t.significant && t.test == PairedTestKind::DelongPaired);
         // The same scorer twice: no variance, so no test (not p = 1 from 0/0).
