@@ -40,10 +40,9 @@ fn planted_api_key_never_reaches_logs_state_or_reports() {
     let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), Some(qs[2].id)));
     let dir = tempfile::tempdir().unwrap();
     let sweep = write_sweep(dir.path(), "secret", &fake.base_url(), 9, 2);
-    let text = std::fs::read_to_string(&sweep).unwrap().replace(
-        "backend = \"openai\"",
-        "backend = \"openai\"\napi_key_env = \"HALYARD_PLANTED_KEY\"",
-    );
+    let text = std::fs::read_to_string(&sweep)
+        .unwrap()
+        .replace("backend = \"openai\"", "backend = \"openai\"\napi_key_env = \"PLANTED_API_KEY\"");
     std::fs::write(&sweep, text).unwrap();
     let out = dir.path().join("runs");
     let port = free_port();
@@ -57,7 +56,7 @@ fn planted_api_key_never_reaches_logs_state_or_reports() {
         "json",
     ])
     .args(["--metrics", &format!("127.0.0.1:{port}")])
-    .env("HALYARD_PLANTED_KEY", KEY)
+    .env("PLANTED_API_KEY", KEY)
     .env("HALYARD_LOG", "debug")
     .stdout(std::process::Stdio::piped())
     .stderr(std::process::Stdio::piped());

@@ -74,7 +74,7 @@ fn forged_jobs_reach_no_server_and_leave_the_report_alone() {
     let sweep = write_sweep(dir.path(), "trust", &fake.base_url(), 20, 4);
     let text = std::fs::read_to_string(&sweep).unwrap().replace(
         "backend = \"openai\"",
-        "backend = \"openai\"\napi_key_env = \"HALYARD_TEST_LEGIT_KEY\"",
+        "backend = \"openai\"\napi_key_env = \"TRUST_TEST_API_KEY\"",
     );
     std::fs::write(&sweep, text).unwrap();
     let out = dir.path().join("runs");
@@ -135,7 +135,7 @@ fn forged_jobs_reach_no_server_and_leave_the_report_alone() {
         .args(["--metrics", &format!("127.0.0.1:{metrics}")])
         .arg("--state")
         .arg(dir.path().join("checkpoint"))
-        .env("HALYARD_TEST_LEGIT_KEY", LEGIT_KEY)
+        .env("TRUST_TEST_API_KEY", LEGIT_KEY)
         .env("HALYARD_TEST_SECRET", SECRET)
         .stderr(std::fs::File::create(&wlog).unwrap());
     let mut worker = ChildGuard::spawn(w);

@@ -1,6 +1,6 @@
 //! Redaction of secrets from text that goes into logs, errors and dead-letter records.
 //!
-//! Two functions, both pure:
+//! Three functions, all pure:
 //! - [`url`]: a URL with its credentials removed: the user-info part (`user:pass@`) and
 //!   the values of query parameters whose name says they hold a secret (`key`, `token`,
 //!   `secret`, `password`, `sig`…).
@@ -9,11 +9,39 @@
 //!   with a known key prefix (`sk-…`, `ghp_…`, `hf_…`, `AIza…`, `xoxb-…`, `AKIA…`), and
 //!   long high-entropy tokens (24 or more characters of letters, digits, `_-+`, with at
 //!   least one letter, one digit and ten distinct characters).
+//! - [`terminal`]: text from the broker (a worker's id, an error message) made safe to
+//!   print on a terminal: control characters (escape sequences, carriage returns, line
+//!   breaks that would forge lines) and bidirectional overrides become `\u{..}` escapes.
 //!
 //! The heuristics favour hiding too much: a request id or a hash in an error body is
 //! redacted too. They cannot know every secret format (a short password in free text
 //! passes); the rule that matters is upstream: keys are never put in messages, URLs or
 //! results by Halyard itself.
+
+/// `s` with every control character (C0 and C1, line and paragraph separators) and every
+/// bidirectional formatting character written as a visible `\u{XX}` escape, so that text
+/// another process published cannot move the cursor, recolour, clear or rewrite a
+/// terminal, or forge a line of output (issue 33).
+pub fn terminal(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    };
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
 
 /// What replaces a secret.
 pub const REDACTED: &str = "[redacted]";
@@ -164,6 +192,21 @@ fn tokens(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// Issue 33: escape sequences, carriage returns, forged lines and bidi overrides from
+    /// the broker print as visible escapes; ordinary text (accents, CJK) is untouched.
+    #[test]
+    fn terminal_text_cannot_steer_the_terminal() {
+        assert!(matches!(terminal("worker-7 déjà 工作"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(terminal("\u{1b}[2J\u{1b}[31mok"), "\\u{1b}[2J\\u{1b}[31mok");
+        assert_eq!(terminal("a\rb\nrun x: complete"), "a\\u{d}b\\u{a}run x: complete");
+        assert_eq!(terminal("\u{202e}txt.exe"), "\\u{202e}txt.exe");
+        assert_eq!(terminal("\u{9b}31m"), "\\u{9b}31m", "C1 CSI");
+        assert!(!terminal("x\u{7}\u{0}\u{2028}y")
+            .chars()
+            .any(|c| c.is_control() || c == '\u{2028}'));
+    }
+
     use super::*;
 
     /// User-info and secret query parameters leave URLs; the rest stays readable.

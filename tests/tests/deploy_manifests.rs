@@ -184,15 +184,15 @@ fn a_renamed_consumer_fails_the_check() {
 }
 
 /// The Grafana dashboard is valid JSON, every panel has a query, and every metric the
-/// queries name is one Halyard documents as exported (README, "Metrics").
+/// queries name is one Halyard documents as exported (the book's "Metrics" section).
 #[test]
 fn dashboard_queries_name_exported_metrics() {
     let dashboard = read("deploy/compose/grafana/dashboards/halyard.json");
     let names = halyard_tests::compose::dashboard_metrics(&dashboard).unwrap();
     assert!(names.len() >= 15, "the dashboard covers Halyard's metrics: {names:?}");
-    let readme = read("README.md");
-    let table = readme.split("### Metrics (Prometheus)").nth(1).expect("README Metrics section");
-    let table = table.split("\n### ").next().unwrap();
+    let docs = read("docs/src/guide/operating.md");
+    let table = docs.split("## Metrics (Prometheus)").nth(1).expect("the book's Metrics section");
+    let table = table.split("\n## ").next().unwrap();
     let documented = halyard_tests::compose::metric_names(table);
     for n in &names {
         let family = ["_bucket", "_sum", "_count"]

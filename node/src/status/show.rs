@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use halyard_proto::redact::terminal;
+
 use halyard_broker::status as kv;
 
 use super::{pool_status, unix_ms, PoolStatus, Status, WorkerBeat};
@@ -133,15 +135,17 @@ pub fn duration(s: f64) -> String {
     }
 }
 
-/// The human view of one status.
+/// The human view of one status. Every text in it came from the broker, where other
+/// people's processes publish too: each is passed through [`terminal`] (issue 33), so no
+/// escape sequence or line break in a worker's id or an error reaches the terminal.
 pub fn render(s: &Status) -> String {
     let mut o = String::new();
     let age = unix_ms().saturating_sub(s.updated_unix_ms) as f64 / 1000.0;
     o.push_str(&format!(
         "run {} ({}): {}, updated {} ago, coordinator up {}\n",
-        s.name,
-        s.run.as_deref().unwrap_or("?"),
-        s.state,
+        terminal(&s.name),
+        terminal(s.run.as_deref().unwrap_or("?")),
+        terminal(&s.state),
         duration(age),
         duration(s.elapsed_s)
     ));
@@ -156,7 +160,11 @@ pub fn render(s: &Status) -> String {
         let pct = if t.total == 0 { 0.0 } else { t.done as f64 * 100.0 / t.total as f64 };
         o.push_str(&format!(
             "    benchmark {} {} / {}: {}/{} ({pct:.1}%)\n",
-            t.bench, t.pipeline, t.model, t.done, t.total
+            t.bench,
+            terminal(&t.pipeline),
+            terminal(&t.model),
+            t.done,
+            t.total
         ));
     }
     o.push_str(&format!(
@@ -176,8 +184,8 @@ pub fn render(s: &Status) -> String {
     for c in &s.costs {
         o.push_str(&format!(
             "    {} / {}: {} jobs, {} calls, {} retries, {} + {} tokens, ${:.4}\n",
-            c.model,
-            c.stage,
+            terminal(&c.model),
+            terminal(&c.stage),
             c.jobs,
             c.calls,
             c.retries,
@@ -187,16 +195,16 @@ pub fn render(s: &Status) -> String {
         ));
     }
     for d in &s.outages {
-        o.push_str(&format!("  outage: {} — {}\n", d.describe(), d.error));
+        o.push_str(&format!("  outage: {} — {}\n", terminal(&d.describe()), terminal(&d.error)));
     }
     if !s.batches.is_empty() {
         o.push_str("  provider batches:\n");
         for b in &s.batches {
             o.push_str(&format!(
                 "    {}: {} {} batch{}, {} requests, oldest {}\n",
-                b.pool,
+                terminal(&b.pool),
                 b.batches,
-                b.state,
+                terminal(&b.state),
                 if b.batches == 1 { "" } else { "es" },
                 b.requests,
                 duration(b.oldest_s)
@@ -208,7 +216,7 @@ pub fn render(s: &Status) -> String {
         for p in &s.pools {
             o.push_str(&format!(
                 "    {}: {} queued, {} in flight, {} waiting pulls, {} live workers{}\n",
-                p.pool,
+                terminal(&p.pool),
                 p.pending,
                 p.in_flight,
                 p.waiting_pulls,
@@ -216,7 +224,7 @@ pub fn render(s: &Status) -> String {
                 if p.workers.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", p.workers.join(", "))
+                    format!(" ({})", terminal(&p.workers.join(", ")))
                 }
             ));
         }
@@ -238,4 +246,30 @@ pub async fn show(a: StatusArgs) -> Result<String, NodeError> {
     };
     let v = json.map_err(|e| NodeError::Json { what: "status".into(), source: e })?;
     Ok(format!("{v}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 33: a run name, a worker id and a pool name published by someone else's
+    /// process cannot clear, recolour or forge lines of `halyard status`.
+    #[test]
+    fn hostile_text_is_escaped() {
+        let s = Status {
+            name: "nice\u{1b}[2J".into(),
+            state: "running\nrun fake: complete".into(),
+            pools: vec![PoolStatus {
+                pool: "p\u{9b}31m".into(),
+                workers: vec!["w-1\r\u{202e}evil".into()],
+                ..PoolStatus::default()
+            }],
+            ..Status::default()
+        };
+        let out = render(&s);
+        assert!(!out.contains('\u{1b}') && !out.contains('\r') && !out.contains('\u{9b}'));
+        assert!(!out.contains('\u{202e}'));
+        assert!(!out.lines().any(|l| l.starts_with("run fake")), "{out}");
+        assert!(out.contains("running\\u{a}run fake: complete"), "{out}");
+    }
 }

@@ -59,13 +59,57 @@ pub fn check_url(base_url: &str, policy: HttpPolicy) -> Result<(), String> {
 
 /// Check every HTTP model of the plan (at worker start, before anything is fetched).
 pub fn check_plan(plan: &WorkerPlan, policy: HttpPolicy) -> Result<(), String> {
+    let listed = listed_key_envs();
     for (pool, m) in plan.models() {
         if let WorkerModel::Http(h) = m {
-            check_url(&h.base_url, policy)
-                .map_err(|e| format!("model {:?} of pool {:?}: {e}", h.model, pool.name))?;
+            let at = || format!("model {:?} of pool {:?}", h.model, pool.name);
+            check_url(&h.base_url, policy).map_err(|e| format!("{}: {e}", at()))?;
+            if let Some(var) = &h.api_key_env {
+                check_key_env(var, &listed).map_err(|e| format!("{}: {e}", at()))?;
+            }
         }
     }
     Ok(())
+}
+
+/// The worker's environment variable that lists further API-key variables a sweep may
+/// name (comma-separated), for keys whose variable does not end in `_API_KEY`.
+pub const KEY_ENVS_VAR: &str = "HALYARD_KEY_ENVS";
+
+/// The names [`KEY_ENVS_VAR`] lists on this worker.
+pub fn listed_key_envs() -> Vec<String> {
+    std::env::var(KEY_ENVS_VAR)
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// Whether a sweep may make this worker send variable `var` as an API key (issue 33): a
+/// shared sweep could otherwise name any variable of the worker's environment (its broker
+/// password, say) and have it sent as a Bearer token to a URL of its choice. Allowed: a
+/// name of upper-case letters, digits and `_` that ends in `_API_KEY`, or one the
+/// worker's operator lists in `HALYARD_KEY_ENVS`; Halyard's own variables (`HALYARD_*`)
+/// never.
+pub fn check_key_env(var: &str, listed: &[String]) -> Result<(), String> {
+    let shown = redact::secrets(var);
+    if var.starts_with("HALYARD_") {
+        return Err(format!(
+            "api_key_env {shown:?} names one of Halyard's own variables, which are never sent as an API key"
+        ));
+    }
+    let well_formed = !var.is_empty()
+        && var.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if (well_formed && var.ends_with("_API_KEY")) || listed.iter().any(|l| l == var) {
+        return Ok(());
+    }
+    Err(format!(
+        "api_key_env {shown:?} is not an API-key variable: a sweep may name variables \
+         matching [A-Z0-9_]*_API_KEY, or those this worker lists in {KEY_ENVS_VAR} \
+         (comma-separated), so that a shared sweep cannot send another secret of this \
+         worker's environment to an API"
+    ))
 }
 
 /// Read a response body, failing (permanently) once it exceeds `limit` bytes.
@@ -99,6 +143,38 @@ pub async fn read_body(
 
 #[cfg(test)]
 mod tests {
+
+    /// Issue 33: a sweep names only API-key variables: `*_API_KEY`, or what the worker's
+    /// operator lists; never Halyard's own (its broker password, say).
+    #[test]
+    fn key_variables_a_sweep_may_name() {
+        let listed = vec!["HF_TOKEN".to_string()];
+        for ok in ["OPENAI_API_KEY", "TEAM_2_API_KEY", "HF_TOKEN"] {
+            assert!(check_key_env(ok, &listed).is_ok(), "{ok}");
+        }
+        for bad in [
+            "HALYARD_NATS_PASSWORD",
+            "HALYARD_X_API_KEY",
+            "AWS_SECRET_ACCESS_KEY",
+            "HOME",
+            "openai_api_key",
+            "A-B_API_KEY",
+            "",
+        ] {
+            let e = check_key_env(bad, &listed).unwrap_err();
+            assert!(e.contains("api_key_env"), "{bad}: {e}");
+        }
+        assert!(check_key_env("HALYARD_NATS_PASSWORD", &["HALYARD_NATS_PASSWORD".into()]).is_err());
+        // The worker refuses such a plan before it takes a job, naming model and pool.
+        let model =
+            WorkerModel::openai("https://api.example.com/v1", "m", Some("HALYARD_NATS_PASSWORD"));
+        let plan = WorkerPlan {
+            pools: vec![halyard_proto::pool::PoolPlan::new("p", 1).with_model(model)],
+        };
+        let e = check_plan(&plan, HttpPolicy::default()).unwrap_err();
+        assert!(e.contains("HALYARD_NATS_PASSWORD") && e.contains("pool \"p\""), "{e}");
+    }
+
     use super::*;
 
     /// Issue 13: plain http:// leaves the machine only when the operator says so;
