@@ -241,7 +241,7 @@ pub fn delong_paired(labels: &[bool], a: &[f64], b: &[f64]) -> Result<PairedTest
     let var01 = sample_variance(&a01) + sample_variance(&b01) - 2.0 * sample_covariance(&a01, &b01);
     let variance = var10 / n1 + var01 / n0;
     let estimate = da.auroc - db.auroc;
-    if !(variance > 1e-15) {
+    if variance.is_nan() || variance <= 1e-15 {
         return Err(MetricError::Undefined {
             what: "DeLong paired test",
             reason: "the AUROC difference has no variance on these items (the two scorers rank them alike)",
