@@ -42,6 +42,10 @@ pub struct Row {
     pub hyp_irrelevant: u64,
     pub hyp_judge_error: u64,
     pub hyp_unanswered: u64,
+    /// Of the answers to hypothetical questions, those that were empty or refusals
+    /// (issue 29; labelled irrelevant by the rules, shown as their own column).
+    pub hyp_empty: u64,
+    pub hyp_refused: u64,
     /// Answers to valid questions labelled valid, of how many.
     pub valid_valid: u64,
     pub valid_questions: u64,
@@ -191,6 +195,8 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
                 hyp_irrelevant: u(&hyp["irrelevant"]),
                 hyp_judge_error: u(&hyp["judge_error"]),
                 hyp_unanswered: u(&hyp["unanswered"]),
+                hyp_empty: u(&b["odd_answers_hypothetical"]["empty"]),
+                hyp_refused: u(&b["odd_answers_hypothetical"]["refusal"]),
                 valid_valid: u(&val["valid"]),
                 valid_questions,
                 cost: cost.filter(|_| priced),
@@ -239,7 +245,7 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
     Ok(lb)
 }
 
-const HEADERS: [&str; 15] = [
+const HEADERS: [&str; 16] = [
     "rank",
     "model",
     "HTS (%)",
@@ -248,6 +254,7 @@ const HEADERS: [&str; 15] = [
     "irrelevant",
     "judge_error",
     "unanswered",
+    "empty / refused",
     "valid questions answered validly",
     "judge",
     "semantics",
@@ -274,7 +281,7 @@ fn versus(c: Option<&Comparison>) -> String {
 }
 
 /// The cells of row `i` (rank `i + 1`), in [`HEADERS`] order, as plain text.
-fn cells(lb: &Leaderboard, i: usize) -> [String; 15] {
+fn cells(lb: &Leaderboard, i: usize) -> [String; 16] {
     let r = &lb.rows[i];
     [
         (i + 1).to_string(),
@@ -285,6 +292,7 @@ fn cells(lb: &Leaderboard, i: usize) -> [String; 15] {
         r.hyp_irrelevant.to_string(),
         r.hyp_judge_error.to_string(),
         r.hyp_unanswered.to_string(),
+        format!("{} / {}", r.hyp_empty, r.hyp_refused),
         format!("{} / {}", r.valid_valid, r.valid_questions),
         r.judge.clone(),
         r.semantics.clone(),
@@ -487,7 +495,8 @@ mod tests {
     fn entry(model: &str, judge: &str, semantics: &str, hts: f64) -> Value {
         serde_json::json!({"pipeline": "hypotermqa", "model": model, "judge": judge, "semantics": semantics, "dataset": "d.jsonl",
             "questions": 9, "hts": hts, "hypothetical_questions": 3, "valid_answers_to_hypothetical": 1,
-            "answer_labels": {"hypothetical": {"valid": 1, "hallucination": 2}, "valid": {"valid": 4, "irrelevant": 2}}})
+            "answer_labels": {"hypothetical": {"valid": 1, "hallucination": 2}, "valid": {"valid": 4, "irrelevant": 2}},
+            "odd_answers_hypothetical": {"empty": 0, "refusal": 2}})
     }
 
     #[test]
@@ -506,6 +515,8 @@ mod tests {
         assert!(lb.warnings[0].contains("different judges"));
         assert_eq!(lb.skipped.len(), 1);
         assert_eq!(lb.rows[1].valid_questions, 6);
+        // Issue 29: empty and refused answers to hypothetical questions, their own column.
+        assert_eq!((lb.rows[0].hyp_empty, lb.rows[0].hyp_refused), (0, 2));
         let md = render_markdown(&lb);
         assert!(md.contains("| 1 | m2 | 50.00 |") && md.contains("**Warning:**"), "{md}");
         // Same judge and semantics: no warning.

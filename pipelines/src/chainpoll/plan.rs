@@ -261,24 +261,11 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halyard_proto::{Completion, Failure, FailureKind, JobId, ModelRef, Outcome, Usage};
+    use halyard_proto::{Completion, Failure, FailureKind, JobId, Outcome, Usage};
     use std::collections::HashMap;
 
     fn spec(name: &str) -> ModelSpec {
-        ModelSpec {
-            name: name.into(),
-            model_ref: ModelRef {
-                backend: "openai".into(),
-                endpoint: "http://x".into(),
-                model: name.into(),
-            },
-            pool: name.into(),
-            api_key_env: None,
-            temperature: 0.7,
-            max_tokens: None,
-            seed: None,
-            timeout_ms: 1000,
-        }
+        ModelSpec { temperature: 0.7, ..crate::common::test_model(name) }
     }
 
     fn item() -> Item {

@@ -575,19 +575,11 @@ mod tests {
     use serde_json::json;
 
     fn spec(name: &str, backend: &str) -> ModelSpec {
+        let m = crate::common::test_model(name);
         ModelSpec {
-            name: name.into(),
-            model_ref: ModelRef {
-                backend: backend.into(),
-                endpoint: "http://x".into(),
-                model: name.into(),
-            },
-            pool: name.into(),
-            api_key_env: None,
+            model_ref: ModelRef { backend: backend.into(), ..m.model_ref.clone() },
             temperature: 0.7,
-            max_tokens: None,
-            seed: None,
-            timeout_ms: 1000,
+            ..m
         }
     }
 
