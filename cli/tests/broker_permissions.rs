@@ -481,3 +481,51 @@ fn a_batch_mode_run_works_with_role_credentials() {
     let server_log = nats.log_tail(400);
     assert!(!server_log.contains("Violation"), "a role lacked a right:\n{server_log}");
 }
+
+/// Issue 34: the coordinator makes each pool's consumer when it plans the run, with its
+/// own credentials and before any worker joins, so an autoscaler reading the consumer's
+/// lag (KEDA) sees the pool's queued jobs from the first one, not the stream's last
+/// sequence.
+#[tokio::test]
+async fn the_coordinator_makes_each_pools_consumer_before_any_worker() {
+    let nats = server();
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = sweep(dir.path(), 30);
+    let out = dir.path().join("runs");
+    let clog = dir.path().join("coordinator.log");
+    let mut c = halyard();
+    c.args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
+        .args(["--nats-user", ROLES[0].0, "--out", out.to_str().unwrap()])
+        .env("HALYARD_NATS_PASSWORD", ROLES[0].2)
+        .stderr(std::fs::File::create(&clog).unwrap());
+    let mut coordinator = ChildGuard::spawn(c);
+    let observer = connect(&nats, 0).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let pending = loop {
+        let info = async {
+            let mut s = observer.js.get_stream(subjects::JOBS_STREAM).await.ok()?;
+            let _ = s.info().await.ok()?;
+            let mut c = s
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+                    &subjects::pool_consumer("free"),
+                )
+                .await
+                .ok()?;
+            c.info().await.ok().map(|i| i.num_pending)
+        };
+        match info.await {
+            Some(n) if n == 30 => break n,
+            _ if std::time::Instant::now() > deadline => panic!(
+                "no consumer pool-free holding the 30 jobs: {}\n{}",
+                std::fs::read_to_string(&clog).unwrap_or_default(),
+                nats.log_tail(40)
+            ),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    assert_eq!(pending, 30);
+    coordinator.signal(libc::SIGTERM);
+    let _ = coordinator.wait_timeout(Duration::from_secs(30));
+    let server_log = nats.log_tail(400);
+    assert!(!server_log.contains("Violation"), "the coordinator lacked a right:\n{server_log}");
+}

@@ -127,8 +127,18 @@ async fn start<'s>(
     progress_tx: Option<watch::Sender<Progress>>,
     span: &tracing::Span,
 ) -> Result<Coordinator<'s>, CoordinatorError> {
-    // 2. Streams and the run's result consumer.
+    // 2. Streams, every pool's consumer and the run's result consumer. The pools'
+    // consumers are made here, before any worker joins (issue 34): an autoscaler reading
+    // a pool's lag (KEDA) then reads the pool's own queue from the first job on, not the
+    // whole stream's last sequence, which it reports for a consumer that does not exist.
     halyard_broker::ensure_streams(broker).await?;
+    let delivery = halyard_broker::Delivery {
+        ack_wait: cfg.sweep.run.ack_wait,
+        max_deliver: cfg.sweep.run.max_deliver,
+    };
+    for pool in cfg.sweep.pools().keys() {
+        halyard_broker::pool_consumer(broker, pool, delivery).await?;
+    }
     let consumer = halyard_broker::results_consumer(broker, run).await?;
     let retried = crate::dead_letters::retried(&state)?;
     let state_outages = state.outages()?;
