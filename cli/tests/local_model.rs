@@ -151,7 +151,8 @@ fn bad_model_files_fail_with_the_file_named() {
 }
 
 /// Without the `cuda` feature, a model placed on a GPU is refused with a clear error, by
-/// `halyard run` and by `halyard worker --gpu`; the pool name carries the placement.
+/// `halyard run` and by `halyard worker --gpu`; the pool name carries the placement. A
+/// worker without `--gpu` leaves GPU-placed models to the GPU workers.
 #[test]
 fn gpu_placement_needs_cuda_and_names_the_pool() {
     let dir = tempfile::tempdir().unwrap();
@@ -175,5 +176,18 @@ fn gpu_placement_needs_cuda_and_names_the_pool() {
         String::from_utf8_lossy(&o.stderr).contains("--features cuda"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
+    );
+    // Issue 34: a worker without --gpu loads no GPU-placed model; a sweep with nothing
+    // else says to give --gpu, instead of failing to load the GPU model.
+    let o = halyard()
+        .args(["worker", "--nats", "nats://127.0.0.1:9", "--sweep", s.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("places every model on a GPU")
+            && err.contains("--gpu N"),
+        "{err}"
     );
 }

@@ -35,6 +35,24 @@ pub fn gpu_plan(plan: &WorkerPlan, gpu: u32) -> WorkerPlan {
     WorkerPlan { pools }
 }
 
+/// The plan of a worker started without `--gpu`: every model except the local models the
+/// sweep places on a GPU, and the pools left with a model (issue 34). Such a worker (an API
+/// worker, a CPU node) never loads a GPU model it could not run, and the GPU workers of a
+/// deployment serve those.
+pub fn non_gpu_plan(plan: &WorkerPlan) -> WorkerPlan {
+    let on_a_gpu = |m: &WorkerModel| matches!(m, WorkerModel::Gguf(g) if g.gpu.is_some());
+    let pools = plan
+        .pools
+        .iter()
+        .filter(|p| p.models.iter().any(|m| !on_a_gpu(m)))
+        .map(|p| PoolPlan {
+            models: p.models.iter().filter(|m| !on_a_gpu(m)).cloned().collect(),
+            ..p.clone()
+        })
+        .collect();
+    WorkerPlan { pools }
+}
+
 fn worker_model(m: &Model) -> WorkerModel {
     let r = &m.spec.model_ref;
     if let Some(l) = &m.local {
@@ -116,6 +134,11 @@ mod tests {
                 PoolPlan::new("c", 2).with_model(WorkerModel::Noop),
             ],
         };
+        // Issue 34: a worker without --gpu serves everything not placed on a GPU.
+        let cpu = non_gpu_plan(&plan);
+        let names: Vec<&str> = cpu.pools.iter().map(|p| p.pool.name.as_str()).collect();
+        assert_eq!(names, ["a@gpu1", "c"], "b@gpu0 holds only a GPU model");
+        assert_eq!(&cpu.pools[0].models[..], &[gguf("y", None)][..]);
         let g1 = gpu_plan(&plan, 1);
         assert_eq!(g1.pools.len(), 1);
         assert_eq!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use halyard_broker::{BrokerConfig, Delivery};
 use halyard_coordinator::sweep;
-use halyard_coordinator::worker_plan::{gpu_plan, worker_plan};
+use halyard_coordinator::worker_plan::{gpu_plan, non_gpu_plan, worker_plan};
 use halyard_proto::pool::{PoolPlan, QuotaSpec, WorkerModel};
 use halyard_worker::WorkerConfig;
 use tokio::sync::watch;
@@ -58,8 +58,20 @@ pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
     if let Some(path) = &opts.sweep {
         let s = sweep::load_pools(path)?;
         cfg = sweep_worker(&s, opts.state.clone());
-        if let Some(gpu) = opts.gpu {
-            pin_to_gpu(&mut cfg, &s, gpu)?;
+        match opts.gpu {
+            Some(gpu) => pin_to_gpu(&mut cfg, &s, gpu)?,
+            // Without --gpu, the models the sweep places on a GPU are the GPU workers'
+            // (issue 34): loading them here would fail without CUDA, or take a GPU.
+            None => {
+                let all = cfg.plan.pools.len();
+                cfg.plan = non_gpu_plan(&cfg.plan);
+                if cfg.plan.pools.is_empty() && all > 0 {
+                    return Err(NodeError::Usage(format!(
+                        "the sweep {} places every model on a GPU: start this worker with --gpu N",
+                        path.display()
+                    )));
+                }
+            }
         }
     } else if opts.gpu.is_some() {
         return Err(NodeError::Usage(
