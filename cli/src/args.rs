@@ -149,6 +149,13 @@ pub struct GcArgs {
 }
 
 #[derive(Args)]
+pub struct IdentityArgs {
+    /// GGUF model files.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Args)]
 pub struct RetryFailedArgs {
     /// The run directory (`<out>/<sweep name>`, holding `state/`).
     pub run: PathBuf,

@@ -10,7 +10,9 @@ use halyard_node::{supervisor, worker};
 mod args;
 mod nats_args;
 
-use args::{CoordArgs, GcArgs, ReportCmd, RetryFailedArgs, RunArgs, StatusCmd, WorkerArgs};
+use args::{
+    CoordArgs, GcArgs, IdentityArgs, ReportCmd, RetryFailedArgs, RunArgs, StatusCmd, WorkerArgs,
+};
 
 /// mimalloc instead of the system allocator: the job path allocates and frees a few
 /// small buffers per message, and the stores copy pages on writes; glibc's malloc spent
@@ -62,6 +64,9 @@ enum Cmd {
     /// the room their commits freed goes back to the file system. Complete runs compact
     /// their own as they end.
     Gc(GcArgs),
+    /// Print the identity of local model files (`identity = "…"` for a sweep's gguf
+    /// model), so that a coordinator without the files can plan their jobs.
+    Identity(IdentityArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -147,6 +152,19 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
                 a.out.join("leaderboard.html").display()
             );
             0
+        }
+        Cmd::Identity(a) => {
+            let mut failed = false;
+            for p in &a.files {
+                match halyard_node::sweep_identity(p) {
+                    Ok(id) => println!("{}: identity = \"{id}\"", p.display()),
+                    Err(e) => {
+                        eprintln!("error: {}: {e}", p.display());
+                        failed = true;
+                    }
+                }
+            }
+            u8::from(failed)
         }
         Cmd::Gc(a) => {
             let gc = halyard_node::gc::run(&a.paths)?;

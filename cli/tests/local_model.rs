@@ -120,6 +120,27 @@ fn run_fails(sweep: &Path, out: &Path) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Issue 34: `halyard identity` prints the identity a sweep's `identity` key takes; a run
+/// whose sweep declares another identity than its file's stops before loading it, naming
+/// both (the coordinator no longer needs the file, the worker that loads it checks it).
+#[test]
+fn declared_identity_is_checked_by_the_loading_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = halyard().arg("identity").arg(model()).output().unwrap();
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let id = printed.split('"').nth(1).expect("identity = \"…\"").to_string();
+    assert!(id.starts_with("gguf:SmolLM2-135M-Instruct.Q4_1.gguf:"), "{printed}");
+    let wrong = format!("{}0000000000000000", &id[..id.len() - 16]);
+    let s = local_sweep(dir.path(), "id", 1, &format!("identity = \"{wrong}\""));
+    let err = run_fails(&s, &dir.path().join("out"));
+    assert!(err.contains("another file") && err.contains(&id) && err.contains(&wrong), "{err}");
+    let bad = halyard().arg("identity").arg(&s).output().unwrap();
+    assert!(
+        !bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("not a GGUF file")
+    );
+}
+
 /// Missing, non-GGUF and truncated model files stop the run with an error naming the file.
 #[test]
 fn bad_model_files_fail_with_the_file_named() {

@@ -134,3 +134,9 @@ pub async fn connect_or_stop(
         }
     }
 }
+
+/// The identity of a local model file, as a sweep's `identity` key takes it
+/// (`halyard identity FILE`).
+pub fn sweep_identity(path: &std::path::Path) -> std::io::Result<String> {
+    halyard_coordinator::sweep::gguf_identity(path)
+}

@@ -156,6 +156,7 @@ impl LocalWorker {
     ) -> Result<LocalWorker, NodeError> {
         let checkpoint = Checkpoint::open(&dir)?;
         let mut cfg = worker::sweep_worker(&opts.sweep, dir.clone());
+        worker::check_local_models(&cfg.plan)?;
         cfg.http.allow_insecure_http = opts.allow_insecure_http;
         let stats = (cfg.worker_id.clone(), cfg.stats.clone());
         let beat = status::heartbeat(

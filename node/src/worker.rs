@@ -112,7 +112,22 @@ pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
     if let Some(id) = &opts.id {
         cfg.worker_id = id.clone();
     }
+    check_local_models(&cfg.plan)?;
     Ok(cfg)
+}
+
+/// Every local model this worker will load is the file its sweep names: its identity (the
+/// sweep's `identity`, or the one the sweep's reader computed from the file) is checked
+/// against the file here, before anything is loaded (issue 34).
+pub fn check_local_models(plan: &halyard_proto::pool::WorkerPlan) -> Result<(), NodeError> {
+    for (pool, m) in plan.models() {
+        if let halyard_proto::pool::WorkerModel::Gguf(g) = m {
+            sweep::check_identity(&g.path, &g.endpoint).map_err(|e| {
+                NodeError::Usage(format!("local model of pool {:?}: {e}", pool.name))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Pinned to one GPU: only the local models placed there, and their pools.

@@ -24,7 +24,7 @@ mod tests;
 pub use crate::benchmarks::build::BuiltInput;
 pub use crate::benchmarks::noop::MAX_NOOP_JOBS;
 pub use crate::benchmarks::Benchmark;
-pub use models::{gguf_identity, placement, Model};
+pub use models::{check_identity, gguf_identity, placement, Model};
 pub use quota::{check_quota, QuotaSpec, RawQuota};
 pub use run::{
     JobBatch, RunSettings, AUTO_BATCH_SPAN, AUTO_MAX_JOB_BATCH, DEFAULT_WINDOW, MAX_JOB_BATCH,

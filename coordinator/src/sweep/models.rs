@@ -38,6 +38,10 @@ pub(crate) struct RawModel {
     pub(super) timeout_s: Option<f64>,
     // gguf backend
     pub(super) model_path: Option<String>,
+    /// The model file's identity (`gguf:<name>:<size>:<hash>`, from `halyard identity`):
+    /// given, the coordinator does not open the file (its machine may not have it); the
+    /// worker that loads the file checks it.
+    pub(super) identity: Option<String>,
     pub(super) gpu: Option<i64>,
     pub(super) gpu_layers: Option<i64>,
     pub(super) slots: Option<i64>,
@@ -106,6 +110,44 @@ pub fn gguf_identity(path: &Path) -> std::io::Result<String> {
     Ok(format!("gguf:{name}:{size}:{hex}"))
 }
 
+/// Whether `id` has the form [`gguf_identity`] gives: `gguf:<name>:<size>:<16 hex digits>`.
+fn check_identity_form(id: &str) -> Result<(), String> {
+    let bad = || {
+        format!(
+            "{id:?} is not a model file identity (gguf:<file name>:<size>:<16 hex digits>, as \
+             `halyard identity FILE` prints it)"
+        )
+    };
+    let rest = id.strip_prefix("gguf:").ok_or_else(bad)?;
+    let mut parts = rest.rsplitn(3, ':');
+    let (hex, size, name) = (parts.next(), parts.next(), parts.next());
+    match (hex, size, name) {
+        (Some(h), Some(n), Some(name))
+            if h.len() == 16
+                && h.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+                && n.parse::<u64>().is_ok()
+                && !name.is_empty() =>
+        {
+            Ok(())
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// Check that the file at `path` is the model `identity` names (a worker about to load it):
+/// an error naming both when it is another file, or when it cannot be read.
+pub fn check_identity(path: &Path, identity: &str) -> Result<(), String> {
+    match gguf_identity(path) {
+        Ok(id) if id == identity => Ok(()),
+        Ok(id) => Err(format!(
+            "{} is {id}, but the sweep names {identity}: another file (or version) than the \
+             one the sweep was written for; its results would not be the sweep's",
+            path.display()
+        )),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
 /// Check every `[[model]]`, in order; names must be unique.
 pub(super) fn check_all(f: &str, base: &Path, raw: &[RawModel]) -> Result<Vec<Model>, SweepError> {
     let mut models = Vec::new();
@@ -138,6 +180,7 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
     if m.backend != "gguf" {
         for (key, set) in [
             ("model_path", m.model_path.is_some() && m.backend != "embed"),
+            ("identity", m.identity.is_some()),
             ("gpu", m.gpu.is_some()),
             ("gpu_layers", m.gpu_layers.is_some()),
             ("slots", m.slots.is_some()),
@@ -289,16 +332,26 @@ fn gguf_model(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<GgufSpec, 
         .clone()
         .ok_or_else(|| key_err(f, k("model_path"), "required for backend \"gguf\""))?;
     let file = base.join(&rel);
-    let id = gguf_identity(&file).map_err(|e| {
-        key_err(
-            f,
-            k("model_path"),
-            format!(
-                "{}: {e} (fetch the default model with scripts/fetch-model.sh)",
-                file.display()
-            ),
-        )
-    })?;
+    let id = match &m.identity {
+        // Declared: the file is not opened here (issue 34: a coordinator's pod has no
+        // model files); every worker that loads it checks it (`check_identity`).
+        Some(id) => {
+            check_identity_form(id).map_err(|e| key_err(f, k("identity"), e))?;
+            id.clone()
+        }
+        None => gguf_identity(&file).map_err(|e| {
+            key_err(
+                f,
+                k("model_path"),
+                format!(
+                    "{}: {e} (fetch the default model with scripts/fetch-model.sh; a \
+                     coordinator without the file can be given its identity instead, \
+                     `identity = \"…\"`, which `halyard identity FILE` prints)",
+                    file.display()
+                ),
+            )
+        })?,
+    };
     let int =
         |v: Option<i64>, key: &str, lo: i64, hi: i64, default: i64| -> Result<i64, SweepError> {
             let x = v.unwrap_or(default);

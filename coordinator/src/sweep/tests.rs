@@ -158,6 +158,48 @@ fn local_keys_are_checked() {
     );
 }
 
+/// Issue 34: with `identity` the coordinator plans a local model without its file (the
+/// identity is the job's endpoint); a malformed identity, or one on another backend, is
+/// an error naming the key; a worker checks the file it loads against the identity.
+#[test]
+fn declared_identity_needs_no_file() {
+    let id = "gguf:model.gguf:98362432:c18f34596555ec27";
+    let s = sweep_with(&format!(
+        "[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"/models/not-here.gguf\"\nidentity = \"{id}\"\ngpu = 0\n"
+    ))
+    .unwrap();
+    assert_eq!(s.models[0].spec.model_ref.endpoint, id);
+    for bad in [
+        "gguf:m:12:xyz",
+        "sha256:abc",
+        "gguf:m.gguf:big:c18f34596555ec27",
+        "gguf::1:C18F34596555EC27",
+    ] {
+        let e = sweep_with(&format!(
+            "[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\nidentity = \"{bad}\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("model[0].identity"), "{bad}: {e}");
+    }
+    let e = sweep_with(&format!(
+        "[[model]]\nname = \"a\"\nbackend = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nidentity = \"{id}\"\n"
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("model[0].identity"), "{e}");
+    // The worker's check: the right file passes, another fails naming both identities.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.gguf");
+    let mut fake = b"GGUF".to_vec();
+    fake.resize(4096, 7);
+    std::fs::write(&file, &fake).unwrap();
+    let real = gguf_identity(&file).unwrap();
+    assert!(check_identity(&file, &real).is_ok());
+    let e = check_identity(&file, id).unwrap_err();
+    assert!(e.contains(&real) && e.contains(id), "{e}");
+    assert!(check_identity(&dir.path().join("gone.gguf"), id).is_err());
+}
+
 /// A worker reads a sweep's models, pools and quotas without its datasets: a sweep whose
 /// dataset is absent on this machine still gives the pools, while the full check names it.
 #[test]
