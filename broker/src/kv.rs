@@ -52,4 +52,14 @@ pub async fn open_bucket(
         }
     })
     .await
+    .inspect(|(_, s)| {
+        // Memory buckets (membership, health) hold nothing a restart cannot rebuild.
+        if spec.storage == stream::StorageType::File {
+            crate::check_replicas(
+                broker,
+                &format!("KV_{name}"),
+                s.cached_info().config.num_replicas,
+            )
+        }
+    })
 }

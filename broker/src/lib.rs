@@ -206,9 +206,47 @@ pub fn cluster_size(client: &async_nats::Client) -> usize {
 }
 
 /// Replicas for Halyard's streams: the configured number, else 3 on a cluster of three
-/// or more nodes (a stream survives the loss of one), else 1.
+/// or more nodes (a stream survives the loss of one), else 1. A server in a cluster that
+/// advertises fewer than 3 nodes may hide them (`no_advertise`, the NATS Helm chart's
+/// default): that is said loudly, once per process, with what to set (issue 34).
 pub fn stream_replicas(b: &Broker) -> usize {
-    b.config.replicas.unwrap_or_else(|| if cluster_size(&b.client) >= 3 { 3 } else { 1 })
+    if let Some(r) = b.config.replicas {
+        return r;
+    }
+    let nodes = cluster_size(&b.client);
+    if nodes >= 3 {
+        return 3;
+    }
+    if b.client.server_info().cluster.is_some() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                advertised_nodes = nodes,
+                "the broker is in a cluster but advertises {nodes} node(s) (no_advertise?): \
+                 Halyard's streams and buckets get 1 replica and a node's loss loses them; \
+                 give --nats-replicas 3 (HALYARD_NATS_REPLICAS) on every process if the \
+                 cluster has 3 or more JetStream nodes"
+            )
+        });
+    }
+    1
+}
+
+/// Say loudly when an existing stream (or bucket) has fewer replicas than Halyard would
+/// give it now: it was made earlier, by another configuration, and a node's loss can lose
+/// it. JetStream keeps a stream's replicas as created; `nats stream edit` changes them.
+pub fn check_replicas(b: &Broker, name: &str, held: usize) {
+    let wanted = stream_replicas(b);
+    if held < wanted {
+        tracing::warn!(
+            stream = name,
+            replicas = held,
+            wanted,
+            "stream {name} has {held} replica(s), fewer than the {wanted} configured: a \
+             broker node's loss can lose it; raise them (`nats stream edit {name} \
+             --replicas {wanted}`)"
+        );
+    }
 }
 
 /// Create the job and result streams if missing (idempotent; existing streams are kept).
@@ -227,8 +265,10 @@ pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
             duplicate_window: b.config.duplicate_window,
             ..Default::default()
         };
-        retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone()))
-            .await?;
+        let s =
+            retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone()))
+                .await?;
+        check_replicas(b, name, s.cached_info().config.num_replicas);
     }
     Ok(())
 }

@@ -171,7 +171,7 @@ impl RunArgs {
         Ok(RunOptions {
             sweep: halyard_node::load_sweep(&self.sweep, self.max_cost)?,
             out: self.out,
-            nats: self.nats.map(|url| Nats { url, auth }),
+            nats: self.nats.map(|url| Nats { url, auth, replicas: self.nats_auth.replicas() }),
             no_workers: self.no_workers,
             checkpoint: self.checkpoint,
             metrics: self.metrics,
@@ -185,7 +185,11 @@ impl CoordArgs {
         Ok(CoordinatorOptions {
             sweep: halyard_node::load_sweep(&self.sweep, self.max_cost)?,
             out: self.out,
-            nats: Nats { url: self.nats, auth: self.nats_auth.auth() },
+            nats: Nats {
+                url: self.nats,
+                auth: self.nats_auth.auth(),
+                replicas: self.nats_auth.replicas(),
+            },
             metrics: self.metrics,
         })
     }
@@ -193,7 +197,11 @@ impl CoordArgs {
 
 impl WorkerArgs {
     pub fn nats(&self) -> Nats {
-        Nats { url: self.nats.clone(), auth: self.nats_auth.auth() }
+        Nats {
+            url: self.nats.clone(),
+            auth: self.nats_auth.auth(),
+            replicas: self.nats_auth.replicas(),
+        }
     }
 
     pub fn options(&self) -> WorkerOptions {

@@ -34,7 +34,10 @@ pub async fn run(
 ) -> Result<RunOutcome, NodeError> {
     let run_dir = crate::run_dir(&opts.out, &opts.sweep)?;
     let broker = crate::connect_or_stop(
-        &BrokerConfig::new(opts.nats.url, "halyard-coordinator").with_auth(opts.nats.auth),
+        &BrokerConfig {
+            replicas: opts.nats.replicas,
+            ..BrokerConfig::new(opts.nats.url, "halyard-coordinator").with_auth(opts.nats.auth)
+        },
         &shutdown,
     )
     .await?;

@@ -110,6 +110,9 @@ pub fn load_sweep(path: &std::path::Path, max_cost: Option<f64>) -> Result<Sweep
 pub struct Nats {
     pub url: String,
     pub auth: halyard_broker::auth::NatsAuth,
+    /// Replicas of Halyard's streams and buckets (`--nats-replicas`); `None`: from the
+    /// broker's cluster as it advertises it.
+    pub replicas: Option<usize>,
 }
 
 /// The run directory of a sweep under `out`: `<out>/<sweep name>`, created if missing.

@@ -92,18 +92,19 @@ async fn start_broker(
     run_dir: &Path,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(Option<EmbeddedNats>, Broker), NodeError> {
-    let (embedded, url, auth) = match nats {
-        Some(n) => (None, n.url, n.auth),
+    let (embedded, url, auth, replicas) = match nats {
+        Some(n) => (None, n.url, n.auth, n.replicas),
         None => {
             let n = EmbeddedNats::start(&run_dir.join("nats"))?;
             let url = n.url();
             tracing::info!(url = %url, "started private nats-server");
             // The private server listens on loopback only, for this process's key only.
             let auth = n.auth();
-            (Some(n), url, auth)
+            (Some(n), url, auth, None)
         }
     };
-    let cfg = BrokerConfig::new(url, "halyard-run").with_auth(auth);
+    let mut cfg = BrokerConfig::new(url, "halyard-run").with_auth(auth);
+    cfg.replicas = replicas;
     let broker = crate::connect_or_stop(&cfg, shutdown).await?;
     Ok((embedded, broker))
 }

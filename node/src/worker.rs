@@ -151,8 +151,11 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), NodeError> {
     let connected = crate::connect_or_stop(
-        &BrokerConfig::new(nats.url, format!("halyard-worker {}", cfg.worker_id))
-            .with_auth(nats.auth),
+        &BrokerConfig {
+            replicas: nats.replicas,
+            ..BrokerConfig::new(nats.url, format!("halyard-worker {}", cfg.worker_id))
+                .with_auth(nats.auth)
+        },
         &shutdown,
     )
     .await;

@@ -16,6 +16,12 @@ pub struct NatsCluster {
 impl NatsCluster {
     /// Starts `n` (≥ 1) clustered nodes and returns once each accepts clients.
     pub fn start(n: usize) -> NatsCluster {
+        NatsCluster::start_with(n, &[])
+    }
+
+    /// [`NatsCluster::start`] with `extra` arguments for every node (e.g.
+    /// `["--no_advertise=true"]`, as the NATS Helm chart configures its servers).
+    pub fn start_with(n: usize, extra: &[&str]) -> NatsCluster {
         assert!(n >= 1, "a cluster needs a node");
         let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let all_routes =
@@ -26,7 +32,7 @@ impl NatsCluster {
             .map(|(i, port)| {
                 let cluster = format!("nats://127.0.0.1:{port}");
                 let name = format!("halyard-n{}", i + 1);
-                NatsServer::start_with_args(&[
+                let mut args = vec![
                     "--server_name",
                     &name,
                     "--cluster_name",
@@ -35,7 +41,9 @@ impl NatsCluster {
                     &cluster,
                     "--routes",
                     &all_routes,
-                ])
+                ];
+                args.extend_from_slice(extra);
+                NatsServer::start_with_args(&args)
             })
             .collect();
         let c = NatsCluster { nodes };
@@ -91,6 +99,41 @@ impl NatsCluster {
 mod tests {
     use super::*;
     use halyard_broker::BrokerConfig;
+
+    /// Issue 34: a cluster that does not advertise its nodes (the NATS chart's default) shows
+    /// a client one node, so by default streams get 1 replica (with a loud warning); with
+    /// replicas configured (`--nats-replicas 3`) they get 3, and a process that finds the
+    /// stream with fewer than configured says so.
+    #[test]
+    fn no_advertise_needs_configured_replicas() {
+        let cluster = NatsCluster::start_with(3, &["--no_advertise=true"]);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let b =
+                halyard_broker::connect(&BrokerConfig::new(cluster.node(0).url(), "no-advertise"))
+                    .await
+                    .unwrap();
+            assert_eq!(halyard_broker::cluster_size(&b.client), 1, "nodes hidden by no_advertise");
+            assert!(b.client.server_info().cluster.is_some());
+            assert_eq!(halyard_broker::stream_replicas(&b), 1);
+            let cfg = BrokerConfig {
+                replicas: Some(3),
+                ..BrokerConfig::new(cluster.node(1).url(), "no-advertise-r3")
+            };
+            let b = halyard_broker::connect(&cfg).await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while let Err(e) = halyard_broker::ensure_streams(&b).await {
+                assert!(Instant::now() < deadline, "streams never created: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            for name in
+                [halyard_proto::subjects::JOBS_STREAM, halyard_proto::subjects::RESULTS_STREAM]
+            {
+                let mut s = b.js.get_stream(name).await.unwrap();
+                assert_eq!(s.info().await.unwrap().config.num_replicas, 3, "{name}");
+            }
+        });
+    }
 
     /// Halyard sees a 3-node cluster, creates its streams with 3 replicas, and keeps
     /// publishing and reading jobs after the node it was connected to is killed.
