@@ -33,6 +33,10 @@ struct Cli {
     /// Only warnings and errors.
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// Libraries' logs too (llama.cpp's model loading, ...), which otherwise go only to
+    /// the run's log file (`<out>/<name>/halyard.log`).
+    #[arg(long, short, global = true, conflicts_with = "quiet")]
+    verbose: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -71,7 +75,7 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logs(cli.log_format, cli.quiet);
+    init_logs(cli.log_format, cli.quiet, cli.verbose);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -104,19 +108,32 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn init_logs(format: LogFormat, quiet: bool) {
-    let default = if quiet { "warn" } else { "info" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HALYARD_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!(
-            "{default},sled=warn,async_nats=warn,llama_cpp_2=warn"
-        ))
-    });
+/// Two outputs: the terminal (progress and outcomes: Halyard's own lines; libraries'
+/// only with `-v` or `HALYARD_LOG`) and, once a run's directory is known, its log file
+/// (`halyard.log`: everything at info, llama.cpp's model loading included).
+fn init_logs(format: LogFormat, quiet: bool, verbose: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer};
+    // llama.cpp's lines come as target `llama-cpp-2`, its wrapper's as `llama_cpp_2`.
+    const LIBRARIES: &str = "sled=warn,async_nats=warn,llama_cpp_2=warn,llama-cpp-2=warn";
+    let terminal =
+        EnvFilter::try_from_env("HALYARD_LOG").unwrap_or_else(|_| match (quiet, verbose) {
+            (true, _) => EnvFilter::new(format!("warn,{LIBRARIES}")),
+            (false, true) => EnvFilter::new("info,sled=warn,async_nats=warn"),
+            (false, false) => EnvFilter::new(format!("info,{LIBRARIES}")),
+        });
     display::init(quiet, matches!(format, LogFormat::Json));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(display::LogWriter);
-    match format {
-        LogFormat::Human => b.init(),
-        LogFormat::Json => b.json().init(),
-    }
+    let term = tracing_subscriber::fmt::layer().with_writer(display::LogWriter);
+    let term = match format {
+        LogFormat::Human => term.with_filter(terminal).boxed(),
+        LogFormat::Json => term.json().with_filter(terminal).boxed(),
+    };
+    let file = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(display::FileWriter)
+        .with_filter(EnvFilter::new("info,sled=warn,async_nats=warn,llama_cpp_2=warn"));
+    tracing_subscriber::registry().with(term).with(file).init();
 }
 
 async fn dispatch(cmd: Cmd) -> Result<u8> {

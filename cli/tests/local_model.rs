@@ -53,7 +53,8 @@ limit = {limit}
 }
 
 /// A real LLM answers and judges; every job is terminal; answers are model text; a second
-/// run sharing the checkpoint gives identical labels with zero model calls.
+/// run sharing the checkpoint gives identical labels with zero model calls; llama.cpp's
+/// logs go to the run's `halyard.log`, not the terminal.
 #[test]
 fn smollm2_answers_and_judges_and_reruns_from_checkpoint() {
     let _turn = turn();
@@ -71,7 +72,15 @@ fn smollm2_answers_and_judges_and_reruns_from_checkpoint() {
         ]
     };
     let a1 = args("first");
-    run_to_end(&a1.iter().map(String::as_str).collect::<Vec<_>>());
+    // Issue 30: without HALYARD_LOG or -v, llama.cpp's model loading goes to the run's log
+    // file, not the terminal.
+    let o = halyard().env_remove("HALYARD_LOG").args(&a1).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("llama-cpp-2"), "library logs on the terminal:\n{err}");
+    let log = std::fs::read_to_string(dir.path().join("first/local/halyard.log")).unwrap();
+    assert!(log.contains("llama-cpp-2") && log.contains("loaded meta data"), "{log}");
+    assert!(log.contains("coordinator starting"), "Halyard's own lines too: {log}");
     let r1 = read_json(&dir.path().join("first/local/report.json"));
     let jobs = &r1["jobs"];
     assert_eq!(jobs["dead_letters"], 0, "{jobs}");

@@ -54,6 +54,43 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
     }
 }
 
+/// The run's log file, once the run's directory is known ([`log_to`]).
+static LOG_FILE: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
+
+/// From now on, the log file layer writes to `path` (appended): `<run dir>/halyard.log`.
+/// Everything at info goes there, libraries' logs (llama.cpp's model loading) included,
+/// while the terminal keeps to progress and outcomes (issue 30).
+pub fn log_to(path: &std::path::Path) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    *LOG_FILE.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+    Ok(())
+}
+
+/// The log file for the subscriber's file layer: lines go nowhere until [`log_to`].
+pub struct FileWriter;
+
+impl Write for FileWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match LOG_FILE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(f) => f.write_all(buf).map(|_| buf.len()),
+            None => Ok(buf.len()),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match LOG_FILE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for FileWriter {
+    type Writer = FileWriter;
+    fn make_writer(&'a self) -> Self::Writer {
+        FileWriter
+    }
+}
+
 /// HTTP 429s seen by this process's workers.
 fn rate_limited(local: &[Arc<Stats>]) -> u64 {
     local.iter().map(|s| s.rate_limited.get()).sum()

@@ -116,11 +116,18 @@ pub struct Nats {
 }
 
 /// The run directory of a sweep under `out`: `<out>/<sweep name>`, created if missing.
+/// The run's log file in its directory: every log line at info, libraries' included.
+pub const LOG_FILE: &str = "halyard.log";
+
 pub fn run_dir(out: &std::path::Path, sweep: &Sweep) -> Result<PathBuf, NodeError> {
     let dir = out.join(&sweep.name);
     std::fs::create_dir_all(&dir).map_err(|e| {
         NodeError::io(format!("cannot create output directory {}", dir.display()), e)
     })?;
+    let log = dir.join(LOG_FILE);
+    if let Err(e) = display::log_to(&log) {
+        tracing::warn!(file = %log.display(), error = %e, "cannot open the run's log file");
+    }
     Ok(dir)
 }
 
