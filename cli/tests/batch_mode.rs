@@ -647,3 +647,31 @@ fn an_outage_while_polling_keeps_the_batch() {
     assert_each_request_ran_once(&fake);
     assert_eq!(read_json(&out.join("o/report.json"))["jobs"]["dead_letters"], 0);
 }
+
+/// Issue 33: a batch output file reporting `prompt_tokens = completion_tokens = 2^64 − 1`
+/// is clamped like an online answer: the run completes with the rules' figures and token
+/// totals of what the requests could use.
+#[test]
+fn batch_answers_with_absurd_usage_are_clamped() {
+    let qs = load_questions(6);
+    let rules = responder(question_index(&qs), None);
+    let fake = FakeOpenAi::start_blocking(move |c| match rules(c) {
+        Reply::Text(text) => {
+            Reply::TextWithUsage { text, prompt_tokens: u64::MAX, completion_tokens: u64::MAX }
+        }
+        other => other,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ds = repo_root().join("datasets/hypotermqa/HypoTermQA_180.jsonl");
+    let s = sweep(dir.path(), "usage", &fake.base_url(), &ds, 6, Some((100, 0.3, "")));
+    let out = dir.path().join("out");
+    let o = run_batch(&s, &out, &[]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("clamped"));
+    let r = read_json(&out.join("usage/report.json"));
+    assert_eq!(r["jobs"]["dead_letters"], 0, "{}", r["jobs"]);
+    let calls = fake.batch_requests().len() as u64;
+    let prompt = r["jobs"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt > 0 && prompt < calls * 10_000, "{prompt} for {calls} requests");
+    let completion = r["jobs"]["completion_tokens"].as_u64().unwrap();
+    assert!(completion <= calls * (1 << 20), "{completion}");
+}

@@ -1226,7 +1226,16 @@ impl BatchPool {
         // unreadable there, is retried as a failure that counts.
         let not_run = matches!(status.as_str(), "expired" | "cancelled");
         let outcome = match answers.get(&job.id) {
-            Some(Answer::Done(c)) => return BatchOutcome::Done(c.clone()),
+            Some(Answer::Done(c)) => {
+                // A batch answer's usage is an API's word too (issue 33): clamped to what
+                // the request could use, as online answers are.
+                let mut c = c.clone();
+                let reported = c.usage;
+                if crate::backend::clamp_usage(job, &mut c.usage) {
+                    warn!(job = %job.id, batch = %batch, reported_prompt = reported.prompt_tokens, reported_completion = reported.completion_tokens, "the batch answer reported more tokens than the request could use: clamped");
+                }
+                return BatchOutcome::Done(c);
+            }
             Some(Answer::Failed(e)) if e.class == ErrorClass::RateLimited => {
                 BatchOutcome::NotRun(e.message.clone())
             }
