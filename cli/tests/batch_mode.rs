@@ -654,13 +654,7 @@ fn an_outage_while_polling_keeps_the_batch() {
 #[test]
 fn batch_answers_with_absurd_usage_are_clamped() {
     let qs = load_questions(6);
-    let rules = responder(question_index(&qs), None);
-    let fake = FakeOpenAi::start_blocking(move |c| match rules(c) {
-        Reply::Text(text) => {
-            Reply::TextWithUsage { text, prompt_tokens: u64::MAX, completion_tokens: u64::MAX }
-        }
-        other => other,
-    });
+    let fake = FakeOpenAi::start_blocking(absurd_usage(responder(question_index(&qs), None)));
     let dir = tempfile::tempdir().unwrap();
     let ds = repo_root().join("datasets/hypotermqa/HypoTermQA_180.jsonl");
     let s = sweep(dir.path(), "usage", &fake.base_url(), &ds, 6, Some((100, 0.3, "")));

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use halyard_tests::{ChildGuard, FakeOpenAi, Reply};
+use halyard_tests::{ChildGuard, FakeOpenAi};
 
 /// A HypoTermQA sweep of `questions` questions whose two models share one pool with a
 /// `tpm` quota counted as `counts`.
@@ -41,13 +41,7 @@ fn spawn_run(sweep: &Path, out: &Path, log: &Path) -> ChildGuard {
 #[test]
 fn extreme_usage_is_clamped_and_the_run_completes() {
     let qs = load_questions(6);
-    let rules = responder(question_index(&qs), None);
-    let fake = FakeOpenAi::start_blocking(move |c| match rules(c) {
-        Reply::Text(text) => {
-            Reply::TextWithUsage { text, prompt_tokens: u64::MAX, completion_tokens: u64::MAX }
-        }
-        other => other,
-    });
+    let fake = FakeOpenAi::start_blocking(absurd_usage(responder(question_index(&qs), None)));
     let dir = tempfile::tempdir().unwrap();
     let sweep = sweep(dir.path(), &fake.base_url(), 6, 100_000, "usage");
     let (out, log) = (dir.path().join("runs"), dir.path().join("run.log"));

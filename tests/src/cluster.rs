@@ -100,6 +100,21 @@ mod tests {
     use super::*;
     use halyard_broker::BrokerConfig;
 
+    /// Creates Halyard's streams (the meta leader may still be settling: JetStream
+    /// answers once it is) and checks that both have 3 replicas.
+    async fn assert_streams_have_three_replicas(b: &halyard_broker::Broker) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Err(e) = halyard_broker::ensure_streams(b).await {
+            assert!(Instant::now() < deadline, "streams never created: {e}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for name in [halyard_proto::subjects::JOBS_STREAM, halyard_proto::subjects::RESULTS_STREAM]
+        {
+            let mut s = b.js.get_stream(name).await.unwrap();
+            assert_eq!(s.info().await.unwrap().config.num_replicas, 3, "{name}");
+        }
+    }
+
     /// Issue 34: a cluster that does not advertise its nodes (the NATS chart's default) shows
     /// a client one node, so by default streams get 1 replica (with a loud warning); with
     /// replicas configured (`--nats-replicas 3`) they get 3, and a process that finds the
@@ -121,17 +136,7 @@ mod tests {
                 ..BrokerConfig::new(cluster.node(1).url(), "no-advertise-r3")
             };
             let b = halyard_broker::connect(&cfg).await.unwrap();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while let Err(e) = halyard_broker::ensure_streams(&b).await {
-                assert!(Instant::now() < deadline, "streams never created: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            for name in
-                [halyard_proto::subjects::JOBS_STREAM, halyard_proto::subjects::RESULTS_STREAM]
-            {
-                let mut s = b.js.get_stream(name).await.unwrap();
-                assert_eq!(s.info().await.unwrap().config.num_replicas, 3, "{name}");
-            }
+            assert_streams_have_three_replicas(&b).await;
         });
     }
 
@@ -148,18 +153,7 @@ mod tests {
                     .await
                     .unwrap();
             assert_eq!(halyard_broker::cluster_size(&b.client), 3);
-            let deadline = Instant::now() + Duration::from_secs(30);
-            // The meta leader may still be settling: JetStream answers once it is.
-            while let Err(e) = halyard_broker::ensure_streams(&b).await {
-                assert!(Instant::now() < deadline, "streams never created: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            for name in
-                [halyard_proto::subjects::JOBS_STREAM, halyard_proto::subjects::RESULTS_STREAM]
-            {
-                let mut s = b.js.get_stream(name).await.unwrap();
-                assert_eq!(s.info().await.unwrap().config.num_replicas, 3, "{name}");
-            }
+            assert_streams_have_three_replicas(&b).await;
             let subject = halyard_proto::subjects::job_subject("p");
             b.js.publish(subject.clone(), "before".into()).await.unwrap().await.unwrap();
         });

@@ -446,3 +446,16 @@ pub fn rerun_with_faults(
     }
     injected
 }
+
+/// `rules` with every text answer reporting `prompt_tokens = completion_tokens = 2^64 − 1`
+/// (issue 33: an API's word about its usage is clamped).
+pub fn absurd_usage(
+    rules: impl Fn(&ChatCall) -> Reply + Send + Sync + 'static,
+) -> impl Fn(&ChatCall) -> Reply + Send + Sync + 'static {
+    move |c| match rules(c) {
+        Reply::Text(text) => {
+            Reply::TextWithUsage { text, prompt_tokens: u64::MAX, completion_tokens: u64::MAX }
+        }
+        other => other,
+    }
+}
