@@ -80,7 +80,8 @@ fn leaderboard_merges_runs_and_warns_on_mixed_semantics() {
         assert_eq!(cells[1], (i + 1).to_string());
         assert_eq!(cells[2], *model, "row {i}: {}", rows[i]);
         assert_eq!(cells[3], format!("{h:.2}"), "row {i}: {}", rows[i]);
-        assert_eq!(cells[12], *run, "row {i}: {}", rows[i]);
+        // Column 13: the run (after the "empty / refused" column of issue 29).
+        assert_eq!(cells[13], *run, "row {i}: {}", rows[i]);
     }
     assert!(md.contains("different question sets"), "{md}");
     assert_eq!(std::fs::read_to_string(lb2.join("leaderboard.md")).unwrap(), md);
