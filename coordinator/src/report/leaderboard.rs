@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use halyard_pipelines::metrics::interval::Interval;
@@ -81,22 +80,12 @@ pub struct Leaderboard {
 
 /// Hypothetical questions' outcomes of the entry whose rows are `lines` of `labels`.
 fn hypothetical_outcomes(labels: &Path, lines: (u64, u64)) -> Result<BTreeMap<i64, bool>, String> {
-    let f = std::fs::File::open(labels).map_err(|e| format!("{}: {e}", labels.display()))?;
     let mut out = BTreeMap::new();
-    for (n, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let n = n as u64;
-        if n < lines.0 {
-            continue;
-        }
-        if n >= lines.1 {
-            break;
-        }
-        let at = || format!("{}: line {}", labels.display(), n + 1);
-        let line = line.map_err(|e| format!("{}: {e}", at()))?;
-        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{}: {e}", at()))?;
+    for (i, v) in paired_runs::label_rows(labels, lines)?.iter().enumerate() {
         if v["question_type"] != "hypothetical" {
             continue;
         }
+        let at = || format!("{}: line {}", labels.display(), lines.0 + i as u64 + 1);
         let id = v["question_id"].as_i64().ok_or_else(|| format!("{}: no question_id", at()))?;
         let label =
             v["answer_label"].as_str().ok_or_else(|| format!("{}: no answer_label", at()))?;

@@ -143,8 +143,8 @@ fn group_of(entry: &Value) -> String {
     g
 }
 
-/// Rows `lines.0 .. lines.1` of `labels` (0-based line numbers).
-fn label_rows(labels: &Path, lines: (u64, u64)) -> Result<Vec<Value>, String> {
+/// Rows `lines.0 .. lines.1` of `labels` (0-based line numbers), each read as JSON.
+pub(super) fn label_rows(labels: &Path, lines: (u64, u64)) -> Result<Vec<Value>, String> {
     let f = std::fs::File::open(labels).map_err(|e| format!("{}: {e}", labels.display()))?;
     let mut out = Vec::new();
     for (n, line) in std::io::BufReader::new(f).lines().enumerate() {
