@@ -64,16 +64,6 @@ pub enum AnswerKind {
     Refusal,
 }
 
-impl AnswerKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AnswerKind::Text => "text",
-            AnswerKind::Empty => "empty",
-            AnswerKind::Refusal => "refusal",
-        }
-    }
-}
-
 /// One token of a completion with its natural-log probability and, when asked, the most
 /// likely alternatives at its position (which may include the token itself).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

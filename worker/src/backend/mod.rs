@@ -104,9 +104,6 @@ pub struct Backends {
     local: HashMap<String, gguf::GgufModel>,
     /// Replay sources, by the endpoint of their jobs.
     replay: HashMap<String, replay::Replay>,
-    /// Completions whose reported token usage was more than the request could use, and
-    /// was clamped ([`clamp_usage`]).
-    pub usage_clamped: std::sync::atomic::AtomicU64,
 }
 
 /// Output tokens a request without `max_tokens` is taken to produce at the most: far
@@ -116,6 +113,23 @@ pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
 /// messages (a byte-level tokenizer never makes more tokens than bytes).
 const TEMPLATE_TOKENS_PER_MESSAGE: u64 = 16;
 const TEMPLATE_TOKENS: u64 = 64;
+
+/// [`clamp_usage`] on `c`, an answer an API gave for `job` (online, replayed, or read from
+/// a provider batch's output file), with a warning naming what it reported when clamped.
+pub fn clamp_completion(job: &Job, c: &mut Completion) {
+    let reported = c.usage;
+    if clamp_usage(job, &mut c.usage) {
+        tracing::warn!(
+            job = %job.id,
+            pool = %job.pool,
+            reported_prompt = reported.prompt_tokens,
+            reported_completion = reported.completion_tokens,
+            prompt = c.usage.prompt_tokens,
+            completion = c.usage.completion_tokens,
+            "the API reported more tokens than the request could use: clamped"
+        );
+    }
+}
 
 /// Clamp `usage`, as an API reported it for `job`, to what the request could have used
 /// (issue 33): prompt tokens at most the bytes of its messages plus the chat template's
@@ -172,14 +186,7 @@ impl Backends {
                 let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
                 local.insert(spec.endpoint.clone(), m);
             }
-            Ok(Backends {
-                http,
-                http_models,
-                embed,
-                local,
-                replay,
-                usage_clamped: Default::default(),
-            })
+            Ok(Backends { http, http_models, embed, local, replay })
         }
         #[cfg(not(feature = "gguf"))]
         {
@@ -189,7 +196,7 @@ impl Backends {
                     s.path.display()
                 ));
             }
-            Ok(Backends { http, http_models, embed, replay, usage_clamped: Default::default() })
+            Ok(Backends { http, http_models, embed, replay })
         }
     }
 
@@ -226,21 +233,8 @@ impl Backends {
         }
     }
 
-    /// `c` with its usage clamped to what `job` could use, counted and logged when it was.
     fn clamped(&self, job: &Job, mut c: Completion) -> Completion {
-        let reported = c.usage;
-        if clamp_usage(job, &mut c.usage) {
-            self.usage_clamped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(
-                job = %job.id,
-                pool = %job.pool,
-                reported_prompt = reported.prompt_tokens,
-                reported_completion = reported.completion_tokens,
-                prompt = c.usage.prompt_tokens,
-                completion = c.usage.completion_tokens,
-                "the API reported more tokens than the request could use: clamped"
-            );
-        }
+        clamp_completion(job, &mut c);
         c
     }
 

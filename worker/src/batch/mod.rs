@@ -1230,10 +1230,7 @@ impl BatchPool {
                 // A batch answer's usage is an API's word too (issue 33): clamped to what
                 // the request could use, as online answers are.
                 let mut c = c.clone();
-                let reported = c.usage;
-                if crate::backend::clamp_usage(job, &mut c.usage) {
-                    warn!(job = %job.id, batch = %batch, reported_prompt = reported.prompt_tokens, reported_completion = reported.completion_tokens, "the batch answer reported more tokens than the request could use: clamped");
-                }
+                crate::backend::clamp_completion(job, &mut c);
                 return BatchOutcome::Done(c);
             }
             Some(Answer::Failed(e)) if e.class == ErrorClass::RateLimited => {
