@@ -188,7 +188,10 @@ fn score_of(cfg: &Config, polls: &[Poll]) -> Option<f64> {
 pub fn reread_verdicts(cfg: &Config, label: &mut ItemLabel) -> usize {
     let mut changed = 0;
     for m in &mut label.metrics {
-        for p in m.polls.iter_mut().filter(|p| p.error.is_none()) {
+        // A structured refusal was read from the API's flag, which the text does not keep.
+        let readable =
+            |p: &&mut Poll| p.error.is_none() && p.unreadable != Some(Unreadable::Refusal);
+        for p in m.polls.iter_mut().filter(readable) {
             let Some(text) = &p.output else { continue };
             let parsed = parse_verdict_answer_line(text);
             changed += usize::from(p.verdict != parsed.ok());
@@ -221,7 +224,11 @@ pub fn evaluate(
                     error: Some(format!("poll job failed: {e}")),
                 }),
                 Some(JobOutcome::Done(c)) => {
-                    let parsed = parse_verdict_answer_line(&c.text);
+                    let parsed = if c.refusal {
+                        Err(Unreadable::Refusal)
+                    } else {
+                        parse_verdict_answer_line(&c.text)
+                    };
                     polls.push(Poll {
                         output: Some(c.text.clone()),
                         verdict: parsed.ok(),
@@ -487,6 +494,35 @@ mod tests {
         // Counted as "no" by policy, but as unparseable polls, not as verdicts.
         assert!((l.metrics[0].score.unwrap() - 1.0 / 6.0).abs() < 1e-12);
         assert!(l.metrics[0].polls.iter().all(|p| p.error.is_none()));
+    }
+
+    /// Issue 29: a structured refusal is no verdict, even when its words end with the
+    /// answer line, and a re-read keeps it a refusal.
+    #[test]
+    fn a_refusal_is_no_verdict() {
+        let cfg = Config {
+            judge: spec("j"),
+            polls: 1,
+            metrics: vec![Metric::Correctness],
+            unparseable: Unparseable::Exclude,
+            sampler: None,
+            probability: None,
+        };
+        let Plan::Waiting(jobs) = evaluate(&cfg, 0, &item(), &HashMap::<JobId, Outcome>::new())
+        else {
+            panic!()
+        };
+        let refusal = match done("I won't judge this.\nAnswer: no", None) {
+            Outcome::Done(c) => Outcome::Done(Completion { refusal: true, ..c }),
+            o => o,
+        };
+        let known: HashMap<JobId, Outcome> =
+            jobs.iter().map(|j| (j.id(), refusal.clone())).collect();
+        let Plan::Done(mut l) = evaluate(&cfg, 0, &item(), &known) else { panic!() };
+        let p = &l.metrics[0].polls[0];
+        assert_eq!((p.verdict, p.unreadable), (None, Some(Unreadable::Refusal)));
+        assert_eq!(reread_verdicts(&cfg, &mut l), 0);
+        assert_eq!(l.metrics[0].polls[0].unreadable, Some(Unreadable::Refusal));
     }
 
     /// Issue 29: a label stored with the old rule's verdicts is read again with the

@@ -105,6 +105,9 @@ pub enum Unreadable {
     /// The output's last non-empty line is not `Answer: yes` or `Answer: no` (a refusal,
     /// a truncated answer, a verdict given in prose, an echo of the instruction…).
     NoAnswerLine,
+    /// The API said the judge refused (`message.refusal`): its words are no verdict,
+    /// whatever they end with.
+    Refusal,
 }
 
 impl Unreadable {
@@ -113,6 +116,7 @@ impl Unreadable {
         match self {
             Unreadable::Empty => "empty output",
             Unreadable::NoAnswerLine => "no final \"Answer: yes/no\" line",
+            Unreadable::Refusal => "a refusal (the API's refusal field)",
         }
     }
 }
