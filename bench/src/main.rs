@@ -39,8 +39,8 @@ use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use halyard_broker::embedded::EmbeddedNats;
 use halyard_broker::{BrokerConfig, Delivery};
-use halyard_coordinator::sweep::{self, Benchmark};
 use halyard_pipelines::noop;
+use halyard_plan::sweep::{self, Benchmark};
 use halyard_proto::{subjects, Completion, Job, JobResult, Outcome, Usage};
 
 /// The allocator the `halyard` binary uses, so that the roles pay what users pay.

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::{halyard, read_json};
 use halyard_broker::BrokerConfig;
-use halyard_coordinator::sweep::{self, Benchmark};
+use halyard_plan::sweep::{self, Benchmark};
 use halyard_proto::{subjects, Job, JobId, JobResult};
 use halyard_tests::{ChildGuard, NatsServer};
 

@@ -306,7 +306,7 @@ fn two_worker_processes_both_pause() {
     let report = read_json(&out.join("outage/report.json"));
     check(&api, &reference, &Outcome { report, in_flight }, "two workers");
     // The pools' health records: paused once, resumed since.
-    let s = halyard_coordinator::sweep::load(&sweep).unwrap();
+    let s = halyard_plan::sweep::load(&sweep).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let b = halyard_broker::connect(&halyard_broker::BrokerConfig::new(url.clone(), "test"))

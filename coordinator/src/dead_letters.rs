@@ -31,9 +31,6 @@ use crate::state::{job_key, RunState, StateError, DONE, HISTORY, META, RETRIED};
 use crate::CoordinatorError;
 
 const ROUND_KEY: &[u8] = b"retry_round";
-/// Offset of retry rounds in job message ids (`<run>:<job>:r<100 + round>`), clear of the
-/// stall check's rounds (1–3).
-pub const MSG_ID_ROUND_BASE: u32 = 100;
 
 /// What `requeue` did.
 pub struct Requeued {

@@ -30,13 +30,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use halyard_proto::stored::{decode_result, encode_result};
+use halyard_proto::stored::encode_result;
 use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome, StoredResult};
 use halyard_store::logged::LoggedWrite;
 use halyard_store::redb::{self, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use halyard_store::{table, LogTable, Logged, LoggedTables, Table};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+pub use halyard_plan::store::{ItemKey, JobMeta};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -71,39 +73,6 @@ pub struct RunMeta {
     pub id: Uuid,
     pub name: String,
     pub created_unix_ms: u64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct JobMeta {
-    pub pool: String,
-    pub stage: String,
-    pub model: String,
-}
-
-/// A 12-byte item key: benchmark, model-under-test and item index, big-endian so that
-/// the store iterates items in order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ItemKey {
-    pub bench: u32,
-    pub model: u32,
-    pub item: u32,
-}
-
-impl ItemKey {
-    pub fn to_bytes(self) -> [u8; 12] {
-        let mut b = [0u8; 12];
-        b[..4].copy_from_slice(&self.bench.to_be_bytes());
-        b[4..8].copy_from_slice(&self.model.to_be_bytes());
-        b[8..].copy_from_slice(&self.item.to_be_bytes());
-        b
-    }
-    pub fn from_bytes(b: &[u8]) -> Option<ItemKey> {
-        if b.len() != 12 {
-            return None;
-        }
-        let n = |r: std::ops::Range<usize>| u32::from_be_bytes(b[r].try_into().unwrap_or([0; 4]));
-        Some(ItemKey { bench: n(0..4), model: n(4..8), item: n(8..12) })
-    }
 }
 
 /// Page cache of the run state.
@@ -426,7 +395,7 @@ impl RunState {
     }
 
     /// The cost accounting totals stored by an earlier process (empty if none).
-    pub fn costs(&self) -> Result<Vec<crate::cost::ClassTotals>, StateError> {
+    pub fn costs(&self) -> Result<Vec<halyard_plan::cost::ClassTotals>, StateError> {
         match self.get(META, b"costs")? {
             None => Ok(Vec::new()),
             Some(b) => halyard_proto::decode("cost totals", &b).map_err(|e| StateError::Corrupt {
@@ -437,7 +406,10 @@ impl RunState {
     }
 
     /// Store the endpoint outages seen during the run (for its report).
-    pub fn put_outages(&self, spans: &[crate::run::outage::OutageSpan]) -> Result<(), StateError> {
+    pub fn put_outages(
+        &self,
+        spans: &[halyard_plan::outage::OutageSpan],
+    ) -> Result<(), StateError> {
         let bytes = enc(&spans)?;
         self.write(|tx| {
             tx.open_table(META)?.insert(&b"outages"[..], &bytes[..])?;
@@ -446,7 +418,7 @@ impl RunState {
     }
 
     /// The endpoint outages stored so far (empty if none).
-    pub fn outages(&self) -> Result<Vec<crate::run::outage::OutageSpan>, StateError> {
+    pub fn outages(&self) -> Result<Vec<halyard_plan::outage::OutageSpan>, StateError> {
         match self.get(META, b"outages")? {
             None => Ok(Vec::new()),
             Some(b) => halyard_proto::decode("outages", &b).map_err(|e| StateError::Corrupt {
@@ -551,7 +523,7 @@ pub enum Write<'a> {
     /// The note of a dead-lettered job, stored if it has none.
     JobNote(&'a JobId, &'a JobMeta),
     /// The cost totals.
-    Costs(&'a [crate::cost::ClassTotals]),
+    Costs(&'a [halyard_plan::cost::ClassTotals]),
 }
 
 /// A crash point for tests: `HALYARD_COORDINATOR_FAILPOINT=mid-commit:<n>` makes the
@@ -587,8 +559,29 @@ mod failpoint {
 
 /// A stored result, or an error naming its record.
 pub(crate) fn decode_stored(job: &JobId, bytes: &[u8]) -> Result<StoredResult, StateError> {
-    decode_result(bytes)
-        .map_err(|e| StateError::Corrupt { what: format!("results/{job}"), reason: e.to_string() })
+    Ok(halyard_plan::store::decode_stored(job, bytes)?)
+}
+
+impl From<halyard_plan::store::StoreError> for StateError {
+    fn from(e: halyard_plan::store::StoreError) -> Self {
+        match e {
+            halyard_plan::store::StoreError::Io(e) => StateError::Io(e),
+            halyard_plan::store::StoreError::Corrupt { what, reason } => {
+                StateError::Corrupt { what, reason }
+            }
+        }
+    }
+}
+
+impl From<StateError> for halyard_plan::store::StoreError {
+    fn from(e: StateError) -> Self {
+        match e {
+            StateError::Corrupt { what, reason } => {
+                halyard_plan::store::StoreError::Corrupt { what, reason }
+            }
+            other => halyard_plan::store::StoreError::Io(other.to_string()),
+        }
+    }
 }
 
 fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StateError> {
@@ -653,7 +646,7 @@ mod tests {
         let m = |stage: &str| JobMeta { pool: "p".into(), stage: stage.into(), model: "m".into() };
         let (first, later) = (m("first"), m("later"));
         let item = ItemKey { bench: 0, model: 0, item: 7 };
-        let totals = vec![crate::cost::ClassTotals { jobs: 2, ..Default::default() }];
+        let totals = vec![halyard_plan::cost::ClassTotals { jobs: 2, ..Default::default() }];
         st.commit_writes(&[
             Write::Result(&j1, &r1),
             Write::Result(&j2, &r2a),

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use halyard_coordinator::sweep;
+use halyard_plan::sweep;
 use halyard_tests::mutate::mutate;
 use proptest::prelude::*;
 

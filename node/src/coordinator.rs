@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use halyard_broker::{Broker, BrokerConfig};
-use halyard_coordinator::sweep::Sweep;
-use halyard_coordinator::{CoordinatorConfig, CoordinatorError, Progress, RunOutcome};
+use halyard_coordinator::{CoordinatorConfig, CoordinatorError, RunOutcome};
+use halyard_plan::progress::Progress;
+use halyard_plan::sweep::Sweep;
 use halyard_worker::Stats;
 use tokio::sync::watch;
 

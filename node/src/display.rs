@@ -13,8 +13,8 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use halyard_coordinator::progress::TargetProgress;
-use halyard_coordinator::Progress;
+use halyard_plan::progress::Progress;
+use halyard_plan::progress::TargetProgress;
 use halyard_worker::Stats;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::watch;

@@ -22,7 +22,7 @@
 
 use std::path::PathBuf;
 
-use halyard_coordinator::sweep::{self, Sweep};
+use halyard_plan::sweep::{self, Sweep};
 
 pub mod coordinator;
 pub mod display;
@@ -148,5 +148,5 @@ pub async fn connect_or_stop(
 /// The identity of a local model file, as a sweep's `identity` key takes it
 /// (`halyard identity FILE`).
 pub fn sweep_identity(path: &std::path::Path) -> std::io::Result<String> {
-    halyard_coordinator::sweep::gguf_identity(path)
+    halyard_plan::sweep::gguf_identity(path)
 }

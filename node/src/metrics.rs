@@ -26,8 +26,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use halyard_broker::Broker;
-use halyard_coordinator::cost::{by_model, ClassTotals, LATENCY_BUCKETS_S};
-use halyard_coordinator::Progress;
+use halyard_plan::cost::{by_model, ClassTotals, LATENCY_BUCKETS_S};
+use halyard_plan::progress::Progress;
 use halyard_worker::Stats;
 use tokio::sync::watch;
 

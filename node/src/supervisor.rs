@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use halyard_broker::{embedded::EmbeddedNats, Broker, BrokerConfig};
-use halyard_coordinator::sweep::Sweep;
 use halyard_coordinator::{CoordinatorConfig, RunOutcome};
+use halyard_plan::sweep::Sweep;
 use halyard_worker::{Checkpoint, Stats, WorkerError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

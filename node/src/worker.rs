@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use halyard_broker::{BrokerConfig, Delivery};
-use halyard_coordinator::sweep;
-use halyard_coordinator::worker_plan::{gpu_plan, non_gpu_plan, worker_plan};
+use halyard_plan::sweep;
+use halyard_plan::worker_plan::{gpu_plan, non_gpu_plan, worker_plan};
 use halyard_proto::pool::{PoolPlan, QuotaSpec, WorkerModel};
 use halyard_worker::WorkerConfig;
 use tokio::sync::watch;

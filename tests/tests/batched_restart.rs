@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::RawMessageErrorKind;
 use halyard_broker::{BrokerConfig, Delivery};
-use halyard_coordinator::{sweep, CoordinatorConfig, Progress, RunOutcome};
+use halyard_coordinator::{CoordinatorConfig, RunOutcome};
+use halyard_plan::progress::Progress;
+use halyard_plan::sweep;
 use halyard_proto::pool::{PoolPlan, WorkerModel, WorkerPlan};
 use halyard_proto::{subjects, JobId};
 use halyard_tests::NatsServer;

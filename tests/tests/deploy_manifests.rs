@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use halyard_coordinator::sweep;
+use halyard_plan::sweep;
 use halyard_proto::subjects::{pool_consumer, JOBS_STREAM};
 
 fn repo() -> PathBuf {

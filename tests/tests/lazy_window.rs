@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use halyard_broker::{BrokerConfig, Delivery};
-use halyard_coordinator::{sweep, CoordinatorConfig, Progress, RunOutcome};
+use halyard_coordinator::{CoordinatorConfig, RunOutcome};
+use halyard_plan::progress::Progress;
+use halyard_plan::sweep;
 use halyard_proto::pool::{PoolPlan, WorkerModel, WorkerPlan};
 use halyard_tests::NatsServer;
 use halyard_worker::WorkerConfig;

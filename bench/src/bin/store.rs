@@ -21,8 +21,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use clap::Parser;
-use halyard_coordinator::cost::ClassTotals;
 use halyard_coordinator::state::{ItemKey, RunState, Write};
+use halyard_plan::cost::ClassTotals;
 use halyard_proto::stored::encode_result;
 use halyard_proto::{Completion, JobId, Outcome, StoredResult, Usage};
 use halyard_worker::Checkpoint;

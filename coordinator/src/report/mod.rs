@@ -9,9 +9,9 @@
 //! accounting (calls, cache hits, tokens, latency) sits apart under `jobs`, since a
 //! resumed run legitimately differs there from an uninterrupted one.
 
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use halyard_plan::report::{io_err, write_atomic, Across, LabelsFile, Section};
 use halyard_proto::Outcome;
 use serde::Serialize;
 use uuid::Uuid;
@@ -22,9 +22,6 @@ use crate::{CoordinatorConfig, CoordinatorError};
 pub mod html;
 pub mod leaderboard;
 pub mod paired_runs;
-mod section;
-
-pub use section::{Across, Section};
 
 #[derive(Serialize)]
 pub struct DeadLetter {
@@ -50,21 +47,21 @@ struct ReportJson<'a> {
     run: RunInfo<'a>,
     benchmarks: Vec<serde_json::Value>,
     jobs: JobTotals,
-    costs: crate::cost::CostSection,
+    costs: halyard_plan::cost::CostSection,
     dead_letters: Vec<DeadLetter>,
     /// Endpoint outages seen during the run (pools paused by their workers).
     outages: Vec<OutageRow>,
     /// RealHall's aggregate over the sweep's ChainPoll datasets, per judge benchmarked on
     /// two or more (issue 29).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    realhall: Vec<crate::benchmarks::chainpoll::RealHallEntry>,
+    realhall: Vec<halyard_plan::benchmarks::chainpoll::RealHallEntry>,
 }
 
 /// An outage in `report.json`.
 #[derive(Serialize)]
 struct OutageRow {
     #[serde(flatten)]
-    span: crate::run::outage::OutageSpan,
+    span: halyard_plan::outage::OutageSpan,
     /// Its length in seconds (until the report, if it was still going on).
     down_s: u64,
 }
@@ -81,58 +78,12 @@ fn outages_markdown(rows: &[OutageRow]) -> String {
             "| {} | {} | {}{open} | {} |\n",
             r.span.pool,
             r.span.reason,
-            crate::run::outage::duration(r.down_s),
+            halyard_plan::outage::duration(r.down_s),
             r.span.error.replace('|', "\\|")
         ));
     }
     md.push('\n');
     md
-}
-
-pub(crate) fn io_err(dir: &Path, e: impl std::fmt::Display) -> CoordinatorError {
-    CoordinatorError::Report { dir: dir.display().to_string(), reason: e.to_string() }
-}
-
-pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CoordinatorError> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(dir, format!("{name}: {e}")))?;
-    f.write_all(bytes)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| io_err(dir, format!("{name}: {e}")))?;
-    std::fs::rename(&tmp, dir.join(name)).map_err(|e| io_err(dir, format!("{name}: {e}")))
-}
-
-/// `labels.jsonl`, written to a temporary file as labels are read, renamed at the end.
-pub struct LabelsFile {
-    tmp: PathBuf,
-    out: BufWriter<std::fs::File>,
-    /// Rows written so far.
-    lines: u64,
-}
-
-impl LabelsFile {
-    fn create(dir: &Path) -> Result<LabelsFile, CoordinatorError> {
-        let tmp = dir.join(".labels.jsonl.tmp");
-        let f =
-            std::fs::File::create(&tmp).map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))?;
-        Ok(LabelsFile { tmp, out: BufWriter::new(f), lines: 0 })
-    }
-
-    fn row(&mut self, dir: &Path, label: &impl Serialize) -> Result<(), CoordinatorError> {
-        serde_json::to_writer(&mut self.out, label).map_err(|e| io_err(dir, e))?;
-        self.lines += 1;
-        self.out.write_all(b"\n").map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))
-    }
-
-    fn finish(self, dir: &Path) -> Result<(), CoordinatorError> {
-        let f = self
-            .out
-            .into_inner()
-            .map_err(|e| io_err(dir, format!("labels.jsonl: {}", e.error())))?;
-        f.sync_all().map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))?;
-        std::fs::rename(&self.tmp, dir.join("labels.jsonl"))
-            .map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))
-    }
 }
 
 pub fn dead_letters(state: &RunState) -> Result<Vec<DeadLetter>, CoordinatorError> {
@@ -189,12 +140,12 @@ pub fn write(
         };
         bench.ops().report(&mut section)?;
     }
-    let realhall = crate::benchmarks::chainpoll::realhall(&across.chainpoll);
-    md.push_str(&crate::benchmarks::chainpoll::realhall_markdown(&realhall));
+    let realhall = halyard_plan::benchmarks::chainpoll::realhall(&across.chainpoll);
+    md.push_str(&halyard_plan::benchmarks::chainpoll::realhall_markdown(&realhall));
     let totals = state.totals()?;
     let dead = dead_letters(state)?;
     let dead_count = dead.len() as u64;
-    let costs = crate::cost::CostSection::new(&cfg.sweep, state.costs()?);
+    let costs = halyard_plan::cost::CostSection::new(&cfg.sweep, state.costs()?);
     md.push_str(&jobs_markdown(&totals));
     md.push_str(&costs.render_markdown());
     md.push_str(&dead_letters_markdown(&dead));

@@ -25,8 +25,8 @@ use tracing::{info, warn};
 use super::collector::{decode_results, open_payload, Opened};
 use super::planner::{Event, Planner};
 use crate::state::RunState;
-use crate::store::RunStore;
 use crate::CoordinatorError;
+use halyard_plan::store::RunStore;
 
 /// Store every result of this run still held by the results stream, without acking,
 /// each message's effects as one commit; the jobs it plans (with their rounds) are

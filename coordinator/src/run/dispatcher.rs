@@ -23,7 +23,7 @@ use halyard_proto::{subjects, Job, JobId};
 use tracing::warn;
 use uuid::Uuid;
 
-use crate::sweep::{JobBatch, Sweep, AUTO_BATCH_SPAN, AUTO_MAX_JOB_BATCH};
+use halyard_plan::sweep::{JobBatch, Sweep, AUTO_BATCH_SPAN, AUTO_MAX_JOB_BATCH};
 
 /// Job publishes whose broker ack is not yet in (async-nats allows 5,000 by default).
 const MAX_UNCONFIRMED: usize = 4096;
@@ -52,7 +52,7 @@ pub(super) enum Batching {
 
 impl Batching {
     /// The batching of pool `pool` under `[run] job_batch`: `local` pools are those
-    /// without paid calls ([`crate::sweep::Sweep::local_pools`]).
+    /// without paid calls ([`halyard_plan::sweep::Sweep::local_pools`]).
     pub(super) fn of(job_batch: JobBatch, local: bool) -> Batching {
         match job_batch {
             JobBatch::Fixed(n) => Batching::Fixed(n),

@@ -5,7 +5,7 @@
 //! - `collector`: pulls and decodes results, reads max-deliveries advisories;
 //! - `backlog`: results that arrived while no coordinator ran, read before planning;
 //! - `stall`: jobs lost from the queue, published again or declared lost;
-//! - the cost limit: [`crate::cost::Meter::stop_at_limit`].
+//! - the cost limit: [`halyard_plan::cost::Meter::stop_at_limit`].
 //!
 //! This module carries out the planner's effects: store writes, then publishes, then one
 //! flush, and only then the acks of the results that caused them (group commit, as in
@@ -22,24 +22,22 @@ use tokio::sync::watch;
 use tracing::{info, warn, Instrument};
 use uuid::Uuid;
 
-use crate::progress::Progress;
+use halyard_plan::planner::{self, Event, Planner};
+use halyard_plan::progress::Progress;
+use halyard_plan::store::RunStore;
+
 use crate::state::RunState;
-use crate::store::RunStore;
 use crate::{CoordinatorConfig, CoordinatorError};
 
 mod backlog;
 mod collector;
 mod dispatcher;
 pub mod outage;
-pub mod planner;
-#[cfg(test)]
-mod planner_tests;
 mod queued;
 mod stall;
 
 use collector::Collector;
 use dispatcher::Dispatcher;
-use planner::{Event, Planner};
 use stall::Stall;
 
 #[derive(Debug, PartialEq)]
@@ -55,7 +53,7 @@ pub enum RunOutcome {
     CostLimit { run: Uuid, spent: f64, limit: f64 },
     /// A pool's endpoint stayed down longer than `[run] outage_patience_s`: stopped as
     /// interrupted (nothing was dead-lettered for it), resumable once it is back.
-    OutageStopped { run: Uuid, outage: outage::PoolOutage, patience_s: u64 },
+    OutageStopped { run: Uuid, outage: halyard_plan::outage::PoolOutage, patience_s: u64 },
 }
 
 /// Run the coordinator for `cfg` until the run completes or `shutdown` resolves.
@@ -79,7 +77,7 @@ pub async fn run(
         RunOutcome::Complete { .. } => {}
         stopped => return Ok(stopped),
     }
-    crate::benchmarks::build::load_built(&mut cfg.sweep, &cfg.run_dir)?;
+    halyard_plan::benchmarks::build::load_built(&mut cfg.sweep, &cfg.run_dir)?;
     info!("phase 2 of 2: evaluating on the built datasets");
     run_phase(broker, cfg, progress_tx, shutdown).await
 }
@@ -209,7 +207,7 @@ impl ProviderBatches {
     /// How often the batches bucket is read.
     const EVERY: Duration = Duration::from_secs(5);
 
-    fn new(broker: Broker, sweep: &crate::sweep::Sweep) -> ProviderBatches {
+    fn new(broker: Broker, sweep: &halyard_plan::sweep::Sweep) -> ProviderBatches {
         let mut pools: Vec<String> = sweep
             .models
             .iter()

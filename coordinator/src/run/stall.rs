@@ -14,8 +14,8 @@ use tracing::warn;
 use super::dispatcher::Dispatcher;
 use super::planner::Planner;
 use crate::state::RunState;
-use crate::store::RunStore;
 use crate::CoordinatorError;
+use halyard_plan::store::RunStore;
 
 /// Rounds of re-publication before outstanding jobs are declared lost.
 const ROUNDS: u32 = 3;
@@ -43,7 +43,7 @@ impl Rounds {
     /// below retry-failed's (MSG_ID_ROUND_BASE and up); one reused after 99 rounds is
     /// far outside the broker's de-duplication window.
     fn next(&mut self) -> Option<u32> {
-        self.round = self.round % (crate::dead_letters::MSG_ID_ROUND_BASE - 1) + 1;
+        self.round = self.round % (halyard_plan::planner::MSG_ID_ROUND_BASE - 1) + 1;
         self.unanswered += 1;
         (self.unanswered <= ROUNDS).then_some(self.round)
     }
@@ -121,7 +121,7 @@ mod tests {
         assert_eq!((r.next(), r.next()), (Some(1), Some(2)));
         r.unanswered = 0; // what Stall::progressed does
         assert_eq!([r.next(), r.next(), r.next(), r.next()], [Some(3), Some(4), Some(5), None]);
-        let mut r = Rounds { round: crate::dead_letters::MSG_ID_ROUND_BASE - 1, unanswered: 0 };
+        let mut r = Rounds { round: halyard_plan::planner::MSG_ID_ROUND_BASE - 1, unanswered: 0 };
         assert_eq!(r.next(), Some(1));
     }
 }

@@ -2,9 +2,9 @@
 //! ([`writer`]: `status.json` and the broker's status bucket, with the workers'
 //! heartbeats) and that `halyard status` reads ([`show`]), from any machine.
 
-use halyard_coordinator::cost::ClassTotals;
-use halyard_coordinator::progress::TargetProgress;
-use halyard_coordinator::Progress;
+use halyard_plan::cost::ClassTotals;
+use halyard_plan::progress::Progress;
+use halyard_plan::progress::TargetProgress;
 use serde::{Deserialize, Serialize};
 
 pub mod show;
@@ -44,7 +44,7 @@ pub struct Status {
     pub pools: Vec<PoolStatus>,
     /// Pools whose endpoint is down (their workers paused them), as the coordinator saw.
     #[serde(default)]
-    pub outages: Vec<halyard_coordinator::run::outage::PoolOutage>,
+    pub outages: Vec<halyard_plan::outage::PoolOutage>,
     /// Provider batches of the run's batch pools not over yet, per pool and state (read
     /// from the broker by `halyard status`; as the coordinator last saw them otherwise).
     #[serde(default)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use halyard_broker::status::{self as kv, KvStore};
 use halyard_broker::Broker;
-use halyard_coordinator::Progress;
+use halyard_plan::progress::Progress;
 use halyard_worker::Stats;
 use tokio::sync::watch;
 

@@ -16,7 +16,7 @@ use super::table::{model_named, reject_foreign_keys, RawBenchmark};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
 use crate::sweep::{key_err, Sweep, SweepError};
-use crate::CoordinatorError;
+use crate::PlanError;
 
 /// The keys of the table only this pipeline takes.
 pub const KEYS: &[&str] = &["build"];
@@ -265,7 +265,7 @@ impl Pipeline for HypoTermQaBuild {
 
     /// Per generator: stream its labels to `labels.jsonl`, assemble the dataset, write it
     /// to the run directory (`built-<b>.jsonl`), and add its section and entry.
-    fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError> {
+    fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError> {
         let (b, knowledge_base) = (out.bench, &self.knowledge_base);
         for (m, c) in self.config.iter().enumerate() {
             let mut labels = Vec::new();

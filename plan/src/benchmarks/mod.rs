@@ -37,7 +37,7 @@ use halyard_pipelines::common::{Plan, ResultLookup};
 
 use crate::report::Section;
 use crate::sweep::{key_err, Model, SweepError};
-use crate::CoordinatorError;
+use crate::PlanError;
 
 pub mod autohall;
 pub mod build;
@@ -51,7 +51,7 @@ pub mod uhgeval;
 pub(crate) use table::RawBenchmark;
 
 /// An item's plan, its label encoded for the run state.
-pub type Evaluation = Result<Plan<Vec<u8>>, CoordinatorError>;
+pub type Evaluation = Result<Plan<Vec<u8>>, PlanError>;
 
 /// What the coordinator asks of a benchmark, whatever its pipeline.
 pub trait Pipeline {
@@ -71,7 +71,7 @@ pub trait Pipeline {
     fn evaluate(&self, model: usize, item: u32, known: &dyn ResultLookup) -> Evaluation;
     /// This benchmark's part of the report: its Markdown section, `report.json` entries
     /// and `labels.jsonl` rows.
-    fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError>;
+    fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError>;
 }
 
 /// A benchmark of the sweep, checked, with its datasets read.
@@ -183,7 +183,7 @@ pub(crate) fn check_all(
 pub(crate) fn encoded<T: serde::Serialize>(plan: Plan<T>) -> Evaluation {
     Ok(match plan {
         Plan::Done(label) => Plan::Done(serde_json::to_vec(&label).map_err(|err| {
-            CoordinatorError::Report { dir: "<memory>".into(), reason: err.to_string() }
+            PlanError::Report { dir: "<memory>".into(), reason: err.to_string() }
         })?),
         Plan::Waiting(jobs) => Plan::Waiting(jobs),
     })

@@ -10,7 +10,7 @@ use super::table::{reject_foreign_keys, RawBenchmark};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
 use crate::sweep::{key_err, SweepError};
-use crate::CoordinatorError;
+use crate::PlanError;
 
 /// The keys of the table only this pipeline takes.
 pub const KEYS: &[&str] = &["jobs"];
@@ -82,7 +82,7 @@ impl Pipeline for Noop {
 
     /// Per model: the labels are tallied as they stream to `labels.jsonl` (a noop run may
     /// have millions).
-    fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError> {
+    fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError> {
         let (b, jobs) = (out.bench, self.jobs);
         for (m, c) in self.config.iter().enumerate() {
             let first = out.lines();

@@ -12,7 +12,7 @@
 //! models keep going, and then the run stops, resumable with a higher limit.
 //!
 //! The totals are written in the same transaction as the batch's results
-//! ([`crate::state::RunState::commit_writes`]): after a hard kill the store holds both or
+//! ([`crate::store::RunStore::commit_writes`]): after a hard kill the store holds both or
 //! neither.
 
 use std::collections::HashMap;

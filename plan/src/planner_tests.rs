@@ -8,8 +8,8 @@ use std::time::Instant;
 use halyard_proto::{Completion, Job, JobId, JobResult, Outcome, Usage};
 use uuid::Uuid;
 
-use super::planner::{publishes, Effect, Event, Planner};
-use crate::state::ItemKey;
+use crate::planner::{publishes, Effect, Event, Planner, MSG_ID_ROUND_BASE};
+use crate::store::ItemKey;
 use crate::store::{MemStore, RunStore};
 use crate::sweep::{parse, Sweep};
 
@@ -218,7 +218,7 @@ fn retried_jobs_carry_their_round() {
     let fx = p.step(Event::Fill, Instant::now()).unwrap();
     let rounds: Vec<Option<u32>> =
         apply(&mut MemStore::default(), fx).into_iter().map(|(_, r)| r).collect();
-    assert_eq!(rounds, vec![None, Some(crate::dead_letters::MSG_ID_ROUND_BASE + 1)]);
+    assert_eq!(rounds, vec![None, Some(MSG_ID_ROUND_BASE + 1)]);
 }
 
 /// Drive a planner over `store` to the end, answering `per_batch` jobs at a time (each

@@ -15,7 +15,7 @@ use super::table::{
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
 use crate::sweep::{key_err, SweepError};
-use crate::CoordinatorError;
+use crate::PlanError;
 
 /// The keys of the table this pipeline takes.
 pub const KEYS: &[&str] = &[
@@ -139,7 +139,7 @@ impl Pipeline for AutoHall {
 
     /// One section with a leaderboard across the models, figures per model, and label
     /// rows (each with `balanced`: whether the reference is in the detection set).
-    fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError> {
+    fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError> {
         let claims = self.claims.len() as u64;
         let mut reports = Vec::new();
         for (m, c) in self.config.iter().enumerate() {

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use halyard_proto::JobId;
 
-use crate::state::ItemKey;
+use crate::store::ItemKey;
 
 #[derive(Clone, Debug)]
 struct Lane {

@@ -1,18 +1,18 @@
 //! What a benchmark writes into the report, and how it reads its labels.
 
-use std::path::Path;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{io_err, LabelsFile};
-use crate::state::RunState;
-use crate::CoordinatorError;
+use crate::store::LabelStore;
+use crate::PlanError;
 
 /// One benchmark's part of the report: it reads its labels from the run state and adds
 /// its Markdown section, its `report.json` entries and its `labels.jsonl` rows.
 pub struct Section<'a> {
-    pub state: &'a RunState,
+    pub state: &'a dyn LabelStore,
     /// The benchmark's index in the sweep.
     pub bench: usize,
     /// The run directory.
@@ -20,7 +20,7 @@ pub struct Section<'a> {
     pub md: &'a mut String,
     /// `report.json`'s `benchmarks`.
     pub json: &'a mut Vec<serde_json::Value>,
-    pub(super) labels: &'a mut LabelsFile,
+    pub labels: &'a mut LabelsFile,
     /// What benchmarks hand on to figures across benchmarks (the RealHall aggregate).
     pub across: &'a mut Across,
 }
@@ -34,12 +34,12 @@ pub struct Across {
 
 impl Section<'_> {
     /// A report error in the run directory.
-    pub fn err(&self, e: impl std::fmt::Display) -> CoordinatorError {
+    pub fn err(&self, e: impl std::fmt::Display) -> PlanError {
         io_err(self.dir, e)
     }
 
     /// Labels of model `model` of this benchmark, in item order.
-    pub fn labels<T: DeserializeOwned>(&self, model: usize) -> Result<Vec<T>, CoordinatorError> {
+    pub fn labels<T: DeserializeOwned>(&self, model: usize) -> Result<Vec<T>, PlanError> {
         let mut out = Vec::new();
         for r in self.state.labels_of(self.bench as u32, model as u32) {
             let (k, v) = r?;
@@ -55,7 +55,7 @@ impl Section<'_> {
     pub fn labels_written<T: Serialize + DeserializeOwned>(
         &mut self,
         model: usize,
-    ) -> Result<Vec<T>, CoordinatorError> {
+    ) -> Result<Vec<T>, PlanError> {
         let ls: Vec<T> = self.labels(model)?;
         for l in &ls {
             self.row(l)?;
@@ -64,7 +64,7 @@ impl Section<'_> {
     }
 
     /// One row of `labels.jsonl`.
-    pub fn row(&mut self, label: &impl Serialize) -> Result<(), CoordinatorError> {
+    pub fn row(&mut self, label: &impl Serialize) -> Result<(), PlanError> {
         self.labels.row(self.dir, label)
     }
 
@@ -78,7 +78,7 @@ impl Section<'_> {
         &self,
         report: &impl Serialize,
         dataset: &Path,
-    ) -> Result<serde_json::Value, CoordinatorError> {
+    ) -> Result<serde_json::Value, PlanError> {
         let mut v = serde_json::to_value(report).map_err(|e| self.err(e))?;
         if let Some(o) = v.as_object_mut() {
             o.insert("benchmark".into(), self.bench.into());
@@ -90,5 +90,51 @@ impl Section<'_> {
     /// A Markdown section titled `Benchmark <b>: <title>`.
     pub fn section(&mut self, title: &str, markdown: &str) {
         self.md.push_str(&format!("## Benchmark {}: {title}\n\n{markdown}\n", self.bench));
+    }
+}
+
+pub fn io_err(dir: &Path, e: impl std::fmt::Display) -> PlanError {
+    PlanError::Report { dir: dir.display().to_string(), reason: e.to_string() }
+}
+
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), PlanError> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(dir, format!("{name}: {e}")))?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| io_err(dir, format!("{name}: {e}")))?;
+    std::fs::rename(&tmp, dir.join(name)).map_err(|e| io_err(dir, format!("{name}: {e}")))
+}
+
+/// `labels.jsonl`, written to a temporary file as labels are read, renamed at the end.
+pub struct LabelsFile {
+    tmp: PathBuf,
+    out: BufWriter<std::fs::File>,
+    /// Rows written so far.
+    lines: u64,
+}
+
+impl LabelsFile {
+    pub fn create(dir: &Path) -> Result<LabelsFile, PlanError> {
+        let tmp = dir.join(".labels.jsonl.tmp");
+        let f =
+            std::fs::File::create(&tmp).map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))?;
+        Ok(LabelsFile { tmp, out: BufWriter::new(f), lines: 0 })
+    }
+
+    fn row(&mut self, dir: &Path, label: &impl Serialize) -> Result<(), PlanError> {
+        serde_json::to_writer(&mut self.out, label).map_err(|e| io_err(dir, e))?;
+        self.lines += 1;
+        self.out.write_all(b"\n").map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))
+    }
+
+    pub fn finish(self, dir: &Path) -> Result<(), PlanError> {
+        let f = self
+            .out
+            .into_inner()
+            .map_err(|e| io_err(dir, format!("labels.jsonl: {}", e.error())))?;
+        f.sync_all().map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))?;
+        std::fs::rename(&self.tmp, dir.join("labels.jsonl"))
+            .map_err(|e| io_err(dir, format!("labels.jsonl: {e}")))
     }
 }

@@ -11,7 +11,7 @@ use super::table::{model_named, read_rows, reject_foreign_keys, RawBenchmark};
 use super::{build, encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
 use crate::sweep::{key_err, SweepError};
-use crate::CoordinatorError;
+use crate::PlanError;
 
 /// The keys of the table only this pipeline (and others) take.
 pub const KEYS: &[&str] =
@@ -137,7 +137,7 @@ impl Pipeline for HypoTermQa {
     }
 
     /// One section per model under test, with its score and its rows in `labels.jsonl`.
-    fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError> {
+    fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError> {
         let (b, dataset) = (out.bench, &self.dataset);
         let counts = hypotermqa::QuestionCounts::from_questions(&self.questions);
         for (m, c) in self.config.iter().enumerate() {

@@ -14,7 +14,7 @@ use super::table::{
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
 use crate::sweep::{key_err, SweepError};
-use crate::CoordinatorError;
+use crate::PlanError;
 
 /// The keys of the table this pipeline takes.
 pub const KEYS: &[&str] =
@@ -170,7 +170,7 @@ impl Pipeline for ChainPoll {
     }
 
     /// One section with a leaderboard across the judges, figures per judge, label rows.
-    fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError> {
+    fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError> {
         let mut reports = Vec::new();
         for (m, c) in self.config.iter().enumerate() {
             let mut items: Vec<chainpoll::ItemLabel> = out.labels(m)?;

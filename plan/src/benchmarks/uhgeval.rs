@@ -11,7 +11,7 @@ use super::table::{model_named, models_of, read_rows, reject_foreign_keys, RawBe
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
 use crate::sweep::{key_err, SweepError};
-use crate::CoordinatorError;
+use crate::PlanError;
 
 /// The keys of the table this pipeline takes.
 pub const KEYS: &[&str] = &["variant", "forms", "bert_embedder", "dataset", "limit"];
@@ -119,7 +119,7 @@ impl Pipeline for UhgEval {
     }
 
     /// One section with a leaderboard across the models, and an entry per model.
-    fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError> {
+    fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError> {
         let mut reports = Vec::new();
         for (m, c) in self.config.iter().enumerate() {
             let ls: Vec<uhgeval::ItemLabel> = out.labels_written(m)?;

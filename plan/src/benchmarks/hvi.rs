@@ -14,7 +14,7 @@ use super::table::{
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
 use crate::sweep::{key_err, SweepError};
-use crate::CoordinatorError;
+use crate::PlanError;
 
 /// The keys of the table this pipeline takes.
 pub const KEYS: &[&str] =
@@ -213,7 +213,7 @@ impl Pipeline for Hvi {
     }
 
     /// One section with a leaderboard across the models, and an entry per model.
-    fn report(&self, out: &mut Section<'_>) -> Result<(), CoordinatorError> {
+    fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError> {
         match self {
             Hvi::Judge { config, dataset, weights, .. } => {
                 report_judge_mode(out, config, dataset, *weights)
@@ -230,7 +230,7 @@ fn report_judge_mode(
     config: &[hvi::Config],
     dataset: &Path,
     weights: Weights,
-) -> Result<(), CoordinatorError> {
+) -> Result<(), PlanError> {
     let mut reports = Vec::new();
     for (m, c) in config.iter().enumerate() {
         let ls: Vec<hvi::ItemLabel> = out.labels_written(m)?;
@@ -260,7 +260,7 @@ fn report_labels_mode(
     models: &[String],
     file: &Path,
     weights: Weights,
-) -> Result<(), CoordinatorError> {
+) -> Result<(), PlanError> {
     let mut reports = Vec::new();
     for (m, name) in models.iter().enumerate() {
         let ls: Vec<hvi::ModelLabels> = out.labels_written(m)?;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::latency::LatencyHistogram;
-use crate::state::ItemKey;
+use crate::store::ItemKey;
 use crate::store::RunStore;
 use crate::sweep::Sweep;
 
@@ -34,7 +34,7 @@ pub struct Progress {
     pub max_cost: Option<f64>,
     pub held: u64,
     /// Pools of the run whose endpoint is down now (their workers paused them).
-    pub outages: Vec<crate::run::outage::PoolOutage>,
+    pub outages: Vec<crate::outage::PoolOutage>,
     /// Provider batches of the run's batch pools that are not over (`mode = "batch"`):
     /// the run is waiting for them.
     pub provider_batches: Vec<halyard_proto::provider_batch::BatchGroup>,

@@ -29,11 +29,15 @@ use uuid::Uuid;
 use crate::benchmarks::Benchmark;
 use crate::cost::{ClassTotals, Meter};
 use crate::progress::Progress;
-use crate::state::{ItemKey, JobMeta, StateError};
 use crate::store::RunStore;
+use crate::store::{ItemKey, JobMeta, StoreError};
 use crate::sweep::Sweep;
 use crate::window::Window;
-use crate::CoordinatorError;
+use crate::PlanError;
+
+/// Offset of retry rounds in job message ids (`<run>:<job>:r<100 + round>`), clear of the
+/// stall check's rounds (1–3).
+pub const MSG_ID_ROUND_BASE: u32 = 100;
 
 /// A result as received: decoded, and its encoding (stored as is).
 /// What happened, for the planner.
@@ -116,7 +120,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
         store: S,
         run: Uuid,
         retried: HashMap<JobId, u32>,
-    ) -> Result<Self, CoordinatorError> {
+    ) -> Result<Self, PlanError> {
         let benchmarks = &sweep.benchmarks;
         let items_total =
             benchmarks.iter().map(|b| (b.model_count() * b.item_count()) as u64).sum();
@@ -146,7 +150,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
     }
 
     /// Apply one event; `now` stamps the jobs published (for their latency).
-    pub fn step(&mut self, event: Event, now: Instant) -> Result<Vec<Effect>, CoordinatorError> {
+    pub fn step(&mut self, event: Event, now: Instant) -> Result<Vec<Effect>, PlanError> {
         let mut fx = Vec::new();
         match event {
             Event::Fill => self.fill(now, &mut fx)?,
@@ -174,7 +178,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
         now: Instant,
         batch: &mut Batch,
         fx: &mut Vec<Effect>,
-    ) -> Result<(), CoordinatorError> {
+    ) -> Result<(), PlanError> {
         let job = r.job;
         let new = !batch.fresh.contains_key(&job) && !self.store.has_result(&job)?;
         if new {
@@ -214,7 +218,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
         deliveries: u64,
         now: Instant,
         fx: &mut Vec<Effect>,
-    ) -> Result<(), CoordinatorError> {
+    ) -> Result<(), PlanError> {
         let mut batch = Batch::default();
         for job in jobs {
             if batch.fresh.contains_key(&job.id) || self.store.has_result(&job.id)? {
@@ -250,7 +254,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
         mut batch: Batch,
         now: Instant,
         fx: &mut Vec<Effect>,
-    ) -> Result<(), CoordinatorError> {
+    ) -> Result<(), PlanError> {
         let affected = &mut batch.affected;
         affected.sort_unstable();
         affected.dedup();
@@ -278,7 +282,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
     /// Take items into the window while it has room: skip those finished in an earlier
     /// process, plan the others and publish what they wait for. On a fresh start this is
     /// step 3 of recovery; later it keeps the window full as items finish.
-    fn fill(&mut self, now: Instant, fx: &mut Vec<Effect>) -> Result<(), CoordinatorError> {
+    fn fill(&mut self, now: Instant, fx: &mut Vec<Effect>) -> Result<(), PlanError> {
         let none = HashMap::new();
         while let Some(key) = self.window.next_candidate() {
             if self.resumed_done && self.store.is_done(key)? {
@@ -315,8 +319,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
                 }
                 self.meter.published(&j, id);
                 let job = job_of(self.run, id, j);
-                let round =
-                    self.retried.get(&job.id).map(|r| crate::dead_letters::MSG_ID_ROUND_BASE + r);
+                let round = self.retried.get(&job.id).map(|r| MSG_ID_ROUND_BASE + r);
                 fx.push(Effect::Publish { job, round });
                 self.progress.published += 1;
             }
@@ -334,7 +337,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
         fresh: &HashMap<JobId, Outcome>,
         woke: &[JobId],
         fx: &mut Vec<Effect>,
-    ) -> Result<Eval, CoordinatorError> {
+    ) -> Result<Eval, PlanError> {
         let bench = self.benchmarks[key.bench as usize].ops();
         let mut known: HashMap<JobId, Outcome> = HashMap::new();
         for id in woke {
@@ -378,7 +381,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
 
     /// The jobs published and not answered, rebuilt from the active items (the window
     /// keeps only ids), with the notes of dead letters met on the way.
-    pub fn outstanding_jobs(&self) -> Result<(Vec<Job>, Vec<Effect>), CoordinatorError> {
+    pub fn outstanding_jobs(&self) -> Result<(Vec<Job>, Vec<Effect>), PlanError> {
         let none = HashMap::new();
         let mut fx = Vec::new();
         let mut jobs: HashMap<JobId, Job> = HashMap::new();
@@ -417,7 +420,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
     /// The live figures, with the cost totals.
     /// The pools down now (read by the run from the workers' health records); true when
     /// that changed what the progress shows.
-    pub fn set_outages(&mut self, down: Vec<super::outage::PoolOutage>) -> bool {
+    pub fn set_outages(&mut self, down: Vec<crate::outage::PoolOutage>) -> bool {
         let changed = self.progress.outages != down;
         self.progress.outages = down;
         changed
@@ -460,9 +463,9 @@ impl<'s, S: RunStore> Planner<'s, S> {
 
 /// The job of request `r`, whose id `id` is already known (`Job::new` would hash it again).
 /// A result in the store's compact form (outcome, deliveries, cached: what is read back).
-fn stored_form(r: &JobResult) -> Result<Vec<u8>, CoordinatorError> {
+fn stored_form(r: &JobResult) -> Result<Vec<u8>, PlanError> {
     let stored = halyard_proto::StoredResult::from(r);
-    Ok(halyard_proto::stored::encode_result(&stored).map_err(|e| StateError::Io(e.to_string()))?)
+    Ok(halyard_proto::stored::encode_result(&stored).map_err(|e| StoreError::Io(e.to_string()))?)
 }
 
 fn job_of(run: Uuid, id: JobId, r: JobRequest) -> Job {

@@ -1,0 +1,56 @@
+//! The on-disk run state as the planner sees it: [`RunStore`] and [`LabelStore`] for
+//! [`RunState`] (the planner's in-memory twin, `MemStore`, lives beside the trait in
+//! `halyard-plan`).
+
+use halyard_plan::cost::ClassTotals;
+use halyard_plan::planner::Effect;
+use halyard_plan::store::{ItemKey, LabelIter, LabelStore, RunStore, StoreError};
+use halyard_proto::{JobId, StoredResult};
+
+use crate::state::{RunState, Write};
+
+impl RunStore for RunState {
+    fn result(&self, job: &JobId) -> Result<Option<StoredResult>, StoreError> {
+        Ok(RunState::result(self, job)?)
+    }
+    fn has_result(&self, job: &JobId) -> Result<bool, StoreError> {
+        Ok(RunState::has_result(self, job)?)
+    }
+    fn is_done(&self, item: ItemKey) -> Result<bool, StoreError> {
+        Ok(RunState::is_done(self, item)?)
+    }
+    fn done_count(&self) -> u64 {
+        RunState::done_count(self) as u64
+    }
+    fn done_count_of(&self, bench: u32, model: u32) -> u64 {
+        RunState::done_count_of(self, bench, model)
+    }
+    fn results_at_open(&self) -> u64 {
+        RunState::results_at_open(self)
+    }
+    fn costs(&self) -> Result<Vec<ClassTotals>, StoreError> {
+        Ok(RunState::costs(self)?)
+    }
+    fn commit(&mut self, effects: &[Effect]) -> Result<(), StoreError> {
+        let writes: Vec<Write<'_>> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::StoreResult { job, encoded } => Some(Write::Result(job, encoded)),
+                Effect::MarkDone { item, label } => Some(Write::Label(*item, label)),
+                Effect::NoteJob { job, meta } => Some(Write::JobNote(job, meta)),
+                Effect::Costs(totals) => Some(Write::Costs(totals)),
+                Effect::Publish { .. } => None,
+            })
+            .collect();
+        if writes.is_empty() {
+            return Ok(());
+        }
+        Ok(RunState::commit_writes(self, &writes)?)
+    }
+}
+
+impl LabelStore for RunState {
+    fn labels_of(&self, bench: u32, model: u32) -> LabelIter<'_> {
+        Box::new(RunState::labels_of(self, bench, model).map(|r| r.map_err(StoreError::from)))
+    }
+}

@@ -1,0 +1,173 @@
+//! What the planner needs of a run's state: [`RunStore`], with two implementations, the
+//! on-disk run state the coordinator runs on (`halyard_coordinator::state::RunState`) and
+//! the in-memory [`MemStore`] the planner's tests run on (as raft-rs has `Storage` with
+//! `MemStorage`); and what a benchmark's report reads of it, [`LabelStore`].
+//!
+//! Writes go to the store as the planner's effects are carried out, the effects of one
+//! step as one atomic update ([`RunStore::commit`]); they become durable only when the
+//! owner flushes, which the coordinator does before it acks the messages that carried
+//! them. The planner never flushes: durability is IO.
+
+use std::collections::{BTreeMap, HashMap};
+
+use halyard_proto::{JobId, StoredResult};
+
+use halyard_proto::stored::decode_result;
+use serde::{Deserialize, Serialize};
+
+use crate::cost::ClassTotals;
+use crate::planner::Effect;
+
+/// What a run store could not do: read or write (its engine's error, as text), or a
+/// record that does not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("run state: {0}")]
+    Io(String),
+    #[error("run state record {what} is corrupt: {reason}")]
+    Corrupt { what: String, reason: String },
+}
+
+/// Where a dead-lettered job came from, for the report.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct JobMeta {
+    pub pool: String,
+    pub stage: String,
+    pub model: String,
+}
+
+/// A 12-byte item key: benchmark, model-under-test and item index, big-endian so that
+/// the store iterates items in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ItemKey {
+    pub bench: u32,
+    pub model: u32,
+    pub item: u32,
+}
+
+impl ItemKey {
+    pub fn to_bytes(self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        b[..4].copy_from_slice(&self.bench.to_be_bytes());
+        b[4..8].copy_from_slice(&self.model.to_be_bytes());
+        b[8..].copy_from_slice(&self.item.to_be_bytes());
+        b
+    }
+    pub fn from_bytes(b: &[u8]) -> Option<ItemKey> {
+        if b.len() != 12 {
+            return None;
+        }
+        let n = |r: std::ops::Range<usize>| u32::from_be_bytes(b[r].try_into().unwrap_or([0; 4]));
+        Some(ItemKey { bench: n(0..4), model: n(4..8), item: n(8..12) })
+    }
+}
+
+/// A stored result, or an error naming its record.
+pub fn decode_stored(job: &JobId, bytes: &[u8]) -> Result<StoredResult, StoreError> {
+    decode_result(bytes)
+        .map_err(|e| StoreError::Corrupt { what: format!("results/{job}"), reason: e.to_string() })
+}
+
+/// Labels of one benchmark and model under test, in item order.
+pub type LabelIter<'a> = Box<dyn Iterator<Item = Result<(ItemKey, Vec<u8>), StoreError>> + 'a>;
+
+/// What a benchmark's report reads of a run's state: its stored labels.
+pub trait LabelStore {
+    /// The labels of benchmark `bench`, model under test `model`, in item order.
+    fn labels_of(&self, bench: u32, model: u32) -> LabelIter<'_>;
+}
+
+/// A run's results, finished items and job notes, as the planner reads and writes them.
+pub trait RunStore {
+    /// The result stored for `job` (the first one received), if any.
+    fn result(&self, job: &JobId) -> Result<Option<StoredResult>, StoreError>;
+    /// Whether a result is stored for `job` (cheaper than [`RunStore::result`]).
+    fn has_result(&self, job: &JobId) -> Result<bool, StoreError>;
+    fn is_done(&self, item: ItemKey) -> Result<bool, StoreError>;
+    /// Items finished, in all.
+    fn done_count(&self) -> u64;
+    /// Items finished of one benchmark and model under test.
+    fn done_count_of(&self, bench: u32, model: u32) -> u64;
+    /// Results stored when the store was opened (read once, when a planner starts).
+    fn results_at_open(&self) -> u64;
+    /// The cost totals stored with the last committed batch (empty if none).
+    fn costs(&self) -> Result<Vec<ClassTotals>, StoreError>;
+
+    /// Carry out the store effects among `effects` (publishes are skipped) as one atomic
+    /// update: after a crash, all of them or none (as the coordinator's run state does it). A
+    /// result is stored only if its job has none (the first result wins, whatever
+    /// duplicates arrive); a dead letter's note likewise.
+    fn commit(&mut self, effects: &[Effect]) -> Result<(), StoreError>;
+}
+
+/// A run state in memory, for tests: the same contract as the on-disk run state (first
+/// result wins, labels by item key), nothing durable.
+#[derive(Clone, Debug, Default)]
+pub struct MemStore {
+    results: BTreeMap<JobId, Vec<u8>>,
+    done: BTreeMap<ItemKey, Vec<u8>>,
+    jobs: HashMap<JobId, JobMeta>,
+    costs: Vec<ClassTotals>,
+}
+
+impl MemStore {
+    /// The label stored for `item`.
+    pub fn label(&self, item: ItemKey) -> Option<&[u8]> {
+        self.done.get(&item).map(Vec::as_slice)
+    }
+
+    /// The note of a dead-lettered job.
+    pub fn job_meta(&self, job: &JobId) -> Option<&JobMeta> {
+        self.jobs.get(job)
+    }
+}
+
+impl RunStore for MemStore {
+    fn result(&self, job: &JobId) -> Result<Option<StoredResult>, StoreError> {
+        self.results.get(job).map(|b| decode_stored(job, b)).transpose()
+    }
+    fn has_result(&self, job: &JobId) -> Result<bool, StoreError> {
+        Ok(self.results.contains_key(job))
+    }
+    fn is_done(&self, item: ItemKey) -> Result<bool, StoreError> {
+        Ok(self.done.contains_key(&item))
+    }
+    fn done_count(&self) -> u64 {
+        self.done.len() as u64
+    }
+    fn done_count_of(&self, bench: u32, model: u32) -> u64 {
+        self.done.keys().filter(|k| k.bench == bench && k.model == model).count() as u64
+    }
+    fn results_at_open(&self) -> u64 {
+        self.results.len() as u64
+    }
+    fn costs(&self) -> Result<Vec<ClassTotals>, StoreError> {
+        Ok(self.costs.clone())
+    }
+    fn commit(&mut self, effects: &[Effect]) -> Result<(), StoreError> {
+        for e in effects {
+            match e {
+                Effect::StoreResult { job, encoded } => {
+                    self.results.entry(*job).or_insert_with(|| encoded.clone());
+                }
+                Effect::MarkDone { item, label } => {
+                    self.done.insert(*item, label.clone());
+                }
+                Effect::NoteJob { job, meta } => {
+                    self.jobs.entry(*job).or_insert_with(|| meta.clone());
+                }
+                Effect::Costs(totals) => self.costs = totals.clone(),
+                Effect::Publish { .. } => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LabelStore for MemStore {
+    fn labels_of(&self, bench: u32, model: u32) -> LabelIter<'_> {
+        let lo = ItemKey { bench, model, item: 0 };
+        let hi = ItemKey { bench, model, item: u32::MAX };
+        Box::new(self.done.range(lo..=hi).map(|(k, v)| Ok((*k, v.clone()))))
+    }
+}
