@@ -40,7 +40,8 @@ use clap::{Parser, Subcommand};
 use halyard_broker::embedded::EmbeddedNats;
 use halyard_broker::{BrokerConfig, Delivery};
 use halyard_pipelines::noop;
-use halyard_plan::sweep::{self, Benchmark};
+use halyard_plan::benchmarks::noop::Noop;
+use halyard_plan::sweep;
 use halyard_proto::{subjects, Completion, Job, JobResult, Outcome, Usage};
 
 /// The allocator the `halyard` binary uses, so that the roles pay what users pay.
@@ -162,7 +163,7 @@ impl Messages {
 
 fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
     let s = sweep::load(sweep_path)?;
-    let Some(Benchmark::Noop(noop)) = s.benchmarks.first() else {
+    let Some(noop) = s.benchmarks.first().and_then(|b| b.get::<Noop>()) else {
         anyhow::bail!("the bench sweep has a noop benchmark")
     };
     let config = noop.config[0].clone();

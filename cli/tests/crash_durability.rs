@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use common::{halyard, read_json};
 use halyard_broker::BrokerConfig;
-use halyard_plan::sweep::{self, Benchmark};
+use halyard_plan::benchmarks::noop::Noop;
+use halyard_plan::sweep;
 use halyard_proto::{subjects, Job, JobId, JobResult};
 use halyard_tests::{ChildGuard, NatsServer};
 
@@ -134,9 +135,8 @@ fn crash_and_recover(point: &str, job_batch: usize) -> AtCrash {
     let broker = rt
         .block_on(halyard_broker::connect(&BrokerConfig::new(url.clone(), "crash-test")))
         .unwrap();
-    let Benchmark::Noop(noop) = &sweep::load(&sweep_path).unwrap().benchmarks[0] else {
-        panic!("noop sweep")
-    };
+    let sweep = sweep::load(&sweep_path).unwrap();
+    let noop = sweep.benchmarks[0].get::<Noop>().expect("noop sweep");
     let all: HashSet<JobId> = (0..JOBS).map(|i| noop.config[0].request(i).id()).collect();
 
     // 1. Plan and publish everything, then stop the coordinator.

@@ -21,23 +21,8 @@ use halyard_pipelines::common::JobRequest;
 use halyard_proto::{JobId, JobResult, Outcome};
 use serde::{Deserialize, Serialize};
 
-use crate::sweep::Sweep;
-
-/// USD per million tokens.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Price {
-    pub input: f64,
-    pub output: f64,
-}
-
-impl Price {
-    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
-        (prompt_tokens as f64 * self.input + completion_tokens as f64 * self.output) / 1e6
-    }
-    pub fn is_paid(&self) -> bool {
-        self.input > 0.0 || self.output > 0.0
-    }
-}
+use crate::sweep::models::Model;
+use crate::sweep::price::Price;
 
 /// Upper bounds (seconds) of the per-model call latency histogram buckets (Prometheus
 /// style: cumulative at export, `+Inf` implied).
@@ -96,9 +81,9 @@ pub struct Meter {
 }
 
 impl Meter {
-    pub fn new(sweep: &Sweep) -> Meter {
-        let models = sweep
-            .models
+    /// A meter over the sweep's `models`, stopping at `max_cost` (`[run] max_cost`).
+    pub fn new(models: &[Model], max_cost: Option<f64>) -> Meter {
+        let models = models
             .iter()
             .map(|m| ModelEntry {
                 alias: m.spec.name.clone(),
@@ -115,7 +100,7 @@ impl Meter {
             index: HashMap::new(),
             prices: Vec::new(),
             pending: HashMap::new(),
-            max_cost: sweep.run.max_cost,
+            max_cost,
             held: 0,
         }
     }
@@ -294,12 +279,11 @@ pub struct CostSection {
 }
 
 impl CostSection {
-    pub fn new(sweep: &Sweep, classes: Vec<ClassTotals>) -> CostSection {
+    pub fn new(models: &[Model], max_cost: Option<f64>, classes: Vec<ClassTotals>) -> CostSection {
         CostSection {
             total: classes.iter().map(|c| c.cost).sum(),
-            max_cost: sweep.run.max_cost,
-            prices: sweep
-                .models
+            max_cost,
+            prices: models
                 .iter()
                 .filter_map(|m| m.price.map(|p| (m.spec.name.clone(), p)))
                 .collect(),

@@ -7,16 +7,18 @@
 //! flushes before it acks.
 //!
 //! ## Layout, from the bottom up (a module imports only from the ones above it)
-//! - [`latency`], [`outage`]: small value types of the live figures.
-//! - [`sweep`]: the sweep file, parsed and checked (datasets included) before anything
-//!   is published: models, prices, quotas, `[run]`.
-//! - [`store`]: [`store::RunStore`], what the planner reads and writes of a run's state,
-//!   with its in-memory twin [`store::MemStore`]; [`store::LabelStore`], what a report
-//!   reads.
+//! - [`latency`], [`outage`], [`record`]: value types (latency histograms, endpoint
+//!   outages, what a run's state holds).
+//! - the parts of [`sweep`]: `[[model]]` ([`sweep::models`], with prices, quotas,
+//!   replay and batch mode), `[run]`, and [`sweep::SweepError`].
 //! - [`cost`]: tokens, calls and money per model and stage, and the cost limit.
+//! - [`effect`]: what the planner asks its caller to do; [`store`]: [`store::RunStore`],
+//!   what the planner reads and writes of a run's state, with its in-memory twin
+//!   [`store::MemStore`], and [`store::LabelStore`], what a report reads.
 //! - [`report`]: what a benchmark writes into the report ([`report::Section`]).
-//! - [`benchmarks`]: one file per pipeline (its `[[benchmark]]` table, its evaluation,
-//!   its report section) and the one registry of them.
+//! - [`benchmarks`]: one file per pipeline (its own `[[benchmark]]` table, its
+//!   evaluation, its report section) and the one registry of them.
+//! - [`sweep::Sweep`] (`sweep/mod.rs`): a whole sweep file, checked.
 //! - [`progress`]: the live figures ([`progress::Progress`]); [`worker_plan`]: what a
 //!   worker serving a sweep runs (pools, quotas, models).
 //! - `window`: the planning window (which items are planned, which jobs they wait on).
@@ -37,10 +39,13 @@
 
 pub mod benchmarks;
 pub mod cost;
+pub mod effect;
+mod error;
 pub mod latency;
 pub mod outage;
 pub mod planner;
 pub mod progress;
+pub mod record;
 pub mod report;
 pub mod store;
 pub mod sweep;
@@ -50,13 +55,4 @@ pub mod worker_plan;
 #[cfg(test)]
 mod planner_tests;
 
-/// What planning or a benchmark's report could not do.
-#[derive(Debug, thiserror::Error)]
-pub enum PlanError {
-    #[error(transparent)]
-    Sweep(#[from] sweep::SweepError),
-    #[error(transparent)]
-    Store(#[from] store::StoreError),
-    #[error("cannot write report in {dir}: {reason}")]
-    Report { dir: String, reason: String },
-}
+pub use error::PlanError;

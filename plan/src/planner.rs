@@ -27,10 +27,11 @@ use tracing::warn;
 use uuid::Uuid;
 
 use crate::benchmarks::Benchmark;
-use crate::cost::{ClassTotals, Meter};
+use crate::cost::Meter;
+pub use crate::effect::{publishes, Effect};
 use crate::progress::Progress;
+use crate::record::{ItemKey, JobMeta, StoreError};
 use crate::store::RunStore;
-use crate::store::{ItemKey, JobMeta, StoreError};
 use crate::sweep::Sweep;
 use crate::window::Window;
 use crate::PlanError;
@@ -52,33 +53,6 @@ pub enum Event {
     /// lost from the queue three times): each without a result becomes a dead letter
     /// with `error`.
     Lost { jobs: Vec<Job>, error: String, deliveries: u64 },
-}
-
-/// What the caller must do, in order. Store effects before the flush, the flush before
-/// the acks of the messages that carried the results.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Effect {
-    /// Store this result (the first for its job; see [`RunStore::commit`]), encoded in
-    /// the store's compact form ([`halyard_proto::stored`]).
-    StoreResult { job: JobId, encoded: Vec<u8> },
-    /// Item `item` is finished with this label.
-    MarkDone { item: ItemKey, label: Vec<u8> },
-    /// Describe a dead-lettered job in the report.
-    NoteJob { job: JobId, meta: JobMeta },
-    /// Store the cost totals (with every committed batch).
-    Costs(Vec<ClassTotals>),
-    /// Publish a job; `round` is a message-id suffix for a re-publication (which goes
-    /// alone, never in a batch).
-    Publish { job: Job, round: Option<u32> },
-}
-
-/// The jobs to publish among `effects`, in order, with their rounds (the store effects
-/// are carried out by [`RunStore::commit`]).
-pub fn publishes(effects: Vec<Effect>) -> impl Iterator<Item = (Job, Option<u32>)> {
-    effects.into_iter().filter_map(|e| match e {
-        Effect::Publish { job, round } => Some((job, round)),
-        _ => None,
-    })
 }
 
 /// An item's evaluation: done, with its label, or waiting on jobs (with their ids).
@@ -127,7 +101,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
         let shape: Vec<(u32, u32)> =
             benchmarks.iter().map(|b| (b.model_count() as u32, b.item_count() as u32)).collect();
         let items_done = store.done_count();
-        let mut meter = Meter::new(sweep);
+        let mut meter = Meter::new(&sweep.models, sweep.run.max_cost);
         meter.restore(store.costs()?);
         let progress = Progress {
             run: Some(run),

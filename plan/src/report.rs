@@ -25,11 +25,19 @@ pub struct Section<'a> {
     pub across: &'a mut Across,
 }
 
+/// One ChainPoll benchmark's report of one judge, for RealHall's aggregate.
+#[derive(Clone, Debug)]
+pub struct RealHallPart {
+    pub bench: usize,
+    pub dataset: String,
+    pub report: halyard_pipelines::chainpoll::Report,
+}
+
 /// Figures computed across the sweep's benchmarks, gathered while each writes its section.
 #[derive(Default)]
 pub struct Across {
     /// Each ChainPoll benchmark's report per judge, for RealHall's aggregate over datasets.
-    pub chainpoll: Vec<crate::benchmarks::chainpoll::RealHallPart>,
+    pub chainpoll: Vec<RealHallPart>,
 }
 
 impl Section<'_> {

@@ -145,7 +145,11 @@ pub fn write(
     let totals = state.totals()?;
     let dead = dead_letters(state)?;
     let dead_count = dead.len() as u64;
-    let costs = halyard_plan::cost::CostSection::new(&cfg.sweep, state.costs()?);
+    let costs = halyard_plan::cost::CostSection::new(
+        &cfg.sweep.models,
+        cfg.sweep.run.max_cost,
+        state.costs()?,
+    );
     md.push_str(&jobs_markdown(&totals));
     md.push_str(&costs.render_markdown());
     md.push_str(&dead_letters_markdown(&dead));

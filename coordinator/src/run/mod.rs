@@ -77,7 +77,7 @@ pub async fn run(
         RunOutcome::Complete { .. } => {}
         stopped => return Ok(stopped),
     }
-    halyard_plan::benchmarks::build::load_built(&mut cfg.sweep, &cfg.run_dir)?;
+    halyard_plan::sweep::load_built(&mut cfg.sweep, &cfg.run_dir)?;
     info!("phase 2 of 2: evaluating on the built datasets");
     run_phase(broker, cfg, progress_tx, shutdown).await
 }

@@ -9,24 +9,27 @@ use halyard_pipelines::autohall;
 use halyard_pipelines::common::ResultLookup;
 use halyard_pipelines::metrics::autohall::NoConflictPhrases;
 
-use super::table::{
-    dataset_err, int_in, limit, models_of, reject_foreign_keys, temperature, RawBenchmark,
-};
+use serde::Deserialize;
+
+use super::table::{dataset_err, int_in, limit, models_of, parse, temperature};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
-use crate::sweep::{key_err, SweepError};
+use crate::sweep::error::{key_err, SweepError};
 use crate::PlanError;
 
-/// The keys of the table this pipeline takes.
-pub const KEYS: &[&str] = &[
-    "samples",
-    "temperature",
-    "classify_temperature",
-    "refusal_phrases",
-    "no_conflict",
-    "dataset",
-    "limit",
-];
+/// `pipeline = "autohall"`: its table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Table {
+    models: Vec<String>,
+    dataset: Option<String>,
+    limit: Option<i64>,
+    samples: Option<i64>,
+    temperature: Option<f64>,
+    classify_temperature: Option<f64>,
+    refusal_phrases: Option<Vec<String>>,
+    no_conflict: Option<String>,
+}
 
 /// AutoHall: claims of a fact-checking file; `samples` = K of the detection step.
 #[derive(Clone, Debug)]
@@ -41,11 +44,12 @@ pub struct AutoHall {
 
 /// `pipeline = "autohall"`: `dataset` of claims, `models`, optional `samples` (K),
 /// `temperature`, `classify_temperature`, `refusal_phrases`, `no_conflict` and `limit`.
-pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark, SweepError> {
+pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmark, SweepError> {
+    let table: Table = parse(cx, raw, autohall::PIPELINE)?;
+    let b = &table;
     let (f, base, i, models) = (cx.file, cx.base, cx.index, cx.models);
     let k = |field: &str| format!("benchmark[{i}].{field}");
-    reject_foreign_keys(f, i, b, autohall::PIPELINE, KEYS)?;
-    let specs = models_of(f, i, b, models)?;
+    let specs = models_of(f, i, &b.models, models)?;
     let samples =
         int_in(f, k("samples"), b.samples, 0, 1000, autohall::plan::DEFAULT_SAMPLES as i64)?;
     let classify_t = temperature(
@@ -100,7 +104,7 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
     let dataset = base.join(rel);
     let mut set =
         autohall::read_claims(&dataset).map_err(|e| dataset_err(f, i, "dataset", &dataset, e))?;
-    if let Some(l) = limit(f, i, b)? {
+    if let Some(l) = limit(f, i, b.limit)? {
         set.claims.truncate(l);
     }
     if set.claims.is_empty() {
@@ -110,7 +114,7 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
             format!("{} holds no claim with a kept label", dataset.display()),
         ));
     }
-    Ok(Benchmark::AutoHall(AutoHall {
+    Ok(Benchmark::new(AutoHall {
         config,
         dataset,
         claims: set.claims,

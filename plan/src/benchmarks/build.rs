@@ -2,24 +2,29 @@
 //! (`backend = "embed"`), evaluation benchmarks that read a built dataset
 //! (`dataset_from`), and running a sweep in two phases when one does.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use halyard_embed::index::Metric;
 use halyard_pipelines::common::{ModelSpec, ResultLookup};
-use halyard_pipelines::hypotermqa;
 use halyard_pipelines::hypotermqa_build::kb::{ExistenceCheck, Kb, KbTitles, KnownPhrases};
 use halyard_pipelines::hypotermqa_build::{self as build, Topics};
 use serde::Deserialize;
 
-use super::table::{model_named, reject_foreign_keys, RawBenchmark};
+use super::table::{model_named, parse};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
-use crate::sweep::{key_err, Sweep, SweepError};
+use crate::sweep::error::{key_err, SweepError};
 use crate::PlanError;
 
-/// The keys of the table only this pipeline takes.
-pub const KEYS: &[&str] = &["build"];
+/// `pipeline = "hypotermqa-build"`: its table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Table {
+    models: Vec<String>,
+    /// `[benchmark.build]`.
+    build: Option<RawBuild>,
+}
 
 /// `[benchmark.build]` of a `pipeline = "hypotermqa-build"` benchmark.
 #[derive(Debug, Deserialize)]
@@ -54,24 +59,13 @@ pub fn output_file(bench: usize) -> String {
     format!("built-{bench}.jsonl")
 }
 
-/// A location-independent identity of an embedding-model folder: name, the size of its
-/// weights and a hash of its config and tokenizer.
-pub fn embed_identity(dir: &Path) -> std::io::Result<String> {
-    let weights = std::fs::metadata(dir.join("model.safetensors"))?.len();
-    let mut h = blake3::Hasher::new();
-    h.update(&std::fs::read(dir.join("config.json"))?);
-    h.update(&std::fs::read(dir.join("tokenizer.json"))?);
-    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let hex: String = h.finalize().as_bytes()[..8].iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("embed:{name}:{weights}:{hex}"))
-}
-
 /// Check `pipeline = "hypotermqa-build"`: one generator (a chat model) and the
 /// `[benchmark.build]` table.
-pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark, SweepError> {
+pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmark, SweepError> {
+    let table: Table = parse(cx, raw, build::PIPELINE)?;
+    let b = &table;
     let (f, i, models) = (cx.file, cx.index, cx.models);
     let k = |field: &str| format!("benchmark[{i}].{field}");
-    reject_foreign_keys(f, i, b, build::PIPELINE, KEYS)?;
     let [generator] = b.models.as_slice() else {
         return Err(key_err(f, k("models"), "needs exactly one model: the generator"));
     };
@@ -100,10 +94,7 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
         Kb::read(&kb_path).map_err(|e| key_err(f, k("build.knowledge_base"), e.to_string()))?,
     );
     let config = settings(cx, raw, generator, embedder.spec.clone(), kb)?;
-    Ok(Benchmark::HypoTermQaBuild(HypoTermQaBuild {
-        config: vec![config],
-        knowledge_base: kb_path,
-    }))
+    Ok(Benchmark::new(HypoTermQaBuild { config: vec![config], knowledge_base: kb_path }))
 }
 
 /// The rest of `[benchmark.build]`: topics, sampling, similarity and existence checks.
@@ -202,48 +193,9 @@ pub fn dataset_from(
 ) -> Result<usize, SweepError> {
     let key = format!("benchmark[{i}].dataset_from");
     match usize::try_from(from).ok().and_then(|n| benchmarks.get(n).map(|b| (n, b))) {
-        Some((n, Benchmark::HypoTermQaBuild(_))) => Ok(n),
+        Some((n, b)) if b.get::<HypoTermQaBuild>().is_some() => Ok(n),
         _ => Err(key_err(f, key, format!("{from} is not the index of an earlier [[benchmark]] with pipeline \"hypotermqa-build\""))),
     }
-}
-
-/// After the build phase: read each built dataset with the evaluation pipeline's reader
-/// into the benchmark that waits for it.
-pub fn load_built(sweep: &mut Sweep, run_dir: &Path) -> Result<(), SweepError> {
-    let file = sweep.file.display().to_string();
-    for input in std::mem::take(&mut sweep.built_inputs) {
-        let path: PathBuf = run_dir.join(output_file(input.build));
-        let key = format!("benchmark[{}].dataset_from", input.eval);
-        let mut qs = hypotermqa::read_dataset(&path).map_err(|e| SweepError::Dataset {
-            file: file.clone(),
-            key: key.clone(),
-            dataset: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        if let Some(l) = input.limit {
-            qs.truncate(l);
-        }
-        if qs.is_empty() {
-            return Err(key_err(
-                &file,
-                key,
-                format!("the build wrote no questions to {}", path.display()),
-            ));
-        }
-        if let Benchmark::HypoTermQa(eval) = &mut sweep.benchmarks[input.eval] {
-            eval.questions = qs;
-            eval.dataset = path;
-        }
-    }
-    Ok(())
-}
-
-/// The sweep's embedding models, for the worker.
-pub fn embed_models(s: &Sweep) -> Vec<(String, PathBuf)> {
-    s.models
-        .iter()
-        .filter_map(|m| m.embed.as_ref().map(|p| (m.spec.model_ref.endpoint.clone(), p.clone())))
-        .collect()
 }
 
 impl Pipeline for HypoTermQaBuild {
@@ -308,8 +260,11 @@ impl Pipeline for HypoTermQaBuild {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use crate::sweep::parse;
+    use crate::sweep::Sweep;
 
     const BASE: &str = r#"name = "b"
 [[model]]
@@ -365,8 +320,7 @@ model_path = "emb"
             "{}",
             m.spec.model_ref.endpoint
         );
-        assert_eq!(embed_models(&s).len(), 1);
-        let Benchmark::HypoTermQaBuild(build) = &s.benchmarks[0] else { panic!() };
+        let build = s.benchmarks[0].get::<HypoTermQaBuild>().unwrap();
         let c = &build.config[0];
         assert_eq!(
             (c.terms_per_topic, c.suggestions, c.top_k, c.embed_batch, c.term_temperature),

@@ -8,17 +8,27 @@ use halyard_pipelines::chainpoll::{self, Metric};
 use halyard_pipelines::common::{ModelSpec, ResultLookup};
 use halyard_pipelines::metrics::chainpoll::Unparseable;
 
-use super::table::{
-    dataset_err, int_in, limit, model_named, models_of, reject_foreign_keys, RawBenchmark,
-};
+use serde::Deserialize;
+
+use super::table::{dataset_err, int_in, limit, model_named, models_of, parse};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
-use crate::report::Section;
-use crate::sweep::{key_err, SweepError};
+use crate::report::{RealHallPart, Section};
+use crate::sweep::error::{key_err, SweepError};
 use crate::PlanError;
 
-/// The keys of the table this pipeline takes.
-pub const KEYS: &[&str] =
-    &["samples", "polls", "metrics", "unparseable", "sampler", "dataset", "limit"];
+/// `pipeline = "chainpoll"`: its table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Table {
+    models: Vec<String>,
+    dataset: Option<String>,
+    limit: Option<i64>,
+    samples: Option<i64>,
+    polls: Option<i64>,
+    metrics: Option<Vec<String>>,
+    unparseable: Option<String>,
+    sampler: Option<String>,
+}
 
 /// ChainPoll: labelled items judged by each model (the judges under evaluation).
 #[derive(Clone, Debug)]
@@ -32,11 +42,12 @@ pub struct ChainPoll {
 
 /// `pipeline = "chainpoll"`: `dataset`, `models` (the judges), optional `polls`,
 /// `metrics`, `unparseable`, `sampler` with `samples`, and `limit`.
-pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark, SweepError> {
+pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmark, SweepError> {
+    let table: Table = parse(cx, raw, chainpoll::PIPELINE)?;
+    let b = &table;
     let (f, i, models) = (cx.file, cx.index, cx.models);
     let k = |field: &str| format!("benchmark[{i}].{field}");
-    reject_foreign_keys(f, i, b, chainpoll::PIPELINE, KEYS)?;
-    let judges = models_of(f, i, b, models)?;
+    let judges = models_of(f, i, &b.models, models)?;
     let polls = int_in(f, k("polls"), b.polls, 1, 100, chainpoll::plan::DEFAULT_POLLS as i64)?;
     let metrics = metrics(f, i, b)?;
     let unparseable = match b.unparseable.as_deref().unwrap_or("exclude") {
@@ -57,7 +68,7 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
     let dataset = cx.base.join(rel);
     let ds_err = |reason: String| dataset_err(f, i, "dataset", &dataset, reason);
     let mut set = chainpoll::read_items(&dataset).map_err(|e| ds_err(e.to_string()))?;
-    if let Some(l) = limit(f, i, b)? {
+    if let Some(l) = limit(f, i, b.limit)? {
         set.items.truncate(l);
     }
     if set.items.is_empty() {
@@ -84,7 +95,7 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
             probability: sampler.as_ref().map(|(m, _)| m.clone()),
         })
         .collect();
-    Ok(Benchmark::ChainPoll(ChainPoll {
+    Ok(Benchmark::new(ChainPoll {
         config,
         dataset,
         items: set.items,
@@ -93,7 +104,7 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
 }
 
 /// `metrics`: at least one, each known and given once (default correctness).
-fn metrics(f: &str, i: usize, b: &RawBenchmark) -> Result<Vec<Metric>, SweepError> {
+fn metrics(f: &str, i: usize, b: &Table) -> Result<Vec<Metric>, SweepError> {
     let mut metrics = Vec::new();
     for (j, m) in b.metrics.clone().unwrap_or_else(|| vec!["correctness".into()]).iter().enumerate()
     {
@@ -128,7 +139,7 @@ fn metrics(f: &str, i: usize, b: &RawBenchmark) -> Result<Vec<Metric>, SweepErro
 }
 
 /// `sampler` and `samples`: the model that draws the SelfCheck samples, and how many.
-fn sampler(cx: &Checking<'_>, b: &RawBenchmark) -> Result<Option<(ModelSpec, u32)>, SweepError> {
+fn sampler(cx: &Checking<'_>, b: &Table) -> Result<Option<(ModelSpec, u32)>, SweepError> {
     let (f, i) = (cx.file, cx.index);
     let k = |field: &str| format!("benchmark[{i}].{field}");
     match &b.sampler {
@@ -197,14 +208,6 @@ impl Pipeline for ChainPoll {
         out.md.push('\n');
         Ok(())
     }
-}
-
-/// One ChainPoll benchmark's report of one judge, for RealHall's aggregate.
-#[derive(Clone, Debug)]
-pub struct RealHallPart {
-    pub bench: usize,
-    pub dataset: String,
-    pub report: chainpoll::Report,
 }
 
 /// RealHall's aggregate of one judge over the sweep's ChainPoll benchmarks (spec

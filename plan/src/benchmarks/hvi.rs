@@ -8,17 +8,29 @@ use halyard_pipelines::common::{Plan, ResultLookup};
 use halyard_pipelines::hvi::{self, Probability, Weights};
 use serde::Deserialize;
 
-use super::table::{
-    dataset_err, model_named, models_of, read_rows, reject_foreign_keys, RawBenchmark,
-};
+use super::table::{dataset_err, model_named, models_of, parse, read_rows};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
-use crate::sweep::{key_err, SweepError};
+use crate::sweep::error::{key_err, SweepError};
 use crate::PlanError;
 
-/// The keys of the table this pipeline takes.
-pub const KEYS: &[&str] =
-    &["judge", "system_prompt", "labels", "p_efm", "p_esl", "delta1", "delta2", "dataset", "limit"];
+/// `pipeline = "hvi"`: its table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Table {
+    models: Vec<String>,
+    dataset: Option<String>,
+    limit: Option<i64>,
+    judge: Option<String>,
+    system_prompt: Option<String>,
+    /// A labelled-sentence file instead of a prompt dataset and judge.
+    labels: Option<String>,
+    /// Eq. 1 weights.
+    p_efm: Option<RawProbability>,
+    p_esl: Option<RawProbability>,
+    delta1: Option<f64>,
+    delta2: Option<f64>,
+}
 
 /// `p_efm` / `p_esl`: a number in [0, 1] or `"relative_frequency"`.
 #[derive(Clone, Debug, Deserialize)]
@@ -66,10 +78,11 @@ fn probability(
 /// `pipeline = "hvi"`: judge mode (`dataset` of prompts, `models`, `judge`, optional
 /// `system_prompt` and `limit`) or labelled mode (`labels` file, `models` = names in it);
 /// `p_efm`, `p_esl`, `delta1`, `delta2` in both.
-pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark, SweepError> {
+pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmark, SweepError> {
+    let table: Table = parse(cx, raw, hvi::PIPELINE)?;
+    let b = &table;
     let (f, i) = (cx.file, cx.index);
     let k = |field: &str| format!("benchmark[{i}].{field}");
-    reject_foreign_keys(f, i, b, hvi::PIPELINE, KEYS)?;
     let mut weights = Weights {
         p_efm: probability(f, k("p_efm"), &b.p_efm)?,
         p_esl: probability(f, k("p_esl"), &b.p_esl)?,
@@ -102,13 +115,13 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
             (Some(rel), None) => labels_mode(cx, b, rel, weights)?,
             (None, Some(rel)) => judge_mode(cx, b, rel, weights)?,
         };
-    Ok(Benchmark::Hvi(hvi))
+    Ok(Benchmark::new(hvi))
 }
 
 /// Labelled mode: the models named must have rows in the file.
 fn labels_mode(
     cx: &Checking<'_>,
-    b: &RawBenchmark,
+    b: &Table,
     rel: &str,
     weights: Weights,
 ) -> Result<Hvi, SweepError> {
@@ -152,7 +165,7 @@ fn labels_mode(
 /// Judge mode: a prompt dataset, the models under test, one judge.
 fn judge_mode(
     cx: &Checking<'_>,
-    b: &RawBenchmark,
+    b: &Table,
     rel: &str,
     weights: Weights,
 ) -> Result<Hvi, SweepError> {
@@ -162,7 +175,7 @@ fn judge_mode(
         key_err(f, k("judge"), "required for pipeline \"hvi\" with a prompt `dataset`")
     })?;
     let judge = model_named(f, k("judge"), judge_name, models)?.spec.clone();
-    let config = models_of(f, i, b, models)?
+    let config = models_of(f, i, &b.models, models)?
         .into_iter()
         .map(|model| hvi::Config {
             model,
@@ -171,7 +184,7 @@ fn judge_mode(
         })
         .collect();
     let dataset = cx.base.join(rel);
-    let prompts = read_rows(f, i, b, &dataset, "prompts", hvi::read_prompts)?;
+    let prompts = read_rows(f, i, b.limit, &dataset, "prompts", hvi::read_prompts)?;
     Ok(Hvi::Judge { config, dataset, prompts, weights })
 }
 

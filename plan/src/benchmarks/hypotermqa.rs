@@ -7,15 +7,27 @@ use std::path::PathBuf;
 use halyard_pipelines::common::ResultLookup;
 use halyard_pipelines::hypotermqa::{self, Question, Semantics};
 
-use super::table::{model_named, read_rows, reject_foreign_keys, RawBenchmark};
+use serde::Deserialize;
+
+use super::table::{model_named, parse, read_rows};
 use super::{build, encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
-use crate::sweep::{key_err, SweepError};
+use crate::sweep::error::{key_err, SweepError};
 use crate::PlanError;
 
-/// The keys of the table only this pipeline (and others) take.
-pub const KEYS: &[&str] =
-    &["judge", "semantics", "system_prompt", "dataset_from", "dataset", "limit"];
+/// `pipeline = "hypotermqa"`: its table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Table {
+    models: Vec<String>,
+    dataset: Option<String>,
+    /// Instead of `dataset`: the index of a `hypotermqa-build` benchmark.
+    dataset_from: Option<i64>,
+    judge: Option<String>,
+    semantics: Option<String>,
+    system_prompt: Option<String>,
+    limit: Option<i64>,
+}
 
 #[derive(Clone, Debug)]
 pub struct HypoTermQa {
@@ -26,32 +38,30 @@ pub struct HypoTermQa {
 
 /// `pipeline = "hypotermqa"`: `dataset` (or `dataset_from`), `models`, `judge`, optional
 /// `semantics`, `system_prompt` and `limit`.
-pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark, SweepError> {
+pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmark, SweepError> {
+    let table: Table = parse(cx, raw, hypotermqa::PIPELINE)?;
+    let b = &table;
     let (f, i) = (cx.file, cx.index);
     let k = |field: &str| format!("benchmark[{i}].{field}");
-    // `jobs` is checked below, with a message of its own.
-    reject_foreign_keys(f, i, b, hypotermqa::PIPELINE, &[KEYS, &["jobs"]].concat())?;
     if b.models.is_empty() {
         return Err(key_err(f, k("models"), "needs at least one model under test"));
-    }
-    if b.jobs.is_some() {
-        return Err(key_err(f, k("jobs"), "only applies to pipeline \"noop\""));
     }
     let dataset_rel = dataset_key(cx, b)?;
     let config = configs(cx, b)?;
     if b.dataset_from.is_some() {
         // Read after the build phase (build::load_built).
         let dataset = PathBuf::from(format!("<benchmark[{i}].dataset_from>"));
-        return Ok(Benchmark::HypoTermQa(HypoTermQa { config, dataset, questions: Vec::new() }));
+        return Ok(Benchmark::new(HypoTermQa { config, dataset, questions: Vec::new() }));
     }
     let dataset = cx.base.join(dataset_rel);
-    let questions = read_rows(f, i, b, &dataset, "questions", |p| hypotermqa::read_dataset(p))?;
-    Ok(Benchmark::HypoTermQa(HypoTermQa { config, dataset, questions }))
+    let questions =
+        read_rows(f, i, b.limit, &dataset, "questions", |p| hypotermqa::read_dataset(p))?;
+    Ok(Benchmark::new(HypoTermQa { config, dataset, questions }))
 }
 
 /// `dataset` (its path as given), or `dataset_from` (an earlier build, recorded in
 /// `cx.built_inputs`; the path is then empty).
-fn dataset_key(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<String, SweepError> {
+fn dataset_key(cx: &mut Checking<'_>, b: &Table) -> Result<String, SweepError> {
     let (f, i) = (cx.file, cx.index);
     let k = |field: &str| format!("benchmark[{i}].{field}");
     match (&b.dataset, b.dataset_from) {
@@ -79,7 +89,7 @@ fn dataset_key(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<String, SweepE
 }
 
 /// One configuration per model under test, all with the benchmark's judge and semantics.
-fn configs(cx: &Checking<'_>, b: &RawBenchmark) -> Result<Vec<hypotermqa::Config>, SweepError> {
+fn configs(cx: &Checking<'_>, b: &Table) -> Result<Vec<hypotermqa::Config>, SweepError> {
     let (f, i, models) = (cx.file, cx.index, cx.models);
     let k = |field: &str| format!("benchmark[{i}].{field}");
     let judge_name = b

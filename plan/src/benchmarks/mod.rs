@@ -1,8 +1,9 @@
 //! # Benchmarks: one file per pipeline, one dispatch here
 //!
 //! Everything the coordinator knows about a pipeline is in that pipeline's file:
-//! - `check`: its `[[benchmark]]` table, checked into a [`Benchmark`] (datasets read,
-//!   models resolved), and `KEYS`, the table keys it takes;
+//! - `check`: its own `[[benchmark]]` table (a serde struct of exactly its keys, so an
+//!   unknown or foreign key is an error naming it), checked into a [`Benchmark`]
+//!   (datasets read, models resolved);
 //! - its [`Pipeline`] operations: name, models under test, item count, `evaluate` (one
 //!   item against the known results) and its report section.
 //!
@@ -16,27 +17,26 @@
 //! | [`hvi`] | `hvi` | prompts (judge mode) or one (labelled file) |
 //! | [`noop`] | `noop` | `jobs` |
 //!
-//! **Adding a pipeline** takes its code in `halyard-pipelines` and one file here; in this
-//! module, one variant of [`Benchmark`], one arm of [`Benchmark::ops`] and one line of
-//! `PIPELINES`; and its new keys, if any, in `table::RawBenchmark` (serde needs the
-//! whole table in one struct to reject unknown keys).
+//! **Adding a pipeline** takes its code in `halyard-pipelines` (a folder), one file here
+//! (its table, `check` and [`Pipeline`] impl) and one line of `PIPELINES` (the book's
+//! page "Build your own benchmark" walks through it).
 //!
-//! ## Why an enum of data and a trait of operations
-//! [`Benchmark`] is an enum of plain data: the set of pipelines is closed (a sweep names
-//! one of `PIPELINES`), a checked sweep stays `Clone` and `Debug`, and tests and the
-//! benchmark harness match a variant to read its configuration. The operations are a
-//! trait, [`Pipeline`], that each file implements for its variant's data, and
-//! [`Benchmark::ops`] is the one `match` that views a benchmark as its pipeline: a new
-//! operation is one trait method, not a `match` in every caller (the coordinator used to
-//! match the enum in seven files). A `Box<dyn Pipeline>` alone would need a hand-written
-//! `Clone` and downcasts wherever a test reads a configuration.
+//! ## Why a boxed trait object
+//! [`Benchmark`] boxes the pipeline's own data behind [`Pipeline`], so the set of
+//! pipelines is open to one registration line and no `match` over pipelines exists
+//! anywhere. A checked sweep stays `Clone` and `Debug` ([`AsAny`] gives every pipeline
+//! a boxed clone), and tests and the benchmark harness read a configuration with
+//! [`Benchmark::get`].
 
+use std::any::Any;
+use std::fmt::Debug;
 use std::path::Path;
 
 use halyard_pipelines::common::{Plan, ResultLookup};
 
 use crate::report::Section;
-use crate::sweep::{key_err, Model, SweepError};
+use crate::sweep::error::{key_err, SweepError};
+use crate::sweep::models::Model;
 use crate::PlanError;
 
 pub mod autohall;
@@ -48,13 +48,11 @@ pub mod noop;
 mod table;
 pub mod uhgeval;
 
-pub(crate) use table::RawBenchmark;
-
 /// An item's plan, its label encoded for the run state.
 pub type Evaluation = Result<Plan<Vec<u8>>, PlanError>;
 
 /// What the coordinator asks of a benchmark, whatever its pipeline.
-pub trait Pipeline {
+pub trait Pipeline: AsAny + Debug + Send + Sync {
     /// `pipeline = "…"` in the sweep.
     fn name(&self) -> &'static str;
     /// The model under test of each configuration, in order (progress and metrics).
@@ -74,32 +72,54 @@ pub trait Pipeline {
     fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError>;
 }
 
-/// A benchmark of the sweep, checked, with its datasets read.
-#[derive(Clone, Debug)]
-pub enum Benchmark {
-    HypoTermQa(hypotermqa::HypoTermQa),
-    /// Builds a HypoTermQA dataset: one item per topic, one generator.
-    HypoTermQaBuild(build::HypoTermQaBuild),
-    AutoHall(autohall::AutoHall),
-    ChainPoll(chainpoll::ChainPoll),
-    UhgEval(uhgeval::UhgEval),
-    Hvi(hvi::Hvi),
-    /// `jobs` items of one free job each per model: measures the job path.
-    Noop(noop::Noop),
+/// Clone and downcast a boxed pipeline; implemented for every `Pipeline + Clone`.
+pub trait AsAny {
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+    fn boxed_clone(&self) -> Box<dyn Pipeline>;
+}
+
+impl<T: Pipeline + Clone + 'static> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn boxed_clone(&self) -> Box<dyn Pipeline> {
+        Box::new(self.clone())
+    }
+}
+
+/// A benchmark of the sweep, checked, with its datasets read: one pipeline's data
+/// behind its operations.
+#[derive(Debug)]
+pub struct Benchmark(Box<dyn Pipeline>);
+
+impl Clone for Benchmark {
+    fn clone(&self) -> Self {
+        Benchmark(self.0.boxed_clone())
+    }
 }
 
 impl Benchmark {
-    /// This benchmark as its pipeline (the one dispatch of the coordinator).
+    pub fn new<P: Pipeline + Clone + 'static>(pipeline: P) -> Benchmark {
+        Benchmark(Box::new(pipeline))
+    }
+
+    /// This benchmark as its pipeline.
     pub fn ops(&self) -> &dyn Pipeline {
-        match self {
-            Benchmark::HypoTermQa(b) => b,
-            Benchmark::HypoTermQaBuild(b) => b,
-            Benchmark::AutoHall(b) => b,
-            Benchmark::ChainPoll(b) => b,
-            Benchmark::UhgEval(b) => b,
-            Benchmark::Hvi(b) => b,
-            Benchmark::Noop(b) => b,
-        }
+        &*self.0
+    }
+
+    /// The pipeline's own data, if it is a `P` (tests, the benchmark harness).
+    pub fn get<P: 'static>(&self) -> Option<&P> {
+        self.0.as_any().downcast_ref()
+    }
+
+    /// As [`Benchmark::get`], to change it (a built dataset read after the build phase).
+    pub fn get_mut<P: 'static>(&mut self) -> Option<&mut P> {
+        self.0.as_any_mut().downcast_mut()
     }
 
     pub fn pipeline(&self) -> &'static str {
@@ -117,9 +137,10 @@ impl Benchmark {
 }
 
 /// A pipeline's check of its `[[benchmark]]` table.
-type Check = fn(&mut Checking<'_>, &RawBenchmark) -> Result<Benchmark, SweepError>;
+type Check = fn(&mut Checking<'_>, &toml::Table) -> Result<Benchmark, SweepError>;
 
-/// Every pipeline a sweep may name, in the order the error for an unknown one lists them.
+/// Every pipeline a sweep may name, in the order the error for an unknown one lists them:
+/// the one registration line of each.
 const PIPELINES: [(&str, Check); 7] = [
     ("hypotermqa", hypotermqa::check),
     ("hypotermqa-build", build::check),
@@ -150,7 +171,7 @@ pub(crate) struct Checking<'a> {
 pub(crate) fn check_all(
     file: &str,
     base: &Path,
-    raw: &[RawBenchmark],
+    raw: &[toml::Table],
     models: &[Model],
 ) -> Result<(Vec<Benchmark>, Vec<build::BuiltInput>), SweepError> {
     if raw.is_empty() {
@@ -160,17 +181,25 @@ pub(crate) fn check_all(
         Checking { file, base, models, index: 0, earlier: Vec::new(), built_inputs: Vec::new() };
     for (i, b) in raw.iter().enumerate() {
         cx.index = i;
-        let Some((_, check)) = PIPELINES.iter().find(|(name, _)| *name == b.pipeline) else {
+        let key = format!("benchmark[{i}].pipeline");
+        let name = match b.get("pipeline") {
+            Some(toml::Value::String(name)) => name.as_str(),
+            Some(other) => {
+                return Err(key_err(
+                    file,
+                    key,
+                    format!("{other} is not a pipeline name (a string)"),
+                ))
+            }
+            None => return Err(key_err(file, key, "missing: which pipeline runs this benchmark")),
+        };
+        let Some((_, check)) = PIPELINES.iter().find(|(n, _)| *n == name) else {
             let names: Vec<String> = PIPELINES.iter().map(|(n, _)| format!("{n:?}")).collect();
             let (last, rest) = names.split_last().expect("PIPELINES is not empty");
             return Err(key_err(
                 file,
-                format!("benchmark[{i}].pipeline"),
-                format!(
-                    "unknown pipeline {:?} (expected {} or {last})",
-                    b.pipeline,
-                    rest.join(", ")
-                ),
+                key,
+                format!("unknown pipeline {name:?} (expected {} or {last})", rest.join(", ")),
             ));
         };
         let bench = check(&mut cx, b)?;

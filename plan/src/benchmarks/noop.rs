@@ -6,14 +6,22 @@ use std::collections::HashSet;
 use halyard_pipelines::common::ResultLookup;
 use halyard_pipelines::noop;
 
-use super::table::{reject_foreign_keys, RawBenchmark};
+use serde::Deserialize;
+
+use super::table::parse;
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
-use crate::sweep::{key_err, SweepError};
+use crate::sweep::error::{key_err, SweepError};
 use crate::PlanError;
 
-/// The keys of the table only this pipeline takes.
-pub const KEYS: &[&str] = &["jobs"];
+/// `pipeline = "noop"`: its table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Table {
+    models: Vec<String>,
+    /// Items (one job each) per model under test.
+    jobs: Option<i64>,
+}
 
 /// Largest `jobs` of a noop benchmark (item indices are 32-bit in the run state).
 pub const MAX_NOOP_JOBS: i64 = 1_000_000_000;
@@ -26,9 +34,10 @@ pub struct Noop {
 
 /// `pipeline = "noop"`: `jobs` items per model, models with `backend = "noop"`, and
 /// none of the keys that belong to datasets and judges.
-pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark, SweepError> {
+pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmark, SweepError> {
+    let table: Table = parse(cx, raw, noop::PIPELINE)?;
+    let b = &table;
     let (f, i, models) = (cx.file, cx.index, cx.models);
-    reject_foreign_keys(f, i, b, noop::PIPELINE, KEYS)?;
     let k = |field: &str| format!("benchmark[{i}].{field}");
     let jobs = b.jobs.ok_or_else(|| {
         key_err(f, k("jobs"), "required for pipeline \"noop\": the number of jobs per model")
@@ -60,7 +69,7 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
         }
         config.push(noop::Config { model: m.spec.clone() });
     }
-    Ok(Benchmark::Noop(Noop { config, jobs: jobs as u32 }))
+    Ok(Benchmark::new(Noop { config, jobs: jobs as u32 }))
 }
 
 impl Pipeline for Noop {

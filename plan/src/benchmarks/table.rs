@@ -1,113 +1,48 @@
-//! The `[[benchmark]]` table of a sweep file, and the checks that pipelines share.
-//!
-//! The table holds every key of every pipeline (serde rejects unknown keys only when
-//! one struct lists them all); each pipeline names the keys it takes (its `KEYS`), and
-//! [`reject_foreign_keys`] turns a key of another pipeline into an error naming it.
+//! The checks that pipelines share on their `[[benchmark]]` tables: each pipeline reads
+//! its own table with [`parse`] (its own serde struct, unknown keys refused).
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use halyard_pipelines::common::ModelSpec;
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
-use super::build::RawBuild;
-use super::hvi::RawProbability;
-use crate::sweep::{key_err, Model, SweepError};
+use super::Checking;
+use crate::sweep::error::{key_err, SweepError};
+use crate::sweep::models::Model;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawBenchmark {
-    pub(super) pipeline: String,
-    /// The dataset file (most pipelines; `noop` has none).
-    pub(super) dataset: Option<String>,
-    pub(super) models: Vec<String>,
-    pub(super) judge: Option<String>,
-    pub(super) semantics: Option<String>,
-    pub(super) limit: Option<i64>,
-    pub(super) system_prompt: Option<String>,
-    /// `noop` only: items (one job each) per model under test.
-    pub(super) jobs: Option<i64>,
-    // autohall and chainpoll
-    pub(super) samples: Option<i64>,
-    pub(super) temperature: Option<f64>,
-    pub(super) classify_temperature: Option<f64>,
-    pub(super) refusal_phrases: Option<Vec<String>>,
-    pub(super) no_conflict: Option<String>,
-    pub(super) polls: Option<i64>,
-    pub(super) metrics: Option<Vec<String>>,
-    pub(super) unparseable: Option<String>,
-    pub(super) sampler: Option<String>,
-    /// `uhgeval` only: `paper` (default) or `v2` rules.
-    pub(super) variant: Option<String>,
-    /// `uhgeval` only: the forms to run (default all four).
-    pub(super) forms: Option<Vec<String>>,
-    /// `uhgeval` only: the embedding model (`backend = "embed"`) for BERTScore.
-    pub(super) bert_embedder: Option<String>,
-    /// `hvi` only: a labelled-sentence file instead of a prompt dataset and judge.
-    pub(super) labels: Option<String>,
-    /// `hvi` only: Eq. 1 weights.
-    pub(super) p_efm: Option<RawProbability>,
-    pub(super) p_esl: Option<RawProbability>,
-    pub(super) delta1: Option<f64>,
-    pub(super) delta2: Option<f64>,
-    /// `hypotermqa-build` only: `[benchmark.build]`.
-    pub(super) build: Option<RawBuild>,
-    /// `hypotermqa` only, instead of `dataset`: the index of a `hypotermqa-build` benchmark.
-    pub(super) dataset_from: Option<i64>,
-}
-
-impl RawBenchmark {
-    /// The keys only some pipelines take, in the order they are checked, and whether
-    /// this table sets each.
-    fn optional_keys(&self) -> [(&'static str, bool); 25] {
-        [
-            ("judge", self.judge.is_some()),
-            ("semantics", self.semantics.is_some()),
-            ("system_prompt", self.system_prompt.is_some()),
-            ("jobs", self.jobs.is_some()),
-            ("samples", self.samples.is_some()),
-            ("temperature", self.temperature.is_some()),
-            ("classify_temperature", self.classify_temperature.is_some()),
-            ("refusal_phrases", self.refusal_phrases.is_some()),
-            ("no_conflict", self.no_conflict.is_some()),
-            ("polls", self.polls.is_some()),
-            ("metrics", self.metrics.is_some()),
-            ("unparseable", self.unparseable.is_some()),
-            ("sampler", self.sampler.is_some()),
-            ("variant", self.variant.is_some()),
-            ("forms", self.forms.is_some()),
-            ("bert_embedder", self.bert_embedder.is_some()),
-            ("labels", self.labels.is_some()),
-            ("p_efm", self.p_efm.is_some()),
-            ("p_esl", self.p_esl.is_some()),
-            ("delta1", self.delta1.is_some()),
-            ("delta2", self.delta2.is_some()),
-            ("build", self.build.is_some()),
-            ("dataset_from", self.dataset_from.is_some()),
-            ("dataset", self.dataset.is_some()),
-            ("limit", self.limit.is_some()),
-        ]
-    }
-}
-
-/// The first key set on benchmark `i` that `pipeline` does not take (`takes`), as an error.
-pub(super) fn reject_foreign_keys(
-    f: &str,
-    i: usize,
-    b: &RawBenchmark,
+/// Benchmark `cx.index`'s table as pipeline `pipeline`'s own struct `T` (which refuses
+/// unknown keys): a key of another pipeline, or a misspelt one, is an error naming the
+/// key and the keys this pipeline takes; a wrong value names its key.
+pub(super) fn parse<T: DeserializeOwned>(
+    cx: &Checking<'_>,
+    raw: &toml::Table,
     pipeline: &str,
-    takes: &[&str],
-) -> Result<(), SweepError> {
-    for (key, set) in b.optional_keys() {
-        if set && !takes.contains(&key) {
-            return Err(key_err(
+) -> Result<T, SweepError> {
+    let (f, i) = (cx.file, cx.index);
+    let mut table = raw.clone();
+    table.remove("pipeline");
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." { String::new() } else { format!(".{path}") };
+        let msg = e.into_inner().message().to_string();
+        // The path of an unknown key ends with the key itself.
+        match unknown_field(&msg) {
+            Some(expected) => key_err(
                 f,
-                format!("benchmark[{i}].{key}"),
-                format!("does not apply to pipeline {pipeline:?}"),
-            ));
+                format!("benchmark[{i}]{at}"),
+                format!("does not apply to pipeline {pipeline:?} ({expected})"),
+            ),
+            None => key_err(f, format!("benchmark[{i}]{at}"), msg),
         }
-    }
-    Ok(())
+    })
+}
+
+/// What serde's "unknown field `x`, expected …" says was expected.
+fn unknown_field(msg: &str) -> Option<&str> {
+    let rest = msg.strip_prefix("unknown field `")?;
+    let (_field, expected) = rest.split_once('`')?;
+    Some(expected.trim_start_matches(", "))
 }
 
 /// The model called `name`, or an error naming `key` and the sweep's models.
@@ -131,10 +66,10 @@ pub(super) fn model_named<'m>(
 pub(super) fn models_of(
     f: &str,
     i: usize,
-    b: &RawBenchmark,
+    names: &[String],
     models: &[Model],
 ) -> Result<Vec<ModelSpec>, SweepError> {
-    if b.models.is_empty() {
+    if names.is_empty() {
         return Err(key_err(
             f,
             format!("benchmark[{i}].models"),
@@ -143,7 +78,7 @@ pub(super) fn models_of(
     }
     let mut seen = HashSet::new();
     let mut out = Vec::new();
-    for (j, name) in b.models.iter().enumerate() {
+    for (j, name) in names.iter().enumerate() {
         let key = format!("benchmark[{i}].models[{j}]");
         if !seen.insert(name) {
             return Err(key_err(f, key, format!("model {name:?} listed twice")));
@@ -185,8 +120,8 @@ pub(super) fn temperature(
 }
 
 /// `limit`: at least 1 when given.
-pub(super) fn limit(f: &str, i: usize, b: &RawBenchmark) -> Result<Option<usize>, SweepError> {
-    match b.limit {
+pub(super) fn limit(f: &str, i: usize, limit: Option<i64>) -> Result<Option<usize>, SweepError> {
+    match limit {
         Some(l) if l < 1 => {
             Err(key_err(f, format!("benchmark[{i}].limit"), format!("{l} must be at least 1")))
         }
@@ -215,13 +150,13 @@ pub(super) fn dataset_err(
 pub(super) fn read_rows<T, E: std::fmt::Display>(
     f: &str,
     i: usize,
-    b: &RawBenchmark,
+    limit_key: Option<i64>,
     path: &Path,
     rows: &str,
     read: impl FnOnce(&Path) -> Result<Vec<T>, E>,
 ) -> Result<Vec<T>, SweepError> {
     let mut out = read(path).map_err(|e| dataset_err(f, i, "dataset", path, e))?;
-    if let Some(l) = limit(f, i, b)? {
+    if let Some(l) = limit(f, i, limit_key)? {
         out.truncate(l);
     }
     if out.is_empty() {

@@ -8,7 +8,6 @@ use halyard_pipelines::metrics::uhgeval::UhgVariant;
 use super::autohall::AutoHall;
 use super::chainpoll::ChainPoll;
 use super::uhgeval::UhgEval;
-use super::Benchmark;
 use crate::sweep::{parse, Sweep, SweepError};
 
 fn sweep(bench: &str, extra_model: &str) -> Result<Sweep, SweepError> {
@@ -32,12 +31,12 @@ const CP: &str = "pipeline = \"chainpoll\"\ndataset = \"ROOT/datasets/chainpoll/
 #[test]
 fn defaults() {
     let s = sweep(AH, "").unwrap();
-    let Benchmark::AutoHall(AutoHall { config, claims, samples, .. }) = &s.benchmarks[0] else {
+    let Some(AutoHall { config, claims, samples, .. }) = s.benchmarks[0].get::<AutoHall>() else {
         panic!()
     };
     assert_eq!((*samples, claims.len(), config[0].classifier.temperature), (13, 40, 0.1));
     let s = sweep(&format!("{CP}\nsampler = \"m\""), "").unwrap();
-    let Benchmark::ChainPoll(ChainPoll { config, items, .. }) = &s.benchmarks[0] else { panic!() };
+    let ChainPoll { config, items, .. } = s.benchmarks[0].get::<ChainPoll>().unwrap();
     assert_eq!(
         (config[0].polls, items.len(), config[0].metrics.as_slice()),
         (5, 60, &[Metric::Correctness][..])
@@ -92,7 +91,7 @@ fn uhgeval_defaults() {
     let s = parse(Path::new("/tmp/s.toml"), &sweep_text("[[benchmark]]\npipeline = \"uhgeval\"\ndataset = \"DATASETS/uhgeval/uhgeval_concise_sample_20.jsonl\"\nmodels = [\"a\"]\nlimit = 3\n")).unwrap();
     let b = &s.benchmarks[0];
     assert_eq!((b.pipeline(), b.model_count(), b.item_count()), ("uhgeval", 1, 3));
-    let Benchmark::UhgEval(UhgEval { config, .. }) = b else { panic!() };
+    let UhgEval { config, .. } = b.get::<UhgEval>().unwrap();
     assert_eq!(config[0].forms.len(), 4);
     assert_eq!(config[0].variant, UhgVariant::Paper);
 }

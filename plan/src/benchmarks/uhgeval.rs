@@ -7,14 +7,28 @@ use halyard_pipelines::common::ResultLookup;
 use halyard_pipelines::metrics::uhgeval::UhgVariant;
 use halyard_pipelines::uhgeval::{self, Form};
 
-use super::table::{model_named, models_of, read_rows, reject_foreign_keys, RawBenchmark};
+use serde::Deserialize;
+
+use super::table::{model_named, models_of, parse, read_rows};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::report::Section;
-use crate::sweep::{key_err, SweepError};
+use crate::sweep::error::{key_err, SweepError};
 use crate::PlanError;
 
-/// The keys of the table this pipeline takes.
-pub const KEYS: &[&str] = &["variant", "forms", "bert_embedder", "dataset", "limit"];
+/// `pipeline = "uhgeval"`: its table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Table {
+    models: Vec<String>,
+    dataset: Option<String>,
+    limit: Option<i64>,
+    /// `paper` (default) or `v2` rules.
+    variant: Option<String>,
+    /// The forms to run (default all four).
+    forms: Option<Vec<String>>,
+    /// The embedding model (`backend = "embed"`) for BERTScore.
+    bert_embedder: Option<String>,
+}
 
 /// UHGEval: every configured form on every item, per model.
 #[derive(Clone, Debug)]
@@ -26,10 +40,11 @@ pub struct UhgEval {
 
 /// `pipeline = "uhgeval"`: `dataset`, `models`, optional `variant` (`paper`|`v2`), `forms`
 /// (default all four), `bert_embedder` (a model with `backend = "embed"`) and `limit`.
-pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark, SweepError> {
+pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmark, SweepError> {
+    let table: Table = parse(cx, raw, uhgeval::PIPELINE)?;
+    let b = &table;
     let (f, base, i, models) = (cx.file, cx.base, cx.index, cx.models);
     let k = |field: &str| format!("benchmark[{i}].{field}");
-    reject_foreign_keys(f, i, b, uhgeval::PIPELINE, KEYS)?;
     let variant = match b.variant.as_deref().unwrap_or("paper") {
         "paper" => UhgVariant::Paper,
         "v2" => UhgVariant::V2,
@@ -81,7 +96,7 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
             Some(m.spec.clone())
         }
     };
-    let config = models_of(f, i, b, models)?
+    let config = models_of(f, i, &b.models, models)?
         .into_iter()
         .map(|model| uhgeval::Config {
             variant,
@@ -97,8 +112,8 @@ pub(super) fn check(cx: &mut Checking<'_>, b: &RawBenchmark) -> Result<Benchmark
         .as_ref()
         .ok_or_else(|| key_err(f, k("dataset"), "required for pipeline \"uhgeval\""))?;
     let dataset = base.join(rel);
-    let items = read_rows(f, i, b, &dataset, "items", uhgeval::read_dataset)?;
-    Ok(Benchmark::UhgEval(UhgEval { config, dataset, cases: uhgeval::prepare(items) }))
+    let items = read_rows(f, i, b.limit, &dataset, "items", uhgeval::read_dataset)?;
+    Ok(Benchmark::new(UhgEval { config, dataset, cases: uhgeval::prepare(items) }))
 }
 
 impl Pipeline for UhgEval {

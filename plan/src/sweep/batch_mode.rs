@@ -4,13 +4,10 @@
 //! Job ids do not depend on the mode, so a sweep can switch modes and keep its
 //! checkpoints.
 
-use std::collections::BTreeMap;
-
 use halyard_proto::pool::BatchSpec;
 
-use super::price::{self, RawPrice};
-use super::{key_err, Model, SweepError};
-use crate::cost::Price;
+use super::error::{key_err, SweepError};
+use super::price::{self, Price, RawPrice};
 
 /// Default requests per provider batch.
 pub const DEFAULT_BATCH_SIZE: u32 = 1000;
@@ -105,45 +102,6 @@ pub(super) fn check(
         queue_tokens,
     };
     Ok((Some(spec), billed))
-}
-
-/// Models of one pool share its mode and batch settings; a disagreement names both.
-pub(super) fn check_pools(f: &str, models: &[Model]) -> Result<(), SweepError> {
-    let mut pools: BTreeMap<&str, (Option<BatchSpec>, &str)> = BTreeMap::new();
-    for (i, m) in models.iter().enumerate() {
-        match pools.get(m.spec.pool.as_str()) {
-            Some((other, name)) if *other != m.batch => {
-                return Err(key_err(
-                    f,
-                    format!("model[{i}]"),
-                    format!(
-                        "pool {:?}: model {:?} gives {}, model {name:?} gives {} (models sharing a pool share its mode and batch settings)",
-                        m.spec.pool,
-                        m.spec.name,
-                        describe(m.batch),
-                        describe(*other)
-                    ),
-                ))
-            }
-            Some(_) => {}
-            None => {
-                pools.insert(&m.spec.pool, (m.batch, &m.spec.name));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn describe(b: Option<BatchSpec>) -> String {
-    match b {
-        None => "mode \"online\"".into(),
-        Some(b) => format!(
-            "mode \"batch\" (batch_size {}, batch_wait_s {}, batch_queue_tokens {})",
-            b.batch_size,
-            b.batch_wait_ms as f64 / 1000.0,
-            b.queue_tokens.map_or("unset".into(), |t| t.to_string())
-        ),
-    }
 }
 
 #[cfg(test)]

@@ -10,10 +10,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use halyard_pipelines::hypotermqa;
 use serde::Deserialize;
 
+use crate::benchmarks::hypotermqa::HypoTermQa;
+
 pub mod batch_mode;
+pub mod error;
+pub mod identity;
 pub mod models;
+pub mod pools;
 pub mod price;
 pub mod quota;
 pub mod replay;
@@ -24,23 +30,13 @@ mod tests;
 pub use crate::benchmarks::build::BuiltInput;
 pub use crate::benchmarks::noop::MAX_NOOP_JOBS;
 pub use crate::benchmarks::Benchmark;
-pub use models::{check_identity, gguf_identity, placement, Model};
+pub use error::{key_err, SweepError};
+pub use identity::{check_identity, gguf_identity};
+pub use models::{placement, Model};
 pub use quota::{check_quota, QuotaSpec, RawQuota};
 pub use run::{
     JobBatch, RunSettings, AUTO_BATCH_SPAN, AUTO_MAX_JOB_BATCH, DEFAULT_WINDOW, MAX_JOB_BATCH,
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum SweepError {
-    #[error("cannot read sweep file {file}: {reason}")]
-    Read { file: String, reason: String },
-    #[error("{file}: {reason}")]
-    Syntax { file: String, reason: String },
-    #[error("{file}: key `{key}`: {reason}")]
-    Key { file: String, key: String, reason: String },
-    #[error("{file}: key `{key}`: dataset {dataset}: {reason}")]
-    Dataset { file: String, key: String, dataset: String, reason: String },
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,7 +45,7 @@ struct RawSweep {
     #[serde(default)]
     model: Vec<models::RawModel>,
     #[serde(default)]
-    benchmark: Vec<crate::benchmarks::RawBenchmark>,
+    benchmark: Vec<toml::Table>,
     #[serde(default)]
     run: Option<run::RawRun>,
 }
@@ -97,11 +93,6 @@ impl Sweep {
 /// Backends that make no call to anybody's API.
 const LOCAL_BACKENDS: [&str; 4] = ["noop", "gguf", "embed", "replay"];
 
-/// An error about key `key` of sweep file `file`.
-pub(crate) fn key_err(file: &str, key: impl Into<String>, reason: impl Into<String>) -> SweepError {
-    SweepError::Key { file: file.to_string(), key: key.into(), reason: reason.into() }
-}
-
 /// Read and check a sweep file, including its datasets.
 pub fn load(path: &Path) -> Result<Sweep, SweepError> {
     let file = path.display().to_string();
@@ -141,8 +132,8 @@ fn parse_with(path: &Path, text: &str, benchmarks: bool) -> Result<Sweep, SweepE
         Default::default()
     };
     let run = run::check(f, raw.run)?;
-    let quotas = quota::pool_quotas(f, &models)?;
-    batch_mode::check_pools(f, &models)?;
+    let quotas = pools::pool_quotas(f, &models)?;
+    pools::check_pools(f, &models)?;
     Ok(Sweep {
         file: path.to_path_buf(),
         name: raw.name,
@@ -165,6 +156,37 @@ fn check_name(f: &str, name: &str) -> Result<(), SweepError> {
             "name",
             format!("{name:?} is not a valid run name (letters, digits, '-', '_', '.')"),
         ));
+    }
+    Ok(())
+}
+
+/// After the build phase: read each built dataset with the evaluation pipeline's reader
+/// into the benchmark that waits for it.
+pub fn load_built(sweep: &mut Sweep, run_dir: &Path) -> Result<(), SweepError> {
+    let file = sweep.file.display().to_string();
+    for input in std::mem::take(&mut sweep.built_inputs) {
+        let path: PathBuf = run_dir.join(crate::benchmarks::build::output_file(input.build));
+        let key = format!("benchmark[{}].dataset_from", input.eval);
+        let mut qs = hypotermqa::read_dataset(&path).map_err(|e| SweepError::Dataset {
+            file: file.clone(),
+            key: key.clone(),
+            dataset: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        if let Some(l) = input.limit {
+            qs.truncate(l);
+        }
+        if qs.is_empty() {
+            return Err(key_err(
+                &file,
+                key,
+                format!("the build wrote no questions to {}", path.display()),
+            ));
+        }
+        if let Some(eval) = sweep.benchmarks[input.eval].get_mut::<HypoTermQa>() {
+            eval.questions = qs;
+            eval.dataset = path;
+        }
     }
     Ok(())
 }

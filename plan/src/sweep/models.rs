@@ -10,11 +10,11 @@ use halyard_proto::ModelRef;
 use serde::Deserialize;
 
 use super::batch_mode;
-use super::price::{self, RawPrice};
+use super::error::{key_err, SweepError};
+use super::identity::{check_identity_form, embed_identity, gguf_identity};
+use super::price::{self, Price, RawPrice};
 use super::quota::{self, QuotaSpec};
 use super::replay;
-use super::{key_err, SweepError};
-use crate::benchmarks::build::embed_identity;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,7 +72,7 @@ pub struct Model {
     pub replay: Option<ReplaySpec>,
     /// USD per million tokens its calls are billed at: `price`, or in batch mode
     /// `batch_price` (by default half of `price`).
-    pub price: Option<crate::cost::Price>,
+    pub price: Option<Price>,
     /// Batch mode: the pool sends its requests through the provider's batch API.
     pub batch: Option<halyard_proto::pool::BatchSpec>,
     /// The quota of this model's pool, if it gives one.
@@ -86,65 +86,6 @@ pub fn placement(local: &GgufSpec) -> String {
     match local.gpu {
         None => "cpu".into(),
         Some(n) => format!("gpu{n}"),
-    }
-}
-
-/// A location-independent identity of a model file: name, size and a hash of its first
-/// MiB (the GGUF header, metadata and vocabulary). Job ids use it, so workers that keep
-/// the same file under another path share checkpoints and de-duplication.
-pub fn gguf_identity(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let size = f.metadata()?.len();
-    let mut head = Vec::with_capacity(1 << 20);
-    (&mut f).take(1 << 20).read_to_end(&mut head)?;
-    if head.len() < 4 || &head[..4] != b"GGUF" {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "not a GGUF file (no GGUF magic)",
-        ));
-    }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let h = blake3::hash(&head);
-    let hex: String = h.as_bytes()[..8].iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("gguf:{name}:{size}:{hex}"))
-}
-
-/// Whether `id` has the form [`gguf_identity`] gives: `gguf:<name>:<size>:<16 hex digits>`.
-fn check_identity_form(id: &str) -> Result<(), String> {
-    let bad = || {
-        format!(
-            "{id:?} is not a model file identity (gguf:<file name>:<size>:<16 hex digits>, as \
-             `halyard identity FILE` prints it)"
-        )
-    };
-    let rest = id.strip_prefix("gguf:").ok_or_else(bad)?;
-    let mut parts = rest.rsplitn(3, ':');
-    let (hex, size, name) = (parts.next(), parts.next(), parts.next());
-    match (hex, size, name) {
-        (Some(h), Some(n), Some(name))
-            if h.len() == 16
-                && h.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-                && n.parse::<u64>().is_ok()
-                && !name.is_empty() =>
-        {
-            Ok(())
-        }
-        _ => Err(bad()),
-    }
-}
-
-/// Check that the file at `path` is the model `identity` names (a worker about to load it):
-/// an error naming both when it is another file, or when it cannot be read.
-pub fn check_identity(path: &Path, identity: &str) -> Result<(), String> {
-    match gguf_identity(path) {
-        Ok(id) if id == identity => Ok(()),
-        Ok(id) => Err(format!(
-            "{} is {id}, but the sweep names {identity}: another file (or version) than the \
-             one the sweep was written for; its results would not be the sweep's",
-            path.display()
-        )),
-        Err(e) => Err(format!("{}: {e}", path.display())),
     }
 }
 
@@ -175,7 +116,18 @@ struct Backend {
 /// Check model `i` (its name is already checked).
 fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepError> {
     let k = |field: &str| format!("model[{i}].{field}");
-    let replay = replay::replay_model(f, base, i, m)?;
+    let replay = replay::replay_model(
+        f,
+        base,
+        i,
+        replay::ReplayKeys {
+            backend: &m.backend,
+            base_url: m.base_url.as_deref(),
+            recordings: m.recordings.as_ref(),
+            recorded_backend: m.recorded_backend.as_ref(),
+            recorded_endpoint: m.recorded_endpoint.as_ref(),
+        },
+    )?;
     let Backend { endpoint, local, embed } = backend(f, base, i, m, replay.as_ref())?;
     if m.backend != "gguf" {
         for (key, set) in [

@@ -1,10 +1,9 @@
 //! `price = { input = …, output = … }` on a model: USD per million input and output
 //! tokens, for cost accounting and `--max-cost` (see [`crate::cost`]).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::{key_err, SweepError};
-use crate::cost::Price;
+use super::error::{key_err, SweepError};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,4 +29,20 @@ pub(super) fn check(
         }
     }
     Ok(Some(Price { input: p.input, output: p.output }))
+}
+
+/// USD per million tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+}
+
+impl Price {
+    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+        (prompt_tokens as f64 * self.input + completion_tokens as f64 * self.output) / 1e6
+    }
+    pub fn is_paid(&self) -> bool {
+        self.input > 0.0 || self.output > 0.0
+    }
 }

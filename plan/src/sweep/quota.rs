@@ -2,12 +2,10 @@
 //! that share a `pool` share its quota (one API key's limits), so they must agree on it:
 //! a model may leave the keys out, and the pool takes them from the models that give them.
 
-use std::collections::BTreeMap;
-
 pub use halyard_proto::pool::QuotaSpec;
 use halyard_proto::pool::TpmCounts;
 
-use super::{key_err, Model, SweepError};
+use super::error::{key_err, SweepError};
 
 /// The quota keys of one model (or one `--quota` flag), as given.
 #[derive(Clone, Copy, Debug, Default)]
@@ -76,34 +74,6 @@ pub(super) fn model_quota(
         ));
     }
     Ok(Some(QuotaSpec { rpm, tpm, burst: burst as u32, tpm_counts }))
-}
-
-/// Every pool's quota; models of one pool that give different quotas are an error.
-pub(super) fn pool_quotas(
-    f: &str,
-    models: &[Model],
-) -> Result<BTreeMap<String, QuotaSpec>, SweepError> {
-    let mut pools: BTreeMap<String, (QuotaSpec, &str)> = BTreeMap::new();
-    for (i, m) in models.iter().enumerate() {
-        let Some(q) = m.quota else { continue };
-        match pools.get(&m.spec.pool) {
-            Some((other, name)) if *other != q => {
-                return Err(key_err(
-                    f,
-                    format!("model[{i}]"),
-                    format!(
-                        "pool {:?} has two quotas: model {:?} gives {q:?}, model {name:?} gives {other:?} (models sharing a pool share one quota)",
-                        m.spec.pool, m.spec.name
-                    ),
-                ))
-            }
-            Some(_) => {}
-            None => {
-                pools.insert(m.spec.pool.clone(), (q, &m.spec.name));
-            }
-        }
-    }
-    Ok(pools.into_iter().map(|(p, (q, _))| (p, q)).collect())
 }
 
 #[cfg(test)]

@@ -5,8 +5,17 @@ use std::path::Path;
 
 use halyard_proto::pool::{ReplaySource, ReplaySpec};
 
-use super::models::{gguf_identity, RawModel};
-use super::{key_err, SweepError};
+use super::error::{key_err, SweepError};
+use super::identity::gguf_identity;
+
+/// The keys of a `[[model]]` that [`replay_model`] reads.
+pub(super) struct ReplayKeys<'a> {
+    pub backend: &'a str,
+    pub base_url: Option<&'a str>,
+    pub recordings: Option<&'a String>,
+    pub recorded_backend: Option<&'a String>,
+    pub recorded_endpoint: Option<&'a String>,
+}
 
 /// `backend = "replay"`: `recordings` (a `.jsonl` file, or a checkpoint directory with
 /// `recorded_endpoint` and optional `recorded_backend`); these keys on another backend
@@ -15,7 +24,7 @@ pub(super) fn replay_model(
     f: &str,
     base: &Path,
     i: usize,
-    m: &RawModel,
+    m: ReplayKeys<'_>,
 ) -> Result<Option<ReplaySpec>, SweepError> {
     let k = |field: &str| format!("model[{i}].{field}");
     if m.backend != "replay" {
@@ -37,13 +46,13 @@ pub(super) fn replay_model(
             "does not apply to backend \"replay\" (it calls nothing)",
         ));
     }
-    let rel = m.recordings.as_ref().ok_or_else(|| {
+    let rel = m.recordings.ok_or_else(|| {
         key_err(f, k("recordings"), "required for backend \"replay\": a JSONL file of request/response pairs or a Halyard checkpoint directory")
     })?;
     let path = base.join(rel);
     let source = if path.is_dir() {
-        let backend = m.recorded_backend.clone().unwrap_or_else(|| "openai".into());
-        let given = m.recorded_endpoint.clone().ok_or_else(|| {
+        let backend = m.recorded_backend.cloned().unwrap_or_else(|| "openai".into());
+        let given = m.recorded_endpoint.cloned().ok_or_else(|| {
             key_err(f, k("recorded_endpoint"), "required when `recordings` is a checkpoint: the base_url (or model_path for gguf) of the recorded model")
         })?;
         let endpoint = match backend.as_str() {

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::{key_err, SweepError};
+use super::error::{key_err, SweepError};
 
 /// Largest `[run] job_batch` (a job message is also sent once its jobs take 256 KiB).
 pub const MAX_JOB_BATCH: i64 = 256;

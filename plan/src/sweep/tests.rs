@@ -101,7 +101,7 @@ judge = "m"
     );
     let with_jobs = text.replace("judge = \"m\"", "judge = \"m\"\njobs = 3\ndataset = \"x.jsonl\"");
     assert!(
-        err(&with_jobs).contains("benchmark[0].jobs`: only applies to pipeline \"noop\""),
+        err(&with_jobs).contains("benchmark[0].jobs`: does not apply to pipeline \"hypotermqa\""),
         "{}",
         err(&with_jobs)
     );
