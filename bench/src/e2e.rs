@@ -108,7 +108,10 @@ pub async fn role_coordinator(
         let mut last = Progress::default();
         while rx.changed().await.is_ok() {
             let p = rx.borrow_and_update().clone();
-            if done_at.is_none() && p.items_total > 0 && p.items_done >= p.items_total {
+            if done_at.is_none()
+                && p.figures.items_total > 0
+                && p.figures.items_done >= p.figures.items_total
+            {
                 done_at = Some(started.elapsed());
             }
             last = p;
@@ -131,15 +134,15 @@ pub async fn role_coordinator(
     let figures = CoordinatorFigures {
         done_s: done_at.unwrap_or(total).as_secs_f64(),
         total_s: total.as_secs_f64(),
-        items: p.items_done,
-        results: p.results,
-        duplicates: p.duplicates,
-        dead_letters: p.dead_letters,
-        published: p.published,
+        items: p.figures.items_done,
+        results: p.figures.results,
+        duplicates: p.figures.duplicates,
+        dead_letters: p.figures.dead_letters,
+        published: p.figures.published,
         latency_p50_us: us(p.latency.quantile(0.5)),
         latency_p99_us: us(p.latency.quantile(0.99)),
         latency_samples: p.latency.count(),
-        batches: p.batches,
+        batches: p.result_batches,
     };
     println!("{}", serde_json::to_string(&figures)?);
     Ok(())

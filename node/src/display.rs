@@ -112,25 +112,25 @@ pub fn waiting_for_batches(groups: &[halyard_proto::provider_batch::BatchGroup])
 }
 
 fn summary(p: &Progress, local: &[Arc<Stats>]) -> String {
-    let retries: u64 = p.costs.iter().map(|c| c.retries).sum();
-    let spent: f64 = p.costs.iter().map(|c| c.cost).sum();
+    let retries: u64 = p.figures.costs.iter().map(|c| c.retries).sum();
+    let spent: f64 = p.figures.costs.iter().map(|c| c.cost).sum();
     let mut s = format!(
         "{} results · {} retries · {} 429s · {} dead letters · ${spent:.4}",
-        p.results,
+        p.figures.results,
         retries,
         rate_limited(local),
-        p.dead_letters
+        p.figures.dead_letters
     );
-    if let Some(m) = p.max_cost {
+    if let Some(m) = p.figures.max_cost {
         s.push_str(&format!(" of ${m:.2}"));
     }
-    if p.held > 0 {
-        s.push_str(&format!(" · {} held (cost limit)", p.held));
+    if p.figures.held > 0 {
+        s.push_str(&format!(" · {} held (cost limit)", p.figures.held));
     }
-    for o in &p.outages {
+    for o in &p.figures.outages {
         s.push_str(&format!(" · {}", o.describe()));
     }
-    if let Some(w) = waiting_for_batches(&p.provider_batches) {
+    if let Some(w) = waiting_for_batches(&p.figures.provider_batches) {
         s.push_str(&format!(" · {w}"));
     }
     s
@@ -166,8 +166,8 @@ async fn bars(mp: &MultiProgress, rx: &mut watch::Receiver<Progress>, local: &[A
     let mut per_target: Vec<ProgressBar> = Vec::new();
     loop {
         let p = rx.borrow_and_update().clone();
-        if per_target.is_empty() && !p.targets.is_empty() {
-            for t in &p.targets {
+        if per_target.is_empty() && !p.figures.targets.is_empty() {
+            for t in &p.figures.targets {
                 let b = mp.insert_before(
                     &line,
                     ProgressBar::new(t.total).with_style(style.clone()).with_prefix(target_name(t)),
@@ -178,7 +178,7 @@ async fn bars(mp: &MultiProgress, rx: &mut watch::Receiver<Progress>, local: &[A
                 per_target.push(b);
             }
         }
-        for (b, t) in per_target.iter().zip(&p.targets) {
+        for (b, t) in per_target.iter().zip(&p.figures.targets) {
             b.set_position(t.done);
         }
         line.set_message(summary(&p, local));
@@ -207,12 +207,13 @@ async fn logs(rx: &mut watch::Receiver<Progress>, local: &[Arc<Stats>]) {
             }
         }
         let p = rx.borrow().clone();
-        if p.targets.is_empty() {
+        if p.figures.targets.is_empty() {
             continue;
         }
-        let base = first.get_or_insert_with(|| p.targets.iter().map(|t| t.done).collect()).clone();
+        let base =
+            first.get_or_insert_with(|| p.figures.targets.iter().map(|t| t.done).collect()).clone();
         let secs = started.elapsed().as_secs_f64();
-        for (t, d0) in p.targets.iter().zip(base) {
+        for (t, d0) in p.figures.targets.iter().zip(base) {
             let rate = t.done.saturating_sub(d0) as f64 / secs;
             let eta = if rate > 0.0 {
                 Some(crate::status::show::duration(t.total.saturating_sub(t.done) as f64 / rate))
@@ -231,15 +232,15 @@ async fn logs(rx: &mut watch::Receiver<Progress>, local: &[Arc<Stats>]) {
             );
         }
         tracing::info!(
-            results = p.results,
-            retries = p.costs.iter().map(|c| c.retries).sum::<u64>(),
+            results = p.figures.results,
+            retries = p.figures.costs.iter().map(|c| c.retries).sum::<u64>(),
             rate_limited = rate_limited(local),
-            dead_letters = p.dead_letters,
-            cost_usd = format_args!("{:.4}", p.costs.iter().map(|c| c.cost).sum::<f64>()),
-            held = p.held,
+            dead_letters = p.figures.dead_letters,
+            cost_usd = format_args!("{:.4}", p.figures.costs.iter().map(|c| c.cost).sum::<f64>()),
+            held = p.figures.held,
             "totals"
         );
-        if let Some(w) = waiting_for_batches(&p.provider_batches) {
+        if let Some(w) = waiting_for_batches(&p.figures.provider_batches) {
             tracing::info!("{w}");
         }
     }

@@ -145,14 +145,14 @@ pub struct CoordinatorSource {
 /// The coordinator's figures: items, jobs, per (model, stage) classes, latencies, cost.
 pub fn coordinator_metrics(e: &mut Exposition, p: &Progress) {
     run_metrics(e, p);
-    class_metrics(e, &p.costs);
+    class_metrics(e, &p.figures.costs);
     latency_metrics(e, p);
     cost_metrics(e, p);
 }
 
 /// Items and jobs of the run.
 fn run_metrics(e: &mut Exposition, p: &Progress) {
-    for t in &p.targets {
+    for t in &p.figures.targets {
         let bench = t.bench.to_string();
         for (state, v) in [("done", t.done), ("total", t.total)] {
             e.family(
@@ -177,13 +177,13 @@ fn run_metrics(e: &mut Exposition, p: &Progress) {
         "gauge",
         "Items planned and unfinished (bounded by the window).",
     )
-    .sample("halyard_items_active", &[], p.active as f64);
-    let completed = p.results.saturating_sub(p.dead_letters);
+    .sample("halyard_items_active", &[], p.figures.active as f64);
+    let completed = p.figures.results.saturating_sub(p.figures.dead_letters);
     for (state, v) in [
-        ("published", p.published),
+        ("published", p.figures.published),
         ("completed", completed),
-        ("dead_letter", p.dead_letters),
-        ("duplicate", p.duplicates),
+        ("dead_letter", p.figures.dead_letters),
+        ("duplicate", p.figures.duplicates),
     ] {
         e.family(
             "halyard_jobs_total",
@@ -197,13 +197,13 @@ fn run_metrics(e: &mut Exposition, p: &Progress) {
         "gauge",
         "Paid jobs not published because the cost limit was reached.",
     )
-    .sample("halyard_jobs_held", &[], p.held as f64);
+    .sample("halyard_jobs_held", &[], p.figures.held as f64);
     e.family(
         "halyard_result_batches_total",
         "counter",
         "Result batches committed (one fsync of the run state each).",
     )
-    .sample("halyard_result_batches_total", &[], p.batches as f64);
+    .sample("halyard_result_batches_total", &[], p.result_batches as f64);
 }
 
 /// Jobs, calls, retries, dead letters, checkpoint hits, cost and tokens per (model, stage).
@@ -267,7 +267,7 @@ fn class_metrics(e: &mut Exposition, costs: &[ClassTotals]) {
 /// Model call latency per model, and publish-to-result latency.
 fn latency_metrics(e: &mut Exposition, p: &Progress) {
     let name = "halyard_model_call_latency_seconds";
-    for m in by_model(&p.costs) {
+    for m in by_model(&p.figures.costs) {
         e.family(
             name,
             "histogram",
@@ -305,13 +305,13 @@ fn latency_metrics(e: &mut Exposition, p: &Progress) {
 
 /// Money spent, and the limit.
 fn cost_metrics(e: &mut Exposition, p: &Progress) {
-    let spent: f64 = p.costs.iter().map(|c| c.cost).sum();
+    let spent: f64 = p.figures.costs.iter().map(|c| c.cost).sum();
     e.family("halyard_cost_spent_usd", "gauge", "USD spent by the run so far.").sample(
         "halyard_cost_spent_usd",
         &[],
         spent,
     );
-    if let Some(limit) = p.max_cost {
+    if let Some(limit) = p.figures.max_cost {
         e.family("halyard_cost_limit_usd", "gauge", "The run's cost limit in USD (--max-cost).")
             .sample("halyard_cost_limit_usd", &[], limit);
     }

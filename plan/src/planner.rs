@@ -29,7 +29,7 @@ use uuid::Uuid;
 use crate::benchmarks::Benchmark;
 use crate::cost::Meter;
 pub use crate::effect::{publishes, Effect};
-use crate::progress::Progress;
+use crate::progress::{Figures, Progress};
 use crate::record::{ItemKey, JobMeta, StoreError};
 use crate::store::RunStore;
 use crate::sweep::Sweep;
@@ -105,10 +105,13 @@ impl<'s, S: RunStore> Planner<'s, S> {
         meter.restore(store.costs()?);
         let progress = Progress {
             run: Some(run),
-            items_total,
-            items_done,
-            results: store.results_at_open(),
-            targets: crate::progress::targets(sweep, &store),
+            figures: Figures {
+                items_total,
+                items_done,
+                results: store.results_at_open(),
+                targets: crate::progress::targets(sweep, &store),
+                ..Default::default()
+            },
             ..Default::default()
         };
         Ok(Planner {
@@ -135,7 +138,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
                 }
                 self.replan(batch, now, &mut fx)?;
                 fx.push(Effect::Costs(self.meter.totals().to_vec()));
-                self.progress.batches += 1;
+                self.progress.result_batches += 1;
             }
             Event::Lost { jobs, error, deliveries } => {
                 self.lost(jobs, &error, deliveries, now, &mut fx)?;
@@ -169,16 +172,16 @@ impl<'s, S: RunStore> Planner<'s, S> {
             batch.affected.extend(w.items().map(|k| (k, r.job)));
         }
         if !new {
-            self.progress.duplicates += 1;
+            self.progress.figures.duplicates += 1;
             return;
         }
-        self.progress.results += 1;
+        self.progress.figures.results += 1;
         self.meter.record(&r);
         if let Some(w) = &waiter {
             self.progress.latency.record(now.saturating_duration_since(w.published_at));
         }
         if let Outcome::Failed(f) = &r.outcome {
-            self.progress.dead_letters += 1;
+            self.progress.figures.dead_letters += 1;
             warn!(job = %r.job, error = %f.error, "dead letter");
         }
         batch.fresh.insert(r.job, r.outcome);
@@ -273,7 +276,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
                 }
             }
         }
-        self.progress.active = self.window.active_count() as u64;
+        self.progress.figures.active = self.window.active_count() as u64;
         Ok(())
     }
 
@@ -295,7 +298,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
                 let job = job_of(self.run, id, j);
                 let round = self.retried.get(&job.id).map(|r| MSG_ID_ROUND_BASE + r);
                 fx.push(Effect::Publish { job, round });
-                self.progress.published += 1;
+                self.progress.figures.published += 1;
             }
         }
     }
@@ -378,7 +381,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
 
     /// Every item is finished.
     pub fn all_done(&self) -> bool {
-        self.progress.items_done >= self.progress.items_total
+        self.progress.figures.items_done >= self.progress.figures.items_total
     }
 
     /// The run must stop at its cost limit (see [`Meter::stop_at_limit`]): (spent, limit).
@@ -395,8 +398,8 @@ impl<'s, S: RunStore> Planner<'s, S> {
     /// The pools down now (read by the run from the workers' health records); true when
     /// that changed what the progress shows.
     pub fn set_outages(&mut self, down: Vec<crate::outage::PoolOutage>) -> bool {
-        let changed = self.progress.outages != down;
-        self.progress.outages = down;
+        let changed = self.progress.figures.outages != down;
+        self.progress.figures.outages = down;
         changed
     }
 
@@ -405,21 +408,21 @@ impl<'s, S: RunStore> Planner<'s, S> {
         &mut self,
         groups: Vec<halyard_proto::provider_batch::BatchGroup>,
     ) -> bool {
-        let changed = self.progress.provider_batches != groups;
-        self.progress.provider_batches = groups;
+        let changed = self.progress.figures.provider_batches != groups;
+        self.progress.figures.provider_batches = groups;
         changed
     }
 
     pub fn progress(&mut self) -> &Progress {
-        self.progress.costs = self.meter.totals().to_vec();
-        self.progress.max_cost = self.meter.max_cost();
-        self.progress.held = self.meter.held;
+        self.progress.figures.costs = self.meter.totals().to_vec();
+        self.progress.figures.max_cost = self.meter.max_cost();
+        self.progress.figures.held = self.meter.held;
         &self.progress
     }
 
     /// The run is over: nothing is active any more.
     pub fn finish(&mut self) {
-        self.progress.active = 0;
+        self.progress.figures.active = 0;
     }
 
     pub fn run(&self) -> Uuid {

@@ -96,7 +96,10 @@ fn results_count_once() {
     let fx = p.step(Event::Results(redelivered.to_vec()), Instant::now()).unwrap();
     assert_eq!((stored(&fx), items(&fx).len()), (0, 0), "a redelivered copy: {fx:?}");
     let progress = p.progress().clone();
-    assert_eq!((progress.results, progress.duplicates, progress.items_done), (2, 2, 2));
+    assert_eq!(
+        (progress.figures.results, progress.figures.duplicates, progress.figures.items_done),
+        (2, 2, 2)
+    );
     let kept = p.store().result(&published[0].id).unwrap().unwrap();
     assert!(!kept.cached, "the first result stays");
 }
@@ -110,7 +113,7 @@ fn window_bounds_planning() {
     let fx = p.step(Event::Fill, Instant::now()).unwrap();
     let mut queue = jobs(&apply(p.store_mut(), fx));
     assert_eq!(queue.len(), 2);
-    assert_eq!(p.progress().active, 2);
+    assert_eq!(p.progress().figures.active, 2);
     let mut done = 0;
     while let Some(job) = queue.first().cloned() {
         queue.remove(0);
@@ -120,7 +123,7 @@ fn window_bounds_planning() {
         let more = jobs(&apply(p.store_mut(), fx));
         assert!(more.len() <= 1, "one finished item lets one more in: {more:?}");
         queue.extend(more);
-        assert!(p.progress().active <= 2);
+        assert!(p.progress().figures.active <= 2);
         assert!(p.outstanding() <= 2);
     }
     assert_eq!(done, 10);
@@ -146,7 +149,7 @@ fn resume_skips_finished_items_and_takes_the_backlog_before_publishing() {
         (std::mem::take(p.store_mut()), published)
     };
     let mut p = Planner::open(&sweep, store, run, HashMap::new()).unwrap();
-    assert_eq!(p.progress().items_done, 1);
+    assert_eq!(p.progress().figures.items_done, 1);
     let fx = p.step(Event::Fill, Instant::now()).unwrap();
     let planned: Vec<JobId> = jobs(&apply(p.store_mut(), fx)).iter().map(|j| j.id).collect();
     assert_eq!(planned, vec![published[1].id, published[2].id, published[3].id], "same ids");
@@ -157,7 +160,7 @@ fn resume_skips_finished_items_and_takes_the_backlog_before_publishing() {
     let still: Vec<JobId> =
         planned.into_iter().filter(|j| !p.store().has_result(j).unwrap()).collect();
     assert_eq!(still, vec![published[2].id, published[3].id], "only the missing jobs");
-    assert_eq!(p.progress().items_done, 2);
+    assert_eq!(p.progress().figures.items_done, 2);
     let classes = p.store().costs().unwrap();
     assert!(classes.iter().all(|c| c.model != crate::cost::UNATTRIBUTED), "{classes:?}");
     assert_eq!(classes.iter().map(|c| c.jobs).sum::<u64>(), 2, "{classes:?}");
@@ -189,7 +192,7 @@ fn lost_jobs_become_dead_letters() {
     }
     let fx = p.step(lost(), Instant::now()).unwrap();
     assert_eq!((stored(&fx), items(&fx).len()), (0, 0), "{fx:?}");
-    assert_eq!((p.progress().dead_letters, p.outstanding()), (1, 1));
+    assert_eq!((p.progress().figures.dead_letters, p.outstanding()), (1, 1));
 }
 
 /// Past the cost limit a paid job is held back, not published; with nothing in flight

@@ -10,10 +10,24 @@ use crate::store::ItemKey;
 use crate::store::RunStore;
 use crate::sweep::Sweep;
 
-/// Live figures of a run.
+/// Live figures of a run: what the coordinator knows after every committed batch.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Progress {
     pub run: Option<Uuid>,
+    /// What every reader of the run's status sees (`halyard status`, `status.json`,
+    /// `/metrics`, the progress display).
+    pub figures: Figures,
+    /// Batches of results committed by this process (one flush each).
+    pub result_batches: u64,
+    /// Publish-to-result latency of the jobs this process published.
+    pub latency: LatencyHistogram,
+}
+
+/// A run's figures as they travel: the part of [`Progress`] that the one run-status type
+/// on the wire (`halyard_node::status::Status`: `status.json`, the broker's status
+/// bucket, `halyard status --json`) carries, flattened into it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
     pub items_total: u64,
     pub items_done: u64,
     pub results: u64,
@@ -22,10 +36,6 @@ pub struct Progress {
     pub published: u64,
     /// Items planned and unfinished (bounded by the window).
     pub active: u64,
-    /// Batches of results committed (one flush each).
-    pub batches: u64,
-    /// Publish-to-result latency of the jobs this process published.
-    pub latency: LatencyHistogram,
     /// Items per benchmark and model under test.
     pub targets: Vec<TargetProgress>,
     /// Tokens, calls and cost per (model, stage), all processes of the run.
@@ -34,9 +44,11 @@ pub struct Progress {
     pub max_cost: Option<f64>,
     pub held: u64,
     /// Pools of the run whose endpoint is down now (their workers paused them).
+    #[serde(default)]
     pub outages: Vec<crate::outage::PoolOutage>,
     /// Provider batches of the run's batch pools that are not over (`mode = "batch"`):
-    /// the run is waiting for them.
+    /// the run is waiting for them. (`batches` in the status files of earlier builds.)
+    #[serde(default, alias = "batches")]
     pub provider_batches: Vec<halyard_proto::provider_batch::BatchGroup>,
 }
 
@@ -70,10 +82,11 @@ pub fn targets(sweep: &Sweep, store: &impl RunStore) -> Vec<TargetProgress> {
 impl Progress {
     /// An item finished.
     pub(crate) fn item_done(&mut self, key: ItemKey) {
-        self.items_done += 1;
+        let f = &mut self.figures;
+        f.items_done += 1;
         // Targets of a benchmark are consecutive, in model order.
-        if let Some(first) = self.targets.iter().position(|x| x.bench == key.bench) {
-            if let Some(t) = self.targets.get_mut(first + key.model as usize) {
+        if let Some(first) = f.targets.iter().position(|x| x.bench == key.bench) {
+            if let Some(t) = f.targets.get_mut(first + key.model as usize) {
                 t.done += 1;
             }
         }

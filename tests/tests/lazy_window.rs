@@ -59,9 +59,9 @@ async fn window_bounds_planning_and_restart_finishes_the_rest() {
     let (mut max_active, mut max_in_flight) = (0, 0);
     while prx.changed().await.is_ok() {
         let p = prx.borrow_and_update().clone();
-        max_active = max_active.max(p.active);
-        max_in_flight = max_in_flight.max(p.published - p.results);
-        if p.items_done >= ITEMS / 3 {
+        max_active = max_active.max(p.figures.active);
+        max_in_flight = max_in_flight.max(p.figures.published - p.figures.results);
+        if p.figures.items_done >= ITEMS / 3 {
             break;
         }
     }
@@ -77,7 +77,7 @@ async fn window_bounds_planning_and_restart_finishes_the_rest() {
         "{max_in_flight} jobs in flight, window {WINDOW} (one job per item)"
     );
     // The last progress sent is the state as flushed at the stop.
-    let done_before = prx.borrow().items_done;
+    let done_before = prx.borrow().figures.items_done;
     assert!(done_before >= ITEMS / 3, "{done_before} items done before the stop");
 
     // Second coordinator on the same state: skips what is done, plans the rest.
@@ -88,7 +88,7 @@ async fn window_bounds_planning_and_restart_finishes_the_rest() {
         while prx.changed().await.is_ok() {
             let p = prx.borrow_and_update().clone();
             first.get_or_insert(p.clone());
-            if p.items_done >= p.items_total && p.items_total > 0 {
+            if p.figures.items_done >= p.figures.items_total && p.figures.items_total > 0 {
                 return (first, p);
             }
         }
@@ -104,12 +104,12 @@ async fn window_bounds_planning_and_restart_finishes_the_rest() {
     worker.await.unwrap().unwrap();
 
     assert!(
-        at_start.items_done >= done_before,
+        at_start.figures.items_done >= done_before,
         "the resumed run started from scratch: {at_start:?}"
     );
-    assert_eq!((last.items_done, last.items_total), (ITEMS, ITEMS));
+    assert_eq!((last.figures.items_done, last.figures.items_total), (ITEMS, ITEMS));
     assert!(
-        last.published <= ITEMS - done_before,
+        last.figures.published <= ITEMS - done_before,
         "republished finished items: {last:?}, {done_before} done before"
     );
     let report: serde_json::Value =

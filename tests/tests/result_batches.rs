@@ -122,7 +122,11 @@ async fn batches_and_singles_count_each_job_once() {
         .unwrap();
     assert!(matches!(outcome, RunOutcome::Complete { .. }), "{outcome:?}");
     let p = prx.borrow().clone();
-    assert_eq!((p.items_done, p.results, p.duplicates), (ITEMS as u64, ITEMS as u64, 10), "{p:?}");
+    assert_eq!(
+        (p.figures.items_done, p.figures.results, p.figures.duplicates),
+        (ITEMS as u64, ITEMS as u64, 10),
+        "{p:?}"
+    );
     let report: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("runs/batches/report.json")).unwrap(),
     )

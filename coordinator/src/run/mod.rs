@@ -157,7 +157,7 @@ async fn start<'s>(
         provider_batches: ProviderBatches::new(broker.clone(), &cfg.sweep),
     };
     let p = c.planner.progress();
-    info!(parent: span, items = p.items_total, done = p.items_done, window = cfg.sweep.run.window, "planning");
+    info!(parent: span, items = p.figures.items_total, done = p.figures.items_done, window = cfg.sweep.run.window, "planning");
     // 3. Plan until the window is full, holding its publishes back; 4. note the jobs
     // still queued (`queued`), read the results that arrived while no coordinator ran
     // (`backlog`); then publish what is neither answered nor queued.
@@ -322,11 +322,11 @@ impl Coordinator<'_> {
                 last_log = Instant::now();
                 let p = self.planner.progress();
                 info!(
-                    done = p.items_done,
-                    total = p.items_total,
-                    results = p.results,
-                    active = p.active,
-                    dead_letters = p.dead_letters,
+                    done = p.figures.items_done,
+                    total = p.figures.items_total,
+                    results = p.figures.results,
+                    active = p.figures.active,
+                    dead_letters = p.figures.dead_letters,
                     "progress"
                 );
             }
@@ -344,7 +344,7 @@ impl Coordinator<'_> {
         self.planner.store().flush().await?;
         self.planner.finish();
         let p = self.planner.progress();
-        info!(run = %run, results = p.results, batches = p.batches, "all items done; writing the report");
+        info!(run = %run, results = p.figures.results, batches = p.result_batches, "all items done; writing the report");
         self.publish_progress();
         let w = crate::report::write(self.cfg, self.planner.store(), run)?;
         self.collector.delete_objects().await;

@@ -2,9 +2,7 @@
 //! ([`writer`]: `status.json` and the broker's status bucket, with the workers'
 //! heartbeats) and that `halyard status` reads ([`show`]), from any machine.
 
-use halyard_plan::cost::ClassTotals;
-use halyard_plan::progress::Progress;
-use halyard_plan::progress::TargetProgress;
+use halyard_plan::progress::{Figures, Progress};
 use serde::{Deserialize, Serialize};
 
 pub mod show;
@@ -22,18 +20,12 @@ pub struct Status {
     pub updated_unix_ms: u64,
     /// Seconds since this coordinator process started.
     pub elapsed_s: f64,
-    pub items_done: u64,
-    pub items_total: u64,
-    pub results: u64,
-    pub dead_letters: u64,
-    pub published: u64,
-    pub duplicates: u64,
-    pub active: u64,
-    pub targets: Vec<TargetProgress>,
-    pub costs: Vec<ClassTotals>,
+    /// The coordinator's figures ([`Progress`]'s `figures`), flattened: one type for
+    /// every reader, not a copy field by field.
+    #[serde(flatten)]
+    pub figures: Figures,
+    /// USD spent, summed over `costs`.
     pub spent: f64,
-    pub max_cost: Option<f64>,
-    pub held: u64,
     /// Items finished per second by this coordinator process, and the time left at that rate.
     pub rate_items_per_s: Option<f64>,
     pub eta_s: Option<f64>,
@@ -42,13 +34,6 @@ pub struct Status {
     /// Filled by `halyard status` from the broker: live workers and queue per pool.
     #[serde(default)]
     pub pools: Vec<PoolStatus>,
-    /// Pools whose endpoint is down (their workers paused them), as the coordinator saw.
-    #[serde(default)]
-    pub outages: Vec<halyard_plan::outage::PoolOutage>,
-    /// Provider batches of the run's batch pools not over yet, per pool and state (read
-    /// from the broker by `halyard status`; as the coordinator last saw them otherwise).
-    #[serde(default)]
-    pub batches: Vec<halyard_proto::provider_batch::BatchGroup>,
 }
 
 /// A worker's heartbeat in the `halyard_workers` bucket.
@@ -94,30 +79,18 @@ impl Status {
             state: state.to_string(),
             updated_unix_ms: unix_ms(),
             elapsed_s,
-            items_done: p.items_done,
-            items_total: p.items_total,
-            results: p.results,
-            dead_letters: p.dead_letters,
-            published: p.published,
-            duplicates: p.duplicates,
-            active: p.active,
-            targets: p.targets.clone(),
-            spent: p.costs.iter().map(|c| c.cost).sum(),
-            costs: p.costs.clone(),
-            max_cost: p.max_cost,
-            held: p.held,
+            spent: p.figures.costs.iter().map(|c| c.cost).sum(),
+            figures: p.figures.clone(),
             rate_items_per_s: None,
             eta_s: None,
             pool_names: Vec::new(),
             pools: Vec::new(),
-            outages: p.outages.clone(),
-            batches: p.provider_batches.clone(),
         }
     }
 
     /// Retries and calls summed over models.
     pub fn retries(&self) -> u64 {
-        self.costs.iter().map(|c| c.retries).sum()
+        self.figures.costs.iter().map(|c| c.retries).sum()
     }
 }
 
@@ -144,4 +117,29 @@ pub async fn pool_status(broker: &halyard_broker::Broker, pools: &[String]) -> V
         out.push(s);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The status file is one flat JSON object, as before the figures got a type of their
+    /// own, and a file written by an earlier build (`batches`) still reads.
+    #[test]
+    fn status_is_flat_and_reads_earlier_files() {
+        let mut s = Status { name: "r".into(), state: "running".into(), ..Default::default() };
+        s.figures.items_done = 3;
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["items_done"], 3);
+        assert!(v.get("figures").is_none() && v.get("provider_batches").is_some());
+        let back: Status = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+        let old = r#"{"run":null,"name":"r","state":"running","updated_unix_ms":1,"elapsed_s":0.0,
+            "items_done":1,"items_total":2,"results":1,"dead_letters":0,"published":1,
+            "duplicates":0,"active":1,"targets":[],"costs":[],"spent":0.0,"max_cost":null,
+            "held":0,"rate_items_per_s":null,"eta_s":null,"pool_names":[],
+            "batches":[{"pool":"p","state":"in_progress","batches":2,"requests":5,"oldest_s":1.5}]}"#;
+        let s: Status = serde_json::from_str(old).unwrap();
+        assert_eq!((s.figures.items_total, s.figures.provider_batches.len()), (2, 1));
+    }
 }

@@ -64,7 +64,8 @@ async fn from_broker(a: &StatusArgs, url: &str) -> Result<Vec<Status>, NodeError
         s.pools = pool_status(&broker, &s.pool_names).await;
         attach_workers(&mut s.pools, &beats);
         // Live, from the broker: the batches of this run's pools.
-        s.batches = batches.iter().filter(|b| s.pool_names.contains(&b.pool)).cloned().collect();
+        s.figures.provider_batches =
+            batches.iter().filter(|b| s.pool_names.contains(&b.pool)).cloned().collect();
     }
     if out.is_empty() {
         return Err(NodeError::NoStatus(match &a.run {
@@ -149,14 +150,17 @@ pub fn render(s: &Status) -> String {
         duration(age),
         duration(s.elapsed_s)
     ));
-    let pct =
-        if s.items_total == 0 { 0.0 } else { s.items_done as f64 * 100.0 / s.items_total as f64 };
-    o.push_str(&format!("  items {}/{} ({pct:.1}%)", s.items_done, s.items_total));
+    let pct = if s.figures.items_total == 0 {
+        0.0
+    } else {
+        s.figures.items_done as f64 * 100.0 / s.figures.items_total as f64
+    };
+    o.push_str(&format!("  items {}/{} ({pct:.1}%)", s.figures.items_done, s.figures.items_total));
     if let (Some(r), Some(eta)) = (s.rate_items_per_s, s.eta_s) {
         o.push_str(&format!(", {r:.2} items/s, ETA {}", duration(eta)));
     }
     o.push('\n');
-    for t in &s.targets {
+    for t in &s.figures.targets {
         let pct = if t.total == 0 { 0.0 } else { t.done as f64 * 100.0 / t.total as f64 };
         o.push_str(&format!(
             "    benchmark {} {} / {}: {}/{} ({pct:.1}%)\n",
@@ -169,19 +173,19 @@ pub fn render(s: &Status) -> String {
     }
     o.push_str(&format!(
         "  jobs: {} published, {} results, {} dead letters, {} retries, {} duplicates, {} held by the cost limit\n",
-        s.published,
-        s.results,
-        s.dead_letters,
+        s.figures.published,
+        s.figures.results,
+        s.figures.dead_letters,
         s.retries(),
-        s.duplicates,
-        s.held
+        s.figures.duplicates,
+        s.figures.held
     ));
     o.push_str(&format!("  cost: ${:.4}", s.spent));
-    if let Some(m) = s.max_cost {
+    if let Some(m) = s.figures.max_cost {
         o.push_str(&format!(" of ${m:.2} limit"));
     }
     o.push('\n');
-    for c in &s.costs {
+    for c in &s.figures.costs {
         o.push_str(&format!(
             "    {} / {}: {} jobs, {} calls, {} retries, {} + {} tokens, ${:.4}\n",
             terminal(&c.model),
@@ -194,12 +198,12 @@ pub fn render(s: &Status) -> String {
             c.cost
         ));
     }
-    for d in &s.outages {
+    for d in &s.figures.outages {
         o.push_str(&format!("  outage: {} — {}\n", terminal(&d.describe()), terminal(&d.error)));
     }
-    if !s.batches.is_empty() {
+    if !s.figures.provider_batches.is_empty() {
         o.push_str("  provider batches:\n");
-        for b in &s.batches {
+        for b in &s.figures.provider_batches {
             o.push_str(&format!(
                 "    {}: {} {} batch{}, {} requests, oldest {}\n",
                 terminal(&b.pool),

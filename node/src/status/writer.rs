@@ -47,11 +47,12 @@ fn snapshot(
     let elapsed = started.elapsed().as_secs_f64();
     let mut s = Status::from_progress(name, p, state, elapsed);
     if let Some(d0) = done_at_start {
-        let done = p.items_done.saturating_sub(d0);
+        let done = p.figures.items_done.saturating_sub(d0);
         if done > 0 && elapsed > 0.0 {
             let rate = done as f64 / elapsed;
             s.rate_items_per_s = Some(rate);
-            s.eta_s = Some(p.items_total.saturating_sub(p.items_done) as f64 / rate);
+            s.eta_s =
+                Some(p.figures.items_total.saturating_sub(p.figures.items_done) as f64 / rate);
         }
     }
     s.pool_names = pools.to_vec();
@@ -102,7 +103,7 @@ impl StatusWriter {
                 let d = {
                     let mut g = d0.lock().unwrap_or_else(|e| e.into_inner());
                     if g.is_none() && p.run.is_some() {
-                        *g = Some(p.items_done);
+                        *g = Some(p.figures.items_done);
                     }
                     *g
                 };
