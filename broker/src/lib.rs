@@ -249,14 +249,23 @@ pub fn check_replicas(b: &Broker, name: &str, held: usize) {
     }
 }
 
+/// Bytes the results stream holds at most. Results are removed as the coordinator acks
+/// them, so this is what may wait while no coordinator runs; past it a worker's publish
+/// is refused (discard policy `new`: nothing stored is ever dropped), the worker keeps
+/// the result in its checkpoint and answers the job from it when it comes again.
+pub const RESULTS_MAX_BYTES: i64 = 2 << 30;
+
 /// Create the job and result streams if missing (idempotent; existing streams are kept).
+/// The results stream is bounded ([`RESULTS_MAX_BYTES`], messages of at most the
+/// server's `max_payload`), so that a flood on the results subject fills the broker's
+/// disk no further.
 pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
     let replicas = stream_replicas(b);
     for (name, prefix) in [
         (subjects::JOBS_STREAM, subjects::JOBS_PREFIX),
         (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX),
     ] {
-        let cfg = stream::Config {
+        let mut cfg = stream::Config {
             name: name.to_string(),
             subjects: vec![format!("{prefix}.>")],
             retention: stream::RetentionPolicy::WorkQueue,
@@ -265,6 +274,12 @@ pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
             duplicate_window: b.config.duplicate_window,
             ..Default::default()
         };
+        if name == subjects::RESULTS_STREAM {
+            cfg.max_bytes = RESULTS_MAX_BYTES;
+            cfg.discard = stream::DiscardPolicy::New;
+            cfg.max_message_size =
+                i32::try_from(b.client.server_info().max_payload).unwrap_or(i32::MAX).max(1 << 20);
+        }
         let s =
             retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone()))
                 .await?;

@@ -42,6 +42,10 @@ pub const OBJECT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1
 /// The largest object a receiver reads: above the largest HTTP response body a worker
 /// accepts by default (64 MiB) with room for the request and framing around it.
 pub const MAX_OBJECT_BYTES: usize = 128 << 20;
+/// Bytes the object bucket holds at most (a run's objects go when it completes, any
+/// object after [`OBJECT_MAX_AGE`]); past it a put is refused (discard policy `new`) and
+/// the publisher keeps its payload and tries again later.
+pub const OBJECTS_MAX_BYTES: i64 = 4 << 30;
 
 /// Why an object's bytes could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +74,11 @@ pub fn name_of(run: Uuid, bytes: &[u8]) -> String {
     format!("{}.{}", run.simple(), blake3::hash(bytes).to_hex())
 }
 
+/// Whether a message names an object (its payload is elsewhere).
+pub fn names_object(headers: Option<&HeaderMap>) -> bool {
+    reference(headers).is_some()
+}
+
 /// The object a message refers to, if it has the header.
 fn reference(headers: Option<&HeaderMap>) -> Option<&str> {
     headers?.get(HEADER).map(|v| v.as_str())
@@ -95,6 +104,7 @@ async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
         storage: stream::StorageType::File,
         num_replicas: crate::stream_replicas(b),
         max_age: OBJECT_MAX_AGE,
+        max_bytes: OBJECTS_MAX_BYTES,
         discard: stream::DiscardPolicy::New,
         allow_rollup: true,
         allow_direct: true,

@@ -204,6 +204,12 @@ fn run_metrics(e: &mut Exposition, p: &Progress) {
         "Result batches committed (one fsync of the run state each).",
     )
     .sample("halyard_result_batches_total", &[], p.result_batches as f64);
+    e.family(
+        "halyard_results_refused_total",
+        "counter",
+        "Results messages refused: undecodable, of another run, a worker's refusal of a forged job, or naming an unusable object.",
+    )
+    .sample("halyard_results_refused_total", &[], p.figures.refused_messages as f64);
 }
 
 /// Jobs, calls, retries, dead letters, checkpoint hits, cost and tokens per (model, stage).

@@ -403,6 +403,12 @@ impl<'s, S: RunStore> Planner<'s, S> {
         changed
     }
 
+    /// Results messages refused by the collector so far (undecodable, another run's, a
+    /// worker's refusal, an unusable object): counted, never stored.
+    pub fn set_refused(&mut self, refused: u64) {
+        self.progress.figures.refused_messages = refused;
+    }
+
     /// The provider batches the run waits for; true when they changed.
     pub fn set_provider_batches(
         &mut self,

@@ -34,6 +34,10 @@ pub struct Figures {
     pub duplicates: u64,
     pub dead_letters: u64,
     pub published: u64,
+    /// Results messages refused (undecodable, of another run, a worker's refusal of a
+    /// forged job, naming an unusable object): acked and never stored.
+    #[serde(default)]
+    pub refused_messages: u64,
     /// Items planned and unfinished (bounded by the window).
     pub active: u64,
     /// Items per benchmark and model under test.

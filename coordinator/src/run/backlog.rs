@@ -67,7 +67,8 @@ pub(super) async fn absorb(
         else {
             continue;
         };
-        let arrived = decode_results(run, &payload);
+        // A refused message is counted when the consumer delivers it.
+        let (arrived, _refused) = decode_results(run, &payload);
         total += arrived.len();
         let effects = planner.step(Event::Results(arrived), now)?;
         planner.store_mut().commit(&effects)?;

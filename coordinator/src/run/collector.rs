@@ -20,6 +20,13 @@ const RESULT_BATCH: usize = 2048;
 /// about as much as a hundred result writes).
 const LINGER_AFTER: usize = 32;
 const LINGER: Duration = Duration::from_millis(2);
+/// Bytes of results messages taken per pull, at most (one message is always taken,
+/// whatever its size: the server's `max_payload` bounds it). With the object budget this
+/// bounds what a flood of junk on the results subject can make the coordinator hold.
+const INTAKE_BYTES: usize = 32 << 20;
+/// Bytes of objects opened per batch, at most: a message naming an object past it is
+/// handed back (nak) and opened in a later batch (objects are up to 128 MiB each).
+const OBJECT_BUDGET: usize = 256 << 20;
 /// How long an idle pull waits at the broker for a result.
 pub(super) const PULL_WAIT: Duration = Duration::from_millis(500);
 
@@ -40,12 +47,15 @@ pub struct Collector {
     /// The last pull found nothing.
     idle: bool,
     last_batch: usize,
+    /// Messages refused so far: undecodable, of another run, a worker's refusal of a
+    /// forged job, or naming an unusable object (acked, never stored).
+    pub refused: u64,
 }
 
 impl Collector {
     /// Collect the results of run `run` through its consumer.
     pub fn new(broker: Broker, run: Uuid, consumer: PullConsumer) -> Collector {
-        Collector { broker, run, consumer, advisories: None, idle: true, last_batch: 0 }
+        Collector { broker, run, consumer, advisories: None, idle: true, last_batch: 0, refused: 0 }
     }
 
     /// Start listening to max-deliveries advisories of the job stream.
@@ -64,16 +74,32 @@ impl Collector {
 
     /// The results of one message (one result, or a worker's batch of them), each with
     /// the range of its encoding in `payload`; results of other runs are left out.
-    pub fn decode(&self, payload: &[u8]) -> Vec<JobResult> {
-        decode_results(self.run, payload)
+    pub fn decode(&mut self, payload: &[u8]) -> Vec<JobResult> {
+        let (results, refused) = decode_results(self.run, payload);
+        self.refused += refused;
+        results
     }
 
     /// The payload of each message: its own, or the object it names (a results message
     /// too large for the broker, `halyard_broker::objects`).
-    pub async fn open(&self, msgs: &[jetstream::Message]) -> Vec<Opened> {
+    /// Objects are opened up to [`OBJECT_BUDGET`] bytes per batch; messages naming
+    /// objects past it wait for a later batch ([`Opened::Later`]).
+    pub async fn open(&mut self, msgs: &[jetstream::Message]) -> Vec<Opened> {
         let mut out = Vec::with_capacity(msgs.len());
+        let mut object_bytes = 0usize;
         for m in msgs {
-            out.push(open_payload(&self.broker, self.run, m.headers.as_ref(), &m.payload).await);
+            let names_object = objects::names_object(m.headers.as_ref());
+            if names_object && object_bytes >= OBJECT_BUDGET {
+                out.push(Opened::Later);
+                continue;
+            }
+            let o = open_payload(&self.broker, self.run, m.headers.as_ref(), &m.payload).await;
+            match &o {
+                Opened::Bytes(b) if names_object => object_bytes += b.len(),
+                Opened::Unusable => self.refused += 1,
+                _ => {}
+            }
+            out.push(o);
         }
         out
     }
@@ -93,7 +119,8 @@ impl Collector {
             if self.last_batch >= LINGER_AFTER {
                 tokio::time::sleep(LINGER).await;
             }
-            self.consumer.fetch().max_messages(RESULT_BATCH).messages().await
+            let max_bytes = INTAKE_BYTES.max(2 * self.broker.payload_limit());
+            self.consumer.fetch().max_messages(RESULT_BATCH).max_bytes(max_bytes).messages().await
         };
         let mut batch = match batch {
             Ok(b) => b,
@@ -236,28 +263,34 @@ pub(super) async fn open_payload(
 }
 
 /// The results of run `run` in one message.
-pub(super) fn decode_results(run: Uuid, payload: &[u8]) -> Vec<JobResult> {
+/// The results of run `run` in one message, and how many of its parts were refused (an
+/// undecodable message counts one; results of another run and workers' refusals one each).
+pub(super) fn decode_results(run: Uuid, payload: &[u8]) -> (Vec<JobResult>, u64) {
     let results = match halyard_proto::decode_results(payload) {
         Ok(r) => r,
         Err(err) => {
-            warn!(error = %err, "undecodable result message; dropping it");
-            return Vec::new();
+            warn!(error = %err, "undecodable result message; refused");
+            return (Vec::new(), 1);
         }
     };
-    results
+    let mut refused = 0;
+    let ok = results
         .into_iter()
         .filter(|r| {
             if r.run != run {
-                debug!(run = %r.run, "result for another run; ignoring");
+                debug!(run = %r.run, "result for another run; refused");
+                refused += 1;
                 return false;
             }
             // A worker's refusal is not the job's outcome: a forged message may carry a
             // real job's id (halyard_proto::FailureKind::Refused).
             if let Outcome::Failed(Failure { kind: FailureKind::Refused, error, .. }) = &r.outcome {
                 warn!(job = %r.job, worker = %r.worker, error, "a worker refused a job message");
+                refused += 1;
                 return false;
             }
             true
         })
-        .collect()
+        .collect();
+    (ok, refused)
 }

@@ -360,6 +360,7 @@ impl Coordinator<'_> {
         for payload in opened.iter().filter_map(|o| o.bytes()) {
             arrived.extend(self.collector.decode(payload));
         }
+        self.planner.set_refused(self.collector.refused);
         self.step(Event::Results(arrived), now).await?;
         // Durable before acked.
         self.planner.store().flush().await?;

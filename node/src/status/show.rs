@@ -180,6 +180,12 @@ pub fn render(s: &Status) -> String {
         s.figures.duplicates,
         s.figures.held
     ));
+    if s.figures.refused_messages > 0 {
+        o.push_str(&format!(
+            "  refused: {} results messages (undecodable, another run's, forged, or naming an unusable object)\n",
+            s.figures.refused_messages
+        ));
+    }
     o.push_str(&format!("  cost: ${:.4}", s.spent));
     if let Some(m) = s.figures.max_cost {
         o.push_str(&format!(" of ${m:.2} limit"));
