@@ -732,118 +732,110 @@ impl BatchPool {
         model: usize,
         mut body: Option<Vec<u8>>,
     ) {
-        use OwnerCommand as C;
-        use OwnerEvent as E;
         let api = self.apis[model].clone();
         let mut m = Owner::new(record, revision, body.is_none(), self.timing.poll);
         'owning: while !*self.hard_stop.borrow() {
             let mut cmd = m.next();
             loop {
                 let event = match cmd {
-                    C::Next => continue 'owning,
-                    C::Done => break 'owning,
-                    C::Upload => {
-                        let Some(b) = body.take() else { break 'owning };
-                        let name = format!("halyard-{}.jsonl", m.record.id);
-                        match self
-                            .provider(&mut m.record, &mut m.revision, || {
-                                api.upload(&name, b.clone())
-                            })
-                            .await
-                        {
-                            Step::Ok(file) => {
-                                self.failpoints.pass(Point::BatchUploaded);
-                                E::Uploaded { file }
-                            }
-                            Step::Failed(e) => E::Failed(e),
-                            Step::Stop => E::Lost,
-                        }
-                    }
-                    C::Find { since_s } => {
-                        let key = m.record.key();
-                        match self
-                            .provider(&mut m.record, &mut m.revision, || api.find(&key, since_s))
-                            .await
-                        {
-                            Step::Ok(Some(b)) => {
-                                info!(pool = %self.name, record = %m.record.id, batch = %b.id, "found the batch its previous owner created");
-                                info!(pool = %self.name, record = %m.record.id, batch = %b.id, requests = m.record.jobs.len(), "batch submitted");
-                                E::Found(Some(b.id))
-                            }
-                            Step::Ok(None) => E::Found(None),
-                            Step::Failed(e) => {
-                                warn!(pool = %self.name, record = %m.record.id, error = %e.message, "cannot look for the batch at the provider (is GET /batches supported?); not creating it blindly, trying again in a minute");
-                                E::Failed(e)
-                            }
-                            Step::Stop => E::Lost,
-                        }
-                    }
-                    C::Create { file } => {
-                        let key = m.record.key();
-                        match self
-                            .provider(&mut m.record, &mut m.revision, || api.create(&file, &key))
-                            .await
-                        {
-                            Step::Ok(b) => {
-                                self.failpoints.pass(Point::BatchCreated);
-                                info!(pool = %self.name, record = %m.record.id, batch = %b.id, requests = m.record.jobs.len(), "batch submitted");
-                                E::Created { batch: b.id }
-                            }
-                            Step::Failed(e) => E::Failed(e),
-                            Step::Stop => E::Lost,
-                        }
-                    }
-                    C::Poll { batch } => {
-                        match self
-                            .provider(&mut m.record, &mut m.revision, || api.retrieve(&batch))
-                            .await
-                        {
-                            Step::Ok(b) => {
-                                self.failpoints.pass(Point::BatchPolling);
-                                if b.is_final() {
-                                    info!(pool = %self.name, record = %m.record.id, batch = %b.id, status = %b.status, "batch ended");
-                                } else {
-                                    debug!(pool = %self.name, record = %m.record.id, status = %b.status, polled = m.polled() + 1, "batch still running");
-                                }
-                                E::Polled(Polled {
-                                    ended: b.is_final(),
-                                    reason: b.failure_reason(),
-                                    id: b.id,
-                                    status: b.status,
-                                    output: b.output_file_id,
-                                    error: b.error_file_id,
-                                })
-                            }
-                            Step::Failed(e) => {
-                                warn!(pool = %self.name, record = %m.record.id, batch = %batch, error = %e.message, "cannot see the submitted batch; polling on unless it is unseen for too long");
-                                E::Failed(e)
-                            }
-                            Step::Stop => E::Lost,
-                        }
-                    }
-                    C::Wait(delay) => {
-                        if self.wait_renewing(&mut m.record, &mut m.revision, delay).await {
-                            E::Waited
-                        } else {
-                            E::Lost
-                        }
-                    }
-                    C::Write(state) => {
-                        if self.write(&mut m.record, &mut m.revision, state).await {
-                            E::Written
-                        } else {
-                            E::Lost
-                        }
-                    }
-                    C::Release => {
-                        self.release(&m.record.id).await;
-                        E::Released
-                    }
+                    OwnerCommand::Next => continue 'owning,
+                    OwnerCommand::Done => break 'owning,
+                    cmd => match self.carry(&mut m, &api, &mut body, cmd).await {
+                        Some(event) => event,
+                        None => break 'owning,
+                    },
                 };
                 cmd = m.step(event, now_ms());
             }
         }
         lock(&self.owned).remove(&m.record.id);
+    }
+
+    /// Carry out an owner's command: its outcome as the machine's next event (None: an
+    /// upload without its file, which a gatherer never asks for).
+    async fn carry(
+        &self,
+        m: &mut Owner,
+        api: &BatchApi,
+        body: &mut Option<Vec<u8>>,
+        cmd: OwnerCommand,
+    ) -> Option<OwnerEvent> {
+        use OwnerCommand as C;
+        use OwnerEvent as E;
+        let (pool, id) = (self.name.clone(), m.record.id.clone());
+        let key = m.record.key();
+        let (record, revision) = (&mut m.record, &mut m.revision);
+        let event = match cmd {
+            C::Upload => {
+                let b = body.take()?;
+                let name = format!("halyard-{id}.jsonl");
+                self.provider(record, revision, || api.upload(&name, b.clone())).await.event(
+                    |file| {
+                        self.failpoints.pass(Point::BatchUploaded);
+                        E::Uploaded { file }
+                    },
+                )
+            }
+            C::Find { since_s } => {
+                let step = self.provider(record, revision, || api.find(&key, since_s)).await;
+                if let Step::Failed(e) = &step {
+                    warn!(pool = %pool, record = %id, error = %e.message, "cannot look for the batch at the provider (is GET /batches supported?); not creating it blindly, trying again in a minute");
+                }
+                step.event(|found| {
+                    if let Some(b) = &found {
+                        info!(pool = %pool, record = %id, batch = %b.id, "found the batch its previous owner created");
+                    }
+                    E::Found(found.map(|b| b.id))
+                })
+            }
+            C::Create { file } => {
+                self.provider(record, revision, || api.create(&file, &key)).await.event(|b| {
+                    self.failpoints.pass(Point::BatchCreated);
+                    E::Created { batch: b.id }
+                })
+            }
+            C::Poll { batch } => {
+                let step = self.provider(record, revision, || api.retrieve(&batch)).await;
+                if let Step::Failed(e) = &step {
+                    warn!(pool = %pool, record = %id, batch = %batch, error = %e.message, "cannot see the submitted batch; polling on unless it is unseen for too long");
+                }
+                step.event(|b| {
+                    self.failpoints.pass(Point::BatchPolling);
+                    if b.is_final() {
+                        info!(pool = %pool, record = %id, batch = %b.id, status = %b.status, "batch ended");
+                    } else {
+                        debug!(pool = %pool, record = %id, status = %b.status, polled = m.polled() + 1, "batch still running");
+                    }
+                    E::Polled(Polled {
+                        ended: b.is_final(),
+                        reason: b.failure_reason(),
+                        id: b.id,
+                        status: b.status,
+                        output: b.output_file_id,
+                        error: b.error_file_id,
+                    })
+                })
+            }
+            C::Wait(delay) => match self.wait_renewing(record, revision, delay).await {
+                true => E::Waited,
+                false => E::Lost,
+            },
+            C::Write(state) => {
+                if let BatchState::Submitted { batch, .. } = &state {
+                    info!(pool = %pool, record = %id, batch = %batch, requests = record.jobs.len(), "batch submitted");
+                }
+                match self.write(record, revision, state).await {
+                    true => E::Written,
+                    false => E::Lost,
+                }
+            }
+            C::Release => {
+                self.release(&id).await;
+                E::Released
+            }
+            C::Next | C::Done => return None,
+        };
+        Some(event)
     }
 }
 
@@ -875,6 +867,17 @@ enum Step<T> {
     Failed(CallError),
     /// The worker stops, or another worker took the record over.
     Stop,
+}
+
+impl<T> Step<T> {
+    /// The owner's event: `ok`'s of the value, a failure, or the record lost.
+    fn event(self, ok: impl FnOnce(T) -> OwnerEvent) -> OwnerEvent {
+        match self {
+            Step::Ok(v) => ok(v),
+            Step::Failed(e) => OwnerEvent::Failed(e),
+            Step::Stop => OwnerEvent::Lost,
+        }
+    }
 }
 
 /// One line of a batch's input file: `custom_id` = job id, the request as online.
