@@ -157,16 +157,15 @@ pub(crate) struct Join {
     attempts: u32,
     /// The revision of the claim as last read (0: no such key).
     claim_revision: u64,
-    now_ms: u64,
 }
 
 /// What the broker answered a [`Join`].
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum JoinEvent {
     /// The job's claim: the record it names, if any, and the key's revision.
-    Claim { record: Option<String>, revision: u64, now_ms: u64 },
-    /// The record the claim names, at `revision`.
-    Record { record: BatchRecord, revision: u64 },
+    Claim { record: Option<String>, revision: u64 },
+    /// The record the claim names, at `revision`, read at `now_ms`.
+    Record { record: BatchRecord, revision: u64, now_ms: u64 },
     /// The claim names a record that is gone (expired, never written).
     NoRecord,
     /// Someone else's bytes under the record's key: the claim is taken over.
@@ -201,27 +200,25 @@ pub(crate) enum JoinCommand {
 
 impl Join {
     pub fn new(job: JobId) -> (Join, JoinCommand) {
-        (Join { job, attempts: 0, claim_revision: 0, now_ms: 0 }, JoinCommand::ReadClaim)
+        (Join { job, attempts: 0, claim_revision: 0 }, JoinCommand::ReadClaim)
     }
 
     pub fn step(&mut self, event: JoinEvent) -> JoinCommand {
         use JoinCommand as C;
         use JoinEvent as E;
         match event {
-            E::Claim { record: Some(id), revision, now_ms } => {
+            E::Claim { record: Some(id), revision } => {
                 self.claim_revision = revision;
-                self.now_ms = now_ms;
                 C::ReadRecord(id)
             }
-            E::Claim { record: None, revision, now_ms } => {
+            E::Claim { record: None, revision } => {
                 self.claim_revision = revision;
-                self.now_ms = now_ms;
                 C::Take { claim_revision: revision }
             }
-            E::Record { record, .. } if holds_for(&record, &self.job, self.now_ms) => {
+            E::Record { record, now_ms, .. } if holds_for(&record, &self.job, now_ms) => {
                 C::Wait(record.id)
             }
-            E::Record { mut record, revision } if record.state == BatchState::Gathering => {
+            E::Record { mut record, revision, .. } if record.state == BatchState::Gathering => {
                 record.state =
                     BatchState::Abandoned { reason: "its gatherer's lease lapsed".into() };
                 C::Fence { record, revision }

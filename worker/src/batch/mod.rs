@@ -353,12 +353,11 @@ impl BatchPool {
                     JoinEvent::Claim {
                         record: claim.value.map(|c| c.record),
                         revision: claim.revision,
-                        now_ms: now_ms(),
                     }
                 }
                 JoinCommand::ReadRecord(id) => match self.store.record(&self.name, &id).await {
                     Ok(store::Versioned { value: Some(record), revision }) => {
-                        JoinEvent::Record { record, revision }
+                        JoinEvent::Record { record, revision, now_ms: now_ms() }
                     }
                     Ok(_) => JoinEvent::NoRecord,
                     // Someone else's bytes under a record key: the claim is taken over.

@@ -133,7 +133,7 @@ fn which_records_a_job_waits_for() {
 // --- Join ---------------------------------------------------------------------------------
 
 fn claim(record: Option<&str>, revision: u64) -> JoinEvent {
-    JoinEvent::Claim { record: record.map(str::to_string), revision, now_ms: 5_000 }
+    JoinEvent::Claim { record: record.map(str::to_string), revision }
 }
 
 /// An unclaimed job is claimed at the key's revision into this worker's gathering record,
@@ -162,7 +162,7 @@ fn join_waits_for_a_record_that_holds_the_job() {
         assert_eq!(j.step(claim(Some("rec1"), 3)), JoinCommand::ReadRecord("rec1".into()));
         let state = r.state.name();
         assert_eq!(
-            j.step(JoinEvent::Record { record: r, revision: 9 }),
+            j.step(JoinEvent::Record { record: r, revision: 9, now_ms: 5_000 }),
             JoinCommand::Wait("rec1".into()),
             "{state}"
         );
@@ -178,7 +178,7 @@ fn join_fences_a_lapsed_gathering_record() {
     let (mut j, _) = Join::new(a);
     j.step(claim(Some("rec1"), 3));
     let lapsed = record(BatchState::Gathering, &[], 5_000);
-    match j.step(JoinEvent::Record { record: lapsed, revision: 9 }) {
+    match j.step(JoinEvent::Record { record: lapsed, revision: 9, now_ms: 5_000 }) {
         JoinCommand::Fence { record, revision } => {
             assert_eq!(revision, 9);
             assert_eq!(
@@ -192,7 +192,11 @@ fn join_fences_a_lapsed_gathering_record() {
     // The stale fence: someone wrote the record first.
     let (mut j, _) = Join::new(a);
     j.step(claim(Some("rec1"), 3));
-    j.step(JoinEvent::Record { record: record(BatchState::Gathering, &[], 0), revision: 9 });
+    j.step(JoinEvent::Record {
+        record: record(BatchState::Gathering, &[], 0),
+        revision: 9,
+        now_ms: 5_000,
+    });
     assert_eq!(j.step(JoinEvent::Fenced { won: false }), JoinCommand::ReadClaim);
 }
 
@@ -205,9 +209,9 @@ fn join_takes_over_a_claim_nothing_holds() {
     let without = record(submitted(), &[job(2)], u64::MAX);
     let ended_without = record(ended("completed"), &[job(2)], 0);
     for event in [
-        JoinEvent::Record { record: abandoned, revision: 1 },
-        JoinEvent::Record { record: without, revision: 1 },
-        JoinEvent::Record { record: ended_without, revision: 1 },
+        JoinEvent::Record { record: abandoned, revision: 1, now_ms: 5_000 },
+        JoinEvent::Record { record: without, revision: 1, now_ms: 5_000 },
+        JoinEvent::Record { record: ended_without, revision: 1, now_ms: 5_000 },
         JoinEvent::NoRecord,
         JoinEvent::Unreadable,
     ] {
