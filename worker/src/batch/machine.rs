@@ -165,7 +165,7 @@ pub(crate) enum JoinEvent {
     /// The job's claim: the record it names, if any, and the key's revision.
     Claim { record: Option<String>, revision: u64 },
     /// The record the claim names, at `revision`, read at `now_ms`.
-    Record { record: BatchRecord, revision: u64, now_ms: u64 },
+    Record { record: Box<BatchRecord>, revision: u64, now_ms: u64 },
     /// The claim names a record that is gone (expired, never written).
     NoRecord,
     /// Someone else's bytes under the record's key: the claim is taken over.
@@ -185,7 +185,7 @@ pub(crate) enum JoinCommand {
     /// Give up `record` (a gathering one whose lease lapsed) by compare-and-set at
     /// `revision`, so that its owner, alive after all, can neither renew nor submit it.
     Fence {
-        record: BatchRecord,
+        record: Box<BatchRecord>,
         revision: u64,
     },
     /// Write the claim (at this revision) naming this worker's gathering record.
@@ -509,10 +509,12 @@ impl Gather {
         Gather { record, revision, jobs: Vec::new(), phase: GatherPhase::Gathering, limits }
     }
 
+    #[cfg(test)]
     pub fn phase(&self) -> &GatherPhase {
         &self.phase
     }
 
+    #[cfg(test)]
     pub fn jobs(&self) -> &[JobId] {
         &self.jobs
     }
@@ -732,6 +734,7 @@ impl Owner {
         self.polled
     }
 
+    #[cfg(test)]
     pub fn is_done(&self) -> bool {
         self.awaits == Await::Done
     }

@@ -357,7 +357,7 @@ impl BatchPool {
                 }
                 JoinCommand::ReadRecord(id) => match self.store.record(&self.name, &id).await {
                     Ok(store::Versioned { value: Some(record), revision }) => {
-                        JoinEvent::Record { record, revision, now_ms: now_ms() }
+                        JoinEvent::Record { record: Box::new(record), revision, now_ms: now_ms() }
                     }
                     Ok(_) => JoinEvent::NoRecord,
                     // Someone else's bytes under a record key: the claim is taken over.

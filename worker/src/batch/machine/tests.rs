@@ -162,7 +162,7 @@ fn join_waits_for_a_record_that_holds_the_job() {
         assert_eq!(j.step(claim(Some("rec1"), 3)), JoinCommand::ReadRecord("rec1".into()));
         let state = r.state.name();
         assert_eq!(
-            j.step(JoinEvent::Record { record: r, revision: 9, now_ms: 5_000 }),
+            j.step(JoinEvent::Record { record: Box::new(r), revision: 9, now_ms: 5_000 }),
             JoinCommand::Wait("rec1".into()),
             "{state}"
         );
@@ -178,7 +178,7 @@ fn join_fences_a_lapsed_gathering_record() {
     let (mut j, _) = Join::new(a);
     j.step(claim(Some("rec1"), 3));
     let lapsed = record(BatchState::Gathering, &[], 5_000);
-    match j.step(JoinEvent::Record { record: lapsed, revision: 9, now_ms: 5_000 }) {
+    match j.step(JoinEvent::Record { record: Box::new(lapsed), revision: 9, now_ms: 5_000 }) {
         JoinCommand::Fence { record, revision } => {
             assert_eq!(revision, 9);
             assert_eq!(
@@ -193,7 +193,7 @@ fn join_fences_a_lapsed_gathering_record() {
     let (mut j, _) = Join::new(a);
     j.step(claim(Some("rec1"), 3));
     j.step(JoinEvent::Record {
-        record: record(BatchState::Gathering, &[], 0),
+        record: Box::new(record(BatchState::Gathering, &[], 0)),
         revision: 9,
         now_ms: 5_000,
     });
@@ -209,9 +209,9 @@ fn join_takes_over_a_claim_nothing_holds() {
     let without = record(submitted(), &[job(2)], u64::MAX);
     let ended_without = record(ended("completed"), &[job(2)], 0);
     for event in [
-        JoinEvent::Record { record: abandoned, revision: 1, now_ms: 5_000 },
-        JoinEvent::Record { record: without, revision: 1, now_ms: 5_000 },
-        JoinEvent::Record { record: ended_without, revision: 1, now_ms: 5_000 },
+        JoinEvent::Record { record: Box::new(abandoned), revision: 1, now_ms: 5_000 },
+        JoinEvent::Record { record: Box::new(without), revision: 1, now_ms: 5_000 },
+        JoinEvent::Record { record: Box::new(ended_without), revision: 1, now_ms: 5_000 },
         JoinEvent::NoRecord,
         JoinEvent::Unreadable,
     ] {
