@@ -34,8 +34,16 @@
 //! unused file) and its jobs gathered again; an `uploaded` one is looked up at the
 //! provider by its metadata and created only if the provider has no batch for it; a
 //! `submitted` one is polled on. No request is submitted twice.
+//!
+//! Every decision of the above is a transition of the pure state machines in [`machine`]
+//! ([`machine::Join`] for a job's claim, [`machine::Gather`] for a record being gathered,
+//! [`machine::Owner`] for a record owned, with the lease and fencing rules); this module
+//! is their IO: it reads and writes the bucket, calls the provider (retrying the
+//! endpoint's failures while renewing the lease), and wakes the job tasks waiting for a
+//! record.
 
 pub mod api;
+pub(crate) mod machine;
 pub mod output;
 pub mod store;
 
@@ -47,13 +55,18 @@ use async_nats::jetstream::{self, AckKind};
 use halyard_broker::Broker;
 use halyard_proto::pool::{BatchSpec, HttpModelSpec, WorkerModel, WorkerPlan};
 use halyard_proto::provider_batch::{BatchRecord, BatchState, Claim};
-use halyard_proto::{Completion, Job, JobId};
+use halyard_proto::{Job, JobId};
 use tokio::sync::{watch, OnceCell};
 use tracing::{debug, info, warn};
 
-use crate::backend::{CallError, ErrorClass};
+use crate::backend::CallError;
 use crate::failpoint::{Failpoints, Point};
 use api::BatchApi;
+pub(crate) use machine::BatchOutcome;
+use machine::{
+    Gather, GatherCommand, GatherEvent, Join, JoinCommand, JoinEvent, Limits, Owner, OwnerCommand,
+    OwnerEvent, Polled, Settle,
+};
 use output::Answer;
 use store::{Store, StoreError};
 
@@ -95,19 +108,6 @@ impl BatchTiming {
     fn follow(&self) -> Duration {
         (self.lease / 8).clamp(Duration::from_millis(50), Duration::from_secs(5))
     }
-}
-
-/// How a job's turn in a provider batch ended.
-pub(crate) enum BatchOutcome {
-    Done(Completion),
-    /// The request ran and failed, or the batch failed as a whole (`calls`: 1 if the
-    /// provider ran the request).
-    Failed(CallError, u32),
-    /// Not answered and not the job's fault (expired, given up before the provider had
-    /// it, the broker unreachable): back to the queue, budget kept.
-    NotRun(String),
-    /// The worker stops; the batch goes on and a later delivery takes its answer.
-    Abandoned,
 }
 
 /// The batch pools of a worker.
@@ -180,14 +180,14 @@ impl Batches {
     }
 }
 
-/// Jobs being gathered into the next batch of one model.
+/// Jobs being gathered into the next batch of one model: the record's machine, and the
+/// request lines of its jobs (in the machine's job order).
 struct Gathering {
-    record: BatchRecord,
-    revision: u64,
+    machine: Gather,
     /// Index into the pool's models.
     model: usize,
     started: Instant,
-    lines: Vec<(JobId, Vec<u8>)>,
+    lines: Vec<Vec<u8>>,
 }
 
 /// An ended batch's answers, by job.
@@ -250,16 +250,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A record a job may wait for: live and holding it (or gathering under a live lease),
-/// or ended holding it.
-fn holds_for(r: &BatchRecord, job: &JobId, now: u64) -> bool {
-    match r.state {
-        BatchState::Gathering => !r.lease_lapsed(now),
-        BatchState::Abandoned { .. } => false,
-        _ => r.holds(job),
-    }
-}
-
 impl BatchPool {
     /// Answer `job` through a provider batch; see the module docs. `msg` is kept with
     /// in-progress acks meanwhile; `stop` (the worker stops fetching) ends the wait.
@@ -284,13 +274,8 @@ impl BatchPool {
             Err(e) => return BatchOutcome::Failed(e, 0),
         };
         let tokens = crate::quota::estimate_tokens(job);
-        if let Some(limit) = self.spec.queue_tokens.filter(|l| tokens > *l) {
-            return BatchOutcome::Failed(
-                CallError::permanent(format!(
-                    "the request needs about {tokens} tokens, more than the pool's batch_queue_tokens ({limit}): it can never be enqueued"
-                )),
-                0,
-            );
+        if let Some(e) = machine::never_fits(tokens, self.spec.queue_tokens) {
+            return BatchOutcome::Failed(e, 0);
         }
         if *stop.borrow() {
             return BatchOutcome::Abandoned;
@@ -328,23 +313,10 @@ impl BatchPool {
 
     /// What record `r` means for `job` now: None while it is still to be waited for.
     async fn settle(&self, r: &Seen, job: &Job) -> Option<BatchOutcome> {
-        let holds = r.jobs.contains(&job.id);
-        let record = &r.record;
-        match &record.state {
-            BatchState::Ended { .. } if holds => Some(self.answer(record, job).await),
-            BatchState::Gathering if !record.lease_lapsed(now_ms()) => None,
-            BatchState::Abandoned { reason } => {
-                Some(BatchOutcome::NotRun(format!("batch {} was given up: {reason}", record.id)))
-            }
-            BatchState::Uploading | BatchState::Uploaded { .. } | BatchState::Submitted { .. }
-                if holds =>
-            {
-                None
-            }
-            _ => Some(BatchOutcome::NotRun(format!(
-                "batch {} went on without the job (its gatherer stopped)",
-                record.id
-            ))),
+        match machine::settle(&r.record, r.jobs.contains(&job.id), now_ms()) {
+            Settle::Wait => None,
+            Settle::Answer => Some(self.answer(&r.record, job).await),
+            Settle::NotRun(why) => Some(BatchOutcome::NotRun(why)),
         }
     }
 
@@ -357,73 +329,75 @@ impl BatchPool {
         let Ok(claim) = self.store.claim(&self.name, job).await else { return true };
         let Some(c) = claim.value else { return false };
         match self.store.record(&self.name, &c.record).await {
-            Ok(r) => r.value.is_some_and(|r| match r.state {
-                BatchState::Gathering | BatchState::Abandoned { .. } => false,
-                _ => r.holds(job),
-            }),
+            Ok(r) => r.value.is_some_and(|r| machine::holds_at_provider(&r, job)),
             Err(e) => !e.invalid,
         }
     }
 
     /// Claim `job` for a batch: the record it waits for (one that already holds it, or
-    /// this worker's gathering one, which then holds its request `line`).
+    /// this worker's gathering one, which then holds its request `line`). The decisions
+    /// are [`Join`]'s; a broker that cannot tell now ends the claim (never taken over on
+    /// a guess).
     async fn join(
         self: &Arc<Self>,
         job: JobId,
         model: usize,
-        line: Vec<u8>,
+        mut line: Vec<u8>,
         tokens: u64,
     ) -> Result<String, StoreError> {
-        for _ in 0..20 {
-            let claim = self.store.claim(&self.name, &job).await?;
-            if let Some(c) = &claim.value {
-                match self.store.record(&self.name, &c.record).await {
-                    Ok(r) => match &r.value {
-                        Some(rec) if holds_for(rec, &job, now_ms()) => {
-                            debug!(job = %job, record = %c.record, "job already in a batch; waiting for it");
-                            return Ok(c.record.clone());
-                        }
-                        // A gathering record whose owner's lease lapsed: fenced off first
-                        // (given up by compare-and-set), so that its owner, should it be
-                        // alive after all, can neither renew it nor submit it with this job.
-                        Some(rec) if rec.state == BatchState::Gathering => {
-                            let mut dead = rec.clone();
-                            dead.state = BatchState::Abandoned {
-                                reason: "its gatherer's lease lapsed".into(),
-                            };
-                            if self.store.put_record(&dead, r.revision).await?.is_none() {
-                                continue; // it changed meanwhile: look again
-                            }
-                        }
-                        _ => {}
-                    },
+        let (mut m, mut cmd) = Join::new(job);
+        loop {
+            let event = match cmd {
+                JoinCommand::ReadClaim => {
+                    let claim = self.store.claim(&self.name, &job).await?;
+                    JoinEvent::Claim {
+                        record: claim.value.map(|c| c.record),
+                        revision: claim.revision,
+                    }
+                }
+                JoinCommand::ReadRecord(id) => match self.store.record(&self.name, &id).await {
+                    Ok(store::Versioned { value: Some(record), revision }) => {
+                        JoinEvent::Record { record: Box::new(record), revision, now_ms: now_ms() }
+                    }
+                    Ok(_) => JoinEvent::NoRecord,
                     // Someone else's bytes under a record key: the claim is taken over.
                     Err(e) if e.invalid => {
-                        warn!(job = %job, error = %e, "unreadable batch record; gathering the job again")
+                        warn!(job = %job, error = %e, "unreadable batch record; gathering the job again");
+                        JoinEvent::Unreadable
                     }
-                    // The broker cannot tell now: never take a claim over on a guess.
                     Err(e) => return Err(e),
+                },
+                JoinCommand::Fence { record, revision } => JoinEvent::Fenced {
+                    won: self.store.put_record(&record, revision).await?.is_some(),
+                },
+                JoinCommand::Take { claim_revision } => {
+                    let mut gathering = self.gathering.lock().await;
+                    let g = self.gathering_for(&mut gathering, model, tokens).await?;
+                    let id = g.machine.record.id.clone();
+                    let claim = Claim { record: id.clone() };
+                    let written =
+                        self.store.put_claim(&self.name, &job, &claim, claim_revision).await?;
+                    if written.is_some() {
+                        g.machine.joined(job, tokens);
+                        g.lines.push(std::mem::take(&mut line));
+                        return Ok(id);
+                    }
+                    JoinEvent::Took(None)
                 }
-            }
-            let mut gathering = self.gathering.lock().await;
-            let g = self.gathering_for(&mut gathering, model, tokens).await?;
-            let id = g.record.id.clone();
-            let written = self
-                .store
-                .put_claim(&self.name, &job, &Claim { record: id.clone() }, claim.revision)
-                .await?;
-            if written.is_some() {
-                g.lines.push((job, line));
-                g.record.tokens += tokens;
-                return Ok(id);
-            }
-            // Another worker claimed it meanwhile: look again.
+                JoinCommand::Wait(id) => {
+                    debug!(job = %job, record = %id, "job already in a batch; waiting for it");
+                    return Ok(id);
+                }
+                JoinCommand::GiveUp => {
+                    return Err(StoreError {
+                        key: job.to_string(),
+                        reason: "the job's claim kept changing".into(),
+                        invalid: false,
+                    })
+                }
+            };
+            cmd = m.step(event);
         }
-        Err(StoreError {
-            key: job.to_string(),
-            reason: "the job's claim kept changing".into(),
-            invalid: false,
-        })
     }
 
     /// The gathering record of `model` with room for `tokens` more (a full one is sealed
@@ -434,13 +408,11 @@ impl BatchPool {
         model: usize,
         tokens: u64,
     ) -> Result<&'a mut Gathering, StoreError> {
-        let full = gathering.get(&model).is_some_and(|g| {
-            g.lines.len() >= self.spec.batch_size as usize
-                || self.spec.queue_tokens.is_some_and(|l| g.record.tokens + tokens > l)
-        });
-        if full {
-            if let Some(g) = gathering.remove(&model) {
-                self.seal(g).await;
+        if gathering.get(&model).is_some_and(|g| g.machine.full_for(tokens)) {
+            if let Some(mut g) = gathering.remove(&model) {
+                if g.machine.step(GatherEvent::Full) == GatherCommand::Seal {
+                    self.seal(g).await;
+                }
             }
         }
         let g = match gathering.entry(model) {
@@ -467,8 +439,7 @@ impl BatchPool {
                         invalid: false,
                     })?;
                 v.insert(Gathering {
-                    record,
-                    revision,
+                    machine: Gather::new(record, revision, self.limits()),
                     model,
                     started: Instant::now(),
                     lines: Vec::new(),
@@ -476,6 +447,15 @@ impl BatchPool {
             }
         };
         Ok(g)
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            batch_size: self.spec.batch_size as usize,
+            batch_wait: Duration::from_millis(self.spec.batch_wait_ms),
+            queue_tokens: self.spec.queue_tokens,
+            lease: self.timing.lease,
+        }
     }
 
     /// Submit a gathered batch, or hold it (sealed: no job joins it any more) until the
@@ -488,64 +468,86 @@ impl BatchPool {
 
     /// Submit sealed batches, oldest first, while the pool's queue has room.
     async fn submit_sealed(self: &Arc<Self>, sealed: &mut std::collections::VecDeque<Gathering>) {
-        while let Some(g) = sealed.pop_front() {
-            if g.lines.is_empty() {
-                self.give_up(g, "no job joined it").await;
-                continue;
-            }
-            match self.reserve(&g.record).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    debug!(pool = %self.name, record = %g.record.id, tokens = g.record.tokens, "no room in batch_queue_tokens yet; holding the batch");
-                    sealed.push_front(g);
-                    return;
+        while let Some(mut g) = sealed.pop_front() {
+            match g.machine.step(GatherEvent::Submit) {
+                GatherCommand::Reserve => {}
+                // Empty (its only claims moved on): given up.
+                GatherCommand::GiveUp => {
+                    self.give_up(g).await;
+                    continue;
                 }
+                other => {
+                    debug!(pool = %self.name, record = %g.machine.record.id, command = ?other, "not a sealed batch; dropping it");
+                    continue;
+                }
+            }
+            let room = match self.reserve(&g.machine.record).await {
+                Ok(room) => Some(room),
                 Err(e) => {
-                    warn!(pool = %self.name, record = %g.record.id, error = %e, "cannot reserve the batch's tokens; trying again");
-                    sealed.push_front(g);
-                    return;
+                    warn!(pool = %self.name, record = %g.machine.record.id, error = %e, "cannot reserve the batch's tokens; trying again");
+                    None
                 }
+            };
+            if g.machine.step(GatherEvent::Reserved { room, now_ms: now_ms() })
+                != GatherCommand::Record
+            {
+                if room == Some(false) {
+                    debug!(pool = %self.name, record = %g.machine.record.id, tokens = g.machine.record.tokens, "no room in batch_queue_tokens yet; holding the batch");
+                }
+                sealed.push_front(g);
+                return;
             }
-            let Gathering { mut record, revision, lines, model, .. } = g;
-            record.state = BatchState::Uploading;
-            record.jobs = lines.iter().map(|(id, _)| id.to_string()).collect();
-            record.lease_until_ms = now_ms() + self.timing.lease.as_millis() as u64;
-            let mut body = Vec::with_capacity(lines.iter().map(|(_, l)| l.len() + 1).sum());
-            for (_, l) in &lines {
+            let Gathering { mut machine, lines, model, .. } = g;
+            let mut body = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+            for l in &lines {
                 body.extend_from_slice(l);
                 body.push(b'\n');
             }
-            match self.store.put_record(&record, revision).await {
-                Ok(Some(rev)) => {
+            let put = self.store.put_record(&machine.record, machine.revision).await;
+            let (written, revision) = match &put {
+                Ok(Some(rev)) => (Some(true), *rev),
+                Ok(None) => (Some(false), 0),
+                Err(_) => (None, 0),
+            };
+            match machine.step(GatherEvent::Wrote { written, revision }) {
+                GatherCommand::Own => {
+                    let record = machine.record;
                     info!(pool = %self.name, record = %record.id, requests = record.jobs.len(), tokens = record.tokens, "batch sealed; uploading");
                     lock(&self.owned).insert(record.id.clone());
                     self.push(&record);
-                    tokio::spawn(self.clone().own(record, rev, model, Some(body)));
+                    tokio::spawn(self.clone().own(record, revision, model, Some(body)));
                 }
-                Ok(None) => {
-                    // Its lease lapsed and another worker moved it on; its jobs are
-                    // gathered again by whoever receives them.
-                    warn!(pool = %self.name, record = %record.id, "a gathered batch was taken over before submission; dropping it");
-                    self.release(&record.id).await;
-                }
-                Err(e) => {
-                    warn!(pool = %self.name, record = %record.id, error = %e, "cannot record the batch's jobs; its jobs go into another batch when redelivered");
-                    self.release(&record.id).await;
+                _ => {
+                    let id = &machine.record.id;
+                    match put {
+                        // Its lease lapsed and another worker moved it on; its jobs are
+                        // gathered again by whoever receives them.
+                        Ok(_) => {
+                            warn!(pool = %self.name, record = %id, "a gathered batch was taken over before submission; dropping it")
+                        }
+                        Err(e) => {
+                            warn!(pool = %self.name, record = %id, error = %e, "cannot record the batch's jobs; its jobs go into another batch when redelivered")
+                        }
+                    }
+                    self.release(id).await;
                 }
             }
         }
     }
 
-    /// Record that a gathering record was given up (its jobs, if any, are gathered again).
-    async fn give_up(&self, g: Gathering, reason: &str) {
-        let mut record = g.record;
-        record.state = BatchState::Abandoned { reason: reason.into() };
-        match self.store.put_record(&record, g.revision).await {
-            Ok(_) => self.push(&record),
+    /// Write a record its machine gave up (its jobs, if any, are gathered again).
+    async fn give_up(&self, mut g: Gathering) {
+        let record = &g.machine.record;
+        let put = self.store.put_record(record, g.machine.revision).await;
+        match &put {
+            Ok(_) => self.push(record),
             Err(e) => {
                 debug!(record = %record.id, error = %e, "cannot mark a batch record given up")
             }
         }
+        let written = put.as_ref().ok().map(Option::is_some);
+        let revision = put.ok().flatten().unwrap_or(0);
+        g.machine.step(GatherEvent::Wrote { written, revision });
     }
 
     /// The tender: seals batches that are full or waited long enough, submits sealed
@@ -581,11 +583,13 @@ impl BatchPool {
                 self.submit_sealed(&mut sealed).await;
                 let mut kept = std::collections::VecDeque::with_capacity(sealed.len());
                 while let Some(mut g) = sealed.pop_front() {
-                    if self.renew_gathering(&mut g).await {
-                        kept.push_back(g);
-                    } else {
-                        warn!(pool = %self.name, record = %g.record.id, "a sealed batch was taken over before submission; dropping it");
-                        self.release(&g.record.id).await;
+                    let renewed = g.machine.step(GatherEvent::RenewTick { now_ms: now_ms() });
+                    match self.renew_gathering(&mut g.machine, renewed).await {
+                        GatherCommand::Release => {
+                            warn!(pool = %self.name, record = %g.machine.record.id, "a sealed batch was taken over before submission; dropping it");
+                            self.release(&g.machine.record.id).await;
+                        }
+                        _ => kept.push_back(g),
                     }
                 }
                 *sealed = kept;
@@ -602,65 +606,63 @@ impl BatchPool {
         let gathered: Vec<Gathering> =
             self.gathering.lock().await.drain().map(|(_, g)| g).collect();
         let sealed: Vec<Gathering> = self.sealed.lock().await.drain(..).collect();
-        for g in gathered.into_iter().chain(sealed) {
-            info!(pool = %self.name, record = %g.record.id, jobs = g.lines.len(), "worker stopping: giving up a batch not yet submitted; its jobs go to other workers");
-            self.give_up(g, "its worker stopped before submitting it").await;
+        for mut g in gathered.into_iter().chain(sealed) {
+            info!(pool = %self.name, record = %g.machine.record.id, jobs = g.lines.len(), "worker stopping: giving up a batch not yet submitted; its jobs go to other workers");
+            if g.machine.step(GatherEvent::Stop) == GatherCommand::GiveUp {
+                self.give_up(g).await;
+            }
         }
     }
 
     /// Seal gathering batches that are full or have waited `batch_wait`; renew the
     /// others' leases.
     async fn seal_due(self: &Arc<Self>) {
-        let wait = Duration::from_millis(self.spec.batch_wait_ms);
         let mut gathering = self.gathering.lock().await;
-        let due: Vec<usize> = gathering
-            .iter()
-            .filter(|(_, g)| {
-                g.lines.len() >= self.spec.batch_size as usize || g.started.elapsed() >= wait
-            })
-            .map(|(m, _)| *m)
-            .collect();
-        for m in due {
-            if let Some(g) = gathering.remove(&m) {
-                // An empty one (its only claims moved on) is given up by `seal`.
-                self.seal(g).await;
-            }
-        }
-        let mut lost = Vec::new();
-        for (m, g) in gathering.iter_mut() {
-            if !self.renew_gathering(g).await {
-                lost.push(*m);
+        let mut renew = Vec::new();
+        let models: Vec<usize> = gathering.keys().copied().collect();
+        for m in models {
+            let Some(g) = gathering.get_mut(&m) else { continue };
+            let tick = GatherEvent::Tick { waited: g.started.elapsed(), now_ms: now_ms() };
+            match g.machine.step(tick) {
+                GatherCommand::Seal => {
+                    if let Some(g) = gathering.remove(&m) {
+                        // An empty one (its only claims moved on) is given up by `seal`.
+                        self.seal(g).await;
+                    }
+                }
+                GatherCommand::Renew => renew.push(m),
+                _ => {}
             }
         }
         // Fenced off by a worker that took one of its jobs (its lease had lapsed): its
         // jobs are gathered again by whoever holds them.
-        for m in lost {
-            if let Some(g) = gathering.remove(&m) {
-                warn!(pool = %self.name, record = %g.record.id, "a gathering batch was taken over; dropping it");
+        for m in renew {
+            let Some(g) = gathering.get_mut(&m) else { continue };
+            if self.renew_gathering(&mut g.machine, GatherCommand::Renew).await
+                == GatherCommand::Drop
+            {
+                if let Some(g) = gathering.remove(&m) {
+                    warn!(pool = %self.name, record = %g.machine.record.id, "a gathering batch was taken over; dropping it");
+                }
             }
         }
     }
 
-    /// Renew a not yet submitted record's lease when a third of it is gone; false when
-    /// the record is no longer this worker's.
-    async fn renew_gathering(&self, g: &mut Gathering) -> bool {
-        let now = now_ms();
-        let lease = self.timing.lease.as_millis() as u64;
-        if g.record.lease_until_ms > now + lease * 2 / 3 {
-            return true;
+    /// Carry out a not yet submitted record's `Renew` (its machine renewed the lease when
+    /// a third of it was gone): the machine's answer to the write.
+    async fn renew_gathering(&self, g: &mut Gather, command: GatherCommand) -> GatherCommand {
+        if command != GatherCommand::Renew {
+            return command;
         }
-        g.record.lease_until_ms = now + lease;
-        match self.store.put_record(&g.record, g.revision).await {
-            Ok(Some(rev)) => {
-                g.revision = rev;
-                true
-            }
-            Ok(None) => false,
+        let (written, revision) = match self.store.put_record(&g.record, g.revision).await {
+            Ok(Some(rev)) => (Some(true), rev),
+            Ok(None) => (Some(false), 0),
             Err(e) => {
                 warn!(pool = %self.name, record = %g.record.id, error = %e, "cannot renew a gathering batch's lease");
-                true
+                (None, 0)
             }
-        }
+        };
+        g.step(GatherEvent::Wrote { written, revision })
     }
 
     /// Reserve a sealed batch's tokens in the pool's queue ledger (always room without
@@ -674,38 +676,20 @@ impl BatchPool {
             let now = now_ms();
             let mut stale = Vec::new();
             for id in ledger.records.keys().filter(|id| **id != record.id) {
-                // Dropped only when certainly stale: ended, given up, gone, reserved by a
-                // gatherer that died before it recorded its job list, uploading long past
-                // its lease, or submitted longer ago than any provider holds a batch. A
-                // slow upload keeps its tokens (its owner renews the lease), and so does
-                // a record that cannot be read now.
+                // A record that cannot be read now keeps its tokens.
                 let keep = match self.store.record(&self.name, id).await {
-                    Ok(r) => r.value.is_some_and(|r| match r.state {
-                        BatchState::Uploaded { .. } | BatchState::Submitted { .. } => {
-                            now < r.submitted_ms.unwrap_or(r.created_ms)
-                                + LEDGER_HOLD.as_millis() as u64
-                        }
-                        BatchState::Uploading => {
-                            now < r.lease_until_ms + UPLOAD_GRACE.as_millis() as u64
-                        }
-                        BatchState::Gathering => !r.lease_lapsed(now),
-                        BatchState::Ended { .. } | BatchState::Abandoned { .. } => false,
-                    }),
+                    Ok(r) => machine::ledger_keeps(r.value.as_ref(), now),
                     Err(e) => !e.invalid,
                 };
                 if !keep {
                     stale.push(id.clone());
                 }
             }
-            for id in &stale {
-                ledger.records.remove(id);
-            }
-            let fits = ledger.total() + record.tokens <= limit;
-            if fits {
-                ledger.records.insert(record.id.clone(), record.tokens);
-            } else if stale.is_empty() {
+            let Some(fits) =
+                machine::reserve(&mut ledger, &stale, &record.id, record.tokens, limit)
+            else {
                 return Ok(false);
-            }
+            };
             if self.store.put_ledger(&self.name, &ledger, v.revision).await?.is_some() {
                 return Ok(fits);
             }
@@ -736,164 +720,121 @@ impl BatchPool {
         }
     }
 
-    /// Drive an owned record to its end (see the module docs); `body` is the input file
-    /// when this worker gathered it. Stops when another worker took it over or the worker
-    /// stops (the lease then lapses and a holder of its jobs takes over).
+    /// Drive an owned record to its end: the IO of its [`Owner`] machine. `body` is the
+    /// input file when this worker gathered it (None: taken over). Stops when another
+    /// worker took it over or the worker stops (the lease then lapses and a holder of its
+    /// jobs takes over).
     async fn own(
         self: Arc<Self>,
-        mut record: BatchRecord,
-        mut revision: u64,
+        record: BatchRecord,
+        revision: u64,
         model: usize,
         mut body: Option<Vec<u8>>,
     ) {
         let api = self.apis[model].clone();
-        let adopted = body.is_none();
-        let mut polled = 0u32;
-        loop {
-            if *self.hard_stop.borrow() {
-                break;
-            }
-            let next = match record.state.clone() {
-                BatchState::Uploading => match body.take() {
-                    Some(b) => {
-                        let name = format!("halyard-{}.jsonl", record.id);
-                        match self
-                            .provider(&mut record, &mut revision, || api.upload(&name, b.clone()))
-                            .await
-                        {
-                            Step::Ok(file) => {
-                                self.failpoints.pass(Point::BatchUploaded);
-                                BatchState::Uploaded { file }
-                            }
-                            Step::Failed(e) => failed_state("", &e),
-                            Step::Stop => break,
-                        }
-                    }
-                    // Taken over while uploading: the provider has at most an unused file.
-                    None => BatchState::Abandoned {
-                        reason: "its owner stopped while uploading its file".into(),
+        let mut m = Owner::new(record, revision, body.is_none(), self.timing.poll);
+        'owning: while !*self.hard_stop.borrow() {
+            let mut cmd = m.next();
+            loop {
+                let event = match cmd {
+                    OwnerCommand::Next => continue 'owning,
+                    OwnerCommand::Done => break 'owning,
+                    cmd => match self.carry(&mut m, &api, &mut body, cmd).await {
+                        Some(event) => event,
+                        None => break 'owning,
                     },
-                },
-                BatchState::Uploaded { file } => {
-                    let found = if adopted {
-                        let since = (record.created_ms / 1000).saturating_sub(3600);
-                        let key = record.key();
-                        match self
-                            .provider(&mut record, &mut revision, || api.find(&key, since))
-                            .await
-                        {
-                            Step::Ok(f) => f,
-                            // Without the provider's list, whether the batch was created
-                            // cannot be told: creating it could submit every request twice.
-                            // Wait (keeping the record) and ask again.
-                            Step::Failed(e) => {
-                                warn!(pool = %self.name, record = %record.id, error = %e.message, "cannot look for the batch at the provider (is GET /batches supported?); not creating it blindly, trying again in a minute");
-                                if !self.wait_renewing(&mut record, &mut revision, FIND_RETRY).await
-                                {
-                                    break;
-                                }
-                                continue;
-                            }
-                            Step::Stop => break,
-                        }
-                    } else {
-                        None
-                    };
-                    let created = match found {
-                        Some(b) => {
-                            info!(pool = %self.name, record = %record.id, batch = %b.id, "found the batch its previous owner created");
-                            b
-                        }
-                        None => {
-                            let key = record.key();
-                            match self
-                                .provider(&mut record, &mut revision, || api.create(&file, &key))
-                                .await
-                            {
-                                Step::Ok(b) => {
-                                    self.failpoints.pass(Point::BatchCreated);
-                                    b
-                                }
-                                Step::Failed(e) => {
-                                    let next = failed_state("", &e);
-                                    if self.write(&mut record, &mut revision, next).await {
-                                        self.release(&record.id).await;
-                                    }
-                                    break;
-                                }
-                                Step::Stop => break,
-                            }
-                        }
-                    };
-                    record.submitted_ms = Some(now_ms());
-                    info!(pool = %self.name, record = %record.id, batch = %created.id, requests = record.jobs.len(), "batch submitted");
-                    BatchState::Submitted { file, batch: created.id }
-                }
-                BatchState::Submitted { batch, .. } => {
-                    let b = match self
-                        .provider(&mut record, &mut revision, || api.retrieve(&batch))
-                        .await
-                    {
-                        Step::Ok(b) => b,
-                        // An error status while polling (a rotated key, a proxy's 403,
-                        // a 404 for a moment) does not end a batch the provider may still
-                        // run and bill: keep polling, slowly. Only a batch that has not
-                        // been seen for two days past its submission is given up (its
-                        // jobs go into another batch, counted).
-                        Step::Failed(e) => {
-                            let age = now_ms()
-                                .saturating_sub(record.submitted_ms.unwrap_or(record.created_ms));
-                            if age < GIVE_UP_UNSEEN.as_millis() as u64 {
-                                warn!(pool = %self.name, record = %record.id, batch = %batch, error = %e.message, "cannot see the submitted batch; polling on");
-                                let wait = (self.timing.poll * 10).min(Duration::from_secs(600));
-                                if !self.wait_renewing(&mut record, &mut revision, wait).await {
-                                    break;
-                                }
-                                continue;
-                            }
-                            record.ended_ms = Some(now_ms());
-                            let next = failed_state(&batch, &e);
-                            if self.write(&mut record, &mut revision, next).await {
-                                self.release(&record.id).await;
-                            }
-                            break;
-                        }
-                        Step::Stop => break,
-                    };
-                    polled += 1;
-                    self.failpoints.pass(Point::BatchPolling);
-                    if b.is_final() {
-                        info!(pool = %self.name, record = %record.id, batch = %b.id, status = %b.status, "batch ended");
-                        record.ended_ms = Some(now_ms());
-                        BatchState::Ended {
-                            batch: b.id.clone(),
-                            status: b.status.clone(),
-                            output: b.output_file_id.clone(),
-                            error: b.error_file_id.clone(),
-                            reason: b.failure_reason(),
-                        }
-                    } else {
-                        debug!(pool = %self.name, record = %record.id, status = %b.status, polled, "batch still running");
-                        if !self.wait_renewing(&mut record, &mut revision, self.timing.poll).await {
-                            break;
-                        }
-                        continue;
-                    }
-                }
-                BatchState::Gathering | BatchState::Ended { .. } | BatchState::Abandoned { .. } => {
-                    break
-                }
-            };
-            let ended = !next.is_live();
-            if !self.write(&mut record, &mut revision, next).await {
-                break;
-            }
-            if ended {
-                self.release(&record.id).await;
-                break;
+                };
+                cmd = m.step(event, now_ms());
             }
         }
-        lock(&self.owned).remove(&record.id);
+        lock(&self.owned).remove(&m.record.id);
+    }
+
+    /// Carry out an owner's command: its outcome as the machine's next event (None: an
+    /// upload without its file, which a gatherer never asks for).
+    async fn carry(
+        &self,
+        m: &mut Owner,
+        api: &BatchApi,
+        body: &mut Option<Vec<u8>>,
+        cmd: OwnerCommand,
+    ) -> Option<OwnerEvent> {
+        use OwnerCommand as C;
+        use OwnerEvent as E;
+        let (pool, id) = (self.name.clone(), m.record.id.clone());
+        let key = m.record.key();
+        let (record, revision) = (&mut m.record, &mut m.revision);
+        let event = match cmd {
+            C::Upload => {
+                let b = body.take()?;
+                let name = format!("halyard-{id}.jsonl");
+                self.provider(record, revision, || api.upload(&name, b.clone())).await.event(
+                    |file| {
+                        self.failpoints.pass(Point::BatchUploaded);
+                        E::Uploaded { file }
+                    },
+                )
+            }
+            C::Find { since_s } => {
+                let step = self.provider(record, revision, || api.find(&key, since_s)).await;
+                if let Step::Failed(e) = &step {
+                    warn!(pool = %pool, record = %id, error = %e.message, "cannot look for the batch at the provider (is GET /batches supported?); not creating it blindly, trying again in a minute");
+                }
+                step.event(|found| {
+                    if let Some(b) = &found {
+                        info!(pool = %pool, record = %id, batch = %b.id, "found the batch its previous owner created");
+                    }
+                    E::Found(found.map(|b| b.id))
+                })
+            }
+            C::Create { file } => {
+                self.provider(record, revision, || api.create(&file, &key)).await.event(|b| {
+                    self.failpoints.pass(Point::BatchCreated);
+                    E::Created { batch: b.id }
+                })
+            }
+            C::Poll { batch } => {
+                let step = self.provider(record, revision, || api.retrieve(&batch)).await;
+                if let Step::Failed(e) = &step {
+                    warn!(pool = %pool, record = %id, batch = %batch, error = %e.message, "cannot see the submitted batch; polling on unless it is unseen for too long");
+                }
+                step.event(|b| {
+                    self.failpoints.pass(Point::BatchPolling);
+                    if b.is_final() {
+                        info!(pool = %pool, record = %id, batch = %b.id, status = %b.status, "batch ended");
+                    } else {
+                        debug!(pool = %pool, record = %id, status = %b.status, polled = m.polled() + 1, "batch still running");
+                    }
+                    E::Polled(Polled {
+                        ended: b.is_final(),
+                        reason: b.failure_reason(),
+                        id: b.id,
+                        status: b.status,
+                        output: b.output_file_id,
+                        error: b.error_file_id,
+                    })
+                })
+            }
+            C::Wait(delay) => match self.wait_renewing(record, revision, delay).await {
+                true => E::Waited,
+                false => E::Lost,
+            },
+            C::Write(state) => {
+                if let BatchState::Submitted { batch, .. } = &state {
+                    info!(pool = %pool, record = %id, batch = %batch, requests = record.jobs.len(), "batch submitted");
+                }
+                match self.write(record, revision, state).await {
+                    true => E::Written,
+                    false => E::Lost,
+                }
+            }
+            C::Release => {
+                self.release(&id).await;
+                E::Released
+            }
+            C::Next | C::Done => return None,
+        };
+        Some(event)
     }
 }
 
@@ -927,14 +868,14 @@ enum Step<T> {
     Stop,
 }
 
-/// The state of a batch that failed as a whole (`batch` empty: before the provider had it).
-fn failed_state(batch: &str, e: &CallError) -> BatchState {
-    BatchState::Ended {
-        batch: batch.to_string(),
-        status: "failed".into(),
-        output: None,
-        error: None,
-        reason: Some(e.message.clone()),
+impl<T> Step<T> {
+    /// The owner's event: `ok`'s of the value, a failure, or the record lost.
+    fn event(self, ok: impl FnOnce(T) -> OwnerEvent) -> OwnerEvent {
+        match self {
+            Step::Ok(v) => ok(v),
+            Step::Failed(e) => OwnerEvent::Failed(e),
+            Step::Stop => OwnerEvent::Lost,
+        }
     }
 }
 
@@ -953,28 +894,6 @@ fn request_line(job: &Job, model: &HttpModelSpec) -> Result<Vec<u8>, CallError> 
 
 /// How long a failed download of a batch's answers stands before it is tried again.
 const DOWNLOAD_RETRY: Duration = Duration::from_secs(5);
-
-/// How long an owner waits before it asks again for a batch it may have created, when
-/// the provider's list cannot be read.
-const FIND_RETRY: Duration = Duration::from_secs(60);
-
-/// A submitted batch the provider has refused to show for this long after its submission
-/// is given up (the provider's window is 24 hours).
-const GIVE_UP_UNSEEN: Duration = Duration::from_secs(48 * 3600);
-
-/// A submitted batch holds its tokens in the queue ledger for at most this long after its
-/// submission, taken over or not (by then the provider has ended it, expired at worst).
-const LEDGER_HOLD: Duration = Duration::from_secs(26 * 3600);
-
-/// An uploading record whose lease lapsed this long ago holds no tokens any more (an
-/// upload request is given up after 5 minutes).
-const UPLOAD_GRACE: Duration = Duration::from_secs(600);
-
-/// Backoff of provider requests that failed for the endpoint's reasons: 1 s doubling to
-/// a minute.
-fn backoff(attempt: u32) -> Duration {
-    Duration::from_secs(1u64 << attempt.min(6)).min(Duration::from_secs(60))
-}
 
 impl BatchPool {
     /// A provider request for an owned record, retried while it fails for the
@@ -1019,7 +938,7 @@ impl BatchPool {
                 Err(e) => {
                     let delay = e
                         .retry_after
-                        .unwrap_or_else(|| backoff(attempt))
+                        .unwrap_or_else(|| machine::backoff(attempt))
                         .min(Duration::from_secs(300));
                     warn!(pool = %self.name, record = %record.id, error = %e.message, retry_in_ms = delay.as_millis() as u64, "batch API request failed; retrying");
                     attempt += 1;
@@ -1089,8 +1008,7 @@ impl BatchPool {
     /// Renew an owned record's lease when a third of it is gone; false when the record
     /// is no longer this worker's.
     async fn renew(&self, record: &mut BatchRecord, revision: &mut u64) -> bool {
-        let lease = self.timing.lease.as_millis() as u64;
-        if record.lease_until_ms > now_ms() + lease * 2 / 3 {
+        if !machine::lease_due(record.lease_until_ms, now_ms(), self.timing.lease) {
             return true;
         }
         let state = record.state.clone();
@@ -1151,30 +1069,13 @@ impl BatchPool {
             };
             let Some(mut record) = v.value else {
                 // Expired or never written: nothing holds its jobs any more.
-                let gone = BatchRecord {
-                    id: id.clone(),
-                    pool: self.name.clone(),
-                    model: String::new(),
-                    state: BatchState::Abandoned { reason: "its record is gone".into() },
-                    jobs: Vec::new(),
-                    tokens: 0,
-                    owner: String::new(),
-                    lease_until_ms: 0,
-                    created_ms: 0,
-                    submitted_ms: None,
-                    ended_ms: None,
-                };
-                self.push(&gone);
+                self.push(&machine::gone_record(&id, &self.name));
                 continue;
             };
             let owned = lock(&self.owned).contains(&id);
             let now = now_ms();
-            let adoptable = matches!(
-                record.state,
-                BatchState::Uploading | BatchState::Uploaded { .. } | BatchState::Submitted { .. }
-            );
-            if !owned && adoptable && record.lease_lapsed(now) && !*self.stop.borrow() {
-                let model = self.apis.iter().position(|a| a.model().model == record.model);
+            let model = self.apis.iter().position(|a| a.model().model == record.model);
+            if machine::adopts(&record, owned, now, *self.stop.borrow(), model.is_some()) {
                 if let Some(model) = model {
                     let previous = std::mem::replace(&mut record.owner, self.owner.clone());
                     record.lease_until_ms = now + self.timing.lease.as_millis() as u64;
@@ -1187,10 +1088,8 @@ impl BatchPool {
                     }
                 }
             }
-            // Unchanged, it wakes nobody; but a gathering record's meaning changes with
-            // time (its lease lapses), so it is always sent.
             let sent = lock(&self.follows).get(&id).map_or(0, |f| f.revision);
-            if !owned && (sent != v.revision || record.state == BatchState::Gathering) {
+            if machine::push_read(owned, sent, v.revision, &record.state) {
                 self.push_at(&record, v.revision);
             }
         }
@@ -1202,63 +1101,32 @@ impl BatchPool {
         let BatchState::Ended { batch, status, output, error, reason } = &r.state else {
             return BatchOutcome::NotRun("the batch has not ended".into());
         };
-        let answers = match self.download(r, batch, output.as_deref(), error.as_deref()).await {
-            Ok(a) => a,
-            // Asking again will not help (the file is gone, too large, the model is no
-            // longer configured): the job goes into another batch, the delivery counted,
-            // so that it ends as a dead letter naming this if it keeps happening.
-            // (A 401 or 403 is taken for a key or proxy problem that passes.)
-            Err(e) if e.is_permanent() && e.status.is_none_or(|s| s == 404 || s == 410) => {
-                warn!(job = %job.id, batch = %batch, error = %e.message, "cannot download the batch's answers; the job goes into another batch");
-                self.release_claim(job, r).await;
-                return BatchOutcome::Failed(e, 0);
+        let taken = match self.download(r, batch, output.as_deref(), error.as_deref()).await {
+            Ok(answers) => {
+                machine::answer_of(batch, status, reason.as_deref(), answers.get(&job.id))
             }
             Err(e) => {
-                warn!(job = %job.id, batch = %batch, error = %e.message, "cannot download the batch's answers now");
-                return BatchOutcome::NotRun(format!(
-                    "cannot download the answers of batch {batch}: {}",
-                    e.message
-                ));
+                let taken = machine::download_failed(batch, &e);
+                if taken.release_claim {
+                    warn!(job = %job.id, batch = %batch, error = %e.message, "cannot download the batch's answers; the job goes into another batch");
+                } else {
+                    warn!(job = %job.id, batch = %batch, error = %e.message, "cannot download the batch's answers now");
+                }
+                taken
             }
         };
-        // Only a batch that ran out of time (or was cancelled) leaves requests unrun
-        // through no fault of theirs; a request missing from a completed batch, or
-        // unreadable there, is retried as a failure that counts.
-        let not_run = matches!(status.as_str(), "expired" | "cancelled");
-        let outcome = match answers.get(&job.id) {
-            Some(Answer::Done(c)) => {
-                // A batch answer's usage is an API's word too (issue 33): clamped to what
-                // the request could use, as online answers are.
-                let mut c = c.clone();
+        if taken.release_claim {
+            self.release_claim(job, r).await;
+        }
+        match taken.outcome {
+            // A batch answer's usage is an API's word too (issue 33): clamped to what the
+            // request could use, as online answers are.
+            BatchOutcome::Done(mut c) => {
                 crate::backend::clamp_completion(job, &mut c);
-                return BatchOutcome::Done(c);
+                BatchOutcome::Done(c)
             }
-            Some(Answer::Failed(e)) if e.class == ErrorClass::RateLimited => {
-                BatchOutcome::NotRun(e.message.clone())
-            }
-            Some(Answer::Failed(e)) => BatchOutcome::Failed(e.clone(), 1),
-            Some(Answer::NotRun(why)) if not_run => BatchOutcome::NotRun(why.clone()),
-            Some(Answer::NotRun(why)) => BatchOutcome::Failed(CallError::transient(why.clone()), 0),
-            None if status == "failed" => BatchOutcome::Failed(
-                CallError::transient(format!(
-                    "provider batch {} failed: {}",
-                    if batch.is_empty() { "(not created)" } else { batch },
-                    reason.as_deref().unwrap_or("no reason given")
-                )),
-                0,
-            ),
-            None if not_run => BatchOutcome::NotRun(format!(
-                "batch {batch} ended {status} without running the request"
-            )),
-            None => BatchOutcome::Failed(
-                CallError::transient(format!(
-                    "batch {batch} ended {status} without an answer for the request"
-                )),
-                1,
-            ),
-        };
-        self.release_claim(job, r).await;
-        outcome
+            other => other,
+        }
     }
 
     /// Free `job` for another batch (if its claim still names `r`).
