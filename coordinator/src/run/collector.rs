@@ -141,6 +141,35 @@ impl Collector {
         msgs
     }
 
+    /// Take and ack every message left for a complete run (duplicates of stored results,
+    /// and junk, which is counted as refused), a pull at a time (bounded by bytes as any
+    /// pull), until a pull finds nothing. Messages whose object cannot be read now are
+    /// handed back and left.
+    pub async fn drain(&mut self) {
+        let mut taken = 0usize;
+        loop {
+            self.idle = false;
+            self.last_batch = 0;
+            let msgs = self.pull().await;
+            if msgs.is_empty() {
+                break;
+            }
+            let opened = self.open(&msgs).await;
+            for payload in opened.iter().filter_map(|o| o.bytes()) {
+                self.decode(payload);
+            }
+            Self::ack(&msgs, &opened).await;
+            taken += msgs.len();
+        }
+        if taken > 0 {
+            debug!(
+                messages = taken,
+                refused = self.refused,
+                "took what was left for the complete run"
+            );
+        }
+    }
+
     /// Ack a committed batch's messages (after the flush: durable before acked); a
     /// message whose object could not be read now is handed back for later.
     pub async fn ack(msgs: &[jetstream::Message], opened: &[Opened]) {

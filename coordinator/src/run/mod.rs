@@ -342,6 +342,10 @@ impl Coordinator<'_> {
             self.planner.store().put_outages(&self.outages.spans)?;
         }
         self.planner.store().flush().await?;
+        // What is left for the run now is duplicates and junk: taken, counted and acked,
+        // so that nothing of a complete run lingers in the results stream.
+        self.collector.drain().await;
+        self.planner.set_refused(self.collector.refused);
         self.planner.finish();
         let p = self.planner.progress();
         info!(run = %run, results = p.figures.results, batches = p.result_batches, "all items done; writing the report");
