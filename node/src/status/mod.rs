@@ -49,6 +49,17 @@ pub struct Status {
     /// from the broker by `halyard status`; as the coordinator last saw them otherwise).
     #[serde(default)]
     pub batches: Vec<halyard_proto::provider_batch::BatchGroup>,
+    /// The managed servers of the live workers serving this run's pools (read from their
+    /// heartbeats by `halyard status`).
+    #[serde(default)]
+    pub servers: Vec<WorkerServer>,
+}
+
+/// A managed server of a worker, as its heartbeat tells.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerServer {
+    pub worker: String,
+    pub server: halyard_worker::server::ServerStat,
 }
 
 /// A worker's heartbeat in the `halyard_workers` bucket.
@@ -63,6 +74,9 @@ pub struct WorkerBeat {
     pub dead_letters: u64,
     pub rate_limited: u64,
     pub updated_unix_ms: u64,
+    /// Its managed servers (state, restarts, GPU set, ready time, version).
+    #[serde(default)]
+    pub servers: Vec<halyard_worker::server::ServerStat>,
 }
 
 /// A pool as the broker sees it.
@@ -112,6 +126,7 @@ impl Status {
             pools: Vec::new(),
             outages: p.outages.clone(),
             batches: p.provider_batches.clone(),
+            servers: Vec::new(),
         }
     }
 
