@@ -256,11 +256,18 @@ fn gpu_sets_start_one_server_each_and_the_run_waits_for_them() {
     let running = wlog.find("worker running").expect("worker running");
     assert!(last_ready < running, "{wlog}");
     // `halyard status` lists the servers (from the worker's heartbeat).
-    let out = halyard().args(["status", "ms", "--nats", &nats.url()]).output().unwrap();
-    let status = String::from_utf8_lossy(&out.stdout);
-    assert!(status.contains("managed servers:") && status.contains("model-a@gpu2,3 on w0"), "{status}");
+    // The heartbeat carries them from its next beat on.
+    let status = || {
+        let out = halyard().args(["status", "ms", "--nats", &nats.url()]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_until("halyard status lists the servers", status, || {
+        let s = status();
+        s.contains("managed servers:")
+            && s.contains("model-a@gpu2,3 on w0: fake-server (GPUs 2,3), ready, 0 restarts")
+    });
     stop_worker(d, &mut w);
-    assert!(processes_mentioning(d.to_str().unwrap()).is_empty(), "a server outlived the test");
+    assert!(processes_mentioning(d.join("weights").to_str().unwrap()).is_empty(), "a server outlived the test");
 }
 
 /// A server that never answers its ready path fails the worker's start within the
@@ -283,7 +290,7 @@ fn a_server_that_never_becomes_ready_fails_the_worker_with_its_log() {
         assert!(log.contains(expect), "{expect}:\n{log}");
         // The log tail names the server's own lines.
         assert!(log.contains("fake-server["), "{log}");
-        assert!(processes_mentioning(d.to_str().unwrap()).is_empty(), "a server outlived its worker");
+        assert!(processes_mentioning(d.join("weights").to_str().unwrap()).is_empty(), "a server outlived its worker");
     }
 }
 
@@ -338,7 +345,7 @@ fn a_crash_loop_stops_the_worker_with_the_log_tail() {
     assert!(!s.success(), "{log}");
     assert!(log.contains("failed 3 times in a row (max_restarts = 2)"), "{log}");
     assert!(log.contains("crashing on call 1, as told"), "the log tail is missing:\n{log}");
-    assert!(processes_mentioning(d.to_str().unwrap()).is_empty(), "a server outlived its worker");
+    assert!(processes_mentioning(d.join("weights").to_str().unwrap()).is_empty(), "a server outlived its worker");
     coord.kill();
 }
 
@@ -392,7 +399,7 @@ fn a_worker_killed_takes_its_servers_with_it() {
     wait_until("the servers die with their worker", || logs(d), || {
         servers.iter().all(|p| !pid_alive(*p))
     });
-    assert!(processes_mentioning(d.to_str().unwrap()).is_empty());
+    assert!(processes_mentioning(d.join("weights").to_str().unwrap()).is_empty());
 }
 
 /// Chaos with managed servers: a sweep on two workers, each with its own servers; one

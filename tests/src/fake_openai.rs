@@ -258,6 +258,23 @@ impl FakeOpenAi {
     where
         F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
     {
+        FakeOpenAi::start_inner(addr, true, "fake-openai", responder)
+    }
+
+    /// As [`FakeOpenAi::start_blocking_on`], as a model server that is still loading:
+    /// `GET /health` answers 503 from the first request on, until
+    /// [`FakeOpenAi::set_ready`]; `GET /version` answers `version` (`fake-server`).
+    pub fn start_loading_on<F>(addr: SocketAddr, version: &str, responder: F) -> FakeOpenAi
+    where
+        F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
+    {
+        FakeOpenAi::start_inner(addr, false, version, responder)
+    }
+
+    fn start_inner<F>(addr: SocketAddr, ready: bool, version: &str, responder: F) -> FakeOpenAi
+    where
+        F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
+    {
         let listener = std::net::TcpListener::bind(addr)
             .unwrap_or_else(|e| panic!("fake OpenAI: bind {addr}: {e}"));
         listener
@@ -273,8 +290,8 @@ impl FakeOpenAi {
             paid: Mutex::new(Vec::new()),
             outage: OutageState::default(),
             batch: batch::BatchState::default(),
-            ready: std::sync::atomic::AtomicBool::new(true),
-            version: Mutex::new("fake-openai".into()),
+            ready: std::sync::atomic::AtomicBool::new(ready),
+            version: Mutex::new(version.into()),
         });
         let (orders, orders_rx) = tmpsc::unbounded_channel();
         let (ready_tx, ready_rx) = mpsc::channel();

@@ -100,7 +100,9 @@ fn main() -> std::process::ExitCode {
     let (crash_after, crash_once, calls_log) =
         (args.crash_after, args.crash_once.clone(), args.calls_log.clone());
     let addr = SocketAddr::from(([127, 0, 0, 1], args.port));
-    let api = FakeOpenAi::start_blocking_on(addr, move |call| {
+    // Not ready until told below: a poll between listening and that would see a server
+    // ready too early, or another version.
+    let api = FakeOpenAi::start_loading_on(addr, &args.version, move |call| {
         let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(path) = &calls_log {
             let line = format!("{} {:016x}\n", std::process::id(), fnv(&request_key(call)));
@@ -133,10 +135,6 @@ fn main() -> std::process::ExitCode {
             reply.after(delay)
         }
     });
-    api.set_version(&args.version);
-    if args.never_ready || args.ready_after_ms.is_some() {
-        api.set_ready(false);
-    }
     say(&format!("listening on {}", api.addr()));
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -163,6 +161,7 @@ fn main() -> std::process::ExitCode {
                 _ = term.recv() => return drain(&api, &received).await,
             }
         } else if !args.never_ready {
+            api.set_ready(true);
             say("ready");
         }
         term.recv().await;
