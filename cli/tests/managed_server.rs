@@ -129,7 +129,8 @@ fn wait_until(what: &str, context: impl Fn() -> String, mut f: impl FnMut() -> b
 fn scrape(port: u16) -> String {
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let req = format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    let req =
+        format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
     if s.write_all(req.as_bytes()).is_err() {
         return String::new();
     }
@@ -228,14 +229,8 @@ fn gpu_sets_start_one_server_each_and_the_run_waits_for_them() {
     let sweep = sweep(d, &Spec { gpus: (2, 1), ..Spec::default() });
     let nats = NatsServer::start();
     let env = [("FAKE_SERVER_READY_AFTER_MS", "1500".to_string())];
-    let (mut w, port) = worker(
-        d,
-        &nats.url(),
-        &sweep,
-        "w0",
-        &["--gpu", "0,1", "--gpu", "2,3", "--gpu", "4"],
-        &env,
-    );
+    let (mut w, port) =
+        worker(d, &nats.url(), &sweep, "w0", &["--gpu", "0,1", "--gpu", "2,3", "--gpu", "4"], &env);
     let mut coord = coordinator(d, &nats.url(), &sweep);
     let report = finish(d, &mut coord);
     assert_eq!(report["jobs"]["dead_letters"].as_u64(), Some(0), "{report}");
@@ -267,7 +262,10 @@ fn gpu_sets_start_one_server_each_and_the_run_waits_for_them() {
             && s.contains("model-a@gpu2,3 on w0: fake-server (GPUs 2,3), ready, 0 restarts")
     });
     stop_worker(d, &mut w);
-    assert!(processes_mentioning(d.join("weights").to_str().unwrap()).is_empty(), "a server outlived the test");
+    assert!(
+        processes_mentioning(d.join("weights").to_str().unwrap()).is_empty(),
+        "a server outlived the test"
+    );
 }
 
 /// A server that never answers its ready path fails the worker's start within the
@@ -290,7 +288,10 @@ fn a_server_that_never_becomes_ready_fails_the_worker_with_its_log() {
         assert!(log.contains(expect), "{expect}:\n{log}");
         // The log tail names the server's own lines.
         assert!(log.contains("fake-server["), "{log}");
-        assert!(processes_mentioning(d.join("weights").to_str().unwrap()).is_empty(), "a server outlived its worker");
+        assert!(
+            processes_mentioning(d.join("weights").to_str().unwrap()).is_empty(),
+            "a server outlived its worker"
+        );
     }
 }
 
@@ -319,7 +320,10 @@ fn a_crash_mid_run_restarts_the_server_and_costs_no_delivery() {
     let report = finish(d, &mut coord);
     assert!(d.join("crashed").exists(), "no server crashed\n{}", logs(d));
     assert_eq!(report["jobs"]["dead_letters"].as_u64(), Some(0), "{}", logs(d));
-    assert_eq!(report["benchmarks"], reference["benchmarks"], "report differs from the uninterrupted run's");
+    assert_eq!(
+        report["benchmarks"], reference["benchmarks"],
+        "report differs from the uninterrupted run's"
+    );
     let text = scrape(port);
     let restarts: f64 = ["model-a@cpu", "judge-a@cpu"]
         .iter()
@@ -345,7 +349,10 @@ fn a_crash_loop_stops_the_worker_with_the_log_tail() {
     assert!(!s.success(), "{log}");
     assert!(log.contains("failed 3 times in a row (max_restarts = 2)"), "{log}");
     assert!(log.contains("crashing on call 1, as told"), "the log tail is missing:\n{log}");
-    assert!(processes_mentioning(d.join("weights").to_str().unwrap()).is_empty(), "a server outlived its worker");
+    assert!(
+        processes_mentioning(d.join("weights").to_str().unwrap()).is_empty(),
+        "a server outlived its worker"
+    );
     coord.kill();
 }
 
@@ -369,10 +376,8 @@ fn sigterm_drains_the_calls_then_stops_the_server() {
     let server_log = read(&d.join("w0/servers/model-a@cpu.log"));
     assert!(server_log.contains("SIGTERM with 0 calls in flight"), "{server_log}");
     let drained = server_log.lines().find(|l| l.contains("drained:")).expect("drained");
-    let n: Vec<u64> = drained
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|x| x.parse().ok())
-        .collect();
+    let n: Vec<u64> =
+        drained.split(|c: char| !c.is_ascii_digit()).filter_map(|x| x.parse().ok()).collect();
     // `fake-server[<pid>]: drained: R calls received, A answered`
     assert_eq!(n.len(), 3, "{drained}");
     assert!(n[1] > 0 && n[1] == n[2], "calls cut off: {drained}");
@@ -387,18 +392,25 @@ fn a_worker_killed_takes_its_servers_with_it() {
     let sweep = sweep(d, &Spec::default());
     let nats = NatsServer::start();
     let (mut w, port) = worker(d, &nats.url(), &sweep, "w0", &[], &[]);
-    wait_until("the worker's servers are ready", || logs(d), || {
-        let t = scrape(port);
-        ["model-a@cpu", "judge-a@cpu"].iter().all(|s| {
-            metric(&t, "halyard_server_state", &[("server", s), ("state", "ready")]) == Some(1.0)
-        })
-    });
+    wait_until(
+        "the worker's servers are ready",
+        || logs(d),
+        || {
+            let t = scrape(port);
+            ["model-a@cpu", "judge-a@cpu"].iter().all(|s| {
+                metric(&t, "halyard_server_state", &[("server", s), ("state", "ready")])
+                    == Some(1.0)
+            })
+        },
+    );
     let servers = children_of(w.pid());
     assert_eq!(servers.len(), 2, "{servers:?}");
     w.kill();
-    wait_until("the servers die with their worker", || logs(d), || {
-        servers.iter().all(|p| !pid_alive(*p))
-    });
+    wait_until(
+        "the servers die with their worker",
+        || logs(d),
+        || servers.iter().all(|p| !pid_alive(*p)),
+    );
     assert!(processes_mentioning(d.join("weights").to_str().unwrap()).is_empty());
 }
 
@@ -438,7 +450,11 @@ fn chaos_two_workers_one_server_and_one_worker_killed() {
     // SAFETY: a plain kill of a process this test's worker started.
     unsafe { libc::kill(victim as libc::pid_t, libc::SIGKILL) };
     // At two thirds: kill w1 and start it again.
-    wait_until("two thirds of the calls", || logs(d), || total(&calls_log) >= 2 * reference_calls / 3);
+    wait_until(
+        "two thirds of the calls",
+        || logs(d),
+        || total(&calls_log) >= 2 * reference_calls / 3,
+    );
     let w1_servers = children_of(w1.pid());
     w1.kill();
     let (mut w1b, _) = worker(d, &nats.url(), &sweep, "w1", &[], &env);
@@ -460,7 +476,10 @@ fn chaos_two_workers_one_server_and_one_worker_killed() {
         made.values().sum::<usize>()
     );
     assert_eq!(report["jobs"]["dead_letters"].as_u64(), Some(0), "{}", logs(d));
-    assert_eq!(report["benchmarks"], reference["benchmarks"], "report differs from the uninterrupted run's");
+    assert_eq!(
+        report["benchmarks"], reference["benchmarks"],
+        "report differs from the uninterrupted run's"
+    );
     assert_eq!(report["jobs"]["done"], reference["jobs"]["done"]);
     let labels = read(&d.join("runs/ms/labels.jsonl"));
     assert_eq!(labels, read(&d.join("ref/ms/labels.jsonl")), "labels differ");

@@ -431,7 +431,11 @@ pub fn server_metrics(
 ) {
     use halyard_worker::server::ServerState;
     let base = |v: &halyard_worker::server::ServerStat| {
-        vec![("worker", worker.to_string()), ("server", v.server.clone()), ("model", v.model.clone())]
+        vec![
+            ("worker", worker.to_string()),
+            ("server", v.server.clone()),
+            ("model", v.model.clone()),
+        ]
     };
     let sample = |e: &mut Exposition, name: &str, labels: &[(&str, String)], value: f64| {
         let l: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();

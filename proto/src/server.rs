@@ -286,7 +286,10 @@ mod tests {
         assert_ne!(a, identity("vllm", "m", "abc", None, &["--dtype".into(), "fp16".into()]));
         assert_ne!(a, identity("vllm", "m", "abd", None, &["--dtype".into(), "bf16".into()]));
         assert_ne!(a, identity("sglang", "m", "abc", None, &["--dtype".into(), "bf16".into()]));
-        assert_ne!(a, identity("vllm", "m", "abc", Some("0.6"), &["--dtype".into(), "bf16".into()]));
+        assert_ne!(
+            a,
+            identity("vllm", "m", "abc", Some("0.6"), &["--dtype".into(), "bf16".into()])
+        );
         // Argument boundaries count: ["ab","c"] is not ["a","bc"].
         assert_ne!(
             identity("k", "m", "r", None, &["ab".into(), "c".into()]),

@@ -350,11 +350,10 @@ async fn start(
 ) -> Result<(Arc<pool::PoolCtx>, tokio::task::JoinSet<()>), WorkerError> {
     halyard_broker::ensure_streams(broker).await?;
     let (plan, http) = (config.plan.clone(), config.http);
-    let mut backends =
-        tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
-            .await
-            .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
-            .map_err(WorkerError::Backend)?;
+    let mut backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
+        .await
+        .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
+        .map_err(WorkerError::Backend)?;
     let stats = config.stats.clone();
     for p in &config.plan.pools {
         if let Some(q) = &p.quota {

@@ -222,7 +222,10 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
     }
     if m.backend != "gguf" {
         for (key, set) in [
-            ("model_path", m.model_path.is_some() && !matches!(m.backend.as_str(), "embed" | "server")),
+            (
+                "model_path",
+                m.model_path.is_some() && !matches!(m.backend.as_str(), "embed" | "server"),
+            ),
             ("identity", m.identity.is_some()),
             ("gpu", m.gpu.is_some()),
             ("gpu_layers", m.gpu_layers.is_some()),

@@ -200,8 +200,9 @@ pub(super) fn check(
             None => Ok(None),
         }
     };
-    let ready_path = path("ready_path", raw.ready_path, Some(preset.map_or("/health", |p| p.ready_path)))?
-        .unwrap_or_else(|| "/health".into());
+    let ready_path =
+        path("ready_path", raw.ready_path, Some(preset.map_or("/health", |p| p.ready_path)))?
+            .unwrap_or_else(|| "/health".into());
     let version_path = path("version_path", raw.version_path, preset.and_then(|p| p.version_path))?;
     let seconds = |key: &str, v: Option<f64>, default: f64, max: f64| -> Result<u64, SweepError> {
         let s = v.unwrap_or(default);
@@ -268,7 +269,10 @@ mod tests {
     fn presets_give_the_command() {
         let s = check("s.toml", &k, &raw(Some("vllm"), None)).unwrap();
         assert_eq!(s.command[..3], ["vllm", "serve", "{model_path}"]);
-        assert_eq!((s.ready_path.as_str(), s.version_path.as_deref()), ("/health", Some("/version")));
+        assert_eq!(
+            (s.ready_path.as_str(), s.version_path.as_deref()),
+            ("/health", Some("/version"))
+        );
         assert!(s.endpoint.starts_with("server:vllm:m:abc:-:"), "{}", s.endpoint);
         // Extra args change the identity; the preset's own (port, model path) do not.
         let args = ["--dtype".to_string(), "bfloat16".to_string()];
@@ -276,9 +280,12 @@ mod tests {
             .unwrap();
         assert_ne!(with.endpoint, s.endpoint);
         assert_eq!(with.command.last().map(String::as_str), Some("bfloat16"));
-        let moved =
-            check("s.toml", &k, &RawServer { model_path: Some("/elsewhere/m"), ..raw(Some("vllm"), None) })
-                .unwrap();
+        let moved = check(
+            "s.toml",
+            &k,
+            &RawServer { model_path: Some("/elsewhere/m"), ..raw(Some("vllm"), None) },
+        )
+        .unwrap();
         assert_eq!(moved.endpoint, s.endpoint, "the path is not the identity");
     }
 
@@ -297,9 +304,18 @@ mod tests {
             (RawServer { gpus: Some(0), ..raw(None, Some(&tp)) }, "model[0].gpus"),
             (RawServer { revision: None, ..raw(Some("vllm"), None) }, "model[0].revision"),
             (RawServer { model_path: None, ..raw(Some("vllm"), None) }, "model[0].model_path"),
-            (RawServer { ready_path: Some("health"), ..raw(Some("vllm"), None) }, "model[0].ready_path"),
-            (RawServer { max_restarts: Some(-1), ..raw(Some("vllm"), None) }, "model[0].max_restarts"),
-            (RawServer { start_timeout_s: Some(0.0), ..raw(Some("vllm"), None) }, "model[0].start_timeout_s"),
+            (
+                RawServer { ready_path: Some("health"), ..raw(Some("vllm"), None) },
+                "model[0].ready_path",
+            ),
+            (
+                RawServer { max_restarts: Some(-1), ..raw(Some("vllm"), None) },
+                "model[0].max_restarts",
+            ),
+            (
+                RawServer { start_timeout_s: Some(0.0), ..raw(Some("vllm"), None) },
+                "model[0].start_timeout_s",
+            ),
         ] {
             let e = check("s.toml", &k, &r).unwrap_err().to_string();
             assert!(e.contains(key) && e.contains("s.toml"), "{key}: {e}");

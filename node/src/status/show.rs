@@ -232,7 +232,11 @@ pub fn render(s: &Status) -> String {
                 terminal(&v.server),
                 terminal(&w.worker),
                 terminal(&v.kind),
-                if v.gpus.is_empty() { "no GPU".to_string() } else { format!("GPUs {}", terminal(&v.gpus)) },
+                if v.gpus.is_empty() {
+                    "no GPU".to_string()
+                } else {
+                    format!("GPUs {}", terminal(&v.gpus))
+                },
                 v.state.as_str(),
                 v.restarts,
                 if v.restarts == 1 { "" } else { "s" }

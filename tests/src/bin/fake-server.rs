@@ -116,7 +116,9 @@ fn main() -> std::process::ExitCode {
         if crash_after.is_some_and(|after| n > after) {
             let crash = match &crash_once {
                 None => true,
-                Some(marker) => std::fs::OpenOptions::new().write(true).create_new(true).open(marker).is_ok(),
+                Some(marker) => {
+                    std::fs::OpenOptions::new().write(true).create_new(true).open(marker).is_ok()
+                }
             };
             if crash {
                 say(&format!("crashing on call {n}, as told"));

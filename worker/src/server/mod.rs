@@ -187,7 +187,9 @@ impl Servers {
                 .pools
                 .iter()
                 .filter(|p| {
-                    p.models.iter().any(|m| matches!(m, WorkerModel::Server(s) if s.endpoint == spec.endpoint))
+                    p.models
+                        .iter()
+                        .any(|m| matches!(m, WorkerModel::Server(s) if s.endpoint == spec.endpoint))
                 })
                 .filter_map(|p| health.get(&p.pool.name).cloned())
                 .collect();
@@ -267,7 +269,8 @@ impl Servers {
     /// Stop every server gracefully (SIGTERM, SIGKILL after [`STOP_GRACE`]) and wait.
     pub async fn stop(&self) {
         let _ = self.stop.send(true);
-        let tasks: Vec<_> = self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+        let tasks: Vec<_> =
+            self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
         for t in tasks {
             let _ = t.await;
         }
@@ -282,8 +285,11 @@ impl Servers {
             )));
         };
         let Some((replica, port)) = g.pick() else {
-            let states: Vec<String> =
-                g.replicas.iter().map(|r| format!("{} {}", r.label, r.live().state.as_str())).collect();
+            let states: Vec<String> = g
+                .replicas
+                .iter()
+                .map(|r| format!("{} {}", r.label, r.live().state.as_str()))
+                .collect();
             return Err(CallError::unavailable(
                 OutageReason::Connection,
                 format!(
@@ -395,7 +401,10 @@ async fn supervise(
         let port = match process::free_port() {
             Ok(p) => p,
             Err(e) => {
-                give_up(format!("managed server {}: no free loopback port: {e}", r.label), &mut first);
+                give_up(
+                    format!("managed server {}: no free loopback port: {e}", r.label),
+                    &mut first,
+                );
                 return;
             }
         };
@@ -407,7 +416,11 @@ async fn supervise(
         };
         process::log_line(
             &r.log,
-            &format!("--- halyard: starting {} on port {port}: {argv:?} (unix ms {})", r.label, unix_ms()),
+            &format!(
+                "--- halyard: starting {} on port {port}: {argv:?} (unix ms {})",
+                r.label,
+                unix_ms()
+            ),
         );
         set_state(&r, &sh.stats, ServerState::Starting, Some(port));
         sh.stats.servers.update(&r.label, |s| {
@@ -609,12 +622,21 @@ async fn wait_ready(
 }
 
 /// The version a server reports: field `field` of the JSON at `path`, or None.
-async fn fetch_version(client: &reqwest::Client, port: u16, path: &str, field: &str) -> Option<String> {
+async fn fetch_version(
+    client: &reqwest::Client,
+    port: u16,
+    path: &str,
+    field: &str,
+) -> Option<String> {
     let url = format!("http://127.0.0.1:{port}{path}");
     let v: serde_json::Value = match client.get(&url).send().await {
         Ok(resp) if resp.status().is_success() => resp.json().await.ok()?,
         Ok(resp) => {
-            warn!(url, status = resp.status().as_u16(), "the server's version path did not answer 200");
+            warn!(
+                url,
+                status = resp.status().as_u16(),
+                "the server's version path did not answer 200"
+            );
             return None;
         }
         Err(e) => {

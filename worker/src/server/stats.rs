@@ -90,10 +90,9 @@ impl ServerStats {
     /// Change server `name`'s entry (created if new).
     pub fn update(&self, name: &str, f: impl FnOnce(&mut ServerStat)) {
         let mut m = self.lock();
-        let s = m.entry(name.to_string()).or_insert_with(|| ServerStat {
-            server: name.to_string(),
-            ..Default::default()
-        });
+        let s = m
+            .entry(name.to_string())
+            .or_insert_with(|| ServerStat { server: name.to_string(), ..Default::default() });
         f(s)
     }
 
