@@ -234,6 +234,12 @@ fn gpu_sets_start_one_server_each_and_the_run_waits_for_them() {
     let mut coord = coordinator(d, &nats.url(), &sweep);
     let report = finish(d, &mut coord);
     assert_eq!(report["jobs"]["dead_letters"].as_u64(), Some(0), "{report}");
+    // The report records each server's command (as the sweep gives it) and version.
+    let servers = report["servers"].as_array().expect("report.servers");
+    assert_eq!(servers.len(), 2, "{report}");
+    assert_eq!(servers[0]["model"], "model-a");
+    assert_eq!(servers[0]["version"], "fake-1.0");
+    assert_eq!(servers[0]["command"][2], "{port}");
     let text = scrape(port);
     for (server, gpus) in
         [("model-a@gpu0,1", "0,1"), ("model-a@gpu2,3", "2,3"), ("judge-a@gpu4", "4")]

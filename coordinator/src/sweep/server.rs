@@ -237,6 +237,64 @@ pub(super) fn check(
     })
 }
 
+/// A managed server in the report: what answered the model's jobs.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ServerRow {
+    pub model: String,
+    pub kind: String,
+    /// The command as the sweep gives it (placeholders unexpanded).
+    pub command: Vec<String>,
+    /// The weights as the workers' nodes see them.
+    pub model_path: String,
+    /// The version the sweep declares (each worker checks it against the server's own
+    /// where the server tells it), if any.
+    pub version: Option<String>,
+    /// The model's identity in job ids (kind, name, revision, version, arguments digest).
+    pub identity: String,
+    pub gpus: u32,
+}
+
+/// The report's rows of the sweep's managed servers.
+pub fn report_rows(models: &[super::Model]) -> Vec<ServerRow> {
+    models
+        .iter()
+        .filter_map(|m| m.server.as_ref())
+        .map(|s| ServerRow {
+            model: s.name.clone(),
+            kind: s.kind.clone(),
+            command: s.command.clone(),
+            model_path: s.model_path.clone(),
+            version: s.version.clone(),
+            identity: s.endpoint.clone(),
+            gpus: s.gpus,
+        })
+        .collect()
+}
+
+/// The report's managed-server table (Markdown; nothing without servers).
+pub fn report_markdown(rows: &[ServerRow]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "## Managed servers\n\n| model | server | version | GPUs per server | command | identity |\n|---|---|---|---|---|---|\n",
+    );
+    let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    for r in rows {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | `{}` | `{}` |\n",
+            cell(&r.model),
+            cell(&r.kind),
+            cell(r.version.as_deref().unwrap_or("not declared")),
+            r.gpus,
+            cell(&r.command.join(" ")),
+            cell(&r.identity)
+        ));
+    }
+    md.push('\n');
+    md
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
