@@ -130,10 +130,13 @@ pub struct WorkerArgs {
     /// Worker name in results and logs.
     #[arg(long)]
     pub id: Option<String>,
-    /// Serve the sweep's local (gguf) models placed on this GPU (`gpu = N` in the sweep),
-    /// pinned to that device. Needs a build with the `cuda` feature.
-    #[arg(long)]
-    pub gpu: Option<u32>,
+    /// A GPU set of this worker: `N`, or `N,M,...` for a managed server on several GPUs;
+    /// repeat for several sets (`--gpu 0,1 --gpu 2,3`: one server each). The worker
+    /// serves the sweep's local (gguf) models placed on these GPUs (`gpu = N`; needs a
+    /// build with the `cuda` feature) and its managed servers (`backend = "server"`)
+    /// dealt to these sets.
+    #[arg(long, value_name = "N[,N...]")]
+    pub gpu: Vec<String>,
     /// Prometheus metrics address (default 127.0.0.1:9465), or `off`.
     #[arg(long, value_name = "ADDR|off")]
     pub metrics: Option<String>,
@@ -217,7 +220,7 @@ impl WorkerArgs {
             ack_wait: self.ack_wait,
             grace: self.grace,
             id: self.id.clone(),
-            gpu: self.gpu,
+            gpu: self.gpu.clone(),
         }
     }
 }

@@ -116,10 +116,16 @@ def pool_consumer(pool):
 # --- the sweep -----------------------------------------------------------------------
 
 def sweep_pools(sweep):
-    """{pool: gpu or None} of a parsed sweep (halyard-coordinator's sweep::models::pool)."""
+    """{pool: placement} of a parsed sweep (halyard-coordinator's sweep::models::pool): the
+    GPU index of a gguf model placed on one, ("server", N) for a managed server on N GPUs
+    per server, None for what workers without --gpu serve."""
     pools = {}
     for m in sweep.get("model", []):
         backend = m.get("backend")
+        if backend == "server":
+            gpus = m.get("gpus", 1)
+            pools[m.get("pool") or f"server/{m['name']}"] = ("server", gpus) if gpus else None
+            continue
         local = backend == "gguf"
         gpu = m.get("gpu") if local else None
         placement = f"gpu{gpu}" if gpu is not None else "cpu"
@@ -167,6 +173,26 @@ def flag(args, name):
         if a.startswith(name + "="):
             return a.split("=", 1)[1]
     return None
+
+
+def gpu_sets(args):
+    """The GPU sets of every `--gpu N[,M...]` (repeatable)."""
+    sets = []
+    for i, a in enumerate(args):
+        v = args[i + 1] if a == "--gpu" and i + 1 < len(args) else (a.split("=", 1)[1] if a.startswith("--gpu=") else None)
+        if v is not None:
+            sets.append([int(x) for x in v.split(",")])
+    return sets
+
+
+def served_by(pools, sets):
+    """The pools a worker with GPU sets `sets` (none: an API worker) serves."""
+    if not sets:
+        return {p for p, g in pools.items() if g is None}
+    gpus = {g for s in sets for g in s}
+    sizes = {len(s) for s in sets}
+    return {p for p, g in pools.items()
+            if (isinstance(g, int) and g in gpus) or (isinstance(g, tuple) and g[1] in sizes)}
 
 
 def secret_values(doc):
@@ -230,10 +256,12 @@ def check(docs, text=""):
             res = c.get("resources") or {}
             limits, requests = res.get("limits") or {}, res.get("requests") or {}
             env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            sets = gpu_sets(args)
             if d.get("kind") == "Deployment" and gpu is not None:
-                if int(str(limits.get("nvidia.com/gpu", 0))) < 1:
+                need = len({g for s in sets for g in s})
+                if int(str(limits.get("nvidia.com/gpu", 0))) < need:
                     bad(d, f"{cat}.resources.limits[nvidia.com/gpu]",
-                        f"{limits.get('nvidia.com/gpu')!r}: a worker with --gpu {gpu} must ask for a GPU")
+                        f"{limits.get('nvidia.com/gpu')!r}: a worker with --gpu {' --gpu '.join(map(str, [','.join(map(str, s)) for s in sets]))} must ask for {need} GPU(s)")
                 if "nvidia.com/gpu" in requests and str(requests["nvidia.com/gpu"]) != str(limits.get("nvidia.com/gpu")):
                     bad(d, f"{cat}.resources.requests[nvidia.com/gpu]", "must equal the limit")
                 caps = (env.get("NVIDIA_DRIVER_CAPABILITIES") or "").split(",")
@@ -273,8 +301,7 @@ def check(docs, text=""):
                     f"{run!r}, must be the sweep's name {sweep.get('name')!r} (ConfigMap {cm})")
             if d.get("kind") == "Deployment" and "worker" in args:
                 pools = sweep_pools(sweep)
-                want = None if gpu is None else int(gpu)
-                served[d["metadata"]["name"]] = (ns, cm, {p for p, g in pools.items() if g == want})
+                served[d["metadata"]["name"]] = (ns, cm, served_by(pools, sets))
                 if not served[d["metadata"]["name"]][2]:
                     bad(d, f"{cat}.args", f"serves no pool of ConfigMap {cm}'s sweep (--gpu {gpu})")
     if len(sweeps) > 1:

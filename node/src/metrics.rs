@@ -424,6 +424,76 @@ pub fn worker_metrics(e: &mut Exposition, worker: &str, s: &Stats) {
             h.outage.as_secs_f64(),
         );
     }
+    server_metrics(e, worker, &s.servers.snapshot());
+}
+
+/// Each managed server of a worker: its state (one sample per state, 1 for the current
+/// one), restarts, time to ready, and an info sample with its kind, GPU set and version.
+/// Family by family, so each family's samples stay together.
+pub fn server_metrics(
+    e: &mut Exposition,
+    worker: &str,
+    servers: &[halyard_worker::server::ServerStat],
+) {
+    use halyard_worker::server::ServerState;
+    let base = |v: &halyard_worker::server::ServerStat| {
+        vec![
+            ("worker", worker.to_string()),
+            ("server", v.server.clone()),
+            ("model", v.model.clone()),
+        ]
+    };
+    let sample = |e: &mut Exposition, name: &str, labels: &[(&str, String)], value: f64| {
+        let l: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        e.sample(name, &l, value);
+    };
+    if servers.is_empty() {
+        return;
+    }
+    e.family(
+        "halyard_server_state",
+        "gauge",
+        "1 for a managed server's current state (starting, ready, restarting, stopping, stopped, failed).",
+    );
+    for v in servers {
+        for st in ServerState::ALL {
+            let mut labels = base(v);
+            labels.push(("state", st.as_str().to_string()));
+            sample(e, "halyard_server_state", &labels, f64::from(u8::from(v.state == st)));
+        }
+    }
+    e.family(
+        "halyard_server_restarts_total",
+        "counter",
+        "Restarts of a managed server after a crash.",
+    );
+    for v in servers {
+        sample(e, "halyard_server_restarts_total", &base(v), v.restarts as f64);
+    }
+    e.family(
+        "halyard_server_ready_seconds",
+        "gauge",
+        "Seconds a managed server's latest start took to become ready.",
+    );
+    for v in servers {
+        if let Some(r) = v.ready_s {
+            sample(e, "halyard_server_ready_seconds", &base(v), r);
+        }
+    }
+    e.family(
+        "halyard_server_info",
+        "gauge",
+        "A managed server of the worker: its kind, GPU set and reported version (always 1).",
+    );
+    for v in servers {
+        let mut info = base(v);
+        info.extend([
+            ("kind", v.kind.clone()),
+            ("gpus", v.gpus.clone()),
+            ("version", v.version.clone().unwrap_or_default()),
+        ]);
+        sample(e, "halyard_server_info", &info, 1.0);
+    }
 }
 
 /// Provider batches (`mode = "batch"` pools) not over yet, per pool and state, read from

@@ -9,6 +9,8 @@ use halyard_broker::{BrokerConfig, Delivery};
 use halyard_plan::sweep;
 use halyard_plan::worker_plan::{gpu_plan, non_gpu_plan, worker_plan};
 use halyard_proto::pool::{PoolPlan, QuotaSpec, WorkerModel};
+use halyard_proto::server::gpu_list;
+use halyard_worker::server::placement;
 use halyard_worker::WorkerConfig;
 use tokio::sync::watch;
 
@@ -38,18 +40,21 @@ pub struct WorkerOptions {
     /// Seconds in-flight calls get to finish after a signal.
     pub grace: f64,
     pub id: Option<String>,
-    /// Serve only the sweep's local models on this GPU.
-    pub gpu: Option<u32>,
+    /// `--gpu N` or `--gpu N,M,...`, repeatable: the GPU sets of this worker. It serves
+    /// only the sweep's local models placed on these GPUs and its managed servers dealt
+    /// to these sets (see `halyard_worker::server::placement`).
+    pub gpu: Vec<String>,
 }
 
 /// The worker configuration `opts` asks for; every bad value is an error naming its flag.
 pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
-    if opts.gpu.is_some() && !halyard_worker::backend::gguf_gpu_support() {
-        return Err(NodeError::Usage(format!(
-            "--gpu {}: this halyard was built without the `cuda` feature (rebuild with `cargo build --release --features cuda`, which needs the CUDA toolkit)",
-            opts.gpu.unwrap_or_default()
-        )));
-    }
+    let sets = opts
+        .gpu
+        .iter()
+        .map(|g| placement::parse_gpu_set(g))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(NodeError::Usage)?;
+    placement::check_disjoint(&sets).map_err(NodeError::Usage)?;
     let mut cfg = WorkerConfig::new(Default::default(), opts.state.clone());
     cfg.delivery = Delivery {
         ack_wait: Duration::from_secs_f64(opts.ack_wait.max(1.0)),
@@ -58,11 +63,11 @@ pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
     if let Some(path) = &opts.sweep {
         let s = sweep::load_pools(path)?;
         cfg = sweep_worker(&s, opts.state.clone());
-        match opts.gpu {
-            Some(gpu) => pin_to_gpu(&mut cfg, &s, gpu)?,
+        match sets.is_empty() {
+            false => pin_to_gpus(&mut cfg, &s, &sets)?,
             // Without --gpu, the models the sweep places on a GPU are the GPU workers'
             // (issue 34): loading them here would fail without CUDA, or take a GPU.
-            None => {
+            true => {
                 let all = cfg.plan.pools.len();
                 cfg.plan = non_gpu_plan(&cfg.plan);
                 if cfg.plan.pools.is_empty() && all > 0 {
@@ -73,7 +78,7 @@ pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
                 }
             }
         }
-    } else if opts.gpu.is_some() {
+    } else if !sets.is_empty() {
         return Err(NodeError::Usage(
             "--gpu needs --sweep: the sweep says which models to load on the GPU".into(),
         ));
@@ -130,15 +135,40 @@ pub fn check_local_models(plan: &halyard_proto::pool::WorkerPlan) -> Result<(), 
     Ok(())
 }
 
-/// Pinned to one GPU: only the local models placed there, and their pools.
-fn pin_to_gpu(cfg: &mut WorkerConfig, s: &sweep::Sweep, gpu: u32) -> Result<(), NodeError> {
-    cfg.plan = gpu_plan(&cfg.plan, gpu);
-    if cfg.plan.pools.is_empty() {
+/// Pinned to GPU sets: the local models placed on their GPUs, the managed servers dealt
+/// to them (one server per set), and their pools.
+fn pin_to_gpus(
+    cfg: &mut WorkerConfig,
+    s: &sweep::Sweep,
+    sets: &[Vec<u32>],
+) -> Result<(), NodeError> {
+    let full = std::mem::take(&mut cfg.plan);
+    let mut plan = placement::place_servers(&full, sets).map_err(NodeError::Usage)?;
+    let mut gpus: Vec<u32> = sets.iter().flatten().copied().collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    let mut local = false;
+    for g in gpus {
+        for p in gpu_plan(&full, g).pools {
+            local = true;
+            plan.add(p).map_err(NodeError::Usage)?;
+        }
+    }
+    let shown: Vec<String> = sets.iter().map(|g| format!("--gpu {}", gpu_list(g))).collect();
+    if local && !halyard_worker::backend::gguf_gpu_support() {
         return Err(NodeError::Usage(format!(
-            "--gpu {gpu}: the sweep {} places no gguf model on GPU {gpu} (`gpu = {gpu}`)",
+            "{}: the sweep places gguf models on these GPUs, but this halyard was built without the `cuda` feature (rebuild with `cargo build --release --features cuda`, which needs the CUDA toolkit)",
+            shown.join(" ")
+        )));
+    }
+    if plan.pools.is_empty() {
+        return Err(NodeError::Usage(format!(
+            "{}: the sweep {} places no gguf model on these GPUs (`gpu = N`) and has no managed server (`backend = \"server\"`, `gpus >= 1`) for them",
+            shown.join(" "),
             s.file.display()
         )));
     }
+    cfg.plan = plan;
     Ok(())
 }
 

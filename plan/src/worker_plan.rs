@@ -40,7 +40,12 @@ pub fn gpu_plan(plan: &WorkerPlan, gpu: u32) -> WorkerPlan {
 /// worker, a CPU node) never loads a GPU model it could not run, and the GPU workers of a
 /// deployment serve those.
 pub fn non_gpu_plan(plan: &WorkerPlan) -> WorkerPlan {
-    let on_a_gpu = |m: &WorkerModel| matches!(m, WorkerModel::Gguf(g) if g.gpu.is_some());
+    // A managed server on GPUs (`gpus >= 1`) is for workers given GPU sets, too.
+    let on_a_gpu = |m: &WorkerModel| match m {
+        WorkerModel::Gguf(g) => g.gpu.is_some(),
+        WorkerModel::Server(s) => s.gpus > 0,
+        _ => false,
+    };
     let pools = plan
         .pools
         .iter()
@@ -60,6 +65,9 @@ fn worker_model(m: &Model) -> WorkerModel {
     }
     if let Some(rp) = &m.replay {
         return WorkerModel::Replay(rp.clone());
+    }
+    if let Some(s) = &m.server {
+        return WorkerModel::Server(s.clone());
     }
     if let Some(path) = &m.embed {
         return WorkerModel::Embed(EmbedSpec { endpoint: r.endpoint.clone(), path: path.clone() });

@@ -12,6 +12,8 @@
 //!   quotas and the models it may call; and the check every received job passes.
 //! - [`provider_batch`]: provider batches of `mode = "batch"` pools as the broker
 //!   records them (durable before each provider step, taken over after a crash).
+//! - [`server`]: managed model servers (`backend = "server"`): their spec, presets,
+//!   command templates and location-independent identity.
 //! - [`redact`]: secrets out of text bound for logs, errors and dead letters.
 //! - [`batch`]: results messages holding many results (one per checkpoint group commit).
 //! - [`health`]: a pool's endpoint health ([`PoolHealthRecord`]) as workers publish it.
@@ -41,6 +43,7 @@ pub mod pool;
 pub mod provider_batch;
 pub mod redact;
 pub mod result;
+pub mod server;
 pub mod store_mark;
 pub mod stored;
 pub mod subjects;

@@ -17,6 +17,8 @@
 //!   name, all three;
 //! - local models (`gguf`, `embed`, `replay`): backend and endpoint (the model file's or
 //!   recordings' identity); the API model name is only a label there;
+//! - managed servers (`server`): backend, endpoint (the model's declared identity, see
+//!   [`crate::server`]) and the name the server serves the model under;
 //! - `noop`: the backend alone (it calls nothing and answers empty text).
 //!
 //! Plain data with serde; no IO.
@@ -162,6 +164,8 @@ pub enum WorkerModel {
     Gguf(GgufSpec),
     Replay(ReplaySpec),
     Embed(EmbedSpec),
+    /// An OpenAI-compatible server process the worker runs (`backend = "server"`).
+    Server(crate::server::ServerSpec),
     /// Calls nothing, answers empty text (throughput tests of the job path).
     Noop,
 }
@@ -184,6 +188,7 @@ impl WorkerModel {
             WorkerModel::Gguf(_) => "gguf",
             WorkerModel::Replay(_) => "replay",
             WorkerModel::Embed(_) => "embed",
+            WorkerModel::Server(_) => "server",
             WorkerModel::Noop => "noop",
         }
     }
@@ -198,6 +203,7 @@ impl WorkerModel {
             WorkerModel::Gguf(g) => g.endpoint == m.endpoint,
             WorkerModel::Replay(r) => r.endpoint == m.endpoint,
             WorkerModel::Embed(e) => e.endpoint == m.endpoint,
+            WorkerModel::Server(s) => s.endpoint == m.endpoint && s.served_name == m.model,
             WorkerModel::Noop => true,
         }
     }

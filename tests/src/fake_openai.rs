@@ -59,7 +59,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc as tmpsc, watch};
@@ -194,6 +194,10 @@ struct Shared {
     outage: OutageState,
     /// Files, batches and the batch script.
     batch: batch::BatchState,
+    /// Whether `GET /health` answers 200 (else 503): a model server still loading.
+    ready: std::sync::atomic::AtomicBool,
+    /// What `GET /version` answers in its `version` field.
+    version: Mutex<String>,
 }
 
 impl Shared {
@@ -254,6 +258,23 @@ impl FakeOpenAi {
     where
         F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
     {
+        FakeOpenAi::start_inner(addr, true, "fake-openai", responder)
+    }
+
+    /// As [`FakeOpenAi::start_blocking_on`], as a model server that is still loading:
+    /// `GET /health` answers 503 from the first request on, until
+    /// [`FakeOpenAi::set_ready`]; `GET /version` answers `version` (`fake-server`).
+    pub fn start_loading_on<F>(addr: SocketAddr, version: &str, responder: F) -> FakeOpenAi
+    where
+        F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
+    {
+        FakeOpenAi::start_inner(addr, false, version, responder)
+    }
+
+    fn start_inner<F>(addr: SocketAddr, ready: bool, version: &str, responder: F) -> FakeOpenAi
+    where
+        F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
+    {
         let listener = std::net::TcpListener::bind(addr)
             .unwrap_or_else(|e| panic!("fake OpenAI: bind {addr}: {e}"));
         listener
@@ -269,6 +290,8 @@ impl FakeOpenAi {
             paid: Mutex::new(Vec::new()),
             outage: OutageState::default(),
             batch: batch::BatchState::default(),
+            ready: std::sync::atomic::AtomicBool::new(ready),
+            version: Mutex::new(version.into()),
         });
         let (orders, orders_rx) = tmpsc::unbounded_channel();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -326,6 +349,17 @@ impl FakeOpenAi {
 
     /// Clears the call log and sets the high-water mark to the current in-flight count.
     /// `seq` keeps counting.
+    /// Whether `GET /health` answers 200 (the default) or 503, as a model server does
+    /// while it loads its weights.
+    pub fn set_ready(&self, ready: bool) {
+        self.shared.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// The `version` that `GET /version` answers (default `fake-openai`).
+    pub fn set_version(&self, version: &str) {
+        *self.shared.version.lock().unwrap_or_else(|p| p.into_inner()) = version.to_string();
+    }
+
     pub fn reset_counters(&self) {
         let mut calls = self.shared.calls();
         calls.clear();
@@ -358,12 +392,28 @@ impl std::fmt::Debug for FakeOpenAi {
 fn router(shared: Arc<Shared>) -> Router {
     let router = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
-        .route("/chat/completions", post(chat_completions));
+        .route("/chat/completions", post(chat_completions))
+        // What model servers (vLLM, llama-server, TGI) answer besides completions.
+        .route("/health", get(health))
+        .route("/version", get(version));
     batch::routes(router)
         // Providers take long prompts (a judge quoting a 2 MB answer); axum's default
         // limit is 2 MB.
         .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
         .with_state(shared)
+}
+
+async fn health(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "loading").into_response()
+    }
+}
+
+async fn version(State(shared): State<Arc<Shared>>) -> Response {
+    let v = shared.version.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    axum::Json(json!({ "version": v })).into_response()
 }
 
 async fn chat_completions(

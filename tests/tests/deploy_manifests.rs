@@ -77,7 +77,12 @@ fn sweep_pools(file: &str, configmap: &str, gpu: Option<u32>) -> BTreeSet<String
         .unwrap_or_else(|e| panic!("{file}: {configmap}'s sweep does not parse: {e}"));
     s.models
         .iter()
-        .filter(|m| m.local.as_ref().and_then(|l| l.gpu) == gpu)
+        .filter(|m| match (&m.server, gpu) {
+            // A managed server on GPUs is a GPU worker's (`--gpu 0,1`), a CPU one any worker's.
+            (Some(s), None) => s.gpus == 0,
+            (Some(s), Some(_)) => s.gpus > 0,
+            (None, _) => m.local.as_ref().and_then(|l| l.gpu) == gpu,
+        })
         .map(|m| m.spec.pool.clone())
         .collect()
 }
@@ -162,6 +167,25 @@ fn keda_watches_only_the_api_pools_of_the_gpu_sweep() {
         "deploy/k8s/overlays/gpu/keda-api.yaml",
         "halyard-worker",
         ("deploy/k8s/overlays/gpu/sweep.yaml", "halyard-sweep", None),
+        "deploy/k8s/base/worker.yaml",
+    );
+}
+
+/// The managed-server overlay (issue 35): its GPU workers' ScaledObject watches the
+/// consumer of the vLLM model's pool (`server/llama-8b`, wherever it is served), and its
+/// API workers' the judge's only.
+#[test]
+fn keda_watches_the_consumers_of_the_managed_server_overlay() {
+    check_scaled_object(
+        "deploy/k8s/overlays/gpu-server/worker-server.yaml",
+        "halyard-worker-server",
+        ("deploy/k8s/overlays/gpu-server/sweep.yaml", "halyard-sweep", Some(0)),
+        "deploy/k8s/overlays/gpu-server/worker-server.yaml",
+    );
+    check_scaled_object(
+        "deploy/k8s/overlays/gpu-server/keda-api.yaml",
+        "halyard-worker",
+        ("deploy/k8s/overlays/gpu-server/sweep.yaml", "halyard-sweep", None),
         "deploy/k8s/base/worker.yaml",
     );
 }

@@ -8,6 +8,8 @@
 //! - [`batch`]: batch pools (`mode = "batch"`): jobs answered through the provider's
 //!   batch API, every step recorded in the broker before it is taken.
 //! - [`backend`]: model backends (`openai`, `gguf`, `replay`, `noop`) and error classification.
+//! - [`server`]: managed model servers (`backend = "server"`): started before the pools
+//!   take jobs, restarted when they crash (the pool paused meanwhile), stopped last.
 //! - [`retry`]: in-delivery retries with backoff, jitter and `Retry-After`.
 //! - [`health`]: each pool's endpoint health: an outage pauses the pool across all its
 //!   workers (no fetching, held jobs handed back, one probe), an answer resumes it.
@@ -78,6 +80,7 @@ mod outbox;
 mod pool;
 pub mod quota;
 pub mod retry;
+pub mod server;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -145,6 +148,9 @@ pub enum WorkerError {
     NoPools,
     #[error("{0}")]
     Failpoint(String),
+    /// A managed server could not start, or failed for good (see [`server`]).
+    #[error("{0}")]
+    Server(String),
 }
 
 #[derive(Default, Debug)]
@@ -192,6 +198,8 @@ pub struct Stats {
     pub pool_health: health::PoolHealthStats,
     /// Models loaded and every pool's consumer bound, until shutdown begins (`/readyz`).
     pub ready: std::sync::atomic::AtomicBool,
+    /// Each managed server: state, restarts, GPU set, ready time (see [`server`]).
+    pub servers: server::ServerStats,
 }
 
 impl Stats {
@@ -239,11 +247,14 @@ pub async fn run_with_checkpoint(
         s = start => Some(s),
         _ = &mut shutdown => None,
     };
-    let Joined { quotas, health } = joined;
+    let Joined { quotas, health, servers } = joined;
     let (ctx, mut loops) = match started {
         Some(Ok(s)) => s,
         stopped_or_failed => {
             let _ = (stop_tx.send(true), hard_tx.send(true));
+            if let Some(s) = &servers {
+                s.stop().await;
+            }
             for gate in quotas.values() {
                 gate.leave().await;
             }
@@ -262,10 +273,22 @@ pub async fn run_with_checkpoint(
     };
     info!(worker = %config.worker_id, pools = config.plan.pools.len(), "worker running");
     stats.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    let fatal = async {
+        match &servers {
+            Some(s) => s.fatal().await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut failure = None;
     tokio::select! {
         _ = &mut shutdown => {}
         // A pool loop only ends on its own if its semaphore closes; treat as shutdown.
         _ = loops.join_next() => {}
+        // A managed server failed for good: stop as after a signal, then say why.
+        why = fatal => {
+            tracing::error!(worker = %config.worker_id, "{why}");
+            failure = Some(why);
+        }
     }
     stats.ready.store(false, std::sync::atomic::Ordering::Relaxed);
     let _ = stop_tx.send(true);
@@ -283,6 +306,10 @@ pub async fn run_with_checkpoint(
     // since with the broker gone a flush would wait for a reconnection forever.
     let _ = tokio::time::timeout(Duration::from_secs(5), broker.client.flush()).await;
     drop(ctx);
+    // The servers go last: every call in flight has been answered or abandoned.
+    if let Some(s) = &servers {
+        s.stop().await;
+    }
     for h in health.values() {
         h.close().await;
     }
@@ -295,7 +322,10 @@ pub async fn run_with_checkpoint(
         refused = stats.refused.get(),
         "worker stopped"
     );
-    Ok(stats)
+    match failure {
+        Some(why) => Err(WorkerError::Server(why)),
+        None => Ok(stats),
+    }
 }
 
 /// The quota pools and pool-health announcements a worker has joined, by pool: left and
@@ -304,6 +334,7 @@ pub async fn run_with_checkpoint(
 struct Joined {
     quotas: std::collections::HashMap<String, Arc<quota::QuotaGate>>,
     health: std::collections::HashMap<String, Arc<health::PoolHealth>>,
+    servers: Option<Arc<server::Servers>>,
 }
 
 /// Start a worker: the streams, its models, its quota shares and pool health (into
@@ -319,7 +350,7 @@ async fn start(
 ) -> Result<(Arc<pool::PoolCtx>, tokio::task::JoinSet<()>), WorkerError> {
     halyard_broker::ensure_streams(broker).await?;
     let (plan, http) = (config.plan.clone(), config.http);
-    let backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
+    let mut backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
         .await
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;
@@ -343,8 +374,23 @@ async fn start(
         tokio::time::sleep(config.quota_settings.join_settle).await;
     }
     for p in config.plan.pools.iter().map(|p| &p.pool) {
-        let h = health::PoolHealth::join(broker, &p.name, &config.worker_id, stats.clone());
-        joined.health.insert(p.name.clone(), h.await?);
+        // A managed server's health is this worker's own: the pool's other workers
+        // call their own servers (see `server`).
+        let h = if server::pool_has_server(&config.plan, &p.name) {
+            health::PoolHealth::local(&p.name, &config.worker_id, stats.clone())
+        } else {
+            health::PoolHealth::join(broker, &p.name, &config.worker_id, stats.clone()).await?
+        };
+        joined.health.insert(p.name.clone(), h);
+    }
+    if server::has_servers(&config.plan) {
+        let dir = config.state_dir.join("servers");
+        let servers = server::Servers::launch(&config.plan, &dir, &joined.health, stats.clone())
+            .map_err(WorkerError::Server)?;
+        joined.servers = Some(servers.clone());
+        // No consumer is bound before every server answers.
+        servers.ready().await.map_err(WorkerError::Server)?;
+        backends.set_servers(servers);
     }
     let budget = budget::Budget::open(broker).await?;
     let timing = batch::BatchTiming::from_env().map_err(WorkerError::Backend)?;

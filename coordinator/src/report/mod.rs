@@ -55,6 +55,10 @@ struct ReportJson<'a> {
     /// two or more (issue 29).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     realhall: Vec<halyard_plan::benchmarks::chainpoll::RealHallEntry>,
+    /// The managed servers (`backend = "server"`) the answers came from: command,
+    /// declared revision and version, identity (issue 35).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    servers: Vec<halyard_plan::sweep::server::ServerRow>,
 }
 
 /// An outage in `report.json`.
@@ -162,6 +166,8 @@ pub fn write(
         .map(|span| OutageRow { down_s: span.down_s(now), span })
         .collect();
     md.push_str(&outages_markdown(&outages));
+    let servers = halyard_plan::sweep::server::report_rows(&cfg.sweep.models);
+    md.push_str(&halyard_plan::sweep::server::report_markdown(&servers));
     let report = ReportJson {
         run: RunInfo {
             id: run,
@@ -174,6 +180,7 @@ pub fn write(
         dead_letters: dead,
         outages,
         realhall,
+        servers,
     };
     let value = serde_json::to_value(&report).map_err(|e| io_err(&dir, e))?;
     let json = serde_json::to_vec_pretty(&value).map_err(|e| io_err(&dir, e))?;

@@ -34,6 +34,17 @@ pub struct Status {
     /// Filled by `halyard status` from the broker: live workers and queue per pool.
     #[serde(default)]
     pub pools: Vec<PoolStatus>,
+    /// The managed servers of the live workers serving this run's pools (read from their
+    /// heartbeats by `halyard status`).
+    #[serde(default)]
+    pub servers: Vec<WorkerServer>,
+}
+
+/// A managed server of a worker, as its heartbeat tells.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerServer {
+    pub worker: String,
+    pub server: halyard_worker::server::ServerStat,
 }
 
 /// A worker's heartbeat in the `halyard_workers` bucket.
@@ -48,6 +59,9 @@ pub struct WorkerBeat {
     pub dead_letters: u64,
     pub rate_limited: u64,
     pub updated_unix_ms: u64,
+    /// Its managed servers (state, restarts, GPU set, ready time, version).
+    #[serde(default)]
+    pub servers: Vec<halyard_worker::server::ServerStat>,
 }
 
 /// A pool as the broker sees it.
@@ -85,6 +99,7 @@ impl Status {
             eta_s: None,
             pool_names: Vec::new(),
             pools: Vec::new(),
+            servers: Vec::new(),
         }
     }
 

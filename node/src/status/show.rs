@@ -7,7 +7,7 @@ use halyard_proto::redact::terminal;
 
 use halyard_broker::status as kv;
 
-use super::{pool_status, unix_ms, PoolStatus, Status, WorkerBeat};
+use super::{pool_status, unix_ms, PoolStatus, Status, WorkerBeat, WorkerServer};
 use crate::NodeError;
 
 /// Where `halyard status` looks.
@@ -63,6 +63,7 @@ async fn from_broker(a: &StatusArgs, url: &str) -> Result<Vec<Status>, NodeError
     for s in &mut out {
         s.pools = pool_status(&broker, &s.pool_names).await;
         attach_workers(&mut s.pools, &beats);
+        s.servers = servers_of(&s.pools, &beats);
         // Live, from the broker: the batches of this run's pools.
         s.figures.provider_batches =
             batches.iter().filter(|b| s.pool_names.contains(&b.pool)).cloned().collect();
@@ -124,6 +125,17 @@ fn attach_workers(pools: &mut [PoolStatus], beats: &[WorkerBeat]) {
             .map(|b| b.worker.clone())
             .collect();
     }
+}
+
+/// The managed servers of the live workers serving `pools`.
+fn servers_of(pools: &[PoolStatus], beats: &[WorkerBeat]) -> Vec<WorkerServer> {
+    beats
+        .iter()
+        .filter(|b| pools.iter().any(|p| p.workers.contains(&b.worker)))
+        .flat_map(|b| {
+            b.servers.iter().map(|s| WorkerServer { worker: b.worker.clone(), server: s.clone() })
+        })
+        .collect()
 }
 
 /// A duration for people: `42s`, `3m07s`, `2h05m`.
@@ -219,6 +231,37 @@ pub fn render(s: &Status) -> String {
                 b.requests,
                 duration(b.oldest_s)
             ));
+        }
+    }
+    if !s.servers.is_empty() {
+        o.push_str("  managed servers:\n");
+        for w in &s.servers {
+            let v = &w.server;
+            let mut line = format!(
+                "    {} on {}: {} ({}), {}, {} restart{}",
+                terminal(&v.server),
+                terminal(&w.worker),
+                terminal(&v.kind),
+                if v.gpus.is_empty() {
+                    "no GPU".to_string()
+                } else {
+                    format!("GPUs {}", terminal(&v.gpus))
+                },
+                v.state.as_str(),
+                v.restarts,
+                if v.restarts == 1 { "" } else { "s" }
+            );
+            if let Some(r) = v.ready_s {
+                line.push_str(&format!(", ready in {}", duration(r)));
+            }
+            if let Some(ver) = &v.version {
+                line.push_str(&format!(", version {}", terminal(ver)));
+            }
+            if let Some(e) = &v.last_exit {
+                line.push_str(&format!(", last exit: {}", terminal(e)));
+            }
+            o.push_str(&line);
+            o.push('\n');
         }
     }
     if !s.pools.is_empty() {

@@ -170,6 +170,7 @@ pub async fn heartbeat(
                 dead_letters: stats.dead_letters.get(),
                 rate_limited: stats.rate_limited.get(),
                 updated_unix_ms: unix_ms(),
+                servers: stats.servers.snapshot(),
             };
             if let Ok(b) = serde_json::to_vec(&beat) {
                 if let Err(e) = kv::put(&store, &worker, b).await {

@@ -24,6 +24,7 @@ pub mod price;
 pub mod quota;
 pub mod replay;
 pub mod run;
+pub mod server;
 #[cfg(test)]
 mod tests;
 

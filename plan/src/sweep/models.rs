@@ -15,6 +15,7 @@ use super::identity::{check_identity_form, embed_identity, gguf_identity};
 use super::price::{self, Price, RawPrice};
 use super::quota::{self, QuotaSpec};
 use super::replay;
+use super::server::{self, RawServer};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +60,40 @@ pub(crate) struct RawModel {
     pub(super) batch_wait_s: Option<f64>,
     pub(super) batch_queue_tokens: Option<i64>,
     pub(super) batch_price: Option<RawPrice>,
+    // backend = "server" (see `server`)
+    pub(super) server: Option<String>,
+    pub(super) command: Option<Vec<String>>,
+    pub(super) args: Option<Vec<String>>,
+    pub(super) revision: Option<String>,
+    pub(super) version: Option<String>,
+    pub(super) gpus: Option<i64>,
+    pub(super) ready_path: Option<String>,
+    pub(super) version_path: Option<String>,
+    pub(super) start_timeout_s: Option<f64>,
+    pub(super) max_restarts: Option<i64>,
+    pub(super) restart_backoff_s: Option<f64>,
+}
+
+impl RawModel {
+    /// The server keys (`backend = "server"`).
+    fn raw_server(&self) -> RawServer<'_> {
+        RawServer {
+            name: &self.name,
+            model: self.model.as_deref(),
+            server: self.server.as_deref(),
+            command: self.command.as_deref(),
+            args: self.args.as_deref(),
+            model_path: self.model_path.as_deref(),
+            revision: self.revision.as_deref(),
+            version: self.version.as_deref(),
+            gpus: self.gpus,
+            ready_path: self.ready_path.as_deref(),
+            version_path: self.version_path.as_deref(),
+            start_timeout_s: self.start_timeout_s,
+            max_restarts: self.max_restarts,
+            restart_backoff_s: self.restart_backoff_s,
+        }
+    }
 }
 
 /// A model of the sweep, checked.
@@ -79,6 +114,8 @@ pub struct Model {
     pub quota: Option<QuotaSpec>,
     /// For `backend = "embed"`: the model folder.
     pub embed: Option<PathBuf>,
+    /// For `backend = "server"`: the server process each worker holding it runs.
+    pub server: Option<halyard_proto::server::ServerSpec>,
 }
 
 /// `cpu` or `gpuN`: the placement of a local model, carried in its pool's name.
@@ -111,6 +148,7 @@ struct Backend {
     endpoint: String,
     local: Option<GgufSpec>,
     embed: Option<PathBuf>,
+    server: Option<halyard_proto::server::ServerSpec>,
 }
 
 /// Check model `i` (its name is already checked).
@@ -128,10 +166,18 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
             recorded_endpoint: m.recorded_endpoint.as_ref(),
         },
     )?;
-    let Backend { endpoint, local, embed } = backend(f, base, i, m, replay.as_ref())?;
+    let Backend { endpoint, local, embed, server } = backend(f, base, i, m, replay.as_ref())?;
+    if m.backend != "server" {
+        if let Some(key) = m.raw_server().set_keys().first() {
+            return Err(key_err(f, k(key), "only applies to backend \"server\""));
+        }
+    }
     if m.backend != "gguf" {
         for (key, set) in [
-            ("model_path", m.model_path.is_some() && m.backend != "embed"),
+            (
+                "model_path",
+                m.model_path.is_some() && !matches!(m.backend.as_str(), "embed" | "server"),
+            ),
             ("identity", m.identity.is_some()),
             ("gpu", m.gpu.is_some()),
             ("gpu_layers", m.gpu_layers.is_some()),
@@ -146,7 +192,7 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
     }
     let api_model = match (&m.model, m.backend.as_str()) {
         (Some(x), _) => x.clone(),
-        (None, "noop" | "gguf" | "replay" | "embed") => m.name.clone(),
+        (None, "noop" | "gguf" | "replay" | "embed" | "server") => m.name.clone(),
         (None, _) => {
             return Err(key_err(f, k("model"), "required: the model name sent to the API"))
         }
@@ -170,6 +216,7 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
         (Some(l), _) => l.slots as i64,
         (None, Some(b)) => 2 * b.batch_size as i64,
         (None, None) if embed.is_some() => 1,
+        (None, None) if server.is_some() => server::DEFAULT_CONCURRENCY,
         (None, None) => 4,
     };
     let max_concurrency = m.max_concurrency.unwrap_or(default_concurrency);
@@ -184,7 +231,7 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
         ));
     }
     let (max_tokens, timeout_ms) = limits(f, i, m)?;
-    let pool = pool(f, i, m, local.as_ref(), embed.is_some())?;
+    let pool = pool(f, i, m, local.as_ref(), embed.is_some(), server.is_some())?;
     let raw_quota = quota::RawQuota {
         rpm: m.rpm,
         tpm: m.tpm,
@@ -210,6 +257,7 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
         quota,
         embed,
         batch,
+        server,
     })
 }
 
@@ -223,7 +271,7 @@ fn backend(
     replay: Option<&ReplaySpec>,
 ) -> Result<Backend, SweepError> {
     let k = |field: &str| format!("model[{i}].{field}");
-    let (mut local, mut embed) = (None, None);
+    let (mut local, mut embed, mut server) = (None, None, None);
     let endpoint = match m.backend.as_str() {
         "openai" => {
             let url = m
@@ -265,15 +313,21 @@ fn backend(
             local = Some(l);
             id
         }
+        "server" => {
+            let spec = server::check(f, &k, &m.raw_server())?;
+            let id = spec.endpoint.clone();
+            server = Some(spec);
+            id
+        }
         other => {
             return Err(key_err(
                 f,
                 k("backend"),
-                format!("unknown backend {other:?} (expected \"openai\", \"gguf\", \"replay\", \"embed\" or \"noop\")"),
+                format!("unknown backend {other:?} (expected \"openai\", \"gguf\", \"server\", \"replay\", \"embed\" or \"noop\")"),
             ))
         }
     };
-    Ok(Backend { endpoint, local, embed })
+    Ok(Backend { endpoint, local, embed, server })
 }
 
 /// `backend = "gguf"`: the model file, its identity (`endpoint`) and how to run it.
@@ -364,8 +418,11 @@ fn pool(
     m: &RawModel,
     local: Option<&GgufSpec>,
     embed: bool,
+    server: bool,
 ) -> Result<String, SweepError> {
     let pool = match (&m.pool, local) {
+        // Any worker's server of this model answers its jobs alike: one pool, wherever.
+        (None, None) if server => format!("server/{}", m.name),
         (Some(p), Some(l)) => format!("{p}@{}", placement(l)),
         (Some(p), None) => p.clone(),
         (None, Some(l)) => format!("gguf/{}@{}", m.name, placement(l)),

@@ -104,6 +104,8 @@ pub struct Backends {
     local: HashMap<String, gguf::GgufModel>,
     /// Replay sources, by the endpoint of their jobs.
     replay: HashMap<String, replay::Replay>,
+    /// The managed servers (`backend = "server"`), once started.
+    servers: Option<std::sync::Arc<crate::server::Servers>>,
 }
 
 /// Output tokens a request without `max_tokens` is taken to produce at the most: far
@@ -186,7 +188,7 @@ impl Backends {
                 let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
                 local.insert(spec.endpoint.clone(), m);
             }
-            Ok(Backends { http, http_models, embed, local, replay })
+            Ok(Backends { http, http_models, embed, local, replay, servers: None })
         }
         #[cfg(not(feature = "gguf"))]
         {
@@ -196,8 +198,13 @@ impl Backends {
                     s.path.display()
                 ));
             }
-            Ok(Backends { http, http_models, embed, replay })
+            Ok(Backends { http, http_models, embed, replay, servers: None })
         }
+    }
+
+    /// Calls of `backend = "server"` models go to these servers.
+    pub fn set_servers(&mut self, servers: std::sync::Arc<crate::server::Servers>) {
+        self.servers = Some(servers);
     }
 
     /// The HTTP model of `job`'s pool that it calls. Jobs are admitted against the plan
@@ -245,6 +252,13 @@ impl Backends {
             // Answers at once (throughput benchmarks of the job path).
             "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1, logprobs: None, refusal: false }),
             "gguf" => self.call_local(job).await,
+            "server" => match &self.servers {
+                Some(s) => s.call(&self.http, job).await.map(|c| self.clamped(job, c)),
+                None => Err(CallError::permanent(format!(
+                    "this worker runs no managed server (pool {}); start a worker with the sweep that names it",
+                    job.pool
+                ))),
+            },
             "replay" => match self.replay.get(&job.key.model.endpoint) {
                 Some(r) => r.answer(job).map(|c| self.clamped(job, c)),
                 None => Err(CallError::permanent(format!(
@@ -259,7 +273,7 @@ impl Backends {
                     job.key.model.endpoint, job.pool
                 ))),
             },
-            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, replay, embed, noop)"))),
+            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, server, replay, embed, noop)"))),
         }
     }
 
