@@ -11,6 +11,10 @@
 //! whether or not the test is async. Drop aborts the server and every open connection
 //! and joins that thread.
 //!
+//! `GET /health` answers 200 (503 while [`FakeOpenAi::set_ready`] says it is loading, from
+//! the start with [`FakeOpenAi::start_loading_on`]) and `GET /version` its version, as
+//! model servers do (the `fake-server` binary, a managed server in tests).
+//!
 //! Scripted outages ([`FakeOpenAi::go_down`], [`FakeOpenAi::come_back`],
 //! [`FakeOpenAi::outage_for`]): refused connections (the listener really closed, open
 //! connections dropped), 503s, or requests that hang. [`FakeOpenAi::paid_calls`] lists

@@ -14,6 +14,9 @@
 //!   torn down with its volumes and images on drop; and a std-only HTTP GET.
 //! - [`fake_api`]: the HypoTermQA rules and per-prompt ledger of the `fake-api` binary
 //!   (`src/bin/fake-api.rs`), the fake paid API of the container deployments.
+//!   The `fake-server` binary (`src/bin/fake-server.rs`) serves the same rules as a model
+//!   server a worker owns (`backend = "server"`): `/health`, `/version`, slow starts,
+//!   crashes and graceful stops as its flags or environment say.
 //! - [`faults`]: [`Faults`], the faults of a bad API night (503s, bodies cut mid-way,
 //!   empty bodies, truncated JSON) in front of any responder, and a server kill mid-run.
 //! - [`fake_quota`]: [`FakeQuotaApi`], a `FakeOpenAi` that enforces requests- and
