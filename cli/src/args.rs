@@ -137,6 +137,11 @@ pub struct WorkerArgs {
     /// dealt to these sets.
     #[arg(long, value_name = "N[,N...]")]
     pub gpu: Vec<String>,
+    /// With --sweep: serve only this pool of the sweep (repeatable), e.g. one Kubernetes
+    /// Deployment per pool (`halyard deploy k8s`). With --gpu, the pools placed on those
+    /// GPUs among these.
+    #[arg(long = "only-pool", value_name = "POOL", requires = "sweep")]
+    pub only_pools: Vec<String>,
     /// Prometheus metrics address (default 127.0.0.1:9465), or `off`.
     #[arg(long, value_name = "ADDR|off")]
     pub metrics: Option<String>,
@@ -156,6 +161,69 @@ pub struct IdentityArgs {
     /// GGUF model files.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum DeployCmd {
+    /// Write a kustomize overlay for a sweep: one worker Deployment and KEDA
+    /// ScaledObject per pool, the coordinator Job with its PVC, the datasets' PVC (see
+    /// docs/src/operations/kubernetes.md, "An overlay per sweep").
+    K8s(K8sArgs),
+}
+
+#[derive(Args)]
+pub struct K8sArgs {
+    /// The sweep file (TOML); read and checked, datasets included.
+    pub sweep: PathBuf,
+    /// The overlay's directory (created; must be empty unless --force).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The kustomization with the namespace and Secrets, referred to from the overlay by
+    /// a relative path.
+    #[arg(long, default_value = "deploy/k8s/secrets")]
+    pub secrets: PathBuf,
+    /// Replace the files a previous `halyard deploy k8s` wrote in --out.
+    #[arg(long)]
+    pub force: bool,
+    /// Image of the coordinator and the workers without a GPU.
+    #[arg(long, default_value = "halyard:0.1.0")]
+    pub image: String,
+    /// Image of the workers of gguf models on a GPU (deploy/image/cuda.Dockerfile).
+    #[arg(long, default_value = "halyard-cuda:0.1.0")]
+    pub gpu_image: String,
+    /// Image of the workers of managed servers (the server's image with halyard added).
+    #[arg(long, default_value = "halyard-vllm:0.1.0")]
+    pub server_image: String,
+    /// Seconds an API call takes (L in the sizing formula: replicas and lagThreshold).
+    #[arg(long, default_value_t = 4.0)]
+    pub latency: f64,
+    /// Prompt tokens of a call (with max_tokens, the tokens of a call against `tpm`).
+    #[arg(long, default_value_t = 900)]
+    pub prompt_tokens: u64,
+    /// maxReplicaCount of a pool without a quota.
+    #[arg(long, default_value_t = 20)]
+    pub max_replicas: u32,
+    /// maxReplicaCount of a GPU pool.
+    #[arg(long, default_value_t = 4)]
+    pub max_gpu_replicas: u32,
+}
+
+impl K8sArgs {
+    pub fn options(self) -> halyard_node::deploy_k8s::K8sOptions {
+        halyard_node::deploy_k8s::K8sOptions {
+            sweep: self.sweep,
+            out: self.out,
+            secrets: self.secrets,
+            force: self.force,
+            image: self.image,
+            gpu_image: self.gpu_image,
+            server_image: self.server_image,
+            latency_s: self.latency,
+            prompt_tokens: self.prompt_tokens,
+            max_replicas: self.max_replicas,
+            max_gpu_replicas: self.max_gpu_replicas,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -221,6 +289,7 @@ impl WorkerArgs {
             grace: self.grace,
             id: self.id.clone(),
             gpu: self.gpu.clone(),
+            only_pools: self.only_pools.clone(),
         }
     }
 }

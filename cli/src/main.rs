@@ -11,7 +11,8 @@ mod args;
 mod nats_args;
 
 use args::{
-    CoordArgs, GcArgs, IdentityArgs, ReportCmd, RetryFailedArgs, RunArgs, StatusCmd, WorkerArgs,
+    CoordArgs, DeployCmd, GcArgs, IdentityArgs, ReportCmd, RetryFailedArgs, RunArgs, StatusCmd,
+    WorkerArgs,
 };
 
 /// mimalloc instead of the system allocator: the job path allocates and frees a few
@@ -71,6 +72,9 @@ enum Cmd {
     /// Print the identity of local model files (`identity = "…"` for a sweep's gguf
     /// model), so that a coordinator without the files can plan their jobs.
     Identity(IdentityArgs),
+    /// Write deployment files for a sweep (`deploy k8s`: a kustomize overlay).
+    #[command(subcommand)]
+    Deploy(DeployCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -182,6 +186,19 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
                 }
             }
             u8::from(failed)
+        }
+        Cmd::Deploy(DeployCmd::K8s(a)) => {
+            let o = a.options();
+            let files = halyard_node::deploy_k8s::write(&o)?;
+            for f in &files {
+                println!("{}", o.out.join(f).display());
+            }
+            eprintln!(
+                "kustomize overlay for {} written to {} (apply: see its kustomization.yaml)",
+                o.sweep.display(),
+                o.out.display()
+            );
+            0
         }
         Cmd::Gc(a) => {
             let gc = halyard_node::gc::run(&a.paths)?;

@@ -25,7 +25,8 @@ Each problem names the object and the field; exit status 1 when there is any:
 
 Which pools a worker serves follows `halyard worker`: with `--sweep` and no `--gpu`,
 the pools of the sweep's models not placed on a GPU; with `--gpu N`, those of the local
-models placed on GPU N. Pool names and consumer names follow halyard-coordinator's sweep
+models placed on GPU N; with `--only-pool P` (repeatable; `halyard deploy k8s` writes
+one per Deployment), only those among them. Pool names and consumer names follow halyard-coordinator's sweep
 parser and halyard_proto::subjects (tests/tests/deploy_manifests.rs checks the manifests
 with that code itself; this file repeats its rules, BLAKE3 included, to check renders).
 """
@@ -185,8 +186,22 @@ def gpu_sets(args):
     return sets
 
 
-def served_by(pools, sets):
-    """The pools a worker with GPU sets `sets` (none: an API worker) serves."""
+def repeated(args, name):
+    """Every value of a repeatable `--name V` / `--name=V`."""
+    out = []
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif a.startswith(name + "="):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
+def served_by(pools, sets, only=()):
+    """The pools a worker with GPU sets `sets` (none: an API worker) serves, among
+    `only` (its `--only-pool` values) when it names any."""
+    if only:
+        pools = {p: g for p, g in pools.items() if p in only}
     if not sets:
         return {p for p, g in pools.items() if g is None}
     gpus = {g for s in sets for g in s}
@@ -301,7 +316,11 @@ def check(docs, text=""):
                     f"{run!r}, must be the sweep's name {sweep.get('name')!r} (ConfigMap {cm})")
             if d.get("kind") == "Deployment" and "worker" in args:
                 pools = sweep_pools(sweep)
-                served[d["metadata"]["name"]] = (ns, cm, served_by(pools, sets))
+                only = repeated(args, "--only-pool")
+                for p in only:
+                    if p not in pools:
+                        bad(d, f"{cat}.args", f"--only-pool {p!r}: no pool of ConfigMap {cm}'s sweep")
+                served[d["metadata"]["name"]] = (ns, cm, served_by(pools, sets, only))
                 if not served[d["metadata"]["name"]][2]:
                     bad(d, f"{cat}.args", f"serves no pool of ConfigMap {cm}'s sweep (--gpu {gpu})")
     if len(sweeps) > 1:

@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use halyard_plan::sweep::{self, Sweep};
 
 pub mod coordinator;
+pub mod deploy_k8s;
 pub mod display;
 pub mod gc;
 pub mod leaderboard;

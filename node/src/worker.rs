@@ -44,6 +44,9 @@ pub struct WorkerOptions {
     /// only the sweep's local models placed on these GPUs and its managed servers dealt
     /// to these sets (see `halyard_worker::server::placement`).
     pub gpu: Vec<String>,
+    /// `--only-pool POOL` (repeatable, with `--sweep`): serve only these pools of the
+    /// sweep (one Deployment per pool, `halyard deploy k8s`).
+    pub only_pools: Vec<String>,
 }
 
 /// The worker configuration `opts` asks for; every bad value is an error naming its flag.
@@ -63,6 +66,8 @@ pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
     if let Some(path) = &opts.sweep {
         let s = sweep::load_pools(path)?;
         cfg = sweep_worker(&s, opts.state.clone());
+        // Before the GPU placement: the servers are dealt to --gpu sets among the kept pools.
+        cfg.plan = only_pools(cfg.plan, &opts.only_pools, path)?;
         match sets.is_empty() {
             false => pin_to_gpus(&mut cfg, &s, &sets)?,
             // Without --gpu, the models the sweep places on a GPU are the GPU workers'
@@ -78,6 +83,10 @@ pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
                 }
             }
         }
+    } else if !opts.only_pools.is_empty() {
+        return Err(NodeError::Usage(
+            "--only-pool needs --sweep: it narrows the pools of a sweep".into(),
+        ));
     } else if !sets.is_empty() {
         return Err(NodeError::Usage(
             "--gpu needs --sweep: the sweep says which models to load on the GPU".into(),
@@ -119,6 +128,30 @@ pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
     }
     check_local_models(&cfg.plan)?;
     Ok(cfg)
+}
+
+/// The pools of `plan` named by `--only-pool` (all of them when none is named); a name
+/// the sweep has no pool of is an error listing the sweep's pools.
+fn only_pools(
+    mut plan: halyard_proto::pool::WorkerPlan,
+    only: &[String],
+    sweep: &std::path::Path,
+) -> Result<halyard_proto::pool::WorkerPlan, NodeError> {
+    if only.is_empty() {
+        return Ok(plan);
+    }
+    for name in only {
+        if !plan.pools.iter().any(|p| &p.pool.name == name) {
+            let have: Vec<&str> = plan.pools.iter().map(|p| p.pool.name.as_str()).collect();
+            return Err(NodeError::Usage(format!(
+                "--only-pool {name:?}: the sweep {} has no such pool (its pools: {})",
+                sweep.display(),
+                have.join(", ")
+            )));
+        }
+    }
+    plan.pools.retain(|p| only.contains(&p.pool.name));
+    Ok(plan)
 }
 
 /// Every local model this worker will load is the file its sweep names: its identity (the
