@@ -192,8 +192,12 @@ fn check_paths(file: &Path, text: &str) -> Result<(), NodeError> {
     let mut checks: Vec<(String, String, &str)> = Vec::new();
     for (i, m) in array(&raw, "model").iter().enumerate() {
         let backend = m.get("backend").and_then(|v| v.as_str()).unwrap_or("");
-        if matches!(backend, "gguf" | "embed") {
-            if let Some(p) = m.get("model_path").and_then(|v| v.as_str()) {
+        let path = m.get("model_path").and_then(|v| v.as_str());
+        // A managed server's model_path may also be a hub name (org/model): a path only
+        // when it starts with '/' or '.'.
+        let server_path = backend == "server" && path.is_some_and(|p| p.starts_with(['/', '.']));
+        if matches!(backend, "gguf" | "embed") || server_path {
+            if let Some(p) = path {
                 checks.push((format!("model[{i}].model_path"), p.into(), MODELS_DIR));
             }
         }
