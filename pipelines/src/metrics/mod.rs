@@ -49,6 +49,7 @@
 
 use thiserror::Error;
 
+pub mod agreement;
 pub mod auroc;
 pub mod autohall;
 pub mod bleu;
@@ -57,6 +58,7 @@ pub mod classification;
 pub mod hvi;
 pub mod interval;
 pub mod kwprec;
+pub mod mace;
 pub mod neg_logprob;
 pub mod paired;
 pub mod pseudo_entropy;

@@ -1,0 +1,672 @@
+//! Inter-rater agreement: how far LLM judges agree with human labels and with each other
+//! ("Judges under test").
+//!
+//! A judge's accuracy against a human label says how often it is right; agreement
+//! statistics say how much of that is more than chance would give, and whether several
+//! judges are several independent opinions or one opinion repeated.
+//!
+//! - [`cohen_kappa`] (Cohen 1960, "A coefficient of agreement for nominal scales"): two
+//!   raters (a judge and a human reference, or two judges) on the same items,
+//!   `κ = (p_o − p_e) / (1 − p_e)` with `p_o` the observed share of agreements and `p_e`
+//!   the share expected from the two raters' own label frequencies. Unweighted.
+//! - [`fleiss_kappa`] (Fleiss 1971, "Measuring nominal scale agreement among many
+//!   raters"): any fixed number of raters. Fleiss's statistic assumes every item is rated
+//!   by every rater, so **only items rated by every rater are used**; items with a missing
+//!   rating are left out (use Krippendorff's α to keep them).
+//! - [`krippendorff_alpha_nominal`] (Krippendorff 2011, "Computing Krippendorff's
+//!   Alpha-Reliability", the coincidence-matrix form): any number of raters, missing
+//!   ratings allowed; an item contributes its pairable values (items with at least 2
+//!   ratings), `α = 1 − D_o / D_e`.
+//! - [`cohen_kappa_ci`], [`fleiss_kappa_ci`], [`krippendorff_alpha_ci`]: the percentile
+//!   bootstrap over items of [`super::interval::bootstrap_by`] (seeded, reproducible). For
+//!   α this is the plain item bootstrap, not Krippendorff's own bootstrap of pairable
+//!   values (Hayes & Krippendorff 2007).
+//! - [`error_correlations`], [`effective_raters`]: whether judges err on the same items.
+//!   Three judges that share their mistakes are worth less than three independent ones; the
+//!   phi correlation of their error indicators against a reference, and Kish's design
+//!   effect, turn that into an effective number of raters.
+//! - [`majority`]: the per-item majority label (ties reported, not broken).
+//! - [`super::mace`]: MACE, which weighs raters by estimated competence instead of
+//!   counting votes.
+//!
+//! Categories are indices `0..k`; a missing rating is `None`. Nothing panics on input:
+//! mismatched lengths, categories out of range and empty inputs are a [`MetricError`], and
+//! a statistic that is 0/0 (every rating in one category, so that chance agreement is 1)
+//! is `Undefined`, never NaN.
+//!
+//! `pipelines/tests/data/agreement_reference.py` recomputes every statistic independently
+//! (scikit-learn, statsmodels, the `krippendorff` package, textbook examples) and
+//! `pipelines/tests/agreement_reference.rs` checks these functions against it.
+
+use serde::{Deserialize, Serialize};
+
+use super::interval::{bootstrap_by, Bootstrap, Interval};
+use super::MetricError;
+
+/// Ratings of items by raters: items[i][r] = rater r's category for item i, None = not rated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ratings {
+    pub categories: usize,
+    pub items: Vec<Vec<Option<usize>>>,
+}
+
+impl Ratings {
+    /// Checked ratings: at least 1 category (`OutOfRange`), every item rated by the same
+    /// number of raters (`LengthMismatch` against the first item), every category below
+    /// `categories` (`OutOfRange`). No items, or no raters, is allowed here; the
+    /// statistics refuse them (`Empty`).
+    pub fn new(categories: usize, items: Vec<Vec<Option<usize>>>) -> Result<Ratings, MetricError> {
+        if categories == 0 {
+            return Err(MetricError::OutOfRange {
+                what: "number of categories",
+                value: 0.0,
+                expected: "at least 1",
+            });
+        }
+        let raters = items.first().map_or(0, Vec::len);
+        for row in &items {
+            if row.len() != raters {
+                return Err(MetricError::LengthMismatch {
+                    what: "raters per item (first item vs another)",
+                    left: raters,
+                    right: row.len(),
+                });
+            }
+            check_categories("rating", categories, row.iter().flatten().copied())?;
+        }
+        Ok(Ratings { categories, items })
+    }
+
+    /// Raters (columns); 0 without items.
+    pub fn raters(&self) -> usize {
+        self.items.first().map_or(0, Vec::len)
+    }
+
+    /// The items at `idx`, in that order and with repeats (a bootstrap resample). Indices
+    /// past the last item are skipped.
+    pub fn subset(&self, idx: &[usize]) -> Ratings {
+        Ratings {
+            categories: self.categories,
+            items: idx.iter().filter_map(|&i| self.items.get(i).cloned()).collect(),
+        }
+    }
+
+    /// Per item, how many ratings fell in each category.
+    fn counts(&self) -> Vec<Vec<u64>> {
+        self.items
+            .iter()
+            .map(|row| {
+                let mut c = vec![0u64; self.categories];
+                for &v in row.iter().flatten() {
+                    c[v] += 1;
+                }
+                c
+            })
+            .collect()
+    }
+
+    /// `Empty` without items or without raters.
+    fn check_not_empty(&self) -> Result<(), MetricError> {
+        if self.items.is_empty() {
+            return Err(MetricError::Empty { what: "rated items" });
+        }
+        if self.raters() == 0 {
+            return Err(MetricError::Empty { what: "raters" });
+        }
+        Ok(())
+    }
+
+    /// A public field may have been changed since `new`: check again.
+    pub(crate) fn check(&self) -> Result<(), MetricError> {
+        Ratings::new(self.categories, Vec::new())?;
+        let raters = self.raters();
+        for row in &self.items {
+            if row.len() != raters {
+                return Err(MetricError::LengthMismatch {
+                    what: "raters per item (first item vs another)",
+                    left: raters,
+                    right: row.len(),
+                });
+            }
+            check_categories("rating", self.categories, row.iter().flatten().copied())?;
+        }
+        self.check_not_empty()
+    }
+}
+
+/// `OutOfRange` at the first value that is not a category index below `k`.
+fn check_categories(
+    what: &'static str,
+    k: usize,
+    values: impl IntoIterator<Item = usize>,
+) -> Result<(), MetricError> {
+    match values.into_iter().find(|&v| v >= k) {
+        Some(v) => Err(MetricError::OutOfRange {
+            what,
+            value: v as f64,
+            expected: "a category index below the number of categories",
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Square confusion matrix, rows = truth (reference), columns = rater's label.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConfusionMatrix {
+    pub categories: usize,
+    pub counts: Vec<Vec<u64>>,
+}
+
+impl ConfusionMatrix {
+    /// Counts of (truth, rated) pairs. Errors: `OutOfRange` for 0 categories or a label
+    /// not below `categories`; `LengthMismatch`; `Empty` for no pairs.
+    pub fn from_pairs(
+        categories: usize,
+        truth: &[usize],
+        rated: &[usize],
+    ) -> Result<Self, MetricError> {
+        if categories == 0 {
+            return Err(MetricError::OutOfRange {
+                what: "number of categories",
+                value: 0.0,
+                expected: "at least 1",
+            });
+        }
+        if truth.len() != rated.len() {
+            return Err(MetricError::LengthMismatch {
+                what: "paired labels (truth vs rated)",
+                left: truth.len(),
+                right: rated.len(),
+            });
+        }
+        if truth.is_empty() {
+            return Err(MetricError::Empty { what: "paired labels" });
+        }
+        check_categories("truth label", categories, truth.iter().copied())?;
+        check_categories("rated label", categories, rated.iter().copied())?;
+        let mut counts = vec![vec![0u64; categories]; categories];
+        for (&t, &r) in truth.iter().zip(rated) {
+            counts[t][r] += 1;
+        }
+        Ok(ConfusionMatrix { categories, counts })
+    }
+
+    /// All pairs.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().flatten().sum()
+    }
+
+    /// Pairs on the diagonal (rated = truth).
+    pub fn agreements(&self) -> u64 {
+        self.counts.iter().enumerate().filter_map(|(i, row)| row.get(i)).sum()
+    }
+
+    /// Cohen's κ of the table; `None` when chance agreement is 1 (or the table is empty).
+    fn kappa(&self) -> Option<f64> {
+        let n = self.total() as f64;
+        if n == 0.0 {
+            return None;
+        }
+        let p_o = self.agreements() as f64 / n;
+        let mut p_e = 0.0;
+        for c in 0..self.counts.len() {
+            let row: u64 = self.counts[c].iter().sum();
+            let col: u64 = self.counts.iter().filter_map(|r| r.get(c)).sum();
+            p_e += (row as f64 / n) * (col as f64 / n);
+        }
+        (p_e < 1.0).then(|| (p_o - p_e) / (1.0 - p_e))
+    }
+}
+
+const KAPPA_UNDEFINED: MetricError = MetricError::Undefined {
+    what: "Cohen's kappa",
+    reason: "both raters put every item in the same single category (chance agreement is 1)",
+};
+
+/// Cohen's (1960) unweighted κ of two raters' labels on the same items,
+/// `(p_o − p_e) / (1 − p_e)`. Symmetric in `a` and `b`. Errors: as
+/// [`ConfusionMatrix::from_pairs`]; `Undefined` when `p_e = 1` (both raters used one and
+/// the same category for every item).
+pub fn cohen_kappa(categories: usize, a: &[usize], b: &[usize]) -> Result<f64, MetricError> {
+    ConfusionMatrix::from_pairs(categories, a, b)?.kappa().ok_or(KAPPA_UNDEFINED)
+}
+
+/// [`cohen_kappa`] with the percentile bootstrap over items (resamples where κ is undefined
+/// are dropped); the estimate is κ on all items. Errors as [`cohen_kappa`].
+pub fn cohen_kappa_ci(
+    categories: usize,
+    a: &[usize],
+    b: &[usize],
+    cfg: Bootstrap,
+) -> Result<Interval, MetricError> {
+    cohen_kappa(categories, a, b)?;
+    bootstrap_by(a.len(), cfg, |idx| {
+        let mut counts = vec![vec![0u64; categories]; categories];
+        for &i in idx {
+            counts[a[i]][b[i]] += 1;
+        }
+        ConfusionMatrix { categories, counts }.kappa()
+    })
+}
+
+/// Fleiss's κ of per-item category counts, using the items whose counts sum to `raters`.
+fn fleiss_from_counts(counts: &[Vec<u64>], idx: &[usize], raters: usize) -> Option<f64> {
+    let k = counts.first().map_or(0, Vec::len);
+    let m = raters as f64;
+    let mut totals = vec![0.0; k];
+    let (mut p_sum, mut n_items) = (0.0, 0usize);
+    for &i in idx {
+        let c = &counts[i];
+        if c.iter().sum::<u64>() != raters as u64 {
+            continue;
+        }
+        let squares: f64 = c.iter().map(|&x| (x * x) as f64).sum();
+        p_sum += (squares - m) / (m * (m - 1.0));
+        for (t, &x) in totals.iter_mut().zip(c) {
+            *t += x as f64;
+        }
+        n_items += 1;
+    }
+    if n_items == 0 || raters < 2 {
+        return None;
+    }
+    let nf = n_items as f64;
+    let p_bar = p_sum / nf;
+    let p_e: f64 = totals.iter().map(|t| (t / (nf * m)).powi(2)).sum();
+    (p_e < 1.0).then(|| (p_bar - p_e) / (1.0 - p_e))
+}
+
+/// Fleiss's (1971) κ: `(P̄ − P̄_e) / (1 − P̄_e)` with `P_i = (Σ_j n_ij² − m) / (m(m − 1))`
+/// the agreement within item i among its m raters and `P̄_e = Σ_j p_j²` from the overall
+/// category shares. **Only items rated by every rater are used** (Fleiss's statistic
+/// assumes a fixed number of ratings per item); the rest are ignored.
+/// Errors: `Empty` (no items, no raters); `Undefined` with fewer than 2 raters, no item
+/// rated by every rater, or `P̄_e = 1` (every rating in one category).
+pub fn fleiss_kappa(r: &Ratings) -> Result<f64, MetricError> {
+    r.check()?;
+    let counts = r.counts();
+    let all: Vec<usize> = (0..counts.len()).collect();
+    fleiss_checked(&counts, &all, r.raters())
+}
+
+fn fleiss_checked(counts: &[Vec<u64>], idx: &[usize], raters: usize) -> Result<f64, MetricError> {
+    if raters < 2 {
+        return Err(MetricError::Undefined {
+            what: "Fleiss's kappa",
+            reason: "it needs at least 2 raters",
+        });
+    }
+    if !idx.iter().any(|&i| counts[i].iter().sum::<u64>() == raters as u64) {
+        return Err(MetricError::Undefined {
+            what: "Fleiss's kappa",
+            reason: "no item is rated by every rater",
+        });
+    }
+    fleiss_from_counts(counts, idx, raters).ok_or(MetricError::Undefined {
+        what: "Fleiss's kappa",
+        reason: "every rating is in one category (chance agreement is 1)",
+    })
+}
+
+/// [`fleiss_kappa`] with the percentile bootstrap over the items it uses (those rated by
+/// every rater; `n` counts them). Errors as [`fleiss_kappa`].
+pub fn fleiss_kappa_ci(r: &Ratings, cfg: Bootstrap) -> Result<Interval, MetricError> {
+    r.check()?;
+    let m = r.raters();
+    let counts: Vec<Vec<u64>> =
+        r.counts().into_iter().filter(|c| c.iter().sum::<u64>() == m as u64).collect();
+    let all: Vec<usize> = (0..counts.len()).collect();
+    fleiss_checked(&counts, &all, m)?;
+    bootstrap_by(counts.len(), cfg, |idx| fleiss_from_counts(&counts, idx, m))
+}
+
+/// Krippendorff's nominal α of per-item category counts, over the items at `idx` with at
+/// least 2 ratings (pairable). `None` when no value is pairable or `D_e = 0`.
+///
+/// Coincidences: item u with `m_u` ratings, `n_uc` of them in c, adds
+/// `n_uc (n_uk − [c = k]) / (m_u − 1)` to `o_ck`; `n_c = Σ_k o_ck`, `n = Σ_c n_c`. Nominal
+/// δ is 1 off the diagonal, so `D_o ∝ Σ_u Σ_c n_uc (m_u − n_uc) / (m_u − 1)` and
+/// `D_e ∝ (n² − Σ_c n_c²) / (n − 1)` (Krippendorff 2011, eqs. for nominal data).
+fn alpha_from_counts(counts: &[Vec<u64>], idx: &[usize]) -> Option<f64> {
+    let k = counts.first().map_or(0, Vec::len);
+    let mut n_c = vec![0.0; k];
+    let mut disagree = 0.0;
+    for &i in idx {
+        let c = &counts[i];
+        let m_u: u64 = c.iter().sum();
+        if m_u < 2 {
+            continue;
+        }
+        let m = m_u as f64;
+        for (t, &x) in n_c.iter_mut().zip(c) {
+            *t += x as f64;
+            disagree += x as f64 * (m - x as f64) / (m - 1.0);
+        }
+    }
+    let n: f64 = n_c.iter().sum();
+    let expected = n * n - n_c.iter().map(|x| x * x).sum::<f64>();
+    (n > 1.0 && expected > 0.0).then(|| 1.0 - (n - 1.0) * disagree / expected)
+}
+
+fn alpha_checked(counts: &[Vec<u64>], idx: &[usize]) -> Result<f64, MetricError> {
+    if !idx.iter().any(|&i| counts[i].iter().sum::<u64>() >= 2) {
+        return Err(MetricError::Undefined {
+            what: "Krippendorff's alpha",
+            reason: "no item has 2 or more ratings (no pairable values)",
+        });
+    }
+    alpha_from_counts(counts, idx).ok_or(MetricError::Undefined {
+        what: "Krippendorff's alpha",
+        reason: "every pairable value is in one category (expected disagreement is 0)",
+    })
+}
+
+/// Krippendorff's α for nominal data (Krippendorff 2011, "Computing Krippendorff's
+/// Alpha-Reliability", coincidence-matrix form), `α = 1 − D_o / D_e`. Missing ratings are
+/// allowed; only pairable values count (items with at least 2 ratings), an item with one
+/// rating is ignored. Errors: `Empty`; `Undefined` without pairable values or when all
+/// pairable values are one category (`D_e = 0`).
+pub fn krippendorff_alpha_nominal(r: &Ratings) -> Result<f64, MetricError> {
+    r.check()?;
+    let counts = r.counts();
+    let all: Vec<usize> = (0..counts.len()).collect();
+    alpha_checked(&counts, &all)
+}
+
+/// [`krippendorff_alpha_nominal`] with the percentile bootstrap over items: the items with
+/// at least 2 ratings are resampled (`n` counts them). This is the ordinary item
+/// bootstrap, **not** Krippendorff's own bootstrap (Hayes & Krippendorff 2007), which
+/// resamples pairable values from the coincidence matrix. Errors as
+/// [`krippendorff_alpha_nominal`].
+pub fn krippendorff_alpha_ci(r: &Ratings, cfg: Bootstrap) -> Result<Interval, MetricError> {
+    r.check()?;
+    let counts: Vec<Vec<u64>> =
+        r.counts().into_iter().filter(|c| c.iter().sum::<u64>() >= 2).collect();
+    let all: Vec<usize> = (0..counts.len()).collect();
+    alpha_checked(&counts, &all)?;
+    bootstrap_by(counts.len(), cfg, |idx| alpha_from_counts(&counts, idx))
+}
+
+/// Correlation of raters' errors against a reference: for each pair of raters, the phi
+/// (Pearson) correlation of their error indicators (rated != truth) over items where both
+/// rated and truth known; None where undefined (a rater with no variation in errors).
+///
+/// The result is a symmetric `raters × raters` matrix. The diagonal is `Some(1.0)` for a
+/// rater whose errors vary (over the items it rated with a known truth), `None` otherwise.
+/// Off the diagonal, `None` also where the two raters share no such item. Errors:
+/// `LengthMismatch` when `truth` is not one entry per item; `OutOfRange` for a truth not
+/// below the number of categories; as [`Ratings::new`] for changed ratings; `Empty`.
+pub fn error_correlations(
+    r: &Ratings,
+    truth: &[Option<usize>],
+) -> Result<Vec<Vec<Option<f64>>>, MetricError> {
+    r.check()?;
+    if truth.len() != r.items.len() {
+        return Err(MetricError::LengthMismatch {
+            what: "truth labels vs rated items",
+            left: truth.len(),
+            right: r.items.len(),
+        });
+    }
+    check_categories("truth label", r.categories, truth.iter().flatten().copied())?;
+    // errors[j][i]: Some(rater j erred on item i), None where unrated or truth unknown.
+    let m = r.raters();
+    let errors: Vec<Vec<Option<bool>>> = (0..m)
+        .map(|j| {
+            r.items
+                .iter()
+                .zip(truth)
+                .map(|(row, t)| match (row[j], t) {
+                    (Some(v), Some(t)) => Some(v != *t),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    let mut out = vec![vec![None; m]; m];
+    for a in 0..m {
+        out[a][a] = phi(&errors[a], &errors[a]).map(|_| 1.0);
+        for b in a + 1..m {
+            let p = phi(&errors[a], &errors[b]);
+            out[a][b] = p;
+            out[b][a] = p;
+        }
+    }
+    Ok(out)
+}
+
+/// The phi coefficient of two binary series over the positions where both are known:
+/// `(n11 n00 − n10 n01) / √(n1· n0· n·1 n·0)`; `None` when a margin is 0.
+fn phi(x: &[Option<bool>], y: &[Option<bool>]) -> Option<f64> {
+    let mut n = [[0u64; 2]; 2];
+    for (a, b) in x.iter().zip(y) {
+        if let (Some(a), Some(b)) = (a, b) {
+            n[*a as usize][*b as usize] += 1;
+        }
+    }
+    let margins = [n[1][0] + n[1][1], n[0][0] + n[0][1], n[0][1] + n[1][1], n[0][0] + n[1][0]];
+    if margins.contains(&0) {
+        return None;
+    }
+    let num = n[1][1] as f64 * n[0][0] as f64 - n[1][0] as f64 * n[0][1] as f64;
+    let den = margins.iter().map(|&x| x as f64).product::<f64>().sqrt();
+    Some((num / den).clamp(-1.0, 1.0))
+}
+
+/// Effective number of independent raters from the mean pairwise error correlation rho
+/// over the defined pairs: n / (1 + (n-1)*rho) (Kish's design effect for equicorrelated
+/// members), clamped to [1, n]; None when no pair is defined.
+///
+/// Source: Kish (1965), *Survey Sampling*, the design effect `deff = 1 + (m − 1)ρ` of a
+/// cluster of m members with intraclass correlation ρ; the effective size is `n / deff`.
+/// Here the "cluster" is the panel of n raters and ρ the mean of the off-diagonal entries
+/// above the diagonal of `correlations` (as [`error_correlations`] returns) that are
+/// `Some` and finite. Uncorrelated errors give n; perfectly correlated errors give 1;
+/// negatively correlated errors would give more than n and are clamped to n. `None` also
+/// for `n = 0`.
+pub fn effective_raters(n: usize, correlations: &[Vec<Option<f64>>]) -> Option<f64> {
+    let (mut sum, mut pairs) = (0.0, 0usize);
+    for (a, row) in correlations.iter().enumerate() {
+        for rho in row.iter().skip(a + 1).flatten() {
+            if rho.is_finite() {
+                sum += rho;
+                pairs += 1;
+            }
+        }
+    }
+    if n == 0 || pairs == 0 {
+        return None;
+    }
+    let (nf, rho) = (n as f64, sum / pairs as f64);
+    let deff = 1.0 + (nf - 1.0) * rho;
+    Some(if deff <= 0.0 { nf } else { (nf / deff).clamp(1.0, nf) })
+}
+
+/// Per-item majority among the present ratings: `Label(c)`, `Tie(tied categories)`, or
+/// `Unrated` (no rating).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Majority {
+    /// One category has more ratings than any other.
+    Label(usize),
+    /// These categories (ascending) share the largest count.
+    Tie(Vec<usize>),
+    /// No rater rated the item.
+    Unrated,
+}
+
+/// The plurality ("majority vote") of one item's present ratings: the category with the
+/// most ratings, `Tie` (ascending categories) when several share the largest count,
+/// `Unrated` when every rating is `None`. Ties are not broken here: the caller decides.
+pub fn majority(row: &[Option<usize>]) -> Majority {
+    let mut counts: Vec<(usize, usize)> = Vec::new();
+    for &v in row.iter().flatten() {
+        match counts.iter_mut().find(|(c, _)| *c == v) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((v, 1)),
+        }
+    }
+    let Some(best) = counts.iter().map(|&(_, n)| n).max() else {
+        return Majority::Unrated;
+    };
+    let mut top: Vec<usize> = counts.iter().filter(|&&(_, n)| n == best).map(|&(c, _)| c).collect();
+    top.sort_unstable();
+    match top.as_slice() {
+        [one] => Majority::Label(*one),
+        _ => Majority::Tie(top),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ratings(k: usize, rows: &[&[Option<usize>]]) -> Ratings {
+        Ratings::new(k, rows.iter().map(|r| r.to_vec()).collect()).unwrap()
+    }
+
+    /// The constructor refuses ragged rows, categories out of range and 0 categories.
+    #[test]
+    fn ratings_are_checked() {
+        assert!(matches!(
+            Ratings::new(2, vec![vec![Some(0), None], vec![Some(1)]]),
+            Err(MetricError::LengthMismatch { left: 2, right: 1, .. })
+        ));
+        assert!(matches!(
+            Ratings::new(2, vec![vec![Some(2)]]),
+            Err(MetricError::OutOfRange { .. })
+        ));
+        assert!(Ratings::new(0, vec![]).is_err());
+        let r = Ratings::new(3, vec![]).unwrap();
+        assert_eq!(r.raters(), 0);
+        assert!(matches!(fleiss_kappa(&r), Err(MetricError::Empty { .. })));
+        assert!(matches!(krippendorff_alpha_nominal(&r), Err(MetricError::Empty { .. })));
+        let r = ratings(2, &[&[Some(0), Some(1)], &[None, Some(1)]]);
+        assert_eq!(r.raters(), 2);
+        assert_eq!(r.subset(&[1, 1, 7]).items, vec![vec![None, Some(1)]; 2]);
+        // A field changed after construction is checked again, not indexed out of range.
+        let mut bad = r.clone();
+        bad.items[0][0] = Some(5);
+        assert!(matches!(fleiss_kappa(&bad), Err(MetricError::OutOfRange { .. })));
+        assert!(error_correlations(&bad, &[None, None]).is_err());
+    }
+
+    /// Cohen's κ: input errors, perfect agreement, the undefined case, symmetry.
+    #[test]
+    fn cohen_edges() {
+        assert!(matches!(cohen_kappa(2, &[], &[]), Err(MetricError::Empty { .. })));
+        assert!(matches!(cohen_kappa(2, &[0], &[0, 1]), Err(MetricError::LengthMismatch { .. })));
+        assert!(matches!(cohen_kappa(2, &[0, 2], &[0, 1]), Err(MetricError::OutOfRange { .. })));
+        assert_eq!(cohen_kappa(2, &[0, 1, 1], &[0, 1, 1]), Ok(1.0));
+        assert!(matches!(cohen_kappa(3, &[2, 2], &[2, 2]), Err(MetricError::Undefined { .. })));
+        // One rater constant, the other not: p_e < 1, κ = 0.
+        assert_eq!(cohen_kappa(2, &[0, 0, 0, 0], &[0, 1, 0, 1]), Ok(0.0));
+        let (a, b) = ([0, 1, 2, 1, 0, 2, 2], [0, 1, 1, 1, 2, 2, 0]);
+        assert_eq!(cohen_kappa(3, &a, &b), cohen_kappa(3, &b, &a));
+        let m = ConfusionMatrix::from_pairs(3, &a, &b).unwrap();
+        assert_eq!((m.total(), m.agreements()), (7, 4));
+        assert_eq!(m.counts[0], vec![1, 0, 1]);
+        assert!(ConfusionMatrix::from_pairs(0, &[], &[]).is_err());
+        assert!(cohen_kappa_ci(3, &[2, 2], &[2, 2], Bootstrap::default()).is_err());
+        let ci = cohen_kappa_ci(3, &a, &b, Bootstrap::default()).unwrap();
+        assert_eq!(Ok(ci.estimate), cohen_kappa(3, &a, &b));
+    }
+
+    /// Fleiss: only complete items count; undefined cases are errors, not NaN.
+    #[test]
+    fn fleiss_edges() {
+        let all_agree = ratings(2, &[&[Some(0); 3], &[Some(1); 3]]);
+        assert_eq!(fleiss_kappa(&all_agree), Ok(1.0));
+        let one_category = ratings(2, &[&[Some(1); 3], &[Some(1); 3]]);
+        assert!(matches!(fleiss_kappa(&one_category), Err(MetricError::Undefined { .. })));
+        let incomplete = ratings(2, &[&[Some(0), None], &[None, Some(1)]]);
+        assert!(matches!(fleiss_kappa(&incomplete), Err(MetricError::Undefined { .. })));
+        let one_rater = ratings(2, &[&[Some(0)], &[Some(1)]]);
+        assert!(matches!(fleiss_kappa(&one_rater), Err(MetricError::Undefined { .. })));
+        // The incomplete third item is ignored: same κ as without it.
+        let with = ratings(2, &[&[Some(0), Some(0)], &[Some(1), Some(0)], &[Some(1), None]]);
+        let without = ratings(2, &[&[Some(0), Some(0)], &[Some(1), Some(0)]]);
+        assert_eq!(fleiss_kappa(&with), fleiss_kappa(&without));
+        let ci = fleiss_kappa_ci(&with, Bootstrap::default()).unwrap();
+        assert_eq!(ci.n, 2);
+    }
+
+    /// Krippendorff: single ratings are not pairable; one category is undefined.
+    #[test]
+    fn alpha_edges() {
+        let singles = ratings(2, &[&[Some(0), None], &[None, Some(1)]]);
+        assert!(matches!(krippendorff_alpha_nominal(&singles), Err(MetricError::Undefined { .. })));
+        let one = ratings(2, &[&[Some(1), Some(1)], &[Some(1), None]]);
+        assert!(matches!(krippendorff_alpha_nominal(&one), Err(MetricError::Undefined { .. })));
+        let agree = ratings(3, &[&[Some(0), Some(0), None], &[Some(2), None, Some(2)]]);
+        assert_eq!(krippendorff_alpha_nominal(&agree), Ok(1.0));
+        let ci = krippendorff_alpha_ci(&agree, Bootstrap::default()).unwrap();
+        assert_eq!((ci.estimate, ci.n), (1.0, 2));
+        assert!(ci.bounds().is_none(), "every resample gives 1: not estimable");
+    }
+
+    /// Error correlations: identical error patterns correlate 1, opposite −1; a rater
+    /// that is always right has no defined correlation.
+    #[test]
+    fn error_correlation_edges() {
+        let truth = [Some(0), Some(1), Some(0), Some(1)];
+        let r = ratings(
+            2,
+            &[
+                &[Some(1), Some(1), Some(0), Some(0)],
+                &[Some(1), Some(1), Some(1), Some(1)],
+                &[Some(0), Some(0), Some(1), Some(0)],
+                &[Some(1), Some(0), Some(0), Some(1)],
+            ],
+        );
+        // Errors (columns against truth): rater 0 [1,0,0,0], rater 1 [1,0,0,1],
+        // rater 2 [0,0,1,1], rater 3 none. phi(0,1) = (1·2 − 0·1)/√(1·3·2·2) = 1/√3.
+        let c = error_correlations(&r, &truth).unwrap();
+        assert_eq!(c.len(), 4);
+        let third = 1.0 / 3f64.sqrt();
+        assert!((c[0][1].unwrap() - third).abs() < 1e-15);
+        assert!((c[0][2].unwrap() + third).abs() < 1e-15);
+        assert_eq!(c[1][2], Some(0.0));
+        assert_eq!((c[3][3], c[0][3], c[0][0]), (None, None, Some(1.0)));
+        assert_eq!(effective_raters(4, &c), Some(4.0), "mean correlation 0");
+        for (a, row) in c.iter().enumerate() {
+            for (b, v) in row.iter().enumerate() {
+                assert_eq!(*v, c[b][a]);
+            }
+        }
+        assert!(error_correlations(&r, &truth[..3]).is_err());
+        assert!(error_correlations(&r, &[Some(2), None, None, None]).is_err());
+        let same = ratings(2, &[&[Some(1), Some(1)], &[Some(1), Some(1)], &[Some(0), Some(0)]]);
+        let t = [Some(0), Some(1), Some(0)];
+        let c = error_correlations(&same, &t).unwrap();
+        assert_eq!(c, vec![vec![Some(1.0); 2]; 2]);
+        assert_eq!(effective_raters(2, &c), Some(1.0));
+        let perfect = ratings(2, &[&[Some(0), Some(1)], &[Some(1), Some(1)]]);
+        let c = error_correlations(&perfect, &[Some(0), Some(1)]).unwrap();
+        assert_eq!(c[0][0], None);
+        assert_eq!(c[0][1], None);
+        assert_eq!(effective_raters(2, &c), None);
+    }
+
+    /// Kish's formula at its landmarks and its clamps.
+    #[test]
+    fn effective_raters_formula() {
+        let m = |rho: f64| vec![vec![None, Some(rho), Some(rho)], vec![None; 3], vec![None; 3]];
+        assert_eq!(effective_raters(3, &m(0.0)), Some(3.0));
+        assert_eq!(effective_raters(3, &m(1.0)), Some(1.0));
+        assert_eq!(effective_raters(3, &m(0.5)), Some(1.5));
+        assert_eq!(effective_raters(3, &m(-0.9)), Some(3.0));
+        assert_eq!(effective_raters(3, &m(f64::NAN)), None);
+        assert_eq!(effective_raters(0, &m(0.5)), None);
+        assert_eq!(effective_raters(3, &[]), None);
+    }
+
+    /// Majority: label, tie (ascending), unrated.
+    #[test]
+    fn majority_cases() {
+        assert_eq!(majority(&[Some(2), Some(1), Some(2), None]), Majority::Label(2));
+        assert_eq!(majority(&[Some(2), Some(0), None, Some(1)]), Majority::Tie(vec![0, 1, 2]));
+        assert_eq!(majority(&[Some(3), Some(1), Some(1), Some(3)]), Majority::Tie(vec![1, 3]));
+        assert_eq!(majority(&[None, None]), Majority::Unrated);
+        assert_eq!(majority(&[]), Majority::Unrated);
+    }
+}
