@@ -15,6 +15,7 @@
 //! - [`effect`]: what the planner asks its caller to do; [`store`]: [`store::RunStore`],
 //!   what the planner reads and writes of a run's state, with its in-memory twin
 //!   [`store::MemStore`], and [`store::LabelStore`], what a report reads.
+//! - [`judging`]: judge panels, human labels and the judges' figures.
 //! - [`report`]: what a benchmark writes into the report ([`report::Section`]).
 //! - [`benchmarks`]: one file per pipeline (its own `[[benchmark]]` table, its
 //!   evaluation, its report section) and the one registry of them.
@@ -41,6 +42,7 @@ pub mod benchmarks;
 pub mod cost;
 pub mod effect;
 mod error;
+pub mod judging;
 pub mod latency;
 pub mod outage;
 pub mod planner;

@@ -38,6 +38,15 @@ pub struct RealHallPart {
 pub struct Across {
     /// Each ChainPoll benchmark's report per judge, for RealHall's aggregate over datasets.
     pub chainpoll: Vec<RealHallPart>,
+    /// The judges of each benchmark that has a panel or human labels, measured
+    /// (`report.json`'s `judges`).
+    pub judges: Vec<crate::judging::JudgeReport>,
+}
+
+/// Where `halyard labels import` puts the human labels of benchmark `bench` in a run
+/// directory.
+pub fn imported_labels_path(dir: &Path, bench: usize) -> PathBuf {
+    dir.join("human-labels").join(format!("benchmark-{bench}.jsonl"))
 }
 
 impl Section<'_> {
@@ -93,6 +102,19 @@ impl Section<'_> {
             o.insert("dataset".into(), dataset.display().to_string().into());
         }
         Ok(v)
+    }
+
+    /// Human labels imported into this run for this benchmark (`halyard labels
+    /// import`), checked against the pipeline's labels.
+    pub fn imported_labels(
+        &self,
+        shape: crate::judging::human::Shape<'_>,
+    ) -> Result<Option<crate::judging::HumanLabels>, PlanError> {
+        let path = imported_labels_path(self.dir, self.bench);
+        if !path.exists() {
+            return Ok(None);
+        }
+        crate::judging::HumanLabels::read(&path, shape).map(Some).map_err(|e| self.err(e))
     }
 
     /// A Markdown section titled `Benchmark <b>: <title>`.

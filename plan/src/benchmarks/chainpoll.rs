@@ -10,8 +10,10 @@ use halyard_pipelines::metrics::chainpoll::Unparseable;
 
 use serde::Deserialize;
 
-use super::table::{dataset_err, int_in, limit, model_named, models_of, parse};
+use super::table::{dataset_err, human_labels, int_in, limit, model_named, models_of, parse};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
+use crate::judging::human::Shape;
+use crate::judging::{self, HumanLabel, HumanLabels, Judged, Panel, PanelKeys, Unit, UnitKey};
 use crate::report::{RealHallPart, Section};
 use crate::sweep::error::{key_err, SweepError};
 use crate::PlanError;
@@ -28,6 +30,9 @@ pub(super) struct Table {
     metrics: Option<Vec<String>>,
     unparseable: Option<String>,
     sampler: Option<String>,
+    /// The panel verdict over the judges (`models`).
+    panel: Option<String>,
+    human_labels: Option<String>,
 }
 
 /// ChainPoll: labelled items judged by each model (the judges under evaluation).
@@ -38,7 +43,27 @@ pub struct ChainPoll {
     pub items: Vec<chainpoll::Item>,
     /// Rows left out to balance the labels.
     pub skipped: u64,
+    /// The judges (`models`) as a panel, with its verdict (`panel`).
+    pub panel: Panel,
+    /// `human_labels`, besides the dataset's own labels.
+    pub human: HumanLabels,
 }
+
+/// ChainPoll's labels of an item, as judges and human labels give them.
+pub const CATEGORIES: [&str; 2] = ["no_hallucination", "hallucination"];
+
+fn categories() -> Vec<String> {
+    CATEGORIES.map(String::from).to_vec()
+}
+
+/// The labels file shape of ChainPoll: one label per item, `model` = "dataset" (the
+/// dataset's completion is the judged output).
+pub fn shape(categories: &[String]) -> Shape<'_> {
+    Shape { pipeline: chainpoll::PIPELINE, categories, part: None }
+}
+
+/// The `model` of a ChainPoll unit: the dataset's completion.
+pub const DATASET_MODEL: &str = "dataset";
 
 /// `pipeline = "chainpoll"`: `dataset`, `models` (the judges), optional `polls`,
 /// `metrics`, `unparseable`, `sampler` with `samples`, and `limit`.
@@ -48,6 +73,10 @@ pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmar
     let (f, i, models) = (cx.file, cx.index, cx.models);
     let k = |field: &str| format!("benchmark[{i}].{field}");
     let judges = models_of(f, i, &b.models, models)?;
+    let keys = PanelKeys { judges: Some(&b.models), panel: b.panel.as_deref(), judge: None };
+    let panel = judging::panel(f, i, keys, models, chainpoll::PIPELINE)?
+        .ok_or_else(|| key_err(f, k("models"), "needs at least one judge"))?;
+    let human = human_labels(cx, b.human_labels.as_deref(), shape(&categories()))?;
     let polls = int_in(f, k("polls"), b.polls, 1, 100, chainpoll::plan::DEFAULT_POLLS as i64)?;
     let metrics = metrics(f, i, b)?;
     let unparseable = match b.unparseable.as_deref().unwrap_or("exclude") {
@@ -100,6 +129,8 @@ pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmar
         dataset,
         items: set.items,
         skipped: set.skipped_unbalanced,
+        panel,
+        human,
     }))
 }
 
@@ -171,6 +202,10 @@ impl Pipeline for ChainPoll {
         self.config.iter().map(|c| c.judge.name.clone()).collect()
     }
 
+    fn judged_labels(&self) -> Option<(Vec<String>, Option<&'static str>)> {
+        Some((categories(), None))
+    }
+
     fn item_count(&self) -> usize {
         self.items.len()
     }
@@ -183,6 +218,7 @@ impl Pipeline for ChainPoll {
     /// One section with a leaderboard across the judges, figures per judge, label rows.
     fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError> {
         let mut reports = Vec::new();
+        let mut all = Vec::with_capacity(self.config.len());
         for (m, c) in self.config.iter().enumerate() {
             let mut items: Vec<chainpoll::ItemLabel> = out.labels(m)?;
             for l in &mut items {
@@ -202,11 +238,74 @@ impl Pipeline for ChainPoll {
                 report: report.clone(),
             });
             reports.push(report);
+            all.push(items);
         }
         let title = format!("Benchmark {}: chainpoll on `{}`", out.bench, self.dataset.display());
         out.md.push_str(&chainpoll::render_markdown(&title, &reports));
         out.md.push('\n');
+        let cats = categories();
+        let mut human = self.human.clone();
+        if let Some(imported) = out.imported_labels(shape(&cats))? {
+            human.extend(imported);
+        }
+        let jr = judging::analyse(out.bench, &self.judged(&all), &human);
+        out.md.push_str(&judging::markdown(&jr));
+        out.across.judges.push(jr);
         Ok(())
+    }
+}
+
+impl ChainPoll {
+    /// Each judge's verdict on each item: its first metric's ChainPoll score, at least ½
+    /// is "hallucination"; no score (no usable poll) is no verdict. The dataset's label
+    /// is the human label (annotator "dataset").
+    fn judged(&self, all: &[Vec<chainpoll::ItemLabel>]) -> Judged {
+        let by_index: Vec<std::collections::HashMap<u32, &chainpoll::ItemLabel>> =
+            all.iter().map(|ls| ls.iter().map(|l| (l.index, l)).collect()).collect();
+        let key = |it: &chainpoll::Item| UnitKey {
+            item: it.id.clone(),
+            model: DATASET_MODEL.into(),
+            part: None,
+        };
+        let units = self
+            .items
+            .iter()
+            .enumerate()
+            .map(|(n, it)| Unit {
+                key: key(it),
+                question: it.prompt.clone(),
+                answer: Some(it.completion.clone()),
+                votes: by_index
+                    .iter()
+                    .map(|g| {
+                        let score = g.get(&(n as u32))?.metrics.first()?.score?;
+                        Some(usize::from(score >= 0.5))
+                    })
+                    .collect(),
+            })
+            .collect();
+        let dataset_labels = self
+            .items
+            .iter()
+            .map(|it| HumanLabel {
+                key: key(it),
+                label: usize::from(it.label),
+                annotator: Some("dataset".into()),
+                source: format!("{}:{}", self.dataset.display(), it.line),
+            })
+            .collect();
+        Judged {
+            pipeline: chainpoll::PIPELINE,
+            unit: "item",
+            part: None,
+            categories: categories(),
+            favourable: None,
+            judges: self.panel.judges.clone(),
+            answerers: Vec::new(),
+            verdict: self.panel.verdict.clone(),
+            units,
+            dataset_labels,
+        }
     }
 }
 

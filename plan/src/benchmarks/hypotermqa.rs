@@ -1,7 +1,13 @@
 //! `pipeline = "hypotermqa"`: HypoTermQA evaluation of each model under test on a
-//! question dataset (or on one built in the same run: `dataset_from`), with one judge.
+//! question dataset (or on one built in the same run: `dataset_from`), with one judge
+//! (`judge`) or a panel (`judges`, see [`crate::judging`]).
+//!
+//! A panel is one configuration per (model under test, judge): every judge runs the
+//! whole judge stage on every answer as ordinary jobs (the answer job is the same job for
+//! all of them). The report keeps each judge's HTS and adds the panel's, from the
+//! panel's verdict on each answer, and the judges' figures.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 
 use halyard_pipelines::common::ResultLookup;
@@ -9,8 +15,10 @@ use halyard_pipelines::hypotermqa::{self, Question, Semantics};
 
 use serde::Deserialize;
 
-use super::table::{model_named, parse, read_rows};
+use super::table::{human_labels, model_named, parse, read_rows};
 use super::{build, encoded, Benchmark, Checking, Evaluation, Pipeline};
+use crate::judging::human::Shape;
+use crate::judging::{self, HumanLabels, Judged, Panel, PanelKeys, Unit, UnitKey};
 use crate::report::Section;
 use crate::sweep::error::{key_err, SweepError};
 use crate::PlanError;
@@ -24,6 +32,9 @@ pub(super) struct Table {
     /// Instead of `dataset`: the index of a `hypotermqa-build` benchmark.
     dataset_from: Option<i64>,
     judge: Option<String>,
+    judges: Option<Vec<String>>,
+    panel: Option<String>,
+    human_labels: Option<String>,
     semantics: Option<String>,
     system_prompt: Option<String>,
     limit: Option<i64>,
@@ -31,9 +42,25 @@ pub(super) struct Table {
 
 #[derive(Clone, Debug)]
 pub struct HypoTermQa {
+    /// One per (model under test, judge), model-major: `config[m * judges + j]`.
     pub config: Vec<hypotermqa::Config>,
+    pub panel: Panel,
     pub dataset: PathBuf,
     pub questions: Vec<Question>,
+    /// `human_labels`: read and checked with the sweep.
+    pub human: HumanLabels,
+}
+
+/// HypoTermQA's answer labels, as judges and human labels give them.
+pub const CATEGORIES: [&str; 3] = ["valid", "hallucination", "irrelevant"];
+
+fn categories() -> Vec<String> {
+    CATEGORIES.map(String::from).to_vec()
+}
+
+/// The labels file shape of HypoTermQA: one label per answer.
+pub fn shape(categories: &[String]) -> Shape<'_> {
+    Shape { pipeline: hypotermqa::PIPELINE, categories, part: None }
 }
 
 /// `pipeline = "hypotermqa"`: `dataset` (or `dataset_from`), `models`, `judge`, optional
@@ -47,16 +74,18 @@ pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmar
         return Err(key_err(f, k("models"), "needs at least one model under test"));
     }
     let dataset_rel = dataset_key(cx, b)?;
-    let config = configs(cx, b)?;
+    let (config, panel) = configs(cx, b)?;
+    let human = human_labels(cx, b.human_labels.as_deref(), shape(&categories()))?;
     if b.dataset_from.is_some() {
         // Read after the build phase (build::load_built).
         let dataset = PathBuf::from(format!("<benchmark[{i}].dataset_from>"));
-        return Ok(Benchmark::new(HypoTermQa { config, dataset, questions: Vec::new() }));
+        let questions = Vec::new();
+        return Ok(Benchmark::new(HypoTermQa { config, panel, dataset, questions, human }));
     }
     let dataset = cx.base.join(dataset_rel);
     let questions =
         read_rows(f, i, b.limit, &dataset, "questions", |p| hypotermqa::read_dataset(p))?;
-    Ok(Benchmark::new(HypoTermQa { config, dataset, questions }))
+    Ok(Benchmark::new(HypoTermQa { config, panel, dataset, questions, human }))
 }
 
 /// `dataset` (its path as given), or `dataset_from` (an earlier build, recorded in
@@ -88,15 +117,18 @@ fn dataset_key(cx: &mut Checking<'_>, b: &Table) -> Result<String, SweepError> {
     }
 }
 
-/// One configuration per model under test, all with the benchmark's judge and semantics.
-fn configs(cx: &Checking<'_>, b: &Table) -> Result<Vec<hypotermqa::Config>, SweepError> {
+/// One configuration per (model under test, judge), all with the benchmark's semantics.
+fn configs(cx: &Checking<'_>, b: &Table) -> Result<(Vec<hypotermqa::Config>, Panel), SweepError> {
     let (f, i, models) = (cx.file, cx.index, cx.models);
     let k = |field: &str| format!("benchmark[{i}].{field}");
-    let judge_name = b
-        .judge
-        .as_deref()
-        .ok_or_else(|| key_err(f, k("judge"), "required for pipeline \"hypotermqa\""))?;
-    let judge = model_named(f, k("judge"), judge_name, models)?.spec.clone();
+    let keys = PanelKeys {
+        judge: b.judge.as_deref(),
+        judges: b.judges.as_deref(),
+        panel: b.panel.as_deref(),
+    };
+    let panel = judging::panel(f, i, keys, models, hypotermqa::PIPELINE)?.ok_or_else(|| {
+        key_err(f, k("judge"), "required for pipeline \"hypotermqa\" (or `judges`)")
+    })?;
     let semantics = match b.semantics.as_deref().unwrap_or("paper") {
         "paper" => Semantics::Paper,
         "reference" => Semantics::Reference,
@@ -119,14 +151,16 @@ fn configs(cx: &Checking<'_>, b: &Table) -> Result<Vec<hypotermqa::Config>, Swee
             ));
         }
         let model = model_named(f, format!("benchmark[{i}].models[{j}]"), name, models)?;
-        config.push(hypotermqa::Config {
-            semantics,
-            model: model.spec.clone(),
-            judge: judge.clone(),
-            system_prompt: b.system_prompt.clone(),
-        });
+        for judge in &panel.judges {
+            config.push(hypotermqa::Config {
+                semantics,
+                model: model.spec.clone(),
+                judge: judge.clone(),
+                system_prompt: b.system_prompt.clone(),
+            });
+        }
     }
-    Ok(config)
+    Ok((config, panel))
 }
 
 impl Pipeline for HypoTermQa {
@@ -135,7 +169,21 @@ impl Pipeline for HypoTermQa {
     }
 
     fn model_names(&self) -> Vec<String> {
-        self.config.iter().map(|c| c.model.name.clone()).collect()
+        let panel = self.panel.is_panel();
+        self.config
+            .iter()
+            .map(|c| {
+                if panel {
+                    format!("{} (judge {})", c.model.name, c.judge.name)
+                } else {
+                    c.model.name.clone()
+                }
+            })
+            .collect()
+    }
+
+    fn judged_labels(&self) -> Option<(Vec<String>, Option<&'static str>)> {
+        Some((categories(), None))
     }
 
     fn item_count(&self) -> usize {
@@ -146,10 +194,13 @@ impl Pipeline for HypoTermQa {
         encoded(hypotermqa::evaluate(&self.config[model], &self.questions[item as usize], known))
     }
 
-    /// One section per model under test, with its score and its rows in `labels.jsonl`.
+    /// One section per (model under test, judge), with its score and its rows in
+    /// `labels.jsonl`; with a panel or human labels, the panel's score per model and the
+    /// judges' figures.
     fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError> {
         let (b, dataset) = (out.bench, &self.dataset);
         let counts = hypotermqa::QuestionCounts::from_questions(&self.questions);
+        let mut all: Vec<Vec<hypotermqa::ItemLabel>> = Vec::with_capacity(self.config.len());
         for (m, c) in self.config.iter().enumerate() {
             let labels: Vec<hypotermqa::ItemLabel> = out.labels(m)?;
             let first = out.lines();
@@ -171,7 +222,152 @@ impl Pipeline for HypoTermQa {
                 o.insert("labels_lines".into(), serde_json::json!([first, out.lines()]));
             }
             out.json.push(v);
+            all.push(labels);
+        }
+        let cats = categories();
+        let mut human = self.human.clone();
+        if let Some(imported) = out.imported_labels(shape(&cats))? {
+            human.extend(imported);
+        }
+        if !self.panel.is_panel() && human.labels.is_empty() {
+            return Ok(());
+        }
+        let judged = self.judged(&all);
+        let jr = judging::analyse(b, &judged, &human);
+        if self.panel.is_panel() {
+            self.panel_scores(out, &counts, &all, &judged, &jr)?;
+        }
+        out.md.push_str(&judging::markdown(&jr));
+        out.across.judges.push(jr);
+        Ok(())
+    }
+}
+
+impl HypoTermQa {
+    fn judges(&self) -> usize {
+        self.panel.judges.len()
+    }
+
+    /// The answers the judges labelled: one unit per (model under test, question) that
+    /// got an answer, with each judge's answer label (judge error: no verdict).
+    fn judged(&self, all: &[Vec<hypotermqa::ItemLabel>]) -> Judged {
+        let j = self.judges();
+        let mut units = Vec::new();
+        let mut answerers = Vec::new();
+        for (m, group) in all.chunks(j).enumerate() {
+            answerers.push(self.config[m * j].model.clone());
+            // Labels of each judge by question id (a judge's item may be missing in a
+            // run stopped early: that judge has no verdict on it).
+            let by_q: Vec<BTreeMap<i64, &hypotermqa::ItemLabel>> =
+                group.iter().map(|ls| ls.iter().map(|l| (l.question_id, l)).collect()).collect();
+            let mut qids: BTreeSet<i64> = BTreeSet::new();
+            for g in &by_q {
+                qids.extend(g.keys());
+            }
+            for q in qids {
+                let first = by_q.iter().find_map(|g| g.get(&q)).expect("q comes from a judge");
+                if first.answer.is_none() {
+                    continue;
+                }
+                let votes = by_q
+                    .iter()
+                    .map(|g| g.get(&q).and_then(|l| answer_category(l.answer_label)))
+                    .collect();
+                units.push(Unit {
+                    key: UnitKey { item: q.to_string(), model: first.model.clone(), part: None },
+                    question: first.question.clone(),
+                    answer: first.answer.clone(),
+                    votes,
+                });
+            }
+        }
+        Judged {
+            pipeline: hypotermqa::PIPELINE,
+            unit: "answer",
+            part: None,
+            categories: categories(),
+            favourable: Some(0),
+            judges: self.panel.judges.clone(),
+            answerers,
+            verdict: self.panel.verdict.clone(),
+            units,
+            dataset_labels: Vec::new(),
+        }
+    }
+
+    /// The panel's HTS per model under test: each answer labelled with the panel's
+    /// verdict (no verdict, a tie: `judge_error`).
+    fn panel_scores(
+        &self,
+        out: &mut Section<'_>,
+        counts: &hypotermqa::QuestionCounts,
+        all: &[Vec<hypotermqa::ItemLabel>],
+        judged: &Judged,
+        jr: &judging::JudgeReport,
+    ) -> Result<(), PlanError> {
+        let verdicts = judging::figures::verdicts(judged);
+        let mut by_unit: HashMap<&UnitKey, Option<usize>> = HashMap::new();
+        for (u, v) in judged.units.iter().zip(&verdicts.labels) {
+            by_unit.insert(&u.key, *v);
+        }
+        let name = format!("panel:{}", jr.panel.verdict.describe());
+        for (m, group) in all.chunks(self.judges()).enumerate() {
+            let c = &self.config[m * self.judges()];
+            // Every question any judge labelled, from the first judge that did.
+            let mut items: BTreeMap<i64, hypotermqa::ItemLabel> = BTreeMap::new();
+            for l in group.iter().flatten() {
+                items.entry(l.question_id).or_insert_with(|| l.clone());
+            }
+            let labels: Vec<hypotermqa::ItemLabel> = items
+                .into_values()
+                .map(|mut l| {
+                    let key = UnitKey {
+                        item: l.question_id.to_string(),
+                        model: l.model.clone(),
+                        part: None,
+                    };
+                    if let Some(v) = by_unit.get(&key) {
+                        l.answer_label = v.map_or(hypotermqa::AnswerLabel::JudgeError, |c| {
+                            [
+                                hypotermqa::AnswerLabel::Valid,
+                                hypotermqa::AnswerLabel::Hallucination,
+                                hypotermqa::AnswerLabel::Irrelevant,
+                            ][c]
+                        });
+                    }
+                    l.judge = name.clone();
+                    l
+                })
+                .collect();
+            let meta = hypotermqa::ScoreMeta {
+                model: c.model.name.clone(),
+                judge: name.clone(),
+                semantics: c.semantics,
+            };
+            let report = hypotermqa::score(&meta, counts, &labels);
+            out.md.push_str(&format!(
+                "## Benchmark {}: hypotermqa on `{}`, panel verdict\n\n",
+                out.bench,
+                self.dataset.display()
+            ));
+            out.md.push_str(&hypotermqa::render_markdown(&report));
+            out.md.push('\n');
+            let mut v = out.entry(&report, &self.dataset)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("panel".into(), serde_json::json!(self.panel.names()));
+            }
+            out.json.push(v);
         }
         Ok(())
+    }
+}
+
+/// A judge's answer label as a vote: judge errors and unanswered items are none.
+fn answer_category(l: hypotermqa::AnswerLabel) -> Option<usize> {
+    match l {
+        hypotermqa::AnswerLabel::Valid => Some(0),
+        hypotermqa::AnswerLabel::Hallucination => Some(1),
+        hypotermqa::AnswerLabel::Irrelevant => Some(2),
+        hypotermqa::AnswerLabel::JudgeError | hypotermqa::AnswerLabel::Unanswered => None,
     }
 }

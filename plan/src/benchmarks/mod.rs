@@ -70,6 +70,11 @@ pub trait Pipeline: AsAny + Debug + Send + Sync {
     /// This benchmark's part of the report: its Markdown section, `report.json` entries
     /// and `labels.jsonl` rows.
     fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError>;
+    /// For a pipeline whose judges label its units: the label set and the part key of
+    /// its human labels (see [`crate::judging::human`]); `None` for the others.
+    fn judged_labels(&self) -> Option<(Vec<String>, Option<&'static str>)> {
+        None
+    }
 }
 
 /// Clone and downcast a boxed pipeline; implemented for every `Pipeline + Clone`.

@@ -168,3 +168,16 @@ pub(super) fn read_rows<T, E: std::fmt::Display>(
     }
     Ok(out)
 }
+
+/// `human_labels = "file.jsonl"` (relative to the sweep file), read and checked against
+/// the pipeline's labels; none when the key is absent.
+pub(super) fn human_labels(
+    cx: &Checking<'_>,
+    rel: Option<&str>,
+    shape: crate::judging::human::Shape<'_>,
+) -> Result<crate::judging::HumanLabels, SweepError> {
+    let Some(rel) = rel else { return Ok(Default::default()) };
+    let path = cx.base.join(rel);
+    crate::judging::HumanLabels::read(&path, shape)
+        .map_err(|e| dataset_err(cx.file, cx.index, "human_labels", &path, e))
+}
