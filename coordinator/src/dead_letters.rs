@@ -40,7 +40,7 @@ pub struct Requeued {
     pub jobs: Vec<DeadLetter>,
 }
 
-fn open(run_dir: &Path) -> Result<RunState, CoordinatorError> {
+pub(crate) fn open(run_dir: &Path) -> Result<RunState, CoordinatorError> {
     let dir = run_dir.join("state");
     if !dir.is_dir() {
         return Err(StateError::Open {

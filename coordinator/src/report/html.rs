@@ -840,6 +840,7 @@ pub fn render(report: &Value, labels: &Path) -> Result<String, String> {
         }
     }
     realhall_section(&mut out, &report["realhall"]);
+    super::judges_html::section(&mut out, &report["judges"]);
     cost_section(&mut out, &report["costs"]);
     jobs_section(&mut out, report);
     out.push_str("<div id=\"render-check\" data-ok=\"pending\"></div></body></html>\n");

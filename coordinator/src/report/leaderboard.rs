@@ -76,6 +76,106 @@ pub struct Leaderboard {
     pub skipped: Vec<String>,
     /// Paired comparisons of every pipeline's results ([`super::paired_runs`]).
     pub paired: Vec<PairedRow>,
+    /// Every run's judges measured against human labels (issue 31), one row per judge
+    /// and per panel.
+    pub judges: Vec<JudgeRow>,
+}
+
+/// A judge (or a panel) of one run's benchmark against that run's human labels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgeRow {
+    pub run: String,
+    pub benchmark: u64,
+    pub pipeline: String,
+    pub judge: String,
+    pub n: u64,
+    /// "12.3 [9.1, 16.4]" (percent, Wilson 95%).
+    pub error_rate: String,
+    pub kappa: String,
+}
+
+/// The judge rows of one report.json.
+fn judge_rows(run: &str, report: &Value) -> Vec<JudgeRow> {
+    let mut out = Vec::new();
+    let pct = |v: &Value| v.as_f64().map_or("–".to_string(), |x| format!("{:.1}", x * 100.0));
+    for j in report["judges"].as_array().into_iter().flatten() {
+        let panel = format!("panel ({})", s(&j["panel"]["verdict"]["rule"]));
+        let rows = j["per_judge"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| (s(&p["judge"]), &p["vs_human"]))
+            .chain(std::iter::once((panel, &j["panel"]["vs_human"])));
+        for (judge, v) in rows {
+            if !v.is_object() {
+                continue;
+            }
+            let e = &v["error_rate"];
+            out.push(JudgeRow {
+                run: run.to_string(),
+                benchmark: u(&j["benchmark"]),
+                pipeline: s(&j["pipeline"]),
+                judge,
+                n: u(&v["n"]),
+                error_rate: format!(
+                    "{} [{}, {}]",
+                    pct(&e["estimate"]),
+                    pct(&e["low"]),
+                    pct(&e["high"])
+                ),
+                kappa: v["kappa"]["estimate"].as_f64().map_or("–".into(), |k| format!("{k:.3}")),
+            });
+        }
+    }
+    out
+}
+
+const JUDGE_HEADERS: [&str; 7] =
+    ["run", "benchmark", "pipeline", "judge", "n", "error rate % [95% CI]", "Cohen's κ vs human"];
+
+fn judges_markdown(lb: &Leaderboard) -> String {
+    if lb.judges.is_empty() {
+        return String::new();
+    }
+    let mut md = format!(
+        "\n## Judges against human labels\n\n| {} |\n|{}\n",
+        JUDGE_HEADERS.join(" | "),
+        "---|".repeat(JUDGE_HEADERS.len())
+    );
+    for r in &lb.judges {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.run, r.benchmark, r.pipeline, r.judge, r.n, r.error_rate, r.kappa
+        );
+    }
+    md
+}
+
+fn judges_html(lb: &Leaderboard) -> String {
+    if lb.judges.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("<h2>Judges against human labels</h2><table><tr>");
+    for h in JUDGE_HEADERS {
+        let _ = write!(o, "<th>{}</th>", esc(h));
+    }
+    o.push_str("</tr>");
+    for r in &lb.judges {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.run),
+            r.benchmark,
+            esc(&r.pipeline),
+            esc(&r.judge),
+            r.n,
+            esc(&r.error_rate),
+            esc(&r.kappa)
+        );
+    }
+    o.push_str("</table>");
+    o
 }
 
 /// Hypothetical questions' outcomes of the entry whose rows are `lines` of `labels`.
@@ -133,6 +233,7 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
             .as_array()
             .ok_or_else(|| format!("{}: no `benchmarks` array", path.display()))?;
         let run = s(&report["run"]["name"]);
+        lb.judges.extend(judge_rows(&run, &report));
         let run_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         runs.push((run.clone(), run_dir.clone(), benchmarks.clone()));
         for b in benchmarks {
@@ -341,6 +442,7 @@ pub fn render_markdown(lb: &Leaderboard) -> String {
         }
     }
     md.push_str(&comparisons_markdown(lb));
+    md.push_str(&judges_markdown(lb));
     md.push_str(&paired_runs::markdown(&lb.paired));
     for sk in &lb.skipped {
         let _ = writeln!(md, "\nSkipped: {sk}");
@@ -453,6 +555,7 @@ pub fn render_html(lb: &Leaderboard) -> String {
         }
         o.push_str("</table>");
     }
+    o.push_str(&judges_html(lb));
     if !lb.paired.is_empty() {
         o.push_str("<h2>Paired comparisons (every pipeline)</h2><p class=\"meta\">Each two results of one figure on the items both have: A − B with its 95% interval and the test named (McNemar exact, paired bootstrap, DeLong paired).</p><table><tr><th>benchmark</th><th>figure</th><th>A</th><th>B</th><th>shared items</th><th>A − B</th><th>95% CI</th><th>test</th><th>result</th></tr>");
         for r in &lb.paired {

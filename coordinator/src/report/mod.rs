@@ -20,6 +20,7 @@ use crate::state::{JobTotals, RunState};
 use crate::{CoordinatorConfig, CoordinatorError};
 
 pub mod html;
+mod judges_html;
 pub mod leaderboard;
 pub mod paired_runs;
 
@@ -55,6 +56,9 @@ struct ReportJson<'a> {
     /// two or more (issue 29).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     realhall: Vec<halyard_plan::benchmarks::chainpoll::RealHallEntry>,
+    /// The judges of every benchmark with a panel or human labels, measured (issue 31).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    judges: Vec<halyard_plan::judging::JudgeReport>,
     /// The managed servers (`backend = "server"`) the answers came from: command,
     /// declared revision and version, identity (issue 35).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -180,6 +184,7 @@ pub fn write(
         dead_letters: dead,
         outages,
         realhall,
+        judges: across.judges,
         servers,
     };
     let value = serde_json::to_value(&report).map_err(|e| io_err(&dir, e))?;
@@ -191,6 +196,19 @@ pub fn write(
         .map_err(|e| io_err(&dir, format!("report.html: {e}")))?;
     write_atomic(&dir, "report.html", html.as_bytes())?;
     Ok(Written { dir, dead_letters: dead_count })
+}
+
+/// Write the report of the run in `run_dir` again from its stored state (after `halyard
+/// labels import`): the same files a finished run writes. `sweep` is the run's sweep.
+pub fn rewrite(
+    mut sweep: halyard_plan::sweep::Sweep,
+    run_dir: &std::path::Path,
+) -> Result<Written, CoordinatorError> {
+    let state = crate::dead_letters::open(run_dir)?;
+    halyard_plan::sweep::load_built(&mut sweep, run_dir)?;
+    let (meta, _) = state.run_meta(&sweep.name)?;
+    let cfg = CoordinatorConfig { sweep, run_dir: run_dir.to_path_buf() };
+    write(&cfg, &state, meta.id)
 }
 
 /// The job totals table (Markdown).

@@ -1,0 +1,176 @@
+//! `report.html`'s judges part (issue 31), from `report.json`'s `judges`: per benchmark,
+//! an agreement heat map (Cohen's κ of every pair of judges, and of each judge with the
+//! human labels) and the list of units where judges, or a judge and the human label,
+//! disagree — each with its question, answer and every verdict, filterable by text and
+//! by who disagrees.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::html::esc;
+
+/// A cell colour for κ: red at κ ≤ 0 through yellow to green at κ = 1.
+fn heat(kappa: f64) -> String {
+    let k = kappa.clamp(0.0, 1.0);
+    format!("hsl({:.0},70%,{:.0}%)", 120.0 * k, 85.0 - 20.0 * k)
+}
+
+fn kappa_of(v: &Value) -> Option<f64> {
+    v["estimate"].as_f64()
+}
+
+/// The heat map of one judge report: judges (and "human") on both axes.
+fn heat_map(out: &mut String, r: &Value) {
+    let judges: Vec<&str> =
+        r["judges"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let with_human =
+        r["per_judge"].as_array().is_some_and(|js| js.iter().any(|j| j["vs_human"].is_object()));
+    let mut axes: Vec<&str> = judges.clone();
+    if with_human {
+        axes.push("human");
+    }
+    let kappa = |a: &str, b: &str| -> Option<f64> {
+        if a == b {
+            return Some(1.0);
+        }
+        if a == "human" || b == "human" {
+            let j = if a == "human" { b } else { a };
+            let pj = r["per_judge"].as_array()?.iter().find(|x| x["judge"] == j)?;
+            return kappa_of(&pj["vs_human"]["kappa"]);
+        }
+        let pair = r["between"]["pairwise_kappa"]
+            .as_array()?
+            .iter()
+            .find(|p| (p["a"] == a && p["b"] == b) || (p["a"] == b && p["b"] == a))?;
+        kappa_of(&pair["kappa"])
+    };
+    out.push_str("<table class=\"heat\"><tr><th>Cohen's κ</th>");
+    for a in &axes {
+        let _ = write!(out, "<th>{}</th>", esc(a));
+    }
+    out.push_str("</tr>");
+    for a in &axes {
+        let _ = write!(out, "<tr><th>{}</th>", esc(a));
+        for b in &axes {
+            match kappa(a, b) {
+                Some(k) => {
+                    let _ = write!(
+                        out,
+                        "<td class=\"heat-cell\" data-kappa=\"{k:.4}\" style=\"background:{}\">{k:.2}</td>",
+                        heat(k)
+                    );
+                }
+                None => out.push_str("<td class=\"heat-cell\" data-kappa=\"\">–</td>"),
+            }
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+}
+
+/// Per-judge error rates against humans with their intervals, as a table.
+fn vs_human_table(out: &mut String, r: &Value) {
+    let rows: Vec<&Value> = r["per_judge"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|j| j["vs_human"].is_object())
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("<table><tr><th>judge</th><th>n</th><th>error rate %</th><th>Cohen's κ vs human</th><th>MACE competence</th></tr>");
+    for j in rows {
+        let v = &j["vs_human"];
+        let rate = &v["error_rate"];
+        let pct = |x: &Value| x.as_f64().map_or("–".into(), |x| format!("{:.1}", x * 100.0));
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{} [{}, {}]</td><td>{}</td><td>{}</td></tr>",
+            esc(j["judge"].as_str().unwrap_or("?")),
+            v["n"],
+            pct(&rate["estimate"]),
+            pct(&rate["low"]),
+            pct(&rate["high"]),
+            kappa_of(&v["kappa"]).map_or("–".into(), |k| format!("{k:.3}")),
+            j["mace_competence"].as_f64().map_or("–".into(), |c| format!("{c:.3}"))
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// The disagreement list with its filters.
+fn disagreements(out: &mut String, b: u64, r: &Value) {
+    let list: Vec<&Value> = r["disagreements"].as_array().into_iter().flatten().collect();
+    let total = r["disagreements_total"].as_u64().unwrap_or(0);
+    let judges: Vec<&str> =
+        r["judges"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let _ = write!(
+        out,
+        "<h4>Disagreements ({total}{})</h4><p><input type=\"search\" placeholder=\"filter by text\" oninput=\"halyardFilter({b})\" id=\"dis-q-{b}\"> <label><input type=\"checkbox\" id=\"dis-h-{b}\" onchange=\"halyardFilter({b})\"> only where a judge differs from the human label</label> <span id=\"dis-n-{b}\">{}</span> shown</p>",
+        if (list.len() as u64) < total { format!(", first {} listed", list.len()) } else { String::new() },
+        list.len()
+    );
+    let _ = write!(out, "<table class=\"dis\" id=\"dis-{b}\"><tr><th>item</th><th>model</th><th>question</th><th>answer</th>");
+    for j in &judges {
+        let _ = write!(out, "<th>{}</th>", esc(j));
+    }
+    out.push_str("<th>panel</th><th>human</th></tr>");
+    for d in list {
+        let human = d["human"].as_str();
+        let votes: Vec<Option<&str>> =
+            d["votes"].as_array().into_iter().flatten().map(Value::as_str).collect();
+        let vs_human = human.is_some_and(|h| votes.iter().flatten().any(|v| *v != h));
+        let part = d["part"].as_str().map(|p| format!(" #{p}")).unwrap_or_default();
+        let _ = write!(
+            out,
+            "<tr class=\"dis-row\" data-human=\"{}\"><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td>",
+            u8::from(vs_human),
+            esc(d["item"].as_str().unwrap_or("?")),
+            esc(&part),
+            esc(d["model"].as_str().unwrap_or("?")),
+            esc(d["question"].as_str().unwrap_or("")),
+            esc(d["answer"].as_str().unwrap_or("(none)"))
+        );
+        for v in &votes {
+            let cls = match (v, human) {
+                (Some(v), Some(h)) if *v != h => " class=\"off\"",
+                _ => "",
+            };
+            let _ = write!(out, "<td{cls}>{}</td>", esc(v.unwrap_or("–")));
+        }
+        let _ = write!(
+            out,
+            "<td>{}</td><td>{}</td></tr>",
+            esc(d["panel"].as_str().unwrap_or("–")),
+            esc(human.unwrap_or("–"))
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// Styles and the filter script of the judges part.
+const JUDGES_HEAD: &str = "<style>table.heat td.heat-cell{text-align:center;min-width:3.5em}table.dis td{vertical-align:top;max-width:28em;font-size:.85em}table.dis td.off{font-weight:bold;color:#b71c1c}</style><script>function halyardFilter(b){var q=document.getElementById('dis-q-'+b).value.toLowerCase();var h=document.getElementById('dis-h-'+b).checked;var n=0;document.querySelectorAll('#dis-'+b+' tr.dis-row').forEach(function(r){var ok=(!q||r.textContent.toLowerCase().indexOf(q)>=0)&&(!h||r.dataset.human==='1');r.style.display=ok?'':'none';if(ok)n++;});document.getElementById('dis-n-'+b).textContent=n;}</script>";
+
+/// The judges part of the page (nothing when the report has none).
+pub fn section(out: &mut String, judges: &Value) {
+    let Some(list) = judges.as_array().filter(|l| !l.is_empty()) else { return };
+    out.push_str(JUDGES_HEAD);
+    out.push_str("<h2 id=\"judges\">Judges</h2>");
+    for r in list {
+        let b = r["benchmark"].as_u64().unwrap_or(0);
+        let _ = write!(
+            out,
+            "<section class=\"judges\" data-benchmark=\"{b}\"><h3>Benchmark {b}: {} judges ({} {}s, verdict {})</h3>",
+            esc(r["pipeline"].as_str().unwrap_or("?")),
+            r["units"],
+            esc(r["unit"].as_str().unwrap_or("unit")),
+            esc(r["panel"]["verdict"]["rule"].as_str().unwrap_or("?"))
+        );
+        heat_map(out, r);
+        vs_human_table(out, r);
+        disagreements(out, b, r);
+        out.push_str("</section>");
+    }
+}
