@@ -226,6 +226,29 @@ impl K8sArgs {
     }
 }
 
+#[derive(clap::Subcommand)]
+pub enum LabelsCmd {
+    /// Attach human labels (JSONL) to a finished run and rewrite its report with the
+    /// judges measured against them (see docs/src/guide/judging-the-judges.md).
+    Import(LabelsImportArgs),
+}
+
+#[derive(Args)]
+pub struct LabelsImportArgs {
+    /// The run directory (`<out>/<sweep name>`, holding `state/` and report.json).
+    pub run: PathBuf,
+    /// The labels file: one JSON object a line (item, model, label, optional annotator,
+    /// and `sentence` for HVI).
+    pub file: PathBuf,
+    /// The benchmark (index in the sweep) the labels belong to; needed when the sweep
+    /// has several judged benchmarks.
+    #[arg(long)]
+    pub benchmark: Option<usize>,
+    /// The run's sweep file, if not where report.json says it was.
+    #[arg(long)]
+    pub sweep: Option<PathBuf>,
+}
+
 #[derive(Args)]
 pub struct RetryFailedArgs {
     /// The run directory (`<out>/<sweep name>`, holding `state/`).

@@ -11,8 +11,8 @@ mod args;
 mod nats_args;
 
 use args::{
-    CoordArgs, DeployCmd, GcArgs, IdentityArgs, ReportCmd, RetryFailedArgs, RunArgs, StatusCmd,
-    WorkerArgs,
+    CoordArgs, DeployCmd, GcArgs, IdentityArgs, LabelsCmd, ReportCmd, RetryFailedArgs, RunArgs,
+    StatusCmd, WorkerArgs,
 };
 
 /// mimalloc instead of the system allocator: the job path allocates and frees a few
@@ -75,6 +75,10 @@ enum Cmd {
     /// Write deployment files for a sweep (`deploy k8s`: a kustomize overlay).
     #[command(subcommand)]
     Deploy(DeployCmd),
+    /// Human labels of a run's judged outputs (`labels import RUN_DIR FILE`): the judges
+    /// are measured against them in the report.
+    #[command(subcommand)]
+    Labels(LabelsCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -209,6 +213,19 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
         }
         Cmd::RetryFailed(a) => {
             print!("{}", retry_failed::run(&a.run, a.list)?);
+            0
+        }
+        Cmd::Labels(LabelsCmd::Import(a)) => {
+            let i =
+                halyard_node::labels_import::run(&a.run, &a.file, a.benchmark, a.sweep.as_deref())?;
+            println!(
+                "{} human label(s) for benchmark {} stored as {}{}; report rewritten in {}",
+                i.labels,
+                i.benchmark,
+                i.stored.display(),
+                if i.replaced { " (replacing the earlier import)" } else { "" },
+                a.run.display()
+            );
             0
         }
     })

@@ -28,6 +28,7 @@ pub mod coordinator;
 pub mod deploy_k8s;
 pub mod display;
 pub mod gc;
+pub mod labels_import;
 pub mod leaderboard;
 pub mod metrics;
 pub mod retry_failed;
