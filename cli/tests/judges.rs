@@ -496,3 +496,127 @@ fn bad_panel_keys_are_refused() {
         assert_sweep_rejected(dir.path(), &format!("bad{i}"), &body, needle);
     }
 }
+
+const HVI_JUDGE_SYSTEM: &str = "You are a careful fact-checker";
+
+/// HVI's verdict names, as the judges' last line gives them and the labels file names them.
+const HVI_VERDICTS: [(&str, &str); 3] = [
+    ("NOT_HALLUCINATED", "not_hallucinated"),
+    ("INTRINSIC", "intrinsic"),
+    ("EXTRINSIC", "extrinsic"),
+];
+
+/// judge-a's verdict on a sentence of a passage written for `prompt`; judge-b agrees
+/// except on a quarter of the sentences, where it says "not hallucinated".
+fn hvi_verdict(judge: &str, prompt: &str, sentence: &str) -> usize {
+    let a = (fnv(&format!("{prompt}|{sentence}")) % 3) as usize;
+    if judge == "fake-judge-b" && fnv(&format!("b|{prompt}|{sentence}")) % 4 == 0 {
+        0
+    } else {
+        a
+    }
+}
+
+/// HVI with a two-judge panel: one unit per sentence, each judge's verdict, sentence
+/// human labels matched by prompt id and sentence index, and the panel's HVI beside each
+/// judge's.
+#[test]
+fn hvi_panel_judges_sentences() {
+    let fake = FakeOpenAi::start_blocking(|call: &ChatCall| {
+        let (role, first) =
+            call.messages.first().map(|(r, c)| (r.as_str(), c.as_str())).unwrap_or(("", ""));
+        if role == "system" && first.starts_with(HVI_JUDGE_SYSTEM) {
+            let user = &call.messages[1].1;
+            let prompt = between(user, "Prompt: \"\"\"", "\"\"\"").unwrap_or("");
+            let sentence = between(user, "Sentence to judge: \"\"\"", "\"\"\"").unwrap_or("");
+            let v = hvi_verdict(&call.model, prompt, sentence);
+            return Reply::Text(format!("Reasoning.\nVERDICT: {}", HVI_VERDICTS[v].0));
+        }
+        Reply::Text(format!(
+            "{} writes about it. The figure is {}. It ends here.",
+            call.model,
+            fnv(first) % 100
+        ))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = repo_root().join("datasets/hvi/climate_fever_claims_12.jsonl");
+    let prompts: Vec<(String, String)> = std::fs::read_to_string(&dataset)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["id"].as_str().unwrap().to_string(), v["prompt"].as_str().unwrap().to_string())
+        })
+        .collect();
+    // Human labels: judge-a's verdicts on every sentence of the first 4 prompts.
+    let mut labels = String::new();
+    for (id, prompt) in prompts.iter().take(4) {
+        let sentences = [
+            "fake-a writes about it.".to_string(),
+            format!("The figure is {}.", fnv(prompt) % 100),
+            "It ends here.".to_string(),
+        ];
+        for (n, s) in sentences.iter().enumerate() {
+            let v = hvi_verdict("fake-judge-a", prompt, s);
+            labels.push_str(&format!(
+                "{{\"item\": \"{id}\", \"model\": \"model-a\", \"sentence\": {n}, \"label\": \"{}\"}}\n",
+                HVI_VERDICTS[v].1
+            ));
+        }
+    }
+    let labels_path = dir.path().join("hvi-labels.jsonl");
+    std::fs::write(&labels_path, labels).unwrap();
+    let base = fake.base_url();
+    let mut models = String::new();
+    for (m, remote) in
+        [("model-a", "fake-a"), ("judge-a", "fake-judge-a"), ("judge-b", "fake-judge-b")]
+    {
+        models.push_str(&format!("[[model]]\nname = \"{m}\"\nbackend = \"openai\"\nbase_url = \"{base}\"\nmodel = \"{remote}\"\nmax_concurrency = 4\n\n"));
+    }
+    let sweep = dir.path().join("hvi-panel.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            "name = \"hvi-panel\"\n\n{models}[[benchmark]]\npipeline = \"hvi\"\ndataset = \"{}\"\nmodels = [\"model-a\"]\njudges = [\"judge-a\", \"judge-b\"]\nhuman_labels = \"{}\"\n",
+            dataset.display(),
+            labels_path.display()
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("runs");
+    run_to_end(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let report = read_json(&out.join("hvi-panel/report.json"));
+    let j = &report["judges"][0];
+    assert_eq!((j["pipeline"].as_str(), j["unit"].as_str()), (Some("hvi"), Some("sentence")));
+    assert_eq!(j["units"], 3 * prompts.len() as u64, "three sentences per passage");
+    assert_eq!(j["human"]["unknown"], 0, "every sentence label matched: {}", j["human"]);
+    let a = &j["per_judge"][0]["vs_human"];
+    assert_eq!((a["n"].as_u64(), a["confusion"].as_object().map(|_| ())), (Some(12), Some(())));
+    assert_eq!(a["error_rate"]["estimate"], 0.0, "judge-a gave the human labels");
+    // judge-b differs from judge-a exactly where the rule says.
+    let mut differ = 0;
+    for (_, prompt) in &prompts {
+        for s in [
+            "fake-a writes about it.".to_string(),
+            format!("The figure is {}.", fnv(prompt) % 100),
+            "It ends here.".to_string(),
+        ] {
+            differ += u64::from(
+                hvi_verdict("fake-judge-a", prompt, &s) != hvi_verdict("fake-judge-b", prompt, &s),
+            );
+        }
+    }
+    assert_eq!(j["disagreements_total"], differ);
+    assert!(j["between"]["pairwise_kappa"][0]["kappa"]["estimate"].as_f64().is_some());
+    // Each judge's HVI, and the panel's (majority: a tie between two judges is no verdict).
+    let names: Vec<&str> = report["benchmarks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["model"].as_str())
+        .collect();
+    for n in ["model-a (judge judge-a)", "model-a (judge judge-b)", "model-a (panel majority)"] {
+        assert!(names.contains(&n), "no HVI entry {n:?} in {names:?}");
+    }
+    assert_eq!(j["panel"]["ties"], differ);
+}
