@@ -44,10 +44,8 @@ fn judge_says_hallucination(j: usize, qid: i64, model: &str) -> bool {
     let truth = truth_hallucination(qid, model);
     let flip = unit(&format!("err/{}/{qid}/{model}", JUDGES[j])) < ERROR[j];
     let mut says = truth != flip;
-    if j == 2 && model == "judge-c" && says && truth {
-        if unit(&format!("self/{qid}")) < SELF_BIAS {
-            says = false;
-        }
+    if j == 2 && model == "judge-c" && says && truth && unit(&format!("self/{qid}")) < SELF_BIAS {
+        says = false;
     }
     says
 }

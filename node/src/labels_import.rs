@@ -64,7 +64,7 @@ pub fn run(
 ) -> Result<Imported, NodeError> {
     let sweep_file = sweep_path(run, sweep)?;
     let sweep = halyard_plan::sweep::load(&sweep_file)?;
-    let judged: Vec<(usize, (Vec<String>, Option<&'static str>))> = sweep
+    let judged: Vec<(usize, halyard_plan::benchmarks::JudgedLabels)> = sweep
         .benchmarks
         .iter()
         .enumerate()

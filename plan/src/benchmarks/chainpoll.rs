@@ -202,7 +202,7 @@ impl Pipeline for ChainPoll {
         self.config.iter().map(|c| c.judge.name.clone()).collect()
     }
 
-    fn judged_labels(&self) -> Option<(Vec<String>, Option<&'static str>)> {
+    fn judged_labels(&self) -> Option<super::JudgedLabels> {
         Some((categories(), None))
     }
 

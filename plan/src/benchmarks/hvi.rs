@@ -236,7 +236,7 @@ impl Pipeline for Hvi {
         }
     }
 
-    fn judged_labels(&self) -> Option<(Vec<String>, Option<&'static str>)> {
+    fn judged_labels(&self) -> Option<super::JudgedLabels> {
         matches!(self, Hvi::Judge { .. }).then(|| (categories(), Some("sentence")))
     }
 

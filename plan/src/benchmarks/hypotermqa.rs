@@ -182,7 +182,7 @@ impl Pipeline for HypoTermQa {
             .collect()
     }
 
-    fn judged_labels(&self) -> Option<(Vec<String>, Option<&'static str>)> {
+    fn judged_labels(&self) -> Option<super::JudgedLabels> {
         Some((categories(), None))
     }
 

@@ -48,6 +48,9 @@ pub mod noop;
 mod table;
 pub mod uhgeval;
 
+/// A judged pipeline's label set and the part key of its human labels (`sentence`).
+pub type JudgedLabels = (Vec<String>, Option<&'static str>);
+
 /// An item's plan, its label encoded for the run state.
 pub type Evaluation = Result<Plan<Vec<u8>>, PlanError>;
 
@@ -72,7 +75,7 @@ pub trait Pipeline: AsAny + Debug + Send + Sync {
     fn report(&self, out: &mut Section<'_>) -> Result<(), PlanError>;
     /// For a pipeline whose judges label its units: the label set and the part key of
     /// its human labels (see [`crate::judging::human`]); `None` for the others.
-    fn judged_labels(&self) -> Option<(Vec<String>, Option<&'static str>)> {
+    fn judged_labels(&self) -> Option<JudgedLabels> {
         None
     }
 }
