@@ -497,7 +497,8 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
     }
 }
 
-/// Every judge that is also a model under test, on that model's units.
+/// Every judge that is also a model under test, on that model's units, against the
+/// judges of other models (none: no comparison).
 fn self_preference(j: &Judged) -> Vec<SelfPreference> {
     let Some(fav) = j.favourable else { return Vec::new() };
     if j.judges.len() < 2 {
@@ -509,11 +510,13 @@ fn self_preference(j: &Judged) -> Vec<SelfPreference> {
             let (mut own, mut others) = (Vec::new(), Vec::new());
             for u in j.units.iter().filter(|u| u.key.model == model.name) {
                 let Some(v) = u.votes[jj] else { continue };
+                // The other judges that are not this model: a judge of the same model
+                // would share the preference being measured.
                 let rest: Vec<Option<usize>> = u
                     .votes
                     .iter()
                     .enumerate()
-                    .filter(|(o, _)| *o != jj)
+                    .filter(|(o, _)| *o != jj && !same_model(&j.judges[*o], model))
                     .map(|(_, v)| v.map(|c| usize::from(c == fav)))
                     .collect();
                 // The other judges' majority on "favourable or not"; a tie is not

@@ -219,8 +219,13 @@ impl std::fmt::Display for UnitKey {
     }
 }
 
-/// Whether two specs are the same model (same backend, endpoint and model name), whatever
-/// their sweep aliases and sampling: a judge judging answers of its own model.
+/// Whether two specs are the same model, whatever their sweep aliases and sampling: a
+/// judge judging answers of its own model. Same backend and endpoint, and the same model
+/// name sent to the API; for a local `gguf` model the endpoint (the file's identity) alone,
+/// since its model name is the sweep alias.
 pub fn same_model(a: &ModelSpec, b: &ModelSpec) -> bool {
-    a.model_ref == b.model_ref
+    let (a, b) = (&a.model_ref, &b.model_ref);
+    a.backend == b.backend
+        && a.endpoint == b.endpoint
+        && (a.backend == "gguf" || a.model == b.model)
 }
