@@ -291,6 +291,24 @@ fn chainpoll_run_matches_independent_computation() {
             failed_total += all.iter().filter(|p| **p == Poll::Failed).count() as u64;
         }
     }
+    // Issue 31: the two judges of benchmark 0 measured against the dataset's labels (its
+    // one annotator): a score of at least ½ is "hallucination".
+    let jr = report["judges"].as_array().unwrap().iter().find(|j| j["benchmark"] == 0).unwrap();
+    assert_eq!(jr["human"]["annotators"], 1, "{}", jr["human"]);
+    for (n, judge) in ["judge-1", "judge-2"].into_iter().enumerate() {
+        let pairs: Vec<(bool, bool)> = main_items
+            .iter()
+            .filter_map(|it| {
+                chainpoll_score(judge, "correctness", &it.completion, false)
+                    .map(|s| (it.label, s >= 0.5))
+            })
+            .collect();
+        let v = &jr["per_judge"][n]["vs_human"];
+        assert_eq!(v["n"], pairs.len() as u64, "{judge}");
+        let right = pairs.iter().filter(|(l, p)| l == p).count() as f64;
+        let acc = v["accuracy"]["estimate"].as_f64().unwrap();
+        assert!((acc - right / pairs.len() as f64).abs() < 1e-12, "{judge}: accuracy {acc}");
+    }
     // The baseline (benchmark 0): samples are the sampler's, the same for both judges.
     let baseline_auroc = |score: fn(&str, &[String]) -> f64| {
         let pairs: Vec<(bool, f64)> = main_items
