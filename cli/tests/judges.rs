@@ -309,6 +309,9 @@ fn check_figures(report: &Value, qs: &[Question]) {
     assert_eq!(sp[0]["model"], "judge-c");
     let diff = sp[0]["test"]["difference"]["estimate"].as_f64().unwrap();
     assert!(diff > 0.0 && sp[0]["test"]["significant"] == true, "{}", sp[0]);
+    // On model-a's answers judge-c is not lenient: its lead there is smaller.
+    let elsewhere = sp[0]["elsewhere"]["difference"]["estimate"].as_f64().unwrap();
+    assert!(elsewhere < diff, "lead elsewhere {elsewhere} vs on its own answers {diff}");
     // Disagreements are listed with every verdict.
     let dis = j["disagreements"].as_array().unwrap();
     assert!(!dis.is_empty());
@@ -383,6 +386,20 @@ fn panel_of_three_judges_measured_against_humans_and_resumed_after_kill() {
     for judge in JUDGES.iter().copied().chain(["panel (mace)"]) {
         assert!(lbmd.contains(&format!("| hypotermqa | {judge} |")), "no row for {judge}: {lbmd}");
     }
+    // Importing the sweep's own labels file again counts each (answer, annotator) once.
+    let o = halyard()
+        .args([
+            "labels",
+            "import",
+            out_ref.join("panel").to_str().unwrap(),
+            labels.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let again = read_json(&out_ref.join("panel/report.json"));
+    assert_eq!(again["judges"][0]["human"]["labels"], report["judges"][0]["human"]["labels"]);
+    assert_eq!(again["judges"][0]["per_judge"], report["judges"][0]["per_judge"]);
     fake.reset_counters();
 
     // kill -9 mid-panel, then resume: the same report, repeated calls within those in flight.
@@ -465,6 +482,28 @@ fn labels_import_into_a_finished_run() {
     // The job figures are the run's, untouched by the rewrite; nothing was called.
     assert_eq!(after["benchmarks"], before["benchmarks"]);
     assert_eq!(after["jobs"], before["jobs"]);
+
+    // A rewrite that fails (here: a copy of the run without its state) leaves the earlier
+    // import in place and says the labels were not imported.
+    let copy = dir.path().join("copy");
+    std::fs::create_dir_all(copy.join("human-labels")).unwrap();
+    std::fs::copy(run.join("report.json"), copy.join("report.json")).unwrap();
+    let earlier = copy.join("human-labels/benchmark-0.jsonl");
+    std::fs::write(&earlier, "{\"item\": 1, \"model\": \"model-a\", \"label\": \"valid\"}\n")
+        .unwrap();
+    let o = halyard()
+        .args(["labels", "import", copy.to_str().unwrap(), labels.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the labels were not imported"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&earlier).unwrap(),
+        "{\"item\": 1, \"model\": \"model-a\", \"label\": \"valid\"}\n",
+        "the earlier import was not restored"
+    );
+    assert_eq!(std::fs::read_dir(copy.join("human-labels")).unwrap().count(), 1, "leftover files");
 }
 
 /// Panel keys are checked with the sweep, naming file and key.

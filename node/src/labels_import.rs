@@ -97,18 +97,46 @@ pub fn run(
     };
     let pipeline = sweep.benchmarks[b].pipeline();
     let shape = Shape { pipeline, categories: &categories, part };
-    let labels = HumanLabels::read(file, shape).map_err(|e| usage(e.to_string()))?;
+    // Read once: what is stored is exactly what was checked.
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| usage(format!("human labels {}: cannot read: {e}", file.display())))?;
+    let labels = HumanLabels::from_text(file, &text, shape).map_err(|e| usage(e.to_string()))?;
     let stored = imported_labels_path(run, b);
     let replaced = stored.exists();
     let io = |what: String| move |source| NodeError::Io { what, source };
     if let Some(dir) = stored.parent() {
         std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
     }
+    // The earlier import is kept aside until the report is rewritten with the new one; if
+    // the rewrite fails, it is put back and the run is as it was.
+    let backup = stored.with_extension("jsonl.previous");
+    if replaced {
+        std::fs::rename(&stored, &backup)
+            .map_err(io(format!("keep the earlier import {}", stored.display())))?;
+    }
+    let restore = || {
+        if replaced {
+            let _ = std::fs::rename(&backup, &stored);
+        } else {
+            let _ = std::fs::remove_file(&stored);
+        }
+    };
     let tmp = stored.with_extension("jsonl.tmp");
-    std::fs::copy(file, &tmp).map_err(io(format!("copy {} into the run", file.display())))?;
-    std::fs::rename(&tmp, &stored).map_err(io(format!("store {}", stored.display())))?;
-    halyard_coordinator::report::rewrite(sweep, run).map_err(|e| {
-        NodeError::Coordinator(e).context(format!("rewrite the report of {}", run.display()))
-    })?;
+    let write = std::fs::write(&tmp, text.as_bytes()).and_then(|_| std::fs::rename(&tmp, &stored));
+    if let Err(e) = write {
+        restore();
+        return Err(NodeError::Io { what: format!("store {}", stored.display()), source: e });
+    }
+    if let Err(e) = halyard_coordinator::report::rewrite(sweep, run) {
+        restore();
+        // The report of the earlier labels again, as it was before.
+        return Err(NodeError::Coordinator(e).context(format!(
+            "rewrite the report of {} (the labels were not imported)",
+            run.display()
+        )));
+    }
+    if replaced {
+        let _ = std::fs::remove_file(&backup);
+    }
     Ok(Imported { benchmark: b, labels: labels.labels.len(), stored, replaced })
 }

@@ -85,9 +85,19 @@ fn parse_line(line: usize, text: &str) -> Result<Option<Item>, String> {
 /// Read a labelled file given as text (`file` names it in errors).
 pub fn parse_items(file: &str, text: &str) -> Result<ItemSet, DatasetError> {
     let mut set = ItemSet::default();
+    // Item ids name items in reports and human labels (issue 31): one item per id.
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     crate::jsonl::each_line(file, text, |n, line| {
         match parse_line(n, line)? {
-            Some(item) => set.items.push(item),
+            Some(item) => {
+                if let Some(first) = seen.insert(item.id.clone(), n) {
+                    return Err(format!(
+                        "field `id`: {:?} is also the id of line {first} (an explicit id or a line number)",
+                        item.id
+                    ));
+                }
+                set.items.push(item)
+            }
             None => set.skipped_unbalanced += 1,
         }
         Ok(())
@@ -122,6 +132,14 @@ mod tests {
             (s.items[1].prompt.as_str(), s.items[1].label, s.items[1].line),
             ("X", false, 2)
         );
+    }
+
+    /// Two items with one id are refused, naming both lines.
+    #[test]
+    fn duplicate_ids() {
+        let text = "{\"prompt\": \"P\", \"completion\": \"C\", \"label\": 1, \"id\": 2}\n{\"prompt\": \"Q\", \"completion\": \"D\", \"label\": 0}\n";
+        let e = parse_items("f", text).unwrap_err().to_string();
+        assert!(e.contains("f:2") && e.contains("line 1"), "{e}");
     }
 
     /// Bad lines are located and explained.

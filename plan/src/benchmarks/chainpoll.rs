@@ -260,8 +260,14 @@ impl ChainPoll {
     /// is "hallucination"; no score (no usable poll) is no verdict. The dataset's label
     /// is the human label (annotator "dataset").
     fn judged(&self, all: &[Vec<chainpoll::ItemLabel>]) -> Judged {
-        let by_index: Vec<std::collections::HashMap<u32, &chainpoll::ItemLabel>> =
-            all.iter().map(|ls| ls.iter().map(|l| (l.index, l)).collect()).collect();
+        // A stored label of another judge (a run resumed with another sweep) is no vote.
+        let by_index: Vec<std::collections::HashMap<u32, &chainpoll::ItemLabel>> = all
+            .iter()
+            .zip(&self.config)
+            .map(|(ls, c)| {
+                ls.iter().filter(|l| l.model == c.judge.name).map(|l| (l.index, l)).collect()
+            })
+            .collect();
         let key = |it: &chainpoll::Item| UnitKey {
             item: it.id.clone(),
             model: DATASET_MODEL.into(),

@@ -389,8 +389,19 @@ fn judged(config: &[hvi::Config], panel: &Panel, all: &[Vec<hvi::ItemLabel>]) ->
     let mut answerers = Vec::new();
     for (m, group) in all.chunks(j).enumerate() {
         answerers.push(config[m * j].model.clone());
-        let by_id: Vec<HashMap<&str, &hvi::ItemLabel>> =
-            group.iter().map(|ls| ls.iter().map(|l| (l.id.as_str(), l)).collect()).collect();
+        // A stored label of another model or judge (a run resumed with another sweep) is
+        // no vote.
+        let by_id: Vec<HashMap<&str, &hvi::ItemLabel>> = group
+            .iter()
+            .enumerate()
+            .map(|(jj, ls)| {
+                let c = &config[m * j + jj];
+                ls.iter()
+                    .filter(|l| l.model == c.model.name && l.judge == c.judge.name)
+                    .map(|l| (l.id.as_str(), l))
+                    .collect()
+            })
+            .collect();
         let mut ids: BTreeSet<&str> = BTreeSet::new();
         for g in &by_id {
             ids.extend(g.keys());

@@ -257,16 +257,28 @@ impl HypoTermQa {
         for (m, group) in all.chunks(j).enumerate() {
             answerers.push(self.config[m * j].model.clone());
             // Labels of each judge by question id (a judge's item may be missing in a
-            // run stopped early: that judge has no verdict on it).
-            let by_q: Vec<BTreeMap<i64, &hypotermqa::ItemLabel>> =
-                group.iter().map(|ls| ls.iter().map(|l| (l.question_id, l)).collect()).collect();
+            // run stopped early: that judge has no verdict on it). A stored label of
+            // another model or judge (a run resumed with another sweep) is no vote.
+            let by_q: Vec<BTreeMap<i64, &hypotermqa::ItemLabel>> = group
+                .iter()
+                .enumerate()
+                .map(|(jj, ls)| {
+                    let c = &self.config[m * j + jj];
+                    ls.iter()
+                        .filter(|l| l.model == c.model.name && l.judge == c.judge.name)
+                        .map(|l| (l.question_id, l))
+                        .collect()
+                })
+                .collect();
             let mut qids: BTreeSet<i64> = BTreeSet::new();
             for g in &by_q {
                 qids.extend(g.keys());
             }
             for q in qids {
-                let first = by_q.iter().find_map(|g| g.get(&q)).expect("q comes from a judge");
-                if first.answer.is_none() {
+                let Some(first) = by_q.iter().find_map(|g| g.get(&q)) else { continue };
+                // No answer, or an answer that includes none of the terms: labelled by
+                // rule, no judge was asked, so it says nothing about the judges.
+                if first.answer.is_none() || !first.terms.iter().any(|t| t.included) {
                     continue;
                 }
                 let votes = by_q
@@ -346,9 +358,10 @@ impl HypoTermQa {
             };
             let report = hypotermqa::score(&meta, counts, &labels);
             out.md.push_str(&format!(
-                "## Benchmark {}: hypotermqa on `{}`, panel verdict\n\n",
+                "## Benchmark {}: hypotermqa on `{}`, panel verdict\n\nAnswer labels (and so HTS) are the panel's verdict; the term, row and judge-check tables below are the first judge's ({}).\n\n",
                 out.bench,
-                self.dataset.display()
+                self.dataset.display(),
+                self.panel.judges[0].name
             ));
             out.md.push_str(&hypotermqa::render_markdown(&report));
             out.md.push('\n');

@@ -176,6 +176,9 @@ pub struct SelfPreference {
     pub others_rate: f64,
     /// own − others, McNemar's exact test with Newcombe's interval.
     pub test: PairedTest,
+    /// The same comparison on the other models' answers: a lenient judge leads there too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elsewhere: Option<PairedTest>,
 }
 
 /// A unit the judges (or judges and human) disagree on, for report.html.
@@ -295,7 +298,13 @@ fn vs_human(
     if t.is_empty() && unlabelled == 0 {
         return None;
     }
-    let confusion = ConfusionMatrix::from_pairs(k, &t, &p).ok()?;
+    // A labeller that labelled none of the units with a truth keeps its row (all its
+    // verdicts are missing there), with an empty matrix.
+    let confusion = if t.is_empty() {
+        ConfusionMatrix { categories: k, counts: vec![vec![0; k]; k] }
+    } else {
+        ConfusionMatrix::from_pairs(k, &t, &p).ok()?
+    };
     let n = t.len() as u64;
     let agree = confusion.agreements();
     Some(VsHuman {
@@ -328,8 +337,22 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
     let panel = verdicts(j);
 
     // Human truth per unit.
-    let mut all_human: Vec<HumanLabel> = j.dataset_labels.clone();
-    all_human.extend(human.labels.iter().cloned());
+    // One label per (unit, annotator): the same file given in the sweep and imported, or
+    // an annotator who labelled a unit twice, counts once (the later line wins).
+    let mut all_human: Vec<HumanLabel> = Vec::new();
+    let mut named: HashMap<(UnitKey, String), usize> = HashMap::new();
+    for l in j.dataset_labels.iter().chain(&human.labels) {
+        match &l.annotator {
+            Some(a) => match named.entry((l.key.clone(), a.clone())) {
+                std::collections::hash_map::Entry::Occupied(e) => all_human[*e.get()] = l.clone(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(all_human.len());
+                    all_human.push(l.clone());
+                }
+            },
+            None => all_human.push(l.clone()),
+        }
+    }
     let by_key = truth_by_key(&all_human);
     let index: HashMap<&UnitKey, usize> =
         j.units.iter().enumerate().map(|(n, u)| (&u.key, n)).collect();
@@ -497,6 +520,32 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
     }
 }
 
+/// The same comparison as self-preference on the answers of the *other* models under
+/// test: a judge that is merely lenient leads there too; one that favours itself leads
+/// only on its own model's answers. `None` when there is nothing to compare.
+fn lead_elsewhere(
+    j: &Judged,
+    jj: usize,
+    fav: usize,
+    own_model: &halyard_pipelines::common::ModelSpec,
+) -> Option<PairedTest> {
+    let (mut own, mut others) = (Vec::new(), Vec::new());
+    for u in j.units.iter().filter(|u| u.key.model != own_model.name) {
+        let Some(v) = u.votes[jj] else { continue };
+        let rest: Vec<Option<usize>> = u
+            .votes
+            .iter()
+            .enumerate()
+            .filter(|(o, _)| *o != jj && !same_model(&j.judges[*o], own_model))
+            .map(|(_, v)| v.map(|c| usize::from(c == fav)))
+            .collect();
+        let Majority::Label(c) = majority(&rest) else { continue };
+        own.push(v == fav);
+        others.push(c == 1);
+    }
+    mcnemar(&own, &others).ok()
+}
+
 /// Every judge that is also a model under test, on that model's units, against the
 /// judges of other models (none: no comparison).
 fn self_preference(j: &Judged) -> Vec<SelfPreference> {
@@ -521,10 +570,11 @@ fn self_preference(j: &Judged) -> Vec<SelfPreference> {
                     .collect();
                 // The other judges' majority on "favourable or not"; a tie is not
                 // favourable (conservative: it does not inflate the difference).
+                // A tie among the others is no comparison (counting it either way would
+                // move the difference).
                 let other_fav = match majority(&rest) {
                     Majority::Label(c) => c == 1,
-                    Majority::Tie(_) => false,
-                    Majority::Unrated => continue,
+                    Majority::Tie(_) | Majority::Unrated => continue,
                 };
                 own.push(v == fav);
                 others.push(other_fav);
@@ -539,6 +589,7 @@ fn self_preference(j: &Judged) -> Vec<SelfPreference> {
                 own_rate: rate(&own),
                 others_rate: rate(&others),
                 test,
+                elsewhere: lead_elsewhere(j, jj, fav, model),
             });
         }
     }

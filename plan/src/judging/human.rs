@@ -77,6 +77,17 @@ impl HumanLabels {
         Ok(HumanLabels { files: vec![path.to_path_buf()], labels })
     }
 
+    /// Check `text`, the contents of `path` already read (the import stores exactly the
+    /// bytes it checked).
+    pub fn from_text(
+        path: &Path,
+        text: &str,
+        shape: Shape<'_>,
+    ) -> Result<HumanLabels, LabelsError> {
+        let labels = parse(&path.display().to_string(), text, shape)?;
+        Ok(HumanLabels { files: vec![path.to_path_buf()], labels })
+    }
+
     /// Both sets (a sweep's file and one imported into the run).
     pub fn extend(&mut self, other: HumanLabels) {
         self.files.extend(other.files);
@@ -126,7 +137,10 @@ pub fn parse(file: &str, text: &str, shape: Shape<'_>) -> Result<Vec<HumanLabel>
             (Some(_), Some(_), _) => {
                 return Err(err("sentence", "give `term` or `sentence`, not both".into()))
             }
-            (None, None, _) => None,
+            (None, None, Some(want)) => {
+                return Err(err(want, format!("missing: {} labels each {want}", shape.pipeline)))
+            }
+            (None, None, None) => None,
             (Some(p), None, Some("term")) | (None, Some(p), Some("sentence")) => Some(p),
             (t, _, Some(want)) => {
                 let given = if t.is_some() { "term" } else { "sentence" };
@@ -237,5 +251,12 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.field, "term");
+        let e = parse(
+            "l",
+            "{\"item\": 1, \"model\": \"m\", \"label\": \"valid\"}",
+            shape(&c, Some("sentence")),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "sentence");
     }
 }

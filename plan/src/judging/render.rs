@@ -186,11 +186,15 @@ pub fn markdown(r: &JudgeReport) -> String {
         }
     }
     if !r.self_preference.is_empty() {
-        md.push_str("### Self-preference\n\nA judge that is also a model under test, on its own model's answers: how often it gives the favourable label, against the other judges' majority on the same answers (McNemar's exact test; difference with Newcombe's 95% interval).\n\n| judge | own model | n | own % | others % | difference (pp) | p |\n|---|---|---|---|---|---|---|\n");
+        md.push_str("### Self-preference\n\nA judge that is also a model under test, on its own model's answers: how often it gives the favourable label, against the majority of the judges of other models on the same answers (McNemar's exact test; difference with Newcombe's 95% interval). The last column is the same difference on the other models' answers: a judge that is merely lenient leads there too.\n\n| judge | own model | n | own % | others % | difference (pp) | p | difference elsewhere (pp) |\n|---|---|---|---|---|---|---|---|\n");
         for s in &r.self_preference {
             let d = &s.test.difference;
+            let elsewhere = s.elsewhere.as_ref().map_or("-".to_string(), |e| {
+                let d = &e.difference;
+                format!("{:+.1}{} (n {})", d.estimate * 100.0, d.bracket(100.0, 1), d.n)
+            });
             md.push_str(&format!(
-                "| {} | {} | {} | {:.1} | {:.1} | {:+.1}{} | {:.4}{} |\n",
+                "| {} | {} | {} | {:.1} | {:.1} | {:+.1}{} | {:.4}{} | {elsewhere} |\n",
                 s.judge,
                 s.model,
                 s.n,
@@ -203,6 +207,9 @@ pub fn markdown(r: &JudgeReport) -> String {
             ));
         }
         md.push('\n');
+    }
+    if r.unit == "sentence" {
+        md.push_str("Units are sentences, and sentences of one passage are not independent: the intervals above are narrower than they should be.\n\n");
     }
     if r.disagreements_total > 0 {
         md.push_str(&format!(
