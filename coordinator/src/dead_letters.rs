@@ -40,32 +40,20 @@ pub struct Requeued {
     pub jobs: Vec<DeadLetter>,
 }
 
-pub(crate) fn open(run_dir: &Path) -> Result<RunState, CoordinatorError> {
-    let dir = run_dir.join("state");
-    if !dir.is_dir() {
-        return Err(StateError::Open {
-            path: dir.display().to_string(),
-            reason: "no run state here (not a run directory)".into(),
-        }
-        .into());
-    }
-    Ok(RunState::open(&dir)?)
-}
-
 /// The dead letters of the run in `run_dir` (`<out>/<name>`).
 pub fn list(run_dir: &Path) -> Result<Vec<DeadLetter>, CoordinatorError> {
-    report::dead_letters(&open(run_dir)?)
+    report::dead_letters(&RunState::open_run(run_dir)?)
 }
 
 /// How many dead letters the run in `run_dir` has (for `halyard status`).
 pub fn count(run_dir: &Path) -> Result<u64, CoordinatorError> {
-    Ok(open(run_dir)?.totals()?.dead_letters)
+    Ok(RunState::open_run(run_dir)?.totals()?.dead_letters)
 }
 
 /// Put every dead letter of the run in `run_dir` back to be run again (see the module
 /// docs); the next coordinator of the run publishes them.
 pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
-    let state = open(run_dir)?;
+    let state = RunState::open_run(run_dir)?;
     let jobs = report::dead_letters(&state)?;
     let db = state.db();
     let last = {

@@ -125,6 +125,19 @@ pub struct JobTotals {
 }
 
 impl RunState {
+    /// The run state of the run in `run_dir` (`<out>/<name>`, holding `state/`), for the
+    /// commands that work on a stopped run (dead letters, `labels import`).
+    pub fn open_run(run_dir: &Path) -> Result<RunState, StateError> {
+        let dir = run_dir.join("state");
+        if !dir.is_dir() {
+            return Err(StateError::Open {
+                path: dir.display().to_string(),
+                reason: "no run state here (not a run directory)".into(),
+            });
+        }
+        RunState::open(&dir)
+    }
+
     pub fn open(dir: &Path) -> Result<RunState, StateError> {
         let db = halyard_store::open(dir, CACHE_BYTES, &TABLES)
             .map_err(|reason| StateError::Open { path: dir.display().to_string(), reason })?;

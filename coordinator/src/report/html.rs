@@ -813,7 +813,9 @@ c.textContent='render check: '+drawn+' of '+segs.length+' bar segments drawn in 
 }catch(err){c.dataset.ok='0';c.dataset.errors=String(err);c.textContent='render check failed: '+err}});";
 
 /// The whole page for a report (`report.json`'s value; `labels` is its `labels.jsonl`).
-pub fn render(report: &Value, labels: &Path) -> Result<String, String> {
+/// `judges`: the judges part of the page (`judges_html::section`), placed after the
+/// benchmarks' sections.
+pub fn render(report: &Value, labels: &Path, judges: &str) -> Result<String, String> {
     let entries: Vec<Value> = report["benchmarks"].as_array().cloned().unwrap_or_default();
     let samples = read_samples(&entries, labels)?;
     let name = report["run"]["name"].as_str().unwrap_or("run");
@@ -840,7 +842,7 @@ pub fn render(report: &Value, labels: &Path) -> Result<String, String> {
         }
     }
     realhall_section(&mut out, &report["realhall"]);
-    super::judges_html::section(&mut out, &report["judges"]);
+    out.push_str(judges);
     cost_section(&mut out, &report["costs"]);
     jobs_section(&mut out, report);
     out.push_str("<div id=\"render-check\" data-ok=\"pending\"></div></body></html>\n");
@@ -863,7 +865,7 @@ mod tests {
                 "score_ci95": {"estimate": 0.5, "low": 0.4, "high": 0.6, "method": "wilson", "n": 80}}],
             "jobs": {"done": 1}, "costs": {"total": 0.0}, "dead_letters": []
         });
-        let html = render(&report, &labels).unwrap();
+        let html = render(&report, &labels, "").unwrap();
         assert!(html.contains("Benchmark 0: future-bench"));
         assert!(html.contains("<td>nested.n</td><td class=\"num\">3</td>"), "{html}");
         assert!(html.contains("m&lt;1&gt;") && !html.contains("m<1>"));
@@ -936,7 +938,7 @@ mod tests {
             "run": {"id": "r", "name": "n", "sweep": "s.toml"}, "benchmarks": [entry],
             "realhall": realhall, "jobs": {"done": 1}, "costs": {"total": 0.0}, "dead_letters": []
         });
-        let html = render(&report, &labels).unwrap();
+        let html = render(&report, &labels, "").unwrap();
         assert!(html.contains("Benchmark 0: ChainPoll"), "{html}");
         assert!(html.contains("<td>ChainPoll-correctness</td><td class=\"num\">0.5000 [not estimable: no variation in scores]</td><td class=\"num\">9</td><td>1 (no readable verdict (every poll unparseable or failed): 1)</td>"), "{html}");
         assert!(html.contains("<td>1 (empty: 1)</td>"), "{html}");

@@ -154,8 +154,10 @@ fn disagreements(out: &mut String, b: u64, r: &Value) {
 const JUDGES_HEAD: &str = "<style>table.heat td.heat-cell{text-align:center;min-width:3.5em}table.dis td{vertical-align:top;max-width:28em;font-size:.85em}table.dis td.off{font-weight:bold;color:#b71c1c}</style><script>function halyardFilter(b){var q=document.getElementById('dis-q-'+b).value.toLowerCase();var h=document.getElementById('dis-h-'+b).checked;var n=0;document.querySelectorAll('#dis-'+b+' tr.dis-row').forEach(function(r){var ok=(!q||r.textContent.toLowerCase().indexOf(q)>=0)&&(!h||r.dataset.human==='1');r.style.display=ok?'':'none';if(ok)n++;});document.getElementById('dis-n-'+b).textContent=n;}</script>";
 
 /// The judges part of the page (nothing when the report has none).
-pub fn section(out: &mut String, judges: &Value) {
-    let Some(list) = judges.as_array().filter(|l| !l.is_empty()) else { return };
+pub fn section(judges: &Value) -> String {
+    let mut page = String::new();
+    let out = &mut page;
+    let Some(list) = judges.as_array().filter(|l| !l.is_empty()) else { return page };
     out.push_str(JUDGES_HEAD);
     out.push_str("<h2 id=\"judges\">Judges</h2>");
     for r in list {
@@ -173,4 +175,5 @@ pub fn section(out: &mut String, judges: &Value) {
         disagreements(out, b, r);
         out.push_str("</section>");
     }
+    page
 }

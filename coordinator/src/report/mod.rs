@@ -192,7 +192,8 @@ pub fn write(
     labels.finish(&dir)?;
     write_atomic(&dir, "report.md", md.as_bytes())?;
     write_atomic(&dir, "report.json", &json)?;
-    let html = html::render(&value, &dir.join("labels.jsonl"))
+    let judges = judges_html::section(&value["judges"]);
+    let html = html::render(&value, &dir.join("labels.jsonl"), &judges)
         .map_err(|e| io_err(&dir, format!("report.html: {e}")))?;
     write_atomic(&dir, "report.html", html.as_bytes())?;
     Ok(Written { dir, dead_letters: dead_count })
@@ -204,7 +205,7 @@ pub fn rewrite(
     mut sweep: halyard_plan::sweep::Sweep,
     run_dir: &std::path::Path,
 ) -> Result<Written, CoordinatorError> {
-    let state = crate::dead_letters::open(run_dir)?;
+    let state = RunState::open_run(run_dir)?;
     halyard_plan::sweep::load_built(&mut sweep, run_dir)?;
     let (meta, _) = state.run_meta(&sweep.name)?;
     let cfg = CoordinatorConfig { sweep, run_dir: run_dir.to_path_buf() };

@@ -520,34 +520,39 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
     }
 }
 
-/// The same comparison as self-preference on the answers of the *other* models under
-/// test: a judge that is merely lenient leads there too; one that favours itself leads
-/// only on its own model's answers. `None` when there is nothing to compare.
-fn lead_elsewhere(
+/// Judge `jj`'s verdicts against the majority of the judges of models other than
+/// `model` (a judge of the same model would share the preference being measured), on
+/// `model`'s answers (`own`) or on the other models' answers: whether each gave the
+/// favourable label `fav`. Answers the judge left without a verdict, or where the others
+/// tie or gave none, are no comparison (counting them either way would move the
+/// difference).
+fn favour_pairs(
     j: &Judged,
     jj: usize,
     fav: usize,
-    own_model: &halyard_pipelines::common::ModelSpec,
-) -> Option<PairedTest> {
-    let (mut own, mut others) = (Vec::new(), Vec::new());
-    for u in j.units.iter().filter(|u| u.key.model != own_model.name) {
+    model: &halyard_pipelines::common::ModelSpec,
+    own: bool,
+) -> (Vec<bool>, Vec<bool>) {
+    let (mut judge, mut others) = (Vec::new(), Vec::new());
+    for u in j.units.iter().filter(|u| (u.key.model == model.name) == own) {
         let Some(v) = u.votes[jj] else { continue };
         let rest: Vec<Option<usize>> = u
             .votes
             .iter()
             .enumerate()
-            .filter(|(o, _)| *o != jj && !same_model(&j.judges[*o], own_model))
+            .filter(|(o, _)| *o != jj && !same_model(&j.judges[*o], model))
             .map(|(_, v)| v.map(|c| usize::from(c == fav)))
             .collect();
         let Majority::Label(c) = majority(&rest) else { continue };
-        own.push(v == fav);
+        judge.push(v == fav);
         others.push(c == 1);
     }
-    mcnemar(&own, &others).ok()
+    (judge, others)
 }
 
 /// Every judge that is also a model under test, on that model's units, against the
-/// judges of other models (none: no comparison).
+/// judges of other models (none: no comparison); beside it the same comparison on the
+/// other models' answers, where a judge that is merely lenient leads too.
 fn self_preference(j: &Judged) -> Vec<SelfPreference> {
     let Some(fav) = j.favourable else { return Vec::new() };
     if j.judges.len() < 2 {
@@ -556,29 +561,7 @@ fn self_preference(j: &Judged) -> Vec<SelfPreference> {
     let mut out = Vec::new();
     for (jj, judge) in j.judges.iter().enumerate() {
         for model in j.answerers.iter().filter(|m| same_model(m, judge)) {
-            let (mut own, mut others) = (Vec::new(), Vec::new());
-            for u in j.units.iter().filter(|u| u.key.model == model.name) {
-                let Some(v) = u.votes[jj] else { continue };
-                // The other judges that are not this model: a judge of the same model
-                // would share the preference being measured.
-                let rest: Vec<Option<usize>> = u
-                    .votes
-                    .iter()
-                    .enumerate()
-                    .filter(|(o, _)| *o != jj && !same_model(&j.judges[*o], model))
-                    .map(|(_, v)| v.map(|c| usize::from(c == fav)))
-                    .collect();
-                // The other judges' majority on "favourable or not"; a tie is not
-                // favourable (conservative: it does not inflate the difference).
-                // A tie among the others is no comparison (counting it either way would
-                // move the difference).
-                let other_fav = match majority(&rest) {
-                    Majority::Label(c) => c == 1,
-                    Majority::Tie(_) | Majority::Unrated => continue,
-                };
-                own.push(v == fav);
-                others.push(other_fav);
-            }
+            let (own, others) = favour_pairs(j, jj, fav, model, true);
             let Ok(test) = mcnemar(&own, &others) else { continue };
             let rate = |x: &[bool]| x.iter().filter(|b| **b).count() as f64 / x.len() as f64;
             out.push(SelfPreference {
@@ -589,7 +572,10 @@ fn self_preference(j: &Judged) -> Vec<SelfPreference> {
                 own_rate: rate(&own),
                 others_rate: rate(&others),
                 test,
-                elsewhere: lead_elsewhere(j, jj, fav, model),
+                elsewhere: {
+                    let (judge, others) = favour_pairs(j, jj, fav, model, false);
+                    mcnemar(&judge, &others).ok()
+                },
             });
         }
     }
