@@ -39,27 +39,23 @@ pub async fn open_bucket(
         deny_delete: true,
         allow_direct: true,
         discard: stream::DiscardPolicy::New,
-        num_replicas: crate::stream_replicas(broker),
+        num_replicas: crate::stream_replicas(broker).await,
         ..Default::default()
     };
     // Both requests are retried together: a broker restarting between them loses the
     // second's answer, or (a memory bucket) the stream itself, which the next try creates.
-    crate::retry_js(&format!("open the KV bucket {name}"), || async {
+    let opened = crate::retry_js(&format!("open the KV bucket {name}"), || async {
         let s = broker.js.get_or_create_stream(cfg.clone()).await.map_err(|e| e.to_string())?;
         match broker.js.get_key_value(name).await {
             Ok(store) => Ok((store, s)),
             Err(e) => Err(crate::vanished(e.to_string())),
         }
     })
-    .await
-    .inspect(|(_, s)| {
-        // Memory buckets (membership, health) hold nothing a restart cannot rebuild.
-        if spec.storage == stream::StorageType::File {
-            crate::check_replicas(
-                broker,
-                &format!("KV_{name}"),
-                s.cached_info().config.num_replicas,
-            )
-        }
-    })
+    .await?;
+    // Memory buckets (membership, health) hold nothing a restart cannot rebuild.
+    if spec.storage == stream::StorageType::File {
+        let held = opened.1.cached_info().config.num_replicas;
+        crate::check_replicas(broker, &format!("KV_{name}"), held).await;
+    }
+    Ok(opened)
 }

@@ -61,8 +61,8 @@ pub struct BrokerConfig {
     pub url: String,
     /// Client name shown in the server's connection list.
     pub name: String,
-    /// Stream replicas; `None`: 3 when the broker is a cluster of 3 or more nodes, else 1
-    /// (see [`cluster_size`]).
+    /// Stream replicas; `None`: 1 on a lone server, else 3 when JetStream can place 3
+    /// (see [`stream_replicas`]).
     pub replicas: Option<usize>,
     /// Credentials and TLS.
     pub auth: auth::NatsAuth,
@@ -96,6 +96,8 @@ pub struct Broker {
     pub client: async_nats::Client,
     pub js: jetstream::Context,
     pub config: BrokerConfig,
+    /// Replicas JetStream can place, asked once per connection ([`stream_replicas`]).
+    replicas: std::sync::Arc<tokio::sync::OnceCell<usize>>,
 }
 
 /// Bytes of a message's headers and protocol line kept free under `max_payload`.
@@ -160,7 +162,7 @@ pub async fn connect(config: &BrokerConfig) -> Result<Broker, BrokerError> {
         }
     };
     let js = jetstream::new(client.clone());
-    Ok(Broker { client, js, config: config.clone() })
+    Ok(Broker { client, js, config: config.clone(), replicas: Default::default() })
 }
 
 /// Errors worth waiting out: nothing answers yet.
@@ -192,7 +194,9 @@ fn is_tls_failure(msg: &str) -> bool {
 }
 
 /// Nodes of the cluster the client is connected to, from the server's INFO (its own
-/// address and its peers' client URLs); 1 for a lone server.
+/// address and its peers' client URLs); 1 for a lone server. A cluster that does not
+/// advertise its nodes (`no_advertise`, the NATS Helm chart's default) shows 1 here:
+/// [`stream_replicas`] asks JetStream instead.
 pub fn cluster_size(client: &async_nats::Client) -> usize {
     let info = client.server_info();
     if info.cluster.is_none() {
@@ -205,38 +209,96 @@ pub fn cluster_size(client: &async_nats::Client) -> usize {
     urls.len().max(1)
 }
 
-/// Replicas for Halyard's streams: the configured number, else 3 on a cluster of three
-/// or more nodes (a stream survives the loss of one), else 1. A server in a cluster that
-/// advertises fewer than 3 nodes may hide them (`no_advertise`, the NATS Helm chart's
-/// default): that is said loudly, once per process, with what to set (issue 34).
-pub fn stream_replicas(b: &Broker) -> usize {
+/// Replicas for Halyard's streams: the configured number (`--nats-replicas`), else 1 on
+/// a lone server, else what JetStream itself says it can place: 3 when it accepts a
+/// 3-replica probe stream (created in memory and deleted at once), else 1, said loudly.
+/// The probe runs once per connection; clients never see how many nodes a cluster has
+/// when it does not advertise them (`no_advertise`, the NATS Helm chart's default), so
+/// the advertised client URLs decide nothing (issue 34).
+pub async fn stream_replicas(b: &Broker) -> usize {
     if let Some(r) = b.config.replicas {
         return r;
     }
-    let nodes = cluster_size(&b.client);
-    if nodes >= 3 {
-        return 3;
+    if b.client.server_info().cluster.is_none() {
+        return 1;
     }
-    if b.client.server_info().cluster.is_some() {
-        static SAID: std::sync::Once = std::sync::Once::new();
-        SAID.call_once(|| {
+    *b.replicas.get_or_init(|| probe_replicas(b)).await
+}
+
+/// The stream name prefix of [`stream_replicas`]' probe (the roles' permissions allow
+/// creating and deleting these only).
+pub const PROBE_STREAM_PREFIX: &str = "HALYARD_PROBE_";
+
+/// How long the probe waits for JetStream to place 3 replicas (a cluster still forming,
+/// a node restarting) before settling on 1.
+const PROBE_PATIENCE: Duration = Duration::from_secs(20);
+
+async fn probe_replicas(b: &Broker) -> usize {
+    use async_nats::jetstream::context::CreateStreamErrorKind as K;
+    use async_nats::jetstream::ErrorCode;
+    // "replicas > 1 not supported in non-clustered mode"
+    const REPLICAS_NOT_SUPPORTED: ErrorCode = ErrorCode(10074);
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    let name = format!("{PROBE_STREAM_PREFIX}{id}");
+    let cfg = stream::Config {
+        name: name.clone(),
+        subjects: vec![format!("_halyard.probe.{id}")],
+        storage: stream::StorageType::Memory,
+        num_replicas: 3,
+        max_messages: 1,
+        ..Default::default()
+    };
+    let deadline = tokio::time::Instant::now() + PROBE_PATIENCE;
+    loop {
+        let e = match b.js.create_stream(cfg.clone()).await {
+            Ok(_) => {
+                if let Err(e) = b.js.delete_stream(&name).await {
+                    tracing::warn!(stream = %name, error = %e, "could not delete the replica probe stream");
+                }
+                tracing::debug!("JetStream placed 3 replicas: Halyard's streams get 3");
+                return 3;
+            }
+            Err(e) => e,
+        };
+        let cannot_place = matches!(e.kind(), K::JetStream(js) if [
+            ErrorCode::CLUSTER_NO_PEERS,
+            ErrorCode::INSUFFICIENT_RESOURCES,
+            REPLICAS_NOT_SUPPORTED,
+        ]
+        .contains(&js.error_code()));
+        if !cannot_place {
+            // Denied, timed out, JetStream unavailable: the probe cannot tell; the
+            // advertised nodes decide (3 or more advertised: 3).
+            let advertised = cluster_size(&b.client);
+            let n = if advertised >= 3 { 3 } else { 1 };
             tracing::warn!(
-                advertised_nodes = nodes,
-                "the broker is in a cluster but advertises {nodes} node(s) (no_advertise?): \
-                 Halyard's streams and buckets get 1 replica and a node's loss loses them; \
-                 give --nats-replicas 3 (HALYARD_NATS_REPLICAS) on every process if the \
-                 cluster has 3 or more JetStream nodes"
-            )
-        });
+                error = %e,
+                replicas = n,
+                "could not ask JetStream how many replicas it can place; going by the \
+                 {advertised} node(s) the server advertises: Halyard's streams and buckets \
+                 get {n} (--nats-replicas / HALYARD_NATS_REPLICAS decides)"
+            );
+            return n;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                error = %e,
+                "the broker is in a cluster, but JetStream cannot place 3 replicas: \
+                 Halyard's streams and buckets get 1 and a node's loss loses them; give \
+                 --nats-replicas (HALYARD_NATS_REPLICAS) on every process to decide"
+            );
+            return 1;
+        }
+        tracing::info!(error = %e, "JetStream cannot place 3 replicas yet; asking again");
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    1
 }
 
 /// Say loudly when an existing stream (or bucket) has fewer replicas than Halyard would
 /// give it now: it was made earlier, by another configuration, and a node's loss can lose
 /// it. JetStream keeps a stream's replicas as created; `nats stream edit` changes them.
-pub fn check_replicas(b: &Broker, name: &str, held: usize) {
-    let wanted = stream_replicas(b);
+pub async fn check_replicas(b: &Broker, name: &str, held: usize) {
+    let wanted = stream_replicas(b).await;
     if held < wanted {
         tracing::warn!(
             stream = name,
@@ -260,7 +322,7 @@ pub const RESULTS_MAX_BYTES: i64 = 2 << 30;
 /// server's `max_payload`), so that a flood on the results subject fills the broker's
 /// disk no further.
 pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
-    let replicas = stream_replicas(b);
+    let replicas = stream_replicas(b).await;
     for (name, prefix) in [
         (subjects::JOBS_STREAM, subjects::JOBS_PREFIX),
         (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX),
@@ -283,7 +345,7 @@ pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
         let s =
             retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone()))
                 .await?;
-        check_replicas(b, name, s.cached_info().config.num_replicas);
+        check_replicas(b, name, s.cached_info().config.num_replicas).await;
     }
     Ok(())
 }

@@ -102,7 +102,7 @@ async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
         name: format!("OBJ_{BUCKET}"),
         subjects: vec![format!("$O.{BUCKET}.C.>"), format!("$O.{BUCKET}.M.>")],
         storage: stream::StorageType::File,
-        num_replicas: crate::stream_replicas(b),
+        num_replicas: crate::stream_replicas(b).await,
         max_age: OBJECT_MAX_AGE,
         max_bytes: OBJECTS_MAX_BYTES,
         discard: stream::DiscardPolicy::New,

@@ -49,7 +49,7 @@ pub async fn bucket(b: &Broker, name: &str, max_age: Duration) -> Result<KvStore
         allow_rollup: true,
         deny_delete: true,
         allow_direct: true,
-        num_replicas: crate::stream_replicas(b),
+        num_replicas: crate::stream_replicas(b).await,
         discard: stream::DiscardPolicy::New,
         ..Default::default()
     };

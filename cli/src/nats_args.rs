@@ -40,9 +40,8 @@ pub struct NatsAuthArgs {
     /// loopback (anyone who can reach it can publish jobs and read results).
     #[arg(long, env = "HALYARD_NATS_ALLOW_INSECURE")]
     allow_insecure: bool,
-    /// Replicas of Halyard's streams and buckets (1..=5). Default: 3 when the broker's
-    /// INFO names 3 or more cluster nodes, else 1. A cluster that does not advertise its
-    /// nodes (`no_advertise`, the NATS Helm chart's default) needs this set.
+    /// Replicas of Halyard's streams and buckets (1..=5). Default: 1 on a lone server; in
+    /// a cluster, 3 when JetStream accepts a 3-replica probe stream, else 1 (loudly).
     #[arg(long, env = "HALYARD_NATS_REPLICAS", value_parser = clap::value_parser!(u8).range(1..=5))]
     nats_replicas: Option<u8>,
 }

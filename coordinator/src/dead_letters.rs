@@ -27,7 +27,7 @@ use halyard_proto::{JobId, Outcome};
 use halyard_store::redb::ReadableDatabase;
 
 use crate::report::{self, DeadLetter};
-use crate::state::{job_key, RunState, StateError, DONE, HISTORY, META, RETRIED};
+use crate::state::{job_key, RunDb, StateError, DONE, HISTORY, META, RETRIED};
 use crate::CoordinatorError;
 
 const ROUND_KEY: &[u8] = b"retry_round";
@@ -42,18 +42,18 @@ pub struct Requeued {
 
 /// The dead letters of the run in `run_dir` (`<out>/<name>`).
 pub fn list(run_dir: &Path) -> Result<Vec<DeadLetter>, CoordinatorError> {
-    report::dead_letters(&RunState::open_run(run_dir)?)
+    report::dead_letters(&RunDb::open_run(run_dir)?)
 }
 
 /// How many dead letters the run in `run_dir` has (for `halyard status`).
 pub fn count(run_dir: &Path) -> Result<u64, CoordinatorError> {
-    Ok(RunState::open_run(run_dir)?.totals()?.dead_letters)
+    Ok(RunDb::open_run(run_dir)?.totals()?.dead_letters)
 }
 
 /// Put every dead letter of the run in `run_dir` back to be run again (see the module
 /// docs); the next coordinator of the run publishes them.
 pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
-    let state = RunState::open_run(run_dir)?;
+    let state = RunDb::open_run(run_dir)?;
     let jobs = report::dead_letters(&state)?;
     let db = state.db();
     let last = {
@@ -98,7 +98,7 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
 }
 
 /// Jobs put back by `requeue`, with their round (read by the coordinator at start).
-pub(crate) fn retried(state: &RunState) -> Result<HashMap<JobId, u32>, StateError> {
+pub(crate) fn retried(state: &RunDb) -> Result<HashMap<JobId, u32>, StateError> {
     let mut out = HashMap::new();
     let tx = state.db().begin_read()?;
     for kv in tx.open_table(RETRIED)?.range::<&[u8]>(..)? {

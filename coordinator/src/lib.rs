@@ -11,13 +11,13 @@
 //!   - `run::backlog` and `run::stall`: results that arrived while no coordinator ran,
 //!     and jobs lost from the queue;
 //!   - `run::outage`: endpoint outages read from the pool-health bucket.
-//! - [`state`]: the run state on disk ([`state::RunState`]), and `run_store`, the
+//! - [`state`]: the run state on disk ([`state::RunDb`]), and `run_store`, the
 //!   planner's view of it (`halyard_plan::store::RunStore`).
 //! - [`report`]: `report.json`, `report.md`, `labels.jsonl`, `report.html`, and the
 //!   leaderboard over runs; [`dead_letters`]: listing and re-queueing them.
 //!
 //! ## Roles
-//! DESIGN.md names the coordinator's roles Planner, Dispatcher, Collector, RunState and
+//! DESIGN.md names the coordinator's roles Planner, Dispatcher, Collector, RunDb and
 //! Reporter. They are not actors here: one task runs them in turn (collect a batch, plan,
 //! publish, commit), because the order between them *is* the durability contract (a
 //! result is acked only after it is flushed, and it is flushed only after the jobs it

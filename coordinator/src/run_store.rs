@@ -1,5 +1,5 @@
 //! The on-disk run state as the planner sees it: [`RunStore`] and [`LabelStore`] for
-//! [`RunState`] (the planner's in-memory twin, `MemStore`, lives beside the trait in
+//! [`RunDb`] (the planner's in-memory twin, `MemStore`, lives beside the trait in
 //! `halyard-plan`).
 
 use halyard_plan::cost::ClassTotals;
@@ -7,29 +7,29 @@ use halyard_plan::planner::Effect;
 use halyard_plan::store::{ItemKey, LabelIter, LabelStore, RunStore, StoreError};
 use halyard_proto::{JobId, StoredResult};
 
-use crate::state::{RunState, Write};
+use crate::state::{RunDb, Write};
 
-impl RunStore for RunState {
+impl RunStore for RunDb {
     fn result(&self, job: &JobId) -> Result<Option<StoredResult>, StoreError> {
-        Ok(RunState::result(self, job)?)
+        Ok(RunDb::result(self, job)?)
     }
     fn has_result(&self, job: &JobId) -> Result<bool, StoreError> {
-        Ok(RunState::has_result(self, job)?)
+        Ok(RunDb::has_result(self, job)?)
     }
     fn is_done(&self, item: ItemKey) -> Result<bool, StoreError> {
-        Ok(RunState::is_done(self, item)?)
+        Ok(RunDb::is_done(self, item)?)
     }
     fn done_count(&self) -> u64 {
-        RunState::done_count(self) as u64
+        RunDb::done_count(self) as u64
     }
     fn done_count_of(&self, bench: u32, model: u32) -> u64 {
-        RunState::done_count_of(self, bench, model)
+        RunDb::done_count_of(self, bench, model)
     }
     fn results_at_open(&self) -> u64 {
-        RunState::results_at_open(self)
+        RunDb::results_at_open(self)
     }
     fn costs(&self) -> Result<Vec<ClassTotals>, StoreError> {
-        Ok(RunState::costs(self)?)
+        Ok(RunDb::costs(self)?)
     }
     fn commit(&mut self, effects: &[Effect]) -> Result<(), StoreError> {
         let writes: Vec<Write<'_>> = effects
@@ -45,12 +45,12 @@ impl RunStore for RunState {
         if writes.is_empty() {
             return Ok(());
         }
-        Ok(RunState::commit_writes(self, &writes)?)
+        Ok(RunDb::commit_writes(self, &writes)?)
     }
 }
 
-impl LabelStore for RunState {
+impl LabelStore for RunDb {
     fn labels_of(&self, bench: u32, model: u32) -> LabelIter<'_> {
-        Box::new(RunState::labels_of(self, bench, model).map(|r| r.map_err(StoreError::from)))
+        Box::new(RunDb::labels_of(self, bench, model).map(|r| r.map_err(StoreError::from)))
     }
 }

@@ -18,7 +18,7 @@
 //!   job, for the rare failure.)
 //! - `retried`, `dead_history`: see [`crate::dead_letters`].
 //!
-//! Every update is one redb transaction, committed without an fsync; [`RunState::flush`]
+//! Every update is one redb transaction, committed without an fsync; [`RunDb::flush`]
 //! makes everything committed so far durable with one. Results and item labels are
 //! flushed before the result messages that carried them are acked; after a crash, a
 //! redelivered result is recognised as a duplicate.
@@ -94,9 +94,10 @@ const TABLES: [Table; 6] = [META, RESULTS, DONE, JOBS, RETRIED, HISTORY];
 /// A range of one table, read in a snapshot of its own.
 type Scan = redb::Range<'static, &'static [u8], &'static [u8]>;
 
-/// A run's state. Its one writer is the coordinator that opened it (redb's file lock
+/// A run's database (`state/` in the run directory: results, done items, job notes,
+/// totals). Its one writer is the coordinator that opened it (redb's file lock
 /// keeps other processes out).
-pub struct RunState {
+pub struct RunDb {
     db: Arc<Database>,
     /// The `results` table and its log.
     results: Logged,
@@ -124,10 +125,10 @@ pub struct JobTotals {
     pub latency_ms_total: u64,
 }
 
-impl RunState {
-    /// The run state of the run in `run_dir` (`<out>/<name>`, holding `state/`), for the
+impl RunDb {
+    /// The database of the run in `run_dir` (`<out>/<name>`, holding `state/`), for the
     /// commands that work on a stopped run (dead letters, `labels import`).
-    pub fn open_run(run_dir: &Path) -> Result<RunState, StateError> {
+    pub fn open_run(run_dir: &Path) -> Result<RunDb, StateError> {
         let dir = run_dir.join("state");
         if !dir.is_dir() {
             return Err(StateError::Open {
@@ -135,10 +136,10 @@ impl RunState {
                 reason: "no run state here (not a run directory)".into(),
             });
         }
-        RunState::open(&dir)
+        RunDb::open(&dir)
     }
 
-    pub fn open(dir: &Path) -> Result<RunState, StateError> {
+    pub fn open(dir: &Path) -> Result<RunDb, StateError> {
         let db = halyard_store::open(dir, CACHE_BYTES, &TABLES)
             .map_err(|reason| StateError::Open { path: dir.display().to_string(), reason })?;
         let results = Logged::open(&db, RESULTS_LOGGED)?;
@@ -157,7 +158,7 @@ impl RunState {
         if let Some(e) = bad_key {
             return Err(e);
         }
-        Ok(RunState {
+        Ok(RunDb {
             db: Arc::new(db),
             results,
             stored,
@@ -183,7 +184,7 @@ impl RunState {
     }
 
     /// `update` in one write transaction, committed without an fsync (see
-    /// [`RunState::flush`]).
+    /// [`RunDb::flush`]).
     fn write<T>(
         &self,
         update: impl FnOnce(&redb::WriteTransaction) -> Result<T, StateError>,
@@ -196,7 +197,7 @@ impl RunState {
         Ok(out)
     }
 
-    /// [`RunState::write`] with the writer of `results` too (see [`Logged::write`]).
+    /// [`RunDb::write`] with the writer of `results` too (see [`Logged::write`]).
     fn write_results<T>(
         &self,
         update: impl FnOnce(&redb::WriteTransaction, &mut LoggedWrite<'_>) -> Result<T, StateError>,
@@ -243,7 +244,7 @@ impl RunState {
     /// results that are never counted, since their redelivery is a duplicate.
     ///
     /// A result is stored only if its job has none (the first result wins); a job note
-    /// likewise. Not durable until [`RunState::flush`].
+    /// likewise. Not durable until [`RunDb::flush`].
     pub fn commit_writes(&self, writes: &[Write<'_>]) -> Result<(), StateError> {
         let trip = failpoint::mid_commit(writes.len());
         self.write_results(|tx, results| {
@@ -292,7 +293,7 @@ impl RunState {
     }
 
     /// Record a result; false if one was already recorded for this job (a duplicate).
-    /// Not durable until [`RunState::flush`].
+    /// Not durable until [`RunDb::flush`].
     pub fn insert_result(&self, r: &JobResult) -> Result<bool, StateError> {
         let encoded =
             encode_result(&StoredResult::from(r)).map_err(|e| StateError::Io(e.to_string()))?;
@@ -469,7 +470,7 @@ impl RunState {
     }
 }
 
-impl Drop for RunState {
+impl Drop for RunDb {
     /// Commits since the last flush are made durable on the way out (every path that
     /// acks flushes first; this covers writes nobody waited for, such as the outages).
     fn drop(&mut self) {
@@ -525,7 +526,7 @@ pub(crate) fn job_key(key: &[u8], table: &str) -> Result<JobId, StateError> {
     })
 }
 
-/// One write of [`RunState::commit_writes`].
+/// One write of [`RunDb::commit_writes`].
 #[derive(Clone, Copy, Debug)]
 pub enum Write<'a> {
     /// A result in its stored form ([`halyard_proto::stored::encode_result`]), stored if
@@ -630,7 +631,7 @@ mod tests {
     #[tokio::test]
     async fn duplicates_count_once() {
         let dir = tempfile::tempdir().unwrap();
-        let st = RunState::open(dir.path()).unwrap();
+        let st = RunDb::open(dir.path()).unwrap();
         assert!(st.insert_result(&result(1, "first", false)).unwrap());
         assert!(!st.insert_result(&result(1, "second", true)).unwrap());
         assert!(st.insert_result(&result(2, "other", true)).unwrap());
@@ -647,7 +648,7 @@ mod tests {
     #[tokio::test]
     async fn commits_keep_the_first_result_and_note() {
         let dir = tempfile::tempdir().unwrap();
-        let st = RunState::open(dir.path()).unwrap();
+        let st = RunDb::open(dir.path()).unwrap();
         assert!(st.insert_result(&result(1, "stored before", false)).unwrap());
         let stored = |r: JobResult| encode_result(&StoredResult::from(r)).unwrap();
         let (r1, r2a, r2b) = (
@@ -706,7 +707,7 @@ mod tests {
             old.flush().unwrap();
         }
         halyard_proto::store_mark::write_file(dir.path()).unwrap();
-        let st = RunState::open(dir.path()).unwrap();
+        let st = RunDb::open(dir.path()).unwrap();
         assert_eq!(st.run_meta("old").unwrap(), (meta, false));
         assert_eq!(st.results_at_open(), 1);
         match st.result(&JobId([1; 16])).unwrap().unwrap().outcome {
@@ -725,13 +726,13 @@ mod tests {
     async fn run_identity_is_stable() {
         let dir = tempfile::tempdir().unwrap();
         let id = {
-            let st = RunState::open(dir.path()).unwrap();
+            let st = RunDb::open(dir.path()).unwrap();
             let (m, created) = st.run_meta("x").unwrap();
             assert!(created);
             st.flush().await.unwrap();
             m.id
         };
-        let st = RunState::open(dir.path()).unwrap();
+        let st = RunDb::open(dir.path()).unwrap();
         let (m, created) = st.run_meta("x").unwrap();
         assert!(!created);
         assert_eq!(m.id, id);

@@ -112,8 +112,8 @@ pub fn load_sweep(path: &std::path::Path, max_cost: Option<f64>) -> Result<Sweep
 pub struct Nats {
     pub url: String,
     pub auth: halyard_broker::auth::NatsAuth,
-    /// Replicas of Halyard's streams and buckets (`--nats-replicas`); `None`: from the
-    /// broker's cluster as it advertises it.
+    /// Replicas of Halyard's streams and buckets (`--nats-replicas`); `None`: 1 on a lone
+    /// server, else what JetStream can place (`halyard_broker::stream_replicas`).
     pub replicas: Option<usize>,
 }
 

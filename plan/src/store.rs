@@ -1,5 +1,5 @@
 //! What the planner needs of a run's state: [`RunStore`], with two implementations, the
-//! on-disk run state the coordinator runs on (`halyard_coordinator::state::RunState`) and
+//! on-disk run state the coordinator runs on (`halyard_coordinator::state::RunDb`) and
 //! the in-memory [`MemStore`] the planner's tests run on (as raft-rs has `Storage` with
 //! `MemStorage`); and what a benchmark's report reads of it, [`LabelStore`].
 //!

@@ -115,12 +115,12 @@ mod tests {
         }
     }
 
-    /// Issue 34: a cluster that does not advertise its nodes (the NATS chart's default) shows
-    /// a client one node, so by default streams get 1 replica (with a loud warning); with
-    /// replicas configured (`--nats-replicas 3`) they get 3, and a process that finds the
-    /// stream with fewer than configured says so.
+    /// Issue 34: a cluster that does not advertise its nodes (the NATS chart's default)
+    /// shows a client one node, yet JetStream places 3 replicas: Halyard asks it (a probe
+    /// stream) and its streams get 3 without any setting; the probe leaves nothing
+    /// behind. A configured number still decides (`--nats-replicas 1`).
     #[test]
-    fn no_advertise_needs_configured_replicas() {
+    fn no_advertise_still_gets_three_replicas() {
         let cluster = NatsCluster::start_with(3, &["--no_advertise=true"]);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
@@ -130,13 +130,18 @@ mod tests {
                     .unwrap();
             assert_eq!(halyard_broker::cluster_size(&b.client), 1, "nodes hidden by no_advertise");
             assert!(b.client.server_info().cluster.is_some());
-            assert_eq!(halyard_broker::stream_replicas(&b), 1);
+            assert_streams_have_three_replicas(&b).await;
+            let mut names = b.js.stream_names();
+            while let Some(n) = futures::StreamExt::next(&mut names).await {
+                let n = n.unwrap();
+                assert!(!n.starts_with(halyard_broker::PROBE_STREAM_PREFIX), "probe left: {n}");
+            }
             let cfg = BrokerConfig {
-                replicas: Some(3),
-                ..BrokerConfig::new(cluster.node(1).url(), "no-advertise-r3")
+                replicas: Some(1),
+                ..BrokerConfig::new(cluster.node(1).url(), "no-advertise-r1")
             };
             let b = halyard_broker::connect(&cfg).await.unwrap();
-            assert_streams_have_three_replicas(&b).await;
+            assert_eq!(halyard_broker::stream_replicas(&b).await, 1);
         });
     }
 

@@ -6,14 +6,20 @@
 //! 2. one worker that holds jobs cut off the network (`docker network disconnect`) for
 //!    longer than `ack_wait`, then reconnected;
 //! 3. workers scaled 4 → 2 (compose stops two: SIGTERM, graceful);
-//! 4. the NATS node leading the job stream stopped, then started again.
+//! 4. the NATS node leading the job stream stopped (SIGTERM), then started again;
+//! 5. a NATS node killed with SIGKILL while it leads the job stream and every pool's
+//!    consumer (moved there first by leader step-downs), then started again.
+//!
+//! The cluster runs with `no_advertise` (the NATS Helm chart's default): clients are told
+//! of no other node, so the replicas come from what JetStream can place (issue 34).
 //!
 //! It checks: the coordinator completes (exit 0); report figures and labels equal an
 //! uninterrupted run's (the same sweep, `halyard run` on this host against a second
 //! fake-api process); every job counted once; paid calls beyond the uninterrupted run's
-//! at most the in-flight bound of the workers each fault touched; streams with 3
-//! replicas; Prometheus scraped the coordinator and every worker; every metric of the
-//! Grafana dashboard was scraped; no panic in any log. It prints a table.
+//! at most the in-flight bound of the workers each fault touched; every stream and
+//! bucket with 3 replicas; Prometheus scraped the coordinator and every worker; every
+//! metric of the Grafana dashboard was scraped; every worker that ever ran (scaled-down
+//! ones included) exited 0; no panic in any log. It prints a table.
 //!
 //! Ignored in `cargo test` (it builds images and needs a Docker daemon); `.ci/run` runs it
 //! through `deploy/check`, after the test suite has built the debug binaries:
@@ -127,6 +133,11 @@ struct Cluster {
     compose: Compose,
     logs: PathBuf,
     followed: BTreeSet<String>,
+    /// `docker wait` of every worker that ever ran: its exit code lands in `<id>.exit`.
+    waits: Vec<ChildGuard>,
+    /// The test's own broker user (all rights; only in this test's copy of the roles):
+    /// leader step-downs.
+    admin: (String, String),
 }
 
 impl Cluster {
@@ -151,8 +162,105 @@ impl Cluster {
                     let file = self.logs.join(format!("{service}-{}.log", &id[..12]));
                     self.compose.follow_logs(&id, &file).unwrap();
                     self.compose.own_volumes(&id).unwrap();
+                    if service == "worker" {
+                        let out = std::fs::File::create(self.exit_file(&id)).unwrap();
+                        let mut c = Command::new("docker");
+                        c.args(["wait", &id]).stdout(out).stdin(std::process::Stdio::null());
+                        self.waits.push(ChildGuard::spawn(c));
+                    }
                 }
             }
+        }
+    }
+
+    fn exit_file(&self, container: &str) -> PathBuf {
+        self.logs.join(format!("worker-{}.exit", &container[..12]))
+    }
+
+    /// Exit codes of every worker that ever ran (`docker wait`, so those a scale-down
+    /// removed count too), once all have stopped.
+    fn worker_exit_codes(&self) -> Vec<String> {
+        let workers: Vec<&String> =
+            self.followed.iter().filter(|id| self.exit_file(id).exists()).collect();
+        let t = Instant::now();
+        loop {
+            let codes: Vec<String> = workers
+                .iter()
+                .map(|id| std::fs::read_to_string(self.exit_file(id)).unwrap_or_default())
+                .map(|c| c.trim().to_string())
+                .collect();
+            if codes.iter().all(|c| !c.is_empty()) || t.elapsed() > Duration::from_secs(60) {
+                return codes
+                    .into_iter()
+                    .map(|c| if c.is_empty() { "none".into() } else { c })
+                    .collect();
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Every stream of the account (Halyard's streams, KV and object buckets) with its
+    /// replicas, from nats1's /jsz.
+    fn all_replicas(&self) -> Vec<(String, u64)> {
+        let addr = self.compose.service_port("nats1", 8222).unwrap();
+        let jsz = get_json(addr, "/jsz?streams=true&config=true").unwrap();
+        let streams = jsz["account_details"].as_array().into_iter().flatten();
+        streams
+            .flat_map(|a| a["stream_detail"].as_array().cloned().unwrap_or_default())
+            .map(|s| {
+                let name = s["name"].as_str().unwrap_or_default().to_string();
+                (name, s["config"]["num_replicas"].as_u64().unwrap_or(0))
+            })
+            .collect()
+    }
+
+    /// The server leading the job stream, and the leader of each of its consumers.
+    fn job_leaders(&self) -> (String, Vec<(String, String)>) {
+        let addr = self.compose.service_port("nats1", 8222).unwrap();
+        let jsz = get_json(addr, "/jsz?consumers=true").unwrap();
+        let streams = jsz["account_details"].as_array().into_iter().flatten();
+        let s = streams
+            .flat_map(|a| a["stream_detail"].as_array().cloned().unwrap_or_default())
+            .find(|s| s["name"] == halyard_proto::subjects::JOBS_STREAM)
+            .expect("no job stream in /jsz");
+        let leader = |v: &Value| v["cluster"]["leader"].as_str().unwrap_or_default().to_string();
+        let consumers = s["consumer_detail"].as_array().cloned().unwrap_or_default();
+        let consumers = consumers
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap_or_default().to_string(), leader(c)))
+            .collect();
+        (leader(&s), consumers)
+    }
+
+    /// Moves the leadership of every job-stream consumer to the job stream's leader (a
+    /// step-down elects another replica at random: asked again until it lands there),
+    /// and returns that server with the consumers it then leads.
+    fn gather_leaders(&self) -> (String, Vec<String>) {
+        let addr = self.compose.service_port("nats1", 4222).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (user, password) = self.admin.clone();
+        let client = rt
+            .block_on(
+                async_nats::ConnectOptions::with_user_and_password(user, password)
+                    .connect(addr.to_string()),
+            )
+            .expect("the test's broker user connects");
+        let stream = halyard_proto::subjects::JOBS_STREAM;
+        let t = Instant::now();
+        loop {
+            let (target, consumers) = self.job_leaders();
+            let away: Vec<&String> =
+                consumers.iter().filter(|(_, l)| *l != target).map(|(c, _)| c).collect();
+            if (away.is_empty() && !consumers.is_empty()) || t.elapsed() > Duration::from_secs(60) {
+                let led = consumers.into_iter().filter(|(_, l)| *l == target).map(|(c, _)| c);
+                let led = led.collect();
+                return (target, led);
+            }
+            for c in away {
+                let subject = format!("$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{c}");
+                let _ = rt.block_on(client.request(subject, "".into()));
+            }
+            std::thread::sleep(Duration::from_millis(1500));
         }
     }
 
@@ -231,10 +339,25 @@ fn start(dir: &Path) -> Cluster {
         "/usr/share/halyard/datasets/hypotermqa/HypoTermQA_180.jsonl",
     );
     std::fs::write(dir.join("sweep.toml"), sweep_text).unwrap();
+    // The shipped roles plus one user of the test's own (all rights), mounted over
+    // deploy/nats on every node: the leader step-downs of the SIGKILL fault.
+    let admin = ("fault-test".to_string(), format!("admin-{id}"));
+    let roles = dir.join("roles");
+    std::fs::create_dir_all(&roles).unwrap();
+    let conf = std::fs::read_to_string(repo_root().join("deploy/nats/permissions.conf")).unwrap();
+    let user = format!("  users = [\n    {{ user: \"{}\", password: \"{}\" }}\n", admin.0, admin.1);
+    assert!(conf.contains("  users = [\n"), "permissions.conf has no users list");
+    std::fs::write(roles.join("permissions.conf"), conf.replacen("  users = [\n", &user, 1))
+        .unwrap();
+    let mounts: String = (1..=3)
+        .map(|n| format!("  nats{n}:\n    volumes: [\"{}:/etc/nats/roles:ro\"]\n", roles.display()))
+        .collect();
+    let override_file = dir.join("fault-test.yaml");
+    std::fs::write(&override_file, format!("services:\n{mounts}")).unwrap();
     let mut compose = Compose::new(
         &id,
         &repo_root().join("deploy/compose"),
-        &["compose.yaml", "compose.local.yaml"],
+        &["compose.yaml", "compose.local.yaml", override_file.to_str().unwrap()],
         env,
     )
     .unwrap();
@@ -245,7 +368,7 @@ fn start(dir: &Path) -> Cluster {
     compose.run(&["up", "-d", "nats1", "nats2", "nats3", "fake-api", "prometheus"]).unwrap();
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let cluster = Cluster { compose, logs, followed: BTreeSet::new() };
+    let cluster = Cluster { compose, logs, followed: BTreeSet::new(), waits: Vec::new(), admin };
     let t = Instant::now();
     loop {
         let addr = cluster.compose.service_port("nats1", 8222).unwrap();
@@ -330,6 +453,23 @@ fn run_faults(cluster: &mut Cluster, reference_calls: u64) -> (Events, String) {
     let detail = format!("{node}, leader of {}, down 8 s", halyard_proto::subjects::JOBS_STREAM);
     // Acks lost with the node: every running worker's calls may be redelivered.
     ev.add(at, "NATS node stop", 2, detail, 2 * per_worker);
+    std::thread::sleep(Duration::from_secs(8));
+    cluster.compose.run(&["start", &node]).unwrap();
+    ev.add(cluster.calls(), "NATS node start", 2, node, 0);
+
+    cluster.wait_calls(r * 85 / 100, &coordinator);
+    let (leader, led) = cluster.gather_leaders();
+    let node = format!("nats{}", leader.trim_start_matches('n'));
+    let at = cluster.calls();
+    let container = cluster.compose.containers(&node).unwrap().remove(0);
+    run("docker", &["kill", "-s", "KILL", &container]).unwrap();
+    let detail = format!(
+        "{node}, leader of {} and of {}, SIGKILL, down 8 s",
+        halyard_proto::subjects::JOBS_STREAM,
+        if led.is_empty() { "no consumer".to_string() } else { led.join(", ") }
+    );
+    ev.add(at, "NATS node SIGKILL", 2, detail, 2 * per_worker);
+    assert!(!led.is_empty(), "no consumer could be moved to {node}");
     std::thread::sleep(Duration::from_secs(8));
     cluster.compose.run(&["start", &node]).unwrap();
     ev.add(cluster.calls(), "NATS node start", 2, node, 0);
@@ -447,11 +587,12 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
     let (ev, status) = run_faults(&mut cluster, reference_calls);
     let coordinator = cluster.compose.containers("coordinator").unwrap().remove(0);
     let calls = cluster.calls();
-    let (_, replicas) = cluster.stream_leader(halyard_proto::subjects::JOBS_STREAM);
+    let replicas = cluster.all_replicas();
+    let under: Vec<String> =
+        replicas.iter().filter(|(_, r)| *r != 3).map(|(s, r)| format!("{s} R{r}")).collect();
     let seen = scraped(&cluster, started);
     cluster.compose.run(&["stop", "-t", "30", "worker"]).unwrap();
-    let exit_code = |w: &String| Compose::inspect(w, "{{.State.ExitCode}}").unwrap();
-    let exits: Vec<String> = cluster.workers().iter().map(exit_code).collect();
+    let exits = cluster.worker_exit_codes();
     let c = compare(&cluster, &coordinator, dir, &ref_dir);
     let repeated = calls as i64 - reference_calls as i64;
     let rows = [
@@ -467,14 +608,18 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
         ("duplicate results absorbed", seen.duplicates.to_string(), "any (counted once)".into()),
         ("paid calls", calls.to_string(), format!("{reference_calls} + repeats")),
         ("repeated paid calls", repeated.to_string(), format!("0 ..= {}", ev.bound)),
-        ("HALYARD_JOBS replicas", replicas.to_string(), "3".into()),
+        (
+            "streams and buckets not R3",
+            format!("{under:?} of {}", replicas.len()),
+            "[] (no_advertise)".into(),
+        ),
         (
             "workers / coordinator scraped",
             format!("{} / {}", seen.workers, seen.coordinator),
             ">= 4 / 1".into(),
         ),
         ("dashboard metrics not scraped", format!("{:?}", seen.missing), "[]".into()),
-        ("worker exit codes", exits.join(","), "all 0".into()),
+        ("exit codes of every worker that ran", exits.join(","), "all 0 (4 workers)".into()),
         ("panics in logs", c.panics.to_string(), "0".into()),
         ("wall", format!("{:.0} s", started.elapsed().as_secs_f64()), String::new()),
     ];
@@ -485,8 +630,10 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
     assert_eq!((c.lost, c.double_counted, c.panics), (0, 0, 0));
     let bound = ev.bound as i64;
     assert!((0..=bound).contains(&repeated), "{repeated} repeated calls, bound {bound}");
-    assert_eq!(replicas, 3, "streams on the 3-node cluster have 3 replicas");
+    assert!(replicas.len() >= 6, "streams and buckets in /jsz: {replicas:?}");
+    assert!(under.is_empty(), "streams and buckets without 3 replicas: {under:?}");
     assert!(seen.workers >= 4.0 && seen.coordinator == 1.0, "Prometheus missed a process");
     assert!(seen.missing.is_empty(), "dashboard metrics never scraped: {:?}", seen.missing);
+    assert!(exits.len() >= 4, "workers that ran: {exits:?}");
     assert!(exits.iter().all(|e| e == "0"), "worker exit codes {exits:?}");
 }

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use clap::Parser;
-use halyard_coordinator::state::{ItemKey, RunState, Write};
+use halyard_coordinator::state::{ItemKey, RunDb, Write};
 use halyard_plan::cost::ClassTotals;
 use halyard_proto::stored::encode_result;
 use halyard_proto::{Completion, JobId, Outcome, StoredResult, Usage};
@@ -222,7 +222,7 @@ impl Records {
 fn write_halyard(args: &Args, dir: &Path, r: &Records) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
-        let state = RunState::open(&dir.join("state"))?;
+        let state = RunDb::open(&dir.join("state"))?;
         let cp = Checkpoint::open(&dir.join("checkpoint"))?;
         for (chunk, start) in r.ids.chunks(args.batch).zip((0usize..).step_by(args.batch)) {
             let puts = chunk.iter().enumerate().map(|(k, id)| {
@@ -269,7 +269,7 @@ fn main() -> anyhow::Result<()> {
         // page, the log read into its index, and the run state's pass over its result
         // ids (the duplicate filter).
         let t = Instant::now();
-        drop(RunState::open(&dir.join("state"))?);
+        drop(RunDb::open(&dir.join("state"))?);
         let state_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -16,7 +16,7 @@ use halyard_proto::Outcome;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::state::{JobTotals, RunState};
+use crate::state::{JobTotals, RunDb};
 use crate::{CoordinatorConfig, CoordinatorError};
 
 pub mod html;
@@ -94,7 +94,7 @@ fn outages_markdown(rows: &[OutageRow]) -> String {
     md
 }
 
-pub fn dead_letters(state: &RunState) -> Result<Vec<DeadLetter>, CoordinatorError> {
+pub fn dead_letters(state: &RunDb) -> Result<Vec<DeadLetter>, CoordinatorError> {
     let mut out = Vec::new();
     for r in state.results() {
         let (job, r) = r?;
@@ -124,7 +124,7 @@ pub struct Written {
 /// Write the report files into the run directory.
 pub fn write(
     cfg: &CoordinatorConfig,
-    state: &RunState,
+    state: &RunDb,
     run: Uuid,
 ) -> Result<Written, CoordinatorError> {
     let dir = cfg.run_dir.clone();
@@ -205,7 +205,7 @@ pub fn rewrite(
     mut sweep: halyard_plan::sweep::Sweep,
     run_dir: &std::path::Path,
 ) -> Result<Written, CoordinatorError> {
-    let state = RunState::open_run(run_dir)?;
+    let state = RunDb::open_run(run_dir)?;
     halyard_plan::sweep::load_built(&mut sweep, run_dir)?;
     let (meta, _) = state.run_meta(&sweep.name)?;
     let cfg = CoordinatorConfig { sweep, run_dir: run_dir.to_path_buf() };

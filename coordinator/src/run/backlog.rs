@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use super::collector::{decode_results, open_payload, Opened};
 use super::planner::{Event, Planner};
-use crate::state::RunState;
+use crate::state::RunDb;
 use crate::CoordinatorError;
 use halyard_plan::store::RunStore;
 
@@ -37,7 +37,7 @@ use halyard_plan::store::RunStore;
 /// them again later; they are then recognised as duplicates and acked.
 pub(super) async fn absorb(
     broker: &Broker,
-    planner: &mut Planner<'_, RunState>,
+    planner: &mut Planner<'_, RunDb>,
     held: &mut Vec<(Job, Option<u32>)>,
 ) -> Result<(), CoordinatorError> {
     let stream = match broker.js.get_stream(subjects::RESULTS_STREAM).await {

@@ -26,7 +26,7 @@ use halyard_plan::planner::{self, Event, Planner};
 use halyard_plan::progress::Progress;
 use halyard_plan::store::RunStore;
 
-use crate::state::RunState;
+use crate::state::RunDb;
 use crate::{CoordinatorConfig, CoordinatorError};
 
 mod backlog;
@@ -90,7 +90,7 @@ async fn run_phase(
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunOutcome, CoordinatorError> {
     // 1. The run state, and the run id created once.
-    let state = RunState::open(&cfg.run_dir.join("state"))?;
+    let state = RunDb::open(&cfg.run_dir.join("state"))?;
     let (meta, created) = state.run_meta(&cfg.sweep.name)?;
     info!(run = %meta.id, name = %meta.name, resumed = !created, "coordinator starting");
     // Steps 2 to 4 wait on the broker (JetStream may not be ready yet): a stop meanwhile
@@ -119,7 +119,7 @@ async fn run_phase(
 async fn start<'s>(
     broker: &Broker,
     cfg: &'s CoordinatorConfig,
-    state: RunState,
+    state: RunDb,
     run: Uuid,
     created: bool,
     progress_tx: Option<watch::Sender<Progress>>,
@@ -185,7 +185,7 @@ async fn start<'s>(
 /// The roles of one phase of a run.
 struct Coordinator<'s> {
     cfg: &'s CoordinatorConfig,
-    planner: Planner<'s, RunState>,
+    planner: Planner<'s, RunDb>,
     dispatcher: Dispatcher,
     collector: Collector,
     stall: Stall,

@@ -13,7 +13,7 @@ use tracing::warn;
 
 use super::dispatcher::Dispatcher;
 use super::planner::Planner;
-use crate::state::RunState;
+use crate::state::RunDb;
 use crate::CoordinatorError;
 use halyard_plan::store::RunStore;
 
@@ -67,7 +67,7 @@ impl Stall {
     /// `dispatcher`; jobs lost for good are returned, to be recorded as dead letters.
     pub async fn check(
         &mut self,
-        planner: &mut Planner<'_, RunState>,
+        planner: &mut Planner<'_, RunDb>,
         dispatcher: &mut Dispatcher,
     ) -> Result<Option<Vec<Job>>, CoordinatorError> {
         if planner.outstanding() == 0 {

@@ -1,6 +1,7 @@
 //! Model backends. [`Backends::call`] turns a [`Job`]'s request into a [`Completion`] or
 //! a classified [`CallError`]; retries and pacing are the caller's business.
 
+#[cfg(feature = "embed")]
 pub mod embed;
 #[cfg(feature = "gguf")]
 pub mod gguf;
@@ -99,6 +100,7 @@ pub struct Backends {
     /// model, with that model's URL and API key variable, not anything from the message.
     http_models: HashMap<String, Vec<HttpModelSpec>>,
     /// Embedding models by endpoint (`backend = "embed"`).
+    #[cfg(feature = "embed")]
     embed: HashMap<String, embed::EmbedModel>,
     #[cfg(feature = "gguf")]
     local: HashMap<String, gguf::GgufModel>,
@@ -160,6 +162,7 @@ impl Backends {
         let http = openai::OpenAi::new(policy.max_body_bytes).map_err(|e| e.message)?;
         let mut http_models: HashMap<String, Vec<HttpModelSpec>> = HashMap::new();
         let mut replay = HashMap::new();
+        #[cfg(feature = "embed")]
         let mut embed = HashMap::new();
         let mut local_models: Vec<&GgufSpec> = Vec::new();
         for (pool, m) in plan.models() {
@@ -170,10 +173,18 @@ impl Backends {
                 WorkerModel::Replay(r) if !replay.contains_key(&r.endpoint) => {
                     replay.insert(r.endpoint.clone(), replay::Replay::load(&r.source)?);
                 }
+                #[cfg(feature = "embed")]
                 WorkerModel::Embed(spec) if !embed.contains_key(&spec.endpoint) => {
                     let m = embed::EmbedModel::load(spec)
                         .map_err(|e| format!("embedding model {}: {e}", spec.path.display()))?;
                     embed.insert(spec.endpoint.clone(), m);
+                }
+                #[cfg(not(feature = "embed"))]
+                WorkerModel::Embed(spec) => {
+                    return Err(format!(
+                        "embedding model {} needs the `embed` backend, but this halyard was built without the `embed` feature (cargo build --release -p halyard)",
+                        spec.path.display()
+                    ))
                 }
                 WorkerModel::Gguf(g) if !local_models.iter().any(|l| l.endpoint == g.endpoint) => {
                     local_models.push(g)
@@ -188,7 +199,15 @@ impl Backends {
                 let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
                 local.insert(spec.endpoint.clone(), m);
             }
-            Ok(Backends { http, http_models, embed, local, replay, servers: None })
+            Ok(Backends {
+                http,
+                http_models,
+                #[cfg(feature = "embed")]
+                embed,
+                local,
+                replay,
+                servers: None,
+            })
         }
         #[cfg(not(feature = "gguf"))]
         {
@@ -198,7 +217,14 @@ impl Backends {
                     s.path.display()
                 ));
             }
-            Ok(Backends { http, http_models, embed, replay, servers: None })
+            Ok(Backends {
+                http,
+                http_models,
+                #[cfg(feature = "embed")]
+                embed,
+                replay,
+                servers: None,
+            })
         }
     }
 
@@ -266,6 +292,11 @@ impl Backends {
                     job.key.model.endpoint, job.pool
                 ))),
             },
+            #[cfg(not(feature = "embed"))]
+            "embed" => Err(CallError::permanent(
+                "this halyard was built without the `embed` feature (backend = \"embed\")",
+            )),
+            #[cfg(feature = "embed")]
             "embed" => match self.embed.get(&job.key.model.endpoint) {
                 Some(m) => m.call(job).await,
                 None => Err(CallError::permanent(format!(

@@ -1,5 +1,5 @@
-//! Crash tests of the stores (in the style of sled's own, which Halyard used before
-//! redb; the test keeps its name): a supervisor runs a workload as a child
+//! Crash tests of the stores (in the style of sled's crash tests; Halyard used sled before
+//! redb): a supervisor runs a workload as a child
 //! process (this test binary, re-executed), kills it with SIGKILL at a random moment,
 //! reopens the stores and checks the invariants:
 //! - every worker checkpoint record and every coordinator result the child reported as
@@ -10,9 +10,9 @@
 //! The child merges the stores' logs from 300 records (`HALYARD_STORE_MERGE_AT`), so
 //! kills also land in the middle of merges and between their parts.
 //!
-//! Iterations accumulate in the same stores. CI runs a few (`sled_crash_loop`); the
+//! Iterations accumulate in the same stores. CI runs a few (`store_crash_loop`); the
 //! benchmark runs many: `HALYARD_CRASH_ITERS=200 cargo test --release -p halyard --test
-//! sled_crash -- --nocapture` prints the figures.
+//! store_crash -- --nocapture` prints the figures.
 //!
 //! Then damaged stores: files overwritten or truncated give an error naming the store,
 //! never a panic.
@@ -23,12 +23,12 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use halyard_coordinator::state::RunState;
+use halyard_coordinator::state::RunDb;
 use halyard_proto::{Completion, JobId, JobResult, Outcome, StoredResult, Usage};
 use halyard_worker::Checkpoint;
 
-const CHILD_DIR: &str = "HALYARD_SLED_CRASH_DIR";
-const CHILD_START: &str = "HALYARD_SLED_CRASH_START";
+const CHILD_DIR: &str = "HALYARD_STORE_CRASH_DIR";
+const CHILD_START: &str = "HALYARD_STORE_CRASH_START";
 
 fn id(i: u64) -> JobId {
     let mut b = [0u8; 16];
@@ -71,7 +71,7 @@ fn result(i: u64) -> JobResult {
 /// to the checkpoint (group commit) and a result writer to the run state, each line of
 /// stdout naming a record once it is durable.
 #[test]
-fn sled_crash_child() {
+fn store_crash_child() {
     let (Some(dir), Some(start)) = (std::env::var_os(CHILD_DIR), std::env::var(CHILD_START).ok())
     else {
         return;
@@ -93,7 +93,7 @@ fn sled_crash_child() {
                 }
             }));
         }
-        let state = RunState::open(&dir.join("state")).unwrap();
+        let state = RunDb::open(&dir.join("state")).unwrap();
         for k in 0.. {
             let i = start + k;
             state.insert_result(&result(i)).unwrap();
@@ -114,7 +114,7 @@ struct Acked {
 
 fn run_child(dir: &Path, start: u64, kill_after: Duration) -> Acked {
     let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", "sled_crash_child", "--nocapture", "--test-threads=1"])
+    c.args(["--exact", "store_crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR, dir)
         .env(CHILD_START, start.to_string())
         // Logs merged every few hundred records, so kills land in merges too.
@@ -166,7 +166,7 @@ fn verify(dir: &Path, all_cp: &[u64], all_st: &[u64], tried_up_to: u64) -> (usiz
         let present = cp.len();
         assert!(present >= all_cp.len());
         cp.close().await;
-        let st = RunState::open(&dir.join("state")).expect("the run state reopens after a crash");
+        let st = RunDb::open(&dir.join("state")).expect("the run state reopens after a crash");
         for &i in all_st {
             assert!(st.result(&id(i)).unwrap().is_some(), "flushed result {i} lost");
         }
@@ -208,7 +208,7 @@ fn crash_loop(iterations: u64, seed: u64) {
 }
 
 #[test]
-fn sled_crash_loop() {
+fn store_crash_loop() {
     let iterations =
         std::env::var("HALYARD_CRASH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
     let seed =
@@ -226,7 +226,7 @@ fn filled(dir: &Path, n: u64) {
             cp.put(id(i), &completion(i)).await.unwrap();
         }
         cp.close().await;
-        let st = RunState::open(&dir.join("state")).unwrap();
+        let st = RunDb::open(&dir.join("state")).unwrap();
         for i in 0..n {
             st.insert_result(&result(i)).unwrap();
         }
@@ -255,7 +255,7 @@ fn probe_checkpoint(dir: &Path, n: u64) -> Result<usize, String> {
 
 /// The same for a damaged run state: an error, or the results still readable.
 fn probe_state(dir: &Path) -> Result<usize, String> {
-    let st = RunState::open(&dir.join("state")).map_err(|e| e.to_string())?;
+    let st = RunDb::open(&dir.join("state")).map_err(|e| e.to_string())?;
     let mut ok = 0;
     for r in st.results() {
         r.map_err(|e| e.to_string())?;
