@@ -225,9 +225,11 @@ pub async fn stream_replicas(b: &Broker) -> usize {
     *b.replicas.get_or_init(|| probe_replicas(b)).await
 }
 
-/// The stream name prefix of [`stream_replicas`]' probe (the roles' permissions allow
-/// creating and deleting these only).
-pub const PROBE_STREAM_PREFIX: &str = "HALYARD_PROBE_";
+/// The stream of [`stream_replicas`]' probe. One name for every process (the roles'
+/// permissions name it: a NATS wildcard matches whole subject tokens, never a prefix of
+/// a stream name): processes probing at once find JetStream's answer alike, since
+/// creating a stream that exists with the same configuration succeeds.
+pub const PROBE_STREAM: &str = "HALYARD_REPLICA_PROBE";
 
 /// How long the probe waits for JetStream to place 3 replicas (a cluster still forming,
 /// a node restarting) before settling on 1.
@@ -238,11 +240,10 @@ async fn probe_replicas(b: &Broker) -> usize {
     use async_nats::jetstream::ErrorCode;
     // "replicas > 1 not supported in non-clustered mode"
     const REPLICAS_NOT_SUPPORTED: ErrorCode = ErrorCode(10074);
-    let id = uuid::Uuid::now_v7().simple().to_string();
-    let name = format!("{PROBE_STREAM_PREFIX}{id}");
+    let name = PROBE_STREAM;
     let cfg = stream::Config {
-        name: name.clone(),
-        subjects: vec![format!("_halyard.probe.{id}")],
+        name: name.to_string(),
+        subjects: vec!["_halyard.replica_probe".to_string()],
         storage: stream::StorageType::Memory,
         num_replicas: 3,
         max_messages: 1,
@@ -252,8 +253,9 @@ async fn probe_replicas(b: &Broker) -> usize {
     loop {
         let e = match b.js.create_stream(cfg.clone()).await {
             Ok(_) => {
-                if let Err(e) = b.js.delete_stream(&name).await {
-                    tracing::warn!(stream = %name, error = %e, "could not delete the replica probe stream");
+                // Another process probing at the same moment may have deleted it already.
+                if let Err(e) = b.js.delete_stream(name).await {
+                    tracing::debug!(stream = name, error = %e, "replica probe stream not deleted");
                 }
                 tracing::debug!("JetStream placed 3 replicas: Halyard's streams get 3");
                 return 3;

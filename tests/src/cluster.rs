@@ -134,7 +134,7 @@ mod tests {
             let mut names = b.js.stream_names();
             while let Some(n) = futures::StreamExt::next(&mut names).await {
                 let n = n.unwrap();
-                assert!(!n.starts_with(halyard_broker::PROBE_STREAM_PREFIX), "probe left: {n}");
+                assert_ne!(n, halyard_broker::PROBE_STREAM, "the probe stream is left");
             }
             let cfg = BrokerConfig {
                 replicas: Some(1),
