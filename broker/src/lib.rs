@@ -211,7 +211,7 @@ pub fn cluster_size(client: &async_nats::Client) -> usize {
 
 /// Replicas for Halyard's streams: the configured number (`--nats-replicas`), else 1 on
 /// a lone server, else what JetStream itself says it can place: 3 when it accepts a
-/// 3-replica probe stream (created in memory and deleted at once), else 1, said loudly.
+/// 3-replica probe stream ([`PROBE_STREAM`], in memory, kept), else 1, said loudly.
 /// The probe runs once per connection; clients never see how many nodes a cluster has
 /// when it does not advertise them (`no_advertise`, the NATS Helm chart's default), so
 /// the advertised client URLs decide nothing (issue 34).
@@ -225,10 +225,13 @@ pub async fn stream_replicas(b: &Broker) -> usize {
     *b.replicas.get_or_init(|| probe_replicas(b)).await
 }
 
-/// The stream of [`stream_replicas`]' probe. One name for every process (the roles'
-/// permissions name it: a NATS wildcard matches whole subject tokens, never a prefix of
-/// a stream name): processes probing at once find JetStream's answer alike, since
-/// creating a stream that exists with the same configuration succeeds.
+/// The stream of [`stream_replicas`]' probe: a 3-replica memory stream that holds at
+/// most one message and is never written to. It is created once and kept: one name for
+/// every process (the roles' permissions name it; a NATS wildcard matches whole subject
+/// tokens, never a prefix of a stream name), and creating a stream that exists with the
+/// same configuration succeeds, so processes starting together get the same answer.
+/// Deleting it after each probe made concurrent probes time out (seen in
+/// `tests/src/cluster.rs`).
 pub const PROBE_STREAM: &str = "HALYARD_REPLICA_PROBE";
 
 /// How long the probe waits for JetStream to place 3 replicas (a cluster still forming,
@@ -253,21 +256,28 @@ async fn probe_replicas(b: &Broker) -> usize {
     loop {
         let e = match b.js.create_stream(cfg.clone()).await {
             Ok(_) => {
-                // Another process probing at the same moment may have deleted it already.
-                if let Err(e) = b.js.delete_stream(name).await {
-                    tracing::debug!(stream = name, error = %e, "replica probe stream not deleted");
-                }
                 tracing::debug!("JetStream placed 3 replicas: Halyard's streams get 3");
                 return 3;
             }
             Err(e) => e,
         };
-        let cannot_place = matches!(e.kind(), K::JetStream(js) if [
-            ErrorCode::CLUSTER_NO_PEERS,
-            ErrorCode::INSUFFICIENT_RESOURCES,
-            REPLICAS_NOT_SUPPORTED,
-        ]
-        .contains(&js.error_code()));
+        let code = match e.kind() {
+            K::JetStream(js) => Some(js.error_code()),
+            _ => None,
+        };
+        let cannot_place = code.is_some_and(|c| {
+            [ErrorCode::CLUSTER_NO_PEERS, ErrorCode::INSUFFICIENT_RESOURCES, REPLICAS_NOT_SUPPORTED]
+                .contains(&c)
+        });
+        // Another process's probe of the same name is being created at this moment
+        // (JetStream then answers one of two creates at once with "name in use", or not
+        // at all): ask again within the patience rather than guess. A request the role
+        // may not send times out too; it is asked again until the patience ends.
+        let busy = code == Some(ErrorCode::STREAM_NAME_EXIST) || matches!(e.kind(), K::TimedOut);
+        if busy && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
         if !cannot_place {
             // Denied, timed out, JetStream unavailable: the probe cannot tell; the
             // advertised nodes decide (3 or more advertised: 3).

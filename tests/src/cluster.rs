@@ -117,8 +117,8 @@ mod tests {
 
     /// Issue 34: a cluster that does not advertise its nodes (the NATS chart's default)
     /// shows a client one node, yet JetStream places 3 replicas: Halyard asks it (a probe
-    /// stream) and its streams get 3 without any setting; the probe leaves nothing
-    /// behind. A configured number still decides (`--nats-replicas 1`).
+    /// stream) and its streams get 3 without any setting, also for processes probing at
+    /// the same moment. A configured number still decides (`--nats-replicas 1`).
     #[test]
     fn no_advertise_still_gets_three_replicas() {
         let cluster = NatsCluster::start_with(3, &["--no_advertise=true"]);
@@ -130,12 +130,18 @@ mod tests {
                     .unwrap();
             assert_eq!(halyard_broker::cluster_size(&b.client), 1, "nodes hidden by no_advertise");
             assert!(b.client.server_info().cluster.is_some());
-            assert_streams_have_three_replicas(&b).await;
-            let mut names = b.js.stream_names();
-            while let Some(n) = futures::StreamExt::next(&mut names).await {
-                let n = n.unwrap();
-                assert_ne!(n, halyard_broker::PROBE_STREAM, "the probe stream is left");
+            // Processes starting together probe at the same moment, the first ones of the
+            // cluster (the probe stream does not exist yet), under one name: each still
+            // gets JetStream's answer.
+            let mut others = Vec::new();
+            for i in 0..4 {
+                let cfg = BrokerConfig::new(cluster.node(i % 3).url(), "no-advertise-together");
+                others.push(halyard_broker::connect(&cfg).await.unwrap());
             }
+            let got =
+                futures::future::join_all(others.iter().map(halyard_broker::stream_replicas)).await;
+            assert_eq!(got, [3, 3, 3, 3], "probes at the same moment");
+            assert_streams_have_three_replicas(&b).await;
             let cfg = BrokerConfig {
                 replicas: Some(1),
                 ..BrokerConfig::new(cluster.node(1).url(), "no-advertise-r1")
