@@ -82,6 +82,71 @@ pub struct BatchApi {
 /// Largest output or error file a worker downloads: 10,000 answers of 100 KiB.
 pub const MAX_FILE_BYTES: u64 = 1 << 30;
 
+/// Largest line of an output or error file (one request's answer) that is read; a longer
+/// one is skipped as it streams past (see `super::output`). A chat completion of the
+/// longest `max_tokens` with logprobs fits many times over.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// A line of a file, as [`LineSplitter`] gives it: whole (without its `\n`), or only its
+/// length when it is over the cap.
+#[derive(Debug, PartialEq)]
+pub enum FileLine<'a> {
+    Whole(&'a [u8]),
+    Oversized(u64),
+}
+
+/// Cuts a byte stream into lines, keeping at most `cap` bytes of one line in memory: a
+/// longer line is dropped as it streams past and reported by its length.
+pub struct LineSplitter {
+    cap: usize,
+    cur: Vec<u8>,
+    /// The current line is over the cap: its length so far.
+    over: Option<u64>,
+}
+
+impl LineSplitter {
+    pub fn new(cap: usize) -> LineSplitter {
+        LineSplitter { cap, cur: Vec::new(), over: None }
+    }
+
+    /// The next bytes of the stream; `each` gets every line they end.
+    pub fn push(&mut self, mut chunk: &[u8], mut each: impl FnMut(FileLine<'_>)) {
+        while !chunk.is_empty() {
+            let (part, ended) = match chunk.iter().position(|b| *b == b'\n') {
+                Some(i) => (&chunk[..i], true),
+                None => (chunk, false),
+            };
+            chunk = if ended { &chunk[part.len() + 1..] } else { &[] };
+            match &mut self.over {
+                Some(n) => *n += part.len() as u64,
+                None if self.cur.len() + part.len() > self.cap => {
+                    self.over = Some((self.cur.len() + part.len()) as u64);
+                    self.cur = Vec::new();
+                }
+                None => self.cur.extend_from_slice(part),
+            }
+            if ended {
+                self.emit(&mut each);
+            }
+        }
+    }
+
+    /// The stream ended: its last line, if it had no `\n`.
+    pub fn finish(&mut self, mut each: impl FnMut(FileLine<'_>)) {
+        if self.over.is_some() || !self.cur.is_empty() {
+            self.emit(&mut each);
+        }
+    }
+
+    fn emit(&mut self, each: &mut impl FnMut(FileLine<'_>)) {
+        match self.over.take() {
+            Some(n) => each(FileLine::Oversized(n)),
+            None => each(FileLine::Whole(&self.cur)),
+        }
+        self.cur.clear();
+    }
+}
+
 /// Per-request timeout of the batch endpoints (an upload of a large file included).
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -126,18 +191,30 @@ impl BatchApi {
         what: &str,
         limit: u64,
     ) -> Result<Vec<u8>, CallError> {
+        let resp = self.response(req, what, limit).await?;
+        crate::backend::http_guard::read_body(resp, limit, what).await
+    }
+
+    /// A successful response, its body not read yet; an error status is read (up to
+    /// `limit` bytes) into its error.
+    async fn response(
+        &self,
+        req: reqwest::RequestBuilder,
+        what: &str,
+        limit: u64,
+    ) -> Result<reqwest::Response, CallError> {
         let mut req = req.timeout(TIMEOUT);
         if let Some(k) = api_key(&self.model)? {
             req = req.bearer_auth(k);
         }
         let resp = req.send().await.map_err(|e| transport_error(what, "", &e))?;
         let status = resp.status().as_u16();
-        let retry_after = retry_after_of(&resp);
-        let bytes = crate::backend::http_guard::read_body(resp, limit, what).await?;
         if !(200..300).contains(&status) {
+            let retry_after = retry_after_of(&resp);
+            let bytes = crate::backend::http_guard::read_body(resp, limit, what).await?;
             return Err(status_error(what, status, &bytes, retry_after));
         }
-        Ok(bytes)
+        Ok(resp)
     }
 
     async fn json<T: serde::de::DeserializeOwned>(
@@ -231,11 +308,76 @@ impl BatchApi {
         Ok(None)
     }
 
-    /// The content of an output or error file.
-    pub async fn content(&self, file: &str) -> Result<Vec<u8>, CallError> {
+    /// The content of an output or error file, streamed a line at a time into `each`
+    /// (lines over [`MAX_LINE_BYTES`] by their length only); the file is never held
+    /// whole, and one over `max_file_bytes` is an error.
+    pub async fn content_lines(
+        &self,
+        file: &str,
+        mut each: impl FnMut(FileLine<'_>),
+    ) -> Result<(), CallError> {
         plain_id(file)?;
         let url = self.url(&format!("files/{file}/content"));
         let what = format!("GET {}", redact::url(&url));
-        self.send(self.client.get(&url), &what, self.max_file_bytes).await
+        let limit = self.max_file_bytes;
+        let mut resp = self.response(self.client.get(&url), &what, limit).await?;
+        let too_large = |n: u64| {
+            CallError::permanent(format!(
+                "{what}: the file is larger than the limit of {limit} bytes ({n} bytes or more)"
+            ))
+        };
+        if let Some(n) = resp.content_length().filter(|n| *n > limit) {
+            return Err(too_large(n));
+        }
+        let mut lines = LineSplitter::new(MAX_LINE_BYTES);
+        let mut read = 0u64;
+        while let Some(chunk) =
+            resp.chunk().await.map_err(|e| transport_error(&what, "reading body: ", &e))?
+        {
+            read += chunk.len() as u64;
+            if read > limit {
+                return Err(too_large(read));
+            }
+            lines.push(&chunk, &mut each);
+        }
+        lines.finish(&mut each);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(chunks: &[&[u8]], cap: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut s = LineSplitter::new(cap);
+        let mut each = |l: FileLine<'_>| {
+            out.push(match l {
+                FileLine::Whole(b) => String::from_utf8_lossy(b).into_owned(),
+                FileLine::Oversized(n) => format!("<{n} bytes>"),
+            })
+        };
+        for c in chunks {
+            s.push(c, &mut each);
+        }
+        s.finish(&mut each);
+        out
+    }
+
+    /// Lines come whole whatever the chunks; a line over the cap comes as its length,
+    /// wherever it starts and ends, and the lines around it are untouched.
+    #[test]
+    fn lines_are_cut_with_a_cap() {
+        assert_eq!(split(&[b"ab\ncd", b"e\n", b"f"], 4), ["ab", "cde", "f"]);
+        assert_eq!(split(&[b"ab\n\n"], 4), ["ab", ""]);
+        assert_eq!(split(&[b"abcd\nabcde\nxy\n"], 4), ["abcd", "<5 bytes>", "xy"]);
+        assert_eq!(split(&[b"ab", b"cd", b"ef", b"g\nh"], 4), ["<7 bytes>", "h"]);
+        assert_eq!(split(&[b"abcdefgh"], 4), ["<8 bytes>"]);
+        assert!(split(&[], 4).is_empty());
+        // One byte at a time: the same lines.
+        let text = b"first\nsecond-is-long\nthird\n";
+        let bytes: Vec<&[u8]> = text.chunks(1).collect();
+        assert_eq!(split(&bytes, 6), ["first", "<14 bytes>", "third"]);
     }
 }

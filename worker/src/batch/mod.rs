@@ -1157,16 +1157,16 @@ impl BatchPool {
         })?;
         let got = cell
             .get_or_try_init(|| async {
-                let mut files = Vec::new();
-                for f in [output, error].into_iter().flatten() {
-                    files.push(api.content(f).await?);
-                }
                 let latency = match (r.submitted_ms, r.ended_ms) {
                     (Some(a), Some(b)) => b.saturating_sub(a),
                     _ => 0,
                 };
-                let slices: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
-                let answers = output::read(batch, &slices, latency);
+                let mut reader = output::Reader::new(batch, latency);
+                for f in [output, error].into_iter().flatten() {
+                    reader.next_file();
+                    api.content_lines(f, |l| reader.line(l)).await?;
+                }
+                let answers = reader.finish(&r.jobs);
                 self.failpoints.pass(Point::BatchDownloaded);
                 info!(pool = %self.name, record = %r.id, batch, answers = answers.len(), "batch answers downloaded");
                 Ok::<_, CallError>(Arc::new(answers))

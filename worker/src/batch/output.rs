@@ -1,4 +1,4 @@
-//! A provider batch's output and error files, read into one answer per job.
+//! A provider batch's output and error files, read line by line into one answer per job.
 //!
 //! Output lines: `{"custom_id", "response": {"status_code": 200, "body": <chat
 //! completion>}, "error": null}`. Error-file lines: the same with another status code
@@ -6,6 +6,14 @@
 //! `error` object (the request never ran: `batch_expired`, a cancelled batch). Every line
 //! is untrusted input: a line that cannot be read is logged and skipped, and its job
 //! counts as unanswered (it goes into a later batch); nothing here panics.
+//!
+//! The files are streamed ([`super::api::BatchApi::content_lines`]): a line is parsed once,
+//! as it comes, and one longer than [`super::api::MAX_LINE_BYTES`] is not kept at all.
+//! Such a line's request ran and was paid for: sending it again would pay again for an
+//! answer as long. So when a file had lines over the cap, every job of the batch left
+//! without an answer becomes a permanent failure naming the cap (a completed batch has a
+//! line for every request; a dead letter can still be re-queued by `halyard
+//! retry-failed`).
 
 use std::collections::HashMap;
 
@@ -13,6 +21,7 @@ use halyard_proto::{redact, Completion, JobId};
 use serde::Deserialize;
 use tracing::warn;
 
+use super::api::{FileLine, MAX_LINE_BYTES};
 use crate::backend::openai::{classify_status, decode_completion};
 use crate::backend::CallError;
 
@@ -38,8 +47,9 @@ struct Line {
 #[derive(Deserialize)]
 struct LineResponse {
     status_code: u16,
+    /// Kept as text: a completion is decoded from it once, by `decode_completion`.
     #[serde(default)]
-    body: serde_json::Value,
+    body: Option<Box<serde_json::value::RawValue>>,
 }
 
 #[derive(Deserialize)]
@@ -50,29 +60,92 @@ struct LineError {
     message: Option<String>,
 }
 
-/// Read the output and error files of batch `batch`; `latency_ms` is what each answer
-/// reports as its latency (the batch's turnaround).
-pub fn read(batch: &str, files: &[&[u8]], latency_ms: u64) -> HashMap<JobId, Answer> {
-    let mut answers = HashMap::new();
-    for file in files {
-        for (n, raw) in file.split(|b| *b == b'\n').enumerate() {
-            if raw.iter().all(u8::is_ascii_whitespace) {
-                continue;
+/// The answers of batch `batch`, read a line at a time from its output and error files.
+pub struct Reader<'a> {
+    batch: &'a str,
+    /// What each answer reports as its latency (the batch's turnaround).
+    latency_ms: u64,
+    answers: HashMap<JobId, Answer>,
+    /// Line number in the current file.
+    line: usize,
+    /// Lines over [`MAX_LINE_BYTES`] so far.
+    pub oversized: u64,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(batch: &'a str, latency_ms: u64) -> Reader<'a> {
+        Reader { batch, latency_ms, answers: HashMap::new(), line: 0, oversized: 0 }
+    }
+
+    /// The next file begins.
+    pub fn next_file(&mut self) {
+        self.line = 0;
+    }
+
+    /// One line of the current file.
+    pub fn line(&mut self, l: FileLine<'_>) {
+        self.line += 1;
+        let batch = self.batch;
+        let raw = match l {
+            FileLine::Whole(raw) => raw,
+            FileLine::Oversized(len) => {
+                self.oversized += 1;
+                warn!(
+                    batch,
+                    line = self.line,
+                    bytes = len,
+                    cap = MAX_LINE_BYTES,
+                    "a line of a batch's output is over the cap; its job fails (not sent again)"
+                );
+                return;
             }
-            match line(batch, raw, latency_ms) {
-                Ok((id, a)) => {
-                    // An answer beats an error for the same job (never expected).
-                    if !matches!(answers.get(&id), Some(Answer::Done(_))) {
-                        answers.insert(id, a);
-                    }
+        };
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        match line(batch, raw, self.latency_ms) {
+            Ok((id, a)) => {
+                // An answer beats an error for the same job (never expected).
+                if !matches!(self.answers.get(&id), Some(Answer::Done(_))) {
+                    self.answers.insert(id, a);
                 }
-                Err(e) => {
-                    warn!(batch, line = n + 1, error = %e, "unreadable line in a batch's output; its job goes into another batch")
-                }
+            }
+            Err(e) => {
+                warn!(batch, line = self.line, error = %e, "unreadable line in a batch's output; its job goes into another batch")
             }
         }
     }
-    answers
+
+    /// The answers, once every file is read; `jobs` are the batch's jobs (ids as text).
+    /// After lines over the cap, each job without an answer fails permanently.
+    pub fn finish(mut self, jobs: &[String]) -> HashMap<JobId, Answer> {
+        if self.oversized > 0 {
+            for id in jobs.iter().filter_map(|j| j.parse::<JobId>().ok()) {
+                self.answers.entry(id).or_insert_with(|| {
+                    Answer::Failed(CallError::permanent(format!(
+                        "batch {}: {} line(s) of its output were over the cap of {MAX_LINE_BYTES} bytes, \
+                         and this request has no other line: its answer was one of them (not sent \
+                         again, which would pay again)",
+                        self.batch, self.oversized
+                    )))
+                });
+            }
+        }
+        self.answers
+    }
+}
+
+/// Read whole output and error files held in memory (tests).
+#[cfg(test)]
+pub fn read(batch: &str, files: &[&[u8]], latency_ms: u64) -> HashMap<JobId, Answer> {
+    let mut r = Reader::new(batch, latency_ms);
+    for file in files {
+        r.next_file();
+        let mut lines = super::api::LineSplitter::new(MAX_LINE_BYTES);
+        lines.push(file, |l| r.line(l));
+        lines.finish(|l| r.line(l));
+    }
+    r.finish(&[])
 }
 
 fn line(batch: &str, raw: &[u8], latency_ms: u64) -> Result<(JobId, Answer), String> {
@@ -87,8 +160,8 @@ fn line(batch: &str, raw: &[u8], latency_ms: u64) -> Result<(JobId, Answer), Str
     let what = format!("batch {batch}, request {id}");
     let answer = match (l.response, l.error) {
         (Some(r), _) if r.status_code == 200 => {
-            let body = serde_json::to_vec(&r.body).map_err(|e| e.to_string())?;
-            match decode_completion(&body) {
+            let body = r.body.as_deref().map_or("null", |b| b.get());
+            match decode_completion(body.as_bytes()) {
                 Ok(d) => Answer::Done(Completion {
                     text: d.text,
                     usage: d.usage,
@@ -106,7 +179,8 @@ fn line(batch: &str, raw: &[u8], latency_ms: u64) -> Result<(JobId, Answer), Str
             }
         }
         (Some(r), _) => {
-            let text = redact::secrets(&r.body.to_string().chars().take(300).collect::<String>());
+            let body = r.body.as_deref().map_or("null", |b| b.get());
+            let text = redact::secrets(&body.chars().take(300).collect::<String>());
             Answer::Failed(CallError {
                 class: classify_status(r.status_code),
                 status: Some(r.status_code),
@@ -160,5 +234,32 @@ mod tests {
         );
         assert!(matches!(&m[&c], Answer::Failed(e) if e.class == ErrorClass::Transient));
         assert!(matches!(&m[&d], Answer::NotRun(r) if r.contains("batch_expired")));
+    }
+
+    /// A line over the cap is not read; the batch's jobs left without an answer then fail
+    /// permanently (their answers were paid for: never sent again), the others keep theirs.
+    #[test]
+    fn a_line_over_the_cap_fails_the_jobs_left_without_an_answer() {
+        let a = JobId([1; 16]);
+        let b = JobId([2; 16]);
+        let ok = format!(
+            "{{\"custom_id\":\"{a}\",\"response\":{{\"status_code\":200,\"body\":{{\"choices\":[{{\"message\":{{\"content\":\"yes\"}}}}]}}}}}}"
+        );
+        let mut r = Reader::new("batch_y", 1);
+        r.next_file();
+        r.line(FileLine::Whole(ok.as_bytes()));
+        r.line(FileLine::Oversized(MAX_LINE_BYTES as u64 + 1));
+        let m = r.finish(&[a.to_string(), b.to_string()]);
+        assert!(matches!(&m[&a], Answer::Done(c) if c.text == "yes"));
+        assert!(
+            matches!(&m[&b], Answer::Failed(e) if e.class == ErrorClass::Permanent && e.message.contains("over the cap")),
+            "{:?}",
+            m[&b]
+        );
+        // Without a line over the cap, a job without a line is left to the caller (it goes
+        // into another batch).
+        let mut r = Reader::new("batch_y", 1);
+        r.line(FileLine::Whole(ok.as_bytes()));
+        assert!(!r.finish(&[a.to_string(), b.to_string()]).contains_key(&b));
     }
 }
