@@ -157,7 +157,7 @@ impl Messages {
         let job = Job::new(self.run, r.pool, r.key, r.timeout_ms);
         // Encoding a Job (plain data) into a Vec cannot fail.
         let payload = halyard_proto::encode(&job).expect("a job encodes");
-        (subjects::result_msg_id(self.run, &job.id), Bytes::from(payload))
+        (subjects::job_msg_id(self.run, &job.id), Bytes::from(payload))
     }
 }
 
@@ -217,7 +217,7 @@ fn bare(
         let d = bare::round_trip(
             &broker,
             &consumer,
-            &subjects::result_subject(run),
+            &subjects::result_subject(run, e2e::POOL),
             msgs.result,
             n,
             in_flight,

@@ -107,6 +107,14 @@ impl NatsAuth {
         if self.password.is_some() != self.user.is_some() {
             return bad("a NATS user needs a password and a password needs a user (--nats-user, HALYARD_NATS_PASSWORD)".into());
         }
+        for (what, secret) in [("password", &self.password), ("token", &self.token)] {
+            if let Some(s) = secret.as_deref().filter(|s| is_placeholder(s)) {
+                return bad(format!(
+                    "the NATS {what} is a placeholder ({s:?}, from an example file): set the real \
+                     one (HALYARD_NATS_PASSWORD, HALYARD_NATS_TOKEN)"
+                ));
+            }
+        }
         if self.client_cert.is_some() != self.client_key.is_some() {
             return bad("a client certificate needs its key and a key needs its certificate (--nats-cert, --nats-key)".into());
         }
@@ -227,6 +235,14 @@ impl NatsAuth {
 /// permissions can let each role subscribe to its own replies only
 /// (`deploy/nats/permissions.conf`): a worker cannot read the coordinator's pulled
 /// results or API answers.
+/// A secret left as an example file has it (`REPLACE-ME`, `changeme`, `...`): never a real
+/// one, so a process refuses to start with it rather than fail later, or worse, connect to
+/// a broker configured with the same placeholder.
+pub fn is_placeholder(s: &str) -> bool {
+    let t = s.trim();
+    t.contains("REPLACE-ME") || ["changeme", "..."].iter().any(|p| t.eq_ignore_ascii_case(p))
+}
+
 pub fn inbox_prefix(user: &str) -> String {
     let clean: String = user
         .chars()
@@ -249,6 +265,24 @@ pub fn is_loopback_host(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 33: a password or token left as an example file's placeholder is refused
+    /// before connecting, naming what to set; a real one passes.
+    #[test]
+    fn placeholder_secrets_are_refused() {
+        let with = |password: &str| NatsAuth {
+            user: Some("halyard-worker".into()),
+            password: Some(password.into()),
+            ..Default::default()
+        };
+        for p in ["REPLACE-ME", " REPLACE-ME\n", "changeme", "CHANGEME", "..."] {
+            let e = with(p).validate().unwrap_err().to_string();
+            assert!(e.contains("placeholder") && e.contains("HALYARD_NATS_PASSWORD"), "{p:?}: {e}");
+        }
+        assert!(with("k3rT-91xq").validate().is_ok());
+        let token = NatsAuth { token: Some("REPLACE-ME".into()), ..Default::default() };
+        assert!(token.validate().unwrap_err().to_string().contains("token"));
+    }
 
     /// Issue 13: plain, anonymous connections leave the machine only with
     /// `allow_insecure`; credentials, TLS or loopback are each enough; the refusal says

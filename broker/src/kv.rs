@@ -52,6 +52,7 @@ pub async fn open_bucket(
         }
     })
     .await?;
+    crate::check_shape(&opened.1.cached_info().config, &cfg)?;
     // Memory buckets (membership, health) hold nothing a restart cannot rebuild.
     if spec.storage == stream::StorageType::File {
         let held = opened.1.cached_info().config.num_replicas;

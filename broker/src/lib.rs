@@ -16,11 +16,15 @@
 //!   they can tell a delivery that failed by the job's fault from one an endpoint outage,
 //!   a 429 cool-down or a shutdown ended (see `halyard_worker::budget`). A work queue
 //!   removes a job once it is acked, so the stream holds exactly the jobs not yet finished.
-//! - `HALYARD_RESULTS` (work-queue retention): subjects `halyard.results.<run>`, one
-//!   durable consumer per run (`coord-<run>`) read by that run's coordinator.
+//! - `HALYARD_RESULTS` (work-queue retention): subjects `halyard.results.<run>.<pool>`,
+//!   one durable consumer per run (`results-<run>`, filter `halyard.results.<run>.>`) read
+//!   by that run's coordinator, which takes a result only from the subject of its job's
+//!   pool.
 //! - Both streams de-duplicate on `Nats-Msg-Id` within `duplicate_window`. Job messages
 //!   carry `<run>:<job id>` so that two runs sharing a job each get it executed (the
-//!   second one from the worker's checkpoint), results `<run>:<job id>` likewise.
+//!   second one from the worker's checkpoint); results messages add a secret of the
+//!   publishing process, so that nobody can have an honest result dropped as a duplicate
+//!   by publishing first under its id (`halyard_worker::outbox`).
 //!
 //! async-nats is built without its `server_2_10+` features so that the requests it sends
 //! are understood by nats-server 2.9 (Debian's package) as well as newer servers.
@@ -329,16 +333,33 @@ pub async fn check_replicas(b: &Broker, name: &str, held: usize) {
 /// the result in its checkpoint and answers the job from it when it comes again.
 pub const RESULTS_MAX_BYTES: i64 = 2 << 30;
 
-/// Create the job and result streams if missing (idempotent; existing streams are kept).
-/// The results stream is bounded ([`RESULTS_MAX_BYTES`], messages of at most the
-/// server's `max_payload`), so that a flood on the results subject fills the broker's
-/// disk no further.
+/// Create the job and result streams and the object bucket if missing (idempotent;
+/// existing ones are kept, once their shape is checked: [`check_shape`]). Whichever of
+/// the coordinator and the workers starts first creates them: a worker must be ready
+/// before any run exists (a Kubernetes Deployment's rollout waits for it). The results
+/// stream is bounded ([`RESULTS_MAX_BYTES`], messages of at most the server's
+/// `max_payload`), so that a flood on the results subject fills the broker's disk no
+/// further.
 pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
+    for cfg in stream_configs(b).await {
+        let name = cfg.name.clone();
+        let s =
+            retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone()))
+                .await?;
+        check_shape(&s.cached_info().config, &cfg)?;
+        check_replicas(b, &name, s.cached_info().config.num_replicas).await;
+    }
+    objects::ensure(b).await
+}
+
+/// The job and result streams as Halyard creates them.
+async fn stream_configs(b: &Broker) -> [stream::Config; 2] {
     let replicas = stream_replicas(b).await;
-    for (name, prefix) in [
+    [
         (subjects::JOBS_STREAM, subjects::JOBS_PREFIX),
         (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX),
-    ] {
+    ]
+    .map(|(name, prefix)| {
         let mut cfg = stream::Config {
             name: name.to_string(),
             subjects: vec![format!("{prefix}.>")],
@@ -354,12 +375,56 @@ pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
             cfg.max_message_size =
                 i32::try_from(b.client.server_info().max_payload).unwrap_or(i32::MAX).max(1 << 20);
         }
-        let s =
-            retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone()))
-                .await?;
-        check_replicas(b, name, s.cached_info().config.num_replicas).await;
+        cfg
+    })
+}
+
+/// Refuse a stream (or a bucket's) that exists with a shape that would leak or lose what
+/// Halyard puts in it: a republish (every message copied to another subject, which others
+/// may read), a mirror or sources (messages that are not Halyard's), other subjects than
+/// Halyard's, another retention, or a sealed stream. `want` is the configuration Halyard
+/// creates it with. Anyone who may create streams on a shared broker could create
+/// Halyard's first (issue 33); limits an earlier build did not set are only warned about
+/// where they are set ([`ensure_streams`]).
+pub fn check_shape(have: &stream::Config, want: &stream::Config) -> Result<(), BrokerError> {
+    let name = &want.name;
+    let mut wrong = Vec::new();
+    if let Some(r) = &have.republish {
+        wrong.push(format!(
+            "it republishes {} to {} (whoever may subscribe there reads every message)",
+            r.source, r.destination
+        ));
     }
-    Ok(())
+    if have.mirror.is_some() {
+        wrong.push("it mirrors another stream".to_string());
+    }
+    if have.sources.as_ref().is_some_and(|s| !s.is_empty()) {
+        wrong.push("it takes messages from other streams (sources)".to_string());
+    }
+    let (mut a, mut b) = (have.subjects.clone(), want.subjects.clone());
+    a.sort();
+    b.sort();
+    if a != b {
+        wrong.push(format!("its subjects are {a:?}, Halyard's are {b:?}"));
+    }
+    if have.retention != want.retention {
+        wrong.push(format!(
+            "its retention is {:?}, Halyard's is {:?}",
+            have.retention, want.retention
+        ));
+    }
+    if have.sealed {
+        wrong.push("it is sealed".to_string());
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(BrokerError::Config(format!(
+        "stream {name} exists with a configuration Halyard will not use: {}. Someone created \
+         it before Halyard did, or changed it; remove it (nats stream rm {name}) or set it \
+         right, then start again",
+        wrong.join("; ")
+    )))
 }
 
 /// How long stream and consumer setup keeps trying while JetStream does not answer (a
@@ -535,10 +600,24 @@ pub async fn results_consumer(b: &Broker, run: uuid::Uuid) -> Result<PullConsume
     let stream =
         retry_js("get stream HALYARD_RESULTS", || b.js.get_stream(subjects::RESULTS_STREAM))
             .await?;
+    // A run begun by a build that took results on one subject per run has a consumer of
+    // the old name and filter; results its workers published there are not taken (their
+    // jobs are published again by the stall check and answered from the workers'
+    // checkpoints). The coordinator role may not delete consumers: say so.
+    let old = subjects::old_run_consumer(run);
+    if stream.consumer_info(&old).await.is_ok() {
+        tracing::warn!(
+            consumer = %old,
+            "this run was begun by an earlier build (one results subject per run): results \
+             published by its workers are not taken; delete that consumer once the run is \
+             complete (nats consumer rm {} {old})",
+            subjects::RESULTS_STREAM
+        );
+    }
     let name = subjects::run_consumer(run);
     let cfg = consumer::pull::Config {
         durable_name: Some(name.clone()),
-        filter_subject: subjects::result_subject(run),
+        filter_subject: subjects::run_results_filter(run),
         ack_policy: consumer::AckPolicy::Explicit,
         ack_wait: Duration::from_secs(60),
         max_ack_pending: 20_000,

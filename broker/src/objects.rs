@@ -111,11 +111,21 @@ async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
         ..Default::default()
     };
     // As for KV buckets, both requests are retried together (crate::kv::open_bucket).
-    crate::retry_js(&format!("open the object bucket {BUCKET}"), || async {
-        b.js.get_or_create_stream(cfg.clone()).await.map_err(|e| e.to_string())?;
-        b.js.get_object_store(BUCKET).await.map_err(|e| crate::vanished(e.to_string()))
+    let (s, store) = crate::retry_js(&format!("open the object bucket {BUCKET}"), || async {
+        let s = b.js.get_or_create_stream(cfg.clone()).await.map_err(|e| e.to_string())?;
+        let store =
+            b.js.get_object_store(BUCKET).await.map_err(|e| crate::vanished(e.to_string()))?;
+        Ok::<_, String>((s, store))
     })
-    .await
+    .await?;
+    crate::check_shape(&s.cached_info().config, &cfg)?;
+    Ok(store)
+}
+
+/// Create the bucket if missing and check its shape (the coordinator, at start: workers'
+/// credentials may not create it).
+pub async fn ensure(b: &Broker) -> Result<(), BrokerError> {
+    open(b).await.map(|_| ())
 }
 
 /// Store `bytes` of run `run` as an object (unless it is there already) and return its

@@ -37,9 +37,6 @@ pub fn kv_key(name: &str) -> String {
 /// here, as `create_key_value` would, because that call first asks for the account's
 /// limits in a form nats-server 2.9 does not answer.
 pub async fn bucket(b: &Broker, name: &str, max_age: Duration) -> Result<KvStore, BrokerError> {
-    if let Ok(store) = b.js.get_key_value(name).await {
-        return Ok(store);
-    }
     let cfg = stream::Config {
         name: format!("KV_{name}"),
         subjects: vec![format!("$KV.{name}.>")],
@@ -53,8 +50,9 @@ pub async fn bucket(b: &Broker, name: &str, max_age: Duration) -> Result<KvStore
         discard: stream::DiscardPolicy::New,
         ..Default::default()
     };
-    if let Err(e) = b.js.get_or_create_stream(cfg).await {
-        return Err(BrokerError::js(format!("key-value bucket {name}"), e));
+    match b.js.get_or_create_stream(cfg.clone()).await {
+        Ok(s) => crate::check_shape(&s.cached_info().config, &cfg)?,
+        Err(e) => return Err(BrokerError::js(format!("key-value bucket {name}"), e)),
     }
     b.js.get_key_value(name)
         .await

@@ -529,3 +529,55 @@ async fn the_coordinator_makes_each_pools_consumer_before_any_worker() {
     let server_log = nats.log_tail(400);
     assert!(!server_log.contains("Violation"), "the coordinator lacked a right:\n{server_log}");
 }
+
+/// Issue 33: a group of workers kept to one pool (a user whose results subject is
+/// `halyard.results.*.<pool>`, as the book's "Broker security" says) can publish that
+/// pool's results and not another pool's: the coordinator, which takes a result only
+/// from its job's pool's subject, then never takes its answers for another pool's jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_user_cannot_publish_another_pools_results() {
+    for (_, var, pw) in ROLES {
+        std::env::set_var(var, pw);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        std::fs::read_to_string(repo_root().join("deploy/nats/permissions.conf")).unwrap();
+    let pool_b =
+        "  POOL_B = {\n    publish = { allow = [\"halyard.results.*.b\", \"$JS.API.INFO\"] }\n    \
+                  subscribe = { allow = [\"_INBOX_pool-b.>\"] }\n  }\n\n  users = [\n    \
+                  { user: \"pool-b\", password: \"pool-b-pw\", permissions: $POOL_B }\n";
+    assert!(shipped.contains("  users = [\n"), "the shipped file's users list moved");
+    let conf = dir.path().join("permissions.conf");
+    std::fs::write(&conf, shipped.replacen("  users = [\n", pool_b, 1)).unwrap();
+    let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
+    let coordinator = connect(&nats, 0).await;
+    halyard_broker::ensure_streams(&coordinator).await.unwrap();
+    let auth = NatsAuth {
+        user: Some("pool-b".into()),
+        password: Some("pool-b-pw".into()),
+        ..Default::default()
+    };
+    let worker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "pool-b").with_auth(auth))
+        .await
+        .unwrap();
+    let run = uuid::Uuid::now_v7();
+    let stored = |pool: &'static str| {
+        let js = worker.js.clone();
+        async move {
+            match js.publish(subjects::result_subject(run, pool), "result".into()).await {
+                Ok(f) => {
+                    tokio::time::timeout(Duration::from_secs(1), f).await.is_ok_and(|r| r.is_ok())
+                }
+                Err(_) => false,
+            }
+        }
+    };
+    assert!(stored("b").await, "pool b's user could not publish pool b's results");
+    assert!(!stored("a").await, "pool b's user published pool a's results");
+    let needle = format!(
+        "Publish Violation - User \"pool-b\", Subject \"{}\"",
+        subjects::result_subject(run, "a")
+    );
+    let log = log_holding(&nats, std::slice::from_ref(&needle)).await;
+    assert!(log.contains(&needle), "no {needle}:\n{log}");
+}

@@ -4,7 +4,7 @@
 
 use halyard_plan::cost::ClassTotals;
 use halyard_plan::planner::Effect;
-use halyard_plan::store::{ItemKey, LabelIter, LabelStore, RunStore, StoreError};
+use halyard_plan::store::{Held, Intake, ItemKey, LabelIter, LabelStore, RunStore, StoreError};
 use halyard_proto::{JobId, StoredResult};
 
 use crate::state::{RunDb, Write};
@@ -31,6 +31,15 @@ impl RunStore for RunDb {
     fn costs(&self) -> Result<Vec<ClassTotals>, StoreError> {
         Ok(RunDb::costs(self)?)
     }
+    fn intake(&self) -> Result<Intake, StoreError> {
+        Ok(RunDb::intake(self)?)
+    }
+    fn held(&self, job: &JobId) -> Result<Option<(String, Vec<u8>)>, StoreError> {
+        Ok(RunDb::held(self, job)?)
+    }
+    fn held_at_open(&self) -> Result<Held, StoreError> {
+        Ok(RunDb::held_count(self)?)
+    }
     fn commit(&mut self, effects: &[Effect]) -> Result<(), StoreError> {
         let writes: Vec<Write<'_>> = effects
             .iter()
@@ -39,6 +48,9 @@ impl RunStore for RunDb {
                 Effect::MarkDone { item, label } => Some(Write::Label(*item, label)),
                 Effect::NoteJob { job, meta } => Some(Write::JobNote(job, meta)),
                 Effect::Costs(totals) => Some(Write::Costs(totals)),
+                Effect::Intake(i) => Some(Write::Intake(i)),
+                Effect::HoldResult { job, pool, encoded } => Some(Write::Hold(job, pool, encoded)),
+                Effect::Unhold { job } => Some(Write::Unhold(job)),
                 Effect::Publish { .. } => None,
             })
             .collect();

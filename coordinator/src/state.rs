@@ -17,6 +17,10 @@
 //!   letters in the report. (Not written for every job: that was one more write per
 //!   job, for the rare failure.)
 //! - `retried`, `dead_history`: see [`crate::dead_letters`].
+//! - `held`: job id → a result that arrived for a job not planned (yet), held aside
+//!   (bounded, `halyard_plan::planner::HELD_MAX_RESULTS`): the pool token of its subject
+//!   (one length byte, then the token) and its wire form. Removed when its job is planned
+//!   (it answers the job) or the result is refused.
 //!
 //! Every update is one redb transaction, committed without an fsync; [`RunDb::flush`]
 //! makes everything committed so far durable with one. Results and item labels are
@@ -89,7 +93,8 @@ pub(crate) const DONE: Table = table("done");
 const JOBS: Table = table("jobs");
 pub(crate) const RETRIED: Table = table("retried");
 pub(crate) const HISTORY: Table = table("dead_history");
-const TABLES: [Table; 6] = [META, RESULTS, DONE, JOBS, RETRIED, HISTORY];
+const HELD: Table = table("held");
+const TABLES: [Table; 7] = [META, RESULTS, DONE, JOBS, RETRIED, HISTORY, HELD];
 
 /// A range of one table, read in a snapshot of its own.
 type Scan = redb::Range<'static, &'static [u8], &'static [u8]>;
@@ -251,6 +256,7 @@ impl RunDb {
             let mut done = tx.open_table(DONE)?;
             let mut jobs = tx.open_table(JOBS)?;
             let mut meta = tx.open_table(META)?;
+            let mut held = tx.open_table(HELD)?;
             let mut fresh = std::collections::HashSet::new();
             for (i, w) in writes.iter().enumerate() {
                 if trip == Some(i) {
@@ -279,6 +285,17 @@ impl RunDb {
                     }
                     Write::Costs(totals) => {
                         meta.insert(&b"costs"[..], &enc(totals)?[..])?;
+                    }
+                    Write::Intake(i) => {
+                        meta.insert(&b"intake"[..], &enc(i)?[..])?;
+                    }
+                    Write::Hold(job, pool, encoded) => {
+                        if held.get(&job.as_bytes()[..])?.is_none() {
+                            held.insert(&job.as_bytes()[..], &held_value(pool, encoded)[..])?;
+                        }
+                    }
+                    Write::Unhold(job) => {
+                        held.remove(&job.as_bytes()[..])?;
                     }
                 }
             }
@@ -406,6 +423,43 @@ impl RunDb {
             }
         }
         Ok(t)
+    }
+
+    /// The refusals counted by earlier processes (zero if none).
+    pub fn intake(&self) -> Result<halyard_plan::store::Intake, StateError> {
+        match self.get(META, b"intake")? {
+            None => Ok(Default::default()),
+            Some(b) => halyard_proto::decode("intake", &b).map_err(|e| StateError::Corrupt {
+                what: "meta/intake".into(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// The result held aside for `job`, if any: the pool token of its subject and its
+    /// wire form.
+    pub fn held(&self, job: &JobId) -> Result<Option<(String, Vec<u8>)>, StateError> {
+        match self.get(HELD, job.as_bytes())? {
+            None => Ok(None),
+            Some(v) => held_parts(&v).map(Some).ok_or_else(|| StateError::Corrupt {
+                what: format!("held/{job}"),
+                reason: "cut short".into(),
+            }),
+        }
+    }
+
+    /// Results held aside, and their bytes (as the planner counts them: token and wire
+    /// form).
+    pub fn held_count(&self) -> Result<halyard_plan::store::Held, StateError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(HELD)?;
+        let mut h = halyard_plan::store::Held::default();
+        for e in t.iter()? {
+            let (_, v) = e?;
+            h.results += 1;
+            h.bytes += v.value().len().saturating_sub(1) as u64;
+        }
+        Ok(h)
     }
 
     /// The cost accounting totals stored by an earlier process (empty if none).
@@ -538,6 +592,35 @@ pub enum Write<'a> {
     JobNote(&'a JobId, &'a JobMeta),
     /// The cost totals.
     Costs(&'a [halyard_plan::cost::ClassTotals]),
+    /// The refusals counted so far.
+    Intake(&'a halyard_plan::store::Intake),
+    /// A result held aside for a job not planned: the pool token of its subject, its wire
+    /// form. Stored if the job has none held.
+    Hold(&'a JobId, &'a str, &'a [u8]),
+    /// The result held aside for a job is gone (it answered its job, or was refused).
+    Unhold(&'a JobId),
+}
+
+/// A held result's value: the pool token's length (one byte; tokens are short), the
+/// token, the result's wire form.
+fn held_value(pool: &str, encoded: &[u8]) -> Vec<u8> {
+    let pool = &pool.as_bytes()[..pool.len().min(255)];
+    let mut v = Vec::with_capacity(1 + pool.len() + encoded.len());
+    v.push(pool.len() as u8);
+    v.extend_from_slice(pool);
+    v.extend_from_slice(encoded);
+    v
+}
+
+/// A held result's pool token and wire form, or None if the value is cut short.
+fn held_parts(v: &[u8]) -> Option<(String, Vec<u8>)> {
+    let (&n, rest) = v.split_first()?;
+    let n = n as usize;
+    if rest.len() < n {
+        return None;
+    }
+    let pool = std::str::from_utf8(&rest[..n]).ok()?.to_string();
+    Some((pool, rest[n..].to_vec()))
 }
 
 /// A crash point for tests: `HALYARD_COORDINATOR_FAILPOINT=mid-commit:<n>` makes the

@@ -210,6 +210,18 @@ fn run_metrics(e: &mut Exposition, p: &Progress) {
         "Results messages refused: undecodable, of another run, a worker's refusal of a forged job, or naming an unusable object.",
     )
     .sample("halyard_results_refused_total", &[], p.figures.refused_messages as f64);
+    e.family(
+        "halyard_results_rejected_total",
+        "counter",
+        "Results refused one by one: from a pool that does not serve their job, or for a job never planned once the results held aside were at their bound.",
+    )
+    .sample("halyard_results_rejected_total", &[], p.figures.refused_results as f64);
+    e.family(
+        "halyard_results_held",
+        "gauge",
+        "Results held aside for jobs not planned yet (a resumed run's smaller window, or forged ids).",
+    )
+    .sample("halyard_results_held", &[], p.figures.held_results as f64);
 }
 
 /// Jobs, calls, retries, dead letters, checkpoint hits, cost and tokens per (model, stage).

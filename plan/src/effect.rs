@@ -5,7 +5,7 @@
 use halyard_proto::{Job, JobId};
 
 use crate::cost::ClassTotals;
-use crate::record::{ItemKey, JobMeta};
+use crate::record::{Intake, ItemKey, JobMeta};
 
 /// What the caller must do, in order. Store effects before the flush, the flush before
 /// the acks of the messages that carried the results.
@@ -20,6 +20,13 @@ pub enum Effect {
     NoteJob { job: JobId, meta: JobMeta },
     /// Store the cost totals (with every committed batch).
     Costs(Vec<ClassTotals>),
+    /// Hold aside a result for a job not planned (yet): `encoded` is its wire form, `pool`
+    /// the token of the subject it came on. Kept only if the job has none held.
+    HoldResult { job: JobId, pool: String, encoded: Vec<u8> },
+    /// Drop the result held aside for `job` (it answered its job, or was refused).
+    Unhold { job: JobId },
+    /// Store the refusals counted so far.
+    Intake(Intake),
     /// Publish a job; `round` is a message-id suffix for a re-publication (which goes
     /// alone, never in a batch).
     Publish { job: Job, round: Option<u32> },

@@ -11,6 +11,14 @@
 //! What it decides:
 //! - **count once**: a result is new when neither the store nor this step holds one for
 //!   its job; only a new result is stored, counted, metered and shown to the items;
+//! - **only what it asked for**: a new result is taken only for a job this process
+//!   published and only from the results subject of that job's pool; one from another
+//!   pool's subject is refused. A result for a job not planned yet is held aside (a
+//!   bounded number, [`HELD_MAX_RESULTS`] and [`HELD_MAX_BYTES`]): the job may be
+//!   planned later (a run resumed with a smaller window finds results its earlier process
+//!   asked for), and then the held result answers it, if it came on the job's pool's
+//!   subject. Past the bound, such results are refused. Every refusal is counted
+//!   ([`Figures::refused_results`], kept in the store across restarts);
 //! - **plan**: an item is evaluated against the known results (its pipeline's pure
 //!   `evaluate`, round after round while stored results answer what it asks); it is
 //!   done (its label is stored) or it waits on jobs, and a job nobody waited on yet is
@@ -23,7 +31,7 @@ use std::time::Instant;
 
 use halyard_pipelines::common::{JobRequest, Plan};
 use halyard_proto::{Failure, FailureKind, Job, JobId, JobResult, Outcome};
-use tracing::warn;
+use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::benchmarks::Benchmark;
@@ -40,7 +48,20 @@ use crate::PlanError;
 /// stall check's rounds (1–3).
 pub const MSG_ID_ROUND_BASE: u32 = 100;
 
-/// A result as received: decoded, and its encoding (stored as is).
+/// Results held aside for jobs not planned yet, at most (see the module's text).
+pub const HELD_MAX_RESULTS: u64 = 10_000;
+/// Bytes of results held aside, at most.
+pub const HELD_MAX_BYTES: u64 = 64 << 20;
+
+/// A result as received: decoded, with the pool token of the results subject it came on
+/// ([`halyard_proto::subjects::result_pool_token`]), which the broker's permissions can
+/// tie to the publisher's credentials.
+#[derive(Clone, Debug)]
+pub struct Arrival {
+    pub pool: String,
+    pub result: JobResult,
+}
+
 /// What happened, for the planner.
 #[derive(Debug)]
 pub enum Event {
@@ -48,7 +69,7 @@ pub enum Event {
     Fill,
     /// A batch of results (steps 4 and 5 of recovery): stored and counted once, the items
     /// they wake re-planned, the window refilled.
-    Results(Vec<JobResult>),
+    Results(Vec<Arrival>),
     /// Jobs no worker will answer (delivered `max_deliver` times without a result, or
     /// lost from the queue three times): each without a result becomes a dead letter
     /// with `error`.
@@ -69,6 +90,13 @@ struct Batch {
     fresh: HashMap<JobId, Outcome>,
 }
 
+/// Results held aside for jobs not planned yet: how many, and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub results: u64,
+    pub bytes: u64,
+}
+
 /// The coordinator's planning state: the window, the cost meter and the live figures,
 /// over a [`RunStore`] it reads.
 pub struct Planner<'s, S> {
@@ -84,6 +112,18 @@ pub struct Planner<'s, S> {
     /// need not ask the store.)
     resumed_done: bool,
     progress: Progress,
+    /// Results held aside, in the store and in `unplanned`.
+    held: Held,
+    /// Results held aside in this step (not yet in the store).
+    unplanned: HashMap<JobId, Arrival>,
+    /// Held results that jobs planned in this step asked for: they arrive at the end of
+    /// the step.
+    promoted: Vec<Arrival>,
+    /// Refusals counted in the store when this process started (results messages,
+    /// results), and results messages refused by this process.
+    intake_base: crate::record::Intake,
+    /// The refusals as last stored.
+    intake_stored: crate::record::Intake,
 }
 
 impl<'s, S: RunStore> Planner<'s, S> {
@@ -101,6 +141,8 @@ impl<'s, S: RunStore> Planner<'s, S> {
         let shape: Vec<(u32, u32)> =
             benchmarks.iter().map(|b| (b.model_count() as u32, b.item_count() as u32)).collect();
         let items_done = store.done_count();
+        let held = store.held_at_open()?;
+        let intake_base = store.intake()?;
         let mut meter = Meter::new(&sweep.models, sweep.run.max_cost);
         meter.restore(store.costs()?);
         let progress = Progress {
@@ -109,6 +151,9 @@ impl<'s, S: RunStore> Planner<'s, S> {
                 items_total,
                 items_done,
                 results: store.results_at_open(),
+                refused_messages: intake_base.refused_messages,
+                refused_results: intake_base.refused_results,
+                held_results: held.results,
                 targets: crate::progress::targets(sweep, &store),
                 ..Default::default()
             },
@@ -123,12 +168,18 @@ impl<'s, S: RunStore> Planner<'s, S> {
             retried,
             resumed_done: items_done > 0,
             progress,
+            held,
+            unplanned: HashMap::new(),
+            promoted: Vec::new(),
+            intake_base,
+            intake_stored: intake_base,
         })
     }
 
     /// Apply one event; `now` stamps the jobs published (for their latency).
     pub fn step(&mut self, event: Event, now: Instant) -> Result<Vec<Effect>, PlanError> {
         let mut fx = Vec::new();
+        let mut costs = !matches!(event, Event::Fill);
         match event {
             Event::Fill => self.fill(now, &mut fx)?,
             Event::Results(arrived) => {
@@ -137,32 +188,145 @@ impl<'s, S: RunStore> Planner<'s, S> {
                     self.arrive(a, now, &mut batch, &mut fx)?;
                 }
                 self.replan(batch, now, &mut fx)?;
-                fx.push(Effect::Costs(self.meter.totals().to_vec()));
                 self.progress.result_batches += 1;
             }
             Event::Lost { jobs, error, deliveries } => {
                 self.lost(jobs, &error, deliveries, now, &mut fx)?;
-                fx.push(Effect::Costs(self.meter.totals().to_vec()));
             }
         }
+        // Held results that the jobs planned in this step asked for, as if they arrived
+        // now (they may plan more jobs, which may find held results in turn).
+        while !self.promoted.is_empty() {
+            costs = true;
+            let mut batch = Batch::default();
+            for a in std::mem::take(&mut self.promoted) {
+                self.arrive(a, now, &mut batch, &mut fx)?;
+            }
+            self.replan(batch, now, &mut fx)?;
+        }
+        self.unplanned.clear();
+        if costs {
+            fx.push(Effect::Costs(self.meter.totals().to_vec()));
+        }
+        fx.extend(self.intake_effect());
+        self.progress.figures.held_results = self.held.results;
         Ok(fx)
     }
 
-    /// A result arrived: store it if it is the first for its job, and count it.
+    /// The refusals counted since they were last stored, as an effect to store them.
+    pub fn intake_effect(&mut self) -> Option<Effect> {
+        let now = self.intake();
+        (now != self.intake_stored).then(|| {
+            self.intake_stored = now;
+            Effect::Intake(now)
+        })
+    }
+
+    /// The refusals to keep in the store: those of earlier processes and this one's.
+    fn intake(&self) -> crate::record::Intake {
+        crate::record::Intake {
+            refused_messages: self.progress.figures.refused_messages,
+            refused_results: self.progress.figures.refused_results,
+        }
+    }
+
+    /// A result arrived: store it if it is the first for its job, asked for, and from its
+    /// job's pool, and count it; hold it aside if its job is not planned yet.
     fn arrive(
         &mut self,
-        r: JobResult,
+        a: Arrival,
         now: Instant,
         batch: &mut Batch,
         fx: &mut Vec<Effect>,
     ) -> Result<(), PlanError> {
-        let job = r.job;
-        let new = !batch.fresh.contains_key(&job) && !self.store.has_result(&job)?;
-        if new {
-            fx.push(Effect::StoreResult { job, encoded: stored_form(&r)? });
+        let job = a.result.job;
+        if batch.fresh.contains_key(&job) || self.store.has_result(&job)? {
+            self.account(a.result, false, now, batch);
+            return Ok(());
         }
-        self.account(r, new, now, batch);
+        match self.window.pool_of(&job) {
+            Some(pool) if pool == a.pool => {
+                fx.push(Effect::StoreResult { job, encoded: stored_form(&a.result)? });
+                self.account(a.result, true, now, batch);
+            }
+            Some(pool) => {
+                let why = format!("came on pool {}'s subject, its job is pool {pool}'s", a.pool);
+                self.refuse(&a, &why);
+            }
+            None => self.hold(a, fx)?,
+        }
         Ok(())
+    }
+
+    /// A result for a job not planned: held aside while the bound allows.
+    fn hold(&mut self, a: Arrival, fx: &mut Vec<Effect>) -> Result<(), PlanError> {
+        let job = a.result.job;
+        if self.unplanned.contains_key(&job) || self.store.held(&job)?.is_some() {
+            self.progress.figures.duplicates += 1;
+            return Ok(());
+        }
+        let encoded =
+            halyard_proto::encode(&a.result).map_err(|e| StoreError::Io(e.to_string()))?;
+        let bytes = (encoded.len() + a.pool.len()) as u64;
+        if self.held.results >= HELD_MAX_RESULTS || self.held.bytes + bytes > HELD_MAX_BYTES {
+            self.refuse(
+                &a,
+                "its job was never planned, and the results held aside are at their bound",
+            );
+            return Ok(());
+        }
+        self.held.results += 1;
+        self.held.bytes += bytes;
+        fx.push(Effect::HoldResult { job, pool: a.pool.clone(), encoded });
+        self.unplanned.insert(job, a);
+        Ok(())
+    }
+
+    /// A result refused: counted, never stored. Logged as a warning at the 1st, 2nd, 4th,
+    /// 8th… refusal (a flood of forgeries must not flood the log), else at debug level.
+    fn refuse(&mut self, a: &Arrival, why: &str) {
+        let r = &a.result;
+        let n = self.progress.figures.refused_results.saturating_add(1);
+        self.progress.figures.refused_results = n;
+        let worker = halyard_proto::redact::terminal(&r.worker);
+        if n.is_power_of_two() {
+            warn!(job = %r.job, %worker, why, refused = n, "result refused");
+        } else {
+            debug!(job = %r.job, %worker, why, refused = n, "result refused");
+        }
+    }
+
+    /// The result held aside for job `id`, if any, taken out of the store (its pool is
+    /// checked when it arrives as a promoted result).
+    fn take_held(&mut self, id: JobId, fx: &mut Vec<Effect>) -> Result<Option<Arrival>, PlanError> {
+        if self.held.results == 0 {
+            return Ok(None);
+        }
+        if let Some(a) = self.unplanned.remove(&id) {
+            // Held in this step: its HoldResult effect is already among the effects.
+            fx.push(Effect::Unhold { job: id });
+            let bytes =
+                halyard_proto::encode(&a.result).map(|e| e.len()).unwrap_or(0) + a.pool.len();
+            self.release(bytes as u64);
+            return Ok(Some(a));
+        }
+        let Some((pool, encoded)) = self.store.held(&id)? else { return Ok(None) };
+        fx.push(Effect::Unhold { job: id });
+        self.release((encoded.len() + pool.len()) as u64);
+        match halyard_proto::decode::<JobResult>("held result", &encoded) {
+            Ok(result) if result.job == id && result.run == self.run => {
+                Ok(Some(Arrival { pool, result }))
+            }
+            _ => {
+                warn!(job = %id, "a result held aside is unreadable; the job is published");
+                Ok(None)
+            }
+        }
+    }
+
+    fn release(&mut self, bytes: u64) {
+        self.held.results = self.held.results.saturating_sub(1);
+        self.held.bytes = self.held.bytes.saturating_sub(bytes);
     }
 
     /// Count a new result or a duplicate; collect the items it wakes.
@@ -250,7 +414,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
                     self.window.finish(key);
                     self.progress.item_done(key);
                 }
-                Eval::Waiting(jobs) => self.wait_for(key, jobs, now, fx),
+                Eval::Waiting(jobs) => self.wait_for(key, jobs, now, fx)?,
             }
         }
         self.fill(now, fx)
@@ -272,7 +436,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
                 }
                 Eval::Waiting(jobs) => {
                     self.window.activate(key);
-                    self.wait_for(key, jobs, now, fx);
+                    self.wait_for(key, jobs, now, fx)?;
                 }
             }
         }
@@ -280,16 +444,29 @@ impl<'s, S: RunStore> Planner<'s, S> {
         Ok(())
     }
 
-    /// Active item `key` waits on `jobs`: publish those nobody waits on yet.
+    /// Active item `key` waits on `jobs`: publish those nobody waits on yet (unless a
+    /// result held aside answers one).
     fn wait_for(
         &mut self,
         key: ItemKey,
         jobs: Vec<(JobId, JobRequest)>,
         now: Instant,
         fx: &mut Vec<Effect>,
-    ) {
+    ) -> Result<(), PlanError> {
         for (id, j) in jobs {
-            if self.window.wait_on(key, id, now) {
+            if self.window.wait_on(key, id, &j.pool, now) {
+                if let Some(a) = self.take_held(id, fx)? {
+                    if self.window.pool_of(&id) == Some(a.pool.as_str()) {
+                        // Paid for already: metered when it arrives, at the end of the step.
+                        self.meter.published(&j, id);
+                        self.promoted.push(a);
+                        continue;
+                    }
+                    self.refuse(
+                        &a,
+                        "held aside, and came on another pool's subject than its job's",
+                    );
+                }
                 if !self.meter.may_publish(&j) {
                     self.meter.held += 1;
                     continue;
@@ -301,6 +478,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
                 self.progress.figures.published += 1;
             }
         }
+        Ok(())
     }
 
     /// Evaluate an item against stored results (and `fresh` ones, received in this step
@@ -406,7 +584,19 @@ impl<'s, S: RunStore> Planner<'s, S> {
     /// Results messages refused by the collector so far (undecodable, another run's, a
     /// worker's refusal, an unusable object): counted, never stored.
     pub fn set_refused(&mut self, refused: u64) {
-        self.progress.figures.refused_messages = refused;
+        self.progress.figures.refused_messages =
+            self.intake_base.refused_messages.saturating_add(refused);
+    }
+
+    /// Results refused so far (every process of the run).
+    pub fn refused_results(&self) -> u64 {
+        self.progress.figures.refused_results
+    }
+
+    /// Set the results refused so far back to `n` (refusals that will be counted again
+    /// when their messages are delivered once more).
+    pub fn set_refused_results(&mut self, n: u64) {
+        self.progress.figures.refused_results = n;
     }
 
     /// The provider batches the run waits for; true when they changed.

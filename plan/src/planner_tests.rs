@@ -8,7 +8,7 @@ use std::time::Instant;
 use halyard_proto::{Completion, Job, JobId, JobResult, Outcome, Usage};
 use uuid::Uuid;
 
-use crate::planner::{publishes, Effect, Event, Planner, MSG_ID_ROUND_BASE};
+use crate::planner::{publishes, Arrival, Effect, Event, Planner, MSG_ID_ROUND_BASE};
 use crate::store::ItemKey;
 use crate::store::{MemStore, RunStore};
 use crate::sweep::{parse, Sweep};
@@ -45,6 +45,12 @@ fn answer(job: &Job, worker: &str) -> JobResult {
         worker: worker.into(),
         cached: false,
     }
+}
+
+/// Results as they arrive on the subject of the one pool of these tests' sweeps (`free`,
+/// their one model's name).
+fn results(rs: &[JobResult]) -> Event {
+    Event::Results(rs.iter().map(|r| Arrival { pool: "free".into(), result: r.clone() }).collect())
 }
 
 /// Carry out the store effects; return the jobs to publish, with their rounds.
@@ -88,12 +94,12 @@ fn results_count_once() {
     let again = JobResult { cached: true, ..answer(&published[0], "w2") };
     let other = answer(&published[1], "w1");
     let batch = [first, again.clone(), other];
-    let fx = p.step(Event::Results(batch.to_vec()), Instant::now()).unwrap();
+    let fx = p.step(results(&batch), Instant::now()).unwrap();
     assert_eq!(stored(&fx), 2, "the copy in the same batch is not stored: {fx:?}");
     assert_eq!(items(&fx), vec![0, 1]);
     apply(p.store_mut(), fx);
     let redelivered = [again];
-    let fx = p.step(Event::Results(redelivered.to_vec()), Instant::now()).unwrap();
+    let fx = p.step(results(&redelivered), Instant::now()).unwrap();
     assert_eq!((stored(&fx), items(&fx).len()), (0, 0), "a redelivered copy: {fx:?}");
     let progress = p.progress().clone();
     assert_eq!(
@@ -118,7 +124,7 @@ fn window_bounds_planning() {
     while let Some(job) = queue.first().cloned() {
         queue.remove(0);
         let a = [answer(&job, "w")];
-        let fx = p.step(Event::Results(a.to_vec()), Instant::now()).unwrap();
+        let fx = p.step(results(&a), Instant::now()).unwrap();
         done += items(&fx).len();
         let more = jobs(&apply(p.store_mut(), fx));
         assert!(more.len() <= 1, "one finished item lets one more in: {more:?}");
@@ -143,7 +149,7 @@ fn resume_skips_finished_items_and_takes_the_backlog_before_publishing() {
         let fx = p.step(Event::Fill, Instant::now()).unwrap();
         let published = jobs(&apply(p.store_mut(), fx));
         let a = [answer(&published[0], "w")];
-        let fx = p.step(Event::Results(a.to_vec()), Instant::now()).unwrap();
+        let fx = p.step(results(&a), Instant::now()).unwrap();
         apply(p.store_mut(), fx);
         // The process dies here; job 1 is answered while no coordinator runs.
         (std::mem::take(p.store_mut()), published)
@@ -154,7 +160,7 @@ fn resume_skips_finished_items_and_takes_the_backlog_before_publishing() {
     let planned: Vec<JobId> = jobs(&apply(p.store_mut(), fx)).iter().map(|j| j.id).collect();
     assert_eq!(planned, vec![published[1].id, published[2].id, published[3].id], "same ids");
     let late = [answer(&published[1], "w")];
-    let fx = p.step(Event::Results(late.to_vec()), Instant::now()).unwrap();
+    let fx = p.step(results(&late), Instant::now()).unwrap();
     assert_eq!(items(&fx), vec![1], "item 1 finishes from the backlog's result");
     apply(p.store_mut(), fx);
     let still: Vec<JobId> =
@@ -243,7 +249,7 @@ fn drive(
         assert!(batches < 10_000, "the run does not converge");
         let n = per_batch.min(queue.len());
         let answers: Vec<_> = queue.drain(..n).map(|j| answer(&j, "w")).collect();
-        let fx = p.step(Event::Results(answers.to_vec()), Instant::now()).unwrap();
+        let fx = p.step(results(&answers), Instant::now()).unwrap();
         let more = jobs(&apply(p.store_mut(), fx));
         published.extend(more.iter().cloned());
         queue.extend(more);
@@ -262,9 +268,9 @@ fn crash_anywhere_then_resume_equals_uninterrupted() {
     let dataset =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/hypotermqa/HypoTermQA_180.jsonl");
     let text = format!(
-        "name = \"h\"\n[[model]]\nname = \"m\"\nbackend = \"noop\"\n\
-         [[benchmark]]\npipeline = \"hypotermqa\"\ndataset = \"{}\"\nmodels = [\"m\"]\n\
-         judge = \"m\"\nlimit = 4\n[run]\nwindow = 2\n",
+        "name = \"h\"\n[[model]]\nname = \"free\"\nbackend = \"noop\"\n\
+         [[benchmark]]\npipeline = \"hypotermqa\"\ndataset = \"{}\"\nmodels = [\"free\"]\n\
+         judge = \"free\"\nlimit = 4\n[run]\nwindow = 2\n",
         dataset.display()
     );
     let sweep = parse(Path::new("/tmp/h.toml"), &text).unwrap();
@@ -290,4 +296,116 @@ fn crash_anywhere_then_resume_equals_uninterrupted() {
         );
         assert_eq!(labels(&store), labels(&whole), "labels differ (stop {stop})");
     }
+}
+
+fn refused_and_held(p: &mut Planner<'_, MemStore>) -> (u64, u64) {
+    let f = &p.progress().figures;
+    (f.refused_results, f.held_results)
+}
+
+/// Issue 33: a result for a planned job that came on another pool's subject (what a
+/// holder of another pool's credentials can publish) is refused and counted, and the
+/// honest one is still taken.
+#[test]
+fn a_result_from_another_pools_subject_is_refused() {
+    let sweep = with_window(1, 1);
+    let mut p = Planner::open(&sweep, MemStore::default(), Uuid::now_v7(), HashMap::new()).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    let job = jobs(&apply(p.store_mut(), fx)).remove(0);
+    let forged = Arrival { pool: "other".into(), result: answer(&job, "forger") };
+    let fx = p.step(Event::Results(vec![forged]), Instant::now()).unwrap();
+    assert_eq!((stored(&fx), items(&fx).len()), (0, 0), "{fx:?}");
+    assert!(fx.iter().any(|e| matches!(e, Effect::Intake(i) if i.refused_results == 1)));
+    apply(p.store_mut(), fx);
+    assert_eq!(refused_and_held(&mut p), (1, 0));
+    let fx = p.step(results(&[answer(&job, "honest")]), Instant::now()).unwrap();
+    assert_eq!((stored(&fx), items(&fx)), (1, vec![0]));
+    apply(p.store_mut(), fx);
+    assert_eq!(p.store().result(&job.id).unwrap().unwrap().outcome, answer(&job, "w").outcome);
+    assert_eq!(p.store().intake().unwrap().refused_results, 1, "kept in the store");
+    assert!(p.all_done());
+}
+
+/// The jobs of a noop sweep of `n` items, as a planner with room for all plans them.
+fn all_jobs(n: u32, run: Uuid) -> Vec<Job> {
+    let sweep = with_window(n, n as usize);
+    let mut p = Planner::open(&sweep, MemStore::default(), run, HashMap::new()).unwrap();
+    jobs(&apply(&mut MemStore::default(), p.step(Event::Fill, Instant::now()).unwrap()))
+}
+
+/// Results for jobs not planned yet (a run resumed with a smaller window finds those its
+/// earlier process asked for) are held aside, not counted, and answer their jobs when
+/// they are planned: nothing is published again, and the store holds nothing aside at
+/// the end. One that came on another pool's subject is refused when its job is planned,
+/// and the job is published.
+#[test]
+fn results_for_jobs_not_planned_yet_are_held_and_answer_them_later() {
+    let run = Uuid::now_v7();
+    let every = all_jobs(4, run);
+    let sweep = with_window(4, 1);
+    let mut p = Planner::open(&sweep, MemStore::default(), run, HashMap::new()).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    let first = jobs(&apply(p.store_mut(), fx));
+    assert_eq!(first.len(), 1);
+    let mut early = results(&[answer(&every[1], "w"), answer(&every[2], "w")]);
+    if let Event::Results(a) = &mut early {
+        a.push(Arrival { pool: "other".into(), result: answer(&every[3], "forger") });
+    }
+    let fx = p.step(early, Instant::now()).unwrap();
+    assert_eq!((stored(&fx), items(&fx).len()), (0, 0), "held, not stored: {fx:?}");
+    apply(p.store_mut(), fx);
+    assert_eq!(refused_and_held(&mut p), (0, 3));
+    assert_eq!(p.progress().figures.results, 0);
+    // A second copy of a held result is a duplicate.
+    let fx = p.step(results(&[answer(&every[1], "w2")]), Instant::now()).unwrap();
+    apply(p.store_mut(), fx);
+    assert_eq!(refused_and_held(&mut p), (0, 3));
+
+    // Item 0 finishes: items 1 and 2 are answered by what was held, item 3's held result
+    // came on another pool's subject, so its job is published.
+    let fx = p.step(results(&[answer(&first[0], "w")]), Instant::now()).unwrap();
+    assert_eq!(items(&fx), vec![0, 1, 2], "{fx:?}");
+    let published = jobs(&apply(p.store_mut(), fx));
+    assert_eq!(published.iter().map(|j| j.id).collect::<Vec<_>>(), vec![every[3].id]);
+    assert_eq!(refused_and_held(&mut p), (1, 0));
+    assert_eq!(p.progress().figures.results, 3);
+    let fx = p.step(results(&[answer(&published[0], "w")]), Instant::now()).unwrap();
+    apply(p.store_mut(), fx);
+    assert!(p.all_done());
+    assert_eq!(p.store().held_at_open().unwrap(), crate::store::Held::default());
+    for j in &every {
+        assert!(p.store().has_result(&j.id).unwrap());
+    }
+}
+
+/// Results for ids nobody planned are held aside up to the bound, then refused: a flood of
+/// forged ids costs a bounded store and is counted.
+#[test]
+fn results_for_jobs_never_planned_are_bounded() {
+    use crate::planner::HELD_MAX_RESULTS;
+    let sweep = with_window(1, 1);
+    let run = Uuid::now_v7();
+    let mut p = Planner::open(&sweep, MemStore::default(), run, HashMap::new()).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    let job = jobs(&apply(p.store_mut(), fx)).remove(0);
+    let extra = 5;
+    let forged: Vec<JobResult> = (0..HELD_MAX_RESULTS + extra)
+        .map(|n| {
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&n.to_be_bytes());
+            JobResult { job: JobId(b), ..answer(&job, "forger") }
+        })
+        .collect();
+    let fx = p.step(results(&forged), Instant::now()).unwrap();
+    assert_eq!(stored(&fx), 0);
+    apply(p.store_mut(), fx);
+    assert_eq!(refused_and_held(&mut p), (extra, HELD_MAX_RESULTS));
+    // A planner opened on the same store knows what is held (the bound holds across
+    // restarts) and the refusals counted so far.
+    let store = std::mem::take(p.store_mut());
+    let mut p = Planner::open(&sweep, store, run, HashMap::new()).unwrap();
+    let one_more = JobResult { job: JobId([0xff; 16]), ..answer(&job, "forger") };
+    let fx = p.step(results(&[one_more]), Instant::now()).unwrap();
+    apply(p.store_mut(), fx);
+    assert_eq!(refused_and_held(&mut p), (extra + 1, HELD_MAX_RESULTS));
 }

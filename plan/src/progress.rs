@@ -38,6 +38,13 @@ pub struct Figures {
     /// forged job, naming an unusable object): acked and never stored.
     #[serde(default)]
     pub refused_messages: u64,
+    /// Results refused: from a pool that does not serve their job, or for a job never
+    /// planned once the results held aside were at their bound (`halyard_plan::planner`).
+    #[serde(default)]
+    pub refused_results: u64,
+    /// Results held aside now for jobs not planned (yet).
+    #[serde(default)]
+    pub held_results: u64,
     /// Items planned and unfinished (bounded by the window).
     pub active: u64,
     /// Items per benchmark and model under test.

@@ -23,6 +23,18 @@ pub struct JobMeta {
     pub model: String,
 }
 
+/// Results messages and results a run refused (every process of it), kept in its
+/// state so that the report counts them all.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Intake {
+    /// Results messages refused: undecodable, of another run, a worker's refusal of a
+    /// forged job, naming an unusable object, on no pool's subject.
+    pub refused_messages: u64,
+    /// Results refused: from a pool that does not serve their job, or for a job never
+    /// planned once the results held aside were at their bound.
+    pub refused_results: u64,
+}
+
 /// A 12-byte item key: benchmark, model-under-test and item index, big-endian so that
 /// the store iterates items in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

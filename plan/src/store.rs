@@ -14,7 +14,8 @@ use halyard_proto::{JobId, StoredResult};
 
 use crate::cost::ClassTotals;
 use crate::effect::Effect;
-pub use crate::record::{decode_stored, ItemKey, JobMeta, StoreError};
+pub use crate::planner::Held;
+pub use crate::record::{decode_stored, Intake, ItemKey, JobMeta, StoreError};
 
 /// Labels of one benchmark and model under test, in item order.
 pub type LabelIter<'a> = Box<dyn Iterator<Item = Result<(ItemKey, Vec<u8>), StoreError>> + 'a>;
@@ -40,6 +41,14 @@ pub trait RunStore {
     fn results_at_open(&self) -> u64;
     /// The cost totals stored with the last committed batch (empty if none).
     fn costs(&self) -> Result<Vec<ClassTotals>, StoreError>;
+    /// The refusals stored last (zero if none).
+    fn intake(&self) -> Result<Intake, StoreError>;
+    /// The result held aside for `job` (not planned when it arrived): the pool token of
+    /// its subject and its wire form.
+    fn held(&self, job: &JobId) -> Result<Option<(String, Vec<u8>)>, StoreError>;
+    /// Results held aside, and their bytes (pool token and wire form), when the store was
+    /// opened.
+    fn held_at_open(&self) -> Result<Held, StoreError>;
 
     /// Carry out the store effects among `effects` (publishes are skipped) as one atomic
     /// update: after a crash, all of them or none (as the coordinator's run state does it). A
@@ -56,6 +65,8 @@ pub struct MemStore {
     done: BTreeMap<ItemKey, Vec<u8>>,
     jobs: HashMap<JobId, JobMeta>,
     costs: Vec<ClassTotals>,
+    intake: Intake,
+    held: BTreeMap<JobId, (String, Vec<u8>)>,
 }
 
 impl MemStore {
@@ -92,6 +103,16 @@ impl RunStore for MemStore {
     fn costs(&self) -> Result<Vec<ClassTotals>, StoreError> {
         Ok(self.costs.clone())
     }
+    fn intake(&self) -> Result<Intake, StoreError> {
+        Ok(self.intake)
+    }
+    fn held(&self, job: &JobId) -> Result<Option<(String, Vec<u8>)>, StoreError> {
+        Ok(self.held.get(job).cloned())
+    }
+    fn held_at_open(&self) -> Result<Held, StoreError> {
+        let bytes = self.held.values().map(|(p, e)| (p.len() + e.len()) as u64).sum();
+        Ok(Held { results: self.held.len() as u64, bytes })
+    }
     fn commit(&mut self, effects: &[Effect]) -> Result<(), StoreError> {
         for e in effects {
             match e {
@@ -105,6 +126,13 @@ impl RunStore for MemStore {
                     self.jobs.entry(*job).or_insert_with(|| meta.clone());
                 }
                 Effect::Costs(totals) => self.costs = totals.clone(),
+                Effect::Intake(i) => self.intake = *i,
+                Effect::HoldResult { job, pool, encoded } => {
+                    self.held.entry(*job).or_insert_with(|| (pool.clone(), encoded.clone()));
+                }
+                Effect::Unhold { job } => {
+                    self.held.remove(job);
+                }
                 Effect::Publish { .. } => {}
             }
         }

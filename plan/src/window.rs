@@ -40,6 +40,9 @@ pub struct Waiter {
     more: Vec<ItemKey>,
     /// When this process published the job.
     pub published_at: Instant,
+    /// The token of the job's pool ([`halyard_proto::subjects::pool_token`]): its result
+    /// is taken from that pool's results subject only.
+    pool: String,
 }
 
 impl Waiter {
@@ -127,9 +130,10 @@ impl Window {
         }
     }
 
-    /// Active item `key` waits on job `id`. True when no other item waits on it yet: the
-    /// caller publishes it (once per job, whatever the number of items sharing it).
-    pub fn wait_on(&mut self, key: ItemKey, id: JobId, now: Instant) -> bool {
+    /// Active item `key` waits on job `id` of pool `pool`. True when no other item waits
+    /// on it yet: the caller publishes it (once per job, whatever the number of items
+    /// sharing it).
+    pub fn wait_on(&mut self, key: ItemKey, id: JobId, pool: &str, now: Instant) -> bool {
         match self.waiters.get_mut(&id) {
             Some(w) => {
                 if w.first != key && !w.more.contains(&key) {
@@ -138,7 +142,9 @@ impl Window {
                 false
             }
             None => {
-                self.waiters.insert(id, Waiter { first: key, more: Vec::new(), published_at: now });
+                let pool = halyard_proto::subjects::pool_token(pool);
+                let w = Waiter { first: key, more: Vec::new(), published_at: now, pool };
+                self.waiters.insert(id, w);
                 true
             }
         }
@@ -152,6 +158,11 @@ impl Window {
     /// Jobs published and not yet answered.
     pub fn outstanding(&self) -> usize {
         self.waiters.len()
+    }
+
+    /// The pool token of job `id`, if an item waits on it.
+    pub fn pool_of(&self, id: &JobId) -> Option<&str> {
+        self.waiters.get(id).map(|w| w.pool.as_str())
     }
 
     pub fn is_waited_on(&self, id: &JobId) -> bool {
@@ -239,9 +250,9 @@ mod tests {
         let (a, b) = (w.next_candidate().unwrap(), w.next_candidate().unwrap());
         w.activate(a);
         w.activate(b);
-        assert!(w.wait_on(a, id(1), now));
-        assert!(!w.wait_on(b, id(1), now));
-        assert!(!w.wait_on(a, id(1), now));
+        assert!(w.wait_on(a, id(1), "p", now));
+        assert!(!w.wait_on(b, id(1), "p", now));
+        assert!(!w.wait_on(a, id(1), "p", now));
         assert_eq!(w.outstanding(), 1);
         let waiter = w.on_result(&id(1)).unwrap();
         assert_eq!(waiter.items().collect::<Vec<_>>(), vec![a, b]);

@@ -45,7 +45,7 @@ pub fn encode_batch<B: AsRef<[u8]>>(encoded: &[B]) -> Vec<u8> {
     out
 }
 
-/// `Nats-Msg-Id` of a batch: one result keeps its own id ([`crate::subjects::result_msg_id`]);
+/// `Nats-Msg-Id` of a batch: one result keeps its own id ([`crate::subjects::job_msg_id`]);
 /// several get `<run>:b<hash of their job ids>`.
 pub fn batch_msg_id<'a>(run: Uuid, jobs: impl IntoIterator<Item = &'a JobId>) -> String {
     let mut jobs = jobs.into_iter().peekable();
@@ -60,7 +60,7 @@ pub fn batch_msg_id<'a>(run: Uuid, jobs: impl IntoIterator<Item = &'a JobId>) ->
         n += 1;
     }
     match only {
-        Some(j) => crate::subjects::result_msg_id(run, &j),
+        Some(j) => crate::subjects::job_msg_id(run, &j),
         None => {
             let hash = JobId(h.finalize().as_bytes()[..16].try_into().unwrap_or([0; 16]));
             format!("{}:b{hash}", run.simple())
@@ -264,7 +264,7 @@ mod tests {
     fn batch_ids() {
         let run = Uuid::from_u128(7);
         let (a, b) = (JobId([1; 16]), JobId([2; 16]));
-        assert_eq!(batch_msg_id(run, [&a]), crate::subjects::result_msg_id(run, &a));
+        assert_eq!(batch_msg_id(run, [&a]), crate::subjects::job_msg_id(run, &a));
         let ab = batch_msg_id(run, [&a, &b]);
         assert_eq!(ab, batch_msg_id(run, [&a, &b]));
         assert_ne!(ab, batch_msg_id(run, [&b, &a]));

@@ -91,7 +91,7 @@ async fn batches_and_singles_count_each_job_once() {
     let jobs: Vec<Job> =
         msgs.iter().map(|m| halyard_proto::decode("job", &m.payload).unwrap()).collect();
     let run = jobs[0].run;
-    let subject = subjects::result_subject(run);
+    let subject = subjects::result_subject(run, &jobs[0].pool);
     let encoded: Vec<Vec<u8>> = jobs.iter().map(result_of).collect();
     let batch = |r: std::ops::Range<usize>| {
         (
@@ -109,7 +109,7 @@ async fn batches_and_singles_count_each_job_once() {
     publish(&broker.js, &subject, a, &a_id).await;
     publish(&broker.js, &subject, vec![0x93, 0xc1], "garbage").await;
     for (job, e) in jobs.iter().zip(&encoded).skip(30) {
-        publish(&broker.js, &subject, e.clone(), &subjects::result_msg_id(run, &job.id)).await;
+        publish(&broker.js, &subject, e.clone(), &subjects::job_msg_id(run, &job.id)).await;
     }
     for m in &msgs {
         m.ack().await.unwrap();

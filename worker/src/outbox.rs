@@ -5,12 +5,22 @@
 //! acked), false when it could not be published (the job is nak'd; its result stays in
 //! the checkpoint and is replayed on redelivery). The outbox's actor takes every result
 //! waiting in its channel (a checkpoint group commit wakes all its writers at once, so they
-//! arrive together), groups them by run and publishes each group as one message
-//! ([`halyard_proto::batch`]), with a `Nats-Msg-Id` derived from its job ids. At most
+//! arrive together), groups them by run and pool and publishes each group as one message
+//! ([`halyard_proto::batch`]) on the subject of its run and pool
+//! ([`halyard_proto::subjects::result_subject`]), with a `Nats-Msg-Id` derived from its job
+//! ids and this process's secret (below). At most
 //! [`IN_FLIGHT`] batches await their broker ack at a time; results arriving meanwhile
 //! make the next batch larger. Per result, the broker then stores, delivers and has
 //! acked one message per batch instead of one per job, and the coordinator decodes and
 //! acks one message per batch.
+//!
+//! The secret: JetStream drops a message whose `Nats-Msg-Id` it has seen within its
+//! de-duplication window, whatever its subject. An id made of the run and job ids alone can
+//! be computed by anyone who knows a job (its id hashes a public dataset prompt), so a
+//! forger publishing first under it would make the broker drop the honest result. Each
+//! outbox adds a random value of its own, never sent anywhere else, to its ids: the
+//! retries of one publish still share an id (the broker keeps one copy), and a result
+//! published again by a restarted worker is a duplicate the coordinator counts once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +41,8 @@ const ATTEMPTS: u32 = 5;
 
 struct Entry {
     run: Uuid,
+    /// The pool the job was published to: the results subject names it.
+    pool: Arc<str>,
     job: JobId,
     encoded: Vec<u8>,
     /// A dead letter: its message must not be de-duplicated against a later retry's.
@@ -45,32 +57,45 @@ pub(crate) struct Outbox {
     tx: mpsc::Sender<Entry>,
 }
 
+/// This process's secret part of its results messages' ids (see the module's text).
+fn secret() -> String {
+    Uuid::now_v7().simple().to_string()
+}
+
 impl Outbox {
     pub fn start(broker: Broker, failpoints: Arc<Failpoints>) -> Outbox {
         let (tx, rx) = mpsc::channel(halyard_proto::batch::MAX_BATCH * 4);
-        tokio::spawn(run(broker, failpoints, rx));
+        tokio::spawn(run(broker, failpoints, rx, secret()));
         Outbox { tx }
     }
 
-    /// Publish one encoded result of `job` in `run`; true once the broker holds it.
+    /// Publish one encoded result of `job` in `run`, published to `pool`; true once the
+    /// broker holds it.
     pub async fn publish(
         &self,
         run: Uuid,
+        pool: Arc<str>,
         job: JobId,
         encoded: Vec<u8>,
         dead_letter: bool,
     ) -> bool {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Entry { run, job, encoded, dead_letter, reply }).await.is_err() {
+        if self.tx.send(Entry { run, pool, job, encoded, dead_letter, reply }).await.is_err() {
             return false;
         }
         rx.await.unwrap_or(false)
     }
 }
 
-async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver<Entry>) {
+async fn run(
+    broker: Broker,
+    failpoints: Arc<Failpoints>,
+    mut rx: mpsc::Receiver<Entry>,
+    secret: String,
+) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut subjects: HashMap<Uuid, async_nats::Subject> = HashMap::new();
+    let secret: Arc<str> = secret.into();
+    let mut subjects: HashMap<(Uuid, Arc<str>), async_nats::Subject> = HashMap::new();
     loop {
         // Wait for a free publish slot first: while every slot is busy, results queue up
         // and go out together.
@@ -78,13 +103,13 @@ async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver
         let Some(first) = rx.recv().await else { break };
         // Writers woken by the same flush are still being scheduled: let them queue.
         tokio::task::yield_now().await;
-        let mut by_run: HashMap<Uuid, Vec<Entry>> = HashMap::new();
-        by_run.entry(first.run).or_default().push(first);
+        let mut by_run: HashMap<(Uuid, Arc<str>), Vec<Entry>> = HashMap::new();
+        by_run.entry((first.run, first.pool.clone())).or_default().push(first);
         let mut n = 1;
         while n < halyard_proto::batch::MAX_BATCH {
             match rx.try_recv() {
                 Ok(e) => {
-                    by_run.entry(e.run).or_default().push(e);
+                    by_run.entry((e.run, e.pool.clone())).or_default().push(e);
                     n += 1;
                 }
                 Err(_) => break,
@@ -93,8 +118,8 @@ async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver
         let mut permit = Some(permit);
         let limit = broker.payload_limit();
         let batches =
-            by_run.into_iter().flat_map(|(run, e)| by_size(e, limit).map(move |b| (run, b)));
-        for (run, entries) in batches {
+            by_run.into_iter().flat_map(|(to, e)| by_size(e, limit).map(move |b| (to.clone(), b)));
+        for ((run, pool), entries) in batches {
             // One slot per batch (a worker rarely serves more than one run at a time).
             let p = match permit.take() {
                 Some(p) => p,
@@ -103,11 +128,13 @@ async fn run(broker: Broker, failpoints: Arc<Failpoints>, mut rx: mpsc::Receiver
                     Err(_) => return,
                 },
             };
-            let subject =
-                subjects.entry(run).or_insert_with(|| subjects::result_subject(run).into()).clone();
-            let (broker, failpoints) = (broker.clone(), failpoints.clone());
+            let subject = subjects
+                .entry((run, pool.clone()))
+                .or_insert_with(|| subjects::result_subject(run, &pool).into())
+                .clone();
+            let (broker, failpoints, secret) = (broker.clone(), failpoints.clone(), secret.clone());
             tokio::spawn(async move {
-                publish_batch(&broker, &failpoints, subject, run, entries).await;
+                publish_batch(&broker, &failpoints, subject, run, &secret, entries).await;
                 drop(p);
             });
         }
@@ -143,9 +170,12 @@ async fn publish_batch(
     failpoints: &Failpoints,
     subject: async_nats::Subject,
     run: Uuid,
+    secret: &str,
     entries: Vec<Entry>,
 ) {
     let mut msg_id = halyard_proto::batch_msg_id(run, entries.iter().map(|e| &e.job));
+    msg_id.push(':');
+    msg_id.push_str(secret);
     if entries.iter().any(|e| e.dead_letter) {
         // Unique per batch (retries of this publish below reuse it): a dead letter may be
         // re-queued by `halyard retry-failed`, and the retry's result must not be dropped
@@ -205,6 +235,7 @@ mod tests {
     fn batches_are_cut_by_bytes() {
         let entry = |n: usize| Entry {
             run: Uuid::nil(),
+            pool: "p".into(),
             job: JobId([n as u8; 16]),
             encoded: vec![0; n],
             dead_letter: false,

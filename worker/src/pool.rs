@@ -502,7 +502,7 @@ pub(crate) async fn publish(
             return Event::PublishFailed;
         }
     };
-    if ctx.outbox.publish(job.run, job.id, encoded, dead_letter).await {
+    if ctx.outbox.publish(job.run, job.pool.as_str().into(), job.id, encoded, dead_letter).await {
         Event::Published
     } else {
         Event::PublishFailed

@@ -43,11 +43,23 @@ struct RunInfo<'a> {
     sweep: String,
 }
 
+/// Refusals over every process of the run, and the results held aside for jobs the run
+/// never planned (left when it completed).
+#[derive(Serialize)]
+struct IntakeReport {
+    refused_messages: u64,
+    refused_results: u64,
+    held_unplanned: u64,
+}
+
 #[derive(Serialize)]
 struct ReportJson<'a> {
     run: RunInfo<'a>,
     benchmarks: Vec<serde_json::Value>,
     jobs: JobTotals,
+    /// What the run refused of what workers (or anyone) published on its results
+    /// subjects (issue 33).
+    intake: IntakeReport,
     costs: halyard_plan::cost::CostSection,
     dead_letters: Vec<DeadLetter>,
     /// Endpoint outages seen during the run (pools paused by their workers).
@@ -159,6 +171,13 @@ pub fn write(
         state.costs()?,
     );
     md.push_str(&jobs_markdown(&totals));
+    let i = state.intake()?;
+    let intake = IntakeReport {
+        refused_messages: i.refused_messages,
+        refused_results: i.refused_results,
+        held_unplanned: state.held_count()?.results,
+    };
+    md.push_str(&intake_markdown(&intake));
     md.push_str(&costs.render_markdown());
     md.push_str(&dead_letters_markdown(&dead));
     let now = std::time::SystemTime::now()
@@ -180,6 +199,7 @@ pub fn write(
         },
         benchmarks,
         jobs: totals,
+        intake,
         costs,
         dead_letters: dead,
         outages,
@@ -226,6 +246,19 @@ fn jobs_markdown(totals: &JobTotals) -> String {
         totals.completion_tokens
     ));
     md
+}
+
+/// What the run refused (Markdown; nothing when it refused nothing).
+fn intake_markdown(i: &IntakeReport) -> String {
+    if i.refused_messages == 0 && i.refused_results == 0 && i.held_unplanned == 0 {
+        return String::new();
+    }
+    format!(
+        "## Refused
+
+{} results messages refused (undecodable, another run's, a worker's refusal of a forged job, naming an unusable object, on no pool's subject); {} results refused (from a pool that does not serve their job, or for a job never planned past the bound of results held aside); {} results held aside for jobs the run never planned. None of them is in a figure above.\n\n",
+        i.refused_messages, i.refused_results, i.held_unplanned
+    )
 }
 
 /// The dead letters table (Markdown; nothing when there are none).

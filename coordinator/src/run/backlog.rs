@@ -48,9 +48,12 @@ pub(super) async fn absorb(
         }
     };
     let run = planner.run();
-    let subject = subjects::result_subject(run);
+    let subject = subjects::run_results_filter(run);
     let now = Instant::now();
     let (mut seq, mut total) = (1u64, 0usize);
+    // Results refused here are refused again, and counted, when the consumer delivers
+    // their messages: not counted twice.
+    let refused_before = planner.refused_results();
     loop {
         let m = match stream.get_first_raw_message_by_subject(&subject, seq).await {
             Ok(m) => m,
@@ -68,11 +71,15 @@ pub(super) async fn absorb(
             continue;
         };
         // A refused message is counted when the consumer delivers it.
-        let (arrived, _refused) = decode_results(run, &payload);
+        let (arrived, _refused) = decode_results(run, &m.subject, &payload);
         total += arrived.len();
         let effects = planner.step(Event::Results(arrived), now)?;
         planner.store_mut().commit(&effects)?;
         held.extend(super::planner::publishes(effects));
+    }
+    planner.set_refused_results(refused_before);
+    if let Some(e) = planner.intake_effect() {
+        planner.store_mut().commit(&[e])?;
     }
     planner.store().flush().await?;
     if total > 0 {

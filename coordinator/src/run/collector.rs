@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_nats::jetstream;
 use futures::{FutureExt, StreamExt};
 use halyard_broker::{objects, Broker, BrokerError, PullConsumer};
-use halyard_proto::{subjects, Failure, FailureKind, Job, JobResult, Outcome};
+use halyard_plan::planner::Arrival;
+use halyard_proto::{subjects, Failure, FailureKind, Job, Outcome};
 use serde::Deserialize;
 use tracing::{debug, warn};
 use uuid::Uuid;
@@ -72,10 +73,10 @@ impl Collector {
         Ok(())
     }
 
-    /// The results of one message (one result, or a worker's batch of them), each with
-    /// the range of its encoding in `payload`; results of other runs are left out.
-    pub fn decode(&mut self, payload: &[u8]) -> Vec<JobResult> {
-        let (results, refused) = decode_results(self.run, payload);
+    /// The results of one message (one result, or a worker's batch of them) that came
+    /// on `subject`, with the pool its subject names; results of other runs are left out.
+    pub fn decode(&mut self, subject: &str, payload: &[u8]) -> Vec<Arrival> {
+        let (results, refused) = decode_results(self.run, subject, payload);
         self.refused += refused;
         results
     }
@@ -155,8 +156,10 @@ impl Collector {
                 break;
             }
             let opened = self.open(&msgs).await;
-            for payload in opened.iter().filter_map(|o| o.bytes()) {
-                self.decode(payload);
+            for (m, o) in msgs.iter().zip(&opened) {
+                if let Some(payload) = o.bytes() {
+                    self.decode(&m.subject, payload);
+                }
             }
             Self::ack(&msgs, &opened).await;
             taken += msgs.len();
@@ -291,10 +294,15 @@ pub(super) async fn open_payload(
     }
 }
 
-/// The results of run `run` in one message.
-/// The results of run `run` in one message, and how many of its parts were refused (an
-/// undecodable message counts one; results of another run and workers' refusals one each).
-pub(super) fn decode_results(run: Uuid, payload: &[u8]) -> (Vec<JobResult>, u64) {
+/// The results of run `run` in one message that came on `subject`, with the pool its
+/// subject names, and how many of its parts were refused (an undecodable message, or one
+/// on a subject that names no pool, counts one; results of another run and workers'
+/// refusals one each).
+pub(super) fn decode_results(run: Uuid, subject: &str, payload: &[u8]) -> (Vec<Arrival>, u64) {
+    let Some(pool) = subjects::result_pool_token(run, subject) else {
+        debug!(subject = %halyard_proto::redact::terminal(subject), "results message on a subject that names no pool; refused");
+        return (Vec::new(), 1);
+    };
     let results = match halyard_proto::decode_results(payload) {
         Ok(r) => r,
         Err(err) => {
@@ -320,6 +328,7 @@ pub(super) fn decode_results(run: Uuid, payload: &[u8]) -> (Vec<JobResult>, u64)
             }
             true
         })
+        .map(|result| Arrival { pool: pool.to_string(), result })
         .collect();
     (ok, refused)
 }

@@ -199,7 +199,7 @@ impl Dispatcher {
             }
             return;
         }
-        let mut msg_id = subjects::result_msg_id(self.run, &job.id);
+        let mut msg_id = subjects::job_msg_id(self.run, &job.id);
         if let Some(n) = round {
             msg_id.push_str(&format!(":r{n}"));
         }

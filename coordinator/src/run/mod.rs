@@ -346,6 +346,10 @@ impl Coordinator<'_> {
         // so that nothing of a complete run lingers in the results stream.
         self.collector.drain().await;
         self.planner.set_refused(self.collector.refused);
+        if let Some(e) = self.planner.intake_effect() {
+            self.planner.store_mut().commit(&[e])?;
+            self.planner.store().flush().await?;
+        }
         self.planner.finish();
         let p = self.planner.progress();
         info!(run = %run, results = p.figures.results, batches = p.result_batches, "all items done; writing the report");
@@ -361,8 +365,10 @@ impl Coordinator<'_> {
         let now = Instant::now();
         let opened = self.collector.open(msgs).await;
         let mut arrived = Vec::with_capacity(msgs.len());
-        for payload in opened.iter().filter_map(|o| o.bytes()) {
-            arrived.extend(self.collector.decode(payload));
+        for (m, o) in msgs.iter().zip(&opened) {
+            if let Some(payload) = o.bytes() {
+                arrived.extend(self.collector.decode(&m.subject, payload));
+            }
         }
         self.planner.set_refused(self.collector.refused);
         self.step(Event::Results(arrived), now).await?;

@@ -198,6 +198,12 @@ pub fn render(s: &Status) -> String {
             s.figures.refused_messages
         ));
     }
+    if s.figures.refused_results > 0 || s.figures.held_results > 0 {
+        o.push_str(&format!(
+            "  refused: {} results (from a pool that does not serve their job, or never asked for); {} held aside for jobs not planned yet\n",
+            s.figures.refused_results, s.figures.held_results
+        ));
+    }
     o.push_str(&format!("  cost: ${:.4}", s.spent));
     if let Some(m) = s.figures.max_cost {
         o.push_str(&format!(" of ${m:.2} limit"));

@@ -102,6 +102,14 @@ pub fn check_key_env(var: &str, listed: &[String]) -> Result<(), String> {
     let well_formed = !var.is_empty()
         && var.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
     if (well_formed && var.ends_with("_API_KEY")) || listed.iter().any(|l| l == var) {
+        // A key left as an example file's placeholder would be sent and refused by the
+        // API on every call: refused here, at start, instead.
+        if let Some(v) = std::env::var(var).ok().filter(|v| halyard_broker::auth::is_placeholder(v))
+        {
+            return Err(format!(
+                "{shown} holds a placeholder ({v:?}, from an example file), not an API key: set the real key"
+            ));
+        }
         return Ok(());
     }
     Err(format!(
@@ -165,6 +173,10 @@ mod tests {
             assert!(e.contains("api_key_env"), "{bad}: {e}");
         }
         assert!(check_key_env("HALYARD_NATS_PASSWORD", &["HALYARD_NATS_PASSWORD".into()]).is_err());
+        // A key variable holding an example file's placeholder.
+        std::env::set_var("PLACEHOLDER_TEST_API_KEY", "REPLACE-ME");
+        let e = check_key_env("PLACEHOLDER_TEST_API_KEY", &listed).unwrap_err();
+        assert!(e.contains("placeholder"), "{e}");
         // The worker refuses such a plan before it takes a job, naming model and pool.
         let model =
             WorkerModel::openai("https://api.example.com/v1", "m", Some("HALYARD_NATS_PASSWORD"));
