@@ -114,8 +114,9 @@ pub struct Planner<'s, S> {
     progress: Progress,
     /// Results held aside, in the store and in `unplanned`.
     held: Held,
-    /// Results held aside in this step (not yet in the store).
-    unplanned: HashMap<JobId, Arrival>,
+    /// Results held aside in this step (not yet in the store), with their bytes as
+    /// [`Held`] counts them.
+    unplanned: HashMap<JobId, (Arrival, u64)>,
     /// Held results that jobs planned in this step asked for: they arrive at the end of
     /// the step.
     promoted: Vec<Arrival>,
@@ -278,7 +279,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
         self.held.results += 1;
         self.held.bytes += bytes;
         fx.push(Effect::HoldResult { job, pool: a.pool.clone(), encoded });
-        self.unplanned.insert(job, a);
+        self.unplanned.insert(job, (a, bytes));
         Ok(())
     }
 
@@ -296,18 +297,16 @@ impl<'s, S: RunStore> Planner<'s, S> {
         }
     }
 
-    /// The result held aside for job `id`, if any, taken out of the store (its pool is
-    /// checked when it arrives as a promoted result).
+    /// The result held aside for job `id`, if any, taken out of the store (the caller
+    /// checks its pool against the job's).
     fn take_held(&mut self, id: JobId, fx: &mut Vec<Effect>) -> Result<Option<Arrival>, PlanError> {
         if self.held.results == 0 {
             return Ok(None);
         }
-        if let Some(a) = self.unplanned.remove(&id) {
+        if let Some((a, bytes)) = self.unplanned.remove(&id) {
             // Held in this step: its HoldResult effect is already among the effects.
             fx.push(Effect::Unhold { job: id });
-            let bytes =
-                halyard_proto::encode(&a.result).map(|e| e.len()).unwrap_or(0) + a.pool.len();
-            self.release(bytes as u64);
+            self.release(bytes);
             return Ok(Some(a));
         }
         let Some((pool, encoded)) = self.store.held(&id)? else { return Ok(None) };

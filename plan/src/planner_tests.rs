@@ -409,3 +409,24 @@ fn results_for_jobs_never_planned_are_bounded() {
     apply(p.store_mut(), fx);
     assert_eq!(refused_and_held(&mut p), (extra + 1, HELD_MAX_RESULTS));
 }
+
+/// A result for a job not planned yet that arrives in the same batch as the result that
+/// lets its item in answers it in that step: held and taken back at once, never
+/// published, and nothing is left held.
+#[test]
+fn a_result_held_in_a_step_answers_its_job_planned_in_the_same_step() {
+    let run = Uuid::now_v7();
+    let every = all_jobs(2, run);
+    let sweep = with_window(2, 1);
+    let mut p = Planner::open(&sweep, MemStore::default(), run, HashMap::new()).unwrap();
+    let fx = p.step(Event::Fill, Instant::now()).unwrap();
+    assert_eq!(jobs(&apply(p.store_mut(), fx)).len(), 1);
+    let both = [answer(&every[0], "w"), answer(&every[1], "w")];
+    let fx = p.step(results(&both), Instant::now()).unwrap();
+    assert_eq!(items(&fx), vec![0, 1], "{fx:?}");
+    assert!(jobs(&apply(p.store_mut(), fx)).is_empty(), "the held result's job was published");
+    assert_eq!(refused_and_held(&mut p), (0, 0));
+    assert_eq!(p.progress().figures.results, 2);
+    assert!(p.all_done());
+    assert_eq!(p.store().held_at_open().unwrap(), crate::store::Held::default());
+}
