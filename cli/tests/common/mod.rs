@@ -124,7 +124,7 @@ pub fn acceptance_rule(term: &str) -> Acc {
 }
 
 pub fn meaning_rule(term: &str) -> bool {
-    (fnv(term) >> 8) % 3 != 0
+    !(fnv(term) >> 8).is_multiple_of(3)
 }
 
 pub const NO_INFO: &str = "I have no information about that.";
@@ -406,6 +406,16 @@ pub fn rerun_with_faults(
 ) -> [usize; 4] {
     use std::sync::atomic::{AtomicBool, Ordering};
     let out = tmp.join("with-faults");
+    // A job's delivery budget must outlast what the faults may cost it: each fault the
+    // injector gives a request counts a delivery, and so does the call that finds the
+    // killed API first (it opens the pool's pause; later calls wait without spending
+    // the budget). One delivery more is left for the real answer.
+    let budget = halyard_tests::faults::FAULTS_PER_REQUEST + 2;
+    let text = std::fs::read_to_string(sweep).expect("sweep");
+    assert!(text.contains("max_deliver = 3\n"), "the faulty rerun sets its own max_deliver");
+    let sweep = &tmp.join("with-faults.toml");
+    std::fs::write(sweep, text.replace("max_deliver = 3\n", &format!("max_deliver = {budget}\n")))
+        .expect("sweep with faults");
     faults.enable();
     let done = AtomicBool::new(false);
     let (stated, killed) = std::thread::scope(|s| {
