@@ -61,7 +61,7 @@ fn sentence_answer(continuation: &str, salt: u64) -> &'static str {
 
 /// The option text the fake prefers, or None for an unusable answer.
 fn selective_preference<'a>(a: &'a str, b: &'a str, salt: u64) -> Option<&'a str> {
-    if (fnv(a).wrapping_add(fnv(b)) + salt) % 4 == 0 {
+    if (fnv(a).wrapping_add(fnv(b)) + salt).is_multiple_of(4) {
         return None;
     }
     Some(if fnv(a) ^ salt < fnv(b) ^ salt { a } else { b })
@@ -69,7 +69,7 @@ fn selective_preference<'a>(a: &'a str, b: &'a str, salt: u64) -> Option<&'a str
 
 /// The fake's continuation of a news slot (`《head》\ndate\nbeginning`).
 fn continuation_answer(slot: &str, salt: u64) -> String {
-    if (fnv(slot) + salt) % 5 == 0 {
+    if (fnv(slot) + salt).is_multiple_of(5) {
         return "   ".into();
     }
     let beginning = slot.splitn(3, '\n').nth(2).unwrap_or("");

@@ -547,7 +547,7 @@ const HVI_VERDICTS: [(&str, &str); 3] = [
 /// except on a quarter of the sentences, where it says "not hallucinated".
 fn hvi_verdict(judge: &str, prompt: &str, sentence: &str) -> usize {
     let a = (fnv(&format!("{prompt}|{sentence}")) % 3) as usize;
-    if judge == "fake-judge-b" && fnv(&format!("b|{prompt}|{sentence}")) % 4 == 0 {
+    if judge == "fake-judge-b" && fnv(&format!("b|{prompt}|{sentence}")).is_multiple_of(4) {
         0
     } else {
         a

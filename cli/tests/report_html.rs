@@ -45,7 +45,7 @@ fn report_html_renders_in_chromium_with_costs() {
     // model-b knows less: it has no answer to every third question it is asked.
     let fake = FakeOpenAi::start_blocking(move |c| {
         let q = c.messages.last().map(|m| m.1.clone()).unwrap_or_default();
-        if c.model == "fake-model-b" && fnv(&q) % 3 == 0 && !q.is_empty() {
+        if c.model == "fake-model-b" && fnv(&q).is_multiple_of(3) && !q.is_empty() {
             return halyard_tests::Reply::Text(NO_INFO.into());
         }
         rules(c)

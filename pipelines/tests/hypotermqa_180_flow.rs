@@ -63,14 +63,14 @@ fn fake(req: &JobRequest) -> Outcome {
                 _ => done(format!("You asked: {question} Here is my answer.")),
             }
         }
-        "acceptance" if b % 4 == 0 => done("Let me think about it.".into()),
+        "acceptance" if b.is_multiple_of(4) => done("Let me think about it.".into()),
         "acceptance" => {
             let c = ["UNREAL", "MENTIONED", "UNKNOWN"][b % 3];
             done(format!(
                 "Reasoning first.\n```json\n{{\"term\":\"x\",\n\"reasoning\":\"r{b}\",\n\"certainty\":\"{c}\"}}\n```"
             ))
         }
-        "meaning" if b % 5 == 0 => done("{'verified': 'TRUE'}".into()),
+        "meaning" if b.is_multiple_of(5) => done("{'verified': 'TRUE'}".into()),
         "meaning" => done(format!("{{\"verified\": \"{}\"}}", ["TRUE", "FALSE"][b % 2])),
         other => panic!("unexpected stage {other}"),
     }

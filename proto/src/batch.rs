@@ -199,7 +199,7 @@ mod tests {
     use crate::{encode, Completion, Failure, FailureKind, Outcome, Usage};
 
     fn result(i: u8) -> JobResult {
-        let outcome = if i % 3 == 0 {
+        let outcome = if i.is_multiple_of(3) {
             Outcome::Failed(Failure {
                 kind: FailureKind::Permanent,
                 error: format!("e{i}"),
@@ -210,7 +210,7 @@ mod tests {
                 text: "x".repeat(i as usize),
                 usage: Usage { prompt_tokens: i as u64, completion_tokens: 1 },
                 latency_ms: 3,
-                finish_reason: if i % 2 == 0 { None } else { Some("stop".into()) },
+                finish_reason: if i.is_multiple_of(2) { None } else { Some("stop".into()) },
                 calls: 1,
                 logprobs: None,
                 refusal: false,
@@ -223,7 +223,7 @@ mod tests {
             outcome,
             deliveries: 1,
             worker: "w".into(),
-            cached: i % 2 == 0,
+            cached: i.is_multiple_of(2),
         }
     }
 

@@ -49,7 +49,7 @@ impl HypoTermQaRules {
         let system = call.messages.iter().find(|(role, _)| role == "system").map(|(_, c)| c);
         match system {
             Some(s) if s.starts_with("You are a linguistic expert.") => self.judge(s, user, call),
-            _ if fnv(user) % 5 == 0 => Reply::Text(NO_INFO.into()),
+            _ if fnv(user).is_multiple_of(5) => Reply::Text(NO_INFO.into()),
             _ => Reply::Text(format!("Here is what I know: {user}")),
         }
     }
@@ -60,7 +60,7 @@ impl HypoTermQaRules {
         };
         let h = fnv(term);
         if system.contains("Verify if the answer uses the term in its real meaning.") {
-            let verified = if h % 3 == 0 { "FALSE" } else { "TRUE" };
+            let verified = if h.is_multiple_of(3) { "FALSE" } else { "TRUE" };
             let body = json!({"term": term, "reasoning": "checked", "verified": verified});
             return Reply::Text(body.to_string());
         }

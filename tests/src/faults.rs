@@ -70,7 +70,7 @@ impl Faults {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         key.hash(&mut h);
         let h = h.finish();
-        if h % 4 != 0 {
+        if !h.is_multiple_of(4) {
             return None;
         }
         {

@@ -30,7 +30,7 @@ fn h(model: &str, claim: &str) -> u64 {
 }
 
 pub fn refuses(model: &str, claim: &str) -> bool {
-    h(model, claim) % 6 == 0
+    h(model, claim).is_multiple_of(6)
 }
 
 /// The classification answer, and how AutoHall's substring rule reads it.
@@ -45,12 +45,12 @@ fn classification(model: &str, claim: &str) -> (&'static str, Option<bool>) {
 }
 
 fn conflict(model: &str, claim: &str, k: u64) -> bool {
-    (h(model, claim) + 7 * k) % 3 == 0
+    (h(model, claim) + 7 * k).is_multiple_of(3)
 }
 
 /// A claim whose classification request is rejected (HTTP 400): `classify_failed`.
 pub fn poisoned(model: &str, claim: &str) -> bool {
-    (h(model, claim) >> 9) % 17 == 0
+    (h(model, claim) >> 9).is_multiple_of(17)
 }
 
 pub fn autohall_responder(call: &ChatCall) -> Reply {

@@ -898,7 +898,7 @@ mod tests {
                 None => serde_json::json!({"output": "", "verdict": null, "unreadable": why}),
             };
             serde_json::json!({"pipeline": "chainpoll", "model": "j", "index": i, "id": i.to_string(),
-                "line": i + 1, "label": i % 2 == 0,
+                "line": i + 1, "label": i.is_multiple_of(2),
                 "metrics": [{"metric": "correctness", "polls": [poll], "score": s}]})
         };
         let items: Vec<halyard_pipelines::chainpoll::ItemLabel> = (0..10)

@@ -20,7 +20,7 @@ pub enum OptionOrder {
 /// \[v2\] order (spec §1.5): H is option A iff `len(hallucinatedContinuation)` (code
 /// points) is even.
 pub fn option_order_v2(hallucinated_continuation: &str) -> OptionOrder {
-    if py_len(hallucinated_continuation) % 2 == 0 {
+    if py_len(hallucinated_continuation).is_multiple_of(2) {
         OptionOrder::HallucinatedFirst
     } else {
         OptionOrder::RealFirst
