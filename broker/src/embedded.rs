@@ -70,7 +70,7 @@ impl EmbeddedNats {
         let emb = |what: &str, p: &Path, e: std::io::Error| {
             BrokerError::Embedded(format!("cannot {what} {}: {e}", p.display()))
         };
-        halyard_proto::store_mark::create_private_dir(store_dir)
+        halyard_store::mark::create_private_dir(store_dir)
             .map_err(|e| emb("create store dir", store_dir, e))?;
         let port = free_port()?;
         let key = nkeys::KeyPair::new_user();

@@ -151,7 +151,7 @@ pub struct WorkerArgs {
 pub struct GcArgs {
     /// Run directories (`<out>/<sweep name>`), store directories (a worker's
     /// `--state`), or output directories of runs; stores up to two levels down are
-    /// compacted.
+    /// taken.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
 }

@@ -69,6 +69,10 @@ enum Cmd {
     /// the room their commits freed goes back to the file system. Complete runs compact
     /// their own as they end.
     Gc(GcArgs),
+    /// Move stores written by earlier builds (redb, sled) to this build's engine now
+    /// (opening a store does it too, once, with a log line); this build's stores are
+    /// checked as opening checks them.
+    Migrate(GcArgs),
     /// Print the identity of local model files (`identity = "…"` for a sweep's gguf
     /// model), so that a coordinator without the files can plan their jobs.
     Identity(IdentityArgs),
@@ -124,11 +128,14 @@ fn init_logs(format: LogFormat, quiet: bool, verbose: bool) {
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{EnvFilter, Layer};
     // llama.cpp's lines come as target `llama-cpp-2`, its wrapper's as `llama_cpp_2`.
-    const LIBRARIES: &str = "sled=warn,async_nats=warn,llama_cpp_2=warn,llama-cpp-2=warn";
+    const LIBRARIES: &str =
+        "sled=warn,fjall=warn,lsm_tree=warn,async_nats=warn,llama_cpp_2=warn,llama-cpp-2=warn";
     let terminal =
         EnvFilter::try_from_env("HALYARD_LOG").unwrap_or_else(|_| match (quiet, verbose) {
             (true, _) => EnvFilter::new(format!("warn,{LIBRARIES}")),
-            (false, true) => EnvFilter::new("info,sled=warn,async_nats=warn"),
+            (false, true) => {
+                EnvFilter::new("info,sled=warn,fjall=warn,lsm_tree=warn,async_nats=warn")
+            }
             (false, false) => EnvFilter::new(format!("info,{LIBRARIES}")),
         });
     display::init(quiet, matches!(format, LogFormat::Json));
@@ -140,7 +147,9 @@ fn init_logs(format: LogFormat, quiet: bool, verbose: bool) {
     let file = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .with_writer(display::FileWriter)
-        .with_filter(EnvFilter::new("info,sled=warn,async_nats=warn,llama_cpp_2=warn"));
+        .with_filter(EnvFilter::new(
+            "info,sled=warn,fjall=warn,lsm_tree=warn,async_nats=warn,llama_cpp_2=warn",
+        ));
     tracing_subscriber::registry().with(term).with(file).init();
 }
 
@@ -210,6 +219,13 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
                 println!("{line}");
             }
             u8::from(gc.failed > 0)
+        }
+        Cmd::Migrate(a) => {
+            let m = halyard_node::gc::migrate(&a.paths)?;
+            for line in &m.lines {
+                println!("{line}");
+            }
+            u8::from(m.failed > 0)
         }
         Cmd::RetryFailed(a) => {
             print!("{}", retry_failed::run(&a.run, a.list)?);

@@ -8,20 +8,21 @@ use std::path::Path;
 use common::{halyard, noop_sweep};
 
 fn bytes(store: &Path) -> u64 {
-    halyard_store::disk_bytes(&store.join(halyard_store::FILE)).expect("store file")
+    halyard_store::disk_bytes(store).expect("store")
 }
 
-/// A run whose stores flushed and merged their logs many times (a merge every 200
-/// records; with 10,000 jobs, both stores hold room before they are compacted) ends with both stores compacted: `halyard gc` afterwards finds both and has
-/// nothing left to return. Its output names each store, and a path without a store is an
-/// error naming it.
+/// A run whose stores flushed their memtables into tables many times (memtables of 64
+/// KiB; with 10,000 jobs, both stores hold a journal and tables to merge before they are
+/// compacted) ends with both stores compacted: `halyard gc` afterwards finds both and
+/// has nothing left to return. Its output names each store, and a path without a store
+/// is an error naming it.
 #[test]
 fn a_complete_run_leaves_its_stores_compacted() {
     let dir = tempfile::tempdir().unwrap();
     let sweep = noop_sweep(dir.path(), "gc", 10000);
     let out = dir.path().join("out");
     let run = halyard()
-        .env(halyard_store::logged::MERGE_AT_ENV, "200")
+        .env(halyard_store::MEMTABLE_ENV, "65536")
         .args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()])
         .output()
         .unwrap();
@@ -49,10 +50,10 @@ fn a_complete_run_leaves_its_stores_compacted() {
         assert!(said.contains(&format!("compacted {}: ", store.display())), "{said}");
     }
     assert!(said.contains("2 of 2 store(s) compacted"), "{said}");
-    assert_eq!(
-        (bytes(&state), bytes(&checkpoint)),
-        before,
-        "gc returned room the run left behind (run state, checkpoint):\n{said}"
+    let after = (bytes(&state), bytes(&checkpoint));
+    assert!(
+        after.0 <= before.0 + 4096 && after.1 <= before.1 + 4096 && after.0 * 10 >= before.0 * 9,
+        "gc returned room the run left behind (run state, checkpoint): {before:?} -> {after:?}\n{said}"
     );
 
     let missing = dir.path().join("no-such-run");
@@ -61,7 +62,7 @@ fn a_complete_run_leaves_its_stores_compacted() {
     assert!(!gc.status.success() && err.contains("no-such-run"), "{err}");
 }
 
-const T: halyard_store::Table = halyard_store::table("t");
+const T: &str = "t";
 const RECORDS: u32 = 150_000;
 
 /// The value of record `i`.
@@ -71,56 +72,50 @@ fn value(i: u32) -> Vec<u8> {
     v
 }
 
+fn open(dir: &Path) -> Result<halyard_store::Store, halyard_store::StoreError> {
+    halyard_store::open(dir, halyard_store::Options::default(), &[T])
+}
+
 /// A store of `RECORDS` records written in many commits, four of every five then
-/// removed: a file of about 90 MB, four fifths of it room to return.
+/// removed: about 60 MB, most of it room to return (the journal, replaced records).
 fn store_with_room(dir: &Path) {
-    use halyard_store::redb::Durability;
-    let db = halyard_store::open(dir, 16 << 20, &[T]).unwrap();
+    let s = open(dir).unwrap();
+    let t = s.keyspace(T).unwrap();
     for chunk in (0..RECORDS).collect::<Vec<_>>().chunks(500) {
-        let mut tx = db.begin_write().unwrap();
-        tx.set_durability(Durability::None).unwrap();
-        {
-            let mut t = tx.open_table(T).unwrap();
-            for &i in chunk {
-                t.insert(&i.to_be_bytes()[..], &value(i)[..]).unwrap();
-            }
+        let mut b = s.db().batch();
+        for &i in chunk {
+            b.insert(&t, i.to_be_bytes(), value(i));
         }
-        tx.commit().unwrap();
+        b.commit().unwrap();
     }
-    let tx = db.begin_write().unwrap();
-    {
-        let mut t = tx.open_table(T).unwrap();
-        for i in (0..RECORDS).filter(|i| i % 5 != 0) {
-            t.remove(&i.to_be_bytes()[..]).unwrap();
-        }
+    let mut b = s.db().batch();
+    for i in (0..RECORDS).filter(|i| i % 5 != 0) {
+        b.remove(&t, i.to_be_bytes());
     }
-    tx.commit().unwrap();
+    b.commit().unwrap();
+    s.persist().unwrap();
 }
 
 /// Every record kept is there with its value, and no removed one came back.
 fn verify(dir: &Path, what: &str) {
-    use halyard_store::redb::{ReadableDatabase, ReadableTableMetadata};
-    let db = halyard_store::open(dir, 16 << 20, &[T])
-        .unwrap_or_else(|e| panic!("{what}: the store does not open: {e}"));
-    let tx = db.begin_read().unwrap();
-    let t = tx.open_table(T).unwrap();
-    assert_eq!(t.len().unwrap(), u64::from(RECORDS / 5), "{what}: records");
+    let s = open(dir).unwrap_or_else(|e| panic!("{what}: the store does not open: {e}"));
+    let t = s.keyspace(T).unwrap();
+    assert_eq!(halyard_store::count(&t).unwrap(), (RECORDS / 5) as usize, "{what}: records");
     for i in (0..RECORDS).step_by(5) {
-        let got = t.get(&i.to_be_bytes()[..]).unwrap().map(|v| v.value().to_vec());
+        let got = t.get(i.to_be_bytes()).unwrap().map(|v| v.to_vec());
         assert_eq!(got, Some(value(i)), "{what}: record {i}");
     }
 }
 
-fn copy_store(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for f in [halyard_store::FILE, halyard_proto::store_mark::MARK_FILE] {
-        std::fs::copy(from.join(f), to.join(f)).unwrap();
-    }
+/// Whether a compaction of `store` is under way: its copy is being written, or the old
+/// engine directory is set aside.
+fn midway(store: &Path) -> bool {
+    store.join("fjall.compacting").exists() || store.join("fjall.old").exists()
 }
 
 /// `halyard gc` killed with SIGKILL at moments spread over its run, some in the middle of
-/// its compaction, leaves a store that opens (integrity check included) with every
-/// record as it was; a gc run to the end afterwards returns the room.
+/// its compaction, leaves a store that opens with every record as it was; a gc run to
+/// the end afterwards returns the room.
 #[test]
 fn gc_killed_mid_compaction_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -130,7 +125,7 @@ fn gc_killed_mid_compaction_loses_nothing() {
 
     // One gc to the end, timed: the first kills are spread over its length.
     let timed = dir.path().join("timed");
-    copy_store(&template, &timed);
+    halyard_tests::copy_tree(&template, &timed);
     let started = std::time::Instant::now();
     let gc = halyard().args(["gc", timed.to_str().unwrap()]).output().unwrap();
     let length = started.elapsed();
@@ -140,32 +135,29 @@ fn gc_killed_mid_compaction_loses_nothing() {
     verify(&timed, "after gc");
 
     // Kills at a quarter, a half and three quarters of its length (wherever they land:
-    // start-up, the integrity check, the compaction), then kills the moment the file is
-    // seen partly cut, until three of those found gc still in the middle of its
-    // compaction (the file left between its full and its compacted size). Every killed
-    // store must open whole.
-    let midway = |size: u64| size > compacted + (1 << 20) && size + (1 << 20) < full;
+    // start-up, the journal's replay, the copy), then kills the moment the copy is seen
+    // under way, until three of those found gc still in the middle of its compaction (a
+    // copy or the old directory left beside the store). Every killed store must open
+    // whole.
     let mut mid_kills = 0;
     for k in 0..30u32 {
         let store = dir.path().join(format!("killed-{k}"));
-        copy_store(&template, &store);
-        let file = store.join(halyard_store::FILE);
+        halyard_tests::copy_tree(&template, &store);
         let mut child = halyard().args(["gc", store.to_str().unwrap()]).spawn().unwrap();
         let when = if k < 3 {
             std::thread::sleep(length * (k + 1) / 4);
             format!("after {:?}", length * (k + 1) / 4)
         } else {
-            while child.try_wait().unwrap().is_none()
-                && !midway(halyard_store::disk_bytes(&file).unwrap_or(full))
-            {
+            while child.try_wait().unwrap().is_none() && !midway(&store) {
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
-            "when the file was seen partly cut".to_string()
+            std::thread::sleep(length / 20 * (k % 4));
+            "when the copy was seen under way".to_string()
         };
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let size = bytes(&store);
-        mid_kills += u32::from(k >= 3 && midway(size));
+        mid_kills += u32::from(k >= 3 && midway(&store));
         let what = format!("gc killed {when} ({size} bytes)");
         verify(&store, &what);
         let gc = halyard().args(["gc", store.to_str().unwrap()]).output().unwrap();
@@ -181,4 +173,35 @@ fn gc_killed_mid_compaction_loses_nothing() {
         }
     }
     assert_eq!(mid_kills, 3, "kills in the middle of a compaction, of 27 tries");
+}
+
+/// `halyard migrate` moves the run state and checkpoint an earlier build left (the redb
+/// stores with their logs, as `store/tests/fixtures` keeps them) to this build's engine,
+/// names each, and then finds nothing left to do; the run's records are all there.
+#[test]
+fn migrate_moves_the_stores_of_an_earlier_build() {
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../store/tests/fixtures/redb-logged");
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("out/old-run");
+    halyard_tests::copy_tree(&fixtures.join("run/state"), &run.join("state"));
+    halyard_tests::copy_tree(&fixtures.join("checkpoint"), &run.join("checkpoint"));
+    let out =
+        halyard().args(["migrate", dir.path().join("out").to_str().unwrap()]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    for store in ["state", "checkpoint"] {
+        let d = run.join(store);
+        assert!(said.contains(&format!("migrated {} from redb: ", d.display())), "{said}");
+        assert!(!d.join("halyard.redb").exists(), "{said}");
+    }
+    let again = halyard().args(["migrate", run.to_str().unwrap()]).output().unwrap();
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        again.status.success() && said.matches("already this build's store").count() == 2,
+        "{said}"
+    );
+    let st = halyard_coordinator::state::RunDb::open(&run.join("state")).unwrap();
+    assert_eq!(st.results().count(), 633);
+    assert_eq!(st.run_meta("fixture").unwrap().0.name, "fixture");
 }

@@ -1,5 +1,5 @@
 //! Crash tests of the stores (in the style of sled's crash tests; Halyard used sled before
-//! redb): a supervisor runs a workload as a child
+//! redb and fjall): a supervisor runs a workload as a child
 //! process (this test binary, re-executed), kills it with SIGKILL at a random moment,
 //! reopens the stores and checks the invariants:
 //! - every worker checkpoint record and every coordinator result the child reported as
@@ -7,8 +7,8 @@
 //! - every record that is there decodes and holds what was written for its id (no torn
 //!   or mixed-up record).
 //!
-//! The child merges the stores' logs from 300 records (`HALYARD_STORE_MERGE_AT`), so
-//! kills also land in the middle of merges and between their parts.
+//! The child's stores flush their memtables at 64 KiB (`HALYARD_STORE_MEMTABLE_BYTES`),
+//! so kills also land in the middle of the engine's flushes and compactions.
 //!
 //! Iterations accumulate in the same stores. CI runs a few (`store_crash_loop`); the
 //! benchmark runs many: `HALYARD_CRASH_ITERS=200 cargo test --release -p halyard --test
@@ -117,8 +117,9 @@ fn run_child(dir: &Path, start: u64, kill_after: Duration) -> Acked {
     c.args(["--exact", "store_crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR, dir)
         .env(CHILD_START, start.to_string())
-        // Logs merged every few hundred records, so kills land in merges too.
-        .env(halyard_store::logged::MERGE_AT_ENV, "300")
+        // Memtables flushed every few hundred records, so kills land in flushes and
+        // compactions too.
+        .env(halyard_store::MEMTABLE_ENV, "65536")
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = halyard_tests::ChildGuard::spawn(c);
@@ -199,7 +200,7 @@ fn crash_loop(iterations: u64, seed: u64) {
         (present_cp, present_st) = verify(dir.path(), &all_cp, &all_st, start + 10_000_000);
     }
     println!(
-        "sled crash loop: {iterations} kills, {} acknowledged checkpoint records ({present_cp} present), {} flushed results \
+        "store crash loop: {iterations} kills, {} acknowledged checkpoint records ({present_cp} present), {} flushed results \
          ({present_st} present), 0 lost, 0 corrupt, {:.1} s, seed {seed}",
         all_cp.len(),
         all_st.len(),
@@ -264,51 +265,107 @@ fn probe_state(dir: &Path) -> Result<usize, String> {
     Ok(ok)
 }
 
+/// Damaged engine files, in both stores, as a run leaves them while it goes on (records
+/// in the journal) and once compacted (records in tables): every file is damaged in
+/// turn, each way. Each store is then refused with an error naming it, or holds every
+/// record as written (damage to what the engine no longer reads changes nothing). Never
+/// a panic, never a silent loss.
 #[test]
 fn damaged_stores_fail_with_the_store_named() {
-    fn file(d: &Path) -> std::path::PathBuf {
-        d.join(halyard_store::FILE)
-    }
-    for (what, damage) in [
-        (
-            "header overwritten",
-            (|d: &Path| {
-                let mut b = std::fs::read(file(d)).unwrap();
-                b[..64].copy_from_slice(&[0xa5; 64]);
-                std::fs::write(file(d), b).unwrap()
-            }) as fn(&Path),
-        ),
-        ("truncated to 100 bytes", |d: &Path| {
-            std::fs::OpenOptions::new().write(true).open(file(d)).unwrap().set_len(100).unwrap()
+    type Damage = fn(&Path);
+    let damages: [(&str, Damage); 5] = [
+        ("the head overwritten", |f| {
+            let mut b = std::fs::read(f).unwrap();
+            let n = b.len().min(64);
+            b[..n].fill(0xa5);
+            std::fs::write(f, b).unwrap()
         }),
-        ("zeroed", |d: &Path| {
-            let len = std::fs::metadata(file(d)).unwrap().len();
-            std::fs::write(file(d), vec![0u8; len as usize]).unwrap()
+        ("cut to 100 bytes", |f| {
+            let len = std::fs::metadata(f).unwrap().len().min(100);
+            std::fs::OpenOptions::new().write(true).open(f).unwrap().set_len(len).unwrap()
         }),
-        ("missing", |d: &Path| std::fs::remove_file(file(d)).unwrap()),
-        ("a page in the middle overwritten", |d: &Path| {
-            let mut b = std::fs::read(file(d)).unwrap();
-            let mid = b.len() / 2 / 4096 * 4096;
-            b[mid..mid + 4096].fill(0x5a);
-            std::fs::write(file(d), b).unwrap()
+        ("zeroed", |f| {
+            let len = std::fs::metadata(f).unwrap().len();
+            std::fs::write(f, vec![0u8; len as usize]).unwrap()
         }),
-    ] {
-        let dir = tempfile::tempdir().unwrap();
-        filled(dir.path(), 200);
-        damage(&dir.path().join("checkpoint"));
-        damage(&dir.path().join("state"));
-        // Each store is refused with an error naming it, or holds every record: damage
-        // that lands on a page no tree uses (free space) changes nothing.
-        let cp = std::panic::catch_unwind(|| probe_checkpoint(dir.path(), 200))
-            .unwrap_or_else(|_| panic!("{what}: opening a damaged checkpoint panicked"));
-        let st = std::panic::catch_unwind(|| probe_state(dir.path()))
-            .unwrap_or_else(|_| panic!("{what}: opening a damaged run state panicked"));
-        println!("{what}: checkpoint {cp:?}, run state {st:?}");
-        for (store, name, got) in [("checkpoint", "checkpoint", cp), ("run state", "state", st)] {
-            match got {
-                Err(e) => assert!(e.contains(name), "{what}: error does not name the {store}: {e}"),
-                Ok(n) => assert_eq!(n, 200, "{what}: silent loss: {n} of 200 {store} records"),
+        ("deleted", |f| std::fs::remove_file(f).unwrap()),
+        ("the middle overwritten", |f| {
+            let mut b = std::fs::read(f).unwrap();
+            let mid = b.len() / 2;
+            let end = (mid + 4096).min(b.len());
+            b[mid..end].fill(0x5a);
+            std::fs::write(f, b).unwrap()
+        }),
+    ];
+    fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out)
+            } else if p.file_name().is_some_and(|n| n != "lock") {
+                out.push(p)
             }
         }
     }
+    let mut failed = Vec::new();
+    for compacted in [false, true] {
+        let make = |d: &Path| {
+            filled(d, 200);
+            if compacted {
+                for s in ["checkpoint", "state"] {
+                    halyard_store::compact(&d.join(s), halyard_store::Options::default()).unwrap();
+                }
+            }
+        };
+        let template = tempfile::tempdir().unwrap();
+        make(template.path());
+        for store in ["checkpoint", "state"] {
+            // The control: a copy left whole opens with every record.
+            let whole = tempfile::tempdir().unwrap();
+            halyard_tests::copy_tree(template.path(), whole.path());
+            let control = match store {
+                "checkpoint" => probe_checkpoint(whole.path(), 200),
+                _ => probe_state(whole.path()),
+            };
+            assert_eq!(control, Ok(200), "an undamaged copy of the {store}");
+            let mut victims = Vec::new();
+            files(&template.path().join(store), &mut victims);
+            for victim in victims {
+                let rel = victim.strip_prefix(template.path()).unwrap().to_path_buf();
+                for (kind, damage) in &damages {
+                    let dir = tempfile::tempdir().unwrap();
+                    halyard_tests::copy_tree(template.path(), dir.path());
+                    damage(&dir.path().join(&rel));
+                    let what = format!("{} {kind} (compacted: {compacted})", rel.display());
+                    let got = std::panic::catch_unwind(|| match store {
+                        "checkpoint" => probe_checkpoint(dir.path(), 200),
+                        _ => probe_state(dir.path()),
+                    })
+                    .unwrap_or_else(|_| panic!("{what}: opening the damaged {store} panicked"));
+                    println!("{what}: {got:?}");
+                    match got {
+                        Err(e) if !e.contains(store) => {
+                            failed.push(format!("{what}: error does not name the {store}: {e}"))
+                        }
+                        // A journal cut short is what a crash leaves of writes not yet
+                        // synced: the engine keeps the batches before the cut and cannot
+                        // tell the two apart (the limit README "Failure and recovery"
+                        // names). What it keeps is read back intact (a torn or mixed-up
+                        // record is an error in the probe).
+                        Ok(_) if journal_cut(&rel, kind) => {}
+                        Ok(n) if n != 200 => {
+                            failed.push(format!("{what}: silent loss: {n} of 200 {store} records"))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Whether damage `kind` to the file `rel` cuts a journal short.
+fn journal_cut(rel: &Path, kind: &str) -> bool {
+    rel.extension().is_some_and(|e| e == "jnl") && kind == "cut to 100 bytes"
 }

@@ -23,11 +23,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use halyard_store::fjall::PersistMode;
+
 use halyard_proto::{JobId, Outcome};
-use halyard_store::redb::ReadableDatabase;
 
 use crate::report::{self, DeadLetter};
-use crate::state::{job_key, RunDb, StateError, DONE, HISTORY, META, RETRIED};
+use crate::state::{job_key, RunDb, StateError};
 use crate::CoordinatorError;
 
 const ROUND_KEY: &[u8] = b"retry_round";
@@ -55,55 +56,41 @@ pub fn count(run_dir: &Path) -> Result<u64, CoordinatorError> {
 pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
     let state = RunDb::open_run(run_dir)?;
     let jobs = report::dead_letters(&state)?;
-    let db = state.db();
-    let last = {
-        let tx = db.begin_read().map_err(StateError::from)?;
-        let meta = tx.open_table(META).map_err(StateError::from)?;
-        let round = meta.get(ROUND_KEY).map_err(StateError::from)?.map(|v| be_u32(v.value()));
-        round.unwrap_or(0)
-    };
+    let spaces = &state.spaces;
+    let last = spaces.meta.get(ROUND_KEY).map_err(StateError::from)?.map_or(0, |v| be_u32(&v));
     if jobs.is_empty() {
         return Ok(Requeued { round: last, jobs });
     }
     let round = last + 1;
-    let mut failed = Vec::new();
-    for r in state.results() {
-        let (job, r) = r?;
-        if matches!(r.outcome, Outcome::Failed(_)) {
-            failed.push(job);
-        }
-    }
     // One atomic, durable update: a crash leaves the run as it was or wholly re-queued,
     // never with results moved to the history while their items still count as finished.
-    state.results_table().write(
-        db,
-        halyard_store::redb::Durability::Immediate,
-        |tx, results| {
-            let mut retried = tx.open_table(RETRIED)?;
-            let mut history = tx.open_table(HISTORY)?;
-            for job in &failed {
-                if let Some(raw) = results.remove(job.as_bytes())? {
-                    let mut hkey = round.to_be_bytes().to_vec();
-                    hkey.extend_from_slice(job.as_bytes());
-                    history.insert(&hkey[..], &raw[..])?;
-                }
-                retried.insert(&job.as_bytes()[..], &round.to_be_bytes()[..])?;
-            }
-            tx.open_table(DONE)?.retain(|_, _| false)?;
-            tx.open_table(META)?.insert(ROUND_KEY, &round.to_be_bytes()[..])?;
-            Ok::<_, StateError>(())
-        },
-    )?;
+    let mut batch = state.store().db().batch().durability(Some(PersistMode::SyncAll));
+    for kv in halyard_store::records(&spaces.results) {
+        let (job, raw) = kv.into_inner().map_err(StateError::from)?;
+        let id = job_key(&job, "results")?;
+        if !matches!(crate::state::decode_stored(&id, &raw)?.outcome, Outcome::Failed(_)) {
+            continue;
+        }
+        let mut hkey = round.to_be_bytes().to_vec();
+        hkey.extend_from_slice(&job);
+        batch.insert(&spaces.history, hkey, raw);
+        batch.remove(&spaces.results, job.clone());
+        batch.insert(&spaces.retried, job, round.to_be_bytes());
+    }
+    for kv in halyard_store::records(&spaces.done) {
+        batch.remove(&spaces.done, kv.key().map_err(StateError::from)?);
+    }
+    batch.insert(&spaces.meta, ROUND_KEY, round.to_be_bytes());
+    batch.commit().map_err(StateError::from)?;
     Ok(Requeued { round, jobs })
 }
 
 /// Jobs put back by `requeue`, with their round (read by the coordinator at start).
 pub(crate) fn retried(state: &RunDb) -> Result<HashMap<JobId, u32>, StateError> {
     let mut out = HashMap::new();
-    let tx = state.db().begin_read()?;
-    for kv in tx.open_table(RETRIED)?.range::<&[u8]>(..)? {
-        let (k, v) = kv?;
-        out.insert(job_key(k.value(), "retried")?, be_u32(v.value()));
+    for kv in halyard_store::records(&state.spaces.retried) {
+        let (k, v) = kv.into_inner()?;
+        out.insert(job_key(&k, "retried")?, be_u32(&v));
     }
     Ok(out)
 }

@@ -66,3 +66,149 @@ impl LabelStore for RunDb {
         Box::new(RunDb::labels_of(self, bench, model).map(|r| r.map_err(StoreError::from)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use halyard_plan::cost::ClassTotals;
+    use halyard_plan::planner::Effect;
+    use halyard_plan::store::{Intake, ItemKey, JobMeta, LabelStore, MemStore, RunStore};
+    use halyard_proto::stored::encode_result;
+    use halyard_proto::{Completion, JobId, Outcome, StoredResult, Usage};
+
+    use crate::state::RunDb;
+
+    /// A seeded splitmix64.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let z = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    const JOBS: u64 = 24;
+    const ITEMS: u32 = 12;
+
+    fn job(i: u64) -> JobId {
+        JobId([i as u8; 16])
+    }
+
+    fn item(i: u32) -> ItemKey {
+        ItemKey { bench: i % 2, model: i % 3, item: i }
+    }
+
+    fn encoded(r: &mut Rng) -> Vec<u8> {
+        let n = r.below(1000);
+        let c = Completion {
+            text: format!("answer {n} {}", "words ".repeat((n % 40) as usize)),
+            usage: Usage { prompt_tokens: n, completion_tokens: 1 },
+            latency_ms: n,
+            finish_reason: None,
+            calls: 1,
+            logprobs: None,
+            refusal: false,
+        };
+        let s =
+            StoredResult { outcome: Outcome::Done(c), deliveries: 1, cached: n.is_multiple_of(2) };
+        encode_result(&s).unwrap()
+    }
+
+    /// One random store effect over a few jobs and items, so that repeats of a key (in
+    /// one commit and across commits) are common.
+    fn effect(r: &mut Rng) -> Effect {
+        let j = job(r.below(JOBS));
+        match r.below(8) {
+            0 | 1 => Effect::StoreResult { job: j, encoded: encoded(r) },
+            2 => Effect::MarkDone {
+                item: item(r.below(ITEMS as u64) as u32),
+                label: format!("label {}", r.below(5)).into_bytes(),
+            },
+            3 => Effect::NoteJob {
+                job: j,
+                meta: JobMeta {
+                    pool: "p".into(),
+                    stage: format!("s{}", r.below(3)),
+                    model: "m".into(),
+                },
+            },
+            4 => Effect::Costs(vec![ClassTotals { jobs: r.below(100), ..Default::default() }]),
+            5 => {
+                Effect::Intake(Intake { refused_messages: r.below(9), refused_results: r.below(9) })
+            }
+            6 => Effect::HoldResult {
+                job: j,
+                pool: ["a", "b"][r.below(2) as usize].into(),
+                encoded: encoded(r),
+            },
+            _ => Effect::Unhold { job: j },
+        }
+    }
+
+    /// Every read of the planner's store interface, from `s`.
+    fn reads(s: &dyn RunStore, labels: &dyn LabelStore, reopened: bool) -> String {
+        let mut out = String::new();
+        for i in 0..JOBS {
+            let j = job(i);
+            out += &format!(
+                "job {i}: {:?} {:?} {:?}\n",
+                s.result(&j).unwrap(),
+                s.has_result(&j).unwrap(),
+                s.held(&j).unwrap()
+            );
+        }
+        for i in 0..ITEMS {
+            out += &format!("item {i}: {:?}\n", s.is_done(item(i)).unwrap());
+        }
+        out += &format!(
+            "done {} costs {:?} intake {:?}\n",
+            s.done_count(),
+            s.costs().unwrap(),
+            s.intake().unwrap()
+        );
+        for (b, m) in [(0, 0), (0, 1), (1, 2), (1, 0)] {
+            let l: Vec<_> = labels.labels_of(b, m).collect::<Result<_, _>>().unwrap();
+            out += &format!("labels {b}/{m}: {} {l:?}\n", s.done_count_of(b, m));
+        }
+        if reopened {
+            out += &format!("at open: {} {:?}\n", s.results_at_open(), s.held_at_open().unwrap());
+        }
+        out
+    }
+
+    /// Issue 32: the run state on disk behaves as its in-memory twin, which the planner's
+    /// tests rely on: the same random commits (repeated keys within and across commits,
+    /// holds and unholds), the store reopened after each, the same answer to every read.
+    #[test]
+    fn the_run_state_equals_its_in_memory_twin() {
+        for seed in 1..=4u64 {
+            let mut r = Rng(seed);
+            let dir = tempfile::tempdir().unwrap();
+            let mut twin = MemStore::default();
+            let mut db = RunDb::open(dir.path()).unwrap();
+            for step in 0..40 {
+                let effects: Vec<Effect> = (0..r.below(12)).map(|_| effect(&mut r)).collect();
+                twin.commit(&effects).unwrap();
+                RunStore::commit(&mut db, &effects).unwrap();
+                assert_eq!(
+                    reads(&db, &db, false),
+                    reads(&twin, &twin, false),
+                    "seed {seed}, step {step}, after {effects:?}"
+                );
+                if step % 3 == 2 {
+                    drop(db);
+                    db = RunDb::open(dir.path()).unwrap();
+                    assert_eq!(
+                        reads(&db, &db, true),
+                        reads(&twin, &twin, true),
+                        "seed {seed}, step {step}, reopened"
+                    );
+                }
+            }
+        }
+    }
+}

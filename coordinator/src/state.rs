@@ -1,16 +1,12 @@
-//! The coordinator's run state: one redb database ([`halyard_store`]).
+//! The coordinator's run state: one database of keyspaces ([`halyard_store`]).
 //!
-//! Tables:
+//! Keyspaces:
 //! - `meta`: the run's identity ([`RunMeta`]), the cost totals, the outages, the retry
 //!   round of `halyard retry-failed`.
 //! - `results`: job id → the first result received for it, as a [`StoredResult`] in the
 //!   compact form of [`halyard_proto::stored`] (outcome, deliveries, cached; whole
 //!   [`JobResult`]s written by earlier builds still read). Inserted only if the job has
-//!   none, so a job is counted once whatever duplicates arrive. Written through its log
-//!   `results_log` and kept in compressed blocks, `results_blocks`
-//!   ([`halyard_store::Logged`]: job ids are random, and inserted one by one each would
-//!   copy a page of the table); `results` itself holds records of earlier builds until
-//!   the run state is opened.
+//!   none, so a job is counted once whatever duplicates arrive.
 //! - `done`: item key → the item's final label (encoded by the pipeline).
 //! - `jobs`: job id → [`JobMeta`] (pool, stage, model) of jobs that became dead letters,
 //!   written when an item's evaluation meets the dead letter; used to describe dead
@@ -22,23 +18,27 @@
 //!   (one length byte, then the token) and its wire form. Removed when its job is planned
 //!   (it answers the job) or the result is refused.
 //!
-//! Every update is one redb transaction, committed without an fsync; [`RunDb::flush`]
-//! makes everything committed so far durable with one. Results and item labels are
-//! flushed before the result messages that carried them are acked; after a crash, a
-//! redelivered result is recognised as a duplicate.
+//! Every update is one atomic write batch, committed without an fsync (it survives the
+//! process, not a power loss); [`RunDb::flush`] makes everything committed so far durable
+//! with one. Results and item labels are flushed before the result messages that carried
+//! them are acked; after a crash, a redelivered result is recognised as a duplicate.
 //!
-//! Memory: redb's page cache is capped at [`CACHE_BYTES`] (its default is 1 GiB), so a
-//! run of a million results keeps a bounded footprint; the rest stays on disk.
+//! The coordinator is the one writer (the store's lock keeps other processes out; a
+//! mutex orders this process's writers): "stored only if absent" reads the store, then
+//! writes the batch. A batch writes each key once (the engine gives a batch's writes one
+//! sequence number), so a commit settles repeats of a key first.
+//!
+//! Memory: the block cache and memtables are bounded ([`OPTIONS`]); the rest stays on disk.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use halyard_proto::stored::encode_result;
 use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome, StoredResult};
-use halyard_store::logged::LoggedWrite;
-use halyard_store::redb::{self, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
-use halyard_store::{table, LogTable, Logged, LoggedTables, Table};
+use halyard_store::fjall::{self, Keyspace};
+use halyard_store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -54,23 +54,11 @@ pub enum StateError {
     Corrupt { what: String, reason: String },
 }
 
-macro_rules! from_redb {
-    ($($t:ty),*) => {$(
-        impl From<$t> for StateError {
-            fn from(e: $t) -> Self {
-                StateError::Io(redb::Error::from(e).to_string())
-            }
-        }
-    )*};
+impl From<fjall::Error> for StateError {
+    fn from(e: fjall::Error) -> Self {
+        StateError::Io(e.to_string())
+    }
 }
-from_redb!(
-    redb::Error,
-    redb::StorageError,
-    redb::TableError,
-    redb::TransactionError,
-    redb::CommitError,
-    redb::SetDurabilityError
-);
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RunMeta {
@@ -79,33 +67,36 @@ pub struct RunMeta {
     pub created_unix_ms: u64,
 }
 
-/// Page cache of the run state.
-pub const CACHE_BYTES: usize = 64 << 20;
+/// Memory of the run state: block cache and memtables.
+pub const OPTIONS: halyard_store::Options =
+    halyard_store::Options { cache_bytes: 32 << 20, memtable_bytes: 8 << 20 };
 
-pub(crate) const META: Table = table("meta");
-const RESULTS: Table = table("results");
-const RESULTS_LOG: LogTable = redb::TableDefinition::new("results_log");
-/// `results` written through its log and kept in blocks; the `results` table holds
-/// records of earlier builds, moved into blocks at open.
-const RESULTS_LOGGED: LoggedTables =
-    LoggedTables { blocks: table("results_blocks"), log: RESULTS_LOG, older: RESULTS };
-pub(crate) const DONE: Table = table("done");
-const JOBS: Table = table("jobs");
-pub(crate) const RETRIED: Table = table("retried");
-pub(crate) const HISTORY: Table = table("dead_history");
-const HELD: Table = table("held");
-const TABLES: [Table; 7] = [META, RESULTS, DONE, JOBS, RETRIED, HISTORY, HELD];
+/// The keyspaces, in [`Spaces`]' order.
+const SPACES: [&str; 7] = ["meta", "results", "done", "jobs", "retried", "dead_history", "held"];
 
-/// A range of one table, read in a snapshot of its own.
-type Scan = redb::Range<'static, &'static [u8], &'static [u8]>;
+/// The keyspaces of a run state.
+#[derive(Clone)]
+pub(crate) struct Spaces {
+    pub(crate) meta: Keyspace,
+    pub(crate) results: Keyspace,
+    pub(crate) done: Keyspace,
+    pub(crate) jobs: Keyspace,
+    pub(crate) retried: Keyspace,
+    pub(crate) history: Keyspace,
+    pub(crate) held: Keyspace,
+}
+
+/// A scan of one keyspace, in a snapshot of its own.
+type Scan = fjall::Iter;
 
 /// A run's database (`state/` in the run directory: results, done items, job notes,
-/// totals). Its one writer is the coordinator that opened it (redb's file lock
-/// keeps other processes out).
+/// totals). Its one writer is the coordinator that opened it (the store's lock keeps
+/// other processes out).
 pub struct RunDb {
-    db: Arc<Database>,
-    /// The `results` table and its log.
-    results: Logged,
+    store: Arc<Store>,
+    pub(crate) spaces: Spaces,
+    /// Held by a writer from its reads to its commit.
+    writer: Mutex<()>,
     /// Every job with a stored result (filled at open, then on insert): most lookups
     /// are for jobs just planned, which have none, and need not reach the store.
     stored: JobIdFilter,
@@ -145,86 +136,91 @@ impl RunDb {
     }
 
     pub fn open(dir: &Path) -> Result<RunDb, StateError> {
-        let db = halyard_store::open(dir, CACHE_BYTES, &TABLES)
-            .map_err(|reason| StateError::Open { path: dir.display().to_string(), reason })?;
-        let results = Logged::open(&db, RESULTS_LOGGED)?;
+        let open_err = |e: StoreError| StateError::Open {
+            path: dir.display().to_string(),
+            reason: e.to_string(),
+        };
+        let store = halyard_store::open(dir, OPTIONS, &SPACES).map_err(open_err)?;
+        let ks = |name| store.keyspace(name).map_err(open_err);
+        let spaces = Spaces {
+            meta: ks("meta")?,
+            results: ks("results")?,
+            done: ks("done")?,
+            jobs: ks("jobs")?,
+            retried: ks("retried")?,
+            history: ks("dead_history")?,
+            held: ks("held")?,
+        };
         let stored = JobIdFilter::new();
-        let mut bad_key = None;
-        let results_at_open = results.for_each_id(&db, |key| match job_key(key, "results") {
-            Ok(id) => {
-                stored.insert(&id);
-                true
-            }
-            Err(e) => {
-                bad_key = Some(e);
-                false
-            }
-        })?;
-        if let Some(e) = bad_key {
-            return Err(e);
+        let mut results_at_open = 0;
+        for kv in halyard_store::records(&spaces.results) {
+            let key = kv.key()?;
+            stored.insert(&job_key(&key, "results")?);
+            results_at_open += 1;
         }
         Ok(RunDb {
-            db: Arc::new(db),
-            results,
+            store: Arc::new(store),
+            spaces,
+            writer: Mutex::new(()),
             stored,
             results_at_open,
             dirty: AtomicBool::new(false),
         })
     }
 
-    /// One value of `table`.
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
-        let tx = self.db.begin_read()?;
-        let t = tx.open_table(table)?;
-        let v = t.get(key)?.map(|v| v.value().to_vec());
-        Ok(v)
+    /// One value of `space`.
+    fn get(&self, space: &Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        Ok(space.get(key)?.map(|v| v.to_vec()))
     }
 
-    /// Whether `table` holds `key`.
-    fn contains(&self, table: Table, key: &[u8]) -> Result<bool, StateError> {
-        let tx = self.db.begin_read()?;
-        let t = tx.open_table(table)?;
-        let found = t.get(key)?.is_some();
-        Ok(found)
+    /// Whether `space` holds `key`.
+    fn contains(&self, space: &Keyspace, key: &[u8]) -> Result<bool, StateError> {
+        Ok(space.contains_key(key)?)
     }
 
-    /// `update` in one write transaction, committed without an fsync (see
-    /// [`RunDb::flush`]).
-    fn write<T>(
+    /// `update` fills one batch (seeing the store as of before it), committed atomically
+    /// without an fsync (see [`RunDb::flush`]); writers take turns.
+    pub(crate) fn write<T>(
         &self,
-        update: impl FnOnce(&redb::WriteTransaction) -> Result<T, StateError>,
+        update: impl FnOnce(&mut Batch) -> Result<T, StateError>,
     ) -> Result<T, StateError> {
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(redb::Durability::None)?;
-        let out = update(&tx)?;
-        tx.commit()?;
+        let _turn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut batch = Batch::default();
+        let out = update(&mut batch)?;
+        let mut b = self.store.db().batch();
+        for ((space, key), value) in batch.writes {
+            let ks = self.space(space);
+            match value {
+                Some(v) => b.insert(ks, key, v),
+                None => b.remove(ks, key),
+            }
+        }
+        b.commit()?;
         self.dirty.store(true, Ordering::Release);
         Ok(out)
     }
 
-    /// [`RunDb::write`] with the writer of `results` too (see [`Logged::write`]).
-    fn write_results<T>(
-        &self,
-        update: impl FnOnce(&redb::WriteTransaction, &mut LoggedWrite<'_>) -> Result<T, StateError>,
-    ) -> Result<T, StateError> {
-        let out = self.results.write(&self.db, redb::Durability::None, update)?;
-        self.dirty.store(true, Ordering::Release);
-        Ok(out)
+    fn space(&self, s: Space) -> &Keyspace {
+        match s {
+            Space::Meta => &self.spaces.meta,
+            Space::Results => &self.spaces.results,
+            Space::Done => &self.spaces.done,
+            Space::Jobs => &self.spaces.jobs,
+            Space::Held => &self.spaces.held,
+        }
     }
 
-    /// A scan of `table` from `lo` to `hi` (inclusive), or all of it.
-    fn scan(&self, table: Table, bounds: Option<(&[u8], &[u8])>) -> Result<Scan, StateError> {
-        let tx = self.db.begin_read()?;
-        let t = tx.open_table(table)?;
+    /// A scan of `space` from `lo` to `hi` (inclusive), or all of it.
+    fn scan(&self, space: &Keyspace, bounds: Option<(&[u8], &[u8])>) -> Result<Scan, StateError> {
         Ok(match bounds {
-            Some((lo, hi)) => t.range::<&[u8]>(lo..=hi)?,
-            None => t.range::<&[u8]>(..)?,
+            Some((lo, hi)) => space.range(lo..=hi),
+            None => halyard_store::records(space),
         })
     }
 
     /// The run's identity, created (UUID v7) on first use.
     pub fn run_meta(&self, name: &str) -> Result<(RunMeta, bool), StateError> {
-        if let Some(b) = self.get(META, b"run")? {
+        if let Some(b) = self.get(&self.spaces.meta, b"run")? {
             let m: RunMeta = halyard_proto::decode("run meta", &b).map_err(|e| {
                 StateError::Corrupt { what: "meta/run".into(), reason: e.to_string() }
             })?;
@@ -237,14 +233,13 @@ impl RunDb {
         let m = RunMeta { id: Uuid::now_v7(), name: name.to_string(), created_unix_ms: now };
         let bytes = enc(&m)?;
         // Durable at once: the run's identity names its subjects and message ids.
-        let tx = self.db.begin_write()?;
-        tx.open_table(META)?.insert(&b"run"[..], &bytes[..])?;
-        tx.commit()?;
+        self.spaces.meta.insert(b"run", bytes)?;
+        self.store.persist()?;
         Ok((m, true))
     }
 
     /// Carry out `writes` as one atomic update: after a crash, either all of them are in
-    /// the state or none is (one redb transaction). Written one by one, a crash could
+    /// the state or none is (one write batch). Written one by one, a crash could
     /// leave a prefix durable (a batch's results without the cost totals counting them):
     /// results that are never counted, since their redelivery is a duplicate.
     ///
@@ -252,12 +247,7 @@ impl RunDb {
     /// likewise. Not durable until [`RunDb::flush`].
     pub fn commit_writes(&self, writes: &[Write<'_>]) -> Result<(), StateError> {
         let trip = failpoint::mid_commit(writes.len());
-        self.write_results(|tx, results| {
-            let mut done = tx.open_table(DONE)?;
-            let mut jobs = tx.open_table(JOBS)?;
-            let mut meta = tx.open_table(META)?;
-            let mut held = tx.open_table(HELD)?;
-            let mut fresh = std::collections::HashSet::new();
+        self.write(|batch| {
             for (i, w) in writes.iter().enumerate() {
                 if trip == Some(i) {
                     failpoint::crash();
@@ -266,37 +256,35 @@ impl RunDb {
                     Write::Result(job, bytes) => {
                         // The filter has no false negatives: a job it has never seen has
                         // no result, unless this batch holds it twice.
-                        let absent = if self.stored.may_contain(job) {
-                            !results.contains(job.as_bytes())?
-                        } else {
-                            fresh.insert(**job)
-                        };
+                        let stored = self.stored.may_contain(job)
+                            && self.spaces.results.contains_key(job.as_bytes())?;
+                        let absent = !stored && !batch.has(Space::Results, job.as_bytes());
                         if absent {
-                            results.insert(job.as_bytes(), bytes)?;
+                            batch.put(Space::Results, job.as_bytes(), bytes.to_vec());
                         }
                     }
                     Write::Label(item, label) => {
-                        done.insert(&item.to_bytes()[..], *label)?;
+                        batch.put(Space::Done, &item.to_bytes(), label.to_vec());
                     }
                     Write::JobNote(job, note) => {
-                        if jobs.get(&job.as_bytes()[..])?.is_none() {
-                            jobs.insert(&job.as_bytes()[..], &enc(note)?[..])?;
+                        if !batch.has(Space::Jobs, job.as_bytes())
+                            && !self.spaces.jobs.contains_key(job.as_bytes())?
+                        {
+                            batch.put(Space::Jobs, job.as_bytes(), enc(note)?);
                         }
                     }
-                    Write::Costs(totals) => {
-                        meta.insert(&b"costs"[..], &enc(totals)?[..])?;
-                    }
-                    Write::Intake(i) => {
-                        meta.insert(&b"intake"[..], &enc(i)?[..])?;
-                    }
+                    Write::Costs(totals) => batch.put(Space::Meta, b"costs", enc(totals)?),
+                    Write::Intake(i) => batch.put(Space::Meta, b"intake", enc(i)?),
                     Write::Hold(job, pool, encoded) => {
-                        if held.get(&job.as_bytes()[..])?.is_none() {
-                            held.insert(&job.as_bytes()[..], &held_value(pool, encoded)[..])?;
+                        let held_now = match batch.get(Space::Held, job.as_bytes()) {
+                            Some(v) => v.is_some(),
+                            None => self.spaces.held.contains_key(job.as_bytes())?,
+                        };
+                        if !held_now {
+                            batch.put(Space::Held, job.as_bytes(), held_value(pool, encoded));
                         }
                     }
-                    Write::Unhold(job) => {
-                        held.remove(&job.as_bytes()[..])?;
-                    }
+                    Write::Unhold(job) => batch.remove(Space::Held, job.as_bytes()),
                 }
             }
             Ok(())
@@ -316,20 +304,15 @@ impl RunDb {
             encode_result(&StoredResult::from(r)).map_err(|e| StateError::Io(e.to_string()))?;
         let job = r.job;
         let may_have = self.stored.may_contain(&job);
-        let inserted = self.write_results(|_, results| {
-            if may_have && results.contains(job.as_bytes())? {
+        let inserted = self.write(|batch| {
+            if may_have && self.spaces.results.contains_key(job.as_bytes())? {
                 return Ok(false);
             }
-            results.insert(job.as_bytes(), &encoded)?;
+            batch.put(Space::Results, job.as_bytes(), encoded);
             Ok(true)
         })?;
         self.stored.insert(&job);
         Ok(inserted)
-    }
-
-    /// The `results` table (for `dead_letters`, which moves results out of it).
-    pub(crate) fn results_table(&self) -> &Logged {
-        &self.results
     }
 
     /// Results recorded when the state was opened.
@@ -341,7 +324,7 @@ impl RunDb {
         if !self.stored.may_contain(job) {
             return Ok(None);
         }
-        self.results.get(&self.db, job.as_bytes(), |b| decode_stored(job, b))?.transpose()
+        self.get(&self.spaces.results, job.as_bytes())?.map(|b| decode_stored(job, &b)).transpose()
     }
 
     /// Whether a result is stored for `job` (no decoding; most lookups stop at the filter).
@@ -349,11 +332,11 @@ impl RunDb {
         if !self.stored.may_contain(job) {
             return Ok(false);
         }
-        Ok(self.results.contains(&self.db, job.as_bytes())?)
+        self.contains(&self.spaces.results, job.as_bytes())
     }
 
     pub fn job_meta(&self, job: &JobId) -> Result<Option<JobMeta>, StateError> {
-        match self.get(JOBS, job.as_bytes())? {
+        match self.get(&self.spaces.jobs, job.as_bytes())? {
             None => Ok(None),
             Some(b) => halyard_proto::decode("job meta", &b).map(Some).map_err(|e| {
                 StateError::Corrupt { what: format!("jobs/{job}"), reason: e.to_string() }
@@ -362,22 +345,17 @@ impl RunDb {
     }
 
     pub fn is_done(&self, item: ItemKey) -> Result<bool, StateError> {
-        self.contains(DONE, &item.to_bytes())
+        self.contains(&self.spaces.done, &item.to_bytes())
     }
 
     /// Items finished, in all (0 if the store cannot be read: the next read reports it).
     pub fn done_count(&self) -> usize {
-        let count = || -> Result<u64, StateError> {
-            let tx = self.db.begin_read()?;
-            let n = tx.open_table(DONE)?.len()?;
-            Ok(n)
-        };
-        count().unwrap_or(0) as usize
+        halyard_store::count(&self.spaces.done).unwrap_or(0)
     }
 
     /// Item labels in key order.
     pub fn labels(&self) -> impl Iterator<Item = Result<(ItemKey, Vec<u8>), StateError>> + '_ {
-        decode_labels(self.scan(DONE, None))
+        decode_labels(self.scan(&self.spaces.done, None))
     }
 
     /// Labels of one benchmark and model in item order (a range scan, not a full pass).
@@ -388,13 +366,12 @@ impl RunDb {
     ) -> impl Iterator<Item = Result<(ItemKey, Vec<u8>), StateError>> + '_ {
         let lo = ItemKey { bench, model, item: 0 }.to_bytes();
         let hi = ItemKey { bench, model, item: u32::MAX }.to_bytes();
-        decode_labels(self.scan(DONE, Some((&lo, &hi))))
+        decode_labels(self.scan(&self.spaces.done, Some((&lo, &hi))))
     }
 
     /// Every recorded result with its job (for totals and dead letters).
     pub fn results(&self) -> impl Iterator<Item = Result<(JobId, StoredResult), StateError>> + '_ {
-        let scan = self.results.entries(&self.db).map_err(StateError::from);
-        scan_items(scan.map(|s| s.map(|kv| kv.map_err(StateError::from)))).map(|kv| {
+        entries(self.scan(&self.spaces.results, None)).map(|kv| {
             let (k, v) = kv?;
             let job = job_key(&k, "results")?;
             Ok((job, decode_stored(&job, &v)?))
@@ -427,7 +404,7 @@ impl RunDb {
 
     /// The refusals counted by earlier processes (zero if none).
     pub fn intake(&self) -> Result<halyard_plan::store::Intake, StateError> {
-        match self.get(META, b"intake")? {
+        match self.get(&self.spaces.meta, b"intake")? {
             None => Ok(Default::default()),
             Some(b) => halyard_proto::decode("intake", &b).map_err(|e| StateError::Corrupt {
                 what: "meta/intake".into(),
@@ -439,7 +416,7 @@ impl RunDb {
     /// The result held aside for `job`, if any: the pool token of its subject and its
     /// wire form.
     pub fn held(&self, job: &JobId) -> Result<Option<(String, Vec<u8>)>, StateError> {
-        match self.get(HELD, job.as_bytes())? {
+        match self.get(&self.spaces.held, job.as_bytes())? {
             None => Ok(None),
             Some(v) => held_parts(&v).map(Some).ok_or_else(|| StateError::Corrupt {
                 what: format!("held/{job}"),
@@ -451,20 +428,18 @@ impl RunDb {
     /// Results held aside, and their bytes (as the planner counts them: token and wire
     /// form).
     pub fn held_count(&self) -> Result<halyard_plan::store::Held, StateError> {
-        let tx = self.db.begin_read()?;
-        let t = tx.open_table(HELD)?;
         let mut h = halyard_plan::store::Held::default();
-        for e in t.iter()? {
-            let (_, v) = e?;
+        for kv in halyard_store::records(&self.spaces.held) {
+            let (_, v) = kv.into_inner()?;
             h.results += 1;
-            h.bytes += v.value().len().saturating_sub(1) as u64;
+            h.bytes += v.len().saturating_sub(1) as u64;
         }
         Ok(h)
     }
 
     /// The cost accounting totals stored by an earlier process (empty if none).
     pub fn costs(&self) -> Result<Vec<halyard_plan::cost::ClassTotals>, StateError> {
-        match self.get(META, b"costs")? {
+        match self.get(&self.spaces.meta, b"costs")? {
             None => Ok(Vec::new()),
             Some(b) => halyard_proto::decode("cost totals", &b).map_err(|e| StateError::Corrupt {
                 what: "meta/costs".into(),
@@ -479,15 +454,15 @@ impl RunDb {
         spans: &[halyard_plan::outage::OutageSpan],
     ) -> Result<(), StateError> {
         let bytes = enc(&spans)?;
-        self.write(|tx| {
-            tx.open_table(META)?.insert(&b"outages"[..], &bytes[..])?;
+        self.write(|batch| {
+            batch.put(Space::Meta, b"outages", bytes);
             Ok(())
         })
     }
 
     /// The endpoint outages stored so far (empty if none).
     pub fn outages(&self) -> Result<Vec<halyard_plan::outage::OutageSpan>, StateError> {
-        match self.get(META, b"outages")? {
+        match self.get(&self.spaces.meta, b"outages")? {
             None => Ok(Vec::new()),
             Some(b) => halyard_proto::decode("outages", &b).map_err(|e| StateError::Corrupt {
                 what: "meta/outages".into(),
@@ -501,9 +476,9 @@ impl RunDb {
         self.labels_of(bench, model).count() as u64
     }
 
-    /// The database itself, for tables owned by other modules (`dead_letters`).
-    pub(crate) fn db(&self) -> &Database {
-        &self.db
+    /// The store itself, for writes owned by other modules (`dead_letters`).
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Make everything committed so far durable (one fsync, off the async threads; none
@@ -512,8 +487,8 @@ impl RunDb {
         if !self.dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
-        let db = self.db.clone();
-        let res = tokio::task::spawn_blocking(move || halyard_store::make_durable(&db))
+        let store = self.store.clone();
+        let res = tokio::task::spawn_blocking(move || store.persist())
             .await
             .map_err(|e| StateError::Io(format!("flush: {e}")))
             .and_then(|r| r.map_err(StateError::from));
@@ -529,7 +504,7 @@ impl Drop for RunDb {
     /// acks flushes first; this covers writes nobody waited for, such as the outages).
     fn drop(&mut self) {
         if self.dirty.load(Ordering::Acquire) {
-            if let Err(e) = halyard_store::make_durable(&self.db) {
+            if let Err(e) = self.store.persist() {
                 tracing::warn!(error = %e, "run state: the last commits could not be made durable");
             }
         }
@@ -553,10 +528,46 @@ fn entries(
 ) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StateError>> {
     scan_items(scan.map(|s| {
         s.map(|kv| {
-            let (k, v) = kv?;
-            Ok((k.value().to_vec(), v.value().to_vec()))
+            let (k, v) = kv.into_inner()?;
+            Ok((k.to_vec(), v.to_vec()))
         })
     }))
+}
+
+/// A keyspace of the run state, as a [`Batch`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Space {
+    Meta,
+    Results,
+    Done,
+    Jobs,
+    Held,
+}
+
+/// The writes of one commit, each key's last: a value, or `None` to remove it.
+#[derive(Default)]
+pub(crate) struct Batch {
+    writes: HashMap<(Space, Vec<u8>), Option<Vec<u8>>>,
+}
+
+impl Batch {
+    pub(crate) fn put(&mut self, space: Space, key: &[u8], value: Vec<u8>) {
+        self.writes.insert((space, key.to_vec()), Some(value));
+    }
+
+    pub(crate) fn remove(&mut self, space: Space, key: &[u8]) {
+        self.writes.insert((space, key.to_vec()), None);
+    }
+
+    /// This batch's write of `key`, if it has one (`Some(None)`: a removal).
+    fn get(&self, space: Space, key: &[u8]) -> Option<Option<&[u8]>> {
+        self.writes.get(&(space, key.to_vec())).map(|v| v.as_deref())
+    }
+
+    /// Whether this batch writes a value for `key`.
+    fn has(&self, space: Space, key: &[u8]) -> bool {
+        matches!(self.get(space, key), Some(Some(_)))
+    }
 }
 
 fn decode_labels(
@@ -786,10 +797,10 @@ mod tests {
                 .unwrap();
             t("done").insert(item.to_bytes(), &b"label"[..]).unwrap();
             t("jobs").insert(JobId([1; 16]).as_bytes(), enc(&note).unwrap()).unwrap();
-            t("halyard_store").insert(halyard_proto::store_mark::MARK_KEY, &b"1"[..]).unwrap();
+            t("halyard_store").insert(halyard_store::mark::MARK_KEY, &b"1"[..]).unwrap();
             old.flush().unwrap();
         }
-        halyard_proto::store_mark::write_file(dir.path()).unwrap();
+        halyard_store::mark::write_file(dir.path()).unwrap();
         let st = RunDb::open(dir.path()).unwrap();
         assert_eq!(st.run_meta("old").unwrap(), (meta, false));
         assert_eq!(st.results_at_open(), 1);

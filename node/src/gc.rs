@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 
 use crate::NodeError;
 
-/// Page cache while compacting.
-const CACHE_BYTES: usize = 64 << 20;
+/// Memory while compacting.
+const OPTIONS: halyard_store::Options =
+    halyard_store::Options { cache_bytes: 32 << 20, memtable_bytes: 8 << 20 };
 /// How deep under a path stores are looked for: `<out>/<run>/state` from `<out>`.
 const DEPTH: usize = 2;
 
@@ -28,7 +29,7 @@ pub async fn compact_store(what: &'static str, dir: PathBuf) {
     let failed = |e: &dyn std::fmt::Display| {
         tracing::warn!(store = what, dir = %shown, error = %e, "compacting failed; the store is whole (`halyard gc DIR` compacts it later)");
     };
-    match tokio::task::spawn_blocking(move || halyard_store::compact(&dir, CACHE_BYTES)).await {
+    match tokio::task::spawn_blocking(move || halyard_store::compact(&dir, OPTIONS)).await {
         Ok(Ok(c)) => tracing::info!(
             store = what,
             dir = %shown,
@@ -51,32 +52,13 @@ pub struct Gc {
 
 /// Compact every store at or under `paths` (see the module docs).
 pub fn run(paths: &[PathBuf]) -> Result<Gc, NodeError> {
-    let mut stores = Vec::new();
     let mut lines = Vec::new();
-    for p in paths {
-        let meta = std::fs::metadata(p).map_err(|source| NodeError::Io {
-            what: format!("halyard gc: {}", p.display()),
-            source,
-        })?;
-        let mut found = Vec::new();
-        if meta.is_dir() {
-            stores_under(p, DEPTH, &mut found, &mut lines);
-        }
-        if found.is_empty() {
-            return Err(NodeError::Usage(format!(
-                "halyard gc: {} holds no Halyard store (give a run directory, a store directory such as a worker's --state, or an output directory of runs)",
-                p.display()
-            )));
-        }
-        stores.extend(found);
-    }
-    stores.sort();
-    stores.dedup();
+    let stores = find_stores("gc", paths, &mut lines)?;
     let mut gc = Gc { lines, failed: 0 };
     let (mut before, mut after) = (0u64, 0u64);
     for dir in &stores {
         let started = std::time::Instant::now();
-        match halyard_store::compact(dir, CACHE_BYTES) {
+        match halyard_store::compact(dir, OPTIONS) {
             Ok(c) => {
                 before += c.before;
                 after += c.after;
@@ -103,6 +85,62 @@ pub fn run(paths: &[PathBuf]) -> Result<Gc, NodeError> {
         mb(before.saturating_sub(after))
     ));
     Ok(gc)
+}
+
+/// The stores at or under `paths` (see [`run`]); a path with none is an error naming
+/// `command`.
+fn find_stores(
+    command: &str,
+    paths: &[PathBuf],
+    lines: &mut Vec<String>,
+) -> Result<Vec<PathBuf>, NodeError> {
+    let mut stores = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|source| NodeError::Io {
+            what: format!("halyard {command}: {}", p.display()),
+            source,
+        })?;
+        let mut found = Vec::new();
+        if meta.is_dir() {
+            stores_under(p, DEPTH, &mut found, lines);
+        }
+        if found.is_empty() {
+            return Err(NodeError::Usage(format!(
+                "halyard {command}: {} holds no Halyard store (give a run directory, a store directory such as a worker's --state, or an output directory of runs)",
+                p.display()
+            )));
+        }
+        stores.extend(found);
+    }
+    stores.sort();
+    stores.dedup();
+    Ok(stores)
+}
+
+/// `halyard migrate PATH...`: move every store at or under `paths` that an earlier build
+/// wrote (redb, sled) to this build's engine now, instead of at its next open; stores
+/// of this build are checked as opening checks them.
+pub fn migrate(paths: &[PathBuf]) -> Result<Gc, NodeError> {
+    let mut lines = Vec::new();
+    let stores = find_stores("migrate", paths, &mut lines)?;
+    let mut out = Gc { lines, failed: 0 };
+    for dir in &stores {
+        match halyard_store::migrate::run(dir) {
+            Ok(Some(m)) => out.lines.push(format!(
+                "migrated {} from {}: {} records in {:.1} s",
+                dir.display(),
+                m.from,
+                m.records,
+                m.seconds
+            )),
+            Ok(None) => out.lines.push(format!("{}: already this build's store", dir.display())),
+            Err(e) => {
+                out.failed += 1;
+                out.lines.push(format!("not migrated {}: {e}", dir.display()));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn mb(bytes: u64) -> String {
@@ -140,26 +178,23 @@ fn stores_under(dir: &Path, depth: usize, found: &mut Vec<PathBuf>, lines: &mut 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halyard_store::redb::{ReadableDatabase, ReadableTableMetadata};
+    const T: &str = "t";
 
-    const T: halyard_store::Table = halyard_store::table("t");
+    fn open(dir: &Path) -> halyard_store::Store {
+        halyard_store::open(dir, OPTIONS, &[T]).unwrap()
+    }
 
     /// A store with room to return: many commits, most of their records removed.
     fn store_with_room(dir: &Path) {
-        let db = halyard_store::open(dir, 1 << 20, &[T]).unwrap();
+        let s = open(dir);
+        let t = s.keyspace(T).unwrap();
         for i in 0..4000u32 {
-            let tx = db.begin_write().unwrap();
-            tx.open_table(T).unwrap().insert(&i.to_be_bytes()[..], &[1u8; 300][..]).unwrap();
-            tx.commit().unwrap();
+            t.insert(i.to_be_bytes(), [1u8; 300]).unwrap();
         }
-        let tx = db.begin_write().unwrap();
-        {
-            let mut t = tx.open_table(T).unwrap();
-            for i in (0..4000u32).filter(|i| i % 8 != 0) {
-                t.remove(&i.to_be_bytes()[..]).unwrap();
-            }
+        for i in (0..4000u32).filter(|i| i % 8 != 0) {
+            t.remove(i.to_be_bytes()).unwrap();
         }
-        tx.commit().unwrap();
+        s.persist().unwrap();
     }
 
     /// From an output directory, gc finds each run's stores two levels down, compacts
@@ -182,13 +217,12 @@ mod tests {
         assert!(gc.lines[1].starts_with(&format!("compacted {}", cp.display())), "{:?}", gc.lines);
         assert!(gc.lines[2].starts_with("2 of 2 store(s) compacted"), "{:?}", gc.lines);
         for dir in [&state, &cp] {
-            let bytes = halyard_store::disk_bytes(&dir.join(halyard_store::FILE)).unwrap();
+            let bytes = halyard_store::disk_bytes(dir).unwrap();
             assert!(bytes < 4000 * 300 / 2, "{}: {bytes} bytes after gc", dir.display());
-            let db = halyard_store::open(dir, 1 << 20, &[T]).unwrap();
-            let tx = db.begin_read().unwrap();
-            let t = tx.open_table(T).unwrap();
-            assert_eq!(t.len().unwrap(), 500);
-            assert!(t.get(&8u32.to_be_bytes()[..]).unwrap().is_some());
+            let s = open(dir);
+            let t = s.keyspace(T).unwrap();
+            assert_eq!(halyard_store::count(&t).unwrap(), 500);
+            assert!(t.get(8u32.to_be_bytes()).unwrap().is_some());
         }
     }
 
@@ -228,8 +262,8 @@ mod tests {
         let (busy, idle) = (out.path().join("busy"), out.path().join("idle"));
         store_with_room(&busy);
         store_with_room(&idle);
-        let held = halyard_store::open(&busy, 1 << 20, &[T]).unwrap();
-        let size = halyard_store::disk_bytes(&busy.join(halyard_store::FILE)).unwrap();
+        let held = open(&busy);
+        let size = halyard_store::disk_bytes(&busy).unwrap();
         let gc = run(&[busy.clone(), idle.clone()]).unwrap();
         assert_eq!(gc.failed, 1, "{:?}", gc.lines);
         assert!(
@@ -245,7 +279,7 @@ mod tests {
         );
         assert!(gc.lines[2].starts_with("1 of 2 store(s) compacted"), "{:?}", gc.lines);
         drop(held);
-        assert_eq!(halyard_store::disk_bytes(&busy.join(halyard_store::FILE)).unwrap(), size);
+        assert_eq!(halyard_store::disk_bytes(&busy).unwrap(), size);
     }
 
     /// A path that is missing or holds no store is an error naming it, not "nothing to do".

@@ -1,8 +1,7 @@
 //! # halyard-proto: the wire between Halyard's processes
 //!
 //! Everything that crosses NATS is defined here, with the worker's configuration
-//! contract ([`pool`]) that jobs are checked against: no tokio, and no IO but
-//! [`store_mark`]'s files.
+//! contract ([`pool`]) that jobs are checked against: no tokio, and no IO.
 //!
 //! ## Layout
 //! - [`id`]: [`JobId`], the content hash of everything that determines a job's result.
@@ -21,7 +20,6 @@
 //! - [`codec`]: MessagePack (rmp-serde, named fields) with a version check.
 //! - [`filter`]: [`JobIdFilter`], a Bloom filter over job ids that lets the stores skip
 //!   lookups that would miss (pure data structure; still no IO).
-//! - [`store_mark`]: detects a store that silently lost its data.
 //! - [`stored`]: the compact form of the records the stores keep (checkpointed
 //!   completions, the coordinator's results), fields by position.
 //!
@@ -44,7 +42,6 @@ pub mod provider_batch;
 pub mod redact;
 pub mod result;
 pub mod server;
-pub mod store_mark;
 pub mod stored;
 pub mod subjects;
 

@@ -1,436 +1,316 @@
-//! Halyard's embedded stores: the coordinator's run state and the worker's checkpoint are
-//! each one [redb](https://docs.rs/redb) database, the file [`FILE`] in the store's
-//! directory.
+//! Halyard's embedded stores: the coordinator's run state and a worker's checkpoint are
+//! each one [fjall](https://docs.rs/fjall) database, in the directory [`ENGINE_DIR`] of
+//! the store's directory.
+//!
+//! fjall is a log-structured merge tree: a write goes to its journal and to a memtable,
+//! memtables are flushed into sorted tables of compressed blocks, and tables are
+//! compacted in the background. Halyard relies on these of its guarantees (fjall's
+//! documentation of `Database::persist`, `PersistMode` and `WriteBatch`):
+//! - a **write batch is atomic** across keyspaces: after a crash, all of it or none;
+//! - a committed batch is in the operating system's buffers, so it **survives the
+//!   process being killed**; [`Store::persist`] (an fsync of the journal) makes every
+//!   batch before it survive a power loss too. The run state commits each planner step
+//!   without an fsync and persists before it acks results; a checkpoint's group commit
+//!   persists before it answers its writers;
+//! - a journal cut short by a crash is replayed up to its last whole batch; other damage
+//!   is an error at open or at the read that meets it (blocks carry checksums), never a
+//!   wrong answer;
+//! - **one process** holds a database (a lock file): a second opener gets an error.
 //!
 //! [`open`] does what every store needs before its owner reads a record:
-//! - creates the directory readable by its owner only ([`store_mark::create_private_dir`]);
-//! - migrates, once, a sled store written by an earlier build (`migrate`);
-//! - opens the file with redb's integrity check (every page's checksum, so a file altered
-//!   behind redb's back is an error at open, not a panic or wrong answers later), under
-//!   redb's lock (a second process that opens the store gets an error);
-//! - creates the owner's tables, so readers never meet a missing table;
-//! - guards against a store that silently lost its data ([`store_mark`]): a store whose
-//!   mark file says it was created but whose data lacks the mark is an error.
+//! - creates the directory readable by its owner only ([`mark::create_private_dir`]);
+//! - migrates, once, a store written by an earlier build (redb, with or without its log,
+//!   or sled: [`migrate`]), with a log line;
+//! - opens the database and the owner's keyspaces (created if missing);
+//! - guards against a store that silently lost its data ([`mark`]), and against a
+//!   keyspace that did: each keyspace holds a mark of its own, the record
+//!   [`KEYSPACE_MARK`], written when it is created, and the store's mark keyspace names
+//!   every keyspace created; a named keyspace without its mark is an error naming it.
 //!
-//! Every table maps bytes to bytes ([`Table`]); records are encoded by their owners.
-//!
-//! Why redb and not sled (which Halyard used until issue 19): for the same records and
-//! commits, sled 0.34 kept 683 bytes on disk per no-op job (every insert a log record,
-//! leaves rewritten whole, segments reclaimed only below half live) against redb's 163,
-//! and its writer used three times the memory; sled's page-cache setting did not bound
-//! it. redb is a copy-on-write B-tree with checksummed pages and atomic, crash-safe
-//! commits, stable file format, maintained, pure Rust.
+//! Records are bytes to bytes; their owners encode them ([`halyard_proto::stored`]). Owners
+//! read a whole keyspace with [`records`] and count it with [`count`], which leave the
+//! keyspace's mark out (it is the one key shorter than two bytes, and sorts first).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-pub mod logged;
-pub use logged::{LogTable, Logged, LoggedWrite, Tables as LoggedTables};
+pub use fjall;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
-use halyard_proto::store_mark;
-pub use redb;
-use redb::{Database, ReadableDatabase, TableDefinition};
+pub mod mark;
+pub mod migrate;
+mod swap;
 
-/// A table of a Halyard store: bytes to bytes.
-pub type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
+/// The engine's directory inside a store's directory.
+pub const ENGINE_DIR: &str = "fjall";
+/// The keyspace holding [`mark::MARK_KEY`], and the name of every keyspace created.
+const MARKS: &str = "halyard_store";
+/// The record each keyspace holds from its creation on (a key no owner's record has: one
+/// byte; every owner's key is longer).
+pub const KEYSPACE_MARK: &[u8] = &[0];
+/// The least key after [`KEYSPACE_MARK`]: every owner's record sorts at or after it.
+pub const FIRST_KEY: &[u8] = &[0, 0];
+/// An environment variable setting the memtable size (bytes) of keyspaces created by
+/// the process: crash tests make it small, so that flushes and compactions happen often.
+pub const MEMTABLE_ENV: &str = "HALYARD_STORE_MEMTABLE_BYTES";
 
-/// The table named `name`.
-pub const fn table(name: &'static str) -> Table {
-    TableDefinition::new(name)
+/// Why a store could not be opened, compacted or migrated. Each names the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{dir} is in use by another process (it holds the store's lock)")]
+    InUse { dir: PathBuf },
+    #[error("{dir}: {reason}")]
+    Lost { dir: PathBuf, reason: String },
+    #[error("{dir} is damaged: {reason}")]
+    Damaged { dir: PathBuf, reason: String },
+    #[error("{dir}: migrating the store of an earlier build: {reason}")]
+    Migrate { dir: PathBuf, reason: String },
+    #[error(
+        "{dir} is not a Halyard store (it has no {ENGINE_DIR}/ and no store of an earlier build)"
+    )]
+    NotAStore { dir: PathBuf },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
 }
 
-/// The database file in a store directory.
-pub const FILE: &str = "halyard.redb";
-/// A migration in progress writes here, and renames to [`FILE`] when it is complete.
-const MIGRATING: &str = "halyard.redb.migrating";
-/// The table holding [`store_mark::MARK_KEY`].
-const MARKS: Table = table("halyard_store");
-/// Records copied per transaction by a migration.
-const MIGRATE_CHUNK: usize = 50_000;
+/// How much memory a store may use.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// The block cache.
+    pub cache_bytes: u64,
+    /// Each keyspace's memtable, flushed into a table once this full (set when a
+    /// keyspace is created; [`MEMTABLE_ENV`] overrides it).
+    pub memtable_bytes: u64,
+}
 
-/// Open (or create) the store in `dir` with a page cache of `cache_bytes` and the tables
-/// `tables`. Errors are sentences for the owner to put after the store's name.
-pub fn open(dir: &Path, cache_bytes: usize, tables: &[Table]) -> Result<Database, String> {
-    store_mark::create_private_dir(dir).map_err(|e| e.to_string())?;
-    let file = dir.join(FILE);
-    let sled_files = is_sled_store(dir);
-    if sled_files && !file.exists() {
-        migrate(dir, cache_bytes)?;
+impl Default for Options {
+    fn default() -> Self {
+        Options { cache_bytes: 16 << 20, memtable_bytes: 8 << 20 }
     }
-    let db = open_file(&file, cache_bytes)?;
-    let marked = {
-        let tx = db.begin_read().map_err(err)?;
-        match tx.open_table(MARKS) {
-            Ok(t) => t.get(store_mark::MARK_KEY).map_err(err)?.is_some(),
-            Err(redb::TableError::TableDoesNotExist(_)) => false,
-            Err(e) => return Err(err(e)),
+}
+
+/// An open store: its database and its directory.
+pub struct Store {
+    db: Database,
+    dir: PathBuf,
+    memtable_bytes: u64,
+}
+
+impl Store {
+    /// The keyspace `name`, created (with its mark) if missing.
+    pub fn keyspace(&self, name: &str) -> Result<Keyspace, StoreError> {
+        let ks = self.engine_keyspace(name)?;
+        if name != MARKS {
+            let marks = self.engine_keyspace(MARKS)?;
+            if !marks.contains_key(name).map_err(|e| self.error(e))? {
+                let mut b = self.db.batch().durability(Some(PersistMode::SyncAll));
+                b.insert(&ks, KEYSPACE_MARK, b"1");
+                b.insert(&marks, name, b"1");
+                b.commit().map_err(|e| self.error(e))?;
+            }
         }
-    };
-    store_mark::guard(dir, marked, || {
-        let tx = db.begin_write().map_err(err)?;
-        tx.open_table(MARKS).map_err(err)?.insert(store_mark::MARK_KEY, &b"1"[..]).map_err(err)?;
-        tx.commit().map_err(err)
-    })?;
-    // The sled files of a migrated store go once the store they became has passed the
-    // check (also after a crash between the migration and this).
-    if sled_files {
-        remove_sled_files(dir)?;
+        Ok(ks)
     }
-    create_tables(&db, tables)?;
-    Ok(db)
+
+    /// The engine's keyspace `name`, created if missing, without a mark.
+    fn engine_keyspace(&self, name: &str) -> Result<Keyspace, StoreError> {
+        let memtable = self.memtable_bytes;
+        self.db
+            .keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
+            .map_err(|e| self.error(e))
+    }
+
+    /// Refuse the store if a keyspace it created lost its mark (module docs).
+    fn check_keyspaces(&self) -> Result<(), StoreError> {
+        let marks = self.engine_keyspace(MARKS)?;
+        for kv in marks.range(FIRST_KEY..) {
+            let name = kv.key().map_err(|e| self.error(e))?;
+            if &*name == mark::MARK_KEY {
+                continue;
+            }
+            let name = String::from_utf8_lossy(&name).into_owned();
+            let ks = self.engine_keyspace(&name)?;
+            if !ks.contains_key(KEYSPACE_MARK).map_err(|e| self.error(e))? {
+                return Err(StoreError::Lost {
+                    dir: self.dir.clone(),
+                    reason: format!(
+                        "its keyspace {name} no longer holds what it held (the engine's files were truncated, zeroed, \
+                         replaced or deleted); restore the store from a backup, or move it away to start it afresh"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn db(&self) -> &Database {
+        &self.db
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Make every batch committed so far survive a power loss (an fsync of the journal).
+    pub fn persist(&self) -> Result<(), fjall::Error> {
+        self.db.persist(PersistMode::SyncAll)
+    }
+
+    /// The error of the engine's `e`, naming this store.
+    pub fn error(&self, e: fjall::Error) -> StoreError {
+        engine_error(&self.dir, e)
+    }
 }
 
-/// What [`compact`] did to a store's file.
+fn engine_error(dir: &Path, e: fjall::Error) -> StoreError {
+    match e {
+        fjall::Error::Locked => StoreError::InUse { dir: dir.to_path_buf() },
+        fjall::Error::Io(source) => StoreError::Io { path: dir.to_path_buf(), source },
+        other => StoreError::Damaged { dir: dir.to_path_buf(), reason: other.to_string() },
+    }
+}
+
+/// Open (or create) the store in `dir` with `keyspaces` (see the module docs).
+pub fn open(dir: &Path, opts: Options, keyspaces: &[&str]) -> Result<Store, StoreError> {
+    let io = |source| StoreError::Io { path: dir.to_path_buf(), source };
+    mark::create_private_dir(dir).map_err(io)?;
+    swap::recover(dir)?;
+    migrate::if_needed(dir)?;
+    let store = open_engine(dir, opts)?;
+    let marks = store.engine_keyspace(MARKS)?;
+    let marked = marks.contains_key(mark::MARK_KEY).map_err(|e| store.error(e))?;
+    mark::guard(dir, marked, || {
+        marks.insert(mark::MARK_KEY, b"1").map_err(|e| e.to_string())?;
+        store.persist().map_err(|e| e.to_string())
+    })
+    .map_err(|reason| StoreError::Lost { dir: dir.to_path_buf(), reason })?;
+    drop(marks);
+    store.check_keyspaces()?;
+    // The files of a migrated store go once the store they became has passed the check
+    // (also after a crash between the migration and this).
+    migrate::remove_earlier_files(dir)?;
+    for k in keyspaces {
+        store.keyspace(k)?;
+    }
+    Ok(store)
+}
+
+/// The engine in `dir`'s [`ENGINE_DIR`], opened without the checks of [`open`].
+pub(crate) fn open_engine(dir: &Path, opts: Options) -> Result<Store, StoreError> {
+    open_engine_at(dir, &dir.join(ENGINE_DIR), opts)
+}
+
+pub(crate) fn open_engine_at(dir: &Path, at: &Path, opts: Options) -> Result<Store, StoreError> {
+    let memtable_bytes = std::env::var(MEMTABLE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(opts.memtable_bytes)
+        .max(64 << 10);
+    let open = || {
+        Database::builder(at)
+            .cache_size(opts.cache_bytes)
+            // One thread flushes and compacts: the machines Halyard runs on have few cores
+            // and the store is not the work.
+            .worker_threads(1)
+            .open()
+    };
+    // The engine reports damage it finds as an error; a panic on damage it does not
+    // foresee must still not take the process down unexplained.
+    match std::panic::catch_unwind(open) {
+        Ok(Ok(db)) => Ok(Store { db, dir: dir.to_path_buf(), memtable_bytes }),
+        Ok(Err(e)) => Err(engine_error(dir, e)),
+        Err(_) => Err(StoreError::Damaged {
+            dir: dir.to_path_buf(),
+            reason: "opening it failed (the engine's files are damaged)".into(),
+        }),
+    }
+}
+
+/// What [`compact`] did to a store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Compacted {
-    /// Bytes the file held on disk before (allocated blocks, as `du` counts them).
+    /// Bytes the store held on disk before (allocated blocks, as `du` counts them).
     pub before: u64,
     /// And after.
     pub after: u64,
 }
 
-/// Compact the store in `dir` (the whole file, every table): pages freed by earlier
-/// commits are filled with pages moved from the end of the file, and the file is cut
-/// after its last page in use. A store that is growing holds such free room (a copy-on-
-/// write B-tree frees the pages each commit replaces, and redb grows small files in
-/// doubling steps); a finished run's store need not keep it.
+/// Compact the store in `dir`, which is done growing (a finished run's, a stopped
+/// worker's): its records are written once, in key order, into a new engine directory
+/// (the engine's bulk load: sorted tables, no journal), which then replaces the old one.
+/// What the engine keeps for a store still written to goes: records replaced or removed,
+/// and the journal (up to 64 MB, which the engine starts anew only once it is full).
 ///
-/// The store is opened as [`open`] opens it (its lock, the integrity check, the mark),
-/// so a store in use by another process is an error and nothing is changed. Each step of
-/// redb's compaction is a commit: a crash in the middle leaves the store whole (redb
-/// repairs its allocator at the next open) with part of the room returned.
-pub fn compact(dir: &Path, cache_bytes: usize) -> Result<Compacted, String> {
-    let file = dir.join(FILE);
+/// The store is opened as [`open`] opens it (its lock, the mark), so a store in use by
+/// another process is an error and nothing is changed. A crash in the middle leaves the
+/// store whole: the copy is durable before it replaces anything, and [`open`] finishes
+/// or undoes a replacement cut short ([`swap::recover`]).
+pub fn compact(dir: &Path, opts: Options) -> Result<Compacted, StoreError> {
     if !is_store(dir) {
-        return Err(format!("{} is not a Halyard store (it has no {FILE})", dir.display()));
+        return Err(StoreError::NotAStore { dir: dir.to_path_buf() });
     }
-    // Measured once open: a sled store of an earlier build has no file until the open
-    // moves it to redb.
-    let mut db = open(dir, cache_bytes, &[])?;
-    let before = disk_bytes(&file)?;
-    // redb repeats its passes until one makes no progress.
-    db.compact().map_err(|e| format!("{}: compacting: {e}", file.display()))?;
-    drop(db);
-    Ok(Compacted { before, after: disk_bytes(&file)? })
+    // Measured once open: a store of an earlier build has no engine files until the open
+    // migrates it.
+    let store = open(dir, opts, &[])?;
+    let before = disk_bytes(dir)?;
+    let copy = dir.join(swap::COMPACTING);
+    swap::build(dir, &copy, false, |b| {
+        for name in store.db.list_keyspace_names() {
+            let ks = store.engine_keyspace(&name).map_err(|e| e.to_string())?;
+            b.keyspace(
+                &name,
+                ks.iter().map(|kv| {
+                    kv.into_inner()
+                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                        .map_err(|e| e.to_string())
+                }),
+            )?;
+        }
+        Ok(())
+    })
+    .map_err(|reason| StoreError::Damaged { dir: dir.to_path_buf(), reason })?;
+    drop(store);
+    swap::replace(dir, &copy)?;
+    Ok(Compacted { before, after: disk_bytes(dir)? })
 }
 
-/// The bytes `file` holds on disk (allocated blocks: a file redb extended but has not
-/// written yet holds fewer than its length).
-pub fn disk_bytes(file: &Path) -> Result<u64, String> {
+/// The bytes the files under `dir` hold on disk (allocated blocks, as `du` counts them).
+pub fn disk_bytes(dir: &Path) -> Result<u64, StoreError> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    Ok(m.blocks() * 512)
-}
-
-/// A store in memory only (tests), with `tables`.
-pub fn temporary(tables: &[Table]) -> Result<Database, String> {
-    let db = Database::builder()
-        .create_with_backend(redb::backends::InMemoryBackend::new())
-        .map_err(err)?;
-    create_tables(&db, tables)?;
-    Ok(db)
-}
-
-/// Make every commit so far durable (redb commits made with `Durability::None` are not
-/// until a durable commit follows; this is one, with nothing in it).
-pub fn make_durable(db: &Database) -> Result<(), redb::Error> {
-    db.begin_write()?.commit()?;
-    Ok(())
-}
-
-fn create_tables(db: &Database, tables: &[Table]) -> Result<(), String> {
-    let tx = db.begin_write().map_err(err)?;
-    for t in tables {
-        tx.open_table(*t).map_err(err)?;
-    }
-    tx.commit().map_err(err)
-}
-
-fn open_file(file: &Path, cache_bytes: usize) -> Result<Database, String> {
-    let open = || {
-        Database::builder()
-            .set_cache_size(cache_bytes)
-            .set_check_integrity_on_open(true)
-            .create(file)
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StoreError::Io { path, source }
     };
-    // redb checks integrity first, so a damaged file should be an error; a panic on some
-    // damage it does not foresee must still not take the process down unexplained.
-    match std::panic::catch_unwind(open) {
-        Ok(Ok(db)) => Ok(db),
-        Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => Err(format!(
-            "{} is in use by another process (it holds the store's lock)",
-            file.display()
-        )),
-        Ok(Err(e)) => Err(format!("{}: {e}", file.display())),
-        Err(_) => Err(format!("{}: the file is damaged (reading it failed)", file.display())),
+    let m = std::fs::symlink_metadata(dir).map_err(io(dir))?;
+    if !m.is_dir() {
+        return Ok(m.blocks() * 512);
     }
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        total += disk_bytes(&entry.map_err(io(dir))?.path())?;
+    }
+    Ok(total)
 }
 
-fn err(e: impl Into<redb::Error>) -> String {
-    e.into().to_string()
+/// Every record of `ks` in key order, its mark left out.
+pub fn records(ks: &Keyspace) -> fjall::Iter {
+    ks.range(FIRST_KEY..)
 }
 
-/// Whether `dir` holds a Halyard store: its database file, or the sled files of an
-/// earlier build's store (which opening, or compacting, moves to redb first).
+/// How many records `ks` holds, its mark left out (a pass over its keys).
+pub fn count(ks: &Keyspace) -> Result<usize, fjall::Error> {
+    let mut n = 0;
+    for kv in records(ks) {
+        kv.key()?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Whether `dir` holds a Halyard store: its engine's directory, or the files of an
+/// earlier build's store (which opening or compacting migrates first).
 pub fn is_store(dir: &Path) -> bool {
-    dir.join(FILE).is_file() || is_sled_store(dir)
-}
-
-/// Whether `dir` holds a sled store (an earlier build's).
-fn is_sled_store(dir: &Path) -> bool {
-    dir.join("conf").is_file() && dir.join("db").is_file()
-}
-
-/// Copy the sled store in `dir` into a new redb file beside it: every tree into the table
-/// of the same name, all in `halyard.redb.migrating`, made durable, then renamed to
-/// [`FILE`] (and the directory synced). A crash before the rename leaves the sled store as
-/// it was, and the next open migrates again; after it, the store is redb's.
-///
-/// The sled store is opened with sled's own lock, so a process of an earlier build that
-/// still has it open makes this an error instead of a copy of a moving store.
-fn migrate(dir: &Path, cache_bytes: usize) -> Result<(), String> {
-    let started = std::time::Instant::now();
-    let tmp = dir.join(MIGRATING);
-    match std::fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{}: {e}", tmp.display())),
-    }
-    let sled_err = |e: sled::Error| format!("reading the sled store of an earlier build: {e}");
-    let old = sled::Config::new().path(dir).open().map_err(sled_err)?;
-    let db = Database::builder().set_cache_size(cache_bytes).create(&tmp).map_err(err)?;
-    let mut records = 0u64;
-    for name in old.tree_names() {
-        let tree = old.open_tree(&name).map_err(sled_err)?;
-        let name = String::from_utf8_lossy(&name).into_owned();
-        if tree.is_empty() {
-            continue;
-        }
-        let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
-        let mut it = tree.iter();
-        loop {
-            let mut tx = db.begin_write().map_err(err)?;
-            tx.set_durability(redb::Durability::None).map_err(|e| e.to_string())?;
-            let mut n = 0;
-            {
-                let mut t = tx.open_table(def).map_err(err)?;
-                for kv in it.by_ref() {
-                    let (k, v) = kv.map_err(sled_err)?;
-                    t.insert(&k[..], &v[..]).map_err(err)?;
-                    n += 1;
-                    if n == MIGRATE_CHUNK {
-                        break;
-                    }
-                }
-            }
-            tx.commit().map_err(err)?;
-            records += n as u64;
-            if n < MIGRATE_CHUNK {
-                break;
-            }
-        }
-    }
-    make_durable(&db).map_err(|e| e.to_string())?;
-    drop(db);
-    drop(old);
-    std::fs::rename(&tmp, dir.join(FILE)).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    tracing::info!(
-        dir = %dir.display(),
-        records,
-        seconds = started.elapsed().as_secs_f64(),
-        "migrated a sled store of an earlier build to redb"
-    );
-    Ok(())
-}
-
-/// Remove sled's files from `dir` (its `conf`, `db`, `blobs/` and snapshots).
-fn remove_sled_files(dir: &Path) -> Result<(), String> {
-    let rm = |p: &Path, r: std::io::Result<()>| match r {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("removing the migrated sled file {}: {e}", p.display())),
-    };
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let path = entry.path();
-        if name == "blobs" {
-            rm(&path, std::fs::remove_dir_all(&path))?;
-        } else if name == "conf" || name == "db" || name.starts_with("snap.") {
-            rm(&path, std::fs::remove_file(&path))?;
-        }
-    }
-    Ok(())
+    dir.join(ENGINE_DIR).is_dir() || migrate::earlier_format(dir).is_some()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const A: Table = table("a");
-    const B: Table = table("b");
-
-    fn get(db: &Database, t: Table, k: &[u8]) -> Option<Vec<u8>> {
-        let tx = db.begin_read().unwrap();
-        let t = tx.open_table(t).unwrap();
-        t.get(k).unwrap().map(|v| v.value().to_vec())
-    }
-
-    fn put(db: &Database, t: Table, k: &[u8], v: &[u8]) {
-        let tx = db.begin_write().unwrap();
-        tx.open_table(t).unwrap().insert(k, v).unwrap();
-        tx.commit().unwrap();
-    }
-
-    /// A store reopens with its records; while open, a second opener is refused.
-    #[test]
-    fn reopens_and_locks() {
-        let d = tempfile::tempdir().unwrap();
-        let db = open(d.path(), 1 << 20, &[A, B]).unwrap();
-        put(&db, A, b"k", b"v");
-        let e = open(d.path(), 1 << 20, &[A]).err().unwrap();
-        assert!(e.contains("in use by another process"), "{e}");
-        drop(db);
-        let db = open(d.path(), 1 << 20, &[A, B]).unwrap();
-        assert_eq!(get(&db, A, b"k").as_deref(), Some(&b"v"[..]));
-        assert_eq!(get(&db, B, b"k"), None);
-        assert!(d.path().join(store_mark::MARK_FILE).is_file());
-    }
-
-    /// Compaction returns the room of freed pages and keeps every record; a store in use,
-    /// or a directory without a store, is an error that changes nothing.
-    #[test]
-    fn compacts_and_keeps_records() {
-        let d = tempfile::tempdir().unwrap();
-        let db = open(d.path(), 1 << 20, &[A]).unwrap();
-        for i in 0..20_000u32 {
-            put(&db, A, &i.to_be_bytes(), &[i as u8; 200]);
-        }
-        let tx = db.begin_write().unwrap();
-        {
-            let mut t = tx.open_table(A).unwrap();
-            for i in (0..20_000u32).filter(|i| i % 10 != 0) {
-                t.remove(&i.to_be_bytes()[..]).unwrap();
-            }
-        }
-        tx.commit().unwrap();
-        let e = compact(d.path(), 1 << 20).unwrap_err();
-        assert!(e.contains("in use by another process"), "{e}");
-        drop(db);
-        let c = compact(d.path(), 1 << 20).unwrap();
-        assert_eq!(c.after, disk_bytes(&d.path().join(FILE)).unwrap());
-        assert!(c.after * 3 < c.before, "{c:?}: a tenth of the records kept");
-        let again = compact(d.path(), 1 << 20).unwrap();
-        assert!(again.after <= c.after, "{again:?} after {c:?}");
-        let db = open(d.path(), 1 << 20, &[A]).unwrap();
-        for i in 0..20_000u32 {
-            let want = (i % 10 == 0).then(|| vec![i as u8; 200]);
-            assert_eq!(get(&db, A, &i.to_be_bytes()), want, "record {i}");
-        }
-        drop(db);
-        let none = d.path().join("nothing");
-        std::fs::create_dir(&none).unwrap();
-        let e = compact(&none, 1 << 20).unwrap_err();
-        assert!(e.contains("nothing") && e.contains("is not a Halyard store"), "{e}");
-        assert!(!none.join(FILE).exists(), "compact created a store");
-    }
-
-    /// Compacting a sled store of an earlier build moves it to redb first, as opening
-    /// does, and keeps its records.
-    #[test]
-    fn compacting_a_sled_store_migrates_it() {
-        let d = tempfile::tempdir().unwrap();
-        {
-            let old = sled::open(d.path()).unwrap();
-            old.open_tree("a").unwrap().insert("k", "v").unwrap();
-            old.open_tree("halyard_store").unwrap().insert(store_mark::MARK_KEY, "1").unwrap();
-            old.flush().unwrap();
-        }
-        store_mark::write_file(d.path()).unwrap();
-        assert!(is_store(d.path()));
-        let c = compact(d.path(), 1 << 20).unwrap();
-        assert_eq!(c.after, disk_bytes(&d.path().join(FILE)).unwrap());
-        assert!(!d.path().join("conf").exists(), "sled's files left behind");
-        let db = open(d.path(), 1 << 20, &[A]).unwrap();
-        assert_eq!(get(&db, A, b"k").as_deref(), Some(&b"v"[..]));
-    }
-
-    /// A sled store of an earlier build becomes a redb store with every tree and record
-    /// (its mark included), and sled's files go.
-    #[test]
-    fn migrates_a_sled_store() {
-        let d = tempfile::tempdir().unwrap();
-        {
-            let old = sled::open(d.path()).unwrap();
-            let a = old.open_tree("a").unwrap();
-            for i in 0..(MIGRATE_CHUNK as u32 + 10) {
-                a.insert(i.to_be_bytes(), &i.to_le_bytes()[..]).unwrap();
-            }
-            old.open_tree("halyard_store").unwrap().insert(store_mark::MARK_KEY, "1").unwrap();
-            old.open_tree("b").unwrap().insert("x", "y").unwrap();
-            old.flush().unwrap();
-        }
-        store_mark::write_file(d.path()).unwrap();
-        let db = open(d.path(), 1 << 20, &[A, B]).unwrap();
-        assert_eq!(get(&db, B, b"x").as_deref(), Some(&b"y"[..]));
-        let tx = db.begin_read().unwrap();
-        let t = tx.open_table(A).unwrap();
-        assert_eq!(redb::ReadableTableMetadata::len(&t).unwrap(), MIGRATE_CHUNK as u64 + 10);
-        assert_eq!(t.get(&7u32.to_be_bytes()[..]).unwrap().unwrap().value(), 7u32.to_le_bytes());
-        for f in ["conf", "db", "blobs"] {
-            assert!(!d.path().join(f).exists(), "{f} left behind");
-        }
-    }
-
-    /// A store whose file vanished, or was truncated, zeroed or overwritten, is an error
-    /// naming the file or the loss, never an empty store or a panic.
-    #[test]
-    fn damaged_files_are_errors() {
-        type Damage = fn(&Path);
-        let damages: [(&str, Damage); 4] = [
-            ("deleted", |f| std::fs::remove_file(f).unwrap()),
-            ("truncated to 100 bytes", |f| {
-                std::fs::OpenOptions::new().write(true).open(f).unwrap().set_len(100).unwrap()
-            }),
-            ("zeroed", |f| {
-                let len = std::fs::metadata(f).unwrap().len() as usize;
-                std::fs::write(f, vec![0u8; len]).unwrap()
-            }),
-            ("a page overwritten", |f| {
-                let mut b = std::fs::read(f).unwrap();
-                let mid = b.len() / 2;
-                b[mid..mid + 4096].fill(0xa5);
-                std::fs::write(f, b).unwrap()
-            }),
-        ];
-        for (what, damage) in damages {
-            let d = tempfile::tempdir().unwrap();
-            {
-                let db = open(d.path(), 1 << 20, &[A]).unwrap();
-                for i in 0..5000u32 {
-                    put(&db, A, &i.to_be_bytes(), &[7; 100]);
-                }
-            }
-            damage(&d.path().join(FILE));
-            let got = std::panic::catch_unwind(|| {
-                let db = open(d.path(), 1 << 20, &[A])?;
-                // Opened: then every record must be there as written (damage to free
-                // pages harms nothing).
-                Ok::<_, String>(
-                    (0..5000u32)
-                        .all(|i| get(&db, A, &i.to_be_bytes()).as_deref() == Some(&[7u8; 100][..])),
-                )
-            });
-            match got.unwrap_or_else(|_| panic!("{what}: open panicked")) {
-                Ok(intact) => assert!(intact, "{what}: opened with records lost or changed"),
-                Err(e) => assert!(
-                    e.contains("halyard.redb") || e.contains("no longer holds"),
-                    "{what}: {e}"
-                ),
-            }
-        }
-    }
-}
+mod tests;

@@ -74,3 +74,18 @@ pub use fake_quota::{FakeQuotaApi, QuotaConfig, QuotaLedger};
 pub use faults::Faults;
 pub use nats::{free_port, NatsServer};
 pub use process::{cargo_bin, pid_alive, spawn_tied, ChildGuard};
+
+/// Copy the directory tree `from` to `to` (created), files and folders (a store's lock
+/// file included: the engine opens a store only with it; the lock itself, a file lock,
+/// does not travel with a copy).
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}

@@ -1,11 +1,10 @@
-//! The worker's checkpoint: every completed call, keyed by job id, in one redb database
-//! ([`halyard_store`]), each in the compact form of [`halyard_proto::stored`]. The table
-//! is written through its log and kept in compressed blocks ([`halyard_store::Logged`]):
-//! job ids are random, and inserted one by one each would copy a page of the table.
+//! The worker's checkpoint: every completed call, keyed by job id, in the keyspace
+//! `completions` of one database ([`halyard_store`]), each in the compact form of
+//! [`halyard_proto::stored`].
 //!
-//! Reads go straight to the store (each in a snapshot of its own). Writes go through a
-//! small actor that does **group commit**: it takes every write waiting in its channel
-//! and commits them in one durable transaction (one fsync), and only then answers each
+//! Reads go straight to the store. Writes go through a small actor that does **group
+//! commit**: it takes every write waiting in its channel and commits them in one write
+//! batch made durable at once (one fsync of the journal), and only then answers each
 //! writer. A writer therefore learns "durable" only after an fsync that covers its
 //! record, and N results arriving together cost one fsync instead of N. Under load (the
 //! previous group was not small) it waits up to a millisecond for more writes before
@@ -19,8 +18,8 @@
 use std::path::Path;
 
 use halyard_proto::{Completion, JobId, JobIdFilter};
-use halyard_store::redb::{self, Database};
-use halyard_store::{table, LogTable, Logged, LoggedTables, Table};
+use halyard_store::fjall::{self, Keyspace, PersistMode};
+use halyard_store::Store;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -46,8 +45,8 @@ type WriteReq = (JobId, Vec<u8>, oneshot::Sender<Result<(), CheckpointError>>);
 /// Handle to the checkpoint store; cheap to clone.
 #[derive(Clone)]
 pub struct Checkpoint {
-    db: Arc<Database>,
-    table: Arc<Logged>,
+    store: Arc<Store>,
+    table: Keyspace,
     tx: mpsc::Sender<WriteReq>,
     writer: Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
     known: Arc<Known>,
@@ -63,88 +62,71 @@ struct Known {
     pass: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
-const COMPLETIONS: Table = table("completions");
-const COMPLETIONS_LOG: LogTable = redb::TableDefinition::new("completions_log");
-/// `completions` written through its log and kept in blocks; the `completions` table holds
-/// records of earlier builds, moved into blocks at open.
-const COMPLETIONS_LOGGED: LoggedTables =
-    LoggedTables { blocks: table("completions_blocks"), log: COMPLETIONS_LOG, older: COMPLETIONS };
-/// Page cache of the checkpoint.
-const CACHE_BYTES: usize = 64 << 20;
+const COMPLETIONS: &str = "completions";
+/// Memory of the checkpoint: block cache and memtable.
+pub const OPTIONS: halyard_store::Options =
+    halyard_store::Options { cache_bytes: 16 << 20, memtable_bytes: 8 << 20 };
 /// Largest number of writes committed by one flush.
 const MAX_GROUP: usize = 1024;
 /// A group that follows one of at least LINGER_AFTER writes waits up to LINGER for more.
 const LINGER_AFTER: usize = 16;
 const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
 
-fn read_err(e: impl Into<redb::Error>) -> CheckpointError {
-    CheckpointError::Read(e.into().to_string())
+fn read_err(e: fjall::Error) -> CheckpointError {
+    CheckpointError::Read(e.to_string())
 }
 
 impl Checkpoint {
     /// Open (or create) the store in `dir` and start its writer actor.
     pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
-        let db = halyard_store::open(dir, CACHE_BYTES, &[COMPLETIONS])
-            .map_err(|reason| CheckpointError::Open { path: dir.display().to_string(), reason })?;
-        Self::from_db(db).map_err(|e| CheckpointError::Open {
+        let open_err = |e: halyard_store::StoreError| CheckpointError::Open {
             path: dir.display().to_string(),
             reason: e.to_string(),
-        })
+        };
+        let store = halyard_store::open(dir, OPTIONS, &[COMPLETIONS]).map_err(open_err)?;
+        let table = store.keyspace(COMPLETIONS).map_err(open_err)?;
+        Ok(Self::from_store(store, table))
     }
 
-    /// A store that lives in memory only (tests).
-    pub fn temporary() -> Result<Checkpoint, CheckpointError> {
-        let db = halyard_store::temporary(&[COMPLETIONS])
-            .map_err(|reason| CheckpointError::Open { path: "<temporary>".into(), reason })?;
-        Self::from_db(db).map_err(|e| CheckpointError::Open {
-            path: "<temporary>".into(),
-            reason: e.to_string(),
-        })
-    }
-
-    fn from_db(db: Database) -> Result<Checkpoint, redb::Error> {
-        let table = Arc::new(Logged::open(&db, COMPLETIONS_LOGGED)?);
-        let db = Arc::new(db);
+    fn from_store(store: Store, table: Keyspace) -> Checkpoint {
+        let store = Arc::new(store);
         let (tx, rx) = mpsc::channel(4096);
-        let writer = tokio::spawn(Writer { db: db.clone(), table: table.clone(), rx }.run());
+        let writer = tokio::spawn(Writer { store: store.clone(), table: table.clone(), rx }.run());
         let known = Arc::new(Known {
             filter: JobIdFilter::new(),
             complete: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             pass: std::sync::Mutex::new(None),
         });
-        let (k, d, t) = (known.clone(), db.clone(), table.clone());
+        let (k, t) = (known.clone(), table.clone());
         let pass = tokio::task::spawn_blocking(move || {
-            let mut readable = true;
-            let keys = t.for_each_id(&d, |key| {
+            for kv in halyard_store::records(&t) {
                 if k.stop.load(Ordering::Relaxed) {
-                    readable = false;
-                    return false;
+                    return;
                 }
-                match JobId::from_slice(key) {
-                    Some(id) => k.filter.insert(&id),
-                    // Unreadable: leave the filter incomplete, so lookups keep going
-                    // to the store.
-                    None => readable = false,
-                }
-                readable
-            });
-            match keys {
-                Ok(_) if readable => k.complete.store(true, Ordering::Release),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "checkpoint: reading the stored ids failed; lookups go to the store")
+                match kv.key() {
+                    Ok(key) => match JobId::from_slice(&key) {
+                        Some(id) => k.filter.insert(&id),
+                        // Unreadable: leave the filter incomplete, so lookups keep going
+                        // to the store.
+                        None => return,
+                    },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "checkpoint: reading the stored ids failed; lookups go to the store");
+                        return;
+                    }
                 }
             }
+            k.complete.store(true, Ordering::Release);
         });
         *known.pass.lock().unwrap_or_else(|p| p.into_inner()) = Some(pass);
-        Ok(Checkpoint {
-            db,
+        Checkpoint {
+            store,
             table,
             tx,
             writer: Arc::new(std::sync::Mutex::new(Some(writer))),
             known,
-        })
+        }
     }
 
     /// The stored completion for `job`, if any.
@@ -152,12 +134,11 @@ impl Checkpoint {
         if self.known.complete.load(Ordering::Acquire) && !self.known.filter.may_contain(job) {
             return Ok(None);
         }
-        let decoded = self
-            .table
-            .get(&self.db, job.as_bytes(), halyard_proto::stored::decode_completion)
-            .map_err(read_err)?;
-        decoded
-            .transpose()
+        let Some(bytes) = self.table.get(job.as_bytes()).map_err(read_err)? else {
+            return Ok(None);
+        };
+        halyard_proto::stored::decode_completion(&bytes)
+            .map(Some)
             .map_err(|e| CheckpointError::Corrupt { job: *job, reason: e.to_string() })
     }
 
@@ -180,7 +161,7 @@ impl Checkpoint {
         let pass = self.known.pass.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(self.tx);
         drop(self.table);
-        drop(self.db);
+        drop(self.store);
         if let Some(p) = pass {
             let _ = p.await;
         }
@@ -191,7 +172,7 @@ impl Checkpoint {
 
     /// Records stored (0 if the store cannot be read).
     pub fn len(&self) -> usize {
-        self.table.len(&self.db).unwrap_or(0) as usize
+        halyard_store::count(&self.table).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -200,23 +181,27 @@ impl Checkpoint {
 }
 
 struct Writer {
-    db: Arc<Database>,
-    table: Arc<Logged>,
+    store: Arc<Store>,
+    table: Keyspace,
     rx: mpsc::Receiver<WriteReq>,
 }
 
-/// Commit `records` in one durable transaction.
+/// Commit `records` in one write batch, durable when this returns. A job written twice
+/// in a group keeps its last record (a batch writes each key once).
 fn commit_group(
-    db: &Database,
-    table: &Logged,
-    records: &[(JobId, Vec<u8>)],
-) -> Result<(), redb::Error> {
-    table.write(db, redb::Durability::Immediate, |_, t| {
-        for (job, bytes) in records {
-            t.insert(job.as_bytes(), bytes)?;
-        }
-        Ok::<_, redb::Error>(())
-    })
+    store: &Store,
+    table: &Keyspace,
+    records: Vec<(JobId, Vec<u8>)>,
+) -> Result<(), fjall::Error> {
+    let mut last = std::collections::HashMap::with_capacity(records.len());
+    for (job, bytes) in records {
+        last.insert(job, bytes);
+    }
+    let mut batch = store.db().batch().durability(Some(PersistMode::SyncAll));
+    for (job, bytes) in last {
+        batch.insert(table, job.as_bytes(), bytes);
+    }
+    batch.commit()
 }
 
 impl Writer {
@@ -255,9 +240,9 @@ impl Writer {
             }
             writes += records.len() as u64;
             flushes += 1;
-            let (db, table) = (self.db.clone(), self.table.clone());
+            let (store, table) = (self.store.clone(), self.table.clone());
             // The commit blocks on its fsync: off the async threads.
-            let res = tokio::task::spawn_blocking(move || commit_group(&db, &table, &records))
+            let res = tokio::task::spawn_blocking(move || commit_group(&store, &table, records))
                 .await
                 .map_err(|e| e.to_string())
                 .and_then(|r| r.map_err(|e| e.to_string()));
@@ -306,7 +291,8 @@ mod tests {
     /// Many concurrent writers are all committed (group commit loses none).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_puts_all_commit() {
-        let cp = Checkpoint::temporary().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::open(dir.path()).unwrap();
         let mut tasks = vec![];
         for i in 0..500u16 {
             let cp = cp.clone();
@@ -366,9 +352,10 @@ mod tests {
     /// A corrupt record is reported with the job id, not a panic.
     #[tokio::test]
     async fn corrupt_record_is_an_error() {
-        let cp = Checkpoint::temporary().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::open(dir.path()).unwrap();
         let id = JobId([1; 16]);
-        commit_group(&cp.db, &cp.table, &[(id, b"\xc1garbage".to_vec())]).unwrap();
+        commit_group(&cp.store, &cp.table, vec![(id, b"\xc1garbage".to_vec())]).unwrap();
         // As the opening pass does for a record already on disk.
         cp.known.filter.insert(&id);
         let err = cp.get(&id).unwrap_err();

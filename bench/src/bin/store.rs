@@ -52,17 +52,16 @@ struct Args {
     /// Keep the stores here instead of a temporary directory.
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
-    /// `halyard`: Halyard's stores as they are (redb). `sled`: the same records and commits
+    /// `halyard`: Halyard's stores as they are (fjall). `sled`: the same records and commits
     /// in sled 0.34, as Halyard stored them before issue 19, for comparison.
     #[arg(long, value_enum, default_value_t = Engine::Halyard)]
     engine: Engine,
     /// Compact both stores after writing, as a complete run does as it ends
-    /// (`halyard_store::compact`: free pages returned to the file system), and print the
-    /// bytes on disk again.
+    /// (`halyard_store::compact`: the records rewritten in key order, without the
+    /// journal), and print the bytes on disk again.
     #[arg(long)]
     compact: bool,
-    /// Print redb's statistics of each table of both stores (pages, bytes stored, room
-    /// left in pages) and of the files (pages allocated, free).
+    /// Print each keyspace's records and bytes in tables, and each store's journal.
     #[arg(long)]
     stats: bool,
 }
@@ -265,9 +264,8 @@ fn main() -> anyhow::Result<()> {
     }
     let secs = started.elapsed().as_secs_f64();
     if let Engine::Halyard = args.engine {
-        // What a restart pays before its first job: redb's integrity check of every
-        // page, the log read into its index, and the run state's pass over its result
-        // ids (the duplicate filter).
+        // What a restart pays before its first job: the journal replayed, and the run
+        // state's pass over its result ids (the duplicate filter).
         let t = Instant::now();
         drop(RunDb::open(&dir.join("state"))?);
         let state_s = t.elapsed().as_secs_f64();
@@ -278,7 +276,7 @@ fn main() -> anyhow::Result<()> {
             anyhow::Ok(())
         })?;
         println!(
-            "reopened: run state in {state_s:.2} s (integrity check, log and id pass), checkpoint in {:.2} s (integrity check, log)",
+            "reopened: run state in {state_s:.2} s (journal and id pass), checkpoint in {:.2} s (journal)",
             t.elapsed().as_secs_f64()
         );
     }
@@ -295,19 +293,19 @@ fn main() -> anyhow::Result<()> {
     on_disk("on disk", &dir, n, records.text_bytes)?;
     if args.compact {
         if let Engine::Sled = args.engine {
-            anyhow::bail!("--compact compacts Halyard's stores (redb), not sled's");
+            anyhow::bail!("--compact compacts Halyard's stores (fjall), not sled's");
         }
         // What a complete run does to its stores as it ends.
         let t = Instant::now();
         for d in ["state", "checkpoint"] {
-            halyard_store::compact(&dir.join(d), 64 << 20).map_err(anyhow::Error::msg)?;
+            halyard_store::compact(&dir.join(d), halyard_store::Options::default())?;
         }
         println!("compacted both stores in {:.2} s", t.elapsed().as_secs_f64());
         on_disk("on disk, compacted (as a complete run leaves them)", &dir, n, records.text_bytes)?;
     }
     if args.stats {
         if let Engine::Sled = args.engine {
-            anyhow::bail!("--stats reads Halyard's stores (redb), not sled's");
+            anyhow::bail!("--stats reads Halyard's stores (fjall), not sled's");
         }
         for d in ["state", "checkpoint"] {
             for line in stats(d, &dir.join(d))? {
@@ -341,61 +339,51 @@ fn on_disk(what: &str, dir: &Path, n: f64, text: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// redb's statistics of the store in `dir`, one line per table that holds pages, then
-/// one for the file.
+/// The keyspaces of the store in `dir` that hold records, a line each (records, bytes in
+/// tables), then one for the store (its journal, all its files).
 fn stats(name: &str, dir: &Path) -> anyhow::Result<Vec<String>> {
-    use halyard_store::redb::{ReadableDatabase, ReadableTableMetadata, TableHandle};
-    let db = halyard_store::open(dir, 64 << 20, &[]).map_err(anyhow::Error::msg)?;
+    let store = halyard_store::open(dir, halyard_store::Options::default(), &[])?;
     let mut lines = Vec::new();
-    let tx = db.begin_read()?;
-    for handle in tx.list_tables()? {
-        let t = tx.open_untyped_table(handle)?;
-        let s = t.stats()?;
-        if s.leaf_pages() == 0 {
+    for ks_name in store.db().list_keyspace_names() {
+        let ks = store.keyspace(&ks_name)?;
+        let records = halyard_store::count(&ks)?;
+        if records == 0 {
             continue;
         }
         lines.push(format!(
-            "  {name}/{:<20} {:>9} records {:>7} leaf + {:>5} branch pages; {:>6.1} MB stored, {:>5.1} MB metadata, {:>5.1} MB room left in pages",
-            t.name(),
-            t.len()?,
-            s.leaf_pages(),
-            s.branch_pages(),
-            s.stored_bytes() as f64 / 1e6,
-            s.metadata_bytes() as f64 / 1e6,
-            s.fragmented_bytes() as f64 / 1e6,
+            "  {name}/{:<20} {records:>9} records, {:>6.1} MB in tables",
+            &*ks_name,
+            ks.disk_space() as f64 / 1e6,
         ));
     }
-    drop(tx);
-    let s = db.begin_write()?.stats()?;
     lines.push(format!(
-        "  {name}: {} pages of {} bytes allocated ({:.1} MB), {:.1} MB free or room left in pages",
-        s.allocated_pages(),
-        s.page_size(),
-        (s.allocated_pages() * s.page_size() as u64) as f64 / 1e6,
-        s.fragmented_bytes() as f64 / 1e6,
+        "  {name}: journal {:.1} MB, {:.1} MB on disk in all",
+        store.db().journal_disk_space()? as f64 / 1e6,
+        halyard_store::disk_bytes(dir)? as f64 / 1e6,
     ));
     Ok(lines)
 }
 
 #[cfg(test)]
 mod tests {
-    /// The statistics name each table that holds records, with its count, and the file.
+    /// The statistics name each keyspace that holds records, with its count, and the
+    /// journal.
     #[test]
-    fn stats_name_tables_and_their_records() {
+    fn stats_name_keyspaces_and_their_records() {
         let d = tempfile::tempdir().unwrap();
-        let t = halyard_store::table("answers");
-        let db = halyard_store::open(d.path(), 1 << 20, &[t]).unwrap();
-        let tx = db.begin_write().unwrap();
-        for i in 0..10u8 {
-            tx.open_table(t).unwrap().insert(&[i][..], &[i; 100][..]).unwrap();
+        {
+            let s = halyard_store::open(d.path(), halyard_store::Options::default(), &["answers"])
+                .unwrap();
+            let t = s.keyspace("answers").unwrap();
+            for i in 0..10u8 {
+                t.insert([i, i], [i; 100]).unwrap();
+            }
         }
-        tx.commit().unwrap();
-        drop(db);
         let lines = super::stats("state", d.path()).unwrap();
         let line =
-            lines.iter().find(|l| l.contains("state/answers")).expect("a line for the table");
+            lines.iter().find(|l| l.contains("state/answers")).expect("a line for the keyspace");
         assert!(line.contains(" 10 records"), "{line}");
-        assert!(lines.last().unwrap().contains("pages of 4096 bytes allocated"), "{lines:?}");
+        assert!(lines.last().unwrap().contains("journal"), "{lines:?}");
     }
 }
 

@@ -1,0 +1,329 @@
+use std::path::Path;
+
+use super::*;
+
+fn opts() -> Options {
+    Options { cache_bytes: 1 << 20, memtable_bytes: 1 << 20 }
+}
+
+fn get(s: &Store, ks: &str, k: &[u8]) -> Option<Vec<u8>> {
+    s.keyspace(ks).unwrap().get(k).unwrap().map(|v| v.to_vec())
+}
+
+/// Every keyspace of the store in `dir` but the mark's, as hex pairs in key order.
+fn contents(s: &Store) -> std::collections::BTreeMap<String, Vec<(String, String)>> {
+    let mut out = std::collections::BTreeMap::new();
+    for name in s.db().list_keyspace_names() {
+        let rows: Vec<_> = records(&s.keyspace(&name).unwrap())
+            .map(|kv| {
+                let (k, v) = kv.into_inner().unwrap();
+                (hex(&k), hex(&v))
+            })
+            // The mark keyspace's names of keyspaces are this build's, not the fixture's.
+            .filter(|(k, _)| &*name != MARKS || *k == hex(mark::MARK_KEY))
+            .collect();
+        if !rows.is_empty() {
+            out.insert(name.to_string(), rows);
+        }
+    }
+    out
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A store reopens with its records; while open, a second opener is refused, naming it.
+#[test]
+fn reopens_and_locks() {
+    let d = tempfile::tempdir().unwrap();
+    let s = open(d.path(), opts(), &["a", "b"]).unwrap();
+    s.keyspace("a").unwrap().insert(b"k", b"v").unwrap();
+    let e = open(d.path(), opts(), &["a"]).err().unwrap();
+    assert!(matches!(e, StoreError::InUse { .. }), "{e}");
+    assert!(e.to_string().contains(&d.path().display().to_string()), "{e}");
+    drop(s);
+    let s = open(d.path(), opts(), &["a", "b"]).unwrap();
+    assert_eq!(get(&s, "a", b"k").as_deref(), Some(&b"v"[..]));
+    assert_eq!(get(&s, "b", b"k"), None);
+    assert!(d.path().join(mark::MARK_FILE).is_file());
+}
+
+/// A store whose engine directory vanished is refused with its name, not opened empty.
+#[test]
+fn a_store_that_lost_its_data_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    drop(open(d.path(), opts(), &["a"]).unwrap());
+    std::fs::remove_dir_all(d.path().join(ENGINE_DIR)).unwrap();
+    let e = open(d.path(), opts(), &["a"]).err().unwrap();
+    assert!(matches!(e, StoreError::Lost { .. }), "{e}");
+    assert!(e.to_string().contains("no longer holds"), "{e}");
+}
+
+fn store_with_room(dir: &Path) {
+    let s = open(dir, opts(), &["a"]).unwrap();
+    let a = s.keyspace("a").unwrap();
+    for i in 0..20_000u32 {
+        a.insert(i.to_be_bytes(), [i as u8; 200]).unwrap();
+    }
+    for i in (0..20_000u32).filter(|i| i % 10 != 0) {
+        a.remove(i.to_be_bytes()).unwrap();
+    }
+    s.persist().unwrap();
+}
+
+/// Compaction returns the room of replaced and removed records and of the journal, and
+/// keeps every record; a store in use, or a directory without a store, is an error that
+/// changes nothing.
+#[test]
+fn compacts_and_keeps_records() {
+    let d = tempfile::tempdir().unwrap();
+    store_with_room(d.path());
+    let held = open(d.path(), opts(), &[]).unwrap();
+    let e = compact(d.path(), opts()).unwrap_err();
+    assert!(matches!(e, StoreError::InUse { .. }), "{e}");
+    drop(held);
+    let c = compact(d.path(), opts()).unwrap();
+    assert_eq!(c.after, disk_bytes(d.path()).unwrap());
+    assert!(c.after * 3 < c.before, "{c:?}: a tenth of the records kept");
+    let again = compact(d.path(), opts()).unwrap();
+    assert!(again.after <= c.after + 4096, "{again:?} after {c:?}");
+    let s = open(d.path(), opts(), &["a"]).unwrap();
+    for i in 0..20_000u32 {
+        let want = (i % 10 == 0).then(|| vec![i as u8; 200]);
+        assert_eq!(get(&s, "a", &i.to_be_bytes()), want, "record {i}");
+    }
+    // Written to again after a compaction, as a resumed run does.
+    s.keyspace("a").unwrap().insert(b"after", b"1").unwrap();
+    drop(s);
+    let s = open(d.path(), opts(), &["a"]).unwrap();
+    assert_eq!(get(&s, "a", b"after").as_deref(), Some(&b"1"[..]));
+    drop(s);
+    let none = d.path().join("nothing");
+    std::fs::create_dir(&none).unwrap();
+    let e = compact(&none, opts()).unwrap_err();
+    assert!(matches!(e, StoreError::NotAStore { .. }) && e.to_string().contains("nothing"), "{e}");
+    assert!(!none.join(ENGINE_DIR).exists(), "compact created a store");
+}
+
+/// A compaction cut short by a crash, at either rename or before them, leaves a store
+/// that opens whole.
+#[test]
+fn a_compaction_cut_short_leaves_the_store_whole() {
+    for cut in ["copy half written", "old moved aside", "new in place, old left"] {
+        let d = tempfile::tempdir().unwrap();
+        store_with_room(d.path());
+        let (engine, old, copy) = (
+            d.path().join(ENGINE_DIR),
+            d.path().join("fjall.old"),
+            d.path().join(swap::COMPACTING),
+        );
+        match cut {
+            "copy half written" => {
+                std::fs::create_dir_all(copy.join("keyspaces")).unwrap();
+                std::fs::write(copy.join("journal.jnl"), b"half").unwrap();
+            }
+            "old moved aside" => {
+                std::fs::rename(&engine, &old).unwrap();
+                std::fs::create_dir_all(&copy).unwrap();
+            }
+            _ => copy_dir(&engine, &old),
+        }
+        let s = open(d.path(), opts(), &["a"]).unwrap_or_else(|e| panic!("{cut}: {e}"));
+        let a = s.keyspace("a").unwrap();
+        assert_eq!(count(&a).unwrap(), 2000, "{cut}");
+        assert!(!old.exists() && !copy.exists(), "{cut}: leftovers stay");
+    }
+}
+
+/// The stores of every earlier format, as earlier builds wrote them (fixtures: a run
+/// state and a checkpoint each, the run state of the redb build with its log requeued
+/// once, so that its runs were rewritten, and holding records in its log), become this
+/// build's stores with every record of every table, byte for byte, once; the old files go.
+#[test]
+fn migrates_the_stores_of_every_earlier_format() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for format in ["sled", "redb-plain", "redb-logged"] {
+        let manifest: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(fixtures.join(format).join("manifest.json")).unwrap(),
+        )
+        .unwrap();
+        for store in ["state", "checkpoint"] {
+            let d = tempfile::tempdir().unwrap();
+            let from = match (format, store) {
+                ("redb-logged", "state") => fixtures.join(format).join("run/state"),
+                _ => fixtures.join(format).join(store),
+            };
+            copy_dir(&from, d.path());
+            let want: std::collections::BTreeMap<String, Vec<(String, String)>> =
+                serde_json::from_value(manifest[store].clone()).unwrap();
+            let want: std::collections::BTreeMap<_, _> =
+                want.into_iter().filter(|(_, rows)| !rows.is_empty()).collect();
+            // Explicitly for one, at open for the other.
+            if store == "state" {
+                let m = migrate::run(d.path()).unwrap().expect("migrated");
+                assert!(m.records > 0, "{format}/{store}: {m:?}");
+                assert!(
+                    migrate::run(d.path()).unwrap().is_none(),
+                    "{format}/{store}: migrated twice"
+                );
+            }
+            let s = open(d.path(), opts(), &[]).unwrap_or_else(|e| panic!("{format}/{store}: {e}"));
+            assert_eq!(contents(&s), want, "{format}/{store}");
+            assert!(
+                migrate::earlier_format(d.path()).is_none(),
+                "{format}/{store}: old files left"
+            );
+            drop(s);
+            let s = open(d.path(), opts(), &[]).unwrap();
+            assert_eq!(contents(&s), want, "{format}/{store}, reopened");
+        }
+    }
+}
+
+/// A migration cut short (its copy half written) is started again at the next open.
+#[test]
+fn a_migration_cut_short_starts_again() {
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/redb-plain/checkpoint");
+    let d = tempfile::tempdir().unwrap();
+    copy_dir(&fixtures, d.path());
+    std::fs::create_dir_all(d.path().join(swap::MIGRATING).join("keyspaces")).unwrap();
+    std::fs::write(d.path().join(swap::MIGRATING).join("junk"), b"x").unwrap();
+    let s = open(d.path(), opts(), &[]).unwrap();
+    assert_eq!(count(&s.keyspace("completions").unwrap()).unwrap(), 150);
+    assert!(!d.path().join(swap::MIGRATING).exists());
+}
+
+/// Damaged engine files give an error naming the store, or every record as it was;
+/// never a panic, never a wrong record.
+#[test]
+fn damaged_files_are_errors() {
+    fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out)
+            } else if p.file_name().is_some_and(|n| n != "lock") {
+                out.push(p)
+            }
+        }
+    }
+    // In the journal only (a live store), and in tables only (a compacted one).
+    for compacted in [false, true] {
+        let make = |dir: &Path| {
+            let s = open(dir, opts(), &["a"]).unwrap();
+            let a = s.keyspace("a").unwrap();
+            for i in 0..5000u32 {
+                a.insert(i.to_be_bytes(), [7u8; 100]).unwrap();
+            }
+            s.persist().unwrap();
+            // A keyspace's handle holds the database open too.
+            drop((a, s));
+            if compacted {
+                compact(dir, opts()).unwrap();
+            }
+        };
+        let probe = make_probe();
+        let d = tempfile::tempdir().unwrap();
+        make(d.path());
+        let mut all = Vec::new();
+        files(&d.path().join(ENGINE_DIR), &mut all);
+        for victim in all {
+            let rel = victim.strip_prefix(d.path()).unwrap().to_path_buf();
+            let len = std::fs::metadata(&victim).unwrap().len() as usize;
+            if len < 64 {
+                continue;
+            }
+            type Damage = fn(&mut Vec<u8>);
+            let damages: [(&str, Damage); 2] = [
+                ("zeroed", |b| b.fill(0)),
+                ("the middle overwritten", |b| {
+                    let mid = b.len() / 2;
+                    let end = (mid + 512).min(b.len());
+                    b[mid..end].fill(0xa5)
+                }),
+            ];
+            for (what, damage) in damages {
+                let d = tempfile::tempdir().unwrap();
+                make(d.path());
+                let f = d.path().join(&rel);
+                let mut b = std::fs::read(&f).unwrap();
+                damage(&mut b);
+                std::fs::write(&f, b).unwrap();
+                let got = std::panic::catch_unwind(|| probe(d.path()))
+                    .unwrap_or_else(|_| panic!("{}: {what}: panicked", rel.display()));
+                println!("compacted {compacted}, {}: {what}: {got:?}", rel.display());
+                match got {
+                    Ok(n) => {
+                        assert_eq!(n, 5000, "{}: {what}: opened with records lost", rel.display())
+                    }
+                    Err(e) => assert!(
+                        e.contains(&d.path().display().to_string()),
+                        "{}: {what}: the error does not name the store: {e}",
+                        rel.display()
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// Open the store and read every record: how many are as written, or the error.
+fn make_probe() -> impl Fn(&Path) -> Result<usize, String> + std::panic::RefUnwindSafe {
+    |dir: &Path| {
+        let s = open(dir, opts(), &["a"]).map_err(|e| e.to_string())?;
+        let a = s.keyspace("a").map_err(|e| e.to_string())?;
+        let mut n = 0;
+        for i in 0..5000u32 {
+            match a.get(i.to_be_bytes()) {
+                Ok(Some(v)) if *v == [7u8; 100] => n += 1,
+                Ok(Some(_)) => return Ok(usize::MAX),
+                Ok(None) => {}
+                Err(e) => return Err(s.error(e).to_string()),
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// A keyspace that lost its records behind the engine's back (its version file deleted:
+/// the engine then opens it empty) is refused, naming it; so is the store whose journal,
+/// holding the keyspaces' names, went.
+#[test]
+fn a_keyspace_that_lost_its_data_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    {
+        let s = open(d.path(), opts(), &["a", "b"]).unwrap();
+        s.keyspace("a").unwrap().insert(b"kk", b"v").unwrap();
+    }
+    compact(d.path(), opts()).unwrap();
+    let mut versions = Vec::new();
+    for e in std::fs::read_dir(d.path().join(ENGINE_DIR).join("keyspaces")).unwrap() {
+        let current = e.unwrap().path().join("current");
+        if current.is_file() {
+            versions.push(current);
+        }
+    }
+    assert!(versions.len() >= 3, "{versions:?}");
+    for v in versions {
+        let d2 = tempfile::tempdir().unwrap();
+        copy_dir(d.path(), d2.path());
+        let v = d2.path().join(v.strip_prefix(d.path()).unwrap());
+        std::fs::remove_file(&v).unwrap();
+        let e = open(d2.path(), opts(), &["a", "b"]).err();
+        assert!(matches!(e, Some(StoreError::Lost { .. })), "{}: {e:?}", v.display());
+    }
+}
