@@ -202,6 +202,9 @@ fn a_migration_cut_short_starts_again() {
     copy_dir(&fixtures, d.path());
     std::fs::create_dir_all(d.path().join(swap::MIGRATING).join("keyspaces")).unwrap();
     std::fs::write(d.path().join(swap::MIGRATING).join("junk"), b"x").unwrap();
+    let m = migrate::run(d.path()).unwrap().expect("migrated");
+    // The checkpoint's 150 completions and the store's mark record.
+    assert_eq!(m.records, 151, "{m:?}");
     let s = open(d.path(), opts(), &[]).unwrap();
     assert_eq!(count(&s.keyspace("completions").unwrap()).unwrap(), 150);
     assert!(!d.path().join(swap::MIGRATING).exists());
