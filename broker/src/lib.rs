@@ -538,11 +538,15 @@ pub async fn next_pulled(batch: &mut consumer::pull::Batch) -> Option<jetstream:
 /// The durable pull consumer shared by all workers of `pool`, with `d.ack_wait` as its
 /// ack wait and no delivery limit ([`BROKER_MAX_DELIVER`]).
 ///
+/// The coordinator's call: it makes every pool's consumer when it plans the run, before
+/// any worker may take a job. Workers only bind to it ([`bind_pool_consumer`]); the
+/// worker role holds no right to create or retune consumers.
+///
 /// An existing consumer with another ack wait or delivery limit (an earlier sweep with
 /// other `[run]` settings, a consumer made by an older Halyard) is updated to these,
 /// with a warning naming both: a worker's in-progress acks are paced by its ack wait,
 /// and a server waiting less than that would redeliver jobs still being called. If the
-/// server keeps its settings, the worker refuses to start, naming both values.
+/// server keeps its settings, the coordinator refuses to start, naming both values.
 pub async fn pool_consumer(
     b: &Broker,
     pool: &str,
@@ -588,6 +592,69 @@ pub async fn pool_consumer(
         )));
     }
     Ok(c)
+}
+
+/// A worker's handle on `pool`'s consumer, which only the coordinator makes
+/// ([`pool_consumer`]); `None` while it does not exist (no coordinator has planned the
+/// pool yet: the worker waits for it). A consumer of that name is used only as the
+/// coordinator makes it: filtered to the pool's job subject, with explicit acks and no
+/// server-side delivery limit; anything else is a configuration error naming what
+/// differs. Its ack wait is the coordinator's (its sweep's `[run] ack_wait_s`): a worker
+/// paces its in-progress acks by the shorter of its own and the consumer's
+/// ([`consumer_ack_wait`]).
+pub async fn bind_pool_consumer(
+    b: &Broker,
+    pool: &str,
+) -> Result<Option<PullConsumer>, BrokerError> {
+    use async_nats::jetstream::context::{ConsumerInfoError, ConsumerInfoErrorKind};
+    let stream =
+        retry_js("get stream HALYARD_JOBS", || b.js.get_stream(subjects::JOBS_STREAM)).await?;
+    let name = subjects::pool_consumer(pool);
+    let what = format!("consumer {name} for pool {pool:?}");
+    let found = retry_js(&what, || async {
+        match stream.get_consumer::<consumer::pull::Config>(&name).await {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => match e.downcast_ref::<ConsumerInfoError>().map(|e| e.kind()) {
+                Some(ConsumerInfoErrorKind::NotFound) => Ok(None),
+                _ => Err(e),
+            },
+        }
+    })
+    .await?;
+    let Some(c) = found else { return Ok(None) };
+    let cfg = &c.cached_info().config;
+    let mut wrong = Vec::new();
+    if cfg.filter_subject != subjects::job_subject(pool) {
+        wrong.push(format!(
+            "it takes {:?} instead of {:?}",
+            cfg.filter_subject,
+            subjects::job_subject(pool)
+        ));
+    }
+    if cfg.ack_policy != consumer::AckPolicy::Explicit {
+        wrong.push(format!("its acks are {:?}, not explicit", cfg.ack_policy));
+    }
+    let held = settings(cfg).1;
+    if held != BROKER_MAX_DELIVER {
+        wrong.push(format!(
+            "it stops delivering a job after {held} deliveries (workers keep the delivery \
+             budget; a coordinator of this build updates it when it plans the pool)"
+        ));
+    }
+    if wrong.is_empty() {
+        return Ok(Some(c));
+    }
+    Err(BrokerError::Config(format!(
+        "{what} exists with a configuration this worker will not use: {}; only the \
+         coordinator makes and updates pool consumers",
+        wrong.join("; ")
+    )))
+}
+
+/// The ack wait of a consumer bound with [`bind_pool_consumer`] (as the server had it
+/// then).
+pub fn consumer_ack_wait(c: &PullConsumer) -> Duration {
+    c.cached_info().config.ack_wait
 }
 
 /// A consumer's ack wait and delivery limit, with every "unlimited" spelled -1.

@@ -58,6 +58,17 @@ async fn log_holding(nats: &NatsServer, needles: &[String]) -> String {
     }
 }
 
+/// A JetStream API request the server must refuse: no answer within `wait` (a denied
+/// publish is dropped), or an answer that is an error.
+async fn refused(b: &Broker, who: &str, api: &str, body: &str, wait: Duration) {
+    let r = tokio::time::timeout(wait, b.client.request(api.to_string(), body.to_string().into()))
+        .await;
+    if let Ok(Ok(reply)) = r {
+        let text = String::from_utf8_lossy(&reply.payload).into_owned();
+        assert!(text.contains("\"error\""), "{who}: {api} answered {text}");
+    }
+}
+
 fn sweep(dir: &Path, jobs: u64) -> PathBuf {
     let p = dir.join("perm.toml");
     std::fs::write(
@@ -72,8 +83,9 @@ fn sweep(dir: &Path, jobs: u64) -> PathBuf {
 }
 
 /// Worker and status credentials cannot publish a job, delete or purge a job message,
-/// delete the pool's consumer or the stream, or listen to results or the coordinator's
-/// replies; the coordinator's can publish jobs (the baseline).
+/// delete the pool's consumer or the stream, purge the quota membership bucket, or listen
+/// to results or the coordinator's replies; the coordinator's can publish jobs (the
+/// baseline).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_credentials_cannot_publish_jobs_or_delete_messages() {
     let nats = server();
@@ -82,7 +94,7 @@ async fn worker_credentials_cannot_publish_jobs_or_delete_messages() {
     let subject = subjects::job_subject("free");
     coordinator.js.publish(subject.clone(), "job".into()).await.unwrap().await.unwrap();
     let worker = connect(&nats, 1).await;
-    halyard_broker::pool_consumer(&worker, "free", Default::default()).await.unwrap();
+    halyard_broker::pool_consumer(&coordinator, "free", Default::default()).await.unwrap();
     let status = connect(&nats, 2).await;
     let count = || async {
         let mut s = coordinator.js.get_stream(subjects::JOBS_STREAM).await.unwrap();
@@ -111,16 +123,10 @@ async fn worker_credentials_cannot_publish_jobs_or_delete_messages() {
                 "",
             ),
             (format!("$JS.API.STREAM.DELETE.{}", subjects::JOBS_STREAM), ""),
+            // Nor empty every quota pool's membership (issue 33, item 6).
+            ("$JS.API.STREAM.PURGE.KV_halyard_quota_members".to_string(), "{}"),
         ] {
-            let r = tokio::time::timeout(
-                Duration::from_secs(1),
-                b.client.request(api.clone(), body.to_string().into()),
-            )
-            .await;
-            if let Ok(Ok(reply)) = r {
-                let text = String::from_utf8_lossy(&reply.payload).into_owned();
-                assert!(text.contains("\"error\""), "{who}: {api} answered {text}");
-            }
+            refused(b, who, &api, body, Duration::from_secs(1)).await;
         }
         assert_eq!(count().await, 1, "{who} credentials removed a job");
         // Nor read results: not as they are published, not from the coordinator's replies.
@@ -135,12 +141,99 @@ async fn worker_credentials_cannot_publish_jobs_or_delete_messages() {
         for (kind, subject) in [
             ("Publish", "halyard.jobs.free"),
             ("Publish", "$JS.API.STREAM.MSG.DELETE.HALYARD_JOBS"),
+            ("Publish", "$JS.API.STREAM.PURGE.KV_halyard_quota_members"),
             ("Subscription", "halyard.results.>"),
             ("Subscription", "_INBOX_halyard-coordinator.>"),
         ] {
             needles.push(format!("{kind} Violation - User \"{user}\", Subject \"{subject}\""));
         }
     }
+    let log = log_holding(&nats, &needles).await;
+    for needle in needles {
+        assert!(log.lines().any(|l| l.contains(&needle)), "no {needle}:\n{log}");
+    }
+}
+
+/// Issue 33, item 6: only the coordinator makes or retunes a pool's consumer. Worker
+/// credentials cannot create one (by either API subject) nor update one's ack wait; a
+/// worker binds to the coordinator's (its ack wait the coordinator's), finds none before
+/// it exists, and refuses one of another shape (filter, delivery limit), naming what
+/// differs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_coordinator_makes_or_retunes_pool_consumers() {
+    use halyard_broker::{bind_pool_consumer, consumer_ack_wait, pool_consumer, Delivery};
+    let nats = server();
+    let coordinator = connect(&nats, 0).await;
+    let worker = connect(&nats, 1).await;
+    halyard_broker::ensure_streams(&worker).await.unwrap();
+    let d = Delivery { ack_wait: Duration::from_secs(30), ..Default::default() };
+    assert!(bind_pool_consumer(&worker, "free").await.unwrap().is_none());
+    // The create and update requests a client sends (2.9's subject with the filter, and
+    // the durable one of older servers), with an ack wait of one second: no answer, or an
+    // error, and nothing made.
+    let name = subjects::pool_consumer("free");
+    let body = serde_json::json!({
+        "stream_name": subjects::JOBS_STREAM,
+        "config": {
+            "durable_name": name, "filter_subject": subjects::job_subject("free"),
+            "ack_policy": "explicit", "ack_wait": 1_000_000_000u64, "deliver_policy": "all",
+            "replay_policy": "instant", "max_deliver": -1,
+        }
+    })
+    .to_string();
+    let apis = [
+        format!("$JS.API.CONSUMER.CREATE.{}.{name}", subjects::JOBS_STREAM),
+        format!(
+            "$JS.API.CONSUMER.CREATE.{}.{name}.{}",
+            subjects::JOBS_STREAM,
+            subjects::job_subject("free")
+        ),
+        format!("$JS.API.CONSUMER.DURABLE.CREATE.{}.{name}", subjects::JOBS_STREAM),
+    ];
+    let send_all = || async {
+        for api in &apis {
+            refused(&worker, "worker", api, &body, Duration::from_secs(1)).await;
+        }
+    };
+    send_all().await;
+    assert!(bind_pool_consumer(&worker, "free").await.unwrap().is_none(), "a worker made it");
+    // The coordinator makes it; the worker binds; the worker's retune is refused.
+    pool_consumer(&coordinator, "free", d).await.unwrap();
+    let bound = bind_pool_consumer(&worker, "free").await.unwrap().expect("bound");
+    assert_eq!(consumer_ack_wait(&bound), d.ack_wait);
+    send_all().await;
+    let mut c = bind_pool_consumer(&worker, "free").await.unwrap().expect("bound");
+    assert_eq!(c.info().await.unwrap().config.ack_wait, d.ack_wait, "a worker retuned it");
+    // Consumers of a pool's name made otherwise (with coordinator rights): another filter,
+    // a server-side delivery limit. Refused, naming what differs.
+    let stream = coordinator.js.get_stream(subjects::JOBS_STREAM).await.unwrap();
+    let limited = async_nats::jetstream::consumer::pull::Config {
+        durable_name: Some(subjects::pool_consumer("old")),
+        filter_subject: subjects::job_subject("old"),
+        ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+        max_deliver: 5,
+        ..Default::default()
+    };
+    stream.create_consumer(limited).await.unwrap();
+    let e = bind_pool_consumer(&worker, "old").await.unwrap_err().to_string();
+    assert!(e.contains("pool-old") && e.contains("after 5 deliveries"), "{e}");
+    let wrong = async_nats::jetstream::consumer::pull::Config {
+        durable_name: Some(subjects::pool_consumer("paid")),
+        // Another pool's jobs (a work queue takes one consumer per subject).
+        filter_subject: subjects::job_subject("other"),
+        ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: d.ack_wait,
+        max_deliver: -1,
+        ..Default::default()
+    };
+    stream.create_consumer(wrong).await.unwrap();
+    let e = bind_pool_consumer(&worker, "paid").await.unwrap_err().to_string();
+    assert!(e.contains("pool-paid") && e.contains("halyard.jobs.other"), "{e}");
+    // The server refused the worker's requests as violations.
+    let needles: Vec<String> = apis
+        .iter()
+        .map(|api| format!("Publish Violation - User \"halyard-worker\", Subject \"{api}\""))
+        .collect();
     let log = log_holding(&nats, &needles).await;
     for needle in needles {
         assert!(log.lines().any(|l| l.contains(&needle)), "no {needle}:\n{log}");
@@ -165,6 +258,15 @@ fn a_run_works_with_role_credentials() {
         .env("HALYARD_NATS_PASSWORD", ROLES[1].2)
         .stderr(std::fs::File::create(&wlog).unwrap());
     let mut worker = ChildGuard::spawn(w);
+    // Started before any run, the worker waits for its pool's consumer, which only the
+    // coordinator makes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&wlog).unwrap_or_default().contains("waiting for a coordinator")
+    {
+        assert!(std::time::Instant::now() < deadline, "the worker did not wait for its consumer");
+        assert!(worker.try_wait().is_none(), "the worker exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let o = halyard()
         .args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
         .args(["--nats-user", ROLES[0].0, "--out", out.to_str().unwrap()])
@@ -341,15 +443,7 @@ async fn batches_bucket_is_written_by_workers_and_read_by_coordinator_and_status
         for api in ["PURGE", "DELETE"] {
             let (b, api) = (b.clone(), format!("$JS.API.STREAM.{api}.KV_{BATCHES_BUCKET}"));
             refusals.spawn(async move {
-                let r = tokio::time::timeout(
-                    Duration::from_secs(2),
-                    b.client.request(api.clone(), "{}".into()),
-                )
-                .await;
-                if let Ok(Ok(reply)) = r {
-                    let text = String::from_utf8_lossy(&reply.payload).into_owned();
-                    assert!(text.contains("\"error\""), "{who}: {api} answered {text}");
-                }
+                refused(&b, who, &api, "{}", Duration::from_secs(2)).await;
             });
         }
     }
@@ -530,54 +624,139 @@ async fn the_coordinator_makes_each_pools_consumer_before_any_worker() {
     assert!(!server_log.contains("Violation"), "the coordinator lacked a right:\n{server_log}");
 }
 
-/// Issue 33: a group of workers kept to one pool (a user whose results subject is
-/// `halyard.results.*.<pool>`, as the book's "Broker security" says) can publish that
-/// pool's results and not another pool's: the coordinator, which takes a result only
-/// from its job's pool's subject, then never takes its answers for another pool's jobs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_user_cannot_publish_another_pools_results() {
+/// A worker user kept to pool `pool` (the book's "Broker security" and the comment of
+/// deploy/nats/permissions.conf say how): the shipped worker role with every subject that
+/// names pools narrowed to `pool`'s, under the name `user`. Returned as the text that goes
+/// before the shipped file's `users = [` line, that line included.
+fn pool_worker_user(shipped: &str, pool: &str, user: &str, password: &str) -> String {
+    let start = shipped.find("  HALYARD_WORKER = {").expect("the shipped worker role");
+    let len = shipped[start..].find("\n  }\n").expect("the end of the worker role") + 5;
+    let token = subjects::pool_token(pool);
+    let hex: String = pool.bytes().map(|b| format!("{b:02x}")).collect();
+    let consumer = subjects::pool_consumer(pool);
+    let mut role = shipped[start..start + len].replacen("HALYARD_WORKER", "POOL_WORKER", 1);
+    for (from, to) in [
+        ("\"halyard.results.>\"".to_string(), format!("\"halyard.results.*.{token}\"")),
+        (
+            "\"$JS.API.CONSUMER.INFO.HALYARD_JOBS.*\"".into(),
+            format!("\"$JS.API.CONSUMER.INFO.HALYARD_JOBS.{consumer}\""),
+        ),
+        (
+            "\"$JS.API.CONSUMER.MSG.NEXT.HALYARD_JOBS.*\"".into(),
+            format!("\"$JS.API.CONSUMER.MSG.NEXT.HALYARD_JOBS.{consumer}\""),
+        ),
+        ("\"$JS.ACK.HALYARD_JOBS.>\"".into(), format!("\"$JS.ACK.HALYARD_JOBS.{consumer}.>\"")),
+        ("\"$KV.halyard_pool_health.>\"".into(), format!("\"$KV.halyard_pool_health.{token}\"")),
+        (
+            "\"$KV.halyard_delivery_budget.>\"".into(),
+            format!("\"$KV.halyard_delivery_budget.{token}.>\""),
+        ),
+        ("\"halyard.quota.>\"".into(), format!("\"halyard.quota.{hex}\"")),
+        (
+            "\"$KV.halyard_quota_members.>\"".into(),
+            format!("\"$KV.halyard_quota_members.{hex}.>\""),
+        ),
+        ("\"_INBOX_halyard-worker.>\"".into(), format!("\"_INBOX_{user}.>\"")),
+    ] {
+        assert!(role.contains(&from), "the shipped worker role has no {from}");
+        role = role.replace(&from, &to);
+    }
+    format!(
+        "{role}\n  users = [\n    {{ user: \"{user}\", password: \"{password}\", permissions: $POOL_WORKER }}\n"
+    )
+}
+
+/// Issue 33, items 1 and 6: a worker user kept to one pool (every subject that names a
+/// pool narrowed to it, [`pool_worker_user`]) runs that pool's jobs to the end with no
+/// violation, and cannot touch another pool: publish its results, pull or ack its jobs,
+/// pause it (its health record), spend or excuse its jobs' delivery budgets, or write its
+/// quota membership. The coordinator, which takes a result only from its job's pool's
+/// subject, then never takes this user's answers for another pool's jobs.
+#[test]
+fn a_worker_user_kept_to_one_pool_touches_no_other_pool() {
     for (_, var, pw) in ROLES {
         std::env::set_var(var, pw);
     }
     let dir = tempfile::tempdir().unwrap();
     let shipped =
         std::fs::read_to_string(repo_root().join("deploy/nats/permissions.conf")).unwrap();
-    let pool_b =
-        "  POOL_B = {\n    publish = { allow = [\"halyard.results.*.b\", \"$JS.API.INFO\"] }\n    \
-                  subscribe = { allow = [\"_INBOX_pool-b.>\"] }\n  }\n\n  users = [\n    \
-                  { user: \"pool-b\", password: \"pool-b-pw\", permissions: $POOL_B }\n";
     assert!(shipped.contains("  users = [\n"), "the shipped file's users list moved");
+    let user = pool_worker_user(&shipped, "free", "worker-free", "worker-free-pw");
     let conf = dir.path().join("permissions.conf");
-    std::fs::write(&conf, shipped.replacen("  users = [\n", pool_b, 1)).unwrap();
+    std::fs::write(&conf, shipped.replacen("  users = [\n", &user, 1)).unwrap();
     let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
-    let coordinator = connect(&nats, 0).await;
-    halyard_broker::ensure_streams(&coordinator).await.unwrap();
-    let auth = NatsAuth {
-        user: Some("pool-b".into()),
-        password: Some("pool-b-pw".into()),
-        ..Default::default()
-    };
-    let worker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "pool-b").with_auth(auth))
-        .await
+
+    // A whole run (a quota pool: membership, announcements) with that user as the worker.
+    let sweep = sweep(dir.path(), 40);
+    let out = dir.path().join("runs");
+    let wlog = dir.path().join("worker.log");
+    let mut w = halyard();
+    w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--nats", &nats.url()])
+        .args(["--nats-user", "worker-free", "--metrics", "off"])
+        .arg("--state")
+        .arg(dir.path().join("cp"))
+        .env("HALYARD_NATS_PASSWORD", "worker-free-pw")
+        .stderr(std::fs::File::create(&wlog).unwrap());
+    let mut worker = ChildGuard::spawn(w);
+    let o = halyard()
+        .args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
+        .args(["--nats-user", ROLES[0].0, "--out", out.to_str().unwrap()])
+        .env("HALYARD_NATS_PASSWORD", ROLES[0].2)
+        .output()
         .unwrap();
-    let run = uuid::Uuid::now_v7();
-    let stored = |pool: &'static str| {
-        let js = worker.js.clone();
-        async move {
-            match js.publish(subjects::result_subject(run, pool), "result".into()).await {
-                Ok(f) => {
-                    tokio::time::timeout(Duration::from_secs(1), f).await.is_ok_and(|r| r.is_ok())
-                }
-                Err(_) => false,
-            }
-        }
-    };
-    assert!(stored("b").await, "pool b's user could not publish pool b's results");
-    assert!(!stored("a").await, "pool b's user published pool a's results");
-    let needle = format!(
-        "Publish Violation - User \"pool-b\", Subject \"{}\"",
-        subjects::result_subject(run, "a")
+    let log = || std::fs::read_to_string(&wlog).unwrap_or_default();
+    assert!(
+        o.status.success(),
+        "coordinator: {}\nworker: {}",
+        String::from_utf8_lossy(&o.stderr),
+        log()
     );
-    let log = log_holding(&nats, std::slice::from_ref(&needle)).await;
-    assert!(log.contains(&needle), "no {needle}:\n{log}");
+    assert_eq!(read_json(&out.join("perm/report.json"))["jobs"]["completed"], 40);
+    worker.signal(libc::SIGTERM);
+    let status = worker.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
+    assert!(status.success(), "worker: {status:?}\n{}", log());
+    assert!(log().contains("left quota pool"), "{}", log());
+    let server_log = nats.log_tail(400);
+    assert!(!server_log.contains("Violation"), "the pool's user lacked a right:\n{server_log}");
+
+    // Another pool, "paid": each of these is refused.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let auth = NatsAuth {
+            user: Some("worker-free".into()),
+            password: Some("worker-free-pw".into()),
+            ..Default::default()
+        };
+        let b =
+            halyard_broker::connect(&BrokerConfig::new(nats.url(), "worker-free").with_auth(auth))
+                .await
+                .unwrap();
+        let paid_hex: String = "paid".bytes().map(|b| format!("{b:02x}")).collect();
+        let run = uuid::Uuid::now_v7();
+        let denied = [
+            subjects::result_subject(run, "paid"),
+            "$KV.halyard_pool_health.paid".to_string(),
+            "$KV.halyard_delivery_budget.paid.7".to_string(),
+            format!("$KV.halyard_quota_members.{paid_hex}.00"),
+            format!("halyard.quota.{paid_hex}"),
+            format!("$JS.API.CONSUMER.MSG.NEXT.{}.pool-paid", subjects::JOBS_STREAM),
+            format!("$JS.ACK.{}.pool-paid.1.1.1.1.1", subjects::JOBS_STREAM),
+        ];
+        for subject in &denied {
+            b.client.publish(subject.clone(), "forged".into()).await.unwrap();
+        }
+        b.client.flush().await.unwrap();
+        // ... while its own pool's records are written (the baseline of the same calls).
+        let js = &b.js;
+        let ok = js.publish(subjects::result_subject(run, "free"), "result".into()).await.unwrap();
+        assert!(ok.await.is_ok(), "the pool's own results subject was refused");
+        let needles: Vec<String> = denied
+            .iter()
+            .map(|s| format!("Publish Violation - User \"worker-free\", Subject \"{s}\""))
+            .collect();
+        let log = log_holding(&nats, &needles).await;
+        for needle in needles {
+            assert!(log.lines().any(|l| l.contains(&needle)), "no {needle}:\n{log}");
+        }
+    });
 }

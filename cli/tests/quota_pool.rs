@@ -85,6 +85,8 @@ fn two_workers_share_the_quota_and_the_survivor_takes_it_all() {
     rt.block_on(async {
         let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
         halyard_broker::ensure_streams(&broker).await.unwrap();
+        // The pool planned, as a coordinator plans it (it alone makes pool consumers).
+        halyard_broker::pool_consumer(&broker, POOL, Default::default()).await.unwrap();
         publish_chat_jobs(&broker.js, uuid::Uuid::now_v7(), POOL, &api.base_url(), 16, 0..400)
             .await
             .unwrap();

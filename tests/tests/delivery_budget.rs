@@ -52,25 +52,28 @@ async fn budget_records_excuse_each_delivery_once() {
     let nats = NatsServer::start();
     let b = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
     let budget = Budget::open(&b).await.unwrap();
-    assert_eq!(budget.excused(7).await.unwrap(), 0);
-    budget.excuse(7, 1).await.unwrap();
-    budget.excuse(7, 1).await.unwrap();
-    budget.excuse(7, 3).await.unwrap();
-    budget.excuse(8, 2).await.unwrap();
-    assert_eq!(budget.excused(7).await.unwrap(), 2);
-    assert_eq!(budget.excused(8).await.unwrap(), 1);
+    let (k7, k8) = (Budget::key("paid pool", 7), Budget::key("paid pool", 8));
+    // The pool first (its token), so that permissions can scope records to pools.
+    assert_eq!(k7, format!("{}.7", halyard_proto::subjects::pool_token("paid pool")));
+    assert_eq!(budget.excused(&k7).await.unwrap(), 0);
+    budget.excuse(&k7, 1).await.unwrap();
+    budget.excuse(&k7, 1).await.unwrap();
+    budget.excuse(&k7, 3).await.unwrap();
+    budget.excuse(&k8, 2).await.unwrap();
+    assert_eq!(budget.excused(&k7).await.unwrap(), 2);
+    assert_eq!(budget.excused(&k8).await.unwrap(), 1);
     // Two workers recording at once (a message redelivered while its holder hands it
     // back): both deliveries count, none twice.
     let (a, c) = (budget.clone(), budget.clone());
-    let (r1, r2) = tokio::join!(a.excuse(7, 4), c.excuse(7, 5));
+    let (r1, r2) = tokio::join!(a.excuse(&k7, 4), c.excuse(&k7, 5));
     r1.unwrap();
     r2.unwrap();
-    assert_eq!(budget.excused(7).await.unwrap(), 4);
-    budget.forget(7).await;
-    assert_eq!(budget.excused(7).await.unwrap(), 0);
-    budget.excuse(7, 9).await.unwrap();
-    assert_eq!(budget.excused(7).await.unwrap(), 1, "a record begun again after a purge");
+    assert_eq!(budget.excused(&k7).await.unwrap(), 4);
+    budget.forget(&k7).await;
+    assert_eq!(budget.excused(&k7).await.unwrap(), 0);
+    budget.excuse(&k7, 9).await.unwrap();
+    assert_eq!(budget.excused(&k7).await.unwrap(), 1, "a record begun again after a purge");
     // Reopening finds the records (file storage, shared by every worker).
     let again = Budget::open(&b).await.unwrap();
-    assert_eq!(again.excused(8).await.unwrap(), 1);
+    assert_eq!(again.excused(&k8).await.unwrap(), 1);
 }

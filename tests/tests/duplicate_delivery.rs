@@ -43,6 +43,9 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
     .await;
     let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
     halyard_broker::ensure_streams(&broker).await.unwrap();
+    // The pool planned, as a coordinator plans it (it alone makes pool consumers).
+    let delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
+    halyard_broker::pool_consumer(&broker, "pool-a", delivery).await.unwrap();
     let run = uuid::Uuid::now_v7();
     let j = job(&fake.base_url(), run, "What is a flux capacitor?");
     // Two copies under different message ids, so JetStream's de-duplication keeps both.
@@ -60,7 +63,7 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
         },
         state.path().to_path_buf(),
     );
-    cfg.delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
+    cfg.delivery = delivery;
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let b = broker.clone();
     let c = cfg.clone();

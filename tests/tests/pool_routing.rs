@@ -34,6 +34,10 @@ async fn jobs_reach_only_their_pool() {
     let run = uuid::Uuid::now_v7();
     let (cpu, gpu) = ("gguf/m@cpu", "gguf/m@gpu0");
     assert_ne!(subjects::job_subject(cpu), subjects::job_subject(gpu));
+    // Both pools planned, as a coordinator plans them (it alone makes pool consumers).
+    for pool in [cpu, gpu] {
+        halyard_broker::pool_consumer(&broker, pool, Default::default()).await.unwrap();
+    }
     for pool in [cpu, gpu] {
         for i in 0..5 {
             let j = job(run, pool, i);

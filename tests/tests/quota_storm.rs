@@ -26,6 +26,9 @@ async fn storm_pauses_the_pool_and_loses_no_job() {
     });
     let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
     halyard_broker::ensure_streams(&broker).await.unwrap();
+    // The pool planned, as a coordinator plans it (it alone makes pool consumers).
+    let delivery = Delivery { ack_wait: Duration::from_secs(30), max_deliver: 5 };
+    halyard_broker::pool_consumer(&broker, POOL, delivery).await.unwrap();
     let run = uuid::Uuid::now_v7();
     publish_chat_jobs(&broker.js, run, POOL, &api.base_url(), 20, 0..JOBS).await.unwrap();
 
@@ -39,7 +42,7 @@ async fn storm_pauses_the_pool_and_loses_no_job() {
         let mut cfg =
             WorkerConfig::new(WorkerPlan { pools: vec![pool] }, dir.path().join(format!("w{n}")));
         cfg.worker_id = format!("storm-worker-{n}");
-        cfg.delivery = Delivery { ack_wait: Duration::from_secs(30), max_deliver: 5 };
+        cfg.delivery = delivery;
         let b = halyard_broker::connect(&BrokerConfig::new(nats.url(), cfg.worker_id.clone()))
             .await
             .unwrap();

@@ -66,9 +66,15 @@ fn start_worker(
     let mut cfg = WorkerConfig::new(plan, state.to_path_buf());
     cfg.delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let worker = tokio::spawn(halyard_worker::run(broker.clone(), cfg, async move {
-        let _ = stop_rx.wait_for(|v| *v).await;
-    }));
+    let b = broker.clone();
+    let worker = tokio::spawn(async move {
+        // The pool planned, as a coordinator plans it (it alone makes pool consumers).
+        halyard_broker::pool_consumer(&b, POOL, cfg.delivery).await.unwrap();
+        halyard_worker::run(b, cfg, async move {
+            let _ = stop_rx.wait_for(|v| *v).await;
+        })
+        .await
+    });
     (stop_tx, worker)
 }
 

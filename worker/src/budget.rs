@@ -7,9 +7,10 @@
 //! ([`halyard_broker::BROKER_MAX_DELIVER`]) and the workers keep the budget:
 //!
 //! - A delivery handed back for such a reason is recorded, before its nak, in the KV
-//!   bucket [`halyard_proto::subjects::DELIVERY_BUDGET_BUCKET`] under the message's
-//!   stream sequence ([`Budget::excuse`], a compare-and-set update, idempotent per
-//!   delivery number).
+//!   bucket [`halyard_proto::subjects::DELIVERY_BUDGET_BUCKET`] under the message's pool
+//!   and stream sequence, `<pool token>.<seq>` ([`Budget::key`]; the pool first, so that
+//!   the broker's permissions can keep a worker credential to its own pools' records),
+//!   by [`Budget::excuse`], a compare-and-set update, idempotent per delivery number.
 //! - A redelivered message (`delivered > 1`) reads its record once; a first delivery
 //!   cannot have one, so the common path costs nothing. Its effective delivery number is
 //!   `delivered − excused` ([`effective`]), which the job's life cycle compares with
@@ -93,40 +94,43 @@ impl Budget {
         Ok(Budget { kv })
     }
 
-    /// The deliveries of message `seq` excused so far (0 without a record).
-    pub async fn excused(&self, seq: u64) -> Result<u64, BudgetError> {
-        Ok(self.read(seq).await?.map_or(0, |(r, _)| r.excused))
+    /// The record key of job message `seq` of `pool` (a pool name or its token).
+    pub fn key(pool: &str, seq: u64) -> String {
+        format!("{}.{seq}", halyard_proto::subjects::pool_token(pool))
     }
 
-    async fn read(&self, seq: u64) -> Result<Option<(Record, u64)>, BudgetError> {
-        let key = seq.to_string();
-        let entry = self.kv.entry(&key).await.map_err(|e| err(&key, e))?;
+    /// The deliveries excused so far of the message of record `key` (0 without a record).
+    pub async fn excused(&self, key: &str) -> Result<u64, BudgetError> {
+        Ok(self.read(key).await?.map_or(0, |(r, _)| r.excused))
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<(Record, u64)>, BudgetError> {
+        let entry = self.kv.entry(key).await.map_err(|e| err(key, e))?;
         let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
             return Ok(None);
         };
-        let record = serde_json::from_slice(&entry.value).map_err(|e| err(&key, e))?;
+        let record = serde_json::from_slice(&entry.value).map_err(|e| err(key, e))?;
         Ok(Some((record, entry.revision)))
     }
 
-    /// Excuse delivery `delivered` of message `seq`.
-    pub async fn excuse(&self, seq: u64, delivered: u64) -> Result<(), BudgetError> {
-        let key = seq.to_string();
+    /// Excuse delivery `delivered` of the message of record `key`.
+    pub async fn excuse(&self, key: &str, delivered: u64) -> Result<(), BudgetError> {
         // A handful of tries: two workers write one record only when a message was
         // redelivered while its previous holder was still handing it back.
         for _ in 0..5 {
-            let current = self.read(seq).await?;
+            let current = self.read(key).await?;
             let mut record = current.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
             if !record.excuse(delivered) {
                 return Ok(());
             }
-            let body = serde_json::to_vec(&record).map_err(|e| err(&key, e))?;
+            let body = serde_json::to_vec(&record).map_err(|e| err(key, e))?;
             let written =
                 match current {
-                    None => self.kv.create(&key, body.into()).await.map(|_| ()).map_err(|e| {
+                    None => self.kv.create(key, body.into()).await.map(|_| ()).map_err(|e| {
                         (e.kind() == kv::CreateErrorKind::AlreadyExists, e.to_string())
                     }),
                     Some((_, rev)) => {
-                        self.kv.update(&key, body.into(), rev).await.map(|_| ()).map_err(|e| {
+                        self.kv.update(key, body.into(), rev).await.map(|_| ()).map_err(|e| {
                             (e.kind() == kv::UpdateErrorKind::WrongLastRevision, e.to_string())
                         })
                     }
@@ -134,16 +138,16 @@ impl Budget {
             match written {
                 Ok(()) => return Ok(()),
                 Err((true, _)) => continue,
-                Err((false, e)) => return Err(err(&key, e)),
+                Err((false, e)) => return Err(err(key, e)),
             }
         }
-        Err(err(&key, "the record kept changing under this worker"))
+        Err(err(key, "the record kept changing under this worker"))
     }
 
     /// The message is settled for good: drop its record.
-    pub async fn forget(&self, seq: u64) {
-        if let Err(e) = self.kv.purge(seq.to_string()).await {
-            tracing::debug!(stream_seq = seq, error = %e, "cannot purge a delivery budget record; it expires on its own");
+    pub async fn forget(&self, key: &str) {
+        if let Err(e) = self.kv.purge(key).await {
+            tracing::debug!(record = key, error = %e, "cannot purge a delivery budget record; it expires on its own");
         }
     }
 }

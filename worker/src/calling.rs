@@ -65,7 +65,7 @@ pub(crate) async fn call(
     job: &Job,
     mut probe: Option<ProbeClaim>,
 ) -> CallOutcome {
-    let period = (ctx.ack_wait / 3).max(Duration::from_millis(200));
+    let period = (ctx.ack_wait() / 3).max(Duration::from_millis(200));
     let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let mut calls = 0u32;
     loop {

@@ -196,7 +196,9 @@ pub struct Stats {
     pub pauses: Counter,
     /// Each pool's endpoint health (paused or not, outage time).
     pub pool_health: health::PoolHealthStats,
-    /// Models loaded and every pool's consumer bound, until shutdown begins (`/readyz`).
+    /// Models loaded and every existing pool consumer bound (the others, which only a
+    /// coordinator makes, are waited for by their pool loops), until shutdown begins
+    /// (`/readyz`).
     pub ready: std::sync::atomic::AtomicBool,
     /// Each managed server: state, restarts, GPU set, ready time (see [`server`]).
     pub servers: server::ServerStats,
@@ -413,7 +415,9 @@ async fn start(
         worker_id: config.worker_id.clone(),
         retry: config.retry,
         max_deliver: config.delivery.max_deliver.max(1) as u64,
-        ack_wait: config.delivery.ack_wait,
+        ack_wait_ms: std::sync::atomic::AtomicU64::new(
+            u64::try_from(config.delivery.ack_wait.as_millis()).unwrap_or(u64::MAX).max(1),
+        ),
         hard_stop: hard_rx,
         stop: stop_rx.clone(),
         running: Default::default(),
@@ -424,11 +428,21 @@ async fn start(
         plan: config.plan.clone(),
         budget,
     });
-    // Every consumer is bound before the first loop runs: a start dropped half-way has
-    // taken no job.
+    // Every existing consumer is bound (and checked) before the first loop runs: a start
+    // dropped half-way has taken no job. A pool whose consumer no coordinator has made
+    // yet waits for it in its loop: the worker is ready meanwhile (workers may not make
+    // consumers, deploy/nats/permissions.conf).
     let mut consumers = Vec::new();
     for p in config.plan.pools.iter().map(|p| &p.pool) {
-        consumers.push((p, halyard_broker::pool_consumer(broker, &p.name, config.delivery).await?));
+        let bound = halyard_broker::bind_pool_consumer(broker, &p.name).await?;
+        if bound.is_none() {
+            info!(
+                pool = %p.name,
+                consumer = %halyard_proto::subjects::pool_consumer(&p.name),
+                "the pool's consumer does not exist yet; waiting for a coordinator to plan the pool"
+            );
+        }
+        consumers.push((p, bound));
     }
     let mut loops = tokio::task::JoinSet::new();
     for (p, consumer) in consumers {

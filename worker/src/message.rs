@@ -65,14 +65,25 @@ impl JobMsg {
         self.msg.info().ok().map(|i| i.stream_sequence)
     }
 
+    /// The message's delivery budget record: its pool (the last token of its subject,
+    /// `halyard.jobs.<pool token>`) and stream sequence, see [`Budget::key`].
+    fn budget_key(&self) -> Option<(String, u64)> {
+        let seq = self.seq()?;
+        let subject = self.msg.subject.as_str();
+        let pool = subject.strip_prefix(halyard_proto::subjects::JOBS_PREFIX).unwrap_or(subject);
+        Some((Budget::key(pool.trim_start_matches('.'), seq), seq))
+    }
+
     /// The delivery number that counts against the budget: JetStream's less the
     /// deliveries excused (read once, and only on a redelivery; see [`crate::budget`]).
     pub(crate) async fn effective(&self, budget: &Budget) -> u64 {
         let excused = self
             .excused
             .get_or_init(|| async {
-                let Some(seq) = self.seq().filter(|_| self.delivered > 1) else { return 0 };
-                budget.excused(seq).await.unwrap_or_else(|e| {
+                let Some((key, seq)) = self.budget_key().filter(|_| self.delivered > 1) else {
+                    return 0;
+                };
+                budget.excused(&key).await.unwrap_or_else(|e| {
                     warn!(stream_seq = seq, delivery = self.delivered, error = %e, "cannot read the job's delivery budget; every delivery counts");
                     0
                 })
@@ -84,8 +95,8 @@ impl JobMsg {
     /// Excuse this delivery from the budget: it came because a worker holding the job in
     /// a provider batch crashed (see `batch`), not because of anything the job did.
     pub(crate) async fn excuse_delivery(&self, budget: &Budget) {
-        let Some(seq) = self.seq().filter(|_| self.delivered > 1) else { return };
-        if let Err(e) = budget.excuse(seq, self.delivered).await {
+        let Some((key, seq)) = self.budget_key().filter(|_| self.delivered > 1) else { return };
+        if let Err(e) = budget.excuse(&key, self.delivered).await {
             warn!(stream_seq = seq, delivery = self.delivered, error = %e, "cannot excuse a redelivery of a job held by a provider batch");
         }
     }
@@ -109,9 +120,10 @@ impl JobMsg {
         match settled {
             Fate::Ack => {
                 self.msg.ack().await?;
-                if let Some(seq) = self.seq().filter(|_| self.excused.get().is_some_and(|n| *n > 0))
+                if let Some((key, _)) =
+                    self.budget_key().filter(|_| self.excused.get().is_some_and(|n| *n > 0))
                 {
-                    budget.forget(seq).await;
+                    budget.forget(&key).await;
                 }
                 Ok(())
             }
@@ -119,8 +131,8 @@ impl JobMsg {
             Fate::Term => self.msg.ack_with(AckKind::Term).await,
             Fate::HandBack(delay) => {
                 // Recorded before the nak, so the redelivery finds it.
-                if let Some(seq) = self.seq() {
-                    if let Err(e) = budget.excuse(seq, self.delivered).await {
+                if let Some((key, seq)) = self.budget_key() {
+                    if let Err(e) = budget.excuse(&key, self.delivered).await {
                         warn!(stream_seq = seq, delivery = self.delivered, error = %e, "cannot record the hand-back; this delivery counts against the job's budget");
                     }
                 }

@@ -32,7 +32,9 @@ pub(crate) struct PoolCtx {
     pub worker_id: String,
     pub retry: RetryPolicy,
     pub max_deliver: u64,
-    pub ack_wait: Duration,
+    /// The ack wait in-progress acks are paced by (milliseconds): the worker's, lowered
+    /// to a pool consumer's shorter one ([`PoolCtx::pace_by`]).
+    pub ack_wait_ms: std::sync::atomic::AtomicU64,
     /// Flips to true when in-flight calls must be abandoned (grace period over).
     pub hard_stop: watch::Receiver<bool>,
     /// Flips to true when the worker stops fetching (a probe's wait ends then).
@@ -64,6 +66,22 @@ const OBJECT_RETRY: Duration = Duration::from_secs(5);
 const PULL_WAIT: Duration = Duration::from_millis(500);
 
 impl PoolCtx {
+    /// The ack wait in-progress acks are paced by.
+    pub(crate) fn ack_wait(&self) -> Duration {
+        Duration::from_millis(self.ack_wait_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Pace in-progress acks by `consumer`'s ack wait too, if it is shorter than the
+    /// worker's (the coordinator made the consumer with its sweep's `[run] ack_wait_s`).
+    pub(crate) fn pace_by(&self, pool: &str, consumer: &PullConsumer) {
+        let wait = halyard_broker::consumer_ack_wait(consumer);
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        let before = self.ack_wait_ms.fetch_min(ms, std::sync::atomic::Ordering::Relaxed);
+        if ms < before {
+            info!(pool, ack_wait = ?wait, worker_ack_wait = ?Duration::from_millis(before), "the pool's consumer waits less for acks than this worker's setting; in-progress acks are paced by it");
+        }
+    }
+
     fn job_lock(&self, id: JobId) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.running.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(id).or_default().clone()
@@ -84,10 +102,18 @@ pub(crate) async fn run_pool(
     ctx: Arc<PoolCtx>,
     pool: String,
     health: Arc<PoolHealth>,
-    consumer: PullConsumer,
+    consumer: Option<PullConsumer>,
     concurrency: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let consumer = match consumer {
+        Some(c) => c,
+        None => match await_consumer(&ctx, &pool, &mut shutdown).await {
+            Some(c) => c,
+            None => return,
+        },
+    };
+    ctx.pace_by(&pool, &consumer);
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut tasks = JoinSet::new();
     // Whether the last pull came back empty: then the queue is idle and the next pull
@@ -170,6 +196,47 @@ pub(crate) async fn run_pool(
     while tasks.try_join_next().is_some() {}
     info!(pool, in_flight = tasks.len(), "pool loop stopping; waiting for in-flight jobs");
     while tasks.join_next().await.is_some() {}
+}
+
+/// How often a worker looks for a pool consumer that no coordinator has made yet: at
+/// first soon (`halyard run` starts its workers as its coordinator plans), then every
+/// second.
+const CONSUMER_LOOK: Duration = Duration::from_secs(1);
+
+/// Wait until a coordinator has made `pool`'s consumer, then bind it; `None` on
+/// shutdown. A consumer that exists with another configuration is named in an error
+/// (once per distinct error) and looked at again: the coordinator updates it when it
+/// plans with this worker's settings.
+async fn await_consumer(
+    ctx: &PoolCtx,
+    pool: &str,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<PullConsumer> {
+    let mut said = String::new();
+    let mut wait = Duration::from_millis(50);
+    loop {
+        if *shutdown.borrow() {
+            return None;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => wait = (wait * 2).min(CONSUMER_LOOK),
+            _ = shutdown.changed() => return None,
+        }
+        match halyard_broker::bind_pool_consumer(&ctx.broker, pool).await {
+            Ok(Some(c)) => {
+                info!(pool, "the pool's consumer is there; taking its jobs");
+                return Some(c);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let text = e.to_string();
+                if text != said {
+                    tracing::error!(pool, error = %text, "cannot bind the pool's consumer; waiting");
+                    said = text;
+                }
+            }
+        }
+    }
 }
 
 /// Spawns a message's jobs, one concurrency slot each.
@@ -463,7 +530,7 @@ async fn batch_call(
     job: &Job,
 ) -> CallOutcome {
     use crate::batch::BatchOutcome as B;
-    match pool.run(job, msg, ctx.ack_wait, ctx.stop.clone()).await {
+    match pool.run(job, msg, ctx.ack_wait(), ctx.stop.clone()).await {
         B::Done(c) => CallOutcome::Done(c),
         B::Failed(e, calls) => CallOutcome::Failed(e, calls),
         B::NotRun(why) => {

@@ -5,13 +5,16 @@
 //! heartbeat (a quarter of the TTL). The bucket's `max_age` is three quarters of the
 //! membership TTL: a key not refreshed within it expires, so a crashed member drops out
 //! on its own, and the others, re-reading the membership every heartbeat, see it gone at
-//! most one TTL after it last spoke. A graceful leave purges the key's
-//! subject from the bucket's stream (no delete marker stays behind).
+//! most one TTL after it last spoke. A graceful leave deletes the key (a delete marker,
+//! which expires like a key): a worker may not purge the bucket's stream, which would
+//! let any worker credential empty every pool's membership at once.
 //!
 //! The live members are the subjects of the pool's keys that hold a message, read in one
-//! stream-info request (a server-side snapshot): listing keys with a consumer can miss a
+//! stream-info request (a server-side snapshot), less those whose newest message is a
+//! delete marker (each read by a direct get): listing keys with a consumer can miss a
 //! key that is being re-put at that moment, and a missed member would make the others
-//! take too large a share.
+//! take too large a share. A subject whose newest message cannot be read counts as a
+//! member, for the same reason.
 //!
 //! Joins, leaves and cool-downs are announced on the core subject
 //! `halyard.quota.<pool hex>`, so members react at once; the KV listing, re-read every
@@ -169,21 +172,29 @@ impl Membership {
             .await
             .map_err(|e| err("cannot list members", e))?;
         let own = format!("$KV.{BUCKET}.{}", self.key);
-        let (mut n, mut me) = (0usize, false);
+        let mut others = Vec::new();
         while let Some(s) = info.next().await {
             let (subject, count) = s.map_err(|e| err("cannot list members", e))?;
-            if count > 0 {
-                n += 1;
-                me |= subject == own;
+            if count > 0 && subject != own {
+                others.push(subject);
             }
         }
-        Ok(if me { n } else { n + 1 })
+        let prefix = format!("$KV.{BUCKET}.");
+        let looks = others.iter().map(|subject| async {
+            let key = subject.strip_prefix(&prefix).unwrap_or(subject);
+            match self.kv.entry(key).await {
+                Ok(Some(e)) => e.operation == kv::Operation::Put,
+                Ok(None) => false,
+                Err(_) => true,
+            }
+        });
+        let live = futures::future::join_all(looks).await.into_iter().filter(|&l| l).count();
+        Ok(live + 1)
     }
 
     /// Remove this worker's key (graceful leave) and tell the others.
     pub async fn leave(&self) -> Result<(), BrokerError> {
-        let own = format!("$KV.{BUCKET}.{}", self.key);
-        self.stream.purge().filter(own).await.map_err(|e| err("cannot remove member key", e))?;
+        self.kv.delete(&self.key).await.map_err(|e| err("cannot remove member key", e))?;
         self.announce(&Announcement::Leave { worker: self.worker.clone() }).await
     }
 
