@@ -57,7 +57,8 @@ pub fn write_sweep(
 pub struct CoordinatorFigures {
     /// From calling `run` to every item done (planning included, report excluded).
     pub done_s: f64,
-    /// From calling `run` to its return (report included).
+    /// From calling `run` to its return (the report, and the run state compacted as it
+    /// closes).
     pub total_s: f64,
     pub items: u64,
     pub results: u64,

@@ -415,7 +415,7 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         let jobs: u64 = r.worker_figures.iter().map(|w| w.completed + w.replayed).sum();
         let pulls: u64 = r.worker_figures.iter().map(|w| w.pulls).sum();
         println!(
-            "{} worker(s), batch {}: report written {:.2} s after the last result; {} results, {} duplicates, {} dead letters; \
+            "{} worker(s), batch {}: report written and run state compacted {:.2} s after the last result; {} results, {} duplicates, {} dead letters; \
              jobs per worker {}; {:.1} jobs per pull; {:.1} results per coordinator commit",
             r.worker_count,
             r.job_batch,

@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use halyard_proto::stored::encode_result;
@@ -103,6 +103,8 @@ pub struct RunDb {
     results_at_open: u64,
     /// Something was committed since the last flush.
     dirty: AtomicBool,
+    /// Batches committed since the store was opened (see [`RunDb::begin_compaction`]).
+    commits: AtomicU64,
 }
 
 /// Totals over the results of a run.
@@ -165,6 +167,7 @@ impl RunDb {
             stored,
             results_at_open,
             dirty: AtomicBool::new(false),
+            commits: AtomicU64::new(0),
         })
     }
 
@@ -196,6 +199,7 @@ impl RunDb {
             }
         }
         b.commit()?;
+        self.commits.fetch_add(1, Ordering::AcqRel);
         self.dirty.store(true, Ordering::Release);
         Ok(out)
     }
@@ -234,6 +238,7 @@ impl RunDb {
         let bytes = enc(&m)?;
         // Durable at once: the run's identity names its subjects and message ids.
         self.spaces.meta.insert(b"run", bytes)?;
+        self.commits.fetch_add(1, Ordering::AcqRel);
         self.store.persist()?;
         Ok((m, true))
     }
@@ -496,6 +501,74 @@ impl RunDb {
             self.dirty.store(true, Ordering::Release);
         }
         res
+    }
+}
+
+/// The run state's compacted copy, begun while the report is written
+/// ([`RunDb::begin_compaction`]).
+pub struct PendingCompaction {
+    /// The run state's commits when the copy began.
+    commits: u64,
+    copy: tokio::task::JoinHandle<Result<halyard_store::Copy, halyard_store::StoreError>>,
+}
+
+impl RunDb {
+    /// Begin the compacted copy of the run state (reading it, on a blocking thread) now
+    /// that the run is complete and its state is only read: the report is written
+    /// meanwhile. [`RunDb::close_compacted`] puts the copy in place, or, if anything was
+    /// committed since it began, makes a new one.
+    pub fn begin_compaction(&self) -> PendingCompaction {
+        let store = self.store.clone();
+        PendingCompaction {
+            commits: self.commits.load(Ordering::Acquire),
+            copy: tokio::task::spawn_blocking(move || store.compaction_copy()),
+        }
+    }
+
+    /// Close the run state and compact it ([`halyard_store::Store::compact`], through
+    /// this handle: no journal replayed), for a complete run, whose state is read from
+    /// now on, not grown; with the copy `pending` began if nothing was committed since.
+    /// Said in the log; a failure leaves the state whole for `halyard gc`.
+    pub async fn close_compacted(self, pending: Option<PendingCompaction>) {
+        let copy = match pending {
+            Some(p) => match p.copy.await {
+                Ok(Ok(copy)) if p.commits == self.commits.load(Ordering::Acquire) => Some(copy),
+                Ok(Ok(copy)) => {
+                    tracing::info!("the run state was written to after its compacted copy began; copying it again");
+                    copy.discard();
+                    None
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "the run state's compacted copy failed; copying it again");
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the run state's compacted copy failed; copying it again");
+                    None
+                }
+            },
+            None => None,
+        };
+        let store = self.store.clone();
+        // Its keyspace handles, and the last commits made durable (`Drop`).
+        drop(self);
+        match Arc::try_unwrap(store) {
+            Ok(store) => {
+                let done =
+                    tokio::task::spawn_blocking(move || store.finish_compaction("run state", copy));
+                if let Err(e) = done.await {
+                    tracing::warn!(error = %e, "compacting the run state failed; `halyard gc` compacts it later");
+                }
+            }
+            Err(_) => {
+                if let Some(c) = copy {
+                    c.discard();
+                }
+                tracing::warn!(
+                    "run state still open elsewhere in this process; not compacted (`halyard gc` compacts it later)"
+                )
+            }
+        }
     }
 }
 

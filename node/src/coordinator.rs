@@ -100,20 +100,16 @@ impl Surroundings {
 
     /// Run the coordinator until the run ends or `shutdown` resolves, then publish its
     /// final status (`complete`, `interrupted`, `cost_limit` or `failed`). A complete
-    /// run's state is then compacted ([`crate::gc::compact_store`]): it is read from now
-    /// on, not grown.
+    /// run's state has been compacted as it closed (`halyard_coordinator::run`): it is
+    /// read from now on, not grown.
     pub async fn run(
         self,
         broker: Broker,
         cfg: CoordinatorConfig,
         shutdown: impl Future<Output = ()>,
     ) -> Result<RunOutcome, CoordinatorError> {
-        let state = cfg.run_dir.join("state");
         let outcome = halyard_coordinator::run(broker, cfg, Some(self.progress_tx), shutdown).await;
         self.writer.finish(final_state(&outcome)).await;
-        if let Ok(RunOutcome::Complete { .. }) = outcome {
-            crate::gc::compact_store("run state", state).await;
-        }
         outcome
     }
 }

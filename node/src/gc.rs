@@ -10,6 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
+use halyard_store::megabytes as mb;
+
 use crate::NodeError;
 
 /// Memory while compacting.
@@ -17,31 +19,6 @@ const OPTIONS: halyard_store::Options =
     halyard_store::Options { cache_bytes: 32 << 20, memtable_bytes: 8 << 20 };
 /// How deep under a path stores are looked for: `<out>/<run>/state` from `<out>`.
 const DEPTH: usize = 2;
-
-/// Compact the store in `dir` that its owner in this process has closed (`what` names
-/// it: "run state", "checkpoint"), off the async threads. The log says that it starts,
-/// then the bytes before and after, or why not: a warning only, the store is whole
-/// either way and `halyard gc` returns the room later.
-pub async fn compact_store(what: &'static str, dir: PathBuf) {
-    tracing::info!(store = what, dir = %dir.display(), "compacting");
-    let started = std::time::Instant::now();
-    let shown = dir.display().to_string();
-    let failed = |e: &dyn std::fmt::Display| {
-        tracing::warn!(store = what, dir = %shown, error = %e, "compacting failed; the store is whole (`halyard gc DIR` compacts it later)");
-    };
-    match tokio::task::spawn_blocking(move || halyard_store::compact(&dir, OPTIONS)).await {
-        Ok(Ok(c)) => tracing::info!(
-            store = what,
-            dir = %shown,
-            before = %mb(c.before),
-            after = %mb(c.after),
-            seconds = %format_args!("{:.2}", started.elapsed().as_secs_f64()),
-            "compacted"
-        ),
-        Ok(Err(e)) => failed(&e),
-        Err(panicked) => failed(&panicked),
-    }
-}
 
 /// What `gc` did: a line per store (and per directory it could not search), and how
 /// many stores were not compacted.
@@ -141,10 +118,6 @@ pub fn migrate(paths: &[PathBuf]) -> Result<Gc, NodeError> {
         }
     }
     Ok(out)
-}
-
-fn mb(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
 /// `dir` if it is a store, else the stores in its subdirectories, `depth` levels down,

@@ -66,14 +66,13 @@ pub async fn run(
     let (outcome, mut worker_error) = race(coordinator, local.as_mut(), fail_tx).await;
     let _ = shown.await;
     if let Some(w) = local {
-        let dir = w.checkpoint.clone();
+        // The run is complete: the worker compacts its checkpoint as it closes it, as the
+        // coordinator did with the run state (the room their commits freed given back).
+        if worker_error.is_none() && matches!(outcome, Ok(RunOutcome::Complete { .. })) {
+            w.compact_on_stop.store(true, std::sync::atomic::Ordering::Release);
+        }
         if let Some(e) = w.stop().await {
             worker_error = Some(e);
-        }
-        // The run is complete and the worker closed its checkpoint: give back the room
-        // its commits freed, as the coordinator did with the run state.
-        if worker_error.is_none() && matches!(outcome, Ok(RunOutcome::Complete { .. })) {
-            crate::gc::compact_store("checkpoint", dir).await;
         }
     }
     let _ = broker.client.flush().await;
@@ -145,8 +144,8 @@ struct LocalWorker {
     stats: (String, Arc<Stats>),
     beat: Option<JoinHandle<()>>,
     stop: watch::Sender<bool>,
-    /// The directory of its checkpoint.
-    checkpoint: PathBuf,
+    /// Set before the stop: the worker compacts its checkpoint as it closes it.
+    compact_on_stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl LocalWorker {
@@ -156,10 +155,11 @@ impl LocalWorker {
         dir: PathBuf,
     ) -> Result<LocalWorker, NodeError> {
         let checkpoint = Checkpoint::open(&dir)?;
-        let mut cfg = worker::sweep_worker(&opts.sweep, dir.clone());
+        let mut cfg = worker::sweep_worker(&opts.sweep, dir);
         worker::check_local_models(&cfg.plan)?;
         cfg.http.allow_insecure_http = opts.allow_insecure_http;
         let stats = (cfg.worker_id.clone(), cfg.stats.clone());
+        let compact_on_stop = cfg.compact_on_stop.clone();
         let beat = status::heartbeat(
             broker,
             cfg.worker_id.clone(),
@@ -172,7 +172,7 @@ impl LocalWorker {
         let task = tokio::spawn(async move {
             halyard_worker::run_with_checkpoint(b, checkpoint, cfg, until(stop_rx)).await
         });
-        Ok(LocalWorker { task: Some(task), stats, beat, stop, checkpoint: dir })
+        Ok(LocalWorker { task: Some(task), stats, beat, stop, compact_on_stop })
     }
 
     /// Stop the worker and wait for it; its error, if it had one.

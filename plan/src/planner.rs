@@ -628,6 +628,11 @@ impl<'s, S: RunStore> Planner<'s, S> {
         &self.store
     }
 
+    /// The store, the planner done with.
+    pub fn into_store(self) -> S {
+        self.store
+    }
+
     pub fn store_mut(&mut self) -> &mut S {
         &mut self.store
     }

@@ -234,43 +234,127 @@ pub struct Compacted {
     pub after: u64,
 }
 
-/// Compact the store in `dir`, which is done growing (a finished run's, a stopped
-/// worker's): its records are written once, in key order, into a new engine directory
-/// (the engine's bulk load: sorted tables, no journal), which then replaces the old one.
-/// What the engine keeps for a store still written to goes: records replaced or removed,
-/// and the journal (up to 64 MB, which the engine starts anew only once it is full).
-///
-/// The store is opened as [`open`] opens it (its lock, the mark), so a store in use by
-/// another process is an error and nothing is changed. A crash in the middle leaves the
-/// store whole: the copy is durable before it replaces anything, and [`open`] finishes
-/// or undoes a replacement cut short ([`swap::recover`]).
+/// Compact the store in `dir` (one no process holds open: `halyard gc`): opened as
+/// [`open`] opens it (its lock, the mark), so a store in use by another process is an
+/// error and nothing is changed; then [`Store::compact`].
 pub fn compact(dir: &Path, opts: Options) -> Result<Compacted, StoreError> {
     if !is_store(dir) {
         return Err(StoreError::NotAStore { dir: dir.to_path_buf() });
     }
-    // Measured once open: a store of an earlier build has no engine files until the open
-    // migrates it.
-    let store = open(dir, opts, &[])?;
-    let before = disk_bytes(dir)?;
-    let copy = dir.join(swap::COMPACTING);
-    swap::build(dir, &copy, false, |b| {
-        for name in store.db.list_keyspace_names() {
-            let ks = store.engine_keyspace(&name).map_err(|e| e.to_string())?;
-            b.keyspace(
-                &name,
-                ks.iter().map(|kv| {
-                    kv.into_inner()
-                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                        .map_err(|e| e.to_string())
-                }),
-            )?;
+    // Measured once open (in `Store::compact`): a store of an earlier build has no engine
+    // files until the open migrates it.
+    open(dir, opts, &[])?.compact()
+}
+
+impl Store {
+    /// Compact this store, which is done growing (a finished run's, a stopped worker's),
+    /// as it closes: its records are written once, in key order, into a new engine
+    /// directory (the engine's bulk load: sorted tables, no journal), which then replaces
+    /// the old one. What the engine keeps for a store still written to goes: records
+    /// replaced or removed, and the journal (up to 64 MB, which the engine starts anew
+    /// only once it is full).
+    ///
+    /// The records are read through this open handle, so the journal is not replayed as
+    /// reopening the store would (seconds for a large one): its owner compacts it as it
+    /// closes it, having dropped every keyspace handle it took (they keep the engine's
+    /// files open). A crash in the middle leaves the store whole: the copy is durable
+    /// before it replaces anything, and [`open`] finishes or undoes a replacement cut
+    /// short ([`swap::recover`]).
+    pub fn compact(self) -> Result<Compacted, StoreError> {
+        let copy = self.compaction_copy()?;
+        self.replace_with(copy)
+    }
+
+    /// The first half of [`Store::compact`], which only reads the store: its compacted
+    /// copy, written beside it, for [`Store::finish_compaction`] to put in its place. An
+    /// owner that makes the copy while it still reads the store (a coordinator writing its
+    /// report) must write nothing more to it: what it wrote after the copy began would
+    /// be lost.
+    pub fn compaction_copy(&self) -> Result<Copy, StoreError> {
+        let started = std::time::Instant::now();
+        let before = disk_bytes(&self.dir)?;
+        let path = self.dir.join(swap::COMPACTING);
+        swap::build(&self.dir, &path, false, |b| {
+            for name in self.db.list_keyspace_names() {
+                let ks = self.engine_keyspace(&name).map_err(|e| e.to_string())?;
+                b.keyspace(
+                    &name,
+                    ks.iter().map(|kv| {
+                        kv.into_inner()
+                            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                            .map_err(|e| e.to_string())
+                    }),
+                )?;
+            }
+            Ok(())
+        })
+        .map_err(|reason| StoreError::Damaged { dir: self.dir.clone(), reason })?;
+        Ok(Copy { path, before, started })
+    }
+
+    fn replace_with(self, copy: Copy) -> Result<Compacted, StoreError> {
+        let dir = self.dir.clone();
+        drop(self);
+        swap::replace(&dir, &copy.path)?;
+        Ok(Compacted { before: copy.before, after: disk_bytes(&dir)? })
+    }
+
+    /// Close this store compacted ([`Store::compact`]) with `copy`, made by
+    /// [`Store::compaction_copy`] with nothing written since, or with a new copy; said in
+    /// the log: the bytes before and after and the seconds since the copy began, or why
+    /// not (a warning only: the store is whole either way, and `halyard gc` compacts it
+    /// later). `what` names the store ("run state").
+    pub fn finish_compaction(self, what: &str, copy: Option<Copy>) {
+        let shown = self.dir.display().to_string();
+        let done = match copy {
+            Some(copy) => {
+                let started = copy.started;
+                self.replace_with(copy).map(|c| (c, started))
+            }
+            None => {
+                tracing::info!(store = what, dir = %shown, "compacting");
+                let started = std::time::Instant::now();
+                self.compact().map(|c| (c, started))
+            }
+        };
+        match done {
+            Ok((c, started)) => tracing::info!(
+                store = what,
+                dir = %shown,
+                before = %megabytes(c.before),
+                after = %megabytes(c.after),
+                seconds = %format_args!("{:.2}", started.elapsed().as_secs_f64()),
+                "compacted"
+            ),
+            Err(e) => tracing::warn!(
+                store = what,
+                dir = %shown,
+                error = %e,
+                "compacting failed; the store is whole (`halyard gc DIR` compacts it later)"
+            ),
         }
-        Ok(())
-    })
-    .map_err(|reason| StoreError::Damaged { dir: dir.to_path_buf(), reason })?;
-    drop(store);
-    swap::replace(dir, &copy)?;
-    Ok(Compacted { before, after: disk_bytes(dir)? })
+    }
+}
+
+/// A compacted copy of a store, not yet in its place ([`Store::compaction_copy`]).
+#[derive(Debug)]
+pub struct Copy {
+    path: PathBuf,
+    before: u64,
+    started: std::time::Instant,
+}
+
+impl Copy {
+    /// Remove the copy (the store was written to after it began); an open of the store
+    /// removes one left behind too.
+    pub fn discard(self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Bytes as megabytes with one decimal ("12.3 MB").
+pub fn megabytes(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
 /// The bytes the files under `dir` hold on disk (allocated blocks, as `du` counts them).

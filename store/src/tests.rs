@@ -118,6 +118,36 @@ fn compacts_and_keeps_records() {
     assert!(!none.join(ENGINE_DIR).exists(), "compact created a store");
 }
 
+/// The owner's compaction through its open handle (`Store::compact`): the records still
+/// in memtables and the journal are in the copy, the journal is gone, and the store
+/// reopens with every record.
+#[test]
+fn an_open_store_compacts_as_it_closes() {
+    let d = tempfile::tempdir().unwrap();
+    store_with_room(d.path());
+    let s = open(d.path(), opts(), &["a"]).unwrap();
+    let a = s.keyspace("a").unwrap();
+    // Written after the last persist and never flushed: in the memtable only.
+    a.insert(b"last", b"in memory").unwrap();
+    drop(a);
+    let c = s.compact().unwrap();
+    assert_eq!(c.after, disk_bytes(d.path()).unwrap());
+    assert!(c.after * 3 < c.before, "{c:?}: a tenth of the records kept");
+    let journals = std::fs::read_dir(d.path().join(ENGINE_DIR))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jnl"))
+        .map(|e| disk_bytes(&e.unwrap().path()).unwrap())
+        .sum::<u64>();
+    // Allocated blocks: the engine makes its journal a sparse file of 64 MiB.
+    assert!(journals < 64 << 10, "{journals} bytes of journal left");
+    let s = open(d.path(), opts(), &["a"]).unwrap();
+    assert_eq!(get(&s, "a", b"last").as_deref(), Some(&b"in memory"[..]));
+    for i in 0..20_000u32 {
+        let want = (i % 10 == 0).then(|| vec![i as u8; 200]);
+        assert_eq!(get(&s, "a", &i.to_be_bytes()), want, "record {i}");
+    }
+}
+
 /// A compaction cut short by a crash, at either rename or before them, leaves a store
 /// that opens whole.
 #[test]

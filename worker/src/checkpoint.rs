@@ -170,6 +170,28 @@ impl Checkpoint {
         }
     }
 
+    /// [`Checkpoint::close`], then compact the store as it closes
+    /// ([`halyard_store::Store::compact`], through this handle: no journal replayed), for
+    /// a checkpoint whose work is done (`halyard run`, its run complete). Said in the
+    /// log; a failure leaves the store whole for `halyard gc`.
+    pub async fn close_compacted(self) {
+        let store = self.store.clone();
+        self.close().await;
+        match Arc::try_unwrap(store) {
+            Ok(store) => {
+                if let Err(e) =
+                    tokio::task::spawn_blocking(move || store.finish_compaction("checkpoint", None))
+                        .await
+                {
+                    tracing::warn!(error = %e, "compacting the checkpoint failed; `halyard gc` compacts it later");
+                }
+            }
+            Err(_) => tracing::warn!(
+                "checkpoint still open elsewhere in this process; not compacted (`halyard gc` compacts it later)"
+            ),
+        }
+    }
+
     /// Records stored (0 if the store cannot be read).
     pub fn len(&self) -> usize {
         halyard_store::count(&self.table).unwrap_or(0)

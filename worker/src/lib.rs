@@ -111,6 +111,9 @@ pub struct WorkerConfig {
     pub quota_settings: quota::QuotaSettings,
     /// Response size limit and plain-http policy of the HTTP backend.
     pub http: backend::http_guard::HttpPolicy,
+    /// Compact the checkpoint as it closes at the stop. Its owner sets it before the stop
+    /// once the work the checkpoint served is done (`halyard run`, its run complete).
+    pub compact_on_stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl WorkerConfig {
@@ -125,6 +128,7 @@ impl WorkerConfig {
             stats: Arc::default(),
             quota_settings: Default::default(),
             http: Default::default(),
+            compact_on_stop: Arc::default(),
         }
     }
 }
@@ -315,7 +319,11 @@ pub async fn run_with_checkpoint(
     for h in health.values() {
         h.close().await;
     }
-    checkpoint.close().await;
+    if config.compact_on_stop.load(std::sync::atomic::Ordering::Acquire) && failure.is_none() {
+        checkpoint.close_compacted().await;
+    } else {
+        checkpoint.close().await;
+    }
     info!(
         calls = stats.calls.get(),
         completed = stats.completed.get(),

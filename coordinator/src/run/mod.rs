@@ -69,25 +69,29 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunOutcome, CoordinatorError> {
     if cfg.sweep.built_inputs.is_empty() {
-        return run_phase(broker, cfg, progress_tx, shutdown).await;
+        return run_phase(broker, cfg, progress_tx, shutdown, true).await;
     }
     let shutdown = shutdown.shared();
     info!("phase 1 of 2: building the datasets that later benchmarks evaluate on");
-    match run_phase(broker.clone(), cfg.clone(), progress_tx.clone(), shutdown.clone()).await? {
+    let phase =
+        run_phase(broker.clone(), cfg.clone(), progress_tx.clone(), shutdown.clone(), false);
+    match phase.await? {
         RunOutcome::Complete { .. } => {}
         stopped => return Ok(stopped),
     }
     halyard_plan::sweep::load_built(&mut cfg.sweep, &cfg.run_dir)?;
     info!("phase 2 of 2: evaluating on the built datasets");
-    run_phase(broker, cfg, progress_tx, shutdown).await
+    run_phase(broker, cfg, progress_tx, shutdown, true).await
 }
 
-/// One phase, in the recovery order of the crate docs.
+/// One phase, in the recovery order of the crate docs; the `last` one, complete,
+/// compacts the run state as it closes it.
 async fn run_phase(
     broker: Broker,
     cfg: CoordinatorConfig,
     progress_tx: Option<watch::Sender<Progress>>,
     shutdown: impl Future<Output = ()>,
+    last: bool,
 ) -> Result<RunOutcome, CoordinatorError> {
     // 1. The run state, and the run id created once.
     let state = RunDb::open(&cfg.run_dir.join("state"))?;
@@ -108,9 +112,16 @@ async fn run_phase(
         }
     };
     // 5. and 6. Collect results until every item is finished.
+    c.compact_when_complete = last;
     c.collector.subscribe_advisories().await?;
     let outcome = c.collect(shutdown).instrument(span).await?;
     c.planner.store().flush().await?;
+    // A complete run's state is read from now on, not grown: compacted as it closes,
+    // from the copy begun while the report was written.
+    let pending = c.compaction.take();
+    if matches!(outcome, RunOutcome::Complete { .. }) && pending.is_some() {
+        c.planner.into_store().close_compacted(pending).await;
+    }
     Ok(outcome)
 }
 
@@ -155,6 +166,8 @@ async fn start<'s>(
         ),
         progress_tx: progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0),
         provider_batches: ProviderBatches::new(broker.clone(), &cfg.sweep),
+        compact_when_complete: false,
+        compaction: None,
     };
     let p = c.planner.progress();
     info!(parent: span, items = p.figures.items_total, done = p.figures.items_done, window = cfg.sweep.run.window, "planning");
@@ -192,6 +205,10 @@ struct Coordinator<'s> {
     outages: outage::Outages,
     progress_tx: watch::Sender<Progress>,
     provider_batches: ProviderBatches,
+    /// The run's last phase: once complete, its state is compacted as it closes.
+    compact_when_complete: bool,
+    /// The compacted copy begun as the report is written (`complete`).
+    compaction: Option<crate::state::PendingCompaction>,
 }
 
 /// The run's batch pools' provider batches, read from the broker now and then for the
@@ -354,6 +371,11 @@ impl Coordinator<'_> {
         let p = self.planner.progress();
         info!(run = %run, results = p.figures.results, batches = p.result_batches, "all items done; writing the report");
         self.publish_progress();
+        // Nothing more is written to the run state: its compacted copy is made (on
+        // another thread) while the report reads it too.
+        if self.compact_when_complete {
+            self.compaction = Some(self.planner.store().begin_compaction());
+        }
         let w = crate::report::write(self.cfg, self.planner.store(), run)?;
         self.collector.delete_objects().await;
         info!(run = %run, report = %w.dir.display(), dead_letters = w.dead_letters, "run complete");
