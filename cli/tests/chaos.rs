@@ -54,6 +54,10 @@ struct Figures {
     repeated: i64,
     in_flight_bound: usize,
     in_flight_observed: usize,
+    /// Each event (kill, restart, broker), at the paid call count it came at.
+    events: Vec<(usize, String)>,
+    /// Calls beyond the uninterrupted run's, by the event they came after.
+    repeats_after: Vec<(String, usize)>,
     lost: usize,
     double_counted: usize,
     panics: usize,
@@ -205,6 +209,7 @@ fn chaos(cfg: Config) -> Figures {
     // The uninterrupted reference: same sweep, same fake, own broker and checkpoint.
     run_to_end(&["run", sweep.to_str().unwrap(), "--out", d.join("ref").to_str().unwrap()]);
     let calls_reference = fake.call_count();
+    let reference_calls = fake.calls();
     fake.reset_counters();
     let reference = read_json(&d.join("ref/chaos/report.json"));
 
@@ -258,12 +263,14 @@ fn chaos(cfg: Config) -> Figures {
             // buckets, consumers) while the broker goes, and must ride it out.
             let i = rng.below(cfg.workers as u64) as usize;
             workers[i].kill();
+            f.events.push((fake.call_count(), format!("w{i} killed before the broker event")));
             f.kills_worker += 1;
             f.in_flight_bound += 2 * CONCURRENCY;
             workers[i] = procs.worker(i);
             started_at[i] = Instant::now();
             f.restarts += 1;
             std::thread::sleep(Duration::from_millis(rng.below(60)));
+            f.events.push((fake.call_count(), "broker event".into()));
             f.broker_events.push(format!("w{i} restarted as the broker went"));
             match &mut broker {
                 Broker::One(n) => {
@@ -286,6 +293,7 @@ fn chaos(cfg: Config) -> Figures {
             let kill_no = cfg.kills - at.len() - 1;
             if kill_no % 4 == 1 {
                 coord.kill();
+                f.events.push((fake.call_count(), "coordinator killed".into()));
                 f.kills_coordinator += 1;
                 std::thread::sleep(Duration::from_millis(rng.below(300)));
                 coord = procs.coordinator();
@@ -293,6 +301,7 @@ fn chaos(cfg: Config) -> Figures {
                 let i = rng.below(cfg.workers as u64) as usize;
                 f.in_flight_observed += fake.in_flight();
                 workers[i].kill();
+                f.events.push((fake.call_count(), format!("w{i} killed")));
                 f.kills_worker += 1;
                 f.in_flight_bound += 2 * CONCURRENCY;
                 std::thread::sleep(Duration::from_millis(rng.below(300)));
@@ -322,6 +331,7 @@ fn chaos(cfg: Config) -> Figures {
     f.dead_letters = report["jobs"]["dead_letters"].as_u64().unwrap();
     f.calls = fake.call_count();
     f.repeated = f.calls as i64 - calls_reference as i64;
+    f.repeats_after = repeats_by_event(&reference_calls, &fake.calls(), &f.events);
     let ref_labels = std::fs::read_to_string(d.join("ref/chaos/labels.jsonl")).unwrap();
     let labels = std::fs::read_to_string(procs.out.join("chaos/labels.jsonl")).unwrap();
     let ref_set: HashSet<&str> = ref_labels.lines().collect();
@@ -366,6 +376,9 @@ fn chaos(cfg: Config) -> Figures {
     assert_eq!(report["jobs"]["done"], reference["jobs"]["done"], "job count differs");
     assert_eq!(labels, ref_labels, "labels differ from the uninterrupted run's");
     assert_eq!((f.lost, f.double_counted, f.panics), (0, 0, 0));
+    let after: Vec<String> =
+        f.repeats_after.iter().map(|(e, n)| format!("{n} after {e}")).collect();
+    println!("chaos: calls beyond the uninterrupted run's: {}", after.join(", "));
     assert!(f.repeated >= 0, "fewer calls than the uninterrupted run");
     assert!(
         f.repeated as usize <= f.in_flight_bound,
@@ -374,6 +387,35 @@ fn chaos(cfg: Config) -> Figures {
         f.in_flight_bound
     );
     f
+}
+
+/// The calls of `calls` beyond those of `reference` with the same request (the later
+/// ones of each), counted by the last event at or before each (events as `(call count,
+/// name)`; "start" before the first), in the events' order.
+fn repeats_by_event(
+    reference: &[halyard_tests::ChatCall],
+    calls: &[halyard_tests::ChatCall],
+    events: &[(usize, String)],
+) -> Vec<(String, usize)> {
+    let mut budget: HashMap<String, usize> = HashMap::new();
+    for c in reference {
+        *budget.entry(halyard_tests::request_key(c)).or_default() += 1;
+    }
+    let mut out: Vec<(String, usize)> = std::iter::once("start".to_string())
+        .chain(events.iter().map(|(_, e)| e.clone()))
+        .map(|e| (e, 0))
+        .collect();
+    for (i, c) in calls.iter().enumerate() {
+        let left = budget.entry(halyard_tests::request_key(c)).or_default();
+        if *left > 0 {
+            *left -= 1;
+            continue;
+        }
+        let slot = events.iter().take_while(|(at, _)| *at <= i).count();
+        out[slot].1 += 1;
+    }
+    out.retain(|(_, n)| *n > 0);
+    out
 }
 
 fn env(name: &str, default: u64) -> u64 {
