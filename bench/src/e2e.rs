@@ -84,8 +84,11 @@ pub struct WorkerFigures {
 
 fn init_logs() {
     // The `halyard` CLI's default filter, so that the benchmark pays what users pay.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HALYARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sled=warn,async_nats=warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HALYARD_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "info,fjall=warn,lsm_tree=warn,sled=warn,async_nats=warn",
+        )
+    });
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 

@@ -608,7 +608,7 @@ fn coordinator(o: &K8sOptions, local: bool) -> String {
         volumes.push(models_volume());
     }
     let mut env = nats_env("halyard-coordinator", "coordinator-password");
-    env.push(json!({ "name": "HALYARD_LOG", "value": "info,sled=warn,async_nats=warn" }));
+    env.push(json!({ "name": "HALYARD_LOG", "value": "info,fjall=warn,lsm_tree=warn,sled=warn,async_nats=warn" }));
     let mut c = json!({
         "name": "coordinator",
         "image": o.image,
@@ -691,7 +691,7 @@ fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> String {
     if gpus > 0 {
         env.push(json!({ "name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility" }));
     }
-    env.push(json!({ "name": "HALYARD_LOG", "value": "info,sled=warn,async_nats=warn" }));
+    env.push(json!({ "name": "HALYARD_LOG", "value": "info,fjall=warn,lsm_tree=warn,sled=warn,async_nats=warn" }));
     let mut mounts = vec![
         json!({ "name": "checkpoint", "mountPath": "/var/lib/halyard" }),
         sweep_mount(),

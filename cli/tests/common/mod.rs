@@ -38,7 +38,10 @@ pub fn halyard() -> Command {
     c.env("PATH", format!("{}:/usr/sbin", std::env::var("PATH").unwrap_or_default()));
     // HALYARD_TEST_LOG overrides the children's log filter when debugging a test.
     let log = std::env::var("HALYARD_TEST_LOG");
-    c.env("HALYARD_LOG", log.as_deref().unwrap_or("info,sled=warn,async_nats=warn"));
+    c.env(
+        "HALYARD_LOG",
+        log.as_deref().unwrap_or("info,fjall=warn,lsm_tree=warn,sled=warn,async_nats=warn"),
+    );
     c
 }
 
