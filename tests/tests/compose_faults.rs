@@ -8,7 +8,10 @@
 //! 3. workers scaled 4 → 2 (compose stops two: SIGTERM, graceful);
 //! 4. the NATS node leading the job stream stopped (SIGTERM), then started again;
 //! 5. a NATS node killed with SIGKILL while it leads the job stream and every pool's
-//!    consumer (moved there first by leader step-downs), then started again.
+//!    consumer (moved there first by leader step-downs), then started again;
+//!
+//! and before them, a nats-server that is not a node joining as a route without the
+//! route password (refused by every node: routes authenticate, issue 33).
 //!
 //! The cluster runs with `no_advertise` (the NATS Helm chart's default): clients are told
 //! of no other node, so the replicas come from what JetStream can place (issue 34).
@@ -324,6 +327,8 @@ fn start(dir: &Path) -> Cluster {
         ("HALYARD_COORDINATOR_PASSWORD", format!("coord-{id}")),
         ("HALYARD_WORKER_PASSWORD", format!("worker-{id}")),
         ("HALYARD_STATUS_PASSWORD", format!("status-{id}")),
+        // The routes between the nodes (nats/cluster.conf), fresh for every run too.
+        ("HALYARD_ROUTE_PASSWORD", format!("route-{id}")),
     ] {
         env.insert(k.to_string(), v);
     }
@@ -384,6 +389,48 @@ fn start(dir: &Path) -> Cluster {
         std::thread::sleep(Duration::from_millis(250));
     }
     cluster
+}
+
+/// Issue 33 (deploy defaults): a nats-server on the compose network that is not a node
+/// (no route password) tries to join the cluster as a route, which would bypass every
+/// permission. Every node refuses it (logged as an authentication failure), and nats1
+/// keeps the routes it had. The rogue's result, for the table.
+fn a_rogue_route_is_refused(cluster: &Cluster) -> String {
+    let net = cluster.compose.network("halyard");
+    let image = cluster.compose.images.iter().find(|i| i.contains("-nats:")).unwrap().clone();
+    let name = format!("{}-rogue-route", cluster.compose.project());
+    let addr = cluster.compose.service_port("nats1", 8222).unwrap();
+    let route_count = || get_json(addr, "/routez").unwrap()["num_routes"].as_u64().unwrap_or(0);
+    let before = route_count();
+    let routes = "nats://nats1:6222,nats://nats2:6222,nats://nats3:6222";
+    let args = ["run", "-d", "--rm", "--network", &net, "--name", &name, &image];
+    let rogue =
+        ["--cluster_name", "halyard", "--cluster", "nats://0.0.0.0:6222", "--routes", routes];
+    run("docker", &[&args[..], &rogue[..]].concat()).unwrap();
+    let nodes: Vec<String> = (1..=3)
+        .map(|n| cluster.compose.containers(&format!("nats{n}")).unwrap().remove(0))
+        .collect();
+    let t = Instant::now();
+    let refused = loop {
+        let refused = nodes
+            .iter()
+            .filter(|c| {
+                let out = Command::new("docker").args(["logs", c.as_str()]).output().unwrap();
+                let text = String::from_utf8_lossy(&out.stderr).into_owned()
+                    + &String::from_utf8_lossy(&out.stdout);
+                text.contains("Authentication Failure")
+            })
+            .count();
+        if refused == 3 || t.elapsed() > Duration::from_secs(20) {
+            break refused;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let routes = route_count();
+    let _ = run("docker", &["rm", "-f", &name]);
+    assert_eq!(refused, 3, "nodes that logged the rogue route's authentication failure");
+    assert_eq!(routes, before, "nats1's routes with the rogue on the network");
+    format!("refused by {refused} of 3 nodes; nats1 keeps its {routes} routes")
 }
 
 /// Metric names in the dashboard's queries.
@@ -584,6 +631,7 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
     let dir = tmp.path();
     let (ref_dir, reference_calls) = reference(dir, Path::new(env!("CARGO_BIN_EXE_fake-api")));
     let mut cluster = start(dir);
+    let rogue = a_rogue_route_is_refused(&cluster);
     let (ev, status) = run_faults(&mut cluster, reference_calls);
     let coordinator = cluster.compose.containers("coordinator").unwrap().remove(0);
     let calls = cluster.calls();
@@ -621,6 +669,7 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
         ("dashboard metrics not scraped", format!("{:?}", seen.missing), "[]".into()),
         ("exit codes of every worker that ran", exits.join(","), "all 0 (4 workers)".into()),
         ("panics in logs", c.panics.to_string(), "0".into()),
+        ("a nats-server joining as a route without the password", rogue, "refused by 3".into()),
         ("wall", format!("{:.0} s", started.elapsed().as_secs_f64()), String::new()),
     ];
     print_table(&ev, &rows);
