@@ -69,6 +69,18 @@ async fn refused(b: &Broker, who: &str, api: &str, body: &str, wait: Duration) {
     }
 }
 
+/// The server logged a publish violation by `user` on each of `subjects`.
+async fn violations_logged(nats: &NatsServer, user: &str, subjects: &[String]) {
+    let needles: Vec<String> = subjects
+        .iter()
+        .map(|s| format!("Publish Violation - User \"{user}\", Subject \"{s}\""))
+        .collect();
+    let log = log_holding(nats, &needles).await;
+    for needle in needles {
+        assert!(log.lines().any(|l| l.contains(&needle)), "no {needle}:\n{log}");
+    }
+}
+
 fn sweep(dir: &Path, jobs: u64) -> PathBuf {
     let p = dir.join("perm.toml");
     std::fs::write(
@@ -230,14 +242,7 @@ async fn only_the_coordinator_makes_or_retunes_pool_consumers() {
     let e = bind_pool_consumer(&worker, "paid").await.unwrap_err().to_string();
     assert!(e.contains("pool-paid") && e.contains("halyard.jobs.other"), "{e}");
     // The server refused the worker's requests as violations.
-    let needles: Vec<String> = apis
-        .iter()
-        .map(|api| format!("Publish Violation - User \"halyard-worker\", Subject \"{api}\""))
-        .collect();
-    let log = log_holding(&nats, &needles).await;
-    for needle in needles {
-        assert!(log.lines().any(|l| l.contains(&needle)), "no {needle}:\n{log}");
-    }
+    violations_logged(&nats, "halyard-worker", &apis).await;
 }
 
 /// A sweep runs to the end with each role's own credentials: coordinator and worker as
@@ -750,13 +755,6 @@ fn a_worker_user_kept_to_one_pool_touches_no_other_pool() {
         let js = &b.js;
         let ok = js.publish(subjects::result_subject(run, "free"), "result".into()).await.unwrap();
         assert!(ok.await.is_ok(), "the pool's own results subject was refused");
-        let needles: Vec<String> = denied
-            .iter()
-            .map(|s| format!("Publish Violation - User \"worker-free\", Subject \"{s}\""))
-            .collect();
-        let log = log_holding(&nats, &needles).await;
-        for needle in needles {
-            assert!(log.lines().any(|l| l.contains(&needle)), "no {needle}:\n{log}");
-        }
+        violations_logged(&nats, "worker-free", &denied).await;
     });
 }

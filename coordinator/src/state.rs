@@ -527,47 +527,35 @@ impl RunDb {
 
     /// Close the run state and compact it ([`halyard_store::Store::compact`], through
     /// this handle: no journal replayed), for a complete run, whose state is read from
-    /// now on, not grown; with the copy `pending` began if nothing was committed since.
-    /// Said in the log; a failure leaves the state whole for `halyard gc`.
-    pub async fn close_compacted(self, pending: Option<PendingCompaction>) {
-        let copy = match pending {
-            Some(p) => match p.copy.await {
-                Ok(Ok(copy)) if p.commits == self.commits.load(Ordering::Acquire) => Some(copy),
-                Ok(Ok(copy)) => {
-                    tracing::info!("the run state was written to after its compacted copy began; copying it again");
-                    copy.discard();
-                    None
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "the run state's compacted copy failed; copying it again");
-                    None
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the run state's compacted copy failed; copying it again");
-                    None
-                }
-            },
-            None => None,
+    /// now on, not grown; with the copy `pending` began if nothing was committed since,
+    /// else with a new one. Said in the log; a failure leaves the state whole for
+    /// `halyard gc`.
+    pub async fn close_compacted(self, pending: PendingCompaction) {
+        let made = match pending.copy.await {
+            Ok(made) => made.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let copy = match made {
+            Ok(copy) if pending.commits == self.commits.load(Ordering::Acquire) => Some(copy),
+            Ok(copy) => {
+                tracing::info!(
+                    "the run state was written to after its compacted copy began; copying it again"
+                );
+                copy.discard();
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the run state's compacted copy failed; copying it again");
+                None
+            }
         };
         let store = self.store.clone();
         // Its keyspace handles, and the last commits made durable (`Drop`).
         drop(self);
-        match Arc::try_unwrap(store) {
-            Ok(store) => {
-                let done =
-                    tokio::task::spawn_blocking(move || store.finish_compaction("run state", copy));
-                if let Err(e) = done.await {
-                    tracing::warn!(error = %e, "compacting the run state failed; `halyard gc` compacts it later");
-                }
-            }
-            Err(_) => {
-                if let Some(c) = copy {
-                    c.discard();
-                }
-                tracing::warn!(
-                    "run state still open elsewhere in this process; not compacted (`halyard gc` compacts it later)"
-                )
-            }
+        let done =
+            tokio::task::spawn_blocking(move || Store::finish_compaction(store, "run state", copy));
+        if let Err(e) = done.await {
+            tracing::warn!(error = %e, "compacting the run state failed; `halyard gc` compacts it later");
         }
     }
 }

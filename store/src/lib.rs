@@ -299,22 +299,33 @@ impl Store {
         Ok(Compacted { before: copy.before, after: disk_bytes(&dir)? })
     }
 
-    /// Close this store compacted ([`Store::compact`]) with `copy`, made by
-    /// [`Store::compaction_copy`] with nothing written since, or with a new copy; said in
-    /// the log: the bytes before and after and the seconds since the copy began, or why
-    /// not (a warning only: the store is whole either way, and `halyard gc` compacts it
-    /// later). `what` names the store ("run state").
-    pub fn finish_compaction(self, what: &str, copy: Option<Copy>) {
-        let shown = self.dir.display().to_string();
+    /// Close `store`, which its owner shared (a handle in a blocking task, say), compacted
+    /// ([`Store::compact`]) with `copy`, made by [`Store::compaction_copy`] with nothing
+    /// written since, or with a new copy. Said in the log: the bytes before and after and
+    /// the seconds since the copy began, or why not (a warning only: the store is whole
+    /// either way, and `halyard gc` compacts it later), such as another handle of the
+    /// store still held. `what` names the store ("run state").
+    pub fn finish_compaction(store: std::sync::Arc<Store>, what: &str, copy: Option<Copy>) {
+        let shown = store.dir.display().to_string();
+        let store = match std::sync::Arc::try_unwrap(store) {
+            Ok(store) => store,
+            Err(_) => {
+                if let Some(c) = copy {
+                    c.discard();
+                }
+                tracing::warn!(store = what, dir = %shown, "still open elsewhere in this process; not compacted (`halyard gc DIR` compacts it later)");
+                return;
+            }
+        };
         let done = match copy {
             Some(copy) => {
                 let started = copy.started;
-                self.replace_with(copy).map(|c| (c, started))
+                store.replace_with(copy).map(|c| (c, started))
             }
             None => {
                 tracing::info!(store = what, dir = %shown, "compacting");
                 let started = std::time::Instant::now();
-                self.compact().map(|c| (c, started))
+                store.compact().map(|c| (c, started))
             }
         };
         match done {

@@ -177,18 +177,11 @@ impl Checkpoint {
     pub async fn close_compacted(self) {
         let store = self.store.clone();
         self.close().await;
-        match Arc::try_unwrap(store) {
-            Ok(store) => {
-                if let Err(e) =
-                    tokio::task::spawn_blocking(move || store.finish_compaction("checkpoint", None))
-                        .await
-                {
-                    tracing::warn!(error = %e, "compacting the checkpoint failed; `halyard gc` compacts it later");
-                }
-            }
-            Err(_) => tracing::warn!(
-                "checkpoint still open elsewhere in this process; not compacted (`halyard gc` compacts it later)"
-            ),
+        let done = tokio::task::spawn_blocking(move || {
+            Store::finish_compaction(store, "checkpoint", None)
+        });
+        if let Err(e) = done.await {
+            tracing::warn!(error = %e, "compacting the checkpoint failed; `halyard gc` compacts it later");
         }
     }
 

@@ -423,9 +423,9 @@ async fn start(
         worker_id: config.worker_id.clone(),
         retry: config.retry,
         max_deliver: config.delivery.max_deliver.max(1) as u64,
-        ack_wait_ms: std::sync::atomic::AtomicU64::new(
-            u64::try_from(config.delivery.ack_wait.as_millis()).unwrap_or(u64::MAX).max(1),
-        ),
+        ack_wait_ms: std::sync::atomic::AtomicU64::new(pool::ack_wait_millis(
+            config.delivery.ack_wait,
+        )),
         hard_stop: hard_rx,
         stop: stop_rx.clone(),
         running: Default::default(),

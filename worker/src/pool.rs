@@ -65,6 +65,11 @@ const OBJECT_RETRY: Duration = Duration::from_secs(5);
 /// How long an open pull request waits for jobs before it is renewed.
 const PULL_WAIT: Duration = Duration::from_millis(500);
 
+/// An ack wait as [`PoolCtx::ack_wait_ms`] holds it: whole milliseconds, at least one.
+pub(crate) fn ack_wait_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
 impl PoolCtx {
     /// The ack wait in-progress acks are paced by.
     pub(crate) fn ack_wait(&self) -> Duration {
@@ -75,7 +80,7 @@ impl PoolCtx {
     /// worker's (the coordinator made the consumer with its sweep's `[run] ack_wait_s`).
     pub(crate) fn pace_by(&self, pool: &str, consumer: &PullConsumer) {
         let wait = halyard_broker::consumer_ack_wait(consumer);
-        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        let ms = ack_wait_millis(wait);
         let before = self.ack_wait_ms.fetch_min(ms, std::sync::atomic::Ordering::Relaxed);
         if ms < before {
             info!(pool, ack_wait = ?wait, worker_ack_wait = ?Duration::from_millis(before), "the pool's consumer waits less for acks than this worker's setting; in-progress acks are paced by it");
@@ -205,8 +210,7 @@ const CONSUMER_LOOK: Duration = Duration::from_secs(1);
 
 /// Wait until a coordinator has made `pool`'s consumer, then bind it; `None` on
 /// shutdown. A consumer that exists with another configuration is named in an error
-/// (once per distinct error) and looked at again: the coordinator updates it when it
-/// plans with this worker's settings.
+/// (once per distinct error) and looked at again, in case it is replaced.
 async fn await_consumer(
     ctx: &PoolCtx,
     pool: &str,

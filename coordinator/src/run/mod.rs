@@ -118,8 +118,7 @@ async fn run_phase(
     c.planner.store().flush().await?;
     // A complete run's state is read from now on, not grown: compacted as it closes,
     // from the copy begun while the report was written.
-    let pending = c.compaction.take();
-    if matches!(outcome, RunOutcome::Complete { .. }) && pending.is_some() {
+    if let (RunOutcome::Complete { .. }, Some(pending)) = (&outcome, c.compaction.take()) {
         c.planner.into_store().close_compacted(pending).await;
     }
     Ok(outcome)
