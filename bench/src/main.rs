@@ -205,7 +205,7 @@ fn bare(
             &BrokerConfig::new(nats.url(), "halyard-bench bare").with_auth(nats.auth()),
         )
         .await?;
-        halyard_broker::ensure_streams(&broker).await?;
+        halyard_broker::init(&broker, &Default::default()).await?;
         let s = sweep::load(sweep_path)?;
         let delivery = Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
         let consumer = halyard_broker::pool_consumer(&broker, e2e::POOL, delivery).await?;

@@ -4,9 +4,11 @@
 //! - [`connect`]: one place that turns a URL (or a comma-separated list of a cluster's
 //!   URLs) and [`auth::NatsAuth`] credentials/TLS into a client, mapping failures to
 //!   [`BrokerError`] with the URL named.
-//! - [`ensure_streams`], [`pool_consumer`], [`results_consumer`]: the JetStream layout.
+//! - [`layout`]: every stream and bucket; only [`init`] (the coordinator, `halyard broker
+//!   init`) creates them, everybody else opens and checks them.
+//! - [`pool_consumer`], [`results_consumer`]: the consumers, made by the coordinator.
 //! - [`embedded`]: a private `nats-server` for `halyard run` without a broker.
-//! - [`kv`]: KV buckets created in a form nats-server 2.9 accepts.
+//! - [`kv`]: KV buckets in a form nats-server 2.9 accepts.
 //!
 //! ## JetStream layout
 //! - `HALYARD_JOBS` (work-queue retention, file storage): subjects `halyard.jobs.<pool>`.
@@ -33,6 +35,7 @@ pub mod auth;
 pub mod batches;
 pub mod embedded;
 pub mod kv;
+pub mod layout;
 pub mod objects;
 pub mod status;
 
@@ -327,57 +330,7 @@ pub async fn check_replicas(b: &Broker, name: &str, held: usize) {
     }
 }
 
-/// Bytes the results stream holds at most. Results are removed as the coordinator acks
-/// them, so this is what may wait while no coordinator runs; past it a worker's publish
-/// is refused (discard policy `new`: nothing stored is ever dropped), the worker keeps
-/// the result in its checkpoint and answers the job from it when it comes again.
-pub const RESULTS_MAX_BYTES: i64 = 2 << 30;
-
-/// Create the job and result streams and the object bucket if missing (idempotent;
-/// existing ones are kept, once their shape is checked: [`check_shape`]). Whichever of
-/// the coordinator and the workers starts first creates them: a worker must be ready
-/// before any run exists (a Kubernetes Deployment's rollout waits for it). The results
-/// stream is bounded ([`RESULTS_MAX_BYTES`], messages of at most the server's
-/// `max_payload`), so that a flood on the results subject fills the broker's disk no
-/// further.
-pub async fn ensure_streams(b: &Broker) -> Result<(), BrokerError> {
-    for cfg in stream_configs(b).await {
-        let name = cfg.name.clone();
-        let s =
-            retry_js(&format!("create stream {name}"), || b.js.get_or_create_stream(cfg.clone()))
-                .await?;
-        check_shape(&s.cached_info().config, &cfg)?;
-        check_replicas(b, &name, s.cached_info().config.num_replicas).await;
-    }
-    objects::ensure(b).await
-}
-
-/// The job and result streams as Halyard creates them.
-async fn stream_configs(b: &Broker) -> [stream::Config; 2] {
-    let replicas = stream_replicas(b).await;
-    [
-        (subjects::JOBS_STREAM, subjects::JOBS_PREFIX),
-        (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX),
-    ]
-    .map(|(name, prefix)| {
-        let mut cfg = stream::Config {
-            name: name.to_string(),
-            subjects: vec![format!("{prefix}.>")],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            num_replicas: replicas,
-            duplicate_window: b.config.duplicate_window,
-            ..Default::default()
-        };
-        if name == subjects::RESULTS_STREAM {
-            cfg.max_bytes = RESULTS_MAX_BYTES;
-            cfg.discard = stream::DiscardPolicy::New;
-            cfg.max_message_size =
-                i32::try_from(b.client.server_info().max_payload).unwrap_or(i32::MAX).max(1 << 20);
-        }
-        cfg
-    })
-}
+pub use layout::{init, RESULTS_MAX_BYTES};
 
 /// Refuse a stream (or a bucket's) that exists with a shape that would leak or lose what
 /// Halyard puts in it: a republish (every message copied to another subject, which others
@@ -385,7 +338,7 @@ async fn stream_configs(b: &Broker) -> [stream::Config; 2] {
 /// Halyard's, another retention, or a sealed stream. `want` is the configuration Halyard
 /// creates it with. Anyone who may create streams on a shared broker could create
 /// Halyard's first (issue 33); limits an earlier build did not set are only warned about
-/// where they are set ([`ensure_streams`]).
+/// where they are set ([`layout::init`]).
 pub fn check_shape(have: &stream::Config, want: &stream::Config) -> Result<(), BrokerError> {
     let name = &want.name;
     let mut wrong = Vec::new();

@@ -95,37 +95,35 @@ fn parse_name(name: &str) -> Option<(Uuid, blake3::Hash)> {
     Some((run, hash))
 }
 
-/// Open the bucket, creating its stream if missing (the stream is created directly, in
-/// the object store's layout, as for KV buckets: see [`crate::kv`]).
-async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
-    let cfg = stream::Config {
+/// The bucket's stream as [`crate::layout::init`] creates it (in the object store's
+/// layout, created directly as for KV buckets: see [`crate::kv`]).
+pub fn config(replicas: usize) -> stream::Config {
+    stream::Config {
         name: format!("OBJ_{BUCKET}"),
         subjects: vec![format!("$O.{BUCKET}.C.>"), format!("$O.{BUCKET}.M.>")],
         storage: stream::StorageType::File,
-        num_replicas: crate::stream_replicas(b).await,
+        num_replicas: replicas,
         max_age: OBJECT_MAX_AGE,
         max_bytes: OBJECTS_MAX_BYTES,
         discard: stream::DiscardPolicy::New,
         allow_rollup: true,
         allow_direct: true,
         ..Default::default()
-    };
-    // As for KV buckets, both requests are retried together (crate::kv::open_bucket).
-    let (s, store) = crate::retry_js(&format!("open the object bucket {BUCKET}"), || async {
-        let s = b.js.get_or_create_stream(cfg.clone()).await.map_err(|e| e.to_string())?;
-        let store =
-            b.js.get_object_store(BUCKET).await.map_err(|e| crate::vanished(e.to_string()))?;
-        Ok::<_, String>((s, store))
-    })
-    .await?;
-    crate::check_shape(&s.cached_info().config, &cfg)?;
-    Ok(store)
+    }
 }
 
-/// Create the bucket if missing and check its shape (the coordinator, at start: workers'
-/// credentials may not create it).
-pub async fn ensure(b: &Broker) -> Result<(), BrokerError> {
-    open(b).await.map(|_| ())
+/// Open the bucket as the coordinator made it, its shape checked
+/// ([`crate::layout::lookup`]); a bucket that does not exist is an error (a transient
+/// one for a reader: [`ObjectError::Broker`]), never waited for: a message naming an
+/// object is input, and no object is stored before the coordinator made the bucket.
+async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
+    if crate::layout::lookup(b, &config(1)).await?.is_none() {
+        return Err(BrokerError::Config(format!(
+            "the object bucket {BUCKET} does not exist: a coordinator (or `halyard broker init`) \
+             creates it"
+        )));
+    }
+    crate::retry_js(&format!("open the object bucket {BUCKET}"), || b.js.get_object_store(BUCKET)).await
 }
 
 /// Store `bytes` of run `run` as an object (unless it is there already) and return its

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::stream;
 use futures::StreamExt;
 
 pub use async_nats::jetstream::kv::Store as KvStore;
@@ -33,30 +32,10 @@ pub fn kv_key(name: &str) -> String {
     }
 }
 
-/// Open a bucket for writing, creating it when missing. The bucket's stream is created
-/// here, as `create_key_value` would, because that call first asks for the account's
-/// limits in a form nats-server 2.9 does not answer.
-pub async fn bucket(b: &Broker, name: &str, max_age: Duration) -> Result<KvStore, BrokerError> {
-    let cfg = stream::Config {
-        name: format!("KV_{name}"),
-        subjects: vec![format!("$KV.{name}.>")],
-        max_messages_per_subject: 1,
-        max_age,
-        storage: stream::StorageType::File,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        num_replicas: crate::stream_replicas(b).await,
-        discard: stream::DiscardPolicy::New,
-        ..Default::default()
-    };
-    match b.js.get_or_create_stream(cfg.clone()).await {
-        Ok(s) => crate::check_shape(&s.cached_info().config, &cfg)?,
-        Err(e) => return Err(BrokerError::js(format!("key-value bucket {name}"), e)),
-    }
-    b.js.get_key_value(name)
-        .await
-        .map_err(|e| BrokerError::js(format!("key-value bucket {name}"), e))
+/// Open a bucket of the layout for writing ([`crate::kv::open`]: waits while no
+/// coordinator has made it).
+pub async fn bucket(b: &Broker, spec: crate::kv::BucketSpec) -> Result<KvStore, BrokerError> {
+    crate::kv::open(b, spec).await.map(|(store, _)| store)
 }
 
 pub async fn put(store: &KvStore, key: &str, value: Vec<u8>) -> Result<(), BrokerError> {

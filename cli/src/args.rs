@@ -111,8 +111,8 @@ pub struct WorkerArgs {
     #[arg(long = "quota")]
     pub quotas: Vec<String>,
     /// Quota pools: seconds within which the other workers notice that this one died
-    /// (heartbeats go every quarter of it). The first worker to create the membership
-    /// bucket sets it for every worker.
+    /// (heartbeats go every quarter of it). The membership bucket's TTL wins (set when
+    /// it is made: `halyard broker init --quota-ttl`), with a warning when they differ.
     #[arg(long, default_value_t = 10.0)]
     pub quota_ttl: f64,
     /// Checkpoint directory (a redb store).
@@ -161,6 +161,46 @@ pub struct IdentityArgs {
     /// GGUF model files.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum BrokerCmd {
+    /// Create every stream and bucket Halyard uses that is missing, and check the
+    /// configuration of those that exist (refusing one shaped to leak or lose messages).
+    /// Needs the coordinator role's credentials: workers may create nothing, and wait
+    /// until this (or a coordinator) has run.
+    Init(BrokerInitArgs),
+}
+
+#[derive(Args)]
+pub struct BrokerInitArgs {
+    /// The broker (a comma-separated list for a cluster).
+    #[arg(long, env = "HALYARD_NATS_URL")]
+    pub nats: String,
+    #[command(flatten)]
+    pub nats_auth: NatsAuthArgs,
+    /// Quota pools: seconds within which the other workers notice that one died, for
+    /// every worker of this broker (set when the members bucket is made; a bucket that
+    /// exists keeps its own).
+    #[arg(long, default_value_t = 10.0)]
+    pub quota_ttl: f64,
+}
+
+impl BrokerInitArgs {
+    pub fn nats(&self) -> Nats {
+        Nats {
+            url: self.nats.clone(),
+            auth: self.nats_auth.auth(),
+            replicas: self.nats_auth.replicas(),
+        }
+    }
+
+    pub fn quota_ttl(&self) -> anyhow::Result<std::time::Duration> {
+        if !(self.quota_ttl.is_finite() && (1.0..=3600.0).contains(&self.quota_ttl)) {
+            anyhow::bail!("--quota-ttl {}: give seconds in 1..=3600", self.quota_ttl);
+        }
+        Ok(std::time::Duration::from_secs_f64(self.quota_ttl))
+    }
 }
 
 #[derive(clap::Subcommand)]

@@ -11,7 +11,7 @@ mod args;
 mod nats_args;
 
 use args::{
-    CoordArgs, DeployCmd, GcArgs, IdentityArgs, LabelsCmd, ReportCmd, RetryFailedArgs, RunArgs,
+    BrokerCmd, CoordArgs, DeployCmd, GcArgs, IdentityArgs, LabelsCmd, ReportCmd, RetryFailedArgs, RunArgs,
     StatusCmd, WorkerArgs,
 };
 
@@ -76,6 +76,10 @@ enum Cmd {
     /// Print the identity of local model files (`identity = "…"` for a sweep's gguf
     /// model), so that a coordinator without the files can plan their jobs.
     Identity(IdentityArgs),
+    /// Shape a broker before any run (`broker init`: Halyard's streams and buckets, with
+    /// the coordinator's credentials).
+    #[command(subcommand)]
+    Broker(BrokerCmd),
     /// Write deployment files for a sweep (`deploy k8s`: a kustomize overlay).
     #[command(subcommand)]
     Deploy(DeployCmd),
@@ -199,6 +203,12 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
                 }
             }
             u8::from(failed)
+        }
+        Cmd::Broker(BrokerCmd::Init(a)) => {
+            for line in halyard_node::broker_init::run(&a.nats(), a.quota_ttl()?).await? {
+                println!("{line}");
+            }
+            0
         }
         Cmd::Deploy(DeployCmd::K8s(a)) => {
             let o = a.options();

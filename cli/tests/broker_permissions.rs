@@ -102,7 +102,7 @@ fn sweep(dir: &Path, jobs: u64) -> PathBuf {
 async fn worker_credentials_cannot_publish_jobs_or_delete_messages() {
     let nats = server();
     let coordinator = connect(&nats, 0).await;
-    halyard_broker::ensure_streams(&coordinator).await.unwrap();
+    halyard_broker::init(&coordinator, &Default::default()).await.unwrap();
     let subject = subjects::job_subject("free");
     coordinator.js.publish(subject.clone(), "job".into()).await.unwrap().await.unwrap();
     let worker = connect(&nats, 1).await;
@@ -177,7 +177,7 @@ async fn only_the_coordinator_makes_or_retunes_pool_consumers() {
     let nats = server();
     let coordinator = connect(&nats, 0).await;
     let worker = connect(&nats, 1).await;
-    halyard_broker::ensure_streams(&worker).await.unwrap();
+    halyard_broker::init(&coordinator, &Default::default()).await.unwrap();
     let d = Delivery { ack_wait: Duration::from_secs(30), ..Default::default() };
     assert!(bind_pool_consumer(&worker, "free").await.unwrap().is_none());
     // The create and update requests a client sends (2.9's subject with the filter, and
@@ -263,8 +263,8 @@ fn a_run_works_with_role_credentials() {
         .env("HALYARD_NATS_PASSWORD", ROLES[1].2)
         .stderr(std::fs::File::create(&wlog).unwrap());
     let mut worker = ChildGuard::spawn(w);
-    // Started before any run, the worker waits for its pool's consumer, which only the
-    // coordinator makes.
+    // Started before any run, the worker waits for the streams and its pool's consumer,
+    // which only the coordinator makes.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !std::fs::read_to_string(&wlog).unwrap_or_default().contains("waiting for a coordinator")
     {
@@ -304,6 +304,91 @@ fn a_run_works_with_role_credentials() {
     assert!(log().contains("left quota pool"), "{}", log());
 }
 
+/// Issue 33, item 5: only the coordinator (or `halyard broker init`, with its
+/// credentials) creates streams and buckets. Worker credentials cannot create any stream
+/// or bucket of the layout (each request refused and logged, nothing made); a worker's
+/// open waits while they do not exist; `halyard broker init` creates them all, then finds
+/// and checks them on a second run. A bucket made before Halyard with a republish is
+/// refused by `halyard broker init` and by a worker's open, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_coordinator_shapes_the_broker() {
+    let nats = server();
+    let coordinator = connect(&nats, 0).await;
+    let worker = connect(&nats, 1).await;
+    let all = halyard_broker::layout::all(&coordinator, &Default::default(), 1);
+    assert_eq!(all.len(), 9, "{:?}", all.iter().map(|c| &c.name).collect::<Vec<_>>());
+    let apis: Vec<String> =
+        all.iter().map(|c| format!("$JS.API.STREAM.CREATE.{}", c.name)).collect();
+    for (api, cfg) in apis.iter().zip(&all) {
+        let body = serde_json::to_string(cfg).unwrap();
+        refused(&worker, "worker", api, &body, Duration::from_millis(500)).await;
+    }
+    violations_logged(&nats, "halyard-worker", &apis).await;
+    for cfg in &all {
+        assert!(coordinator.js.get_stream(&cfg.name).await.is_err(), "{} was made", cfg.name);
+    }
+    let waited = tokio::time::timeout(
+        Duration::from_millis(800),
+        halyard_broker::layout::open_streams(&worker),
+    )
+    .await;
+    assert!(waited.is_err(), "a worker opened streams nobody made: {waited:?}");
+
+    let init = || {
+        let o = halyard()
+            .args(["broker", "init", "--nats", &nats.url(), "--nats-user", ROLES[0].0])
+            .env("HALYARD_NATS_PASSWORD", ROLES[0].2)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "broker init: {}{out}", String::from_utf8_lossy(&o.stderr));
+        out
+    };
+    for (round, word) in [(1, "created"), (2, "checked")] {
+        let out = init();
+        for cfg in &all {
+            assert!(
+                out.lines().any(|l| l.split_whitespace().take(2).eq([cfg.name.as_str(), word])),
+                "round {round}: {} not {word}:\n{out}",
+                cfg.name
+            );
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(10), halyard_broker::layout::open_streams(&worker))
+        .await
+        .expect("the worker opens the streams once they exist")
+        .unwrap();
+    let no_violation = nats.log_tail(400);
+    assert!(
+        !no_violation.contains("Violation - User \"halyard-coordinator\""),
+        "broker init lacked a right:\n{no_violation}"
+    );
+
+    // A bucket shaped before Halyard to copy every record elsewhere (a broker without
+    // roles, where anyone may create it).
+    let open_nats = NatsServer::start();
+    let anyone = halyard_broker::connect(&BrokerConfig::new(open_nats.url(), "anyone")).await.unwrap();
+    let mut hostile = halyard_broker::layout::POOL_HEALTH.config(1);
+    hostile.republish = Some(async_nats::jetstream::stream::Republish {
+        source: "$KV.halyard_pool_health.>".into(),
+        destination: "leak.>".into(),
+        headers_only: false,
+    });
+    anyone.js.create_stream(hostile).await.unwrap();
+    let o = halyard().args(["broker", "init", "--nats", &open_nats.url()]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "broker init accepted a republishing bucket");
+    assert!(err.contains("KV_halyard_pool_health") && err.contains("leak.>"), "{err}");
+    let opened = tokio::time::timeout(
+        Duration::from_secs(10),
+        halyard_broker::kv::open(&anyone, halyard_broker::layout::POOL_HEALTH),
+    )
+    .await
+    .expect("an existing bucket is not waited for");
+    let err = opened.err().expect("a worker opened a republishing bucket").to_string();
+    assert!(err.contains("republishes"), "{err}");
+}
+
 /// Oversized messages (`halyard_broker::objects`) work with each role's own rights: a
 /// worker stores a result object that the coordinator reads, the coordinator a job
 /// object that the worker reads, and the coordinator deletes the run's objects. Bytes
@@ -315,6 +400,7 @@ async fn objects_work_with_role_credentials_and_forged_ones_are_refused() {
     let nats = server();
     let coordinator = connect(&nats, 0).await;
     let worker = connect(&nats, 1).await;
+    halyard_broker::init(&coordinator, &Default::default()).await.unwrap();
     let run = uuid::Uuid::from_u128(0x005e_ed0b_1ec7);
     let result: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
     let job: Vec<u8> = (0..(2u32 << 20) + 5).map(|i| (i % 239) as u8).collect();
@@ -378,21 +464,17 @@ async fn batches_bucket_is_written_by_workers_and_read_by_coordinator_and_status
     assert!(halyard_broker::batches::records(&coordinator).await.is_empty());
     assert!(halyard_broker::batches::records(&status).await.is_empty());
 
-    // The worker creates the bucket as `Store::open` does.
-    let spec = halyard_broker::kv::BucketSpec {
-        name: BATCHES_BUCKET,
-        max_age: halyard_worker::batch::store::RECORD_MAX_AGE,
-        storage: async_nats::jetstream::stream::StorageType::File,
-    };
+    // The coordinator makes the bucket; the worker opens it as `Store::open` does.
+    halyard_broker::init(&coordinator, &Default::default()).await.unwrap();
     let opened = tokio::time::timeout(
         Duration::from_secs(20),
-        halyard_broker::kv::open_bucket(&worker, spec),
+        halyard_broker::kv::open(&worker, halyard_broker::layout::BATCHES),
     )
     .await;
     let (kv, _) = match opened {
         Ok(Ok(b)) => b,
-        Ok(Err(e)) => panic!("worker cannot create the batches bucket: {e}\n{}", nats.log_tail(20)),
-        Err(_) => panic!("worker: creating the batches bucket timed out\n{}", nats.log_tail(20)),
+        Ok(Err(e)) => panic!("worker cannot open the batches bucket: {e}\n{}", nats.log_tail(20)),
+        Err(_) => panic!("worker: opening the batches bucket timed out\n{}", nats.log_tail(20)),
     };
     // A record: written only if new (revision 0), then replaced by compare-and-set; a
     // stale revision is refused as such (not as a permission error).

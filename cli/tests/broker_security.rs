@@ -267,7 +267,7 @@ fn nkey_authentication() {
         let b = halyard_broker::connect(&BrokerConfig::new(&url, "nkey").with_auth(auth(&seed)))
             .await
             .expect("nkey user connects");
-        halyard_broker::ensure_streams(&b).await.expect("and may use JetStream");
+        halyard_broker::init(&b, &Default::default()).await.expect("and may use JetStream");
     });
     let bad = write(dir.path(), "bad.nk", "not a seed");
     let (e, _) = connect_err(auth(&bad), &url);

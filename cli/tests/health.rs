@@ -28,7 +28,9 @@ fn wait_for(port: u16, path: &str, code: u16, proc: &mut ChildGuard) -> String {
     }
 }
 
-/// A worker is alive and ready once its consumers are bound; with its broker gone it is
+/// A worker on a broker nobody has shaped yet is alive but not ready: it waits for the
+/// streams, which workers may not create (issue 33, item 5); `halyard broker init` makes
+/// them, and the worker is ready at once, its consumers bound. With its broker gone it is
 /// unready (503 naming the broker) and still alive (200).
 #[test]
 fn worker_readiness_follows_the_broker_and_liveness_does_not() {
@@ -48,6 +50,15 @@ fn worker_readiness_follows_the_broker_and_liveness_does_not() {
         &format!("127.0.0.1:{port}"),
     ]);
     let mut worker = ChildGuard::spawn(cmd);
+    let why = wait_for(port, "/readyz", 503, &mut worker);
+    assert!(why.contains("waiting for the broker's streams"), "{why}");
+    assert_eq!(get(port, "/healthz"), Some((200, "ok\n".into())));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(get(port, "/readyz").map(|r| r.0), Some(503), "ready on an unshaped broker");
+    let init = halyard().args(["broker", "init", "--nats", &nats.url()]).output().unwrap();
+    let out = String::from_utf8_lossy(&init.stdout);
+    assert!(init.status.success(), "broker init: {}{out}", String::from_utf8_lossy(&init.stderr));
+    assert!(out.lines().any(|l| l.starts_with("HALYARD_JOBS") && l.contains("created")), "{out}");
     assert_eq!(wait_for(port, "/readyz", 200, &mut worker), "ok\n");
     assert_eq!(get(port, "/healthz"), Some((200, "ok\n".into())));
     nats.stop();

@@ -27,7 +27,9 @@
 //!
 //! ## Recovery, in order
 //! 1. Open the run state; the run id (UUID v7) is created once and reused.
-//! 2. Create streams and the run's result consumer if missing (idempotent).
+//! 2. Create every stream and bucket of the broker layout if missing, checking those that
+//!    exist (`halyard_broker::layout::init`), every pool's consumer and the run's result
+//!    consumer (idempotent).
 //! 3. Walk the items from the first, skipping finished ones; evaluate each unfinished
 //!    item against the stored results until the window is full, holding back the jobs
 //!    it needs.

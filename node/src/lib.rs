@@ -24,6 +24,7 @@ use std::path::PathBuf;
 
 use halyard_plan::sweep::{self, Sweep};
 
+pub mod broker_init;
 pub mod coordinator;
 pub mod deploy_k8s;
 pub mod display;

@@ -121,7 +121,10 @@ pub fn readiness(src: &Sources) -> Result<(), String> {
     }
     for (id, s) in &src.workers {
         if !s.ready.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(format!("worker {id}: loading models, binding consumers or stopping"));
+            return Err(format!(
+                "worker {id}: waiting for the broker's streams (made by a coordinator or \
+                 `halyard broker init`), loading models, binding consumers or stopping"
+            ));
         }
     }
     Ok(())

@@ -165,14 +165,13 @@ impl LocalWorker {
             cfg.worker_id.clone(),
             worker::pool_list(&cfg),
             cfg.stats.clone(),
-        )
-        .await;
+        );
         let (stop, stop_rx) = watch::channel(false);
         let b = broker.clone();
         let task = tokio::spawn(async move {
             halyard_worker::run_with_checkpoint(b, checkpoint, cfg, until(stop_rx)).await
         });
-        Ok(LocalWorker { task: Some(task), stats, beat, stop, compact_on_stop })
+        Ok(LocalWorker { task: Some(task), stats, beat: Some(beat), stop, compact_on_stop })
     }
 
     /// Stop the worker and wait for it; its error, if it had one.

@@ -236,12 +236,9 @@ pub async fn run(
         broker: Some(broker.clone()),
     };
     metrics::serve(metrics, Some("127.0.0.1:9465"), src).await?;
-    let beat =
-        status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone()).await;
+    let beat = status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone());
     let result = halyard_worker::run(broker, cfg, until(shutdown)).await;
-    if let Some(b) = beat {
-        b.abort();
-    }
+    beat.abort();
     result?;
     Ok(())
 }

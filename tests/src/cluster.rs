@@ -104,7 +104,7 @@ mod tests {
     /// answers once it is) and checks that both have 3 replicas.
     async fn assert_streams_have_three_replicas(b: &halyard_broker::Broker) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while let Err(e) = halyard_broker::ensure_streams(b).await {
+        while let Err(e) = halyard_broker::init(b, &Default::default()).await {
             assert!(Instant::now() < deadline, "streams never created: {e}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

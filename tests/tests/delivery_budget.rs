@@ -17,7 +17,7 @@ use halyard_worker::budget::Budget;
 async fn pool_consumer_settings_are_updated() {
     let nats = NatsServer::start();
     let b = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
-    halyard_broker::ensure_streams(&b).await.unwrap();
+    halyard_broker::init(&b, &Default::default()).await.unwrap();
     let stream = b.js.get_stream(subjects::JOBS_STREAM).await.unwrap();
     let name = subjects::pool_consumer("pool-a");
     // As an older Halyard made it: max_deliver 5 on the server, ack wait 30 s.

@@ -42,7 +42,7 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
     })
     .await;
     let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
-    halyard_broker::ensure_streams(&broker).await.unwrap();
+    halyard_broker::init(&broker, &Default::default()).await.unwrap();
     // The pool planned, as a coordinator plans it (it alone makes pool consumers).
     let delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
     halyard_broker::pool_consumer(&broker, "pool-a", delivery).await.unwrap();

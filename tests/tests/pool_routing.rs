@@ -30,7 +30,7 @@ fn job(run: uuid::Uuid, pool: &str, i: u32) -> Job {
 async fn jobs_reach_only_their_pool() {
     let nats = NatsServer::start();
     let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
-    halyard_broker::ensure_streams(&broker).await.unwrap();
+    halyard_broker::init(&broker, &Default::default()).await.unwrap();
     let run = uuid::Uuid::now_v7();
     let (cpu, gpu) = ("gguf/m@cpu", "gguf/m@gpu0");
     assert_ne!(subjects::job_subject(cpu), subjects::job_subject(gpu));

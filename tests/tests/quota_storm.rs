@@ -25,7 +25,7 @@ async fn storm_pauses_the_pool_and_loses_no_job() {
         ..QuotaConfig::per_minute(600, 10_000_000)
     });
     let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
-    halyard_broker::ensure_streams(&broker).await.unwrap();
+    halyard_broker::init(&broker, &Default::default()).await.unwrap();
     // The pool planned, as a coordinator plans it (it alone makes pool consumers).
     let delivery = Delivery { ack_wait: Duration::from_secs(30), max_deliver: 5 };
     halyard_broker::pool_consumer(&broker, POOL, delivery).await.unwrap();

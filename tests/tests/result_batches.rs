@@ -71,7 +71,7 @@ async fn batches_and_singles_count_each_job_once() {
     ));
 
     // Take every job, as a worker would.
-    halyard_broker::ensure_streams(&broker).await.unwrap();
+    halyard_broker::init(&broker, &Default::default()).await.unwrap();
     let consumer =
         halyard_broker::pool_consumer(&broker, "free", Delivery::default()).await.unwrap();
     let mut msgs = Vec::new();

@@ -105,7 +105,7 @@ async fn one_bad_job_costs_only_itself() {
     let nats = NatsServer::start();
     let attacker = FakeOpenAi::start(|_| Reply::Text("planted".into())).await;
     let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
-    halyard_broker::ensure_streams(&broker).await.unwrap();
+    halyard_broker::init(&broker, &Default::default()).await.unwrap();
     let run = uuid::Uuid::now_v7();
     let good = [job(run, "noop", "", "a"), job(run, "noop", "", "b")];
     let mut forged_id = job(run, "noop", "", "c");
@@ -177,7 +177,7 @@ async fn job_objects_are_checked_like_any_job_message() {
     use halyard_broker::objects;
     let nats = NatsServer::start();
     let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
-    halyard_broker::ensure_streams(&broker).await.unwrap();
+    halyard_broker::init(&broker, &Default::default()).await.unwrap();
     let run = uuid::Uuid::now_v7();
     let big = job(run, "noop", "", &"a long prompt ".repeat(110_000));
     let big_bytes = encode(&big).unwrap();

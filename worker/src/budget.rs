@@ -31,7 +31,7 @@ use halyard_broker::{Broker, BrokerError};
 use serde::{Deserialize, Serialize};
 
 /// Records of messages whose workers crashed before the ack expire after this long.
-pub const RECORD_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+pub const RECORD_MAX_AGE: Duration = halyard_broker::layout::DELIVERY_BUDGET.max_age;
 
 /// A message's excused deliveries.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,12 +85,8 @@ impl Budget {
     /// Open the bucket (file storage: a record must outlive a broker restart as long as
     /// the job message does).
     pub async fn open(broker: &Broker) -> Result<Budget, BrokerError> {
-        let spec = halyard_broker::kv::BucketSpec {
-            name: halyard_proto::subjects::DELIVERY_BUDGET_BUCKET,
-            max_age: RECORD_MAX_AGE,
-            storage: async_nats::jetstream::stream::StorageType::File,
-        };
-        let (kv, _) = halyard_broker::kv::open_bucket(broker, spec).await?;
+        let (kv, _) =
+            halyard_broker::kv::open(broker, halyard_broker::layout::DELIVERY_BUDGET).await?;
         Ok(Budget { kv })
     }
 

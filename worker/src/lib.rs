@@ -358,7 +358,7 @@ async fn start(
     joined: &mut Joined,
     (stop_rx, hard_rx): (watch::Receiver<bool>, watch::Receiver<bool>),
 ) -> Result<(Arc<pool::PoolCtx>, tokio::task::JoinSet<()>), WorkerError> {
-    halyard_broker::ensure_streams(broker).await?;
+    halyard_broker::layout::open_streams(broker).await?;
     let (plan, http) = (config.plan.clone(), config.http);
     let mut backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
         .await

@@ -241,7 +241,7 @@ async fn run_scenario(sc: &Scenario, secs: u64, latency: Duration) -> anyhow::Re
         &BrokerConfig::new(url.clone(), "quota-bench publisher").with_auth(nats.auth()),
     )
     .await?;
-    halyard_broker::ensure_streams(&broker).await?;
+    halyard_broker::init(&broker, &Default::default()).await?;
     let jobs =
         (sc.rpm.min(sc.tpm / sc.completion.max(1)) as f64 * secs as f64 / 60.0 * 1.3) as u64 + 100;
     publish_chat_jobs(

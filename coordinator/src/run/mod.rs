@@ -139,7 +139,7 @@ async fn start<'s>(
     // consumers are made here, before any worker joins (issue 34): an autoscaler reading
     // a pool's lag (KEDA) then reads the pool's own queue from the first job on, not the
     // whole stream's last sequence, which it reports for a consumer that does not exist.
-    halyard_broker::ensure_streams(broker).await?;
+    halyard_broker::init(broker, &Default::default()).await?;
     let delivery = halyard_broker::Delivery {
         ack_wait: cfg.sweep.run.ack_wait,
         max_deliver: cfg.sweep.run.max_deliver,

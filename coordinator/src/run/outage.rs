@@ -116,7 +116,7 @@ impl Outages {
         }
         self.last = Some(Instant::now());
         if self.store.is_none() {
-            // The workers create the bucket (the coordinator's role may only read it).
+            // Made with the rest of the layout at start (halyard_broker::layout); read only.
             self.store = self.broker.js.get_key_value(subjects::POOL_HEALTH_BUCKET).await.ok();
         }
         let store = self.store.as_ref()?;

@@ -21,11 +21,13 @@ const BEAT_EVERY: Duration = Duration::from_secs(5);
 pub struct StatusWriter {
     name: String,
     run_dir: PathBuf,
-    store: Option<KvStore>,
+    /// The status bucket, once the coordinator has made it (`halyard_broker::layout`).
+    store: Arc<tokio::sync::OnceCell<KvStore>>,
     rx: watch::Receiver<Progress>,
     started: Instant,
     pools: Vec<String>,
     task: tokio::task::JoinHandle<()>,
+    opener: tokio::task::JoinHandle<()>,
     done_at_start: Arc<std::sync::Mutex<Option<u64>>>,
 }
 
@@ -79,13 +81,21 @@ impl StatusWriter {
         rx: watch::Receiver<Progress>,
         pools: Vec<String>,
     ) -> StatusWriter {
-        let store = match kv::bucket(broker, kv::STATUS_BUCKET, kv::STATUS_MAX_AGE).await {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!(error = %e, "run status will not be published on the broker (status.json only)");
-                None
+        let store = Arc::new(tokio::sync::OnceCell::new());
+        // The bucket is opened beside the writes: the coordinator makes it after this
+        // starts (status.json is written meanwhile).
+        let (b, cell) = (broker.clone(), store.clone());
+        let opener = tokio::spawn(async move {
+            match kv::bucket(&b, halyard_broker::layout::STATUS).await {
+                Ok(s) => {
+                    let _ = cell.set(s);
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "run status will not be published on the broker (status.json only)"
+                ),
             }
-        };
+        });
         let started = Instant::now();
         let done_at_start: Arc<std::sync::Mutex<Option<u64>>> = Arc::default();
         let (n, dir, st, mut r, d0, pl) = (
@@ -108,7 +118,7 @@ impl StatusWriter {
                     *g
                 };
                 if p.run.is_some() {
-                    publish(&snapshot(&n, &p, "running", started, d, &pl), &dir, st.as_ref()).await;
+                    publish(&snapshot(&n, &p, "running", started, d, &pl), &dir, st.get()).await;
                 }
                 tokio::time::sleep(STATUS_EVERY).await;
                 if r.has_changed().is_err() {
@@ -124,6 +134,7 @@ impl StatusWriter {
             started,
             pools,
             task,
+            opener,
             done_at_start,
         }
     }
@@ -131,6 +142,7 @@ impl StatusWriter {
     /// Stop the periodic writes and publish the final state (`complete`, `interrupted`, `cost_limit`).
     pub async fn finish(self, state: &str) {
         self.task.abort();
+        self.opener.abort();
         let p = self.rx.borrow().clone();
         if p.run.is_none() {
             return;
@@ -139,27 +151,29 @@ impl StatusWriter {
         publish(
             &snapshot(&self.name, &p, state, self.started, d, &self.pools),
             &self.run_dir,
-            self.store.as_ref(),
+            self.store.get(),
         )
         .await;
     }
 }
 
 /// Beat for a worker every few seconds until the returned task is aborted.
-pub async fn heartbeat(
+pub fn heartbeat(
     broker: &Broker,
     worker: String,
     pools: Vec<(String, usize)>,
     stats: Arc<Stats>,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let store = match kv::bucket(broker, kv::WORKERS_BUCKET, kv::WORKER_MAX_AGE).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "worker heartbeat disabled");
-            return None;
-        }
-    };
-    Some(tokio::spawn(async move {
+) -> tokio::task::JoinHandle<()> {
+    let broker = broker.clone();
+    tokio::spawn(async move {
+        // Waits for the coordinator to make the bucket (`halyard_broker::layout`).
+        let store = match kv::bucket(&broker, halyard_broker::layout::WORKERS).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "worker heartbeat disabled");
+                return;
+            }
+        };
         loop {
             let beat = WorkerBeat {
                 worker: worker.clone(),
@@ -179,5 +193,5 @@ pub async fn heartbeat(
             }
             tokio::time::sleep(BEAT_EVERY).await;
         }
-    }))
+    })
 }

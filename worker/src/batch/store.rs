@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use halyard_broker::{Broker, BrokerError};
 use halyard_proto::provider_batch::{
-    claim_key, ledger_key, record_key, BatchRecord, Claim, QueueLedger, BATCHES_BUCKET,
+    claim_key, ledger_key, record_key, BatchRecord, Claim, QueueLedger,
 };
 use halyard_proto::JobId;
 use serde::de::DeserializeOwned;
@@ -15,7 +15,7 @@ use serde::Serialize;
 
 /// Records and claims outlive the provider's 24-hour window by days: a run resumed the
 /// next week still finds a batch that ended while nobody ran.
-pub const RECORD_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+pub const RECORD_MAX_AGE: Duration = halyard_broker::layout::BATCHES.max_age;
 
 #[derive(Debug, thiserror::Error)]
 #[error("batches bucket, key {key}: {reason}")]
@@ -50,12 +50,7 @@ pub struct Store {
 
 impl Store {
     pub async fn open(broker: &Broker) -> Result<Store, BrokerError> {
-        let spec = halyard_broker::kv::BucketSpec {
-            name: BATCHES_BUCKET,
-            max_age: RECORD_MAX_AGE,
-            storage: async_nats::jetstream::stream::StorageType::File,
-        };
-        let (kv, _) = halyard_broker::kv::open_bucket(broker, spec).await?;
+        let (kv, _) = halyard_broker::kv::open(broker, halyard_broker::layout::BATCHES).await?;
         Ok(Store { kv })
     }
 

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use async_nats::jetstream::{kv, stream};
+use async_nats::jetstream::kv;
 use futures::StreamExt;
 use halyard_broker::{Broker, BrokerError};
 use halyard_proto::{OutageReason, PoolHealthRecord};
@@ -37,8 +37,6 @@ pub use machine::{Change, Failure, Machine, Verdict};
 use crate::quota::membership::{self, Announcement};
 use crate::Stats;
 
-/// Health records not rewritten for this long expire from the bucket.
-const RECORD_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
 /// What this worker tells the others and the bucket after a change it saw.
 #[derive(Clone, Debug)]
@@ -140,12 +138,7 @@ impl PoolHealth {
         worker: &str,
         stats: Arc<Stats>,
     ) -> Result<Arc<PoolHealth>, BrokerError> {
-        let spec = halyard_broker::kv::BucketSpec {
-            name: halyard_proto::subjects::POOL_HEALTH_BUCKET,
-            max_age: RECORD_MAX_AGE,
-            storage: stream::StorageType::Memory,
-        };
-        let (kv, _) = halyard_broker::kv::open_bucket(broker, spec).await?;
+        let (kv, _) = halyard_broker::kv::open(broker, halyard_broker::layout::POOL_HEALTH).await?;
         let subject = membership::subject(pool);
         let sub = broker
             .client

@@ -29,7 +29,7 @@ use halyard_broker::{Broker, BrokerError};
 use serde::{Deserialize, Serialize};
 
 /// The KV bucket of pool members.
-pub const BUCKET: &str = "halyard_quota_members";
+pub const BUCKET: &str = halyard_broker::layout::QUOTA_MEMBERS;
 
 /// A control message to every member of a pool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -98,20 +98,15 @@ fn err(what: &str, e: impl std::fmt::Display) -> BrokerError {
     BrokerError::js(format!("quota membership: {what}"), e)
 }
 
-/// Open the members bucket, creating it for membership TTL `ttl` (`max_age` = ¾ TTL) if
-/// missing. An existing bucket keeps its TTL (the first worker's), which every member
-/// then uses; the TTL in force is returned. Membership is ephemeral, so the bucket lives
-/// in memory (see [`halyard_broker::kv`]).
+/// Open the members bucket as the coordinator made it (`halyard broker init
+/// --quota-ttl`, else [`halyard_broker::layout::DEFAULT_QUOTA_TTL`]), waiting while it
+/// does not exist. Its keys' lifetime is ¾ of the membership TTL, which every member
+/// uses: the TTL in force is returned.
 pub async fn open_bucket(
     broker: &Broker,
-    ttl: Duration,
 ) -> Result<(kv::Store, stream::Stream, Duration), BrokerError> {
-    let spec = halyard_broker::kv::BucketSpec {
-        name: BUCKET,
-        max_age: ttl.mul_f64(0.75),
-        storage: stream::StorageType::Memory,
-    };
-    let (store, mut s) = halyard_broker::kv::open_bucket(broker, spec).await?;
+    let spec = halyard_broker::layout::quota_members(halyard_broker::layout::DEFAULT_QUOTA_TTL);
+    let (store, mut s) = halyard_broker::kv::open(broker, spec).await?;
     let max_age =
         s.info().await.map_err(|e| err("cannot read the KV bucket's stream", e))?.config.max_age;
     Ok((

@@ -213,13 +213,11 @@ impl QuotaGate {
         stats: Arc<Stats>,
     ) -> Result<Arc<QuotaGate>, BrokerError> {
         let sub = membership::subscribe(broker, pool).await?;
-        // Retried as a whole: a broker restarting meanwhile loses answers, and the
-        // members bucket (memory) with them, which the next try creates again.
+        // Retried as a whole: a broker restarting meanwhile loses answers.
         let what = format!("join the quota pool {pool}");
         let (membership, members, ttl) = halyard_broker::retry_js(&what, || async {
             let gone = |e: BrokerError| halyard_broker::vanished(e.to_string());
-            let (kv, stream, ttl) =
-                membership::open_bucket(broker, settings.ttl).await.map_err(gone)?;
+            let (kv, stream, ttl) = membership::open_bucket(broker).await.map_err(gone)?;
             let m = Membership::new(broker, kv, stream, pool, worker);
             m.heartbeat().await.map_err(gone)?;
             m.announce(&Announcement::Join { worker: worker.to_string() }).await.map_err(gone)?;
@@ -227,6 +225,15 @@ impl QuotaGate {
             Ok::<_, String>((m, members, ttl))
         })
         .await?;
+        if ttl.abs_diff(settings.ttl) > Duration::from_millis(50) {
+            tracing::warn!(
+                pool,
+                bucket_ttl_s = ttl.as_secs_f64(),
+                configured_ttl_s = settings.ttl.as_secs_f64(),
+                "the quota members bucket was made for another membership TTL, which every member \
+                 uses; `halyard broker init --quota-ttl` sets it when the bucket is made"
+            );
+        }
         settings.ttl = ttl;
         let limiter = Arc::new(PoolLimiter::new(quota, members));
         let gate = Arc::new(QuotaGate {
