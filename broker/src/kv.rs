@@ -5,39 +5,11 @@
 //! directly with the KV layout (`KV_<bucket>`, `$KV.<bucket>.>`, one message per
 //! subject, rollups, direct gets, on disk), and [`open`] opens it as a KV store.
 
-use std::time::Duration;
-
 use async_nats::jetstream::{kv, stream};
 
 use crate::{Broker, BrokerError};
 
-/// A bucket of the layout ([`crate::layout`]).
-#[derive(Clone, Copy, Debug)]
-pub struct BucketSpec {
-    pub name: &'static str,
-    /// Keys not written for this long expire (zero: never).
-    pub max_age: Duration,
-}
-
-impl BucketSpec {
-    /// The bucket's stream as [`crate::layout::init`] creates it.
-    pub fn config(&self, replicas: usize) -> stream::Config {
-        let name = self.name;
-        stream::Config {
-            name: format!("KV_{name}"),
-            subjects: vec![format!("$KV.{name}.>")],
-            max_messages_per_subject: 1,
-            max_age: self.max_age,
-            storage: stream::StorageType::File,
-            allow_rollup: true,
-            deny_delete: true,
-            allow_direct: true,
-            discard: stream::DiscardPolicy::New,
-            num_replicas: replicas,
-            ..Default::default()
-        }
-    }
-}
+pub use crate::layout::BucketSpec;
 
 /// Open the bucket as the coordinator (or `halyard broker init`) made it, waiting while
 /// it does not exist ([`crate::layout::open`]); its stream is returned with the store so

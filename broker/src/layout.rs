@@ -18,19 +18,50 @@ use std::time::Duration;
 use async_nats::jetstream::stream;
 use halyard_proto::subjects;
 
-use crate::kv::BucketSpec;
-use crate::{objects, retry_js, stream_replicas, Broker, BrokerError};
+use crate::{retry_js, stream_replicas, Broker, BrokerError};
+
+/// A KV bucket of the layout. async-nats's `create_key_value` first asks for account
+/// information in a form nats-server 2.9 does not send, so [`init`] creates a bucket's
+/// stream directly with the KV layout (`KV_<bucket>`, `$KV.<bucket>.>`, one message per
+/// subject, rollups, direct gets, on disk), and [`crate::kv::open`] opens it.
+#[derive(Clone, Copy, Debug)]
+pub struct BucketSpec {
+    pub name: &'static str,
+    /// Keys not written for this long expire (zero: never).
+    pub max_age: Duration,
+}
+
+impl BucketSpec {
+    /// The bucket's stream as [`init`] creates it.
+    pub fn config(&self, replicas: usize) -> stream::Config {
+        let name = self.name;
+        stream::Config {
+            name: format!("KV_{name}"),
+            subjects: vec![format!("$KV.{name}.>")],
+            max_messages_per_subject: 1,
+            max_age: self.max_age,
+            storage: stream::StorageType::File,
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: stream::DiscardPolicy::New,
+            num_replicas: replicas,
+            ..Default::default()
+        }
+    }
+}
+
+pub const STATUS_BUCKET: &str = "halyard_status";
+pub const WORKERS_BUCKET: &str = "halyard_workers";
+/// A run's status is kept a week after its last update.
+pub const STATUS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// A worker whose heartbeat is older than this is gone.
+pub const WORKER_MAX_AGE: Duration = Duration::from_secs(30);
 
 /// Run status (`halyard status`), written by the coordinator; kept a week.
-pub const STATUS: BucketSpec = BucketSpec {
-    name: crate::status::STATUS_BUCKET,
-    max_age: crate::status::STATUS_MAX_AGE,
-};
+pub const STATUS: BucketSpec = BucketSpec { name: STATUS_BUCKET, max_age: STATUS_MAX_AGE };
 /// Worker heartbeats; a worker whose key expired is gone.
-pub const WORKERS: BucketSpec = BucketSpec {
-    name: crate::status::WORKERS_BUCKET,
-    max_age: crate::status::WORKER_MAX_AGE,
-};
+pub const WORKERS: BucketSpec = BucketSpec { name: WORKERS_BUCKET, max_age: WORKER_MAX_AGE };
 /// Quota pool membership: `<pool hex>.<worker hex>`, expiring after ¾ of the membership
 /// TTL ([`Options::quota_ttl`]), which every member reads from the bucket.
 pub const QUOTA_MEMBERS: &str = "halyard_quota_members";
@@ -73,6 +104,39 @@ pub fn quota_members(ttl: Duration) -> BucketSpec {
     BucketSpec { name: QUOTA_MEMBERS, max_age: ttl.mul_f64(0.75) }
 }
 
+/// The object store bucket for oversized messages (stream `OBJ_halyard_objects`;
+/// [`crate::objects`]).
+pub const OBJECTS_BUCKET: &str = "halyard_objects";
+
+/// Objects not deleted with their run (a run abandoned, or stopped for good) expire after
+/// this long. Safe whenever it happens: a job message whose object is gone is terminated
+/// and the job published again by the stall check (the object stored anew), a results
+/// message whose object is gone is dropped and its job answered again from a worker's
+/// checkpoint.
+pub const OBJECT_MAX_AGE: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// Bytes the object bucket holds at most (a run's objects go when it completes, any
+/// object after [`OBJECT_MAX_AGE`]); past it a put is refused (discard policy `new`) and
+/// the publisher keeps its payload and tries again later.
+pub const OBJECTS_MAX_BYTES: i64 = 4 << 30;
+
+/// The object bucket's stream as [`init`] creates it (in the object store's layout,
+/// created directly as KV buckets are: see [`BucketSpec`]).
+pub fn objects(replicas: usize) -> stream::Config {
+    stream::Config {
+        name: format!("OBJ_{OBJECTS_BUCKET}"),
+        subjects: vec![format!("$O.{OBJECTS_BUCKET}.C.>"), format!("$O.{OBJECTS_BUCKET}.M.>")],
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        max_age: OBJECT_MAX_AGE,
+        max_bytes: OBJECTS_MAX_BYTES,
+        discard: stream::DiscardPolicy::New,
+        allow_rollup: true,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
 /// Bytes the results stream holds at most. Results are removed as the coordinator acks
 /// them, so this is what may wait while no coordinator runs; past it a worker's publish
 /// is refused (discard policy `new`: nothing stored is ever dropped), the worker keeps
@@ -109,7 +173,7 @@ pub fn streams(b: &Broker, replicas: usize) -> [stream::Config; 2] {
 /// Every stream of the layout, as [`init`] creates it.
 pub fn all(b: &Broker, opts: &Options, replicas: usize) -> Vec<stream::Config> {
     let mut all = streams(b, replicas).to_vec();
-    all.push(objects::config(replicas));
+    all.push(objects(replicas));
     let buckets = [STATUS, WORKERS, quota_members(opts.quota_ttl), POOL_HEALTH, DELIVERY_BUDGET, BATCHES];
     all.extend(buckets.iter().map(|s| s.config(replicas)));
     all
@@ -226,7 +290,7 @@ pub async fn open(b: &Broker, want: &stream::Config) -> Result<stream::Stream, B
 /// before it binds.
 pub async fn open_streams(b: &Broker) -> Result<(), BrokerError> {
     let [jobs, results] = streams(b, 1);
-    for cfg in [jobs, results, objects::config(1)] {
+    for cfg in [jobs, results, objects(1)] {
         open(b, &cfg).await?;
     }
     Ok(())

@@ -403,6 +403,9 @@ where
                 let transient = [
                     "timed out",
                     "no responders",
+                    // async-nats's words for "no responders" to a JetStream request: a
+                    // server without JetStream (yet).
+                    "requested jetstream resource does not exist",
                     "unavailable",
                     "not available",
                     "leader",

@@ -4,10 +4,18 @@
 //! A job or results message whose payload would pass the server's `max_payload`
 //! ([`crate::Broker::payload_limit`]) is stored as an object in the bucket [`BUCKET`]
 //! (chunked by the object store), and the message is published with an empty payload
-//! and the header [`HEADER`] naming the object. The name is content-addressed:
-//! `<run>.<blake3 of the bytes>` (hex), so
-//! - a receiver checks what it reads against the name (a message from the broker is
-//!   untrusted input; so is an object): bytes whose hash differs are refused;
+//! and the header [`HEADER`] holding the object's reference, `<name>/<key>`.
+//!
+//! Objects are sealed by convergent encryption: the key is derived from the bytes
+//! ([`KEY_CONTEXT`], BLAKE3), the object is the bytes sealed with it (ChaCha20-Poly1305,
+//! the name as associated data), and the name is `<run>.<blake3 of the key>` (hex). So
+//! - whoever may read the bucket but not the message (any worker credential, for every
+//!   run's objects: NATS cannot scope the object store's chunk subjects) reads sealed
+//!   bytes only: an object's content goes exactly where its message goes;
+//! - a receiver checks what it reads against the reference (a message from the broker is
+//!   untrusted input; so is an object): bytes that do not open with the key, or open to
+//!   bytes that do not derive it, are refused, so a rewritten object (a worker may roll
+//!   up any object's metadata) costs a re-publication, never a wrong payload;
 //! - the same bytes put twice (a publish retried, a job re-published) are one object,
 //!   stored once;
 //! - the objects of a run are found by their prefix and deleted with the run
@@ -18,7 +26,6 @@
 
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::object_store::{GetErrorKind, InfoErrorKind, ObjectStore};
-use async_nats::jetstream::stream;
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use tokio::io::AsyncReadExt;
@@ -26,27 +33,14 @@ use uuid::Uuid;
 
 use crate::{Broker, BrokerError};
 
-/// The object store bucket for oversized messages (stream `OBJ_halyard_objects`).
-pub const BUCKET: &str = "halyard_objects";
+pub use crate::layout::{OBJECTS_BUCKET as BUCKET, OBJECTS_MAX_BYTES, OBJECT_MAX_AGE};
 
 /// Header of a message whose payload is the object it names.
 pub const HEADER: &str = "Halyard-Object";
 
-/// Objects not deleted with their run (a run abandoned, or stopped for good) expire after
-/// this long. Safe whenever it happens: a job message whose object is gone is terminated
-/// and the job published again by the stall check (the object stored anew), a results
-/// message whose object is gone is dropped and its job answered again from a worker's
-/// checkpoint.
-pub const OBJECT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(14 * 24 * 3600);
-
 /// The largest object a receiver reads: above the largest HTTP response body a worker
 /// accepts by default (64 MiB) with room for the request and framing around it.
 pub const MAX_OBJECT_BYTES: usize = 128 << 20;
-/// Bytes the object bucket holds at most (a run's objects go when it completes, any
-/// object after [`OBJECT_MAX_AGE`]); past it a put is refused (discard policy `new`) and
-/// the publisher keeps its payload and tries again later.
-pub const OBJECTS_MAX_BYTES: i64 = 4 << 30;
-
 /// Why an object's bytes could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
@@ -71,7 +65,55 @@ impl ObjectError {
 
 /// The object name for `bytes` of run `run`.
 pub fn name_of(run: Uuid, bytes: &[u8]) -> String {
-    format!("{}.{}", run.simple(), blake3::hash(bytes).to_hex())
+    name_for(run, &key_of(bytes))
+}
+
+/// The BLAKE3 key-derivation context of an object's key.
+pub const KEY_CONTEXT: &str = "halyard 2026-11 object key v1";
+
+/// The key of an object holding `bytes` (derived from them: convergent encryption).
+fn key_of(bytes: &[u8]) -> [u8; 32] {
+    blake3::derive_key(KEY_CONTEXT, bytes)
+}
+
+fn name_for(run: Uuid, key: &[u8; 32]) -> String {
+    format!("{}.{}", run.simple(), blake3::hash(key).to_hex())
+}
+
+/// `bytes` sealed with `key` under `name` (ChaCha20-Poly1305; one key seals one content
+/// only, so the fixed nonce is never reused with another).
+fn seal(key: &[u8; 32], name: &str, bytes: &[u8]) -> Vec<u8> {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+    let k = LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key"));
+    let mut out = Vec::with_capacity(bytes.len() + CHACHA20_POLY1305.tag_len());
+    out.extend_from_slice(bytes);
+    k.seal_in_place_append_tag(Nonce::assume_unique_for_key([0; 12]), Aad::from(name), &mut out)
+        .expect("ChaCha20-Poly1305 seals any length a message may have");
+    out
+}
+
+/// The bytes `sealed` holds, if it opens with `key` under `name`.
+fn open_sealed(key: &[u8; 32], name: &str, mut sealed: Vec<u8>) -> Option<Vec<u8>> {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+    let k = LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, key).ok()?);
+    let n = k
+        .open_in_place(Nonce::assume_unique_for_key([0; 12]), Aad::from(name), &mut sealed)
+        .ok()?
+        .len();
+    sealed.truncate(n);
+    Some(sealed)
+}
+
+/// The reference a message carries for an object of `bytes` of run `run`.
+pub fn reference_of(run: Uuid, bytes: &[u8]) -> String {
+    let key = key_of(bytes);
+    format!("{}/{}", name_for(run, &key), blake3::Hash::from_bytes(key).to_hex())
+}
+
+/// The name and key of a reference `<name>/<key hex>`.
+fn parse_reference(reference: &str) -> Option<(&str, [u8; 32])> {
+    let (name, key) = reference.split_once('/')?;
+    Some((name, *blake3::Hash::from_hex(key).ok()?.as_bytes()))
 }
 
 /// Whether a message names an object (its payload is elsewhere).
@@ -84,7 +126,7 @@ fn reference(headers: Option<&HeaderMap>) -> Option<&str> {
     headers?.get(HEADER).map(|v| v.as_str())
 }
 
-/// The run and content hash a name encodes, if it is one of ours.
+/// The run and key hash a name encodes, if it is one of ours.
 fn parse_name(name: &str) -> Option<(Uuid, blake3::Hash)> {
     let (run, hash) = name.split_once('.')?;
     if run.len() != 32 || !run.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -95,29 +137,12 @@ fn parse_name(name: &str) -> Option<(Uuid, blake3::Hash)> {
     Some((run, hash))
 }
 
-/// The bucket's stream as [`crate::layout::init`] creates it (in the object store's
-/// layout, created directly as for KV buckets: see [`crate::kv`]).
-pub fn config(replicas: usize) -> stream::Config {
-    stream::Config {
-        name: format!("OBJ_{BUCKET}"),
-        subjects: vec![format!("$O.{BUCKET}.C.>"), format!("$O.{BUCKET}.M.>")],
-        storage: stream::StorageType::File,
-        num_replicas: replicas,
-        max_age: OBJECT_MAX_AGE,
-        max_bytes: OBJECTS_MAX_BYTES,
-        discard: stream::DiscardPolicy::New,
-        allow_rollup: true,
-        allow_direct: true,
-        ..Default::default()
-    }
-}
-
 /// Open the bucket as the coordinator made it, its shape checked
 /// ([`crate::layout::lookup`]); a bucket that does not exist is an error (a transient
 /// one for a reader: [`ObjectError::Broker`]), never waited for: a message naming an
 /// object is input, and no object is stored before the coordinator made the bucket.
 async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
-    if crate::layout::lookup(b, &config(1)).await?.is_none() {
+    if crate::layout::lookup(b, &crate::layout::objects(1)).await?.is_none() {
         return Err(BrokerError::Config(format!(
             "the object bucket {BUCKET} does not exist: a coordinator (or `halyard broker init`) \
              creates it"
@@ -126,31 +151,37 @@ async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
     crate::retry_js(&format!("open the object bucket {BUCKET}"), || b.js.get_object_store(BUCKET)).await
 }
 
-/// Store `bytes` of run `run` as an object (unless it is there already) and return its
-/// name, for a message's [`HEADER`].
+/// Bytes a sealed object has beyond its content (the AEAD tag).
+const TAG_BYTES: usize = 16;
+
+/// Store `bytes` of run `run` as a sealed object (unless it is there already) and return
+/// its reference, for a message's [`HEADER`].
 pub async fn put(b: &Broker, run: Uuid, bytes: &[u8]) -> Result<String, BrokerError> {
-    let name = name_of(run, bytes);
+    let key = key_of(bytes);
+    let name = name_for(run, &key);
+    let reference = format!("{name}/{}", blake3::Hash::from_bytes(key).to_hex());
     let store = open(b).await?;
     if let Ok(info) = store.info(&name).await {
-        if !info.deleted && info.size == bytes.len() {
-            return Ok(name);
+        if !info.deleted && info.size == bytes.len() + TAG_BYTES {
+            return Ok(reference);
         }
     }
-    match store.put(name.as_str(), &mut &bytes[..]).await {
-        Ok(_) => Ok(name),
+    let sealed = seal(&key, &name, bytes);
+    match store.put(name.as_str(), &mut &sealed[..]).await {
+        Ok(_) => Ok(reference),
         // Stored, and its metadata published; only the chunks of an earlier copy (a put
         // racing another of the same bytes) are left behind, until the run's objects go.
         Err(e) if e.kind() == async_nats::jetstream::object_store::PutErrorKind::PurgeOldChunks => {
-            Ok(name)
+            Ok(reference)
         }
         Err(e) => Err(BrokerError::js(format!("store object {name}"), e)),
     }
 }
 
 /// A message carrying `payload` of run `run`: the payload itself, or, when it is larger
-/// than the server's `max_payload`, an empty message whose [`HEADER`] names the object it
-/// was stored as. `stored` keeps that name across a caller's retries, so the object is
-/// stored once. The caller adds the message id.
+/// than the server's `max_payload`, an empty message whose [`HEADER`] holds the reference
+/// of the object it was stored as. `stored` keeps that reference across a caller's
+/// retries, so the object is stored once. The caller adds the message id.
 pub async fn message(
     b: &Broker,
     run: Uuid,
@@ -161,16 +192,27 @@ pub async fn message(
     if payload.len() <= b.payload_limit() {
         return Ok(m.payload(payload.clone()));
     }
-    let name = match stored {
-        Some(name) => name,
+    let reference = match stored {
+        Some(r) => r,
         None => stored.insert(put(b, run, payload).await?),
     };
-    Ok(m.header(HEADER, name.as_str()))
+    Ok(m.header(HEADER, reference.as_str()))
 }
 
-/// The bytes of object `name`, checked against the name; with `run`, the object must
-/// belong to that run.
-pub async fn fetch(b: &Broker, name: &str, run: Option<Uuid>) -> Result<Vec<u8>, ObjectError> {
+/// The bytes of the object `reference` (`<name>/<key>`, as [`put`] returns it) names,
+/// opened with its key and checked against it; with `run`, the object must belong to
+/// that run.
+pub async fn fetch(
+    b: &Broker,
+    reference: &str,
+    run: Option<Uuid>,
+) -> Result<Vec<u8>, ObjectError> {
+    let Some((name, key)) = parse_reference(reference) else {
+        return Err(ObjectError::Invalid {
+            name: reference.to_string(),
+            reason: "not an object reference of the form <run>.<hex>/<key hex>".into(),
+        });
+    };
     let invalid = |reason: String| ObjectError::Invalid { name: name.to_string(), reason };
     let Some((of_run, hash)) = parse_name(name) else {
         return Err(invalid("not an object name of the form <run>.<blake3 hex>".into()));
@@ -179,6 +221,9 @@ pub async fn fetch(b: &Broker, name: &str, run: Option<Uuid>) -> Result<Vec<u8>,
         if r != of_run {
             return Err(invalid(format!("belongs to run {of_run}, not to {r}")));
         }
+    }
+    if blake3::hash(&key) != hash {
+        return Err(invalid("its key is not the one its name was made from".into()));
     }
     let broker_err = |reason: String| ObjectError::Broker { name: name.to_string(), reason };
     let store = open(b).await.map_err(|e| broker_err(e.to_string()))?;
@@ -190,7 +235,8 @@ pub async fn fetch(b: &Broker, name: &str, run: Option<Uuid>) -> Result<Vec<u8>,
         }
         Err(e) => return Err(broker_err(e.to_string())),
     };
-    if info.size > MAX_OBJECT_BYTES {
+    let most = MAX_OBJECT_BYTES + TAG_BYTES;
+    if info.size > most {
         return Err(invalid(format!(
             "{} bytes, more than the {MAX_OBJECT_BYTES} a message may hold",
             info.size
@@ -203,18 +249,22 @@ pub async fn fetch(b: &Broker, name: &str, run: Option<Uuid>) -> Result<Vec<u8>,
         }
         Err(e) => return Err(broker_err(e.to_string())),
     };
-    let mut bytes = Vec::with_capacity(info.size);
+    let mut sealed = Vec::with_capacity(info.size);
     // One byte past the limit tells an object that grew beyond what its info said.
-    let read = object.take(MAX_OBJECT_BYTES as u64 + 1).read_to_end(&mut bytes).await;
+    let read = object.take(most as u64 + 1).read_to_end(&mut sealed).await;
     if let Err(e) = read {
         // The object store's own digest check reports a mismatch as an error here.
         return Err(broker_err(format!("read: {e}")));
     }
-    if bytes.len() > MAX_OBJECT_BYTES {
+    if sealed.len() > most {
         return Err(invalid(format!("more than the {MAX_OBJECT_BYTES} bytes a message may hold")));
     }
-    if blake3::hash(&bytes) != hash {
-        return Err(invalid(format!("its {} bytes do not hash to its name", bytes.len())));
+    let n = sealed.len();
+    let Some(bytes) = open_sealed(&key, name, sealed) else {
+        return Err(invalid(format!("its {n} bytes do not open with its key")));
+    };
+    if key_of(&bytes) != key {
+        return Err(invalid(format!("its {} bytes do not derive its key", bytes.len())));
     }
     Ok(bytes)
 }
@@ -228,7 +278,7 @@ pub async fn payload_of(
 ) -> Result<bytes::Bytes, ObjectError> {
     match reference(headers) {
         None => Ok(payload.clone()),
-        Some(name) => fetch(b, name, run).await.map(bytes::Bytes::from),
+        Some(reference) => fetch(b, reference, run).await.map(bytes::Bytes::from),
     }
 }
 
@@ -263,7 +313,11 @@ mod tests {
         let run = Uuid::from_u128(7);
         let name = name_of(run, b"abc");
         let (r, h) = parse_name(&name).unwrap();
-        assert_eq!((r, h), (run, blake3::hash(b"abc")));
+        assert_eq!((r, h), (run, blake3::hash(&key_of(b"abc"))));
+        let reference = reference_of(run, b"abc");
+        let (n, key) = parse_reference(&reference).unwrap();
+        assert_eq!((n, key), (name.as_str(), key_of(b"abc")));
+        assert!(parse_reference(&name).is_none(), "a name alone is no reference");
         assert_ne!(name_of(run, b"abd"), name);
         for bad in [
             "",
@@ -274,5 +328,25 @@ mod tests {
         ] {
             assert!(parse_name(bad).is_none(), "{bad}");
         }
+    }
+
+    /// Sealed bytes show nothing of the content, open only with their key under their
+    /// name, and the same content seals the same way (one object per content).
+    #[test]
+    fn objects_are_sealed_with_a_key_only_the_content_gives() {
+        let run = Uuid::from_u128(7);
+        let text = b"the answer of a model, long enough to look for: 0123456789abcdef".repeat(8);
+        let (key, name) = (key_of(&text), name_of(run, &text));
+        let sealed = seal(&key, &name, &text);
+        assert_eq!(sealed.len(), text.len() + TAG_BYTES);
+        assert!(!sealed.windows(16).any(|w| text.windows(16).any(|t| t == w)), "plaintext leaked");
+        assert_eq!(seal(&key, &name, &text), sealed, "convergent: one object per content");
+        assert_eq!(open_sealed(&key, &name, sealed.clone()).as_deref(), Some(&text[..]));
+        let other = key_of(b"other");
+        assert!(open_sealed(&other, &name, sealed.clone()).is_none(), "opened with another key");
+        assert!(open_sealed(&key, &name_of(run, b"x"), sealed.clone()).is_none(), "under another name");
+        let mut flipped = sealed;
+        flipped[3] ^= 1;
+        assert!(open_sealed(&key, &name, flipped).is_none(), "a changed byte went unnoticed");
     }
 }

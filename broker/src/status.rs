@@ -3,20 +3,13 @@
 //! `halyard_workers` (worker id → heartbeat JSON; entries expire when a worker stops
 //! beating). `halyard status --nats URL` reads both.
 
-use std::time::Duration;
-
 use futures::StreamExt;
 
 pub use async_nats::jetstream::kv::Store as KvStore;
 
 use crate::{Broker, BrokerError};
 
-pub const STATUS_BUCKET: &str = "halyard_status";
-pub const WORKERS_BUCKET: &str = "halyard_workers";
-/// A run's status is kept a week after its last update.
-pub const STATUS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
-/// A worker whose heartbeat is older than this is gone.
-pub const WORKER_MAX_AGE: Duration = Duration::from_secs(30);
+pub use crate::layout::{STATUS_BUCKET, STATUS_MAX_AGE, WORKERS_BUCKET, WORKER_MAX_AGE};
 
 /// A key-value key for any name: characters outside `[-_=.a-zA-Z0-9]` become `_`.
 pub fn kv_key(name: &str) -> String {

@@ -391,9 +391,12 @@ async fn only_the_coordinator_shapes_the_broker() {
 
 /// Oversized messages (`halyard_broker::objects`) work with each role's own rights: a
 /// worker stores a result object that the coordinator reads, the coordinator a job
-/// object that the worker reads, and the coordinator deletes the run's objects. Bytes
-/// that do not hash to their name (an object written by hand, as anyone with write access
-/// to the bucket could) are refused, as is another run's object where a run is expected.
+/// object that the worker reads, and the coordinator deletes the run's objects. An
+/// object read without its message's reference is sealed bytes (issue 33, item 6: worker
+/// credentials may read every run's objects, and learn nothing of them). Bytes that do
+/// not open with the reference's key (an object written by hand, as anyone with write
+/// access to the bucket could) are refused, as is another run's object where a run is
+/// expected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_work_with_role_credentials_and_forged_ones_are_refused() {
     use halyard_broker::objects::{self, ObjectError};
@@ -415,13 +418,28 @@ async fn objects_work_with_role_credentials_and_forged_ones_are_refused() {
         objects::fetch(&coordinator, &r, Some(other)).await,
         Err(ObjectError::Invalid { .. })
     ));
-    // Forged: other bytes under the name of real ones.
-    let forged_name = objects::name_of(run, b"the real job");
+    // Whoever may read the bucket but not the message (any worker credential, for every
+    // run) reads sealed bytes: nothing of the job.
     let store = worker.js.get_object_store(objects::BUCKET).await.unwrap();
-    store.put(forged_name.as_str(), &mut &b"a forged job"[..]).await.unwrap();
-    let err = objects::fetch(&worker, &forged_name, None).await.unwrap_err();
+    let (name, _) = j.split_once('/').expect("a reference is <name>/<key>");
+    let mut raw = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut store.get(name).await.unwrap(), &mut raw)
+        .await
+        .unwrap();
+    assert_eq!(raw.len(), job.len() + 16);
+    assert!(!raw.windows(64).any(|w| w == &job[4096..4160]), "the job's bytes are readable");
+    // A name alone (no key) is refused, as is a key that did not make the name.
+    for bad in [name.to_string(), format!("{name}/{}", "00".repeat(32))] {
+        let err = objects::fetch(&worker, &bad, None).await.unwrap_err();
+        assert!(matches!(err, ObjectError::Invalid { .. }), "{bad}: {err}");
+    }
+    // Forged: other bytes under the name of real ones (a worker may write any object).
+    let real = objects::reference_of(run, b"the real job");
+    let forged_name = objects::name_of(run, b"the real job");
+    store.put(forged_name.as_str(), &mut &b"a forged job, not sealed"[..]).await.unwrap();
+    let err = objects::fetch(&worker, &real, None).await.unwrap_err();
     assert!(matches!(err, ObjectError::Invalid { .. }), "{err}");
-    assert!(err.to_string().contains("do not hash to its name"), "{err}");
+    assert!(err.to_string().contains("do not open with its key"), "{err}");
     assert_eq!(objects::delete_run(&coordinator, run).await.unwrap(), 3);
     assert!(matches!(objects::fetch(&worker, &j, None).await, Err(ObjectError::Missing { .. })));
     let log = nats.log_tail(400);

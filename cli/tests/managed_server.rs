@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{halyard, processes_mentioning, read_json, run_to_end};
+use common::{broker_init, halyard, processes_mentioning, read_json, run_to_end};
 use halyard_tests::{cargo_bin, free_port, pid_alive, ChildGuard, NatsServer};
 
 /// Calls in flight per pool and worker.
@@ -280,6 +280,7 @@ fn gpu_sets_start_one_server_each_and_the_run_waits_for_them() {
 #[test]
 fn a_server_that_never_becomes_ready_fails_the_worker_with_its_log() {
     let nats = NatsServer::start();
+    broker_init(&nats.url());
     for (env, expect) in [
         (("FAKE_SERVER_NEVER_READY", "true"), "was not ready within 2 s"),
         (("FAKE_SERVER_EXIT_AT_START", "7"), "exited before it was ready (exit code 7)"),
@@ -397,6 +398,7 @@ fn a_worker_killed_takes_its_servers_with_it() {
     let d = dir.path();
     let sweep = sweep(d, &Spec::default());
     let nats = NatsServer::start();
+    broker_init(&nats.url());
     let (mut w, port) = worker(d, &nats.url(), &sweep, "w0", &[], &[]);
     wait_until(
         "the worker's servers are ready",

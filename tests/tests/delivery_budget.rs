@@ -51,6 +51,8 @@ async fn pool_consumer_settings_are_updated() {
 async fn budget_records_excuse_each_delivery_once() {
     let nats = NatsServer::start();
     let b = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
+    // The bucket as the coordinator makes it (workers only open it).
+    halyard_broker::init(&b, &Default::default()).await.unwrap();
     let budget = Budget::open(&b).await.unwrap();
     let (k7, k8) = (Budget::key("paid pool", 7), Budget::key("paid pool", 8));
     // The pool first (its token), so that permissions can scope records to pools.

@@ -170,8 +170,8 @@ async fn one_bad_job_costs_only_itself() {
 /// A job message may name an object instead of carrying its job (a job larger than
 /// `max_payload`, `halyard_broker::objects`); the reference is untrusted input as well. A
 /// real 1.5 MiB job stored as an object runs; a message naming a missing object, an
-/// object whose bytes do not hash to its name, or a name that is not an object name is
-/// terminated without a call or a checkpoint, and the worker goes on.
+/// object whose bytes do not open with the reference's key, or a reference that is not
+/// one is terminated without a call or a checkpoint, and the worker goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_objects_are_checked_like_any_job_message() {
     use halyard_broker::objects;
@@ -184,12 +184,13 @@ async fn job_objects_are_checked_like_any_job_message() {
     assert!(big_bytes.len() > broker.payload_limit(), "{} bytes", big_bytes.len());
     let stored = objects::put(&broker, run, &big_bytes).await.unwrap();
     let forged = job(run, "noop", "", "forged");
-    let forged_name = objects::name_of(run, &encode(&job(run, "noop", "", "real")).unwrap());
+    let real = encode(&job(run, "noop", "", "real")).unwrap();
+    let (forged_name, forged_ref) = (objects::name_of(run, &real), objects::reference_of(run, &real));
     let store = broker.js.get_object_store(objects::BUCKET).await.unwrap();
     store.put(forged_name.as_str(), &mut &encode(&forged).unwrap()[..]).await.unwrap();
-    let missing = objects::name_of(run, b"never stored");
+    let missing = objects::reference_of(run, b"never stored");
     for (name, id) in
-        [(stored.as_str(), "big"), (&missing, "missing"), (&forged_name, "forged"), ("../x", "bad")]
+        [(stored.as_str(), "big"), (&missing, "missing"), (&forged_ref, "forged"), ("../x", "bad")]
     {
         let m = PublishMessage::build().header(objects::HEADER, name).message_id(id);
         broker.js.send_publish(subjects::job_subject(POOL), m).await.unwrap().await.unwrap();

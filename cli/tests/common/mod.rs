@@ -33,6 +33,14 @@ pub fn dataset() -> PathBuf {
     repo_root().join("datasets/hypotermqa/HypoTermQA_180.jsonl")
 }
 
+/// `halyard broker init --nats URL`: the broker shaped as a coordinator shapes it, for a
+/// test that starts workers with no coordinator (workers create no stream or bucket).
+#[allow(dead_code)]
+pub fn broker_init(url: &str) {
+    let o = halyard().args(["broker", "init", "--nats", url]).output().expect("run halyard");
+    assert!(o.status.success(), "broker init: {}", String::from_utf8_lossy(&o.stderr));
+}
+
 pub fn halyard() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_halyard"));
     c.env("PATH", format!("{}:/usr/sbin", std::env::var("PATH").unwrap_or_default()));
