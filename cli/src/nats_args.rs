@@ -51,16 +51,20 @@ impl NatsAuthArgs {
         self.nats_replicas.map(usize::from)
     }
 
+    /// The settings, an empty value counted as none (`HALYARD_NATS_CA=""`, as the compose
+    /// cluster's plain-text opt-out sets it, means no CA).
     pub fn auth(&self) -> NatsAuth {
+        let text = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        let path = |v: &Option<PathBuf>| v.clone().filter(|p| !p.as_os_str().is_empty());
         NatsAuth {
-            user: self.nats_user.clone(),
-            password: self.nats_password.clone(),
-            token: self.nats_token.clone(),
-            nkey_seed_file: self.nats_nkey.clone(),
-            creds_file: self.nats_creds.clone(),
-            ca_file: self.nats_ca.clone(),
-            client_cert: self.nats_cert.clone(),
-            client_key: self.nats_key.clone(),
+            user: text(&self.nats_user),
+            password: text(&self.nats_password),
+            token: text(&self.nats_token),
+            nkey_seed_file: path(&self.nats_nkey),
+            creds_file: path(&self.nats_creds),
+            ca_file: path(&self.nats_ca),
+            client_cert: path(&self.nats_cert),
+            client_key: path(&self.nats_key),
             require_tls: self.nats_tls,
             allow_insecure: self.allow_insecure,
         }

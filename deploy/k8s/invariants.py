@@ -21,7 +21,9 @@ Each problem names the object and the field; exit status 1 when there is any:
 - the pods' label halyard.dev/run is the sweep's name, and every Halyard pod mounts the
   same sweep;
 - no Secret holds a placeholder (REPLACE-ME, an empty value, `...`), and the rendering
-  contains no REPLACE-ME anywhere.
+  contains no REPLACE-ME anywhere;
+- every container that reaches NATS does so over TLS (`tls://` URLs) and checks the
+  nodes against a CA mounted from a Secret, only its `ca.crt` key.
 
 Which pools a worker serves follows `halyard worker`: with `--sweep` and no `--gpu`,
 the pools of the sweep's models not placed on a GPU; with `--gpu N`, those of the local
@@ -266,6 +268,22 @@ def check(docs, text=""):
                     why = ("liveness is the process alone: the broker belongs to readiness"
                            if probe != "readinessProbe" else "readiness carries the broker, models and consumers")
                     bad(d, f"{cat}.{probe}.httpGet.path", f"{got!r}, must be {path} ({why})")
+            nats_env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            url = nats_env.get("HALYARD_NATS_URL")
+            if url is not None:
+                plain = [u for u in url.split(",") if not u.strip().startswith("tls://")]
+                if plain:
+                    bad(d, f"{cat}.env[HALYARD_NATS_URL]",
+                        f"{', '.join(plain)}: not tls:// (passwords, jobs and results would cross the network unencrypted; TLS is the default)")
+                ca = nats_env.get("HALYARD_NATS_CA") or ""
+                ca_mount = next((m for m in c.get("volumeMounts", [])
+                                 if ca.startswith(m["mountPath"].rstrip("/") + "/")), None) if ca else None
+                secret = (volumes.get(ca_mount["name"]) or {}).get("secret") if ca_mount else None
+                if not secret:
+                    bad(d, f"{cat}.env[HALYARD_NATS_CA]", f"{ca!r} is not mounted from a Secret (the NATS nodes' CA)")
+                elif [i.get("key") for i in secret.get("items") or [{}]] != ["ca.crt"]:
+                    bad(d, f"{cat}.volumes[{ca_mount['name']}]",
+                        "must mount only the key ca.crt of the Secret (no private key in a Halyard pod)")
             args = container_args(c)
             gpu = flag(args, "--gpu")
             res = c.get("resources") or {}

@@ -545,13 +545,27 @@ fn probes(c: &mut Value, startup_failures: u32) {
         json!({ "httpGet": { "path": "/readyz", "port": "metrics" }, "periodSeconds": 5 });
 }
 
+/// Where the NATS nodes' CA certificate is mounted: TLS by default (the nodes' certificate,
+/// from cert-manager or deploy/tls/make-certs, in the Secret `halyard-nats-tls`).
+const NATS_CA_DIR: &str = "/etc/halyard/nats-ca";
+
 fn nats_env(user: &str, key: &str) -> Vec<Value> {
     vec![
         json!({ "name": "HALYARD_NATS_REPLICAS", "value": "3" }),
-        json!({ "name": "HALYARD_NATS_URL", "value": "nats://nats.halyard.svc:4222" }),
+        json!({ "name": "HALYARD_NATS_URL", "value": "tls://nats.halyard.svc:4222" }),
+        json!({ "name": "HALYARD_NATS_CA", "value": format!("{NATS_CA_DIR}/ca.crt") }),
         json!({ "name": "HALYARD_NATS_USER", "value": user }),
         json!({ "name": "HALYARD_NATS_PASSWORD", "valueFrom": { "secretKeyRef": { "name": "halyard-nats-credentials", "key": key } } }),
     ]
+}
+
+fn nats_ca_mount() -> Value {
+    json!({ "name": "nats-ca", "mountPath": NATS_CA_DIR, "readOnly": true })
+}
+
+/// Only the CA certificate of the nodes' Secret: no key reaches a Halyard pod.
+fn nats_ca_volume() -> Value {
+    json!({ "name": "nats-ca", "secret": { "secretName": "halyard-nats-tls", "items": [{ "key": "ca.crt", "path": "ca.crt" }] } })
 }
 
 fn sweep_mount() -> Value {
@@ -596,12 +610,14 @@ fn coordinator(o: &K8sOptions, local: bool) -> String {
         sweep_mount(),
         json!({ "name": "datasets", "mountPath": DATASETS_DIR, "readOnly": true }),
         json!({ "name": "tmp", "mountPath": "/tmp" }),
+        nats_ca_mount(),
     ];
     let mut volumes = vec![
         json!({ "name": "state", "persistentVolumeClaim": { "claimName": "halyard-coordinator-state" } }),
         sweep_volume(),
         json!({ "name": "datasets", "persistentVolumeClaim": { "claimName": "halyard-datasets", "readOnly": true } }),
         json!({ "name": "tmp", "emptyDir": {} }),
+        nats_ca_volume(),
     ];
     if local {
         mounts.push(models_mount());
@@ -696,11 +712,13 @@ fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> String {
         json!({ "name": "checkpoint", "mountPath": "/var/lib/halyard" }),
         sweep_mount(),
         json!({ "name": "tmp", "mountPath": "/tmp" }),
+        nats_ca_mount(),
     ];
     let mut volumes = vec![
         json!({ "name": "checkpoint", "emptyDir": { "sizeLimit": "2Gi" } }),
         sweep_volume(),
         json!({ "name": "tmp", "emptyDir": {} }),
+        nats_ca_volume(),
     ];
     if local {
         mounts.push(models_mount());

@@ -141,6 +141,8 @@ struct Cluster {
     /// The test's own broker user (all rights; only in this test's copy of the roles):
     /// leader step-downs.
     admin: (String, String),
+    /// The certificates of deploy/tls/make-certs: `ca.pem` for the test's own client.
+    tls: PathBuf,
 }
 
 impl Cluster {
@@ -242,12 +244,15 @@ impl Cluster {
         let addr = self.compose.service_port("nats1", 4222).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let (user, password) = self.admin.clone();
+        // Over TLS, as every client of the compose cluster (nats/tls.conf).
         let client = rt
             .block_on(
                 async_nats::ConnectOptions::with_user_and_password(user, password)
+                    .add_root_certificates(self.tls.join("ca.pem"))
+                    .require_tls(true)
                     .connect(addr.to_string()),
             )
-            .expect("the test's broker user connects");
+            .expect("the test's broker user connects over TLS");
         let stream = halyard_proto::subjects::JOBS_STREAM;
         let t = Instant::now();
         loop {
@@ -336,6 +341,11 @@ fn start(dir: &Path) -> Cluster {
         env.insert(port.to_string(), "0".into());
     }
     env.insert("FAKE_API_STATS_PORT".into(), "0".into());
+    // The nodes' certificates (clients connect over TLS only, the compose default).
+    let tls = dir.join("tls");
+    let certs = Command::new(repo_root().join("deploy/tls/make-certs")).arg(&tls).output().unwrap();
+    assert!(certs.status.success(), "make-certs: {}", String::from_utf8_lossy(&certs.stderr));
+    env.insert("HALYARD_TLS_DIR".into(), tls.display().to_string());
     let bins = ["HALYARD_BIN", "FAKE_API_BIN", "PROBE_BIN"].map(|k| env[k].clone());
     let stage = Command::new(repo_root().join("deploy/image/stage")).args(bins).output().unwrap();
     assert!(stage.status.success(), "stage: {}", String::from_utf8_lossy(&stage.stderr));
@@ -373,7 +383,8 @@ fn start(dir: &Path) -> Cluster {
     compose.run(&["up", "-d", "nats1", "nats2", "nats3", "fake-api", "prometheus"]).unwrap();
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let cluster = Cluster { compose, logs, followed: BTreeSet::new(), waits: Vec::new(), admin };
+    let cluster =
+        Cluster { compose, logs, followed: BTreeSet::new(), waits: Vec::new(), admin, tls };
     let t = Instant::now();
     loop {
         let addr = cluster.compose.service_port("nats1", 8222).unwrap();
