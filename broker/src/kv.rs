@@ -20,9 +20,8 @@ pub async fn open(
 ) -> Result<(kv::Store, stream::Stream), BrokerError> {
     let name = spec.name;
     let s = crate::layout::open(broker, &spec.config(1)).await?;
-    let store = crate::retry_js(&format!("open the KV bucket {name}"), || {
-        broker.js.get_key_value(name)
-    })
-    .await?;
+    let store =
+        crate::retry_js(&format!("open the KV bucket {name}"), || broker.js.get_key_value(name))
+            .await?;
     Ok((store, s))
 }

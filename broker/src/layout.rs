@@ -66,10 +66,8 @@ pub const WORKERS: BucketSpec = BucketSpec { name: WORKERS_BUCKET, max_age: WORK
 /// TTL ([`Options::quota_ttl`]), which every member reads from the bucket.
 pub const QUOTA_MEMBERS: &str = "halyard_quota_members";
 /// Pool health records (endpoint outages: pause, probe, resume).
-pub const POOL_HEALTH: BucketSpec = BucketSpec {
-    name: subjects::POOL_HEALTH_BUCKET,
-    max_age: Duration::from_secs(24 * 3600),
-};
+pub const POOL_HEALTH: BucketSpec =
+    BucketSpec { name: subjects::POOL_HEALTH_BUCKET, max_age: Duration::from_secs(24 * 3600) };
 /// Delivery budgets: deliveries an outage or a hand-back excused, per job message.
 pub const DELIVERY_BUDGET: BucketSpec = BucketSpec {
     name: subjects::DELIVERY_BUDGET_BUCKET,
@@ -148,33 +146,36 @@ pub const RESULTS_MAX_BYTES: i64 = 2 << 30;
 /// `max_payload`), so that a flood on the results subject fills the broker's disk no
 /// further.
 pub fn streams(b: &Broker, replicas: usize) -> [stream::Config; 2] {
-    [(subjects::JOBS_STREAM, subjects::JOBS_PREFIX), (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX)]
-        .map(|(name, prefix)| {
-            let mut cfg = stream::Config {
-                name: name.to_string(),
-                subjects: vec![format!("{prefix}.>")],
-                retention: stream::RetentionPolicy::WorkQueue,
-                storage: stream::StorageType::File,
-                num_replicas: replicas,
-                duplicate_window: b.config.duplicate_window,
-                ..Default::default()
-            };
-            if name == subjects::RESULTS_STREAM {
-                cfg.max_bytes = RESULTS_MAX_BYTES;
-                cfg.discard = stream::DiscardPolicy::New;
-                cfg.max_message_size = i32::try_from(b.client.server_info().max_payload)
-                    .unwrap_or(i32::MAX)
-                    .max(1 << 20);
-            }
-            cfg
-        })
+    [
+        (subjects::JOBS_STREAM, subjects::JOBS_PREFIX),
+        (subjects::RESULTS_STREAM, subjects::RESULTS_PREFIX),
+    ]
+    .map(|(name, prefix)| {
+        let mut cfg = stream::Config {
+            name: name.to_string(),
+            subjects: vec![format!("{prefix}.>")],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            num_replicas: replicas,
+            duplicate_window: b.config.duplicate_window,
+            ..Default::default()
+        };
+        if name == subjects::RESULTS_STREAM {
+            cfg.max_bytes = RESULTS_MAX_BYTES;
+            cfg.discard = stream::DiscardPolicy::New;
+            cfg.max_message_size =
+                i32::try_from(b.client.server_info().max_payload).unwrap_or(i32::MAX).max(1 << 20);
+        }
+        cfg
+    })
 }
 
 /// Every stream of the layout, as [`init`] creates it.
 pub fn all(b: &Broker, opts: &Options, replicas: usize) -> Vec<stream::Config> {
     let mut all = streams(b, replicas).to_vec();
     all.push(objects(replicas));
-    let buckets = [STATUS, WORKERS, quota_members(opts.quota_ttl), POOL_HEALTH, DELIVERY_BUDGET, BATCHES];
+    let buckets =
+        [STATUS, WORKERS, quota_members(opts.quota_ttl), POOL_HEALTH, DELIVERY_BUDGET, BATCHES];
     all.extend(buckets.iter().map(|s| s.config(replicas)));
     all
 }
@@ -201,7 +202,10 @@ pub async fn init(b: &Broker, opts: &Options) -> Result<Vec<Made>, BrokerError> 
             if let Some(s) = find(b, &name).await? {
                 return Ok((s, false));
             }
-            b.js.get_or_create_stream(cfg.clone()).await.map(|s| (s, true)).map_err(|e| e.to_string())
+            b.js.get_or_create_stream(cfg.clone())
+                .await
+                .map(|s| (s, true))
+                .map_err(|e| e.to_string())
         })
         .await?;
         let held = s.cached_info().config.clone();
@@ -248,7 +252,10 @@ async fn find(b: &Broker, name: &str) -> Result<Option<stream::Stream>, String> 
 
 /// The stream `want` names as another process made it, checked
 /// ([`crate::check_shape`]); `None` when it does not exist. Never creates anything.
-pub async fn lookup(b: &Broker, want: &stream::Config) -> Result<Option<stream::Stream>, BrokerError> {
+pub async fn lookup(
+    b: &Broker,
+    want: &stream::Config,
+) -> Result<Option<stream::Stream>, BrokerError> {
     let name = &want.name;
     let Some(s) = retry_js(&format!("stream {name}"), || find(b, name)).await? else {
         return Ok(None);

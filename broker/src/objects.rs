@@ -148,7 +148,8 @@ async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
              creates it"
         )));
     }
-    crate::retry_js(&format!("open the object bucket {BUCKET}"), || b.js.get_object_store(BUCKET)).await
+    crate::retry_js(&format!("open the object bucket {BUCKET}"), || b.js.get_object_store(BUCKET))
+        .await
 }
 
 /// Bytes a sealed object has beyond its content (the AEAD tag).
@@ -202,11 +203,7 @@ pub async fn message(
 /// The bytes of the object `reference` (`<name>/<key>`, as [`put`] returns it) names,
 /// opened with its key and checked against it; with `run`, the object must belong to
 /// that run.
-pub async fn fetch(
-    b: &Broker,
-    reference: &str,
-    run: Option<Uuid>,
-) -> Result<Vec<u8>, ObjectError> {
+pub async fn fetch(b: &Broker, reference: &str, run: Option<Uuid>) -> Result<Vec<u8>, ObjectError> {
     let Some((name, key)) = parse_reference(reference) else {
         return Err(ObjectError::Invalid {
             name: reference.to_string(),
@@ -344,7 +341,10 @@ mod tests {
         assert_eq!(open_sealed(&key, &name, sealed.clone()).as_deref(), Some(&text[..]));
         let other = key_of(b"other");
         assert!(open_sealed(&other, &name, sealed.clone()).is_none(), "opened with another key");
-        assert!(open_sealed(&key, &name_of(run, b"x"), sealed.clone()).is_none(), "under another name");
+        assert!(
+            open_sealed(&key, &name_of(run, b"x"), sealed.clone()).is_none(),
+            "under another name"
+        );
         let mut flipped = sealed;
         flipped[3] ^= 1;
         assert!(open_sealed(&key, &name, flipped).is_none(), "a changed byte went unnoticed");

@@ -11,8 +11,8 @@ mod args;
 mod nats_args;
 
 use args::{
-    BrokerCmd, CoordArgs, DeployCmd, GcArgs, IdentityArgs, LabelsCmd, ReportCmd, RetryFailedArgs, RunArgs,
-    StatusCmd, WorkerArgs,
+    BrokerCmd, CoordArgs, DeployCmd, GcArgs, IdentityArgs, LabelsCmd, ReportCmd, RetryFailedArgs,
+    RunArgs, StatusCmd, WorkerArgs,
 };
 
 /// mimalloc instead of the system allocator: the job path allocates and frees a few

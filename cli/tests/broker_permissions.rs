@@ -367,7 +367,8 @@ async fn only_the_coordinator_shapes_the_broker() {
     // A bucket shaped before Halyard to copy every record elsewhere (a broker without
     // roles, where anyone may create it).
     let open_nats = NatsServer::start();
-    let anyone = halyard_broker::connect(&BrokerConfig::new(open_nats.url(), "anyone")).await.unwrap();
+    let anyone =
+        halyard_broker::connect(&BrokerConfig::new(open_nats.url(), "anyone")).await.unwrap();
     let mut hostile = halyard_broker::layout::POOL_HEALTH.config(1);
     hostile.republish = Some(async_nats::jetstream::stream::Republish {
         source: "$KV.halyard_pool_health.>".into(),

@@ -84,7 +84,12 @@ fn two_workers_share_the_quota_and_the_survivor_takes_it_all() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
-        halyard_broker::init(&broker, &halyard_broker::layout::Options { quota_ttl: Duration::from_secs(TTL_S) }).await.unwrap();
+        halyard_broker::init(
+            &broker,
+            &halyard_broker::layout::Options { quota_ttl: Duration::from_secs(TTL_S) },
+        )
+        .await
+        .unwrap();
         // The pool planned, as a coordinator plans it (it alone makes pool consumers).
         halyard_broker::pool_consumer(&broker, POOL, Default::default()).await.unwrap();
         publish_chat_jobs(&broker.js, uuid::Uuid::now_v7(), POOL, &api.base_url(), 16, 0..400)

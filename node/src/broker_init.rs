@@ -14,7 +14,8 @@ pub async fn run(nats: &Nats, quota_ttl: Duration) -> Result<Vec<String>, NodeEr
         .with_auth(nats.auth.clone());
     cfg.replicas = nats.replicas;
     let broker = halyard_broker::connect(&cfg).await?;
-    let made = halyard_broker::init(&broker, &halyard_broker::layout::Options { quota_ttl }).await?;
+    let made =
+        halyard_broker::init(&broker, &halyard_broker::layout::Options { quota_ttl }).await?;
     Ok(made
         .iter()
         .map(|m| {

@@ -236,7 +236,8 @@ pub async fn run(
         broker: Some(broker.clone()),
     };
     metrics::serve(metrics, Some("127.0.0.1:9465"), src).await?;
-    let beat = status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone());
+    let beat =
+        status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone());
     let result = halyard_worker::run(broker, cfg, until(shutdown)).await;
     beat.abort();
     result?;

@@ -185,7 +185,8 @@ async fn job_objects_are_checked_like_any_job_message() {
     let stored = objects::put(&broker, run, &big_bytes).await.unwrap();
     let forged = job(run, "noop", "", "forged");
     let real = encode(&job(run, "noop", "", "real")).unwrap();
-    let (forged_name, forged_ref) = (objects::name_of(run, &real), objects::reference_of(run, &real));
+    let (forged_name, forged_ref) =
+        (objects::name_of(run, &real), objects::reference_of(run, &real));
     let store = broker.js.get_object_store(objects::BUCKET).await.unwrap();
     store.put(forged_name.as_str(), &mut &encode(&forged).unwrap()[..]).await.unwrap();
     let missing = objects::reference_of(run, b"never stored");

@@ -37,7 +37,6 @@ pub use machine::{Change, Failure, Machine, Verdict};
 use crate::quota::membership::{self, Announcement};
 use crate::Stats;
 
-
 /// What this worker tells the others and the bucket after a change it saw.
 #[derive(Clone, Debug)]
 struct Publish {
