@@ -386,7 +386,8 @@ async fn only_the_coordinator_shapes_the_broker() {
     )
     .await
     .expect("an existing bucket is not waited for");
-    let err = opened.err().expect("a worker opened a republishing bucket").to_string();
+    let Err(err) = opened else { panic!("a worker opened a republishing bucket") };
+    let err = err.to_string();
     assert!(err.contains("republishes"), "{err}");
 }
 
