@@ -452,8 +452,16 @@ fn chaos_two_workers_one_server_and_one_worker_killed() {
     let (mut w1, _) = worker(d, &nats.url(), &sweep, "w1", &[], &env);
     let mut coord = coordinator(d, &nats.url(), &sweep);
     let total = |log: &Path| calls(log).values().sum::<usize>();
-    // At a third of the calls: kill one of w0's servers.
+    // At a third of the calls, once w0's two servers run (the workers start them after
+    // the coordinator has made the broker's streams, so w1 may have served a third
+    // before): kill one of them. A server killed before it is ready fails its worker's
+    // start instead (`a_server_that_never_becomes_ready_fails_the_worker_with_its_log`).
     wait_until("a third of the calls", || logs(d), || total(&calls_log) >= reference_calls / 3);
+    wait_until(
+        "w0's servers ready",
+        || logs(d),
+        || read(&d.join("w0.log")).matches("managed server ready").count() >= 2,
+    );
     let victim = *children_of(w0.pid()).first().expect("w0 runs servers");
     // SAFETY: a plain kill of a process this test's worker started.
     unsafe { libc::kill(victim as libc::pid_t, libc::SIGKILL) };

@@ -347,9 +347,10 @@ struct Joined {
     servers: Option<Arc<server::Servers>>,
 }
 
-/// Start a worker: the streams, its models, its quota shares and pool health (into
-/// `joined`), and one loop per pool bound to the pool's consumer, stopped by `stops`
-/// (graceful, hard). Dropped before it ends (a stop while starting), it has taken no job.
+/// Start a worker: its models and managed servers, then (the broker shaped) its quota
+/// shares and pool health (into `joined`), and one loop per pool bound to the pool's
+/// consumer, stopped by `stops` (graceful, hard). Dropped before it ends (a stop while
+/// starting), it has taken no job.
 async fn start(
     broker: &Broker,
     checkpoint: &Checkpoint,
@@ -358,13 +359,33 @@ async fn start(
     joined: &mut Joined,
     (stop_rx, hard_rx): (watch::Receiver<bool>, watch::Receiver<bool>),
 ) -> Result<(Arc<pool::PoolCtx>, tokio::task::JoinSet<()>), WorkerError> {
-    halyard_broker::layout::open_streams(broker).await?;
+    // What needs no broker first: the models load and the managed servers start while
+    // the broker may not be shaped yet (a worker deployed before any coordinator waits
+    // for the streams below, and a server that takes minutes to load is ready by then).
     let (plan, http) = (config.plan.clone(), config.http);
     let mut backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
         .await
         .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
         .map_err(WorkerError::Backend)?;
     let stats = config.stats.clone();
+    // A managed server's health is this worker's own: the pool's other workers call
+    // their own servers (see `server`).
+    for p in config.plan.pools.iter().map(|p| &p.pool) {
+        if server::pool_has_server(&config.plan, &p.name) {
+            let h = health::PoolHealth::local(&p.name, &config.worker_id, stats.clone());
+            joined.health.insert(p.name.clone(), h);
+        }
+    }
+    if server::has_servers(&config.plan) {
+        let dir = config.state_dir.join("servers");
+        let servers = server::Servers::launch(&config.plan, &dir, &joined.health, stats.clone())
+            .map_err(WorkerError::Server)?;
+        joined.servers = Some(servers.clone());
+        // No consumer is bound before every server answers.
+        servers.ready().await.map_err(WorkerError::Server)?;
+        backends.set_servers(servers);
+    }
+    halyard_broker::layout::open_streams(broker).await?;
     for p in &config.plan.pools {
         if let Some(q) = &p.quota {
             let gate = quota::QuotaGate::join(
@@ -384,23 +405,11 @@ async fn start(
         tokio::time::sleep(config.quota_settings.join_settle).await;
     }
     for p in config.plan.pools.iter().map(|p| &p.pool) {
-        // A managed server's health is this worker's own: the pool's other workers
-        // call their own servers (see `server`).
-        let h = if server::pool_has_server(&config.plan, &p.name) {
-            health::PoolHealth::local(&p.name, &config.worker_id, stats.clone())
-        } else {
-            health::PoolHealth::join(broker, &p.name, &config.worker_id, stats.clone()).await?
-        };
-        joined.health.insert(p.name.clone(), h);
-    }
-    if server::has_servers(&config.plan) {
-        let dir = config.state_dir.join("servers");
-        let servers = server::Servers::launch(&config.plan, &dir, &joined.health, stats.clone())
-            .map_err(WorkerError::Server)?;
-        joined.servers = Some(servers.clone());
-        // No consumer is bound before every server answers.
-        servers.ready().await.map_err(WorkerError::Server)?;
-        backends.set_servers(servers);
+        if !joined.health.contains_key(&p.name) {
+            let h =
+                health::PoolHealth::join(broker, &p.name, &config.worker_id, stats.clone()).await?;
+            joined.health.insert(p.name.clone(), h);
+        }
     }
     let budget = budget::Budget::open(broker).await?;
     let timing = batch::BatchTiming::from_env().map_err(WorkerError::Backend)?;
