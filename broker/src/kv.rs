@@ -9,7 +9,7 @@ use async_nats::jetstream::{kv, stream};
 
 use crate::{Broker, BrokerError};
 
-pub use crate::layout::BucketSpec;
+use crate::layout::BucketSpec;
 
 /// Open the bucket as the coordinator (or `halyard broker init`) made it, waiting while
 /// it does not exist ([`crate::layout::open`]); its stream is returned with the store so

@@ -428,9 +428,9 @@ where
     }
 }
 
-/// The error of using a bucket whose stream was just created or found: "not found"
-/// means the stream went meanwhile (a broker restart took a memory bucket), so it is
-/// marked transient for [`retry_js`].
+/// The error of using a bucket whose stream was just found: "not found" means the
+/// stream is not known (yet, or any more) to the server that answered, so it is marked
+/// transient for [`retry_js`].
 pub fn vanished(msg: String) -> String {
     if msg.to_ascii_lowercase().contains("not found") {
         format!("{msg} (gone since it was created: unavailable)")

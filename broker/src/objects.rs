@@ -80,12 +80,15 @@ fn name_for(run: Uuid, key: &[u8; 32]) -> String {
     format!("{}.{}", run.simple(), blake3::hash(key).to_hex())
 }
 
+/// Bytes a sealed object has beyond its content (ChaCha20-Poly1305's tag).
+const TAG_BYTES: usize = 16;
+
 /// `bytes` sealed with `key` under `name` (ChaCha20-Poly1305; one key seals one content
 /// only, so the fixed nonce is never reused with another).
 fn seal(key: &[u8; 32], name: &str, bytes: &[u8]) -> Vec<u8> {
     use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
     let k = LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key"));
-    let mut out = Vec::with_capacity(bytes.len() + CHACHA20_POLY1305.tag_len());
+    let mut out = Vec::with_capacity(bytes.len() + TAG_BYTES);
     out.extend_from_slice(bytes);
     k.seal_in_place_append_tag(Nonce::assume_unique_for_key([0; 12]), Aad::from(name), &mut out)
         .expect("ChaCha20-Poly1305 seals any length a message may have");
@@ -107,7 +110,12 @@ fn open_sealed(key: &[u8; 32], name: &str, mut sealed: Vec<u8>) -> Option<Vec<u8
 /// The reference a message carries for an object of `bytes` of run `run`.
 pub fn reference_of(run: Uuid, bytes: &[u8]) -> String {
     let key = key_of(bytes);
-    format!("{}/{}", name_for(run, &key), blake3::Hash::from_bytes(key).to_hex())
+    reference_for(&name_for(run, &key), key)
+}
+
+/// `<name>/<key hex>`, as [`parse_reference`] reads it.
+fn reference_for(name: &str, key: [u8; 32]) -> String {
+    format!("{name}/{}", blake3::Hash::from_bytes(key).to_hex())
 }
 
 /// The name and key of a reference `<name>/<key hex>`.
@@ -152,15 +160,12 @@ async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
         .await
 }
 
-/// Bytes a sealed object has beyond its content (the AEAD tag).
-const TAG_BYTES: usize = 16;
-
 /// Store `bytes` of run `run` as a sealed object (unless it is there already) and return
 /// its reference, for a message's [`HEADER`].
 pub async fn put(b: &Broker, run: Uuid, bytes: &[u8]) -> Result<String, BrokerError> {
     let key = key_of(bytes);
     let name = name_for(run, &key);
-    let reference = format!("{name}/{}", blake3::Hash::from_bytes(key).to_hex());
+    let reference = reference_for(&name, key);
     let store = open(b).await?;
     if let Ok(info) = store.info(&name).await {
         if !info.deleted && info.size == bytes.len() + TAG_BYTES {

@@ -27,7 +27,7 @@ pub fn kv_key(name: &str) -> String {
 
 /// Open a bucket of the layout for writing ([`crate::kv::open`]: waits while no
 /// coordinator has made it).
-pub async fn bucket(b: &Broker, spec: crate::kv::BucketSpec) -> Result<KvStore, BrokerError> {
+pub async fn bucket(b: &Broker, spec: crate::layout::BucketSpec) -> Result<KvStore, BrokerError> {
     crate::kv::open(b, spec).await.map(|(store, _)| store)
 }
 

@@ -205,7 +205,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
             u8::from(failed)
         }
         Cmd::Broker(BrokerCmd::Init(a)) => {
-            for line in halyard_node::broker_init::run(&a.nats(), a.quota_ttl()?).await? {
+            for line in halyard_node::broker_init::run(a.nats(), a.quota_ttl()?).await? {
                 println!("{line}");
             }
             0

@@ -9,11 +9,8 @@ use crate::{Nats, NodeError};
 
 /// Shape the broker at `nats`, the members bucket for quota membership TTL `quota_ttl`;
 /// one line per stream, for people.
-pub async fn run(nats: &Nats, quota_ttl: Duration) -> Result<Vec<String>, NodeError> {
-    let mut cfg = halyard_broker::BrokerConfig::new(nats.url.clone(), "halyard-broker-init")
-        .with_auth(nats.auth.clone());
-    cfg.replicas = nats.replicas;
-    let broker = halyard_broker::connect(&cfg).await?;
+pub async fn run(nats: Nats, quota_ttl: Duration) -> Result<Vec<String>, NodeError> {
+    let broker = halyard_broker::connect(&nats.broker_config("halyard-broker-init")).await?;
     let made =
         halyard_broker::init(&broker, &halyard_broker::layout::Options { quota_ttl }).await?;
     Ok(made

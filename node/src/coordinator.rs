@@ -6,7 +6,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use halyard_broker::{Broker, BrokerConfig};
+use halyard_broker::Broker;
 use halyard_coordinator::{CoordinatorConfig, CoordinatorError, RunOutcome};
 use halyard_plan::progress::Progress;
 use halyard_plan::sweep::Sweep;
@@ -34,14 +34,8 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<RunOutcome, NodeError> {
     let run_dir = crate::run_dir(&opts.out, &opts.sweep)?;
-    let broker = crate::connect_or_stop(
-        &BrokerConfig {
-            replicas: opts.nats.replicas,
-            ..BrokerConfig::new(opts.nats.url, "halyard-coordinator").with_auth(opts.nats.auth)
-        },
-        &shutdown,
-    )
-    .await?;
+    let broker =
+        crate::connect_or_stop(&opts.nats.broker_config("halyard-coordinator"), &shutdown).await?;
     let metrics = Metrics { addr: opts.metrics.as_deref(), default: Some("127.0.0.1:9464") };
     let around = Surroundings::start(&broker, &opts.sweep, &run_dir, metrics, Vec::new()).await?;
     let cfg = CoordinatorConfig { sweep: opts.sweep, run_dir };

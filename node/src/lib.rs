@@ -118,6 +118,16 @@ pub struct Nats {
     pub replicas: Option<usize>,
 }
 
+impl Nats {
+    /// The connection settings of a process named `name` (the server's connection list).
+    pub fn broker_config(self, name: impl Into<String>) -> halyard_broker::BrokerConfig {
+        halyard_broker::BrokerConfig {
+            replicas: self.replicas,
+            ..halyard_broker::BrokerConfig::new(self.url, name).with_auth(self.auth)
+        }
+    }
+}
+
 /// The run directory of a sweep under `out`: `<out>/<sweep name>`, created if missing.
 /// The run's log file in its directory: every log line at info, libraries' included.
 pub const LOG_FILE: &str = "halyard.log";

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use halyard_broker::{embedded::EmbeddedNats, Broker, BrokerConfig};
+use halyard_broker::{embedded::EmbeddedNats, Broker};
 use halyard_coordinator::{CoordinatorConfig, RunOutcome};
 use halyard_plan::sweep::Sweep;
 use halyard_worker::{Checkpoint, Stats, WorkerError};
@@ -102,8 +102,7 @@ async fn start_broker(
             (Some(n), url, auth, None)
         }
     };
-    let mut cfg = BrokerConfig::new(url, "halyard-run").with_auth(auth);
-    cfg.replicas = replicas;
+    let cfg = crate::Nats { url, auth, replicas }.broker_config("halyard-run");
     let broker = crate::connect_or_stop(&cfg, shutdown).await?;
     Ok((embedded, broker))
 }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use halyard_broker::{BrokerConfig, Delivery};
+use halyard_broker::Delivery;
 use halyard_plan::sweep;
 use halyard_plan::worker_plan::{gpu_plan, non_gpu_plan, worker_plan};
 use halyard_proto::pool::{PoolPlan, QuotaSpec, WorkerModel};
@@ -214,11 +214,7 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), NodeError> {
     let connected = crate::connect_or_stop(
-        &BrokerConfig {
-            replicas: nats.replicas,
-            ..BrokerConfig::new(nats.url, format!("halyard-worker {}", cfg.worker_id))
-                .with_auth(nats.auth)
-        },
+        &nats.broker_config(format!("halyard-worker {}", cfg.worker_id)),
         &shutdown,
     )
     .await;
