@@ -9,14 +9,12 @@
 //! - Per-request errors follow the usual rules; an expired batch re-queues only its
 //!   unanswered requests; `halyard status` shows batches while they run.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use halyard_tests::fake_openai::BatchScript;
 use halyard_tests::{FakeOpenAi, Gate, Reply};
 use serde_json::Value;

@@ -4,12 +4,12 @@
 //! publish a job or delete a message. Batch mode: the provider batches bucket
 //! (`halyard_batches`) is written by workers only and read by the coordinator and status.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{halyard, read_json, repo_root};
+use crate::common::{halyard, read_json, repo_root};
 use halyard_broker::auth::NatsAuth;
 use halyard_broker::{Broker, BrokerConfig};
 use halyard_proto::subjects;

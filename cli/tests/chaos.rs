@@ -13,20 +13,20 @@
 //! `chaos_large` is the benchmark, run by hand:
 //!
 //! ```sh
-//! cargo test --release -p halyard --test chaos chaos_large -- --ignored --nocapture
+//! cargo test --release -p halyard --test cli chaos::chaos_large -- --ignored --nocapture
 //! # knobs: HALYARD_CHAOS_QUESTIONS (default 1440, ~5,000 jobs), HALYARD_CHAOS_KILLS (24),
 //! #        HALYARD_CHAOS_WORKERS (3), HALYARD_CHAOS_CLUSTER (1: 3-node cluster, lose a node),
 //! #        HALYARD_CHAOS_SEED, HALYARD_CHAOS_DELAY_MS (fake latency per call, 10)
 //! ```
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{halyard, read_json, responder, run_to_end};
+use crate::common::{halyard, read_json, responder, run_to_end};
 use halyard_tests::{ChildGuard, FakeOpenAi, NatsCluster, NatsServer, Reply};
 use serde_json::Value;
 

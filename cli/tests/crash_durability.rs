@@ -13,14 +13,12 @@
 //!    job counted exactly once, none lost, no stall re-publication needed, and results
 //!    that were flushed but not published come from the checkpoint, not a new call.
 
-mod common;
-
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{halyard, read_json};
+use crate::common::{halyard, read_json};
 use halyard_broker::BrokerConfig;
 use halyard_plan::benchmarks::noop::Noop;
 use halyard_plan::sweep;

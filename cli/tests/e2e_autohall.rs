@@ -4,12 +4,10 @@
 //! fixed rules. The report's figures are checked against a computation of those rules
 //! written here, without Halyard's code.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::autohall::*;
-use common::*;
+use crate::common::autohall::*;
+use crate::common::*;
 use halyard_tests::{FakeOpenAi, Faults};
 use serde_json::Value;
 

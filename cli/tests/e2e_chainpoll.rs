@@ -3,11 +3,9 @@
 //! judges and a sampler, against a fake OpenAI-compatible server. AUROC, poll counts and
 //! the SelfCheck-NGram Avg baseline are recomputed here without Halyard's code.
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::*;
+use crate::common::*;
 use halyard_tests::{ChatCall, FakeOpenAi, Faults, Reply};
 use serde_json::{json, Value};
 

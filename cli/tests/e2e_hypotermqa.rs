@@ -1,11 +1,9 @@
 //! End-to-end: `halyard run` (embedded nats-server, coordinator, workers) over the 180
 //! HypoTermQA questions against a fake OpenAI-compatible model and judge.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use halyard_tests::{ChildGuard, FakeOpenAi, Faults, Reply};
 
 fn report_counts(report: &serde_json::Value) -> std::collections::HashMap<(String, String), u64> {

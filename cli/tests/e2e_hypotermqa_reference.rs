@@ -4,11 +4,9 @@
 //! here from the fake's rules, the golden `reference` inclusion and the authors' label
 //! rules (spec B.2, B.3, part c), without Halyard's code.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 
-use common::*;
+use crate::common::*;
 use halyard_tests::{ChatCall, FakeOpenAi, Faults, Reply};
 use serde_json::Value;
 

@@ -3,10 +3,8 @@
 //! from a JSONL of its request/response pairs with one broken line and one recording
 //! missing; neither replay calls the fake.
 
-mod common;
-
-use common::autohall::*;
-use common::*;
+use crate::common::autohall::*;
+use crate::common::*;
 use halyard_tests::{FakeOpenAi, Reply};
 use serde_json::{json, Value};
 

@@ -5,12 +5,10 @@
 //! rules, without the pipelines' parsers, planners or scorers (BLEU-4 and ROUGE-L values
 //! use the golden-tested metric functions of `halyard_pipelines::metrics`).
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use halyard_pipelines::metrics::bleu::{bleu4_paper, bleu4_v2};
 use halyard_pipelines::metrics::rouge::rouge_l;
 use halyard_pipelines::metrics::tokenize::jieba_cut;

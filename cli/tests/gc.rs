@@ -1,11 +1,9 @@
 //! A complete run compacts its stores as it ends, and `halyard gc` compacts stores on
 //! demand: both measured on the files, through the binary.
 
-mod common;
-
 use std::path::Path;
 
-use common::{halyard, noop_sweep};
+use crate::common::{halyard, noop_sweep};
 
 fn bytes(store: &Path) -> u64 {
     halyard_store::disk_bytes(store).expect("store")

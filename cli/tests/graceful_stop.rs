@@ -10,14 +10,12 @@
 //! Then a fresh worker finishes the run: the report equals an uninterrupted run's, and
 //! the calls paid beyond that run's are at most those abandoned in (2) and (3).
 
-mod common;
-
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use halyard_tests::{ChildGuard, FakeOpenAi, Gate, NatsServer};
 
 const FAST: u8 = 0;

@@ -3,11 +3,9 @@
 //! the broker killed under the worker turns `/readyz` to 503 with the reason while
 //! `/healthz` stays 200 (a broker outage must not get every pod restarted).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use halyard_tests::prometheus::get;
 use halyard_tests::{free_port, ChildGuard, NatsServer};
 

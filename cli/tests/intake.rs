@@ -6,14 +6,12 @@
 //! another pool's results subject under the ids honest results had, and results for ids
 //! it never planned change nothing in the report; they are counted.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::*;
 use async_nats::jetstream::message::PublishMessage;
-use common::*;
 use halyard_broker::BrokerConfig;
 use halyard_proto::{subjects, Failure, FailureKind, Job, JobResult, Outcome};
 use halyard_tests::{ChildGuard, NatsServer};

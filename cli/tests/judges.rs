@@ -11,13 +11,11 @@
 //! expressed through the paper's term checks (acceptance UNREAL/MENTIONED, meaning TRUE),
 //! so the pipeline's own labelling turns it back into the answer label.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use halyard_tests::{ChatCall, ChildGuard, FakeOpenAi, Reply};
 use serde_json::Value;
 

@@ -1,12 +1,10 @@
 //! `halyard report RUN_DIR...`: real runs merged into a leaderboard, ranked by HTS, with
 //! a warning when their semantics (or judges) differ; the HTML renders in Chromium.
 
-mod common;
-
 use std::path::Path;
 
-use common::browser::{chromium, render_check};
-use common::*;
+use crate::common::browser::{chromium, render_check};
+use crate::common::*;
 use halyard_tests::FakeOpenAi;
 
 fn report(args: &[&str]) -> (bool, String, String) {

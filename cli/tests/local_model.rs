@@ -1,11 +1,9 @@
 //! `halyard run` with the embedded default model (SmolLM2-135M-Instruct, llama.cpp,
 //! in-process) as model under test and judge: no API, no server.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 
 /// llama.cpp's thread pool spin-waits; runs that decode at once on a small machine
 /// oversubscribe its cores. The tests of this file that load the model take turns.

@@ -13,11 +13,9 @@
 //! run completes with their results, the report equals the short run's, and the run's
 //! objects are gone once its report is written.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use halyard_tests::{FakeOpenAi, NatsServer, Reply};
 
 const QUESTIONS: usize = 120;

@@ -10,7 +10,7 @@
 //! the servers the workers start. Nothing waits for a time to pass; waits have generous
 //! deadlines that only a hang reaches.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{broker_init, halyard, processes_mentioning, read_json, run_to_end};
+use crate::common::{broker_init, halyard, processes_mentioning, read_json, run_to_end};
 use halyard_tests::{cargo_bin, free_port, pid_alive, ChildGuard, NatsServer};
 
 /// Calls in flight per pool and worker.

@@ -1,13 +1,11 @@
 //! `/metrics`: scraped over HTTP while `halyard run --metrics ADDR` works, parsed with a
 //! strict parser of the Prometheus text format, figures checked against the run.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use halyard_tests::prometheus::{self, scrape, Scrape};
 use halyard_tests::{free_port, ChildGuard, FakeOpenAi, Reply};
 

@@ -7,13 +7,13 @@
 //! Real nats-server (embedded by `halyard run`, or a test server for the
 //! separate-process case), real stores on disk, real HTTP, the `halyard` binary.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     halyard, load_questions, question_index, read_json, responder, run_to_end_with,
     EXIT_DEAD_LETTERS,
 };

@@ -4,7 +4,7 @@
 //! the other takes over the whole quota once the dead member's heartbeat TTL runs out;
 //! a worker that joins and then stops gracefully is seen coming and going at once.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;

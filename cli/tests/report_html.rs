@@ -2,13 +2,11 @@
 //! `--max-cost`, and `report.html` rendered in a real headless browser (Debian's
 //! `chromium`).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::browser::{chromium, render_check};
-use common::*;
+use crate::common::browser::{chromium, render_check};
+use crate::common::*;
 use halyard_tests::FakeOpenAi;
 
 /// The e2e sweep with prices: model-a $2/$8 per 1M tokens, judge-a $1/$1; with

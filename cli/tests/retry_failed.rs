@@ -3,12 +3,10 @@
 //! retry-failed RUN` re-queues it, and running the sweep again executes only that job
 //! and what depends on it, within JetStream's de-duplication window of the first try.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use halyard_tests::FakeOpenAi;
 
 #[test]

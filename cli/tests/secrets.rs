@@ -3,12 +3,10 @@
 //! run's files (run state, worker checkpoint, broker store, reports, status.json) or
 //! the status and metrics output.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use halyard_tests::{free_port, FakeOpenAi};
 
 const KEY: &str = "sk-halyard-PLANTED-7f3a9c2e51d04b6b";

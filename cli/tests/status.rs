@@ -1,12 +1,10 @@
 //! `halyard status`: a distributed run (coordinator and worker as separate processes on a
 //! real nats-server) watched from a third process over NATS, then from its status.json.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use halyard_tests::{ChildGuard, FakeOpenAi, NatsServer, Reply};
 use serde_json::Value;
 

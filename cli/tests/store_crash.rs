@@ -12,7 +12,7 @@
 //!
 //! Iterations accumulate in the same stores. CI runs a few (`store_crash_loop`); the
 //! benchmark runs many: `HALYARD_CRASH_ITERS=200 cargo test --release -p halyard --test
-//! store_crash -- --nocapture` prints the figures.
+//! cli store_crash::store_crash_loop -- --nocapture` prints the figures.
 //!
 //! Then damaged stores: files overwritten or truncated give an error naming the store,
 //! never a panic.
@@ -114,7 +114,7 @@ struct Acked {
 
 fn run_child(dir: &Path, start: u64, kill_after: Duration) -> Acked {
     let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", "store_crash_child", "--nocapture", "--test-threads=1"])
+    c.args(["--exact", "store_crash::store_crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR, dir)
         .env(CHILD_START, start.to_string())
         // Memtables flushed every few hundred records, so kills land in flushes and

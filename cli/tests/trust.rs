@@ -3,14 +3,12 @@
 //! rights on the broker re-publishes real jobs with the endpoint replaced by their own
 //! server and the key variable replaced by another variable of the worker's environment.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use async_nats::jetstream::message::PublishMessage;
-use common::*;
 use halyard_broker::BrokerConfig;
 use halyard_proto::{subjects, Job};
 use halyard_tests::{free_port, ChildGuard, FakeOpenAi, NatsServer, Reply};

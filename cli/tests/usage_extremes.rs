@@ -2,12 +2,10 @@
 //! total, and a graceful stop never waits on a quota gate. `halyard run` (embedded
 //! nats-server, coordinator, worker) against the fake API, real stores and HTTP.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use halyard_tests::{ChildGuard, FakeOpenAi};
 
 /// A HypoTermQA sweep of `questions` questions whose two models share one pool with a
