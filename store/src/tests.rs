@@ -98,8 +98,12 @@ fn compacts_and_keeps_records() {
     let c = compact(d.path(), opts()).unwrap();
     assert_eq!(c.after, disk_bytes(d.path()).unwrap());
     assert!(c.after * 3 < c.before, "{c:?}: a tenth of the records kept");
+    // A second compaction finds nothing to return. The sizes are allocated blocks, which
+    // move by a few blocks while the file system settles the first compaction's files
+    // (CI, under load: 475,136 bytes before the second, 503,808 after, against 495,616
+    // after the first), so the bound is a tenth of the store, not one block.
     let again = compact(d.path(), opts()).unwrap();
-    assert!(again.after <= c.after + 4096, "{again:?} after {c:?}");
+    assert!(again.after <= c.after + c.after / 10, "{again:?} after {c:?}");
     let s = open(d.path(), opts(), &["a"]).unwrap();
     for i in 0..20_000u32 {
         let want = (i % 10 == 0).then(|| vec![i as u8; 200]);
