@@ -1,7 +1,7 @@
 //! End-to-end: `halyard run` builds a HypoTermQA benchmark (pipeline `hypotermqa-build`)
-//! from a tenth of the shipped sample knowledge base with a fake generator (real HTTP) and the real
-//! all-MiniLM-L6-v2 embedder in the worker, then evaluates a fake model on it, in one
-//! sweep (two phases, one run).
+//! from a tenth of the shipped sample knowledge base with a fake generator (real HTTP)
+//! and the real all-MiniLM-L6-v2 embedder in the worker, then evaluates a fake model on
+//! it, in one sweep (two phases, one run).
 
 use std::collections::HashMap;
 
