@@ -9,12 +9,20 @@
 //! 4. the NATS node leading the job stream stopped (SIGTERM), then started again;
 //! 5. a NATS node killed with SIGKILL while it leads the job stream and every pool's
 //!    consumer (moved there first by leader step-downs), then started again;
+//! 6. the NATS node the coordinator is connected to killed with SIGKILL: the coordinator
+//!    must show up on another node (reconnected through the one name it was given),
+//!    then the node is started again;
 //!
 //! and before them, a nats-server that is not a node joining as a route without the
 //! route password (refused by every node: routes authenticate, issue 33).
 //!
-//! The cluster runs with `no_advertise` (the NATS Helm chart's default): clients are told
-//! of no other node, so the replicas come from what JetStream can place (issue 34).
+//! The cluster runs the NATS settings Kubernetes ships (issue 46): the nodes'
+//! configuration is generated from deploy/k8s/nats-values.yaml (`deploy/k8s/nats-config
+//! compose`; deploy/check refuses a stale one): `no_advertise` (clients are told of no
+//! other node and are given one name, `nats`, that all three nodes answer to, as a
+//! Service), TLS with a certificate for that name, and the values' memory store. No
+//! process is given `--nats-replicas`: every stream and bucket must still get 3 replicas,
+//! from what JetStream can place (Halyard's memory probe stream).
 //!
 //! It checks: the coordinator completes (exit 0); report figures and labels equal an
 //! uninterrupted run's (the same sweep, `halyard run` on this host against a second
@@ -143,6 +151,8 @@ struct Cluster {
     admin: (String, String),
     /// The certificates of deploy/tls/make-certs: `ca.pem` for the test's own client.
     tls: PathBuf,
+    /// Seconds the coordinator took to reconnect after its node's SIGKILL (fault 6).
+    reconnected: Option<String>,
 }
 
 impl Cluster {
@@ -298,6 +308,20 @@ impl Cluster {
         Some((s.sum("halyard_worker_pulled_total", &[]) - done).max(0.0) as u64)
     }
 
+    /// The nodes (`nats1`..`nats3`) holding a client connection of broker user `user`, from
+    /// each running node's /connz.
+    fn nodes_of(&self, user: &str) -> Vec<String> {
+        (1..=3)
+            .map(|n| format!("nats{n}"))
+            .filter(|node| {
+                let Ok(addr) = self.compose.service_port(node, 8222) else { return false };
+                let connz = get_json(addr, "/connz?auth=true&limit=1024").unwrap_or_default();
+                let conns = connz["connections"].as_array().cloned().unwrap_or_default();
+                conns.iter().any(|c| c["authorized_user"] == user)
+            })
+            .collect()
+    }
+
     /// The JetStream server leading `stream`, and its replicas, from nats1's /jsz.
     fn stream_leader(&self, stream: &str) -> (String, u64) {
         let addr = self.compose.service_port("nats1", 8222).unwrap();
@@ -364,8 +388,13 @@ fn start(dir: &Path) -> Cluster {
     assert!(conf.contains("  users = [\n"), "permissions.conf has no users list");
     std::fs::write(roles.join("permissions.conf"), conf.replacen("  users = [\n", &user, 1))
         .unwrap();
+    // nats2 and nats3 publish their monitoring port too (on a free host port): /connz of
+    // every node tells which one the coordinator is connected to (fault 6).
     let mounts: String = (1..=3)
-        .map(|n| format!("  nats{n}:\n    volumes: [\"{}:/etc/nats/roles:ro\"]\n", roles.display()))
+        .map(|n| {
+            let ports = if n == 1 { String::new() } else { "    ports: [\"127.0.0.1::8222\"]\n".into() };
+            format!("  nats{n}:\n    volumes: [\"{}:/etc/nats/roles:ro\"]\n{ports}", roles.display())
+        })
         .collect();
     let override_file = dir.join("fault-test.yaml");
     std::fs::write(&override_file, format!("services:\n{mounts}")).unwrap();
@@ -384,7 +413,15 @@ fn start(dir: &Path) -> Cluster {
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
     let cluster =
-        Cluster { compose, logs, followed: BTreeSet::new(), waits: Vec::new(), admin, tls };
+        Cluster {
+            compose,
+            logs,
+            followed: BTreeSet::new(),
+            waits: Vec::new(),
+            admin,
+            tls,
+            reconnected: None,
+        };
     let t = Instant::now();
     loop {
         let addr = cluster.compose.service_port("nats1", 8222).unwrap();
@@ -527,6 +564,37 @@ fn run_faults(cluster: &mut Cluster, reference_calls: u64) -> (Events, String) {
     // Stopped gracefully; calls that outlast --grace are naked and paid again elsewhere.
     ev.add(at, "scale 4 -> 2", 2, "SIGTERM, --grace 20".into(), 2 * per_worker);
 
+    // Fault 6: the node the coordinator talks to, SIGKILL. The coordinator was given one
+    // name (`nats`, as a Kubernetes Service) and told of no other node (no_advertise): it
+    // must reconnect to another node through that name, over TLS.
+    cluster.wait_calls(r * 62 / 100, &coordinator);
+    let user = "halyard-coordinator";
+    let before = cluster.nodes_of(user);
+    assert_eq!(before.len(), 1, "nodes holding the coordinator's connection: {before:?}");
+    let node = before[0].clone();
+    let at = cluster.calls();
+    let container = cluster.compose.containers(&node).unwrap().remove(0);
+    let t = Instant::now();
+    run("docker", &["kill", "-s", "KILL", &container]).unwrap();
+    let now = loop {
+        let now = cluster.nodes_of(user);
+        if now.iter().any(|n| *n != node) || t.elapsed() > Duration::from_secs(30) {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let reconnect_s = t.elapsed().as_secs_f64();
+    let detail = format!("{node}, the coordinator's node, SIGKILL: coordinator on {now:?} after {reconnect_s:.1} s");
+    ev.add(at, "NATS node SIGKILL (coordinator's)", 2, detail, 2 * per_worker);
+    assert!(
+        now.iter().any(|n| *n != node),
+        "the coordinator did not reconnect to another node within 30 s of {node}'s SIGKILL"
+    );
+    std::thread::sleep(Duration::from_secs(8).saturating_sub(t.elapsed()));
+    cluster.compose.run(&["start", &node]).unwrap();
+    ev.add(cluster.calls(), "NATS node start", 2, node, 0);
+    cluster.reconnected = Some(format!("{} s", reconnect_s.round()));
+
     cluster.wait_calls(r * 70 / 100, &coordinator);
     let (leader, _) = cluster.stream_leader(halyard_proto::subjects::JOBS_STREAM);
     let node = format!("nats{}", leader.trim_start_matches('n'));
@@ -659,6 +727,11 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
         println!("\n\n*** SKIPPED compose_faults: no Docker daemon reachable ({why}) ***\n\n");
         return;
     }
+    // The Kubernetes settings: no process is told how many replicas to make.
+    for f in ["compose.yaml", "compose.local.yaml"] {
+        let text = std::fs::read_to_string(repo_root().join("deploy/compose").join(f)).unwrap();
+        assert!(!text.contains("NATS_REPLICAS"), "deploy/compose/{f} sets the replicas");
+    }
     let started = Instant::now();
     let keep = std::env::var_os("HALYARD_COMPOSE_KEEP").is_some();
     let tmp = tempfile::Builder::new().prefix("halyard-compose-").disable_cleanup(keep).tempdir();
@@ -694,7 +767,12 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
         (
             "streams and buckets not R3",
             format!("{under:?} of {}", replicas.len()),
-            "[] (no_advertise)".into(),
+            "[] (no_advertise, no --nats-replicas)".into(),
+        ),
+        (
+            "coordinator reconnected after its node's SIGKILL",
+            cluster.reconnected.clone().unwrap_or_else(|| "no".into()),
+            "within 30 s".into(),
         ),
         (
             "workers / coordinator scraped",
