@@ -23,7 +23,25 @@ Each problem names the object and the field; exit status 1 when there is any:
 - no Secret holds a placeholder (REPLACE-ME, an empty value, `...`), and the rendering
   contains no REPLACE-ME anywhere;
 - every container that reaches NATS does so over TLS (`tls://` URLs) and checks the
-  nodes against a CA mounted from a Secret, only its `ca.crt` key.
+  nodes against a CA mounted from a Secret, only its `ca.crt` key;
+- (issue 46) GPU pods are placed by their nvidia.com/gpu request alone: no nodeSelector
+  or node affinity on a label that only GPU Feature Discovery sets (nvidia.com/…);
+- the coordinator Job ignores disruptions (podFailurePolicy `Ignore` on the pod condition
+  DisruptionTarget: a drain or preemption does not spend backoffLimit) and a
+  PodDisruptionBudget with maxUnavailable 0 (or minAvailable 1) covers its pod;
+- a workload rendering (one with a Job or Deployment) holds no Namespace, Secret or
+  PersistentVolumeClaim: `kubectl delete -k` of it must not delete them;
+- a Deployment that a ScaledObject scales has no `spec.replicas` (it would reset KEDA's
+  count on every apply); every ScaledObject has a `fallback`; and a rendering with both
+  the coordinator Job and a ScaledObject is refused (the ScaledObjects are applied once
+  the coordinator has created the consumers: KEDA up to 2.19 scales a pool whose
+  consumer does not exist yet to its maximum);
+- every image is pinned by digest, or pulled `Always` (a tag can be pushed again);
+- a managed-server worker (image with vLLM or SGLang: `--gpu` with a comma set, or HOME
+  set) has HOME and every cache variable (HF_HOME, TRITON_CACHE_DIR, VLLM_CACHE_ROOT,
+  XDG_CACHE_HOME, …) under a mounted writable emptyDir or ephemeral volume;
+- a NetworkPolicy that selects the NATS pods admits the monitoring port 8222 only from
+  named namespaces or pods, never from everywhere.
 
 Which pools a worker serves follows `halyard worker`: with `--sweep` and no `--gpu`,
 the pools of the sweep's models not placed on a GPU; with `--gpu N`, those of the local
@@ -45,6 +63,9 @@ import tomllib
 import yaml
 
 JOBS_STREAM = "HALYARD_JOBS"
+# The cache variables of a managed server (vLLM, SGLang and the libraries under them).
+SERVER_CACHE_VARS = ["HOME", "XDG_CACHE_HOME", "HF_HOME", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT",
+                     "TORCHINDUCTOR_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "OUTLINES_CACHE_DIR"]
 PLACEHOLDERS = {"", "REPLACE-ME", "...", "changeme", "CHANGEME", "sk-..."}
 POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
 
@@ -222,9 +243,13 @@ def secret_values(doc):
             yield k, "data", str(v)
 
 
-def check(docs, text=""):
-    """Problems (strings naming object and field) of one rendered set of objects."""
+def check(docs, text="", scaling=()):
+    """Problems (strings naming object and field) of one rendered set of objects; `scaling`:
+    the ScaledObjects of the overlay's scaling/ kustomization, applied after it and checked
+    with it (triggers against the pools its Deployments serve)."""
     problems = []
+    own_scaled = [d for d in docs if d.get("kind") == "ScaledObject"]
+    docs = list(docs) + list(scaling)
 
     def bad(doc, field, what):
         problems.append(f"{ident(doc)}: {field}: {what}")
@@ -381,11 +406,114 @@ def check(docs, text=""):
     for target, (ns, cm, pools) in sorted(served.items()):
         if len(triggered.get(target, [])) != 1:
             problems.append(f"Deployment {ns}/{target}: {len(triggered.get(target, []))} ScaledObjects scale it, expected 1")
+    problems.extend(check_issue46(docs, by_kind, own_scaled))
     for (ns, cm), sweep in sweeps.items():
         every = set(sweep_pools(sweep))
         covered = set().union(*(p for n, c, p in served.values() if c == cm)) if served else set()
         for p in sorted(every - covered):
             problems.append(f"ConfigMap {ns}/{cm}: pool {p!r} of the sweep has no worker Deployment serving it")
+    return problems
+
+
+def check_issue46(docs, by_kind, own_scaled):
+    """Items 6-10 of issue 46 and the managed server's caches (see the module docs)."""
+    problems = []
+
+    def bad(doc, field, what):
+        problems.append(f"{ident(doc)}: {field}: {what}")
+
+    workloads = [d for k in POD_KINDS | {"CronJob", "Pod"} for d in by_kind.get(k, [])]
+    for d in workloads:
+        spec, at = pod_spec(d)
+        if spec is None:
+            continue
+        gpu = any("nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {})
+                  for c in spec.get("containers", []))
+        # 6: labels of GPU Feature Discovery.
+        for k in (spec.get("nodeSelector") or {}):
+            if k.startswith("nvidia.com/"):
+                bad(d, f"{at}.nodeSelector[{k}]",
+                    "a label only GPU Feature Discovery / the GPU Operator sets: with the device plugin "
+                    "alone no node has it and the pod stays Pending (the nvidia.com/gpu request places it)")
+        na = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        for term in na.get("nodeSelectorTerms", []):
+            for e in term.get("matchExpressions", []):
+                if str(e.get("key", "")).startswith("nvidia.com/"):
+                    bad(d, f"{at}.affinity.nodeAffinity[{e['key']}]", "a label only GPU Feature Discovery sets")
+        # 10: images.
+        for c in spec.get("containers", []) + spec.get("initContainers", []):
+            image = str(c.get("image", ""))
+            if "@sha256:" not in image and c.get("imagePullPolicy") != "Always":
+                bad(d, f"{at}.containers[{c.get('name')}].imagePullPolicy",
+                    f"{c.get('imagePullPolicy')!r} for {image!r}, a tag: a tag can be pushed again, so "
+                    "pull Always or name the image by digest")
+        # Managed servers: HOME and caches on a writable volume.
+        for c in spec.get("containers", []):
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            sets = gpu_sets(container_args(c))
+            if not (gpu and (any(len(x) > 1 for x in sets) or "HOME" in env)):
+                continue
+            vols = {v["name"]: v for v in spec.get("volumes", [])}
+            for var in SERVER_CACHE_VARS:
+                path = env.get(var)
+                mount = next((m for m in c.get("volumeMounts", []) if path and (
+                    path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/"))), None)
+                vol = vols.get(mount["name"]) if mount else None
+                if not path:
+                    bad(d, f"{at}.containers[{c.get('name')}].env[{var}]",
+                        "unset: the server's caches would land on the read-only root (or a HOME with no passwd entry)")
+                elif not mount or mount.get("readOnly") or not vol or not ("emptyDir" in vol or "ephemeral" in vol):
+                    bad(d, f"{at}.containers[{c.get('name')}].env[{var}]",
+                        f"{path!r} is not on a mounted writable emptyDir or ephemeral volume")
+    # 7: the coordinator Job.
+    pdbs = by_kind.get("PodDisruptionBudget", [])
+    for j in by_kind.get("Job", []):
+        rules = ((j.get("spec") or {}).get("podFailurePolicy") or {}).get("rules", [])
+        if not any(r.get("action") == "Ignore" and any(c.get("type") == "DisruptionTarget"
+                                                       for c in r.get("onPodConditions", [])) for r in rules):
+            bad(j, "spec.podFailurePolicy.rules",
+                "no `Ignore` on the pod condition DisruptionTarget: a drain or preemption counts against backoffLimit")
+        labels = pod_labels(j)
+        covered = [p for p in pdbs
+                   if p["spec"].get("selector", {}).get("matchLabels")
+                   and all(labels.get(k) == v for k, v in p["spec"]["selector"]["matchLabels"].items())
+                   and (str(p["spec"].get("maxUnavailable")) == "0" or str(p["spec"].get("minAvailable")) in ("1", "100%"))]
+        if not covered:
+            bad(j, "PodDisruptionBudget", "none with maxUnavailable 0 covers the coordinator's pod: a drain evicts it mid-run")
+    # 8: what `kubectl delete -k` of a workload rendering would delete.
+    if by_kind.get("Job") or by_kind.get("Deployment"):
+        for kind in ("Namespace", "Secret", "PersistentVolumeClaim"):
+            for d in by_kind.get(kind, []):
+                bad(d, "kind", f"a {kind} in a workload rendering: `kubectl delete -k` of it would delete it "
+                               "(the namespace takes NATS and every volume with it)")
+    # 9: KEDA.
+    scaled = {(s["metadata"].get("namespace"), s["spec"].get("scaleTargetRef", {}).get("name")): s
+              for s in by_kind.get("ScaledObject", [])}
+    for d in by_kind.get("Deployment", []):
+        if (d["metadata"].get("namespace"), d["metadata"]["name"]) in scaled and "replicas" in d.get("spec", {}):
+            bad(d, "spec.replicas", "set on a Deployment KEDA scales: every apply resets KEDA's count")
+    for so in by_kind.get("ScaledObject", []):
+        fb = so.get("spec", {}).get("fallback") or {}
+        if not (isinstance(fb.get("failureThreshold"), int) and isinstance(fb.get("replicas"), int)):
+            bad(so, "spec.fallback", "missing: when the NATS monitoring endpoint fails, KEDA keeps no replica count")
+        if by_kind.get("Job") and any(so is o for o in own_scaled):
+            bad(so, "kind", "rendered with the coordinator Job: ScaledObjects go in a kustomization applied "
+                            "once the coordinator has created the consumers (KEDA <= 2.19 scales a pool whose "
+                            "consumer is missing to its maximum)")
+    # 10: the monitoring port.
+    for np_ in by_kind.get("NetworkPolicy", []):
+        sel = (np_["spec"].get("podSelector") or {}).get("matchLabels") or {}
+        if sel.get("app.kubernetes.io/name") != "nats":
+            continue
+        for i, rule in enumerate(np_["spec"].get("ingress", [])):
+            ports = {str(p.get("port")) for p in rule.get("ports", [])}
+            if ports and "8222" not in ports:
+                continue
+            froms = rule.get("from") or []
+            if not froms or any(not f.get("namespaceSelector") and not (f.get("podSelector") or {}).get("matchLabels")
+                                for f in froms):
+                bad(np_, f"spec.ingress[{i}]", "admits port 8222 (/jsz, /connz) from every pod: name the namespaces or pods")
     return problems
 
 

@@ -4,17 +4,24 @@
 //!
 //! What DIR holds (docs/src/operations/kubernetes.md, "An overlay per sweep"):
 //!
-//! - `kustomization.yaml`: namespace `halyard`; the namespace and Secrets from the shipped
-//!   `deploy/k8s/secrets` (`--secrets`, referred to by a path relative to DIR); the sweep
-//!   as the ConfigMap `halyard-sweep` (configMapGenerator of `sweep.toml`, a copy); the
-//!   run's label `halyard.dev/run`;
-//! - `coordinator.yaml`: the coordinator Job, its state PVC and metrics Service;
-//! - `datasets.yaml`: the PVC `halyard-datasets` the coordinator reads the datasets from
-//!   (not a ConfigMap: 1 MiB holds about 750 HypoTermQA items), filled once with
-//!   `datasets-loader.yaml` (not part of the overlay);
-//! - `models.yaml`: the PVC `halyard-models`, when the sweep has local models;
+//! - `kustomization.yaml`: namespace `halyard`; the sweep as the ConfigMap `halyard-sweep`
+//!   (configMapGenerator of `sweep.toml`, a copy); the run's label `halyard.dev/run`. It
+//!   holds no Namespace, Secret or PersistentVolumeClaim: `kubectl delete -k DIR` removes
+//!   the run's workloads only, never the namespace (and with it NATS), the Secrets or the
+//!   volumes (issue 46, item 8). Those come from `deploy/k8s/secrets` (`--secrets`,
+//!   applied first) and `volumes/`;
+//! - `coordinator.yaml`: the coordinator Job (disruptions do not count against its
+//!   backoffLimit), its PodDisruptionBudget and metrics Service;
+//! - `volumes/`: a kustomization of its own, applied once: the coordinator's state PVC,
+//!   the PVC `halyard-datasets` the coordinator reads the datasets from (not a ConfigMap:
+//!   1 MiB holds about 750 HypoTermQA items), and, when the sweep has local models,
+//!   `halyard-models` (ReadWriteOnce, the cluster's default class);
+//! - `datasets-loader.yaml`, `models-loader.yaml` (not part of the overlay): one-off pods
+//!   that the operator fills the volumes through;
 //! - `worker-<pool>.yaml` per pool: a Deployment running `halyard worker --sweep …
-//!   --only-pool POOL` and its KEDA ScaledObject on the pool's consumer.
+//!   --only-pool POOL` (no `replicas`: KEDA owns the count) and its KEDA ScaledObject on
+//!   the pool's consumer, created paused at 0 replicas until the coordinator has created
+//!   the consumers (KEDA up to 2.19 reads a missing consumer as the whole stream's lag).
 //!
 //! Paths in the pods: the sweep is `/halyard/sweep/sweep.toml`, the datasets PVC is
 //! mounted at `/halyard/datasets`, the models PVC at `/halyard/models`. A sweep next to
@@ -117,26 +124,52 @@ pub fn write(o: &K8sOptions) -> Result<Vec<String>, NodeError> {
     let secrets_rel = relative(&o.out, &o.secrets)?;
 
     let local = has_local_files(&s);
+    let coordinator_models = coordinator_reads_models(&text);
     let mut files: Vec<(String, String)> = Vec::new();
     files.push((SWEEP_FILE.into(), text));
-    files.push(("coordinator.yaml".into(), coordinator(o, local)));
-    files.push(("datasets.yaml".into(), yaml(&[(DATASETS_PVC_NOTE, datasets_pvc())])));
-    if local {
-        files.push(("models.yaml".into(), yaml(&[(MODELS_PVC_NOTE, models_pvc())])));
-    }
+    files.push(("coordinator.yaml".into(), coordinator(o, coordinator_models)));
+    let mut scaling = Vec::new();
     for p in &pools {
-        files.push((format!("{}.yaml", p.object), worker(o, p, local)));
+        let (deployment, scaled) = worker(o, p, local && p.kind != PoolKind::Api);
+        files.push((format!("{}.yaml", p.object), deployment));
+        scaling.push((format!("{}.yaml", p.object), scaled));
     }
-    files.push(("datasets-loader.yaml".into(), datasets_loader()));
-    let resources: Vec<String> = std::iter::once(secrets_rel)
-        .chain(
-            files
-                .iter()
-                .map(|(f, _)| f.clone())
-                .filter(|f| f.ends_with(".yaml") && f != "datasets-loader.yaml"),
-        )
-        .collect();
-    files.push(("kustomization.yaml".into(), kustomization(&s, o, &resources, &pools)));
+    let resources: Vec<String> =
+        files.iter().map(|(f, _)| f.clone()).filter(|f| f.ends_with(".yaml")).collect();
+    let scaling_files: Vec<String> = scaling.iter().map(|(f, _)| f.clone()).collect();
+    files.push((
+        "scaling/kustomization.yaml".into(),
+        sub_kustomization(SCALING_NOTE, &scaling_files),
+    ));
+    for (f, body) in scaling {
+        files.push((format!("scaling/{f}"), body));
+    }
+    files.push(("datasets-loader.yaml".into(), datasets_loader(o)));
+    let mut volumes = vec![
+        ("coordinator-state.yaml", yaml(&[(STATE_PVC_NOTE, state_pvc())])),
+        ("datasets.yaml", yaml(&[(DATASETS_PVC_NOTE, datasets_pvc())])),
+    ];
+    if local {
+        volumes.push(("models.yaml", yaml(&[(MODELS_PVC_NOTE, models_pvc())])));
+        files.push(("models-loader.yaml".into(), models_loader(o)));
+    }
+    let volume_files: Vec<String> = volumes.iter().map(|(f, _)| f.to_string()).collect();
+    files.push((
+        "volumes/kustomization.yaml".into(),
+        sub_kustomization(VOLUMES_NOTE, &volume_files),
+    ));
+    for (f, body) in volumes {
+        files.push((format!("volumes/{f}"), body));
+    }
+    files.push((
+        "kustomization.yaml".into(),
+        kustomization(&s, o, &resources, &pools, &secrets_rel, local),
+    ));
+    for sub in ["volumes", "scaling"] {
+        std::fs::create_dir_all(o.out.join(sub)).map_err(|e| {
+            NodeError::io(format!("--out {}: cannot create {sub}/", o.out.display()), e)
+        })?;
+    }
     let mut written = Vec::new();
     for (name, body) in files {
         let path = o.out.join(&name);
@@ -251,6 +284,19 @@ fn in_pod(p: &str) -> PathBuf {
         }
     }
     out
+}
+
+/// Whether the coordinator opens model files: a gguf model without `identity` (the
+/// coordinator reads the file's identity) or an embedding model. Otherwise it does not
+/// mount the models volume, which a ReadWriteOnce volume needs: every pod that mounts it
+/// runs on the one node it is attached to.
+fn coordinator_reads_models(text: &str) -> bool {
+    let Ok(raw) = toml::from_str::<toml::Table>(text) else { return true };
+    array(&raw, "model").iter().any(|m| match m.get("backend").and_then(|v| v.as_str()) {
+        Some("gguf") => m.get("identity").is_none(),
+        Some("embed") => true,
+        _ => false,
+    })
 }
 
 fn has_local_files(s: &Sweep) -> bool {
@@ -441,9 +487,14 @@ fn prepare_out(out: &Path, force: bool) -> Result<(), NodeError> {
                     out.display()
                 )));
             }
-            for p in entries {
+            let sub: Vec<PathBuf> = ["volumes", "scaling"]
+                .iter()
+                .filter_map(|d| std::fs::read_dir(out.join(d)).ok())
+                .flat_map(|d| d.filter_map(|e| e.ok().map(|e| e.path())))
+                .collect();
+            for p in entries.into_iter().chain(sub) {
                 let name = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
-                if name.ends_with(".yaml") || name == SWEEP_FILE {
+                if p.is_file() && (name.ends_with(".yaml") || name == SWEEP_FILE) {
                     std::fs::remove_file(&p)
                         .map_err(|e| NodeError::io(format!("cannot remove {}", p.display()), e))?;
                 }
@@ -549,9 +600,11 @@ fn probes(c: &mut Value, startup_failures: u32) {
 /// from cert-manager or deploy/tls/make-certs, in the Secret `halyard-nats-tls`).
 const NATS_CA_DIR: &str = "/etc/halyard/nats-ca";
 
+/// No HALYARD_NATS_REPLICAS: the replicas come from what JetStream can place (Halyard's
+/// memory probe stream; deploy/k8s/nats-values.yaml gives the memory store it needs), as
+/// in the compose cluster that the fault test runs with these NATS settings.
 fn nats_env(user: &str, key: &str) -> Vec<Value> {
     vec![
-        json!({ "name": "HALYARD_NATS_REPLICAS", "value": "3" }),
         json!({ "name": "HALYARD_NATS_URL", "value": "tls://nats.halyard.svc:4222" }),
         json!({ "name": "HALYARD_NATS_CA", "value": format!("{NATS_CA_DIR}/ca.crt") }),
         json!({ "name": "HALYARD_NATS_USER", "value": user }),
@@ -584,6 +637,65 @@ fn models_mount() -> Value {
     json!({ "name": "models", "mountPath": MODELS_DIR, "readOnly": true })
 }
 
+/// The datasets loader's image (by tag: pulled `Always`, see pull_policy).
+const BUSYBOX: &str = "busybox:1.37.0";
+
+/// A managed server's HOME and caches, under the writable volume mounted at CACHE_DIR.
+pub const CACHE_DIR: &str = "/var/cache/halyard";
+pub const SERVER_CACHE_ENV: [(&str, &str); 8] = [
+    ("HOME", "home"),
+    ("XDG_CACHE_HOME", "xdg"),
+    ("HF_HOME", "huggingface"),
+    ("TRITON_CACHE_DIR", "triton"),
+    ("VLLM_CACHE_ROOT", "vllm"),
+    ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),
+    ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+    ("OUTLINES_CACHE_DIR", "outlines"),
+];
+
+/// A tag can be pushed again with other contents: `Always` asks the registry for the
+/// tag's current digest on each start (and pulls only what changed); an image named by
+/// digest cannot change, so `IfNotPresent` is exact.
+fn pull_policy(image: &str) -> &'static str {
+    if image.contains("@sha256:") {
+        "IfNotPresent"
+    } else {
+        "Always"
+    }
+}
+
+const STATE_PVC_NOTE: &str = "The coordinator's state and report (--out /var/lib/halyard/runs): a new pod resumes the run from it; deleting it starts over. ReadWriteOnce: after a node loss it may stay attached to the lost node until Kubernetes detaches it (docs/src/operations/recovering.md).";
+
+fn state_pvc() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": meta("halyard-coordinator-state", "coordinator"),
+        "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "5Gi" } } }
+    })
+}
+
+const VOLUMES_NOTE: &str = "The run's volumes, applied once before the overlay (`kubectl apply -k volumes`) and NOT part of it: `kubectl delete -k` of the overlay leaves them (the run state, the datasets, the weights). Delete them on purpose: `kubectl delete -k volumes`.";
+
+const SCALING_NOTE: &str = "KEDA's ScaledObjects of the pools, applied once the coordinator is ready (it has created every pool's consumer): KEDA up to 2.19 reads a consumer that does not exist yet as the whole stream's lag and scales the pool to its maximum; 2.20 and later report an error. `kubectl -n halyard wait --for=condition=Ready pod -l app.kubernetes.io/component=coordinator --timeout=10m && kubectl apply -k scaling`.";
+
+fn sub_kustomization(note: &str, files: &[String]) -> String {
+    let k = json!({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": NAMESPACE,
+        "resources": files,
+    });
+    let mut out = String::new();
+    for line in wrap(note) {
+        out.push_str("# ");
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str(&serde_json::to_string_pretty(&k).expect("a JSON value"));
+    out.push('\n');
+    out
+}
+
 const DATASETS_PVC_NOTE: &str = "The datasets the coordinator reads (mounted at /halyard/datasets; the sweep's ../datasets/… paths land there). A volume, not a ConfigMap: a ConfigMap holds at most 1 MiB, about 750 HypoTermQA items. Fill it once with datasets-loader.yaml (see kustomization.yaml).";
 
 fn datasets_pvc() -> Value {
@@ -594,14 +706,57 @@ fn datasets_pvc() -> Value {
     })
 }
 
-const MODELS_PVC_NOTE: &str = "The local model files (gguf files, embedding folders, a managed server's weights), mounted read-only at /halyard/models in the coordinator (it reads a gguf file's identity unless the sweep gives `identity`) and in every worker (each reads the whole sweep). ReadOnlyMany where the storage lets several nodes share it; fill it once as deploy/README.md's GPU section shows (scripts/fetch-model.sh).";
+const MODELS_PVC_NOTE: &str = "The local model files (gguf files, embedding folders, a managed server's weights), mounted read-only at /halyard/models by the workers of local pools (and by the coordinator only when a gguf model has no `identity`). ReadWriteOnce in the cluster's default storage class, which every managed cluster provisions (block storage): every pod that mounts it runs on the node it is attached to, so the GPU pools scale within that node's GPUs. To spread them over nodes, give a class that offers ReadOnlyMany or ReadWriteMany (storageClassName, e.g. a file store; docs/src/operations/kubernetes.md, \"The models volume\"). Filled once through models-loader.yaml; no Halyard process downloads weights.";
 
 fn models_pvc() -> Value {
     json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": meta("halyard-models", "models"),
-        "spec": { "accessModes": ["ReadOnlyMany"], "resources": { "requests": { "storage": "64Gi" } } }
+        "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "64Gi" } } }
     })
+}
+
+/// The one-off pod that fills halyard-models: the server's image (it has the
+/// `huggingface-cli` of huggingface_hub), as our user, the Hugging Face cache on an
+/// emptyDir; the operator runs the download in it (kustomization.yaml, step 2).
+fn models_loader(o: &K8sOptions) -> String {
+    let mut env: Vec<Value> = SERVER_CACHE_ENV
+        .iter()
+        .map(|(k, v)| json!({ "name": k, "value": format!("{CACHE_DIR}/{v}") }))
+        .collect();
+    env.push(json!({ "name": "HF_HUB_DISABLE_TELEMETRY", "value": "1" }));
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": meta("halyard-models-loader", "models-loader"),
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "securityContext": pod_security(),
+            "containers": [{
+                "name": "loader",
+                "image": o.server_image,
+                "imagePullPolicy": pull_policy(&o.server_image),
+                "command": ["sleep", "86400"],
+                "env": env,
+                "resources": { "requests": { "cpu": "1", "memory": "2Gi" }, "limits": { "memory": "4Gi" } },
+                "securityContext": container_security(),
+                "volumeMounts": [
+                    { "name": "models", "mountPath": MODELS_DIR },
+                    { "name": "cache", "mountPath": CACHE_DIR },
+                    { "name": "tmp", "mountPath": "/tmp" },
+                ],
+            }],
+            "volumes": [
+                { "name": "models", "persistentVolumeClaim": { "claimName": "halyard-models" } },
+                { "name": "cache", "emptyDir": {} },
+                { "name": "tmp", "emptyDir": {} },
+            ],
+        }
+    });
+    yaml(&[(
+        "NOT part of the overlay: a one-off pod to fill the PVC halyard-models (volumes/) before the GPU pools start: `kubectl cp` the files in, or download them in it at the sweep's revision, e.g. `kubectl -n halyard exec halyard-models-loader -- huggingface-cli download ORG/MODEL --revision REV --local-dir /halyard/models/DIR` (the Hugging Face cache is its emptyDir; a gated model needs HF_TOKEN: `kubectl exec` with `env HF_TOKEN=…`). Then delete the pod.",
+        pod,
+    )])
 }
 
 fn coordinator(o: &K8sOptions, local: bool) -> String {
@@ -628,7 +783,7 @@ fn coordinator(o: &K8sOptions, local: bool) -> String {
     let mut c = json!({
         "name": "coordinator",
         "image": o.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(&o.image),
         "args": ["coordinator", format!("{SWEEP_DIR}/{SWEEP_FILE}"), "--out", "/var/lib/halyard/runs", "--metrics", "0.0.0.0:9464"],
         "env": env,
         "ports": [{ "name": "metrics", "containerPort": 9464 }],
@@ -637,21 +792,24 @@ fn coordinator(o: &K8sOptions, local: bool) -> String {
         "volumeMounts": mounts,
     });
     probes(&mut c, 24);
-    let pvc = json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": meta("halyard-coordinator-state", "coordinator"),
-        "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "5Gi" } } }
-    });
     let job = json!({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": meta("halyard-coordinator", "coordinator"),
         "spec": {
             "backoffLimit": 20,
-            "podFailurePolicy": { "rules": [{ "action": "FailJob", "onExitCodes": { "containerName": "coordinator", "operator": "In", "values": [3, 4] } }] },
+            "podFailurePolicy": { "rules": [
+                { "action": "FailJob", "onExitCodes": { "containerName": "coordinator", "operator": "In", "values": [3, 4] } },
+                // A drain, preemption or eviction (the pod's condition DisruptionTarget):
+                // a new pod resumes the run; not a failure of the run.
+                { "action": "Ignore", "onPodConditions": [{ "type": "DisruptionTarget", "status": "True" }] }
+            ] },
             "template": {
                 "metadata": {
                     "labels": labels("coordinator"),
-                    "annotations": { "prometheus.io/scrape": "true", "prometheus.io/port": "9464" }
+                    "annotations": {
+                        "prometheus.io/scrape": "true", "prometheus.io/port": "9464",
+                        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"
+                    }
                 },
                 "spec": {
                     "restartPolicy": "Never",
@@ -672,14 +830,20 @@ fn coordinator(o: &K8sOptions, local: bool) -> String {
             "ports": [{ "name": "metrics", "port": 9464, "targetPort": "metrics" }]
         }
     });
+    let pdb = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": meta("halyard-coordinator", "coordinator"),
+        "spec": { "maxUnavailable": 0, "selector": { "matchLabels": labels("coordinator") } }
+    });
     yaml(&[
-        ("The coordinator's state and report (--out /var/lib/halyard/runs): a new pod resumes the run from it; deleting it starts over.", pvc),
-        ("The coordinator: a Job (exit 0 when the run completes). Exit 4 (dead letters: `halyard retry-failed`, then the Job again) and 3 (cost limit) end it at once. A Job's pod template cannot change: for another sweep, `kubectl -n halyard delete job halyard-coordinator` before applying (the state PVC stays).", job),
+        ("The coordinator: a Job (exit 0 when the run completes). Exit 4 (dead letters: `halyard retry-failed`, then the Job again) and 3 (cost limit) end it at once; a disruption (drain, preemption, eviction: the pod condition DisruptionTarget) is ignored, not counted against backoffLimit, and the next pod resumes the run from the state PVC (volumes/). A Job's pod template cannot change: for another sweep, or to resume after a node loss, `kubectl -n halyard delete job halyard-coordinator` and apply again (the state PVC stays; docs/src/operations/recovering.md, \"A node lost under the coordinator\").", job),
+        ("No voluntary eviction of the coordinator mid-run (kubectl drain waits, the cluster autoscaler leaves its node): a drain would stop the run until a new pod has resumed it. Delete the Job, or this budget, to drain its node on purpose.", pdb),
         ("The coordinator's metrics (9464), for overlays/monitoring.", svc),
     ])
 }
 
-fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> String {
+/// The pool's Deployment, and its ScaledObject (for scaling/).
+fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> (String, String) {
     let gpus = match p.kind {
         PoolKind::GpuGguf => 1,
         PoolKind::Server(n) => n,
@@ -747,10 +911,16 @@ fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> String {
         ),
     };
     if let PoolKind::Server(_) = p.kind {
-        env.push(json!({ "name": "HOME", "value": "/home/halyard" }));
-        mounts.push(json!({ "name": "cache", "mountPath": "/home/halyard/.cache" }));
+        // The server's image (deploy/image/vllm.Dockerfile) runs as our user with HOME and
+        // every cache under CACHE_DIR; the same variables here, so that another image of
+        // the server runs the same way, and CACHE_DIR a writable volume (the root is
+        // read-only): Hugging Face, Triton, vLLM, torch.compile, XDG, FlashInfer.
+        for (k, v) in SERVER_CACHE_ENV {
+            env.push(json!({ "name": k, "value": format!("{CACHE_DIR}/{v}") }));
+        }
+        mounts.push(json!({ "name": "cache", "mountPath": CACHE_DIR }));
         mounts.push(json!({ "name": "shm", "mountPath": "/dev/shm" }));
-        volumes.push(json!({ "name": "cache", "emptyDir": {} }));
+        volumes.push(json!({ "name": "cache", "emptyDir": { "sizeLimit": "32Gi" } }));
         volumes
             .push(json!({ "name": "shm", "emptyDir": { "medium": "Memory", "sizeLimit": "8Gi" } }));
     }
@@ -758,7 +928,7 @@ fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> String {
     let mut c = json!({
         "name": "worker",
         "image": image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(image),
         "args": args,
         "env": env,
         "ports": [{ "name": "metrics", "containerPort": 9465 }],
@@ -766,6 +936,11 @@ fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> String {
         "securityContext": container_security(),
         "volumeMounts": mounts,
     });
+    if let PoolKind::Server(_) = p.kind {
+        // The server images' entrypoint is `halyard worker` (deploy/image/vllm.Dockerfile);
+        // the command is given here, so the args read the same for every image.
+        c["command"] = json!(["/usr/local/bin/halyard"]);
+    }
     probes(&mut c, if gpus > 0 { 60 } else { 24 });
     let mut pod_labels = labels(&component);
     pod_labels["halyard.dev/role"] = json!("worker");
@@ -777,15 +952,18 @@ fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> String {
         "volumes": volumes,
     });
     if gpus > 0 {
-        spec["nodeSelector"] = json!({ "nvidia.com/gpu.present": "true" });
+        // No nodeSelector: the request for nvidia.com/gpu is what places the pod on a node
+        // whose device plugin offers GPUs (a label such as nvidia.com/gpu.present comes
+        // from GPU Feature Discovery, which a cluster with the device plugin alone lacks).
         spec["tolerations"] =
             json!([{ "key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule" }]);
     }
+    // No `replicas`: KEDA owns the count (a `replicas` here would reset it on every apply,
+    // starting a pod, a GPU pod, each time).
     let deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": meta(&p.object, &component),
         "spec": {
-            "replicas": 1,
             "selector": { "matchLabels": labels(&component) },
             "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": "25%", "maxUnavailable": 0 } },
             "template": {
@@ -806,6 +984,9 @@ fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> String {
             "maxReplicaCount": p.max_replicas,
             "pollingInterval": 15,
             "cooldownPeriod": if gpus > 0 { 600 } else { 300 },
+            // The monitoring endpoint unreachable 3 polls in a row: one worker, not zero
+            // (the pool keeps going) and not the maximum.
+            "fallback": { "failureThreshold": 3, "replicas": 1 },
             "triggers": [{
                 "type": "nats-jetstream",
                 "metadata": {
@@ -826,19 +1007,19 @@ fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> String {
         PoolKind::GpuGguf => format!("gguf models on one GPU (`--gpu 0`: the device plugin's one GPU is device 0 in the pod), image {} (deploy/image/cuda.Dockerfile)", o.gpu_image),
         PoolKind::Server(n) => format!("a managed model server on {n} GPU(s) (`--gpu {}`), image {} (the server's image with halyard added)", (0..n).map(|g| g.to_string()).collect::<Vec<_>>().join(","), o.server_image),
     };
-    yaml(&[
-        (
-            &format!("Workers of pool {:?} alone (`--only-pool`): {what}. Liveness /healthz (the process), readiness /readyz (broker, models, consumer). SIGTERM: calls in flight get --grace 30 s.", p.pool),
+    (
+        yaml(&[(
+            &format!("Workers of pool {:?} alone (`--only-pool`): {what}. Liveness /healthz (the process), readiness /readyz (broker, models, consumer). SIGTERM: calls in flight get --grace 30 s. No `replicas`: the first apply makes one pod, then KEDA (scaling/) owns the count.", p.pool),
             deployment,
-        ),
-        (
-            &format!("KEDA scales {} on the consumer {} of stream {JOBS_STREAM}, which the coordinator creates when it plans the pool. {}", p.object, pool_consumer(&p.pool), p.sizing),
+        )]),
+        yaml(&[(
+            &format!("KEDA scales {} on the consumer {} of stream {JOBS_STREAM}, which the coordinator creates when it plans the pool. In scaling/, applied only once the coordinator is ready (../kustomization.yaml, step 4): KEDA up to 2.19 reads a missing consumer as the whole stream's lag and scales to the maximum. {}", p.object, pool_consumer(&p.pool), p.sizing),
             scaled,
-        ),
-    ])
+        )])
+    )
 }
 
-fn datasets_loader() -> String {
+fn datasets_loader(_o: &K8sOptions) -> String {
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": meta("halyard-datasets-loader", "datasets-loader"),
@@ -848,7 +1029,8 @@ fn datasets_loader() -> String {
             "securityContext": pod_security(),
             "containers": [{
                 "name": "loader",
-                "image": "busybox:1.37",
+                "image": BUSYBOX,
+                "imagePullPolicy": pull_policy(BUSYBOX),
                 "command": ["sleep", "3600"],
                 "securityContext": container_security(),
                 "volumeMounts": [{ "name": "datasets", "mountPath": DATASETS_DIR }],
@@ -857,12 +1039,18 @@ fn datasets_loader() -> String {
         }
     });
     yaml(&[
-        ("NOT part of the overlay: a one-off pod that fills the PVC halyard-datasets, before the overlay is applied (see kustomization.yaml).", datasets_pvc()),
-        ("The loader: `kubectl cp` copies into it, then delete it.", pod),
+        ("NOT part of the overlay: a one-off pod that fills the PVC halyard-datasets (volumes/), before the overlay is applied (see kustomization.yaml). `kubectl cp` copies into it, then delete it.", pod),
     ])
 }
 
-fn kustomization(s: &Sweep, o: &K8sOptions, resources: &[String], pools: &[PoolDeploy]) -> String {
+fn kustomization(
+    s: &Sweep,
+    o: &K8sOptions,
+    resources: &[String],
+    pools: &[PoolDeploy],
+    secrets: &str,
+    local: bool,
+) -> String {
     let table: Vec<String> = pools
         .iter()
         .map(|p| {
@@ -885,18 +1073,31 @@ fn kustomization(s: &Sweep, o: &K8sOptions, resources: &[String], pools: &[PoolD
     let header = format!(
         "{HEADER_MARK} from {sweep} (run {name}); regenerate rather than edit (--force replaces this directory's files).
 #
-# Pools (Deployment and ScaledObject each):
+# Pools (a Deployment here and a ScaledObject in scaling/ each):
 {pools}
 #
-# Apply, after deploy/k8s/secrets' files and NATS (docs/src/operations/kubernetes.md):
-#   1. the datasets, once: kubectl apply -f datasets-loader.yaml
+# Apply, after the namespace, Secrets and NATS policy (kubectl apply -k {secrets}) and
+# NATS itself (docs/src/operations/kubernetes.md):
+#   1. the volumes, once: kubectl apply -k volumes
+#   2. the datasets, once: kubectl apply -f datasets-loader.yaml
 #      kubectl -n {NAMESPACE} wait --for=condition=Ready pod/halyard-datasets-loader
 #      kubectl -n {NAMESPACE} cp DATASETS/. halyard-datasets-loader:{DATASETS_DIR}/   (DATASETS: the folder the sweep's ../datasets is)
-#      kubectl -n {NAMESPACE} delete pod halyard-datasets-loader
-#   2. kubectl apply -k .
+#      kubectl -n {NAMESPACE} delete pod halyard-datasets-loader{models}
+#   3. kubectl apply -k .
+#   4. once the coordinator is ready (its consumers exist):
+#      kubectl -n {NAMESPACE} wait --for=condition=Ready pod -l app.kubernetes.io/component=coordinator --timeout=10m
+#      kubectl apply -k scaling
+# `kubectl delete -k .` (and -k scaling) removes the run's workloads only: the namespace,
+# NATS, the Secrets and volumes/ stay.
 # The sweep is sweep.toml here (a copy), in every pod at {SWEEP_DIR}/{SWEEP_FILE}.
-# Images: {image}{gpu}; your registry's: an `images:` entry per name (newName, newTag).
+# Images: {image}{gpu}; your registry's: an `images:` entry per name (newName, newTag,
+# or digest: pinned by digest they are pulled IfNotPresent, by tag Always).
 ",
+        models = if local {
+            format!("\n#      the models, once: kubectl apply -f models-loader.yaml, then fill {MODELS_DIR} in it (models-loader.yaml says how)")
+        } else {
+            String::new()
+        },
         sweep = o.sweep.display(),
         name = s.name,
         pools = table.iter().map(|l| format!("#{l}")).collect::<Vec<_>>().join("\n"),

@@ -392,8 +392,12 @@ fn start(dir: &Path) -> Cluster {
     // every node tells which one the coordinator is connected to (fault 6).
     let mounts: String = (1..=3)
         .map(|n| {
-            let ports = if n == 1 { String::new() } else { "    ports: [\"127.0.0.1::8222\"]\n".into() };
-            format!("  nats{n}:\n    volumes: [\"{}:/etc/nats/roles:ro\"]\n{ports}", roles.display())
+            let ports =
+                if n == 1 { String::new() } else { "    ports: [\"127.0.0.1::8222\"]\n".into() };
+            format!(
+                "  nats{n}:\n    volumes: [\"{}:/etc/nats/roles:ro\"]\n{ports}",
+                roles.display()
+            )
         })
         .collect();
     let override_file = dir.join("fault-test.yaml");
@@ -412,16 +416,15 @@ fn start(dir: &Path) -> Cluster {
     compose.run(&["up", "-d", "nats1", "nats2", "nats3", "fake-api", "prometheus"]).unwrap();
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let cluster =
-        Cluster {
-            compose,
-            logs,
-            followed: BTreeSet::new(),
-            waits: Vec::new(),
-            admin,
-            tls,
-            reconnected: None,
-        };
+    let cluster = Cluster {
+        compose,
+        logs,
+        followed: BTreeSet::new(),
+        waits: Vec::new(),
+        admin,
+        tls,
+        reconnected: None,
+    };
     let t = Instant::now();
     loop {
         let addr = cluster.compose.service_port("nats1", 8222).unwrap();
@@ -584,7 +587,9 @@ fn run_faults(cluster: &mut Cluster, reference_calls: u64) -> (Events, String) {
         std::thread::sleep(Duration::from_millis(250));
     };
     let reconnect_s = t.elapsed().as_secs_f64();
-    let detail = format!("{node}, the coordinator's node, SIGKILL: coordinator on {now:?} after {reconnect_s:.1} s");
+    let detail = format!(
+        "{node}, the coordinator's node, SIGKILL: coordinator on {now:?} after {reconnect_s:.1} s"
+    );
     ev.add(at, "NATS node SIGKILL (coordinator's)", 2, detail, 2 * per_worker);
     assert!(
         now.iter().any(|n| *n != node),
