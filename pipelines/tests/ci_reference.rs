@@ -122,8 +122,9 @@ fn delong_matches_reference() {
     check_bounds(&agg, m, "delong_mean");
 }
 
-/// McNemar's exact p-value equals scipy's binomial test; Newcombe's interval equals the
-/// formula on scipy's Wilson intervals.
+/// McNemar's exact p-value equals scipy's binomial test. (Newcombe's interval is checked
+/// against a published worked example, `metrics::paired::tests`, not here: the script
+/// coded the same formula, so the check was circular.)
 #[test]
 fn mcnemar_matches_scipy() {
     for (i, c) in reference()["mcnemar"].as_array().unwrap().iter().enumerate() {
@@ -134,7 +135,7 @@ fn mcnemar_matches_scipy() {
         close(t.p_value, f(&c["p_value"]), &format!("case {i} p"));
         assert_eq!(t.significant, f(&c["p_value"]) < 0.05, "case {i}");
         close(t.difference.estimate, f(&c["estimate"]), &format!("case {i} estimate"));
-        check_bounds(&t.difference, c, &format!("case {i}"));
+        assert!(t.difference.contains(t.difference.estimate), "case {i}: {t:?}");
     }
 }
 

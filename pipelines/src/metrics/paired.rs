@@ -144,8 +144,16 @@ fn ln_binomial_half_cdf(k: u64, n: u64) -> f64 {
 /// McNemar's exact test on paired binary outcomes (`a[i]`: model A succeeded on item i):
 /// with b = items only A got right and c = items only B got right, the two-sided p-value
 /// `min(1, 2·P(X ≤ min(b, c)))`, X ~ Binomial(b + c, ½) (1 when b + c = 0). The difference
-/// of the success proportions, A − B, gets Newcombe's hybrid score interval (his method 10:
-/// the two Wilson intervals combined with the phi correlation of the 2×2 table).
+/// of the success proportions, A − B, gets Newcombe's hybrid score interval (Newcombe 1998,
+/// Stat Med 17:2635, method 10): the two Wilson intervals combined with the correlation φ
+/// of the 2×2 table, **continuity-corrected** as Newcombe gives it (and Altman, Machin,
+/// Bryant & Gardner 2000, "Statistics with Confidence", ch. 6; R's `contingencytables`,
+/// `Newcombe_square_and_add_CI_paired_2x2`): with the cells both, only A, only B, neither
+/// (AD − BC = both·neither − onlyA·onlyB) and N items, φ = (AD − BC − N/2)/√(margins) when
+/// AD − BC > N/2, 0 when 0 ≤ AD − BC ≤ N/2, and the raw (AD − BC)/√(margins) when
+/// AD − BC < 0; 0 when a margin is 0. (Before issue 45 the raw φ was used throughout,
+/// which narrows the interval of positively correlated outcomes: 0.0222–0.2168 instead of
+/// the published 0.0115–0.2265 for Altman et al.'s Table 6.2.)
 /// Errors: `LengthMismatch`; `Empty`.
 pub fn mcnemar(a: &[bool], b: &[bool]) -> Result<PairedTest, MetricError> {
     check_paired(a, b)?;
@@ -169,8 +177,16 @@ pub fn mcnemar(a: &[bool], b: &[bool]) -> Result<PairedTest, MetricError> {
     let phi = if margins.contains(&0) {
         0.0
     } else {
-        let num = both as f64 * neither as f64 - only_a as f64 * only_b as f64;
-        num / margins.iter().map(|&m| m as f64).product::<f64>().sqrt()
+        let ad_bc = both as f64 * neither as f64 - only_a as f64 * only_b as f64;
+        let half_n = n as f64 / 2.0;
+        let corrected = if ad_bc > half_n {
+            ad_bc - half_n
+        } else if ad_bc >= 0.0 {
+            0.0
+        } else {
+            ad_bc
+        };
+        corrected / margins.iter().map(|&m| m as f64).product::<f64>().sqrt()
     };
     let theta = p1 - p2;
     let side = |x: f64, y: f64| (x * x - 2.0 * phi * x * y + y * y).max(0.0).sqrt();
@@ -308,6 +324,31 @@ mod tests {
         use crate::metrics::interval::NotEstimable;
         assert_eq!(p.difference.bounds(), None);
         assert_eq!(p.difference.not_estimable, Some(NotEstimable::EveryResampleGives(0.0)));
+    }
+
+    /// Issue 45 (7): Newcombe's paired interval equals the published worked example of
+    /// Altman, Machin, Bryant & Gardner (2000), "Statistics with Confidence" (2nd ed.),
+    /// Table 6.2 (41 pairs: 14 both positive, 5 positive by the first method only, 0 by the
+    /// second only, 22 neither): difference 0.1220 with 95% interval 0.0115 to 0.2265,
+    /// printed to 4 decimals (AD − BC = 308 > N/2, so φ = (308 − 20.5)/√(19·22·14·27)).
+    /// Swapping the two models negates the interval.
+    #[test]
+    fn newcombe_paired_matches_altman_table_6_2() {
+        let rows = [(true, true, 14), (true, false, 5), (false, true, 0), (false, false, 22)];
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for (x, y, count) in rows {
+            a.extend(std::iter::repeat_n(x, count));
+            b.extend(std::iter::repeat_n(y, count));
+        }
+        let m = mcnemar(&a, &b).unwrap();
+        let (low, high) = m.difference.bounds().unwrap();
+        assert!((m.difference.estimate - 0.1220).abs() < 5e-5, "{m:?}");
+        assert!((low - 0.0115).abs() < 5e-5 && (high - 0.2265).abs() < 5e-5, "{m:?}");
+        // The raw φ (before issue 45) gave 0.0222 to 0.2168: narrower than published.
+        assert!(low < 0.02 && high > 0.22, "{m:?}");
+        let swapped = mcnemar(&b, &a).unwrap();
+        let (sl, sh) = swapped.difference.bounds().unwrap();
+        assert!((sl + high).abs() < 1e-12 && (sh + low).abs() < 1e-12, "{swapped:?}");
     }
 
     /// A model better on every item is significantly better; mismatched inputs are errors.

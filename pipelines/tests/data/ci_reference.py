@@ -10,8 +10,10 @@ Each method is computed here without Halyard's code:
 - AUROC: scipy's Mann-Whitney U / (n1 n0); DeLong's variance: the structural components
   computed directly from their definition (every positive against every negative, O(mn)),
   not from mid-ranks as Halyard does;
-- Newcombe's paired interval (his method 10) from its published formula on scipy's Wilson
-  intervals;
+- Newcombe's paired interval (his method 10) is not recomputed here: a second coding of
+  the same formula is no check (before issue 45 both codings used the raw phi where
+  Newcombe corrects it by N/2). It is checked against the published worked example of
+  Altman et al. (2000), Table 6.2, in `pipelines/src/metrics/paired.rs`;
 - the bootstrap: a seeded percentile bootstrap needs the same random draws to be checked
   exactly, so the generator (SplitMix64, index = (draw * n) >> 64) is re-implemented here,
   and the quantiles are numpy's default (linear, type 7).
@@ -137,17 +139,8 @@ def mcnemar(a, b):
     n = len(a)
     disc = only_a + only_b
     p = 1.0 if disc == 0 else float(stats.binomtest(only_a, disc, 0.5).pvalue)
-    w1, w2 = wilson(both + only_a, n), wilson(both + only_b, n)
-    p1, p2 = w1["estimate"], w2["estimate"]
-    margins = [both + only_a, only_b + neither, both + only_b, only_a + neither]
-    phi = 0.0 if 0 in margins else (both * neither - only_a * only_b) / math.sqrt(math.prod(margins))
-    theta = p1 - p2
-    d = math.sqrt(max(0.0, (p1 - w1["low"]) ** 2 - 2 * phi * (p1 - w1["low"]) * (w2["high"] - p2) + (w2["high"] - p2) ** 2))
-    e = math.sqrt(max(0.0, (w1["high"] - p1) ** 2 - 2 * phi * (w1["high"] - p1) * (p2 - w2["low"]) + (p2 - w2["low"]) ** 2))
     return {
-        "estimate": theta,
-        "low": max(-1.0, theta - d),
-        "high": min(1.0, theta + e),
+        "estimate": (both + only_a) / n - (both + only_b) / n,
         "p_value": p,
         "only_a": only_a,
         "only_b": only_b,
