@@ -654,7 +654,7 @@ fn chainpoll_section(out: &mut String, b: u64, entries: &[(usize, &Value)]) {
 /// RealHall's aggregate over the sweep's ChainPoll datasets, per judge (issue 29).
 fn realhall_section(out: &mut String, realhall: &Value) {
     let Some(list) = realhall.as_array().filter(|l| !l.is_empty()) else { return };
-    out.push_str("<h2 id=\"realhall\">RealHall aggregate</h2><p class=\"meta\">Per judge, the unweighted mean of its per-dataset AUROCs (ChainPoll: Adherence where the dataset was run with it, else Correctness), in brackets its 95% interval from the per-dataset DeLong variances, or why it cannot be estimated; quality vs ChainPoll = mean(AUROC − 0.5) / mean(AUROC<sub>ChainPoll</sub> − 0.5).</p>");
+    out.push_str("<h2 id=\"realhall\">RealHall aggregate</h2><p class=\"meta\">Per judge, the unweighted mean of its per-dataset AUROCs (ChainPoll: Adherence where the dataset was run with it, else Correctness), in brackets its 95% interval from the per-dataset Newcombe (2006) AUROC intervals combined by square-and-add, or why it cannot be estimated; quality vs ChainPoll = mean(AUROC − 0.5) / mean(AUROC<sub>ChainPoll</sub> − 0.5).</p>");
     for a in list {
         let datasets: Vec<&str> =
             a["datasets"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();

@@ -1,9 +1,14 @@
 //! RealHall's aggregate over datasets (spec `metrics.md` §3.2): for one judge, the
 //! unweighted mean of its per-dataset AUROCs for every method (ChainPoll, each ChainPoll
 //! metric, the SelfCheck-NGram Avg and Max baselines, the Max and mean pseudo-entropy,
-//! Avg/Max(−log p)), with a 95% interval from the per-dataset DeLong variances (the
-//! datasets are independent; not estimable, with why, when a dataset's AUROC has no
-//! variance or all are 0), and
+//! Avg/Max(−log p)), with a 95% interval from each dataset's Newcombe (2006) AUROC
+//! interval, combined by square-and-add (the datasets are independent;
+//! [`mean_auroc_newcombe`]). Until issue 45 the interval summed the per-dataset DeLong
+//! variances, and a small dataset that separated perfectly (DeLong variance 0) narrowed it
+//! silently: coverage 0.86 instead of 0.95 in
+//! `metrics::interval::tests::aggregate_interval_coverage_with_a_small_dataset`. Newcombe's
+//! interval needs only the AUROC and the class sizes, so a dataset with one item of a class
+//! or all scores tied counts too, with the width its size gives it. And
 //! "quality vs ours" (ChainPoll Table 5, note e):
 //! `mean_d(AUROC_d − 0.5) / mean_d(AUROC_d^ChainPoll − 0.5)`.
 //!
@@ -19,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::plan::Metric;
 use super::score::{Ranking, Report};
 use crate::metrics::auroc::relative_quality;
-use crate::metrics::interval::{mean_auroc_delong, CiMethod, DelongAuroc, Interval, NotEstimable};
+use crate::metrics::interval::{mean_auroc_newcombe, DelongAuroc, Interval};
 
 /// One method's AUROCs over the datasets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -35,8 +40,8 @@ pub struct AggregateRow {
     pub per_dataset_n: Vec<u64>,
     #[serde(default)]
     pub per_dataset_unscored: Vec<u64>,
-    /// The mean AUROC with its 95% interval (`delong_mean`), the interval not estimable
-    /// when a dataset's AUROC has no DeLong variance; `None` when a dataset lacks the AUROC.
+    /// The mean AUROC with its 95% interval (`newcombe_mean`; `delong_mean` in reports
+    /// written before issue 45); `None` when a dataset lacks the AUROC.
     pub aggregate_auroc: Option<Interval>,
     /// Quality vs ChainPoll; `None` when undefined (a missing AUROC, or ChainPoll at chance).
     pub quality_vs_chainpoll: Option<f64>,
@@ -68,10 +73,11 @@ fn metric_ranking(r: &Report, metric: Metric) -> Option<&Ranking> {
     r.metrics.iter().find(|m| m.metric == metric).map(|m| &m.ranking)
 }
 
-fn delong_of(k: &Ranking) -> Option<DelongAuroc> {
+/// A dataset's AUROC and class sizes (Newcombe's interval does not use the variance).
+fn part_of(k: &Ranking) -> Option<DelongAuroc> {
     Some(DelongAuroc {
         auroc: k.auroc?,
-        variance: k.auroc_variance?,
+        variance: k.auroc_variance.unwrap_or(0.0),
         positives: k.scored_positive,
         negatives: k.scored - k.scored_positive,
     })
@@ -88,21 +94,9 @@ fn row(
         datasets.iter().zip(&per).filter(|(_, k)| f(k)).map(|(d, _)| d.as_str()).collect()
     };
     let missing = names(&|k| k.and_then(|k| k.auroc).is_none());
-    let no_variance = names(&|k| k.is_some_and(|k| k.auroc.is_some() && delong_of(k).is_none()));
-    let parts: Option<Vec<DelongAuroc>> = per.iter().map(|k| k.and_then(delong_of)).collect();
+    let parts: Option<Vec<DelongAuroc>> = per.iter().map(|k| k.and_then(part_of)).collect();
     let values: Option<Vec<f64>> = per_dataset.iter().copied().collect();
-    let items: u64 = per.iter().flatten().map(|k| k.scored).sum();
-    let aggregate_auroc = match (parts, &values) {
-        (Some(p), _) => mean_auroc_delong(&p).ok(),
-        // Every AUROC, not every variance: the mean, its interval not estimable.
-        (None, Some(v)) => Some(Interval::not_estimable(
-            v.iter().sum::<f64>() / v.len() as f64,
-            CiMethod::DelongMean,
-            items,
-            NotEstimable::PartWithoutVariance,
-        )),
-        (None, None) => None,
-    };
+    let aggregate_auroc = parts.and_then(|p| mean_auroc_newcombe(&p).ok());
     let reference: Option<Vec<f64>> = chainpoll.iter().copied().collect();
     let quality_vs_chainpoll = match (values, reference) {
         (Some(v), Some(r)) => relative_quality(&v, &r).ok(),
@@ -111,12 +105,6 @@ fn row(
     let mut notes = Vec::new();
     if !missing.is_empty() {
         notes.push(format!("no AUROC on: {}", missing.join(", ")));
-    }
-    if !no_variance.is_empty() {
-        notes.push(format!(
-            "no DeLong variance (interval not estimable) on: {}",
-            no_variance.join(", ")
-        ));
     }
     AggregateRow {
         method: method.into(),
@@ -166,7 +154,7 @@ pub fn realhall_aggregate(per_dataset: &[(String, &Report)]) -> Option<Aggregate
 mod tests {
     use super::*;
     use crate::chainpoll::score::{CommonSubset, LogprobReport, MetricReport};
-    use crate::metrics::interval::Z95;
+    use crate::metrics::interval::{auroc_newcombe, CiMethod};
 
     fn ranking(auroc: f64) -> Ranking {
         Ranking {
@@ -228,8 +216,14 @@ mod tests {
         let get = |m: &str| agg.rows.iter().find(|r| r.method == m).unwrap();
         let cp = get("chainpoll").aggregate_auroc.unwrap();
         assert!((cp.estimate - 0.7875).abs() < 1e-12);
-        let half = Z95 * (4.0f64 * 0.001).sqrt() / 4.0;
+        // Square-and-add of the four datasets' Newcombe intervals (10 + 10 items each).
+        let above: f64 = [0.8, 0.75, 0.7, 0.9]
+            .iter()
+            .map(|&a| (auroc_newcombe(a, 10, 10).unwrap().high.unwrap() - a).powi(2))
+            .sum();
+        let half = above.sqrt() / 4.0;
         assert!((cp.high.unwrap() - cp.estimate - half).abs() < 1e-12 && cp.n == 80, "{cp:?}");
+        assert_eq!(cp.method, CiMethod::NewcombeMean);
         assert_eq!(get("chainpoll").per_dataset_n, [20, 20, 20, 20]);
         let sc = get("selfcheck_avg");
         assert!((sc.aggregate_auroc.unwrap().estimate - 0.625).abs() < 1e-12);
@@ -243,26 +237,29 @@ mod tests {
         assert!(realhall_aggregate(&[]).is_none());
     }
 
-    /// Issue 29: a dataset whose AUROC has no DeLong variance (a class of one item) still
-    /// gives the mean AUROC, its interval not estimable, and the note names the dataset.
+    /// Issue 45 (6): a dataset without a DeLong variance (a class of one item) or with a
+    /// variance of 0 (perfect separation) does not narrow the aggregate: it counts with its
+    /// own Newcombe interval, so the aggregate is wider than the other dataset's alone
+    /// would make it, never narrower.
     #[test]
-    fn aggregate_without_a_variance_is_not_estimable() {
+    fn aggregate_with_a_collapsed_delong_variance_stays_wide() {
         use Metric::Correctness as C;
         let mut r1 = report(&[(C, 0.8)], None);
         r1.metrics[0].ranking.auroc_variance = None;
+        let mut r0 = report(&[(C, 1.0)], None);
+        r0.metrics[0].ranking.auroc_variance = Some(0.0);
         let r2 = report(&[(C, 0.6)], None);
-        let agg = realhall_aggregate(&[("d1".into(), &r1), ("d2".into(), &r2)]).unwrap();
-        let cp = &agg.rows[0];
-        let ci = cp.aggregate_auroc.unwrap();
-        assert!((ci.estimate - 0.7).abs() < 1e-12);
-        assert_eq!(
-            (ci.bounds(), ci.not_estimable),
-            (None, Some(NotEstimable::PartWithoutVariance))
-        );
-        assert!(cp
-            .note
-            .as_deref()
-            .unwrap()
-            .contains("no DeLong variance (interval not estimable) on: d1"));
+        let other = auroc_newcombe(0.6, 10, 10).unwrap();
+        for (name, r) in [("one item of a class", &r1), ("perfect separation", &r0)] {
+            let agg = realhall_aggregate(&[("d1".into(), r), ("d2".into(), &r2)]).unwrap();
+            let cp = &agg.rows[0];
+            let ci = cp.aggregate_auroc.unwrap();
+            let (l, h) = ci.bounds().unwrap_or_else(|| panic!("{name}: {ci:?}"));
+            // The mean of two: with the first dataset's interval of width 0, the aggregate's
+            // would be half the other's; it is wider.
+            let (ol, oh) = other.bounds().unwrap();
+            assert!(h - l > (oh - ol) / 2.0 + 0.01, "{name}: {ci:?}");
+            assert!(cp.note.is_none(), "{name}: {:?}", cp.note);
+        }
     }
 }

@@ -13,7 +13,15 @@
 //!   a report is reproducible bit for bit.
 //! - [`auroc_delong`], [`mean_auroc_delong`]: AUROC, by DeLong's variance (the
 //!   structural components computed from mid-ranks), and the mean of independent
-//!   per-dataset AUROCs (RealHall's aggregate) from the sum of their variances.
+//!   per-dataset AUROCs from the sum of their variances (not estimable when a part's
+//!   variance is 0: see below).
+//! - [`auroc_newcombe`], [`mean_auroc_newcombe`]: AUROC by Newcombe's (2006) score
+//!   interval, and the mean of independent AUROCs (RealHall's aggregate, issue 45) by
+//!   square-and-add of those intervals. DeLong's variance is 0 at AUROC 0 or 1 and with
+//!   all scores tied, so a small dataset that happens to separate perfectly adds nothing to
+//!   a summed variance and the mean's interval narrows silently (coverage 0.86 instead of
+//!   0.95 in `tests::aggregate_interval_coverage_with_a_small_dataset`); Newcombe's interval
+//!   does not collapse there (its lower bound at AUROC 1 with 4 + 4 items is 0.58).
 //!
 //! **Not estimable** (issue 29): an interval that collapses to a point (a bootstrap whose
 //! resamples all give one value, one item, a DeLong variance of 0 at perfect separation or
@@ -57,6 +65,11 @@ pub enum CiMethod {
     Delong,
     /// Mean of independent AUROCs ± z·√(Σ var_d / D²), clipped to [0, 1].
     DelongMean,
+    /// One AUROC's score interval by Newcombe (2006), his method 5.
+    Newcombe,
+    /// Mean of independent AUROCs, their Newcombe (2006) intervals combined by
+    /// square-and-add (MOVER, Zou & Donner 2008).
+    NewcombeMean,
     /// Paired bootstrap over the items two models share (difference of their figures).
     PairedBootstrap,
     /// Newcombe's hybrid score interval (method 10) for a paired difference of proportions.
@@ -75,6 +88,8 @@ impl CiMethod {
             CiMethod::Bootstrap => "bootstrap",
             CiMethod::Delong => "delong",
             CiMethod::DelongMean => "delong_mean",
+            CiMethod::Newcombe => "newcombe",
+            CiMethod::NewcombeMean => "newcombe_mean",
             CiMethod::PairedBootstrap => "paired_bootstrap",
             CiMethod::NewcombePaired => "newcombe_paired",
             CiMethod::DelongPaired => "delong_paired",
@@ -672,10 +687,11 @@ pub fn auroc_delong(labels: &[bool], scores: &[f64]) -> Result<Interval, MetricE
     Ok(normal_interval(d.auroc, d.variance, CiMethod::Delong, d.positives + d.negatives))
 }
 
-/// The unweighted mean of independent AUROCs (RealHall's aggregate over datasets, spec
-/// §3.2) with the interval `mean ± z·√(Σ var_d)/D`, clipped to [0, 1]; n = all items.
-/// Not estimable when every variance is 0. Errors: `Empty`; `NotANumber` for a NaN AUROC
-/// or variance.
+/// The unweighted mean of independent AUROCs with the interval `mean ± z·√(Σ var_d)/D`,
+/// clipped to [0, 1]; n = all items. Not estimable (`PartWithoutVariance`) when a part's
+/// variance is 0 (issue 45: it would narrow the interval silently; RealHall's aggregate
+/// uses [`mean_auroc_newcombe`]). Errors: `Empty`; `NotANumber` for a NaN AUROC or
+/// variance.
 pub fn mean_auroc_delong(parts: &[DelongAuroc]) -> Result<Interval, MetricError> {
     if parts.is_empty() {
         return Err(MetricError::Empty { what: "per-dataset AUROCs" });
@@ -694,7 +710,97 @@ pub fn mean_auroc_delong(parts: &[DelongAuroc]) -> Result<Interval, MetricError>
             NotEstimable::ZeroVariance,
         ));
     }
+    if parts.iter().any(|p| p.variance <= 0.0) {
+        return Ok(Interval::not_estimable(
+            mean,
+            CiMethod::DelongMean,
+            n,
+            NotEstimable::PartWithoutVariance,
+        ));
+    }
     Ok(normal_interval(mean, var, CiMethod::DelongMean, n))
+}
+
+/// Hanley & McNeil's (1982) variance of an AUROC θ from m positives and n negatives, with
+/// their m − 1 and n − 1 replaced by `m_star` and `n_star`:
+/// `θ(1 − θ)(1 + n*(1 − θ)/(2 − θ) + m*·θ/(1 + θ))/(mn)`.
+fn hanley_mcneil_variance(theta: f64, m_star: f64, n_star: f64, m: f64, n: f64) -> f64 {
+    theta
+        * (1.0 - theta)
+        * (1.0 + n_star * (1.0 - theta) / (2.0 - theta) + m_star * theta / (1.0 + theta))
+        / (m * n)
+}
+
+/// Newcombe's (2006) score interval for one AUROC, his method 5 ("Confidence intervals for
+/// an effect size measure based on the Mann–Whitney statistic. Part 2", Stat Med 25:559):
+/// the bounds are the θ where `|θ̂ − θ| = z·√V(θ)`, V Hanley & McNeil's variance evaluated
+/// at θ (not at θ̂, as Wilson's interval does for a proportion) with m* = n* = (m + n)/2 − 1.
+/// The interval never collapses: at θ̂ = 1 its lower bound is below 1. `positives` and
+/// `negatives` are the items of each class (m and n). Errors: `NotANumber`; `OutOfRange`
+/// for an AUROC outside [0, 1]; `SingleClass` for a class without items.
+pub fn auroc_newcombe(auroc: f64, positives: u64, negatives: u64) -> Result<Interval, MetricError> {
+    super::reject_nan("AUROC", &[auroc])?;
+    if !(0.0..=1.0).contains(&auroc) {
+        return Err(MetricError::OutOfRange { what: "AUROC", value: auroc, expected: "in [0, 1]" });
+    }
+    if positives == 0 || negatives == 0 {
+        return Err(MetricError::SingleClass {
+            positives: positives as usize,
+            negatives: negatives as usize,
+        });
+    }
+    let (m, n) = (positives as f64, negatives as f64);
+    let star = (m + n) / 2.0 - 1.0;
+    let sd = |t: f64| hanley_mcneil_variance(t, star, star, m, n).max(0.0).sqrt();
+    // f(θ) = θ̂ − θ + s·z·√V(θ) changes sign on [lo, hi]: bisection to the last bit.
+    let root = |mut lo: f64, mut hi: f64, s: f64| {
+        let f = |t: f64| auroc - t + s * Z95 * sd(t);
+        let f_lo = f(lo);
+        for _ in 0..200 {
+            let mid = 0.5 * (lo + hi);
+            if mid <= lo || mid >= hi {
+                break;
+            }
+            if (f(mid) > 0.0) == (f_lo > 0.0) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        0.5 * (lo + hi)
+    };
+    let low = if auroc <= 0.0 { 0.0 } else { root(0.0, auroc, -1.0) };
+    let high = if auroc >= 1.0 { 1.0 } else { root(auroc, 1.0, 1.0) };
+    Ok(Interval::closed(auroc, low, high, CiMethod::Newcombe, positives + negatives))
+}
+
+/// The unweighted mean of independent AUROCs (RealHall's aggregate over datasets, spec
+/// §3.2; issue 45) with each part's Newcombe (2006) interval ([`auroc_newcombe`]) combined
+/// by square-and-add, the method of variance estimates recovery (Zou & Donner 2008,
+/// "Construction of confidence limits about effect measures: a general approach", Stat Med
+/// 27:1693; Newcombe's paired interval does the same for two proportions):
+/// `low = mean − √(Σ (θ̂_d − L_d)²)/D`, `high = mean + √(Σ (U_d − θ̂_d)²)/D`, clipped to
+/// [0, 1]; n = all items. Each part needs only its AUROC and class sizes
+/// (`DelongAuroc::variance` is not used), so a part with one item of a class, a perfectly
+/// separating part and a part of tied scores all count with an interval of their own
+/// width. Errors: `Empty`; as [`auroc_newcombe`] for a part.
+pub fn mean_auroc_newcombe(parts: &[DelongAuroc]) -> Result<Interval, MetricError> {
+    if parts.is_empty() {
+        return Err(MetricError::Empty { what: "per-dataset AUROCs" });
+    }
+    let d = parts.len() as f64;
+    let (mut mean, mut below, mut above, mut n) = (0.0, 0.0, 0.0, 0);
+    for p in parts {
+        let ci = auroc_newcombe(p.auroc, p.positives, p.negatives)?;
+        let (l, h) = ci.bounds().unwrap_or((p.auroc, p.auroc));
+        mean += p.auroc / d;
+        below += (p.auroc - l) * (p.auroc - l);
+        above += (h - p.auroc) * (h - p.auroc);
+        n += p.positives + p.negatives;
+    }
+    let low = (mean - below.sqrt() / d).max(0.0);
+    let high = (mean + above.sqrt() / d).min(1.0);
+    Ok(Interval::closed(mean, low, high, CiMethod::NewcombeMean, n))
 }
 
 #[cfg(test)]
@@ -814,6 +920,79 @@ mod tests {
         assert!((coverage - 0.95).abs() < 0.05, "cluster coverage {coverage}");
         assert!(plain_width < 0.6 * designed, "unit bootstrap width {plain_width}");
         assert!(plain_coverage < 0.8, "unit bootstrap coverage {plain_coverage}");
+    }
+
+    /// Newcombe's (2006) AUROC interval does not collapse where DeLong's does (AUROC 1,
+    /// tied scores, one item of a class), brackets its estimate, and refuses bad input.
+    #[test]
+    fn newcombe_auroc_interval_does_not_collapse() {
+        for (auroc, m, n) in [(1.0, 4, 4), (0.0, 4, 4), (0.5, 2, 2), (0.75, 1, 3), (0.8, 40, 40)] {
+            let ci = auroc_newcombe(auroc, m, n).unwrap();
+            let (l, h) = ci.bounds().unwrap();
+            assert!(l < h && l <= auroc && auroc <= h, "{auroc} {m} {n}: {ci:?}");
+            assert!((0.0..=1.0).contains(&l) && (0.0..=1.0).contains(&h));
+        }
+        let perfect = auroc_newcombe(1.0, 4, 4).unwrap();
+        assert!(perfect.low.unwrap() > 0.55 && perfect.low.unwrap() < 0.65, "{perfect:?}");
+        // Mirror image: AUROC θ and 1 − θ give mirrored bounds.
+        let (a, b) = (auroc_newcombe(0.7, 10, 10).unwrap(), auroc_newcombe(0.3, 10, 10).unwrap());
+        assert!((a.low.unwrap() - (1.0 - b.high.unwrap())).abs() < 1e-12, "{a:?} {b:?}");
+        assert!(auroc_newcombe(f64::NAN, 2, 2).is_err());
+        assert!(auroc_newcombe(1.5, 2, 2).is_err());
+        assert!(auroc_newcombe(0.5, 0, 2).is_err());
+        assert!(mean_auroc_newcombe(&[]).is_err());
+    }
+
+    /// Issue 45 (6), a seeded simulation with a designed effect: RealHall's aggregate over
+    /// four datasets, three of 40 + 40 items (binormal scores, true AUROC 0.75) and one of
+    /// 4 + 4 (true AUROC 0.79), which separates perfectly in about 18% of draws. Over 2000
+    /// draws (coverage sd 0.005): the summed DeLong variances (before issue 45) cover the
+    /// true mean AUROC 86% of the time, below 0.91; `mean_auroc_delong` now refuses
+    /// an interval whenever a part has variance 0; Newcombe's intervals by square-and-add
+    /// cover within 0.02 of 0.95 and always give an interval.
+    #[test]
+    fn aggregate_interval_coverage_with_a_small_dataset() {
+        let mut rng = SplitMix64::new(4506);
+        let mut normal = || {
+            let u1 = ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+            let u2 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+        };
+        // Binormal, unit variances, shift δ: AUROC = Φ(δ/√2) = erfc(−δ/2)/2.
+        let designs = [(40, 0.954), (40, 0.954), (40, 0.954), (4, 1.145)];
+        let truth = designs.iter().map(|&(_, d)| libm::erfc(-d / 2.0) / 2.0).sum::<f64>() / 4.0;
+        let draws = 2000;
+        let (mut before, mut perfect, mut refused, mut after) = (0, 0, 0, 0);
+        for _ in 0..draws {
+            let mut parts = Vec::new();
+            for &(size, shift) in &designs {
+                let labels: Vec<bool> = (0..2 * size).map(|i| i < size).collect();
+                let scores: Vec<f64> =
+                    labels.iter().map(|&pos| normal() + if pos { shift } else { 0.0 }).collect();
+                parts.push(delong(&labels, &scores).unwrap());
+            }
+            perfect += usize::from(parts[3].auroc == 1.0);
+            let mean = parts.iter().map(|p| p.auroc).sum::<f64>() / 4.0;
+            let half = Z95 * parts.iter().map(|p| p.variance).sum::<f64>().sqrt() / 4.0;
+            before += usize::from((mean - truth).abs() <= half);
+            let delong_mean = mean_auroc_delong(&parts).unwrap();
+            refused += usize::from(delong_mean.bounds().is_none());
+            after += usize::from(mean_auroc_newcombe(&parts).unwrap().contains(truth));
+        }
+        let share = |k: usize| k as f64 / draws as f64;
+        eprintln!(
+            "true mean AUROC {truth:.4}; small dataset perfect in {:.3} of draws; coverage: \
+             summed DeLong {:.3}, Newcombe square-and-add {:.3}; mean_auroc_delong not \
+             estimable in {:.3}",
+            share(perfect),
+            share(before),
+            share(after),
+            share(refused)
+        );
+        assert!((0.14..0.24).contains(&share(perfect)), "perfect {}", share(perfect));
+        assert!(share(before) < 0.91, "summed DeLong coverage {}", share(before));
+        assert!(share(refused) >= share(perfect), "refused {}", share(refused));
+        assert!((share(after) - 0.95).abs() < 0.02, "Newcombe coverage {}", share(after));
     }
 
     /// Issue 29 (6): an interval that collapses to a point is not estimable and says why,

@@ -385,7 +385,7 @@ pub fn realhall_markdown(entries: &[RealHallEntry]) -> String {
         return String::new();
     }
     let mut md = String::from(
-        "## RealHall aggregate\n\nPer judge benchmarked on several ChainPoll datasets: the unweighted mean of its per-dataset AUROCs (ChainPoll = Adherence on a dataset run with it, else Correctness; ChainPoll paper Tables 1, 3, 4), in brackets its 95% interval from the per-dataset DeLong variances (or why it cannot be estimated); per dataset, the AUROC with its n (items scored) and the items left unscored; quality vs ChainPoll = mean(AUROC − 0.5) / mean(AUROC of ChainPoll − 0.5).\n",
+        "## RealHall aggregate\n\nPer judge benchmarked on several ChainPoll datasets: the unweighted mean of its per-dataset AUROCs (ChainPoll = Adherence on a dataset run with it, else Correctness; ChainPoll paper Tables 1, 3, 4), in brackets its 95% interval from the per-dataset Newcombe (2006) AUROC intervals combined by square-and-add (or why it cannot be estimated); per dataset, the AUROC with its n (items scored) and the items left unscored; quality vs ChainPoll = mean(AUROC − 0.5) / mean(AUROC of ChainPoll − 0.5).\n",
     );
     for e in entries {
         let benches: Vec<String> = e.benchmarks.iter().map(|b| b.to_string()).collect();
@@ -514,7 +514,7 @@ mod tests {
         assert!(md.contains(&format!("| chainpoll | {:.4} (8; 0) |", a.unwrap())), "{md}");
         assert!(md.contains(&format!("{:.4} [", mean)), "{md}");
         let j = serde_json::to_value(&agg).unwrap();
-        assert_eq!(j[0]["rows"][0]["aggregate_auroc"]["method"], "delong_mean");
+        assert_eq!(j[0]["rows"][0]["aggregate_auroc"]["method"], "newcombe_mean");
         // The same dataset twice: not aggregated, and the report says why.
         let twice = realhall(&[part(0, "a.jsonl", "j1", 4), part(2, "a.jsonl", "j1", 3)]);
         assert!(twice[0].not_computed.as_deref().unwrap().contains("benchmarks 0 and 2"));
