@@ -21,10 +21,17 @@
 //!   bootstrap over items of [`super::interval::bootstrap_by`] (seeded, reproducible). For
 //!   α this is the plain item bootstrap, not Krippendorff's own bootstrap of pairable
 //!   values (Hayes & Krippendorff 2007).
-//! - [`error_correlations`], [`effective_raters`]: whether judges err on the same items.
-//!   Three judges that share their mistakes are worth less than three independent ones; the
-//!   phi correlation of their error indicators against a reference, and Kish's design
-//!   effect, turn that into an effective number of raters.
+//! - [`error_correlations`]: whether judges err on the same items, the phi correlation of
+//!   their error indicators against a reference. Three judges that share their mistakes
+//!   are worth less than three independent ones, but φ alone does not say how much less:
+//!   it is capped by the error rates (a judge whose 10% errors all fall inside another's
+//!   30% has φ = 0.51, and Kish's n/(1 + (n − 1)φ) would call the pair 1.33 judges although
+//!   the second adds nothing). So Halyard no longer reports that "effective number"
+//!   (issue 45); instead:
+//! - [`independent_panel_accuracy`]: the majority panel's observed accuracy and coverage
+//!   beside what the same judges would achieve if they erred independently given the
+//!   truth ([`independent_majority`], exact over the judges' votes). The gap is what
+//!   shared errors cost the panel.
 //! - [`majority`]: the per-item majority label (ties reported, not broken).
 //! - [`super::mace`]: MACE, which weighs raters by estimated competence instead of
 //!   counting votes.
@@ -482,6 +489,218 @@ pub fn effective_raters(n: usize, correlations: &[Vec<Option<f64>>]) -> Option<f
     Some(if deff <= 0.0 { nf } else { (nf / deff).clamp(1.0, nf) })
 }
 
+/// The most judges [`independent_majority`] combines (its states are the judges' vote
+/// counts, at most C(m + k, k) of them).
+pub const MAX_PANEL_JUDGES: usize = 32;
+
+/// A majority panel's outcome over units with a known truth, as shares of those units.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PanelOutcome {
+    /// Share of units whose verdict is the truth (no verdict counts as not right).
+    pub correct: f64,
+    /// Share of units with a verdict (a plurality label; a tie or no rating is none).
+    pub coverage: f64,
+}
+
+impl PanelOutcome {
+    /// Accuracy over the units with a verdict, `correct / coverage`; `None` without any.
+    pub fn accuracy_on_verdicts(&self) -> Option<f64> {
+        (self.coverage > 0.0).then(|| self.correct / self.coverage)
+    }
+}
+
+/// A majority panel's observed outcome beside the outcome the same judges would give if
+/// their votes were independent given the truth (issue 45, item 9).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PanelVsIndependence {
+    /// Units with a known truth (every share is of these).
+    pub units: u64,
+    /// The panel's majority (ties and unrated units: no verdict) against the truth.
+    pub observed: PanelOutcome,
+    /// [`independent_majority`] of the judges' observed confusion rows and the truth's
+    /// class shares on the same units.
+    pub independent: PanelOutcome,
+}
+
+/// What a majority panel would achieve if its judges voted independently given the truth:
+/// `rows[j][t][v]` is P(judge j votes v | truth t) for v in `0..k` and, at `v = k`, the
+/// probability that it gives no rating (a judge error); `prior[t]` is the share of units
+/// whose truth is t. The panel's verdict is the plurality of the ratings given, none on a
+/// tie or without ratings ([`majority`]). Exact: the distribution of the vote counts is
+/// built judge by judge (a convolution over count vectors, the same sum as enumerating
+/// every joint vote), then `correct = Σ_t prior[t]·P(plurality is t | t)` and
+/// `coverage = Σ_t prior[t]·P(a plurality exists | t)`.
+///
+/// For three judges of accuracy p on two classes (no missing ratings) this is the
+/// Condorcet jury sum `p³ + 3p²(1 − p)` with coverage 1; two judges that disagree give no
+/// verdict, so with accuracies p and q, `correct = pq` and `coverage = pq + (1 − p)(1 − q)`.
+/// Errors: `Empty` (no judges, no classes); `OutOfRange` for more than
+/// [`MAX_PANEL_JUDGES`] judges, a probability that is negative or NaN, a row or the prior
+/// not summing to 1 (within 1e-9); `LengthMismatch` for rows not k × (k + 1).
+pub fn independent_majority(
+    rows: &[Vec<Vec<f64>>],
+    prior: &[f64],
+) -> Result<PanelOutcome, MetricError> {
+    let k = prior.len();
+    if k == 0 {
+        return Err(MetricError::Empty { what: "truth classes of the panel prediction" });
+    }
+    if rows.is_empty() {
+        return Err(MetricError::Empty { what: "judges of the panel prediction" });
+    }
+    if rows.len() > MAX_PANEL_JUDGES {
+        return Err(MetricError::OutOfRange {
+            what: "judges of the panel prediction",
+            value: rows.len() as f64,
+            expected: "at most MAX_PANEL_JUDGES (32)",
+        });
+    }
+    let distribution = |what: &'static str, v: &[f64]| -> Result<(), MetricError> {
+        if let Some(&x) = v.iter().find(|x| x.is_nan() || **x < 0.0) {
+            return Err(MetricError::OutOfRange {
+                what,
+                value: x,
+                expected: "a probability (0 or more)",
+            });
+        }
+        let sum: f64 = v.iter().sum();
+        if (sum - 1.0).abs() > 1e-9 {
+            return Err(MetricError::OutOfRange { what, value: sum, expected: "a sum of 1" });
+        }
+        Ok(())
+    };
+    distribution("truth class shares", prior)?;
+    for judge in rows {
+        if judge.len() != k {
+            return Err(MetricError::LengthMismatch {
+                what: "a judge's confusion rows vs truth classes",
+                left: judge.len(),
+                right: k,
+            });
+        }
+        for row in judge {
+            if row.len() != k + 1 {
+                return Err(MetricError::LengthMismatch {
+                    what: "a confusion row vs classes + 1 (no rating)",
+                    left: row.len(),
+                    right: k + 1,
+                });
+            }
+            distribution("a judge's confusion row", row)?;
+        }
+    }
+    let (mut correct, mut coverage) = (0.0, 0.0);
+    for (t, &p_t) in prior.iter().enumerate() {
+        if p_t == 0.0 {
+            continue;
+        }
+        // Distribution of the vote counts per class (the no-rating count is implied).
+        let mut states: std::collections::HashMap<Vec<u8>, f64> =
+            std::iter::once((vec![0u8; k], 1.0)).collect();
+        for judge in rows {
+            let row = &judge[t];
+            let mut next = std::collections::HashMap::with_capacity(states.len() * 2);
+            for (counts, p) in &states {
+                for (v, &q) in row.iter().enumerate() {
+                    if q == 0.0 {
+                        continue;
+                    }
+                    let mut c = counts.clone();
+                    if v < k {
+                        c[v] += 1;
+                    }
+                    *next.entry(c).or_insert(0.0) += p * q;
+                }
+            }
+            states = next;
+        }
+        for (counts, p) in states {
+            let top = *counts.iter().max().unwrap_or(&0);
+            let mut leaders = counts.iter().enumerate().filter(|(_, &c)| c == top && c > 0);
+            if let (Some((label, _)), None) = (leaders.next(), leaders.next()) {
+                coverage += p_t * p;
+                if label == t {
+                    correct += p_t * p;
+                }
+            }
+        }
+    }
+    Ok(PanelOutcome { correct, coverage })
+}
+
+/// A majority panel's observed accuracy and coverage beside what independence would
+/// predict ([`independent_majority`]), over the units with a known truth: each judge's
+/// confusion row for truth t is the share of t-units it labelled v (or left unrated), the
+/// prior the truth's class shares, all on those units. Observed and predicted differ only
+/// through how the judges err together: where they err on the same units (one judge's
+/// errors nested in another's, a shared blind spot) the observed panel falls short
+/// of the prediction; independent judges meet it. Errors: as [`Ratings::new`] for changed
+/// ratings; `Empty`; `LengthMismatch` when `truth` is not one per item; `OutOfRange` for a
+/// truth not below the categories or more than [`MAX_PANEL_JUDGES`] judges; `Undefined`
+/// when no unit has a truth.
+pub fn independent_panel_accuracy(
+    r: &Ratings,
+    truth: &[Option<usize>],
+) -> Result<PanelVsIndependence, MetricError> {
+    r.check()?;
+    if truth.len() != r.items.len() {
+        return Err(MetricError::LengthMismatch {
+            what: "truth labels vs rated items",
+            left: truth.len(),
+            right: r.items.len(),
+        });
+    }
+    check_categories("truth label", r.categories, truth.iter().flatten().copied())?;
+    let (k, m) = (r.categories, r.raters());
+    let mut per_class = vec![0u64; k];
+    let mut counts = vec![vec![vec![0u64; k + 1]; k]; m];
+    let (mut units, mut correct, mut verdicts) = (0u64, 0u64, 0u64);
+    for (row, t) in r.items.iter().zip(truth) {
+        let Some(t) = *t else { continue };
+        units += 1;
+        per_class[t] += 1;
+        for (j, v) in row.iter().enumerate() {
+            counts[j][t][v.unwrap_or(k)] += 1;
+        }
+        if let Majority::Label(c) = majority(row) {
+            verdicts += 1;
+            correct += u64::from(c == t);
+        }
+    }
+    if units == 0 {
+        return Err(MetricError::Undefined {
+            what: "panel accuracy",
+            reason: "no unit has a known truth",
+        });
+    }
+    let share = |x: u64, of: u64| if of == 0 { 0.0 } else { x as f64 / of as f64 };
+    let rows: Vec<Vec<Vec<f64>>> = counts
+        .iter()
+        .map(|judge| {
+            judge
+                .iter()
+                .zip(&per_class)
+                .map(|(row, &n_t)| {
+                    if n_t == 0 {
+                        // A class the truth never takes: its row has weight 0.
+                        let mut none = vec![0.0; k + 1];
+                        none[k] = 1.0;
+                        none
+                    } else {
+                        row.iter().map(|&c| share(c, n_t)).collect()
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let prior: Vec<f64> = per_class.iter().map(|&c| share(c, units)).collect();
+    Ok(PanelVsIndependence {
+        units,
+        observed: PanelOutcome { correct: share(correct, units), coverage: share(verdicts, units) },
+        independent: independent_majority(&rows, &prior)?,
+    })
+}
+
 /// Per-item majority among the present ratings: `Label(c)`, `Tie(tied categories)`, or
 /// `Unrated` (no rating).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -658,6 +877,105 @@ mod tests {
         assert_eq!(effective_raters(3, &m(f64::NAN)), None);
         assert_eq!(effective_raters(0, &m(0.5)), None);
         assert_eq!(effective_raters(3, &[]), None);
+    }
+
+    fn symmetric(p: f64) -> Vec<Vec<f64>> {
+        vec![vec![p, 1.0 - p, 0.0], vec![1.0 - p, p, 0.0]]
+    }
+
+    /// Issue 45 (9), values by hand: three independent judges of accuracy 0.8 on two
+    /// classes give the Condorcet jury sum p³ + 3p²(1 − p) = 0.896 with coverage 1; two
+    /// independent 85% judges agree (a verdict) on 0.85² + 0.15² = 74.5% of the units and
+    /// are right on 0.85² = 72.25%, 97.0% of their verdicts (the issue's figures).
+    #[test]
+    fn independent_majority_by_hand() {
+        let three = independent_majority(&vec![symmetric(0.8); 3], &[0.5, 0.5]).unwrap();
+        assert!((three.correct - 0.896).abs() < 1e-12 && (three.coverage - 1.0).abs() < 1e-12);
+        let two = independent_majority(&vec![symmetric(0.85); 2], &[0.3, 0.7]).unwrap();
+        assert!((two.correct - 0.7225).abs() < 1e-12, "{two:?}");
+        assert!((two.coverage - 0.745).abs() < 1e-12, "{two:?}");
+        assert!((two.accuracy_on_verdicts().unwrap() - 0.969_798_657_718_120_8).abs() < 1e-12);
+        // A judge that never rates: the other judge decides alone.
+        let silent = vec![vec![0.0, 0.0, 1.0], vec![0.0, 0.0, 1.0]];
+        let alone = independent_majority(&[symmetric(0.7), silent], &[0.5, 0.5]).unwrap();
+        assert!((alone.correct - 0.7).abs() < 1e-12 && (alone.coverage - 1.0).abs() < 1e-12);
+        // Bad input is an error.
+        assert!(independent_majority(&[], &[1.0]).is_err());
+        assert!(independent_majority(&[symmetric(0.8)], &[]).is_err());
+        assert!(independent_majority(&[symmetric(0.8)], &[0.5, 0.6]).is_err());
+        assert!(independent_majority(&[symmetric(1.2)], &[0.5, 0.5]).is_err());
+        assert!(independent_majority(&[vec![vec![1.0, 0.0]; 2]], &[0.5, 0.5]).is_err());
+        assert!(independent_majority(&vec![symmetric(0.8); 33], &[0.5, 0.5]).is_err());
+    }
+
+    /// A design whose three judges err exactly independently (1000 units: every pattern of
+    /// right/wrong in proportion p^r (1 − p)^(3 − r), p = 0.8) meets the prediction: the
+    /// observed majority is right on 896 units, 0.896 as the Condorcet sum.
+    #[test]
+    fn independent_errors_meet_the_prediction() {
+        let mut rows = Vec::new();
+        let mut truth = Vec::new();
+        for pattern in 0..8u32 {
+            let right = |j: u32| pattern & (1 << j) == 0;
+            let count = (0..3).map(|j| if right(j) { 4 } else { 1 }).product::<u32>() * 8;
+            for u in 0..count {
+                let t = (u % 2) as usize;
+                rows.push((0..3).map(|j| Some(if right(j) { t } else { 1 - t })).collect());
+                truth.push(Some(t));
+            }
+        }
+        assert_eq!(rows.len(), 1000);
+        let r = Ratings::new(2, rows).unwrap();
+        let p = independent_panel_accuracy(&r, &truth).unwrap();
+        assert_eq!(p.units, 1000);
+        assert!((p.observed.correct - 0.896).abs() < 1e-12, "{p:?}");
+        assert!((p.independent.correct - 0.896).abs() < 1e-12, "{p:?}");
+        assert!(
+            (p.observed.coverage - 1.0).abs() < 1e-12
+                && (p.independent.coverage - 1.0).abs() < 1e-12
+        );
+    }
+
+    /// Issue 45 (9), the nested case: on 200 units (100 per class) judge A errs on 30 of
+    /// each class and judge B on 10 of those 30. Their error φ is 0.07/√(0.3·0.7·0.1·0.9) =
+    /// 0.509 (Kish's n_eff would say 1.33 judges). Observed, by hand: both right on 70% (a
+    /// right verdict), they disagree on 20% (a tie: no verdict), both wrong on 10%: correct
+    /// 0.70, coverage 0.80, 87.5% of verdicts right. Independence predicts both right on
+    /// 0.7·0.9 = 0.63 and both wrong on 0.3·0.1 = 0.03: coverage 0.66, 95.5% of verdicts
+    /// right. The panel's verdicts are less accurate than independence predicts (its errors
+    /// are shared), and less accurate than B alone (90%).
+    #[test]
+    fn nested_errors_fall_short_of_independence() {
+        let mut rows = Vec::new();
+        let mut truth = Vec::new();
+        for t in 0..2usize {
+            for u in 0..100 {
+                let (a_wrong, b_wrong) = (u < 30, u < 10);
+                let vote = |wrong: bool| Some(if wrong { 1 - t } else { t });
+                rows.push(vec![vote(a_wrong), vote(b_wrong)]);
+                truth.push(Some(t));
+            }
+        }
+        let r = Ratings::new(2, rows).unwrap();
+        let phi = error_correlations(&r, &truth).unwrap()[0][1].unwrap();
+        assert!((phi - 0.07 / (0.3f64 * 0.7 * 0.1 * 0.9).sqrt()).abs() < 1e-12, "{phi}");
+        let p = independent_panel_accuracy(&r, &truth).unwrap();
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
+        assert!(close(p.observed.correct, 0.70) && close(p.observed.coverage, 0.80), "{p:?}");
+        assert!(close(p.independent.correct, 0.63), "{p:?}");
+        assert!(close(p.independent.coverage, 0.66), "{p:?}");
+        let (seen, predicted) = (
+            p.observed.accuracy_on_verdicts().unwrap(),
+            p.independent.accuracy_on_verdicts().unwrap(),
+        );
+        assert!(close(seen, 0.875) && close(predicted, 0.63 / 0.66), "{p:?}");
+        assert!(seen < predicted && seen < 0.9);
+        // Bad input.
+        assert!(independent_panel_accuracy(&r, &truth[..3]).is_err());
+        assert!(independent_panel_accuracy(&r, &vec![None; 200]).is_err());
+        let mut bad = truth.clone();
+        bad[0] = Some(2);
+        assert!(independent_panel_accuracy(&r, &bad).is_err());
     }
 
     /// Majority: label, tie (ascending), unrated.
