@@ -16,7 +16,9 @@ Each statistic is computed here without Halyard's code:
   worked example with missing data of Krippendorff (2011), "Computing Krippendorff's
   Alpha-Reliability", section C (4 observers, 12 units, values 1-5, alpha = 0.743);
 - error correlations: numpy's `corrcoef` of the 0/1 error indicators over the items both
-  raters rated with a known truth; the effective number of raters from Kish's formula;
+  raters rated with a known truth (the effective number of raters from Kish's formula was
+  dropped with the function in issue 45; the panel-vs-independence figure that replaced
+  it is checked by hand values in `pipelines/src/metrics/agreement.rs`);
 - bootstrap intervals: the seeded percentile bootstrap over items needs the same random
   draws to be checked exactly, so the generator (SplitMix64, index = (draw * n) >> 64) is
   re-implemented here as in `ci_reference.py`, the statistic of each resample is computed
@@ -197,16 +199,6 @@ def error_correlations(items, truth):
                 continue
             out[a][b] = float(np.corrcoef(x, y)[0, 1])
     return out
-
-
-def effective_raters(n, corr):
-    rhos = [corr[a][b] for a in range(len(corr)) for b in range(a + 1, len(corr))
-            if corr[a][b] is not None]
-    if not rhos or n == 0:
-        return None
-    rho = sum(rhos) / len(rhos)
-    deff = 1 + (n - 1) * rho
-    return float(n) if deff <= 0 else min(float(n), max(1.0, n / deff))
 
 
 # ----------------------------------------------------------------------------- majority
@@ -446,8 +438,7 @@ def main():
                 row.append(None if rnd.random() < missing else v)
             items.append(row)
         corr = error_correlations(items, truth)
-        err_cases.append({"categories": k, "items": items, "truth": truth, "correlations": corr,
-                          "effective_raters": effective_raters(m, corr)})
+        err_cases.append({"categories": k, "items": items, "truth": truth, "correlations": corr})
     out["error_correlations"] = err_cases
 
     out["majority"] = [{"row": row, "majority": majority(row)} for row in
