@@ -289,10 +289,13 @@ fn chainpoll_run_matches_independent_computation() {
             failed_total += all.iter().filter(|p| **p == Poll::Failed).count() as u64;
         }
     }
-    // Issue 31: the two judges of benchmark 0 measured against the dataset's labels (its
-    // one annotator): a score of at least ½ is "hallucination".
+    // Issue 31: the two judges of benchmark 0 measured against the dataset's labels: a
+    // score of at least ½ is "hallucination". Issue 45: AutoHall's labels are a rule's
+    // (provenance `rule:autohall`), reported under that name and never as human truth.
     let jr = report["judges"].as_array().unwrap().iter().find(|j| j["benchmark"] == 0).unwrap();
-    assert_eq!(jr["human"]["annotators"], 1, "{}", jr["human"]);
+    assert!(jr["human"].is_null(), "{}", jr["human"]);
+    let source = &jr["sources"][0];
+    assert_eq!(source["provenance"], "rule:autohall", "{source}");
     for (n, judge) in ["judge-1", "judge-2"].into_iter().enumerate() {
         let pairs: Vec<(bool, bool)> = main_items
             .iter()
@@ -301,7 +304,7 @@ fn chainpoll_run_matches_independent_computation() {
                     .map(|s| (it.label, s >= 0.5))
             })
             .collect();
-        let v = &jr["per_judge"][n]["vs_human"];
+        let v = &source["per_judge"][n];
         assert_eq!(v["n"], pairs.len() as u64, "{judge}");
         let right = pairs.iter().filter(|(l, p)| l == p).count() as f64;
         let acc = v["accuracy"]["estimate"].as_f64().unwrap();

@@ -69,35 +69,184 @@ fn heat_map(out: &mut String, r: &Value) {
     out.push_str("</table>");
 }
 
-/// Per-judge error rates against humans with their intervals, as a table.
+/// A rate with its interval, in percent ("–" when absent).
+fn pct_ci(f: &Value) -> String {
+    let pct = |x: &Value| x.as_f64().map_or("–".into(), |x| format!("{:.1}", x * 100.0));
+    match (f["low"].as_f64(), f["high"].as_f64()) {
+        (Some(_), Some(_)) => {
+            format!("{} [{}, {}]", pct(&f["estimate"]), pct(&f["low"]), pct(&f["high"]))
+        }
+        _ => pct(&f["estimate"]),
+    }
+}
+
+/// Per-judge (and panel) figures against a truth, with coverage and the all-units figures.
+fn vs_table(out: &mut String, rows: &[(String, &Value)]) {
+    out.push_str("<table><tr><th>labeller</th><th>units with truth</th><th>with a verdict</th><th>coverage %</th><th>error rate %, verdicts only</th><th>error rate %, all units</th><th>Cohen's κ</th></tr>");
+    for (name, v) in rows {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(name),
+            v["units"],
+            v["n"],
+            pct_ci(&v["coverage"]),
+            pct_ci(&v["error_rate"]),
+            pct_ci(&v["error_rate_all"]),
+            kappa_of(&v["kappa"]).map_or("–".into(), |k| format!("{k:.3}"))
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// Per-judge error rates against humans with their intervals and coverage, the §4.4
+/// table over every unit, pairwise disagreement, and agreement with other label sources.
 fn vs_human_table(out: &mut String, r: &Value) {
-    let rows: Vec<&Value> = r["per_judge"]
+    let mut rows: Vec<(String, &Value)> = r["per_judge"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|j| j["vs_human"].is_object())
+        .map(|j| (j["judge"].as_str().unwrap_or("?").to_string(), &j["vs_human"]))
         .collect();
-    if rows.is_empty() {
-        return;
+    if r["panel"]["vs_human"].is_object() {
+        rows.push(("panel".into(), &r["panel"]["vs_human"]));
     }
-    out.push_str("<table><tr><th>judge</th><th>n</th><th>error rate %</th><th>Cohen's κ vs human</th><th>MACE competence</th></tr>");
-    for j in rows {
-        let v = &j["vs_human"];
-        let rate = &v["error_rate"];
-        let pct = |x: &Value| x.as_f64().map_or("–".into(), |x| format!("{:.1}", x * 100.0));
+    if !rows.is_empty() {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{} [{}, {}]</td><td>{}</td><td>{}</td></tr>",
-            esc(j["judge"].as_str().unwrap_or("?")),
-            v["n"],
-            pct(&rate["estimate"]),
-            pct(&rate["low"]),
-            pct(&rate["high"]),
-            kappa_of(&v["kappa"]).map_or("–".into(), |k| format!("{k:.3}")),
-            j["mace_competence"].as_f64().map_or("–".into(), |c| format!("{c:.3}"))
+            "<h4>Against human labels (truth: {})</h4><p>Verdicts only: the units the labeller decided (coverage beside); all units: no verdict counts as wrong. Wilson 95% intervals.</p>",
+            esc(r["human"]["truth"].as_str().unwrap_or("majority"))
         );
+        vs_table(out, &rows);
     }
-    out.push_str("</table>");
+    if let Some(list) = r["score_vs_human"].as_array().filter(|l| !l.is_empty()) {
+        out.push_str("<h4>Every unit with a human truth (HypoTermQA §4.4)</h4><p>Rule-labelled units included; no verdict is wrong. Per group: the judge's and the human share of the favourable label on the same units, and the difference (paired bootstrap over items, 95%).</p><table><tr><th>labeller</th><th>units</th><th>by rule</th><th>no verdict</th><th>error rate %</th><th>per group: judge % vs human %, difference (pp)</th></tr>");
+        for s in list {
+            let groups: Vec<String> = s["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|g| {
+                    let n = g["units"].as_f64().unwrap_or(0.0).max(1.0);
+                    let share = |x: &Value| x.as_f64().unwrap_or(0.0) * 100.0 / n;
+                    let d = &g["difference"];
+                    format!(
+                        "{}: {:.1} vs {:.1}, {}",
+                        g["group"].as_str().unwrap_or("?"),
+                        share(&g["labeller"]),
+                        share(&g["human"]),
+                        pct_ci(d)
+                    )
+                })
+                .collect();
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(s["labeller"].as_str().unwrap_or("?")),
+                s["units"],
+                s["ruled"],
+                s["no_verdict"],
+                pct_ci(&s["error_rate"]),
+                esc(&groups.join("; "))
+            );
+        }
+        out.push_str("</table>");
+    }
+    let p = &r["human"]["pairwise"];
+    if p.is_object() {
+        out.push_str("<h4>Pairwise disagreement</h4><p>Human labels only; 95% bootstrap over items.</p><table><tr><th>who</th><th>pooled disagreement %</th><th>minus the annotators' (pp)</th></tr>");
+        let _ = write!(
+            out,
+            "<tr><td>annotators among themselves</td><td>{}</td><td>–</td></tr>",
+            pct_ci(&p["annotators_pooled"])
+        );
+        for j in p["judges"].as_array().into_iter().flatten() {
+            let _ = write!(
+                out,
+                "<tr><td>{} against the annotators</td><td>{}</td><td>{}</td></tr>",
+                esc(j["judge"].as_str().unwrap_or("?")),
+                pct_ci(&j["pooled"]),
+                pct_ci(&j["minus_annotators"])
+            );
+        }
+        out.push_str("</table>");
+    }
+    let judges: Vec<&str> =
+        r["judges"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    for s in r["sources"].as_array().into_iter().flatten() {
+        let _ = write!(
+            out,
+            "<h4>Agreement with dataset labels ({})</h4><p>Not human truth.</p>",
+            esc(s["provenance"].as_str().unwrap_or("?"))
+        );
+        let mut rows: Vec<(String, &Value)> = judges
+            .iter()
+            .zip(s["per_judge"].as_array().into_iter().flatten())
+            .map(|(j, v)| (j.to_string(), v))
+            .collect();
+        if s["panel"].is_object() {
+            rows.push(("panel".into(), &s["panel"]));
+        }
+        vs_table(out, &rows);
+    }
+}
+
+/// "judge % vs others %: excess [interval]" of one side of a comparison (JSON `Excess`).
+fn excess_cell(e: &Value) -> String {
+    if !e.is_object() {
+        return "–".into();
+    }
+    let rate = |x: &Value| x.as_f64().map_or("–".into(), |x| format!("{:.1}", x * 100.0));
+    format!(
+        "{} vs {}: {} ({} units)",
+        rate(&e["judge_rate"]),
+        rate(&e["others_rate"]),
+        pct_ci(&e["excess"]),
+        e["units"]
+    )
+}
+
+/// The leniency and self-preference tables (issue 45), from `leniency` and
+/// `self_preference`.
+fn preference_tables(out: &mut String, r: &Value) {
+    if let Some(list) = r["leniency"].as_array().filter(|l| !l.is_empty()) {
+        out.push_str("<h4>Leniency</h4><p>Each judge's share of the favourable label against each other judge's on the same units, pooled: excess in percentage points, 95% bootstrap over questions. Relative to this panel.</p><table><tr><th>judge</th><th>units</th><th>questions</th><th>its % vs others' %: excess (pp)</th></tr>");
+        for l in list {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(l["judge"].as_str().unwrap_or("?")),
+                l["units"],
+                l["questions"],
+                esc(&excess_cell(l))
+            );
+        }
+        out.push_str("</table>");
+    }
+    if let Some(list) = r["self_preference"].as_array().filter(|l| !l.is_empty()) {
+        out.push_str("<h4>Self-preference</h4><p>The interaction: the judge's excess on its own model's answers minus its excess on other models' answers, paired by question; 95% bootstrap over questions; p from a permutation test within questions.</p><table><tr><th>judge</th><th>own model</th><th>questions paired</th><th>own model's answers</th><th>other models' answers</th><th>self-preference (pp)</th><th>p</th></tr>");
+        for sp in list {
+            let p = sp["p_value"].as_f64().map_or("–".into(), |p| {
+                format!(
+                    "{p:.4}{}",
+                    if sp["significant"].as_bool() == Some(true) { " (significant)" } else { "" }
+                )
+            });
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(sp["judge"].as_str().unwrap_or("?")),
+                esc(sp["model"].as_str().unwrap_or("?")),
+                sp["questions_paired"],
+                esc(&excess_cell(&sp["own"])),
+                esc(&excess_cell(&sp["elsewhere"])),
+                esc(&pct_ci(&sp["difference"])),
+                esc(&p)
+            );
+        }
+        out.push_str("</table>");
+    }
 }
 
 /// The disagreement list with its filters.
@@ -172,6 +321,7 @@ pub fn section(judges: &Value) -> String {
         );
         heat_map(out, r);
         vs_human_table(out, r);
+        preference_tables(out, r);
         disagreements(out, b, r);
         out.push_str("</section>");
     }

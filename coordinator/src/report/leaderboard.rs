@@ -88,9 +88,16 @@ pub struct JudgeRow {
     pub benchmark: u64,
     pub pipeline: String,
     pub judge: String,
+    /// The human truth (`majority`, `mace`, `mace-em`).
+    pub truth: String,
+    /// Units with a truth.
+    pub units: u64,
+    /// Of them, units with a verdict.
     pub n: u64,
-    /// "12.3 [9.1, 16.4]" (percent, Wilson 95%).
+    /// "12.3 [9.1, 16.4]" (percent, Wilson 95%): over the `n` units with a verdict.
     pub error_rate: String,
+    /// The same over all `units`, no verdict counted as wrong.
+    pub error_rate_all: String,
     pub kappa: String,
 }
 
@@ -98,6 +105,8 @@ pub struct JudgeRow {
 fn judge_rows(run: &str, report: &Value) -> Vec<JudgeRow> {
     let mut out = Vec::new();
     let pct = |v: &Value| v.as_f64().map_or("–".to_string(), |x| format!("{:.1}", x * 100.0));
+    let ci =
+        |e: &Value| format!("{} [{}, {}]", pct(&e["estimate"]), pct(&e["low"]), pct(&e["high"]));
     for j in report["judges"].as_array().into_iter().flatten() {
         let panel = format!("panel ({})", s(&j["panel"]["verdict"]["rule"]));
         let rows = j["per_judge"]
@@ -110,19 +119,18 @@ fn judge_rows(run: &str, report: &Value) -> Vec<JudgeRow> {
             if !v.is_object() {
                 continue;
             }
-            let e = &v["error_rate"];
+            // Reports written before issue 45 have no all-units figures: "–".
+            let units = v["units"].as_u64().unwrap_or(u(&v["n"]) + u(&v["unlabelled"]));
             out.push(JudgeRow {
                 run: run.to_string(),
                 benchmark: u(&j["benchmark"]),
                 pipeline: s(&j["pipeline"]),
                 judge,
+                truth: v["truth"].as_str().filter(|t| !t.is_empty()).unwrap_or("majority").into(),
+                units,
                 n: u(&v["n"]),
-                error_rate: format!(
-                    "{} [{}, {}]",
-                    pct(&e["estimate"]),
-                    pct(&e["low"]),
-                    pct(&e["high"])
-                ),
+                error_rate: ci(&v["error_rate"]),
+                error_rate_all: ci(&v["error_rate_all"]),
                 kappa: v["kappa"]["estimate"].as_f64().map_or("–".into(), |k| format!("{k:.3}")),
             });
         }
@@ -130,8 +138,18 @@ fn judge_rows(run: &str, report: &Value) -> Vec<JudgeRow> {
     out
 }
 
-const JUDGE_HEADERS: [&str; 7] =
-    ["run", "benchmark", "pipeline", "judge", "n", "error rate % [95% CI]", "Cohen's κ vs human"];
+const JUDGE_HEADERS: [&str; 10] = [
+    "run",
+    "benchmark",
+    "pipeline",
+    "judge",
+    "human truth",
+    "units with truth",
+    "with a verdict",
+    "error rate %, verdicts only [95% CI]",
+    "error rate %, all units [95% CI]",
+    "Cohen's κ vs human",
+];
 
 fn judges_markdown(lb: &Leaderboard) -> String {
     if lb.judges.is_empty() {
@@ -145,8 +163,17 @@ fn judges_markdown(lb: &Leaderboard) -> String {
     for r in &lb.judges {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            r.run, r.benchmark, r.pipeline, r.judge, r.n, r.error_rate, r.kappa
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.run,
+            r.benchmark,
+            r.pipeline,
+            r.judge,
+            r.truth,
+            r.units,
+            r.n,
+            r.error_rate,
+            r.error_rate_all,
+            r.kappa
         );
     }
     md
@@ -164,13 +191,16 @@ fn judges_html(lb: &Leaderboard) -> String {
     for r in &lb.judges {
         let _ = write!(
             o,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.run),
             r.benchmark,
             esc(&r.pipeline),
             esc(&r.judge),
+            esc(&r.truth),
+            r.units,
             r.n,
             esc(&r.error_rate),
+            esc(&r.error_rate_all),
             esc(&r.kappa)
         );
     }

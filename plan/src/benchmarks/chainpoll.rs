@@ -10,9 +10,12 @@ use halyard_pipelines::metrics::chainpoll::Unparseable;
 
 use serde::Deserialize;
 
-use super::table::{dataset_err, human_labels, int_in, limit, model_named, models_of, parse};
+use super::table::{
+    dataset_err, human_labels, human_truth, int_in, limit, model_named, models_of, parse,
+};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::judging::human::Shape;
+use crate::judging::truth::Provenance;
 use crate::judging::{self, HumanLabel, HumanLabels, Judged, Panel, PanelKeys, Unit, UnitKey};
 use crate::report::{RealHallPart, Section};
 use crate::sweep::error::{key_err, SweepError};
@@ -33,6 +36,10 @@ pub(super) struct Table {
     /// The panel verdict over the judges (`models`).
     panel: Option<String>,
     human_labels: Option<String>,
+    /// How human labels become truth (`majority`, `mace`, `mace-em`).
+    human_truth: Option<String>,
+    /// Who labelled the dataset: `human`, `llm:<model>`, `rule[:<name>]`.
+    dataset_labels: Option<String>,
 }
 
 /// ChainPoll: labelled items judged by each model (the judges under evaluation).
@@ -47,6 +54,8 @@ pub struct ChainPoll {
     pub panel: Panel,
     /// `human_labels`, besides the dataset's own labels.
     pub human: HumanLabels,
+    /// Who labelled the dataset ([`dataset_provenance`]).
+    pub provenance: Provenance,
 }
 
 /// ChainPoll's labels of an item, as judges and human labels give them.
@@ -65,6 +74,33 @@ pub fn shape(categories: &[String]) -> Shape<'_> {
 /// The `model` of a ChainPoll unit: the dataset's completion.
 pub const DATASET_MODEL: &str = "dataset";
 
+/// Who labelled the datasets Halyard knows, by the dataset file's name: its stem,
+/// lower-cased and without `-`, `_`, `.` and spaces, starts with the name. RealHall's four
+/// (ChainPoll paper, appendix A.3; spec `metrics.md` §3.2) and AutoHall's labels
+/// (`datasets/chainpoll/`). A dataset not listed here has provenance `unstated` (not human
+/// truth) unless the benchmark states it with `dataset_labels`.
+pub const KNOWN_DATASETS: [(&str, &str, &str); 5] = [
+    ("covidqa", "llm:gpt-4", "RealHall COVID-QA: GPT-4 as sole annotator"),
+    ("triviaqa", "llm:gpt-4", "RealHall TriviaQA: GPT-4 as sole annotator"),
+    ("drop", "rule:drop-f1", "RealHall DROP: hallucinated iff lm-eval-harness DROP F1 = 0"),
+    ("openassistant", "human", "RealHall Open Assistant: human annotation"),
+    (
+        "autohall",
+        "rule:autohall",
+        "AutoHall: hallucinated iff the generator's classification of the claim with its own reference differs from the fact-checking gold label",
+    ),
+];
+
+/// The provenance of a known dataset's labels (by its file name) and why.
+pub fn dataset_provenance(path: &std::path::Path) -> Option<(Provenance, &'static str)> {
+    let stem = path.file_stem()?.to_str()?.to_lowercase();
+    let norm: String = stem.chars().filter(|c| !matches!(c, '-' | '_' | '.' | ' ')).collect();
+    KNOWN_DATASETS
+        .iter()
+        .find(|(name, _, _)| norm.starts_with(name))
+        .and_then(|(_, p, why)| Provenance::parse(p).ok().map(|p| (p, *why)))
+}
+
 /// `pipeline = "chainpoll"`: `dataset`, `models` (the judges), optional `polls`,
 /// `metrics`, `unparseable`, `sampler` with `samples`, and `limit`.
 pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmark, SweepError> {
@@ -76,7 +112,8 @@ pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmar
     let keys = PanelKeys { judges: Some(&b.models), panel: b.panel.as_deref(), judge: None };
     let panel = judging::panel(f, i, keys, models, chainpoll::PIPELINE)?
         .ok_or_else(|| key_err(f, k("models"), "needs at least one judge"))?;
-    let human = human_labels(cx, b.human_labels.as_deref(), shape(&categories()))?;
+    let mut human = human_labels(cx, b.human_labels.as_deref(), shape(&categories()))?;
+    human.truth = human_truth(cx, b.human_truth.as_deref())?;
     let polls = int_in(f, k("polls"), b.polls, 1, 100, chainpoll::plan::DEFAULT_POLLS as i64)?;
     let metrics = metrics(f, i, b)?;
     let unparseable = match b.unparseable.as_deref().unwrap_or("exclude") {
@@ -95,6 +132,10 @@ pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmar
         return Err(key_err(f, k("dataset"), "required for pipeline \"chainpoll\""));
     };
     let dataset = cx.base.join(rel);
+    let provenance = match b.dataset_labels.as_deref() {
+        Some(p) => Provenance::parse(p).map_err(|e| key_err(f, k("dataset_labels"), e))?,
+        None => dataset_provenance(&dataset).map_or(Provenance::Unstated, |(p, _)| p),
+    };
     let ds_err = |reason: String| dataset_err(f, i, "dataset", &dataset, reason);
     let mut set = chainpoll::read_items(&dataset).map_err(|e| ds_err(e.to_string()))?;
     if let Some(l) = limit(f, i, b.limit)? {
@@ -131,6 +172,7 @@ pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmar
         skipped: set.skipped_unbalanced,
         panel,
         human,
+        provenance,
     }))
 }
 
@@ -258,7 +300,8 @@ impl Pipeline for ChainPoll {
 impl ChainPoll {
     /// Each judge's verdict on each item: its first metric's ChainPoll score, at least ½
     /// is "hallucination"; no score (no usable poll) is no verdict. The dataset's label
-    /// is the human label (annotator "dataset").
+    /// is a label of annotator "dataset" with the dataset's provenance: human truth only
+    /// when `human`, else agreement under its own name.
     fn judged(&self, all: &[Vec<chainpoll::ItemLabel>]) -> Judged {
         // A stored label of another judge (a run resumed with another sweep) is no vote.
         let by_index: Vec<std::collections::HashMap<u32, &chainpoll::ItemLabel>> = all
@@ -298,6 +341,7 @@ impl ChainPoll {
                 label: usize::from(it.label),
                 annotator: Some("dataset".into()),
                 source: format!("{}:{}", self.dataset.display(), it.line),
+                provenance: self.provenance.clone(),
             })
             .collect();
         Judged {
@@ -311,6 +355,8 @@ impl ChainPoll {
             verdict: self.panel.verdict.clone(),
             units,
             dataset_labels,
+            ruled: Vec::new(),
+            item_groups: Default::default(),
         }
     }
 }
@@ -452,6 +498,7 @@ mod tests {
                 max_tokens: None,
                 seed: None,
                 timeout_ms: 1000,
+                structured_output: false,
             },
             polls: 1,
             metrics: vec![Metric::Correctness],

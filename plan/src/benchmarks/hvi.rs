@@ -9,7 +9,7 @@ use halyard_pipelines::common::{Plan, ResultLookup};
 use halyard_pipelines::hvi::{self, Probability, Weights};
 use serde::Deserialize;
 
-use super::table::{dataset_err, human_labels, models_of, parse, read_rows};
+use super::table::{dataset_err, human_labels, human_truth, models_of, parse, read_rows};
 use super::{encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::judging::human::Shape;
 use crate::judging::{self, HumanLabels, Judged, Panel, PanelKeys, Unit, UnitKey};
@@ -28,6 +28,8 @@ pub(super) struct Table {
     judges: Option<Vec<String>>,
     panel: Option<String>,
     human_labels: Option<String>,
+    /// How human labels become truth (`majority`, `mace`, `mace-em`).
+    human_truth: Option<String>,
     system_prompt: Option<String>,
     /// A labelled-sentence file instead of a prompt dataset and judge.
     labels: Option<String>,
@@ -141,6 +143,7 @@ fn labels_mode(
         ("judges", b.judges.is_some()),
         ("panel", b.panel.is_some()),
         ("human_labels", b.human_labels.is_some()),
+        ("human_truth", b.human_truth.is_some()),
         ("system_prompt", b.system_prompt.is_some()),
         ("limit", b.limit.is_some()),
     ];
@@ -205,7 +208,8 @@ fn judge_mode(
             });
         }
     }
-    let human = human_labels(cx, b.human_labels.as_deref(), shape(&categories()))?;
+    let mut human = human_labels(cx, b.human_labels.as_deref(), shape(&categories()))?;
+    human.truth = human_truth(cx, b.human_truth.as_deref())?;
     let dataset = cx.base.join(rel);
     let prompts = read_rows(f, i, b.limit, &dataset, "prompts", hvi::read_prompts)?;
     Ok(Hvi::Judge { config, panel, dataset, prompts, weights, human })
@@ -440,6 +444,8 @@ fn judged(config: &[hvi::Config], panel: &Panel, all: &[Vec<hvi::ItemLabel>]) ->
         verdict: panel.verdict.clone(),
         units,
         dataset_labels: Vec::new(),
+        ruled: Vec::new(),
+        item_groups: Default::default(),
     }
 }
 

@@ -15,7 +15,7 @@ use halyard_pipelines::hypotermqa::{self, Question, Semantics};
 
 use serde::Deserialize;
 
-use super::table::{human_labels, model_named, parse, read_rows};
+use super::table::{human_labels, human_truth, model_named, parse, read_rows};
 use super::{build, encoded, Benchmark, Checking, Evaluation, Pipeline};
 use crate::judging::human::Shape;
 use crate::judging::{self, HumanLabels, Judged, Panel, PanelKeys, Unit, UnitKey};
@@ -35,6 +35,8 @@ pub(super) struct Table {
     judges: Option<Vec<String>>,
     panel: Option<String>,
     human_labels: Option<String>,
+    /// How human labels become truth (`majority`, `mace`, `mace-em`).
+    human_truth: Option<String>,
     semantics: Option<String>,
     system_prompt: Option<String>,
     limit: Option<i64>,
@@ -75,7 +77,8 @@ pub(super) fn check(cx: &mut Checking<'_>, raw: &toml::Table) -> Result<Benchmar
     }
     let dataset_rel = dataset_key(cx, b)?;
     let (config, panel) = configs(cx, b)?;
-    let human = human_labels(cx, b.human_labels.as_deref(), shape(&categories()))?;
+    let mut human = human_labels(cx, b.human_labels.as_deref(), shape(&categories()))?;
+    human.truth = human_truth(cx, b.human_truth.as_deref())?;
     if b.dataset_from.is_some() {
         // Read after the build phase (build::load_built).
         let dataset = PathBuf::from(format!("<benchmark[{i}].dataset_from>"));
@@ -253,6 +256,8 @@ impl HypoTermQa {
     fn judged(&self, all: &[Vec<hypotermqa::ItemLabel>]) -> Judged {
         let j = self.judges();
         let mut units = Vec::new();
+        let mut ruled = Vec::new();
+        let mut item_groups = BTreeMap::new();
         let mut answerers = Vec::new();
         for (m, group) in all.chunks(j).enumerate() {
             answerers.push(self.config[m * j].model.clone());
@@ -276,9 +281,23 @@ impl HypoTermQa {
             }
             for q in qids {
                 let Some(first) = by_q.iter().find_map(|g| g.get(&q)) else { continue };
-                // No answer, or an answer that includes none of the terms: labelled by
-                // rule, no judge was asked, so it says nothing about the judges.
-                if first.answer.is_none() || !first.terms.iter().any(|t| t.included) {
+                let group = match first.question_type {
+                    hypotermqa::QuestionType::Hypothetical => "hypothetical",
+                    _ => "valid",
+                };
+                item_groups.insert(q.to_string(), group.to_string());
+                let key = UnitKey { item: q.to_string(), model: first.model.clone(), part: None };
+                // No answer: nothing to label.
+                if first.answer.is_none() {
+                    continue;
+                }
+                // An answer that includes none of the terms: labelled by rule (irrelevant),
+                // no judge was asked; not a unit of the judges' agreement, but counted in
+                // the all-answers figures with the rule's label for every judge (§4.4).
+                if !first.terms.iter().any(|t| t.included) {
+                    if let Some(label) = answer_category(first.answer_label) {
+                        ruled.push(judging::Ruled { key, label });
+                    }
                     continue;
                 }
                 let votes = by_q
@@ -286,7 +305,7 @@ impl HypoTermQa {
                     .map(|g| g.get(&q).and_then(|l| answer_category(l.answer_label)))
                     .collect();
                 units.push(Unit {
-                    key: UnitKey { item: q.to_string(), model: first.model.clone(), part: None },
+                    key,
                     question: first.question.clone(),
                     answer: first.answer.clone(),
                     votes,
@@ -304,6 +323,8 @@ impl HypoTermQa {
             verdict: self.panel.verdict.clone(),
             units,
             dataset_labels: Vec::new(),
+            ruled,
+            item_groups,
         }
     }
 

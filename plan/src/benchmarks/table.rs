@@ -181,3 +181,16 @@ pub(super) fn human_labels(
     crate::judging::HumanLabels::read(&path, shape)
         .map_err(|e| dataset_err(cx.file, cx.index, "human_labels", &path, e))
 }
+
+/// `human_truth = "majority" | "mace" | "mace-em"`: how the human labels of a unit
+/// become its truth (default `majority`).
+pub(super) fn human_truth(
+    cx: &Checking<'_>,
+    raw: Option<&str>,
+) -> Result<crate::judging::truth::HumanTruth, SweepError> {
+    match raw {
+        None => Ok(Default::default()),
+        Some(v) => crate::judging::truth::HumanTruth::parse(v)
+            .map_err(|e| key_err(cx.file, format!("benchmark[{}].human_truth", cx.index), e)),
+    }
+}

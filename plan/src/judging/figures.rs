@@ -1,35 +1,45 @@
 //! The judges' figures: a pure function of what they labelled and the human labels.
 //!
-//! - **Human truth** of a unit: the label of its annotators (their majority when they
-//!   differ; a tie is no truth, counted). Agreement among annotators is Krippendorff's α
-//!   over the units with two or more labels (α needs no annotator identity).
-//! - **Per judge against humans**: the confusion matrix (rows human, columns judge),
-//!   accuracy and error rate with Wilson 95% intervals, Cohen's κ with a bootstrap
-//!   interval — HypoTermQA's Figure 4 and Appendix V. A judge's missing verdict (judge
-//!   error) is counted apart, not as an error.
+//! - **Human truth** of a unit ([`super::truth`]): from the labels of provenance `human`
+//!   only, by the benchmark's `human_truth` — the annotators' majority (a tie is no truth,
+//!   counted and named), or MACE over the annotators (variational Bayes or EM). Agreement
+//!   among annotators is Krippendorff's α over the units with two or more human labels,
+//!   and their pairwise disagreement beside each judge's ([`super::truth::pairwise_disagreement`]).
+//!   Labels of other provenance (`llm:<model>`, `rule`) are measured against under their
+//!   own name ([`SourceFigures`]).
+//! - **Per judge against humans** ([`VsHuman`]): the confusion matrix (rows truth, columns
+//!   judge), accuracy and error rate with Wilson 95% intervals over the units with a
+//!   verdict, with their coverage, and the same over every unit with a truth where no
+//!   verdict (judge error, panel tie) never matches; Cohen's κ with a bootstrap interval
+//!   — HypoTermQA's Appendix V. Over every unit with a truth, rule-labelled ones included,
+//!   the error rate and the favourable share beside the human one per item group
+//!   ([`ScoreVsHuman`], HypoTermQA §4.4 / Figure 4).
 //! - **Between judges**: pairwise Cohen's κ over the units both judged, Fleiss' κ (units
 //!   every judge judged) and Krippendorff's α (nominal, missing verdicts allowed), each
-//!   with a bootstrap interval over units; with human truth, the phi correlation of the
-//!   judges' errors and the panel's effective number of independent judges.
+//!   with a bootstrap interval over questions ([`super::clusters`]); with human truth, the
+//!   phi correlation of the judges' errors and the judges' majority beside the accuracy
+//!   of independent judges ([`super::between`]).
 //! - **Panel**: its verdict per unit ([`Verdict`]) and the same figures against humans;
 //!   MACE's competence per judge and whether its EM converged.
-//! - **Self-preference** (HypoTermQA §4.3): for a judge that is also a model under test,
-//!   on its own model's answers, how often it gives the favourable label against how
-//!   often the other judges' majority does: McNemar's exact test with Newcombe's interval
-//!   of the difference (positive: it favours itself).
+//! - **Leniency** and **self-preference** (HypoTermQA §4.3), separate rows
+//!   ([`super::preference`]): a judge's favourable share against each other judge's, and
+//!   the interaction — its excess on its own model's answers minus its excess elsewhere.
 
 use std::collections::{BTreeMap, HashMap};
 
 use halyard_pipelines::metrics::agreement::{
-    cohen_kappa_ci, effective_raters, error_correlations, fleiss_kappa_ci, krippendorff_alpha_ci,
-    majority, ConfusionMatrix, Majority, Ratings,
+    cohen_kappa_ci, error_correlations, krippendorff_alpha_ci, majority,
+    ConfusionMatrix, Majority, Ratings,
 };
-use halyard_pipelines::metrics::interval::{wilson, Bootstrap, Interval};
+use halyard_pipelines::metrics::interval::{bootstrap_by, wilson, Bootstrap, Interval};
 use halyard_pipelines::metrics::mace::{mace, MaceConfig};
-use halyard_pipelines::metrics::paired::{mcnemar, PairedTest};
 use serde::{Deserialize, Serialize};
 
-use super::{same_model, HumanLabel, HumanLabels, Judged, UnitKey, Verdict};
+use super::truth::{
+    annotator_name, human_truth, pairwise_disagreement, HumanTruth, PairwiseDisagreement,
+    Provenance,
+};
+use super::{clusters, HumanLabel, HumanLabels, Judged, UnitKey, Verdict};
 
 /// Units listed in `disagreements` at most (the count says how many there were).
 pub const DISAGREEMENTS_LISTED: usize = 2000;
@@ -47,7 +57,7 @@ pub enum Figure {
 }
 
 impl Figure {
-    fn of(r: Result<Interval, halyard_pipelines::metrics::MetricError>) -> Figure {
+    pub(crate) fn of(r: Result<Interval, halyard_pipelines::metrics::MetricError>) -> Figure {
         match r {
             Ok(i) => Figure::Value(i),
             Err(e) => Figure::Undefined { undefined: e.to_string() },
@@ -62,17 +72,36 @@ impl Figure {
     }
 }
 
-/// A labeller (judge or panel) against human truth.
+/// A labeller (judge or panel) against human truth (or against another label source).
+///
+/// Two denominators, both shown: the units where it gave a verdict (`n`: `accuracy`,
+/// `error_rate`, `kappa`, the confusion matrix) and every unit with a truth (`units`:
+/// `accuracy_all`, `error_rate_all`, where no verdict — a tie, a judge error — is an
+/// outcome of its own that never matches the truth). `coverage` = n / units. A panel
+/// and a single judge compare on the same units only in the all-units figures.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct VsHuman {
-    /// Units with both a human truth and this labeller's label.
+    /// The truth these figures use (`majority`, `mace`, `mace-em`; or the source's name).
+    #[serde(default)]
+    pub truth: String,
+    /// Units with a truth.
+    #[serde(default)]
+    pub units: u64,
+    /// Units with both a truth and this labeller's label.
     pub n: u64,
-    /// Units with a human truth that this labeller left without a label.
+    /// Units with a truth that this labeller left without a label.
     pub unlabelled: u64,
     pub confusion: ConfusionMatrix,
+    /// Over the `n` units with a verdict.
     pub accuracy: Figure,
     pub error_rate: Figure,
     pub kappa: Figure,
+    /// n / units (Wilson).
+    pub coverage: Figure,
+    /// Right / units: no verdict counts as not right (Wilson).
+    pub accuracy_all: Figure,
+    /// (wrong + no verdict) / units (Wilson).
+    pub error_rate_all: Figure,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -108,9 +137,10 @@ pub struct Between {
     /// (`null`: undefined), in judge order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_correlation: Option<Vec<Vec<Option<f64>>>>,
-    /// n / (1 + (n − 1)·ρ̄) from the mean error correlation ρ̄.
+    /// With a truth: the judges' majority against it beside what the same judges would
+    /// reach erring independently (issue 45: replaces the "effective number of judges").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub effective_judges: Option<f64>,
+    pub panel_vs_independence: Option<super::between::PanelIndependence>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -148,12 +178,24 @@ pub struct UnknownLabel {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HumanFigures {
     pub files: Vec<String>,
+    /// Human labels (provenance `human`; other sources are in `sources`).
     pub labels: u64,
     pub annotators: u64,
+    /// How a unit's labels become its truth.
+    pub truth: HumanTruth,
+    /// Units of this run (rule-labelled ones included) with a human label.
+    pub labelled_units: u64,
     /// Units of this run with a human truth.
     pub units_with_truth: u64,
-    /// Units whose annotators tie (no truth).
+    /// `majority`: units whose annotators tie (no truth), left out of every figure.
     pub annotator_ties: u64,
+    /// `mace`/`mace-em`: each annotator's competence and the fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mace: Option<HumanMace>,
+    /// Judge–annotator and annotator–annotator disagreement (two or more named
+    /// annotators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairwise: Option<PairwiseDisagreement>,
     /// Labels naming a unit this run did not judge: counted, the first listed.
     pub unknown: u64,
     pub unknown_listed: Vec<UnknownLabel>,
@@ -164,22 +206,67 @@ pub struct HumanFigures {
     pub multiply_annotated: u64,
 }
 
+/// MACE over the human annotators.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SelfPreference {
-    pub judge: String,
-    /// The model under test that is the judge's own model.
-    pub model: String,
-    pub favourable: String,
-    /// Own-model units judged by it and by at least one other judge.
-    pub n: u64,
-    pub own_rate: f64,
-    pub others_rate: f64,
-    /// own − others, McNemar's exact test with Newcombe's interval.
-    pub test: PairedTest,
-    /// The same comparison on the other models' answers: a lenient judge leads there too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub elsewhere: Option<PairedTest>,
+pub struct HumanMace {
+    /// (annotator, competence), in the order annotators first appear.
+    pub competence: Vec<(String, f64)>,
+    pub fit: MaceSummary,
 }
+
+/// Labels from a source other than people (`llm:<model>`, `rule`, `unstated`): the judges
+/// and the panel measured against them, under that name, never as human truth.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceFigures {
+    pub provenance: Provenance,
+    pub labels: u64,
+    /// Units of this run with a label from it.
+    pub units: u64,
+    /// Per judge (in judge order), agreement with these labels.
+    pub per_judge: Vec<VsHuman>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub panel: Option<VsHuman>,
+}
+
+/// One labeller's share of the favourable label in one group, beside the human share on
+/// the same units, and their paired difference.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupShare {
+    pub group: String,
+    pub units: u64,
+    /// Of them, units the labeller gave the favourable label.
+    pub labeller: u64,
+    /// Of them, units whose human truth is the favourable label.
+    pub human: u64,
+    /// (labeller − human) / units, with a percentile interval from a paired bootstrap
+    /// over items (a question's answers are resampled together).
+    pub difference: Figure,
+}
+
+/// A labeller over every unit with a human truth, rule-labelled ones included (there its
+/// label is the rule's): HypoTermQA §4.4 / Figure 4.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScoreVsHuman {
+    pub labeller: String,
+    pub truth: HumanTruth,
+    /// The label whose share the groups compare (HypoTermQA's `valid`).
+    pub favourable: String,
+    /// Units with a human truth.
+    pub units: u64,
+    /// Of them, labelled by rule.
+    pub ruled: u64,
+    /// Of them, left without a verdict (`judge_error`, a panel's tie): never right.
+    pub no_verdict: u64,
+    /// Labelled otherwise than the truth (no verdict included).
+    pub wrong: u64,
+    /// wrong / units, Wilson 95%.
+    pub error_rate: Figure,
+    /// The favourable label's share per item group (HypoTermQA: `hypothetical` — its
+    /// HTS — and `valid`).
+    pub groups: Vec<GroupShare>,
+}
+
+pub use super::preference::{Excess, Leniency, SelfPreference};
 
 /// A unit the judges (or judges and human) disagree on, for report.html.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -209,6 +296,15 @@ pub struct JudgeReport {
     pub panel: PanelFigures,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub human: Option<HumanFigures>,
+    /// Agreement with label sources that are not people, each under its provenance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceFigures>,
+    /// Per judge and the panel, over every unit with a human truth (§4.4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub score_vs_human: Vec<ScoreVsHuman>,
+    /// Per judge, its favourable rate against the other judges' on the same units.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leniency: Vec<Leniency>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub self_preference: Vec<SelfPreference>,
     /// Units where judges disagree or a judge disagrees with the human truth.
@@ -269,17 +365,10 @@ pub fn verdicts(j: &Judged) -> PanelVerdicts {
     }
 }
 
-/// Human truth per unit key: the annotators' majority; ties are `None`.
-fn truth_by_key(labels: &[HumanLabel]) -> BTreeMap<&UnitKey, Vec<usize>> {
-    let mut by: BTreeMap<&UnitKey, Vec<usize>> = BTreeMap::new();
-    for l in labels {
-        by.entry(&l.key).or_default().push(l.label);
-    }
-    by
-}
-
+/// `labels` against `truth` (named `truth_name`), per unit.
 fn vs_human(
     k: usize,
+    truth_name: &str,
     truth: &[Option<usize>],
     labels: &[Option<usize>],
     cfg: Bootstrap,
@@ -306,15 +395,106 @@ fn vs_human(
         ConfusionMatrix::from_pairs(k, &t, &p).ok()?
     };
     let n = t.len() as u64;
+    let units = n + unlabelled;
     let agree = confusion.agreements();
     Some(VsHuman {
+        truth: truth_name.to_string(),
+        units,
         n,
         unlabelled,
         accuracy: Figure::of(wilson(agree, n)),
         error_rate: Figure::of(wilson(n - agree, n)),
         kappa: Figure::of(cohen_kappa_ci(k, &t, &p, cfg)),
+        coverage: Figure::of(wilson(n, units)),
+        accuracy_all: Figure::of(wilson(agree, units)),
+        error_rate_all: Figure::of(wilson(units - agree, units)),
         confusion,
     })
+}
+
+/// Each labeller (judges, then the panel) over every unit with a truth, rule-labelled
+/// units included, and its favourable-label share per item group beside the human share.
+fn score_vs_human(
+    j: &Judged,
+    rule: HumanTruth,
+    truth_all: &[Option<usize>],
+    labellers: &[(String, Vec<Option<usize>>)],
+    cfg: Bootstrap,
+) -> Vec<ScoreVsHuman> {
+    let Some(fav) = j.favourable else { return Vec::new() };
+    let keys: Vec<&UnitKey> =
+        j.units.iter().map(|u| &u.key).chain(j.ruled.iter().map(|r| &r.key)).collect();
+    let group_of = |key: &UnitKey| j.item_groups.get(&key.item).cloned();
+    let mut groups: Vec<String> = Vec::new();
+    for (key, t) in keys.iter().zip(truth_all) {
+        let g = group_of(key).unwrap_or_else(|| "all".into());
+        if t.is_some() && !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    groups.sort();
+    let mut out = Vec::new();
+    for (name, labels) in labellers {
+        let rule_labels = j.ruled.iter().map(|r| Some(r.label));
+        let labels: Vec<Option<usize>> = labels.iter().copied().chain(rule_labels).collect();
+        let (mut units, mut ruled, mut no_verdict, mut wrong) = (0u64, 0u64, 0u64, 0u64);
+        for (n, (t, l)) in truth_all.iter().zip(&labels).enumerate() {
+            let Some(t) = t else { continue };
+            units += 1;
+            ruled += u64::from(n >= j.units.len());
+            no_verdict += u64::from(l.is_none());
+            wrong += u64::from(*l != Some(*t));
+        }
+        if units == 0 {
+            continue;
+        }
+        let shares = groups
+            .iter()
+            .map(|g| {
+                // Per item (cluster): Σ (labeller favourable − human favourable), units.
+                let mut cluster: BTreeMap<&str, (i64, u64)> = BTreeMap::new();
+                let (mut n, mut lab, mut hum) = (0u64, 0u64, 0u64);
+                for (key, (t, l)) in keys.iter().zip(truth_all.iter().zip(&labels)) {
+                    let Some(t) = t else { continue };
+                    if group_of(key).as_deref().unwrap_or("all") != g {
+                        continue;
+                    }
+                    let (lf, hf) = (*l == Some(fav), *t == fav);
+                    n += 1;
+                    lab += u64::from(lf);
+                    hum += u64::from(hf);
+                    let c = cluster.entry(key.item.as_str()).or_default();
+                    c.0 += i64::from(lf) - i64::from(hf);
+                    c.1 += 1;
+                }
+                let c: Vec<(i64, u64)> = cluster.into_values().collect();
+                let diff = bootstrap_by(c.len(), cfg, |idx| {
+                    let (d, m) =
+                        idx.iter().fold((0i64, 0u64), |(d, m), &i| (d + c[i].0, m + c[i].1));
+                    (m > 0).then(|| d as f64 / m as f64)
+                });
+                GroupShare {
+                    group: g.clone(),
+                    units: n,
+                    labeller: lab,
+                    human: hum,
+                    difference: Figure::of(diff),
+                }
+            })
+            .collect();
+        out.push(ScoreVsHuman {
+            labeller: name.clone(),
+            truth: rule,
+            favourable: j.categories.get(fav).cloned().unwrap_or_default(),
+            units,
+            ruled,
+            no_verdict,
+            wrong,
+            error_rate: Figure::of(wilson(wrong, units)),
+            groups: shares,
+        });
+    }
+    out
 }
 
 fn distribution(k: usize, labels: impl Iterator<Item = Option<usize>>) -> Vec<u64> {
@@ -336,50 +516,54 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
     let names: Vec<String> = j.judges.iter().map(|s| s.name.clone()).collect();
     let panel = verdicts(j);
 
-    // Human truth per unit.
-    // One label per (unit, annotator): the same file given in the sweep and imported, or
-    // an annotator who labelled a unit twice, counts once (the later line wins).
-    let mut all_human: Vec<HumanLabel> = Vec::new();
-    let mut named: HashMap<(UnitKey, String), usize> = HashMap::new();
+    // Labels: one per (unit, annotator, provenance): the same file given in the sweep
+    // and imported, or an annotator who labelled a unit twice, counts once (the later
+    // line wins).
+    let mut all_labels: Vec<HumanLabel> = Vec::new();
+    let mut named: HashMap<(UnitKey, String, Provenance), usize> = HashMap::new();
     for l in j.dataset_labels.iter().chain(&human.labels) {
         match &l.annotator {
-            Some(a) => match named.entry((l.key.clone(), a.clone())) {
-                std::collections::hash_map::Entry::Occupied(e) => all_human[*e.get()] = l.clone(),
+            Some(a) => match named.entry((l.key.clone(), a.clone(), l.provenance.clone())) {
+                std::collections::hash_map::Entry::Occupied(e) => all_labels[*e.get()] = l.clone(),
                 std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(all_human.len());
-                    all_human.push(l.clone());
+                    e.insert(all_labels.len());
+                    all_labels.push(l.clone());
                 }
             },
-            None => all_human.push(l.clone()),
+            None => all_labels.push(l.clone()),
         }
     }
-    let by_key = truth_by_key(&all_human);
-    let index: HashMap<&UnitKey, usize> =
+    let human_only: Vec<&HumanLabel> =
+        all_labels.iter().filter(|l| l.provenance.is_human()).collect();
+    // Units, then rule-labelled outputs: human labels on either count.
+    let mut index: HashMap<&UnitKey, usize> =
         j.units.iter().enumerate().map(|(n, u)| (&u.key, n)).collect();
-    let mut truth: Vec<Option<usize>> = vec![None; j.units.len()];
-    let (mut ties, mut multiply) = (0u64, 0u64);
+    for (n, r) in j.ruled.iter().enumerate() {
+        index.entry(&r.key).or_insert(j.units.len() + n);
+    }
+    let n_all = j.units.len() + j.ruled.len();
+    let rule = human.truth;
+    let fitted = human_truth(rule, k, &human_only, &index, n_all);
+    let truth_all = fitted.labels.clone();
+    let truth: Vec<Option<usize>> = truth_all[..j.units.len()].to_vec();
+    let mut by_key: BTreeMap<&UnitKey, Vec<usize>> = BTreeMap::new();
+    for l in &human_only {
+        by_key.entry(&l.key).or_default().push(l.label);
+    }
+    let mut multiply = 0u64;
     let mut annotator_rows: Vec<Vec<usize>> = Vec::new();
     for (key, ls) in &by_key {
-        let Some(&u) = index.get(key) else { continue };
-        let row: Vec<Option<usize>> = ls.iter().map(|&l| Some(l)).collect();
-        match majority(&row) {
-            Majority::Label(c) => truth[u] = Some(c),
-            Majority::Tie(_) => ties += 1,
-            Majority::Unrated => {}
-        }
-        if ls.len() > 1 {
+        if index.contains_key(key) && ls.len() > 1 {
             multiply += 1;
             annotator_rows.push(ls.clone());
         }
     }
     let unknown: Vec<&HumanLabel> =
-        all_human.iter().filter(|l| !index.contains_key(&l.key)).collect();
-    let has_human = !all_human.is_empty();
+        all_labels.iter().filter(|l| !index.contains_key(&l.key)).collect();
+    let has_human = !human_only.is_empty();
     let human_figs = has_human.then(|| {
-        let annotators: std::collections::BTreeSet<String> = all_human
-            .iter()
-            .map(|l| l.annotator.clone().unwrap_or_else(|| format!("anonymous {}", l.source)))
-            .collect();
+        let annotators: std::collections::BTreeSet<String> =
+            human_only.iter().map(|l| annotator_name(l)).collect();
         let width = annotator_rows.iter().map(Vec::len).max().unwrap_or(0);
         let alpha = (!annotator_rows.is_empty()).then(|| {
             let rows = annotator_rows
@@ -388,12 +572,21 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
                 .collect();
             Figure::of(Ratings::new(k, rows).and_then(|r| krippendorff_alpha_ci(&r, cfg)))
         });
+        let unit_votes: Vec<(&UnitKey, Vec<Option<usize>>)> =
+            j.units.iter().map(|u| (&u.key, u.votes.clone())).collect();
         HumanFigures {
             files: human.files.iter().map(|f| f.display().to_string()).collect(),
-            labels: all_human.len() as u64,
+            labels: human_only.len() as u64,
             annotators: annotators.len() as u64,
-            units_with_truth: truth.iter().filter(|t| t.is_some()).count() as u64,
-            annotator_ties: ties,
+            truth: rule,
+            labelled_units: fitted.labelled,
+            units_with_truth: truth_all.iter().filter(|t| t.is_some()).count() as u64,
+            annotator_ties: fitted.ties,
+            mace: fitted
+                .mace
+                .as_ref()
+                .map(|(c, fit)| HumanMace { competence: c.clone(), fit: fit.clone() }),
+            pairwise: pairwise_disagreement(&names, &unit_votes, &human_only, cfg),
             unknown: unknown.len() as u64,
             unknown_listed: unknown
                 .iter()
@@ -404,6 +597,7 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
             multiply_annotated: multiply,
         }
     });
+    let truth_name = rule.describe();
     let with_truth = truth.iter().any(Option::is_some);
 
     // Per judge.
@@ -416,7 +610,11 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
                 labelled: votes.iter().filter(|v| v.is_some()).count() as u64,
                 missing: votes.iter().filter(|v| v.is_none()).count() as u64,
                 distribution: distribution(k, votes.iter().copied()),
-                vs_human: if with_truth { vs_human(k, &truth, &votes, cfg) } else { None },
+                vs_human: if with_truth {
+                    vs_human(k, truth_name, &truth, &votes, cfg)
+                } else {
+                    None
+                },
                 mace_competence: mace_comp.as_ref().and_then(|c| c.get(jj).copied()),
             }
         })
@@ -426,43 +624,48 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
     let between = (n_judges > 1).then(|| {
         let rows: Vec<Vec<Option<usize>>> = j.units.iter().map(|u| u.votes.clone()).collect();
         let ratings = Ratings::new(k, rows);
+        // Intervals resample questions (passages), not units (issue 45).
+        let items: Vec<&str> = j.units.iter().map(|u| u.key.item.as_str()).collect();
         let mut pairwise_kappa = Vec::new();
         for a in 0..n_judges {
             for b in a + 1..n_judges {
-                let (mut x, mut y) = (Vec::new(), Vec::new());
+                let (mut x, mut y, mut at) = (Vec::new(), Vec::new(), Vec::new());
                 for u in &j.units {
                     if let (Some(p), Some(q)) = (u.votes[a], u.votes[b]) {
                         x.push(p);
                         y.push(q);
+                        at.push(u.key.item.as_str());
                     }
                 }
                 pairwise_kappa.push(PairKappa {
                     a: names[a].clone(),
                     b: names[b].clone(),
                     n: x.len() as u64,
-                    kappa: Figure::of(cohen_kappa_ci(k, &x, &y, cfg)),
+                    kappa: Figure::of(clusters::kappa_ci(k, &x, &y, &at, cfg)),
                 });
             }
         }
-        let (fleiss_kappa, krippendorff_alpha, error_correlation) = match &ratings {
-            Ok(r) => (
-                Figure::of(fleiss_kappa_ci(r, cfg)),
-                Figure::of(krippendorff_alpha_ci(r, cfg)),
-                with_truth.then(|| error_correlations(r, &truth).ok()).flatten(),
-            ),
-            Err(e) => {
-                let u = || Figure::Undefined { undefined: e.to_string() };
-                (u(), u(), None)
-            }
-        };
-        let effective_judges =
-            error_correlation.as_ref().and_then(|c| effective_raters(n_judges, c));
+        let (fleiss_kappa, krippendorff_alpha, error_correlation, panel_vs_independence) =
+            match &ratings {
+                Ok(r) => (
+                    Figure::of(clusters::fleiss_ci(r, &items, cfg)),
+                    Figure::of(clusters::alpha_ci(r, &items, cfg)),
+                    with_truth.then(|| error_correlations(r, &truth).ok()).flatten(),
+                    with_truth
+                        .then(|| super::between::panel_vs_independence(r, &truth, &items, cfg))
+                        .flatten(),
+                ),
+                Err(e) => {
+                    let u = || Figure::Undefined { undefined: e.to_string() };
+                    (u(), u(), None, None)
+                }
+            };
         Between {
             pairwise_kappa,
             fleiss_kappa,
             krippendorff_alpha,
             error_correlation,
-            effective_judges,
+            panel_vs_independence,
         }
     });
 
@@ -474,10 +677,59 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
         unjudged: j.units.iter().filter(|u| u.votes.iter().all(Option::is_none)).count() as u64,
         distribution: distribution(k, panel.labels.iter().copied()),
         mace: panel.mace.as_ref().map(|(_, s)| s.clone()),
-        vs_human: if with_truth { vs_human(k, &truth, &panel.labels, cfg) } else { None },
+        vs_human: if with_truth {
+            vs_human(k, truth_name, &truth, &panel.labels, cfg)
+        } else {
+            None
+        },
     };
 
-    let self_preference = self_preference(j);
+    // Label sources that are not people, each under its own name.
+    let mut provenances: Vec<&Provenance> = Vec::new();
+    for l in all_labels.iter().filter(|l| !l.provenance.is_human()) {
+        if !provenances.contains(&&l.provenance) {
+            provenances.push(&l.provenance);
+        }
+    }
+    let sources: Vec<SourceFigures> = provenances
+        .into_iter()
+        .map(|p| {
+            let ls: Vec<&HumanLabel> = all_labels.iter().filter(|l| l.provenance == *p).collect();
+            let units_index: HashMap<&UnitKey, usize> =
+                j.units.iter().enumerate().map(|(n, u)| (&u.key, n)).collect();
+            let t = human_truth(HumanTruth::Majority, k, &ls, &units_index, j.units.len());
+            let name = p.describe();
+            SourceFigures {
+                provenance: p.clone(),
+                labels: ls.len() as u64,
+                units: t.labelled,
+                per_judge: (0..n_judges)
+                    .filter_map(|jj| {
+                        let votes: Vec<Option<usize>> =
+                            j.units.iter().map(|u| u.votes[jj]).collect();
+                        vs_human(k, &name, &t.labels, &votes, cfg)
+                    })
+                    .collect(),
+                panel: vs_human(k, &name, &t.labels, &panel.labels, cfg),
+            }
+        })
+        .collect();
+
+    // Every unit with a human truth, rule-labelled ones included (HypoTermQA §4.4).
+    let score_vs_human = if truth_all.iter().any(Option::is_some) {
+        let mut labellers: Vec<(String, Vec<Option<usize>>)> = (0..n_judges)
+            .map(|jj| (names[jj].clone(), j.units.iter().map(|u| u.votes[jj]).collect()))
+            .collect();
+        if n_judges > 1 {
+            labellers.push((format!("panel ({})", j.verdict.describe()), panel.labels.clone()));
+        }
+        score_vs_human(j, rule, &truth_all, &labellers, cfg)
+    } else {
+        Vec::new()
+    };
+
+    let self_preference = super::preference::self_preference(j, cfg);
+    let leniency = super::preference::leniency(j, cfg);
 
     // Disagreements.
     let name = |c: Option<usize>| c.and_then(|c| j.categories.get(c).cloned());
@@ -514,72 +766,13 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
         between,
         panel: panel_figs,
         human: human_figs,
+        sources,
+        score_vs_human,
+        leniency,
         self_preference,
         disagreements_total: total,
         disagreements,
     }
-}
-
-/// Judge `jj`'s verdicts against the majority of the judges of models other than
-/// `model` (a judge of the same model would share the preference being measured), on
-/// `model`'s answers (`own`) or on the other models' answers: whether each gave the
-/// favourable label `fav`. Answers the judge left without a verdict, or where the others
-/// tie or gave none, are no comparison (counting them either way would move the
-/// difference).
-fn favour_pairs(
-    j: &Judged,
-    jj: usize,
-    fav: usize,
-    model: &halyard_pipelines::common::ModelSpec,
-    own: bool,
-) -> (Vec<bool>, Vec<bool>) {
-    let (mut judge, mut others) = (Vec::new(), Vec::new());
-    for u in j.units.iter().filter(|u| (u.key.model == model.name) == own) {
-        let Some(v) = u.votes[jj] else { continue };
-        let rest: Vec<Option<usize>> = u
-            .votes
-            .iter()
-            .enumerate()
-            .filter(|(o, _)| *o != jj && !same_model(&j.judges[*o], model))
-            .map(|(_, v)| v.map(|c| usize::from(c == fav)))
-            .collect();
-        let Majority::Label(c) = majority(&rest) else { continue };
-        judge.push(v == fav);
-        others.push(c == 1);
-    }
-    (judge, others)
-}
-
-/// Every judge that is also a model under test, on that model's units, against the
-/// judges of other models (none: no comparison); beside it the same comparison on the
-/// other models' answers, where a judge that is merely lenient leads too.
-fn self_preference(j: &Judged) -> Vec<SelfPreference> {
-    let Some(fav) = j.favourable else { return Vec::new() };
-    if j.judges.len() < 2 {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for (jj, judge) in j.judges.iter().enumerate() {
-        for model in j.answerers.iter().filter(|m| same_model(m, judge)) {
-            let (own, others) = favour_pairs(j, jj, fav, model, true);
-            let Ok(test) = mcnemar(&own, &others) else { continue };
-            let rate = |x: &[bool]| x.iter().filter(|b| **b).count() as f64 / x.len() as f64;
-            out.push(SelfPreference {
-                judge: judge.name.clone(),
-                model: model.name.clone(),
-                favourable: j.categories[fav].clone(),
-                n: own.len() as u64,
-                own_rate: rate(&own),
-                others_rate: rate(&others),
-                test,
-                elsewhere: {
-                    let (judge, others) = favour_pairs(j, jj, fav, model, false);
-                    mcnemar(&judge, &others).ok()
-                },
-            });
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -604,6 +797,7 @@ mod tests {
             max_tokens: None,
             seed: None,
             timeout_ms: 1000,
+            structured_output: false,
         }
     }
 
@@ -628,6 +822,8 @@ mod tests {
             verdict,
             units,
             dataset_labels: Vec::new(),
+            ruled: Vec::new(),
+            item_groups: Default::default(),
         }
     }
 
@@ -637,6 +833,7 @@ mod tests {
             label,
             annotator: Some(who.into()),
             source: format!("h:{item}"),
+            provenance: Provenance::Human,
         }
     }
 
@@ -662,9 +859,12 @@ mod tests {
         let r = analyse(0, &j, &human);
         let sp = &r.self_preference;
         assert_eq!(sp.len(), 1, "{sp:?}");
-        assert_eq!((sp[0].judge.as_str(), sp[0].n), ("self", 40));
-        assert_eq!((sp[0].own_rate, sp[0].others_rate), (1.0, 0.5));
-        assert!(sp[0].test.significant && sp[0].test.difference.estimate > 0.0);
+        // On its own answers it leads a and b by half; on m's it agrees with them.
+        let own = sp[0].own.as_ref().unwrap();
+        assert_eq!((sp[0].judge.as_str(), own.units, sp[0].questions_paired), ("self", 40, 40));
+        assert_eq!((own.judge_rate, own.others_rate), (1.0, 0.5));
+        assert_eq!(sp[0].elsewhere.as_ref().unwrap().excess.estimate(), Some(0.0));
+        assert!(sp[0].significant && sp[0].difference.estimate() == Some(0.5), "{sp:?}");
         let h = r.human.as_ref().unwrap();
         assert_eq!((h.unknown, h.annotator_ties, h.units_with_truth), (1, 1, 40));
         assert_eq!(h.unknown_listed[0].key.item, "999");

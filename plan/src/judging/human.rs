@@ -10,8 +10,15 @@
 //! - `term` or `sentence`: which part of the item, for pipelines that judge parts
 //!   (HVI's sentences); an error for the others;
 //! - `label`: one of the pipeline's labels (the error lists them);
-//! - `annotator`: optional; lines without one are each a different anonymous annotator.
+//! - `annotator`: optional; lines without one are each a different anonymous annotator;
+//! - `provenance`: optional, who gave the label: `human` (the default), `llm:<model>`
+//!   (a model's labels, e.g. `llm:gpt-4`) or `rule` / `rule:<name>`. Only `human` labels
+//!   are human truth; the report measures the judges against each other source under its
+//!   own name ([`super::truth::Provenance`]).
 //!
+//! How the human labels of a unit become its truth is the benchmark's `human_truth`
+//! (`majority`, `mace`, `mace-em`; [`super::truth::HumanTruth`]), kept in
+//! [`HumanLabels::truth`].
 //! A bad line is an error naming the file, the line and the field; a label whose unit the
 //! run never judged is kept, counted and listed in the report, never dropped silently.
 
@@ -20,6 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::truth::{HumanTruth, Provenance};
 use super::UnitKey;
 
 /// One line of a labels file.
@@ -31,6 +39,9 @@ pub struct HumanLabel {
     pub annotator: Option<String>,
     /// Where it came from: `file:line`.
     pub source: String,
+    /// Who gave it (`human` unless the line says otherwise).
+    #[serde(default)]
+    pub provenance: Provenance,
 }
 
 /// A labels file, read and checked against a pipeline's label set.
@@ -38,6 +49,8 @@ pub struct HumanLabel {
 pub struct HumanLabels {
     pub files: Vec<PathBuf>,
     pub labels: Vec<HumanLabel>,
+    /// How a unit's human labels become its truth (the benchmark's `human_truth`).
+    pub truth: HumanTruth,
 }
 
 /// A labels file that cannot be used: the file, the line (1-based; 0: the file itself),
@@ -61,7 +74,7 @@ pub struct Shape<'a> {
 }
 
 /// The keys a line may have.
-const KEYS: [&str; 6] = ["item", "model", "term", "sentence", "label", "annotator"];
+const KEYS: [&str; 7] = ["item", "model", "term", "sentence", "label", "annotator", "provenance"];
 
 impl HumanLabels {
     /// Read and check `path`.
@@ -74,7 +87,7 @@ impl HumanLabels {
             reason: format!("cannot read: {e}"),
         })?;
         let labels = parse(&file, &text, shape)?;
-        Ok(HumanLabels { files: vec![path.to_path_buf()], labels })
+        Ok(HumanLabels { files: vec![path.to_path_buf()], labels, truth: HumanTruth::default() })
     }
 
     /// Check `text`, the contents of `path` already read (the import stores exactly the
@@ -85,10 +98,10 @@ impl HumanLabels {
         shape: Shape<'_>,
     ) -> Result<HumanLabels, LabelsError> {
         let labels = parse(&path.display().to_string(), text, shape)?;
-        Ok(HumanLabels { files: vec![path.to_path_buf()], labels })
+        Ok(HumanLabels { files: vec![path.to_path_buf()], labels, truth: HumanTruth::default() })
     }
 
-    /// Both sets (a sweep's file and one imported into the run).
+    /// Both sets (a sweep's file and one imported into the run); `self`'s truth rule.
     pub fn extend(&mut self, other: HumanLabels) {
         self.files.extend(other.files);
         self.labels.extend(other.labels);
@@ -175,11 +188,17 @@ pub fn parse(file: &str, text: &str, shape: Shape<'_>) -> Result<Vec<HumanLabel>
             None => return Err(err("label", "missing".into())),
         };
         let annotator = id("annotator")?;
+        let provenance = match o.get("provenance") {
+            None | Some(Value::Null) => Provenance::Human,
+            Some(Value::String(p)) => Provenance::parse(p).map_err(|e| err("provenance", e))?,
+            Some(other) => return Err(err("provenance", format!("{other} is not a string"))),
+        };
         out.push(HumanLabel {
             key: UnitKey { item, model, part },
             label,
             annotator,
             source: format!("{file}:{line_no}"),
+            provenance,
         });
     }
     Ok(out)

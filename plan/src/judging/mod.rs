@@ -12,8 +12,9 @@
 //! no usable verdict). [`figures::analyse`] turns it, with the human labels, into a
 //! [`figures::JudgeReport`]: per judge against humans (confusion matrix, accuracy and
 //! error rate with Wilson intervals, Cohen's κ), between judges (pairwise κ, Fleiss' κ,
-//! Krippendorff's α, error correlation and the effective number of judges), human
-//! inter-annotator agreement, self-preference, the panel's verdict, and the units where
+//! Krippendorff's α, error correlation and the majority beside independent judges),
+//! human inter-annotator agreement, leniency and self-preference, the panel's verdict,
+//! every interval over questions ([`clusters`]), and the units where
 //! judges or judge and human disagree (report.html lists them).
 //!
 //! The panel's verdict ([`Verdict`]) is `majority` (ties named), `mace` (MACE's EM over
@@ -26,9 +27,14 @@ use serde::{Deserialize, Serialize};
 use crate::sweep::error::{key_err, SweepError};
 use crate::sweep::models::Model;
 
+pub mod between;
+pub mod clusters;
 pub mod figures;
 pub mod human;
+pub mod preference;
 mod render;
+mod render_truth;
+pub mod truth;
 
 pub use figures::{analyse, JudgeReport};
 pub use human::{HumanLabel, HumanLabels};
@@ -183,9 +189,25 @@ pub struct Judged {
     pub answerers: Vec<ModelSpec>,
     pub verdict: Verdict,
     pub units: Vec<Unit>,
-    /// Labels that came with the dataset (ChainPoll's), as human labels of annotator
-    /// "dataset".
+    /// Labels that came with the dataset (ChainPoll's), annotator "dataset", each with the
+    /// dataset's provenance ([`truth::Provenance`]): human truth only when `human`.
     pub dataset_labels: Vec<HumanLabel>,
+    /// Outputs labelled by a rule, not by a judge (HypoTermQA answers that include none of
+    /// the terms): every judge's label is the rule's. Not units (every judge would
+    /// "agree"), but human labels on them count in the all-answers figures
+    /// ([`figures::ScoreVsHuman`], HypoTermQA §4.4).
+    pub ruled: Vec<Ruled>,
+    /// The group of each item (HypoTermQA's question type, `hypothetical` or `valid`), for
+    /// figures split by it; empty: one group.
+    pub item_groups: std::collections::BTreeMap<String, String>,
+}
+
+/// An output labelled by a rule (the same label for every judge).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ruled {
+    pub key: UnitKey,
+    /// The rule's label (an index into the label set).
+    pub label: usize,
 }
 
 /// One thing the judges labelled.

@@ -1,6 +1,6 @@
 //! A [`JudgeReport`] as the report's Markdown section "Judges".
 
-use super::figures::{Figure, JudgeReport, VsHuman};
+use super::figures::{Excess, Figure, JudgeReport};
 
 fn fig(f: &Figure, factor: f64, decimals: usize) -> String {
     match f {
@@ -11,36 +11,74 @@ fn fig(f: &Figure, factor: f64, decimals: usize) -> String {
     }
 }
 
-fn vs_row(name: &str, v: &VsHuman) -> String {
-    format!(
-        "| {name} | {} | {} | {} | {} | {} |\n",
-        v.n,
-        fig(&v.error_rate, 100.0, 1),
-        fig(&v.accuracy, 100.0, 1),
-        fig(&v.kappa, 1.0, 3),
-        v.unlabelled
-    )
+/// "judge % vs others % → excess [interval] pp" of one side of a comparison.
+fn excess_cell(e: Option<&Excess>) -> String {
+    match e {
+        None => "-".into(),
+        Some(e) => format!(
+            "{:.1} vs {:.1}: {} ({} {})",
+            e.judge_rate * 100.0,
+            e.others_rate * 100.0,
+            signed(&e.excess),
+            e.units,
+            if e.units == 1 { "unit" } else { "units" }
+        ),
+    }
 }
 
-/// The confusion matrix of `name` (rows human, columns the labeller).
-fn confusion(out: &mut String, name: &str, categories: &[String], v: &VsHuman) {
-    out.push_str(&format!(
-        "Confusion matrix of {name} (rows: human, columns: {name}):\n\n| human \\ {name} |"
-    ));
-    for c in categories {
-        out.push_str(&format!(" {c} |"));
+/// A difference in percentage points with its bracket.
+fn signed(f: &Figure) -> String {
+    match f {
+        Figure::Value(i) => format!("{:+.1}{}", i.estimate * 100.0, i.bracket(100.0, 1)),
+        Figure::Undefined { undefined } => format!("undefined ({undefined})"),
     }
-    out.push_str("\n|---|");
-    out.push_str(&"---|".repeat(categories.len()));
-    out.push('\n');
-    for (r, c) in categories.iter().enumerate() {
-        out.push_str(&format!("| {c} |"));
-        for n in &v.confusion.counts[r] {
-            out.push_str(&format!(" {n} |"));
+}
+
+/// The leniency and self-preference tables (issue 45).
+fn preference(md: &mut String, r: &JudgeReport) {
+    if let Some(first) = r.leniency.first() {
+        md.push_str(&format!(
+            "### Leniency\n\nEach judge's share of `{}` against each other judge's on the same {u}s (every {u} both labelled, all models), pooled over the other judges: its excess in percentage points, with a 95% percentile bootstrap interval over questions (a question's {u}s resampled together). Positive: more lenient than the others. It is relative to this panel.\n\n| judge | {u}s | questions | comparisons | its % vs others' %: excess (pp) |\n|---|---|---|---|---|\n",
+            first.favourable,
+            u = r.unit
+        ));
+        for l in &r.leniency {
+            md.push_str(&format!(
+                "| {} | {} | {} | {} | {:.1} vs {:.1}: {} |\n",
+                l.judge,
+                l.excess.units,
+                l.excess.questions,
+                l.excess.pairs,
+                l.excess.judge_rate * 100.0,
+                l.excess.others_rate * 100.0,
+                signed(&l.excess.excess)
+            ));
         }
-        out.push('\n');
+        md.push('\n');
     }
-    out.push('\n');
+    if r.self_preference.is_empty() {
+        return;
+    }
+    md.push_str(&format!(
+        "### Self-preference\n\nA judge that is also a model under test (HypoTermQA §4.3): its excess over the judges of other models on its own model's {u}s, minus its excess on the {u}s of models it is not — the interaction, so a judge that is lenient on every {u} shows none. Both sides over the same questions (paired by question) where there are such; interval: 95% percentile bootstrap over questions; p: permutation test within questions (which {u} of a question is the judge's own, shuffled {} times). Each side reads \"its % vs the others' %: excess (pp)\".\n\n| judge | own model | questions paired | own model's {u}s | other models' {u}s | self-preference (pp) | p |\n|---|---|---|---|---|---|---|\n",
+        super::preference::PERMUTATIONS,
+        u = r.unit
+    ));
+    for s in &r.self_preference {
+        let p = s.p_value.map_or("-".into(), |p| {
+            format!("{p:.4}{}", if s.significant { " (significant)" } else { "" })
+        });
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {p} |\n",
+            s.judge,
+            s.model,
+            s.questions_paired,
+            excess_cell(s.own.as_ref()),
+            excess_cell(s.elsewhere.as_ref()),
+            signed(&s.difference)
+        ));
+    }
+    md.push('\n');
 }
 
 /// The "Judges" section of benchmark `r.benchmark`.
@@ -96,61 +134,8 @@ pub fn markdown(r: &JudgeReport) -> String {
             m.log_likelihood
         ));
     }
-    if let Some(h) = &r.human {
-        md.push_str(&format!(
-            "### Against human labels\n\n{} labels from {} annotator(s) in {}; {} {}s have a human label",
-            h.labels,
-            h.annotators,
-            h.files.join(", "),
-            h.units_with_truth,
-            r.unit
-        ));
-        if h.annotator_ties > 0 {
-            md.push_str(&format!(" ({} more where annotators tie)", h.annotator_ties));
-        }
-        md.push_str(".\n\n");
-        if h.unknown > 0 {
-            md.push_str(&format!(
-                "**{} human label(s) name a {} this run did not judge** (first: {}).\n\n",
-                h.unknown,
-                r.unit,
-                h.unknown_listed
-                    .iter()
-                    .take(5)
-                    .map(|u| format!("{} at {}", u.key, u.source))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ));
-        }
-        if let Some(a) = &h.inter_annotator_alpha {
-            md.push_str(&format!(
-                "Human inter-annotator agreement (Krippendorff's α over {} {}s with several labels): {}.\n\n",
-                h.multiply_annotated,
-                r.unit,
-                fig(a, 1.0, 3)
-            ));
-        }
-        md.push_str("| judge | n | error rate % | accuracy % | Cohen's κ | no verdict |\n|---|---|---|---|---|---|\n");
-        for j in &r.per_judge {
-            if let Some(v) = &j.vs_human {
-                md.push_str(&vs_row(&j.judge, v));
-            }
-        }
-        if let Some(v) = &p.vs_human {
-            md.push_str(&vs_row(&format!("**panel ({})**", p.verdict.describe()), v));
-        }
-        md.push_str(
-            "\nIntervals: Wilson 95% for rates, percentile bootstrap over units for κ.\n\n",
-        );
-        for j in &r.per_judge {
-            if let Some(v) = &j.vs_human {
-                confusion(&mut md, &j.judge, &r.categories, v);
-            }
-        }
-        if let Some(v) = &p.vs_human {
-            confusion(&mut md, "panel", &r.categories, v);
-        }
-    }
+    super::render_truth::human(&mut md, r);
+    super::render_truth::sources(&mut md, r);
     if let Some(b) = &r.between {
         md.push_str("### Between judges\n\n| judges | n | Cohen's κ |\n|---|---|---|\n");
         for k in &b.pairwise_kappa {
@@ -176,38 +161,22 @@ pub fn markdown(r: &JudgeReport) -> String {
                 }
                 md.push('\n');
             }
-            if let Some(e) = b.effective_judges {
+            if let Some(p) = &b.panel_vs_independence {
                 md.push_str(&format!(
-                    "\nEffective number of independent judges: {e:.2} of {}.\n",
-                    r.judges.len()
+                    "\nThe judges' majority against the same truth, over its {} {}s: right (%) {} (a verdict on {:.1}%); judges erring independently with the same per-judge confusion rows would be right on {:.1}% (a verdict on {:.1}%). Observed − independent: {} pp (95% percentile bootstrap over questions; negative: the judges err together).\n",
+                    p.units,
+                    r.unit,
+                    fig(&p.observed, 100.0, 1),
+                    p.observed_coverage * 100.0,
+                    p.independent * 100.0,
+                    p.independent_coverage * 100.0,
+                    signed(&p.difference)
                 ));
             }
             md.push('\n');
         }
     }
-    if !r.self_preference.is_empty() {
-        md.push_str("### Self-preference\n\nA judge that is also a model under test, on its own model's answers: how often it gives the favourable label, against the majority of the judges of other models on the same answers (McNemar's exact test; difference with Newcombe's 95% interval). The last column is the same difference on the other models' answers: a judge that is merely lenient leads there too.\n\n| judge | own model | n | own % | others % | difference (pp) | p | difference elsewhere (pp) |\n|---|---|---|---|---|---|---|---|\n");
-        for s in &r.self_preference {
-            let d = &s.test.difference;
-            let elsewhere = s.elsewhere.as_ref().map_or("-".to_string(), |e| {
-                let d = &e.difference;
-                format!("{:+.1}{} (n {})", d.estimate * 100.0, d.bracket(100.0, 1), d.n)
-            });
-            md.push_str(&format!(
-                "| {} | {} | {} | {:.1} | {:.1} | {:+.1}{} | {:.4}{} | {elsewhere} |\n",
-                s.judge,
-                s.model,
-                s.n,
-                s.own_rate * 100.0,
-                s.others_rate * 100.0,
-                d.estimate * 100.0,
-                d.bracket(100.0, 1),
-                s.test.p_value,
-                if s.test.significant { " (significant)" } else { "" }
-            ));
-        }
-        md.push('\n');
-    }
+    preference(&mut md, r);
     if r.unit == "sentence" {
         md.push_str("Units are sentences, and sentences of one passage are not independent: the intervals above are narrower than they should be.\n\n");
     }
