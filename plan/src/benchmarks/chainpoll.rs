@@ -478,6 +478,39 @@ pub fn realhall_markdown(entries: &[RealHallEntry]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 45 item 5: the provenance of a dataset's labels, stated per dataset (ChainPoll
+    /// paper appendix A.3: COVID-QA and TriviaQA by GPT-4, DROP by a rule; AutoHall's by
+    /// its rule), overridden by `dataset_labels`; bad `dataset_labels` and `human_truth`
+    /// values are refused naming the key.
+    #[test]
+    fn dataset_label_provenance() {
+        let of =
+            |name: &str| dataset_provenance(std::path::Path::new(name)).map(|(p, _)| p.describe());
+        assert_eq!(of("data/RealHall_COVID-QA.jsonl"), None, "the name must start the stem");
+        assert_eq!(of("data/covid_qa_retrieval.jsonl").as_deref(), Some("llm:gpt-4"));
+        assert_eq!(of("TriviaQA.jsonl").as_deref(), Some("llm:gpt-4"));
+        assert_eq!(of("drop-dev.jsonl").as_deref(), Some("rule:drop-f1"));
+        assert_eq!(of("open_assistant.jsonl").as_deref(), Some("human"));
+        assert_eq!(of("autohall_climate_gpt35.jsonl").as_deref(), Some("rule:autohall"));
+        assert_eq!(of("my-labels.jsonl"), None);
+        let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../datasets/chainpoll/autohall_climate_gpt35.jsonl");
+        let sweep = |extra: &str| {
+            format!(
+                "name = \"s\"\n[[model]]\nname = \"j\"\nbackend = \"noop\"\n\n[[benchmark]]\npipeline = \"chainpoll\"\ndataset = \"{}\"\nmodels = [\"j\"]\n{extra}\n",
+                shipped.display()
+            )
+        };
+        let path = std::path::Path::new("/tmp/s.toml");
+        let ok = |extra: &str| crate::sweep::parse(path, &sweep(extra)).map(|_| ());
+        ok("").unwrap();
+        ok("dataset_labels = \"llm:gpt-4\"\nhuman_truth = \"mace\"").unwrap();
+        let e = ok("dataset_labels = \"people\"").unwrap_err().to_string();
+        assert!(e.contains("benchmark[0].dataset_labels") && e.contains("llm:<model>"), "{e}");
+        let e = ok("human_truth = \"vote\"").unwrap_err().to_string();
+        assert!(e.contains("benchmark[0].human_truth") && e.contains("\"mace-em\""), "{e}");
+    }
     use halyard_pipelines::chainpoll::{Config, ItemLabel};
     use halyard_pipelines::common::ModelSpec;
     use halyard_pipelines::metrics::chainpoll::Unparseable;

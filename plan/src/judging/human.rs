@@ -253,6 +253,24 @@ mod tests {
         assert!(e.reason.contains("valid, hallucination, irrelevant"), "{e}");
     }
 
+    /// Issue 45 item 5: a line may say who gave its label; human by default; a bad value
+    /// is refused naming the field.
+    #[test]
+    fn provenance_of_a_line() {
+        let c = cats();
+        let text = "{\"item\": 1, \"model\": \"m\", \"label\": \"valid\"}\n{\"item\": 1, \"model\": \"m\", \"label\": \"valid\", \"provenance\": \"llm:gpt-4\"}\n{\"item\": 1, \"model\": \"m\", \"label\": \"valid\", \"provenance\": \"rule\"}";
+        let ls = parse("l", text, shape(&c, None)).unwrap();
+        let p: Vec<String> = ls.iter().map(|l| l.provenance.describe()).collect();
+        assert_eq!(p, ["human", "llm:gpt-4", "rule"]);
+        for bad in ["\"gpt-4\"", "\"llm:\"", "3"] {
+            let line = format!(
+                "{{\"item\": 1, \"model\": \"m\", \"label\": \"valid\", \"provenance\": {bad}}}"
+            );
+            let e = parse("l", &line, shape(&c, None)).unwrap_err();
+            assert_eq!((e.line, e.field.as_str()), (1, "provenance"), "{e}");
+        }
+    }
+
     #[test]
     fn parts_follow_the_pipeline() {
         let c = cats();
