@@ -298,18 +298,28 @@ fn check_figures(report: &Value, qs: &[Question]) {
     assert_eq!(b["pairwise_kappa"].as_array().unwrap().len(), 3);
     assert!(b["fleiss_kappa"]["estimate"].as_f64().is_some(), "{b}");
     assert!(b["krippendorff_alpha"]["estimate"].as_f64().is_some(), "{b}");
-    let eff = b["effective_judges"].as_f64().unwrap();
-    assert!((1.0..=3.0).contains(&eff), "{eff}");
-    // Self-preference: judge-c on judge-c's answers, positive and significant.
+    // The majority beside independent judges (the "effective number of judges" is gone).
+    let piv = &b["panel_vs_independence"];
+    let observed = piv["observed"]["estimate"].as_f64().unwrap();
+    let independent = piv["independent"].as_f64().unwrap();
+    let difference = piv["difference"]["estimate"].as_f64().unwrap();
+    assert!((observed - independent - difference).abs() < 1e-9, "{piv}");
+    assert!(b.get("effective_judges").is_none(), "{b}");
+    // Self-preference: judge-c's excess on judge-c's answers minus its excess on
+    // model-a's, positive and significant.
     let sp = j["self_preference"].as_array().unwrap();
     assert_eq!(sp.len(), 1, "{sp:?}");
     assert_eq!(sp[0]["judge"], "judge-c");
     assert_eq!(sp[0]["model"], "judge-c");
-    let diff = sp[0]["test"]["difference"]["estimate"].as_f64().unwrap();
-    assert!(diff > 0.0 && sp[0]["test"]["significant"] == true, "{}", sp[0]);
+    let diff = sp[0]["difference"]["estimate"].as_f64().unwrap();
+    assert!(diff > 0.0 && sp[0]["significant"] == true, "{}", sp[0]);
+    assert!(sp[0]["difference"]["low"].as_f64().unwrap() > 0.0, "{}", sp[0]);
     // On model-a's answers judge-c is not lenient: its lead there is smaller.
-    let elsewhere = sp[0]["elsewhere"]["difference"]["estimate"].as_f64().unwrap();
-    assert!(elsewhere < diff, "lead elsewhere {elsewhere} vs on its own answers {diff}");
+    let own = sp[0]["own"]["excess"]["estimate"].as_f64().unwrap();
+    let elsewhere = sp[0]["elsewhere"]["excess"]["estimate"].as_f64().unwrap();
+    assert!(elsewhere < own, "lead elsewhere {elsewhere} vs on its own answers {own}");
+    // Leniency is its own row per judge.
+    assert_eq!(j["leniency"].as_array().unwrap().len(), 3, "{}", j["leniency"]);
     // Disagreements are listed with every verdict.
     let dis = j["disagreements"].as_array().unwrap();
     assert!(!dis.is_empty());

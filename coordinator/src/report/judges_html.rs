@@ -192,6 +192,44 @@ fn vs_human_table(out: &mut String, r: &Value) {
     }
 }
 
+/// Between judges against the truth: the error correlation matrix and the judges'
+/// majority beside independent judges (issue 45, item 9).
+fn between_figures(out: &mut String, r: &Value) {
+    let b = &r["between"];
+    let judges: Vec<&str> =
+        r["judges"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    if let Some(rows) = b["error_correlation"].as_array() {
+        out.push_str("<h4>Error correlation</h4><p>Phi correlation of two judges' errors against the truth, over the units both labelled (bounded by their error rates: read it beside them).</p><table><tr><th></th>");
+        for j in &judges {
+            let _ = write!(out, "<th>{}</th>", esc(j));
+        }
+        out.push_str("</tr>");
+        for (a, row) in rows.iter().enumerate() {
+            let _ = write!(out, "<tr><th>{}</th>", esc(judges.get(a).copied().unwrap_or("?")));
+            for v in row.as_array().into_iter().flatten() {
+                let cell = v.as_f64().map_or("–".into(), |v| format!("{v:.3}"));
+                let _ = write!(out, "<td>{cell}</td>");
+            }
+            out.push_str("</tr>");
+        }
+        out.push_str("</table>");
+    }
+    let p = &b["panel_vs_independence"];
+    if p.is_object() {
+        let pct = |x: &Value| x.as_f64().map_or("–".into(), |x| format!("{:.1}", x * 100.0));
+        let _ = write!(
+            out,
+            "<p>The judges' majority over {} units with a truth: right (%) {} (a verdict on {}%); independent judges with the same confusion rows: {}% (a verdict on {}%). Observed − independent (pp): {} (95% bootstrap over questions; negative: the judges err together).</p>",
+            p["units"],
+            esc(&pct_ci(&p["observed"])),
+            pct(&p["observed_coverage"]),
+            pct(&p["independent"]),
+            pct(&p["independent_coverage"]),
+            esc(&pct_ci(&p["difference"]))
+        );
+    }
+}
+
 /// "judge % vs others %: excess [interval]" of one side of a comparison (JSON `Excess`).
 fn excess_cell(e: &Value) -> String {
     if !e.is_object() {
@@ -320,6 +358,7 @@ pub fn section(judges: &Value) -> String {
             esc(r["panel"]["verdict"]["rule"].as_str().unwrap_or("?"))
         );
         heat_map(out, r);
+        between_figures(out, r);
         vs_human_table(out, r);
         preference_tables(out, r);
         disagreements(out, b, r);

@@ -189,7 +189,10 @@ mod tests {
             assert_eq!(clustered.estimate, plain.estimate);
             let expected = (1.0 + (PER_QUESTION as f64 - 1.0) * rho).sqrt();
             let ratio = width(&clustered) / width(&plain);
-            assert!((ratio / expected - 1.0).abs() < 0.12, "ρ {rho}: ratio {ratio}, expected {expected}");
+            assert!(
+                (ratio / expected - 1.0).abs() < 0.12,
+                "ρ {rho}: ratio {ratio}, expected {expected}"
+            );
         }
         // One unit per question: Wilson's interval itself.
         let hits = [true, false, true, true];

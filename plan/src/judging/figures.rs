@@ -28,8 +28,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use halyard_pipelines::metrics::agreement::{
-    cohen_kappa_ci, error_correlations, krippendorff_alpha_ci, majority,
-    ConfusionMatrix, Majority, Ratings,
+    cohen_kappa_ci, error_correlations, krippendorff_alpha_ci, majority, ConfusionMatrix, Majority,
+    Ratings,
 };
 use halyard_pipelines::metrics::interval::{bootstrap_by, wilson, Bootstrap, Interval};
 use halyard_pipelines::metrics::mace::{mace, MaceConfig};
