@@ -460,35 +460,6 @@ fn phi(x: &[Option<bool>], y: &[Option<bool>]) -> Option<f64> {
     Some((num / den).clamp(-1.0, 1.0))
 }
 
-/// Effective number of independent raters from the mean pairwise error correlation rho
-/// over the defined pairs: n / (1 + (n-1)*rho) (Kish's design effect for equicorrelated
-/// members), clamped to [1, n]; None when no pair is defined.
-///
-/// Source: Kish (1965), *Survey Sampling*, the design effect `deff = 1 + (m − 1)ρ` of a
-/// cluster of m members with intraclass correlation ρ; the effective size is `n / deff`.
-/// Here the "cluster" is the panel of n raters and ρ the mean of the off-diagonal entries
-/// above the diagonal of `correlations` (as [`error_correlations`] returns) that are
-/// `Some` and finite. Uncorrelated errors give n; perfectly correlated errors give 1;
-/// negatively correlated errors would give more than n and are clamped to n. `None` also
-/// for `n = 0`.
-pub fn effective_raters(n: usize, correlations: &[Vec<Option<f64>>]) -> Option<f64> {
-    let (mut sum, mut pairs) = (0.0, 0usize);
-    for (a, row) in correlations.iter().enumerate() {
-        for rho in row.iter().skip(a + 1).flatten() {
-            if rho.is_finite() {
-                sum += rho;
-                pairs += 1;
-            }
-        }
-    }
-    if n == 0 || pairs == 0 {
-        return None;
-    }
-    let (nf, rho) = (n as f64, sum / pairs as f64);
-    let deff = 1.0 + (nf - 1.0) * rho;
-    Some(if deff <= 0.0 { nf } else { (nf / deff).clamp(1.0, nf) })
-}
-
 /// The most judges [`independent_majority`] combines (its states are the judges' vote
 /// counts, at most C(m + k, k) of them).
 pub const MAX_PANEL_JUDGES: usize = 32;
@@ -846,7 +817,6 @@ mod tests {
         assert!((c[0][2].unwrap() + third).abs() < 1e-15);
         assert_eq!(c[1][2], Some(0.0));
         assert_eq!((c[3][3], c[0][3], c[0][0]), (None, None, Some(1.0)));
-        assert_eq!(effective_raters(4, &c), Some(4.0), "mean correlation 0");
         for (a, row) in c.iter().enumerate() {
             for (b, v) in row.iter().enumerate() {
                 assert_eq!(*v, c[b][a]);
@@ -858,25 +828,10 @@ mod tests {
         let t = [Some(0), Some(1), Some(0)];
         let c = error_correlations(&same, &t).unwrap();
         assert_eq!(c, vec![vec![Some(1.0); 2]; 2]);
-        assert_eq!(effective_raters(2, &c), Some(1.0));
         let perfect = ratings(2, &[&[Some(0), Some(1)], &[Some(1), Some(1)]]);
         let c = error_correlations(&perfect, &[Some(0), Some(1)]).unwrap();
         assert_eq!(c[0][0], None);
         assert_eq!(c[0][1], None);
-        assert_eq!(effective_raters(2, &c), None);
-    }
-
-    /// Kish's formula at its landmarks and its clamps.
-    #[test]
-    fn effective_raters_formula() {
-        let m = |rho: f64| vec![vec![None, Some(rho), Some(rho)], vec![None; 3], vec![None; 3]];
-        assert_eq!(effective_raters(3, &m(0.0)), Some(3.0));
-        assert_eq!(effective_raters(3, &m(1.0)), Some(1.0));
-        assert_eq!(effective_raters(3, &m(0.5)), Some(1.5));
-        assert_eq!(effective_raters(3, &m(-0.9)), Some(3.0));
-        assert_eq!(effective_raters(3, &m(f64::NAN)), None);
-        assert_eq!(effective_raters(0, &m(0.5)), None);
-        assert_eq!(effective_raters(3, &[]), None);
     }
 
     fn symmetric(p: f64) -> Vec<Vec<f64>> {
