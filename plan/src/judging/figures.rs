@@ -28,10 +28,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use halyard_pipelines::metrics::agreement::{
-    cohen_kappa_ci, error_correlations, krippendorff_alpha_ci, majority, ConfusionMatrix, Majority,
-    Ratings,
+    error_correlations, majority, ConfusionMatrix, Majority, Ratings,
 };
-use halyard_pipelines::metrics::interval::{bootstrap_by, wilson, Bootstrap, Interval};
+use halyard_pipelines::metrics::interval::{bootstrap_by, Bootstrap, Interval};
 use halyard_pipelines::metrics::mace::{mace, MaceConfig};
 use serde::{Deserialize, Serialize};
 
@@ -366,22 +365,35 @@ pub fn verdicts(j: &Judged) -> PanelVerdicts {
 }
 
 /// `labels` against `truth` (named `truth_name`), per unit.
+///
+/// `items[i]` is unit i's question (its cluster): rates get Wilson's interval when every
+/// question holds one unit, else a bootstrap over questions ([`clusters::proportion_ci`]);
+/// κ a bootstrap over questions.
 fn vs_human(
     k: usize,
     truth_name: &str,
     truth: &[Option<usize>],
     labels: &[Option<usize>],
+    items: &[&str],
     cfg: Bootstrap,
 ) -> Option<VsHuman> {
     let (mut t, mut p, mut unlabelled) = (Vec::new(), Vec::new(), 0u64);
-    for (h, l) in truth.iter().zip(labels) {
+    // Per unit with a truth: its question, whether it has a verdict, whether it is right.
+    let (mut at, mut all_items, mut has, mut right) = (vec![], vec![], vec![], vec![]);
+    for ((h, l), item) in truth.iter().zip(labels).zip(items) {
         match (h, l) {
             (Some(h), Some(l)) => {
                 t.push(*h);
                 p.push(*l);
+                at.push(*item);
             }
             (Some(_), None) => unlabelled += 1,
             _ => {}
+        }
+        if let Some(h) = h {
+            all_items.push(*item);
+            has.push(l.is_some());
+            right.push(*l == Some(*h));
         }
     }
     if t.is_empty() && unlabelled == 0 {
@@ -396,18 +408,21 @@ fn vs_human(
     };
     let n = t.len() as u64;
     let units = n + unlabelled;
-    let agree = confusion.agreements();
+    let hits: Vec<bool> = t.iter().zip(&p).map(|(a, b)| a == b).collect();
+    let misses: Vec<bool> = hits.iter().map(|h| !h).collect();
+    let wrong_all: Vec<bool> = right.iter().map(|r| !r).collect();
+    let rate = |x: &[bool], at: &[&str]| Figure::of(clusters::proportion_ci(x, at, cfg));
     Some(VsHuman {
         truth: truth_name.to_string(),
         units,
         n,
         unlabelled,
-        accuracy: Figure::of(wilson(agree, n)),
-        error_rate: Figure::of(wilson(n - agree, n)),
-        kappa: Figure::of(cohen_kappa_ci(k, &t, &p, cfg)),
-        coverage: Figure::of(wilson(n, units)),
-        accuracy_all: Figure::of(wilson(agree, units)),
-        error_rate_all: Figure::of(wilson(units - agree, units)),
+        accuracy: rate(&hits, &at),
+        error_rate: rate(&misses, &at),
+        kappa: Figure::of(clusters::kappa_ci(k, &t, &p, &at, cfg)),
+        coverage: rate(&has, &all_items),
+        accuracy_all: rate(&right, &all_items),
+        error_rate_all: rate(&wrong_all, &all_items),
         confusion,
     })
 }
@@ -438,8 +453,11 @@ fn score_vs_human(
         let rule_labels = j.ruled.iter().map(|r| Some(r.label));
         let labels: Vec<Option<usize>> = labels.iter().copied().chain(rule_labels).collect();
         let (mut units, mut ruled, mut no_verdict, mut wrong) = (0u64, 0u64, 0u64, 0u64);
+        let (mut misses, mut at): (Vec<bool>, Vec<&str>) = (Vec::new(), Vec::new());
         for (n, (t, l)) in truth_all.iter().zip(&labels).enumerate() {
             let Some(t) = t else { continue };
+            misses.push(*l != Some(*t));
+            at.push(keys[n].item.as_str());
             units += 1;
             ruled += u64::from(n >= j.units.len());
             no_verdict += u64::from(l.is_none());
@@ -490,7 +508,7 @@ fn score_vs_human(
             ruled,
             no_verdict,
             wrong,
-            error_rate: Figure::of(wilson(wrong, units)),
+            error_rate: Figure::of(clusters::proportion_ci(&misses, &at, cfg)),
             groups: shares,
         });
     }
@@ -552,10 +570,12 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
     }
     let mut multiply = 0u64;
     let mut annotator_rows: Vec<Vec<usize>> = Vec::new();
+    let mut annotator_items: Vec<&str> = Vec::new();
     for (key, ls) in &by_key {
         if index.contains_key(key) && ls.len() > 1 {
             multiply += 1;
             annotator_rows.push(ls.clone());
+            annotator_items.push(key.item.as_str());
         }
     }
     let unknown: Vec<&HumanLabel> =
@@ -570,7 +590,9 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
                 .iter()
                 .map(|r| (0..width).map(|i| r.get(i).copied()).collect())
                 .collect();
-            Figure::of(Ratings::new(k, rows).and_then(|r| krippendorff_alpha_ci(&r, cfg)))
+            Figure::of(
+                Ratings::new(k, rows).and_then(|r| clusters::alpha_ci(&r, &annotator_items, cfg)),
+            )
         });
         let unit_votes: Vec<(&UnitKey, Vec<Option<usize>>)> =
             j.units.iter().map(|u| (&u.key, u.votes.clone())).collect();
@@ -598,6 +620,7 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
         }
     });
     let truth_name = rule.describe();
+    let unit_items: Vec<&str> = j.units.iter().map(|u| u.key.item.as_str()).collect();
     let with_truth = truth.iter().any(Option::is_some);
 
     // Per judge.
@@ -611,7 +634,7 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
                 missing: votes.iter().filter(|v| v.is_none()).count() as u64,
                 distribution: distribution(k, votes.iter().copied()),
                 vs_human: if with_truth {
-                    vs_human(k, truth_name, &truth, &votes, cfg)
+                    vs_human(k, truth_name, &truth, &votes, &unit_items, cfg)
                 } else {
                     None
                 },
@@ -678,7 +701,7 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
         distribution: distribution(k, panel.labels.iter().copied()),
         mace: panel.mace.as_ref().map(|(_, s)| s.clone()),
         vs_human: if with_truth {
-            vs_human(k, truth_name, &truth, &panel.labels, cfg)
+            vs_human(k, truth_name, &truth, &panel.labels, &unit_items, cfg)
         } else {
             None
         },
@@ -707,10 +730,10 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
                     .filter_map(|jj| {
                         let votes: Vec<Option<usize>> =
                             j.units.iter().map(|u| u.votes[jj]).collect();
-                        vs_human(k, &name, &t.labels, &votes, cfg)
+                        vs_human(k, &name, &t.labels, &votes, &unit_items, cfg)
                     })
                     .collect(),
-                panel: vs_human(k, &name, &t.labels, &panel.labels, cfg),
+                panel: vs_human(k, &name, &t.labels, &panel.labels, &unit_items, cfg),
             }
         })
         .collect();
