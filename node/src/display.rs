@@ -113,7 +113,7 @@ pub fn waiting_for_batches(groups: &[halyard_proto::provider_batch::BatchGroup])
 
 fn summary(p: &Progress, local: &[Arc<Stats>]) -> String {
     let retries: u64 = p.figures.costs.iter().map(|c| c.retries).sum();
-    let spent: f64 = p.figures.costs.iter().map(|c| c.cost).sum();
+    let spent = p.figures.spent();
     let mut s = format!(
         "{} results · {} retries · {} 429s · {} dead letters · ${spent:.4}",
         p.figures.results,
@@ -236,7 +236,7 @@ async fn logs(rx: &mut watch::Receiver<Progress>, local: &[Arc<Stats>]) {
             retries = p.figures.costs.iter().map(|c| c.retries).sum::<u64>(),
             rate_limited = rate_limited(local),
             dead_letters = p.figures.dead_letters,
-            cost_usd = format_args!("{:.4}", p.figures.costs.iter().map(|c| c.cost).sum::<f64>()),
+            cost_usd = format_args!("{:.4}", p.figures.spent()),
             held = p.figures.held,
             "totals"
         );

@@ -326,7 +326,7 @@ fn latency_metrics(e: &mut Exposition, p: &Progress) {
 
 /// Money spent, and the limit.
 fn cost_metrics(e: &mut Exposition, p: &Progress) {
-    let spent: f64 = p.figures.costs.iter().map(|c| c.cost).sum();
+    let spent = p.figures.spent();
     e.family("halyard_cost_spent_usd", "gauge", "USD spent by the run so far.").sample(
         "halyard_cost_spent_usd",
         &[],

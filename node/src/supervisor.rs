@@ -47,6 +47,12 @@ pub async fn run(
     let (embedded, broker) = start_broker(opts.nats.clone(), &run_dir, &shutdown).await?;
     let mut local = None;
     if !opts.no_workers {
+        // The coordinator is this process: the streams and the pools' consumers it makes
+        // first (`halyard_coordinator::run`, step 2) are made before the local worker
+        // starts, so the worker never waits for them, nor says it does ("does not exist
+        // yet; waiting for a coordinator" read as a fault on a newcomer's terminal). Both
+        // calls are idempotent; the coordinator makes them again.
+        prepare_broker(&broker, &opts.sweep).await?;
         let dir = opts.checkpoint.clone().unwrap_or_else(|| run_dir.join("checkpoint"));
         local = Some(LocalWorker::start(&broker, &opts, dir).await?);
     }
@@ -105,6 +111,20 @@ async fn start_broker(
     let cfg = crate::Nats { url, auth, replicas }.broker_config("halyard-run");
     let broker = crate::connect_or_stop(&cfg, shutdown).await?;
     Ok((embedded, broker))
+}
+
+/// The streams and buckets of the broker's layout, and every pool's consumer, as the
+/// coordinator makes them before it plans.
+async fn prepare_broker(broker: &Broker, sweep: &Sweep) -> Result<(), NodeError> {
+    halyard_broker::init(broker, &Default::default()).await?;
+    let delivery = halyard_broker::Delivery {
+        ack_wait: sweep.run.ack_wait,
+        max_deliver: sweep.run.max_deliver,
+    };
+    for pool in sweep.pools().keys() {
+        halyard_broker::pool_consumer(broker, pool, delivery).await?;
+    }
+    Ok(())
 }
 
 /// Await `coordinator`; if the local worker ends first, signal `fail` (the coordinator

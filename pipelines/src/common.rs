@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use halyard_proto::{
-    AnswerKind, ChatMessage, Completion, JobId, JobKey, ModelRef, Outcome, Sampling,
+    AnswerKind, ChatMessage, Completion, JobId, JobKey, ModelRef, Outcome, OutputSchema, Sampling,
 };
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +29,11 @@ pub struct ModelSpec {
     pub seed: Option<u64>,
     /// Per-call timeout in milliseconds.
     pub timeout_ms: u64,
+    /// `structured_output = true` (issue 45): a judge call whose pipeline expects a JSON
+    /// object carries that object's schema ([`ModelSpec::judge_request`]), which the
+    /// backend enforces. Left out of the serialized spec when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub structured_output: bool,
 }
 
 impl ModelSpec {
@@ -65,6 +70,68 @@ impl ModelSpec {
             api_key_env: self.api_key_env.clone(),
             timeout_ms: self.timeout_ms,
         }
+    }
+}
+
+impl ModelSpec {
+    /// A request for one judge call whose output should be the JSON object `schema`
+    /// describes: with `structured_output` the request carries the schema (a job of its
+    /// own, another id); without it, the request is exactly [`ModelSpec::request`]'s, so
+    /// every job planned before structured output existed keeps its id.
+    pub fn judge_request(
+        &self,
+        pipeline: &str,
+        stage: &str,
+        stage_version: u32,
+        messages: Vec<ChatMessage>,
+        sample_index: u32,
+        schema: impl FnOnce() -> OutputSchema,
+    ) -> JobRequest {
+        let mut req = self.request(pipeline, stage, stage_version, messages, sample_index);
+        if self.structured_output {
+            req.key.sampling.json_schema = Some(schema());
+        }
+        req
+    }
+}
+
+/// One string field of a judge's JSON object (see [`string_object_schema`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Field<'a> {
+    /// Free text of at most this many characters (`maxLength`), or unbounded.
+    Text(Option<u32>),
+    /// One of these values (`enum`).
+    OneOf(&'a [&'a str]),
+}
+
+/// The JSON schema of a flat object of string fields, in the order given: what a judge
+/// prompt that shows a JSON template asks for. Every field is required and no other is
+/// allowed (the form OpenAI's strict structured outputs require); the text is compact
+/// and its keys keep this order, which is the order a constrained model writes them in.
+pub fn string_object_schema(name: &str, fields: &[(&str, Field<'_>)]) -> OutputSchema {
+    let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+    let props: Vec<String> = fields
+        .iter()
+        .map(|(f, field)| match field {
+            Field::Text(None) => format!("{}:{{\"type\":\"string\"}}", q(f)),
+            Field::Text(Some(n)) => {
+                format!("{}:{{\"type\":\"string\",\"maxLength\":{n}}}", q(f))
+            }
+            Field::OneOf(v) => format!(
+                "{}:{{\"type\":\"string\",\"enum\":[{}]}}",
+                q(f),
+                v.iter().map(|x| q(x)).collect::<Vec<_>>().join(",")
+            ),
+        })
+        .collect();
+    let required: Vec<String> = fields.iter().map(|(f, _)| q(f)).collect();
+    OutputSchema {
+        name: name.to_string(),
+        schema: format!(
+            "{{\"type\":\"object\",\"properties\":{{{}}},\"required\":[{}],\"additionalProperties\":false}}",
+            props.join(","),
+            required.join(",")
+        ),
     }
 }
 
@@ -197,5 +264,6 @@ pub(crate) fn test_model(name: &str) -> ModelSpec {
         max_tokens: None,
         seed: None,
         timeout_ms: 1000,
+        structured_output: false,
     }
 }

@@ -31,6 +31,7 @@ fn spec(name: &str) -> ModelSpec {
         max_tokens: None,
         seed: Some(1),
         timeout_ms: 30_000,
+        structured_output: false,
     }
 }
 

@@ -48,6 +48,7 @@ fn spec(name: &str) -> ModelSpec {
         max_tokens: None,
         seed: None,
         timeout_ms: 1000,
+        structured_output: false,
     }
 }
 

@@ -90,6 +90,15 @@ pub fn targets(sweep: &Sweep, store: &impl RunStore) -> Vec<TargetProgress> {
     out
 }
 
+impl Figures {
+    /// USD spent so far, over every (model, stage): `0.0` while nothing is counted. A fold
+    /// from `+0.0`, not `Iterator::sum`: the sum of no `f64` is `-0.0` (IEEE 754's
+    /// additive identity), which a terminal shows as `$-0.0000` while a run starts.
+    pub fn spent(&self) -> f64 {
+        self.costs.iter().fold(0.0, |total, c| total + c.cost)
+    }
+}
+
 impl Progress {
     /// An item finished.
     pub(crate) fn item_done(&mut self, key: ItemKey) {
@@ -101,5 +110,27 @@ impl Progress {
                 t.done += 1;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::ClassTotals;
+
+    /// Issue 45: a run that has counted nothing has spent 0.0, positive zero (IEEE 754:
+    /// `-0.0` has the sign bit set, `0x8000_0000_0000_0000`, and Rust prints it
+    /// `-0.0000`), shown as `$0.0000`; counted costs add up.
+    #[test]
+    fn nothing_spent_is_positive_zero() {
+        let mut f = Figures::default();
+        assert_eq!(f.spent().to_bits(), 0);
+        assert_eq!(format!("${:.4}", f.spent()), "$0.0000");
+        // Classes with no price count -0.0 or 0.0 alike.
+        let class = |cost: f64| ClassTotals { cost, ..ClassTotals::default() };
+        f.costs = vec![class(-0.0), class(0.0)];
+        assert_eq!(format!("${:.4}", f.spent()), "$0.0000");
+        f.costs = vec![class(0.25), class(0.5)];
+        assert_eq!(f.spent(), 0.75);
     }
 }

@@ -71,6 +71,20 @@ pub struct Sampling {
     /// Token log-probabilities wanted in the completion; `None`: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<LogprobsRequest>,
+    /// Structured output: the JSON schema the completion must follow, for judges whose
+    /// model sets `structured_output = true` (issue 45). `gguf` turns it into a llama.cpp
+    /// grammar, HTTP backends send it as `response_format`; `None`: free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_schema: Option<OutputSchema>,
+}
+
+/// A JSON schema a completion must follow (see [`Sampling::json_schema`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputSchema {
+    /// Its name (OpenAI's `json_schema.name`: letters, digits, `_` and `-`, at most 64).
+    pub name: String,
+    /// The JSON Schema, as compact JSON text (the pipeline writes it; its bytes are hashed).
+    pub schema: String,
 }
 
 impl Default for Sampling {
@@ -82,6 +96,7 @@ impl Default for Sampling {
             top_p: None,
             top_k: None,
             logprobs: None,
+            json_schema: None,
         }
     }
 }
@@ -142,6 +157,9 @@ impl JobKey {
         }
         if let Some(l) = self.sampling.logprobs {
             h.str("logprobs").u64(l.top as u64).u64(l.score_last as u64);
+        }
+        if let Some(s) = &self.sampling.json_schema {
+            h.str("json_schema").str(&s.name).str(&s.schema);
         }
         h.finish()
     }
@@ -218,6 +236,9 @@ mod tests {
                 k.sampling.top_p = Some(0.9);
                 k.sampling.top_k = Some(5);
             }),
+            Box::new(|k| k.sampling.json_schema = Some(schema("j", "{}"))),
+            Box::new(|k| k.sampling.json_schema = Some(schema("k", "{}"))),
+            Box::new(|k| k.sampling.json_schema = Some(schema("j", "{\"type\":\"object\"}"))),
         ];
         let mut seen = std::collections::HashSet::new();
         seen.insert(a.id());
@@ -240,7 +261,12 @@ mod tests {
         assert_ne!(a.id(), b.id());
     }
 
+    fn schema(name: &str, schema: &str) -> OutputSchema {
+        OutputSchema { name: name.into(), schema: schema.into() }
+    }
+
     /// Pinned value: a change to the hashing breaks every checkpoint, so it must be deliberate.
+    /// (The value was pinned before `json_schema` existed: a key without it keeps its id.)
     #[test]
     fn id_is_stable_across_releases() {
         let pinned = key().id().to_string();
@@ -248,6 +274,20 @@ mod tests {
         assert_eq!(pinned, PINNED);
     }
     const PINNED: &str = "a96905e201fa7b6d63263fa7976bcca5";
+
+    /// Issue 45: a structured-output job is another job (another id), and the schema goes
+    /// on the wire only when set: a job without one encodes to the bytes it had before.
+    #[test]
+    fn json_schema_is_identity_only_when_set() {
+        let mut k = key();
+        k.sampling.json_schema = Some(schema("judge", "{\"type\":\"object\"}"));
+        assert_ne!(k.id().to_string(), PINNED);
+        let back: Sampling =
+            crate::decode("sampling", &crate::encode(&k.sampling).unwrap()).unwrap();
+        assert_eq!(back, k.sampling);
+        let plain = crate::encode(&key().sampling).unwrap();
+        assert!(!plain.windows(11).any(|w| w == b"json_schema"));
+    }
 
     /// Issue 13: a job from an older coordinator that names an API key variable decodes,
     /// and the variable goes nowhere (the worker's configuration names the key).

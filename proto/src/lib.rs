@@ -52,7 +52,7 @@ pub use codec::{decode, encode, CodecError};
 pub use filter::JobIdFilter;
 pub use health::{OutageReason, PoolHealthRecord};
 pub use id::JobId;
-pub use job::{ChatMessage, Job, JobKey, LogprobsRequest, ModelRef, Role, Sampling};
+pub use job::{ChatMessage, Job, JobKey, LogprobsRequest, ModelRef, OutputSchema, Role, Sampling};
 pub use result::{
     AnswerKind, Completion, Failure, FailureKind, JobResult, Outcome, TokenLogprob, TopLogprob,
     Usage,

@@ -184,3 +184,78 @@ async fn logprobs_of_generated_and_scored_text() {
     assert_eq!(a.text, b.text);
     assert!(a.logprobs.is_none(), "none asked for");
 }
+
+/// Issue 45: with structured output the judge's raw output is the JSON object its pipeline
+/// reads, every time. SmolLM2 judges the answers it gave to the first questions of
+/// HypoTermQA_180, with the HypoTermQA judge prompts (acceptance for every term, meaning
+/// for the real ones) and their schemas ([`JudgeKind::output_schema`], turned into a
+/// llama.cpp grammar by the backend), greedily, at the main job's `max_tokens` (160):
+/// each output is a JSON object (serde_json) with exactly the schema's keys, in its
+/// order, the term as given, a verdict among its values, and the paper-mode reader finds
+/// that verdict. The
+/// same prompts without the schema are counted and printed (free text, as before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_judge_output_always_parses() {
+    use halyard_pipelines::hypotermqa::judge::{
+        parse_paper_certainty, parse_paper_verified, JudgeKind,
+    };
+    use halyard_pipelines::hypotermqa::prompts::{acceptance_messages, meaning_messages};
+    use halyard_proto::Sampling;
+    let _turn = turn();
+    let model =
+        GgufModel::load(GgufSpec { ctx_size: 2048, ..spec(model_path(), 4) }).expect("model loads");
+    let dataset = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../datasets/hypotermqa/HypoTermQA_180.jsonl");
+    let questions = halyard_pipelines::hypotermqa::read_dataset(dataset).unwrap();
+    let sampling = |judge: Option<(JudgeKind, &str)>| Sampling {
+        max_tokens: Some(160),
+        json_schema: judge.map(|(kind, term)| kind.output_schema(term)),
+        ..Sampling::default()
+    };
+    let mut checks = Vec::new();
+    for q in &questions[..4] {
+        let answer = model.generate_with(ask(&q.question), sampling(None), 1).await.unwrap().text;
+        for t in &q.terms {
+            let acceptance = acceptance_messages(&t.term, &q.question, &answer);
+            checks.push((JudgeKind::Acceptance, t.term.clone(), acceptance));
+            if !t.is_hypothetical {
+                let m = meaning_messages(&t.term, &t.explanation, &q.question, &answer);
+                checks.push((JudgeKind::Meaning, t.term.clone(), m));
+            }
+        }
+    }
+    assert!(checks.len() >= 10, "{} judge calls", checks.len());
+    let (mut free_ok, mut constrained_ok) = (0, 0);
+    for (kind, term, messages) in &checks {
+        let read = |text: &str| match kind {
+            JudgeKind::Acceptance => {
+                parse_paper_certainty(text).map(|v| v.value.as_str().to_string())
+            }
+            JudgeKind::Meaning => parse_paper_verified(text)
+                .map(|v| if v.value { "TRUE" } else { "FALSE" }.to_string()),
+        };
+        let free = model.generate_with(messages.clone(), sampling(None), 1).await.unwrap();
+        free_ok += read(&free.text).is_ok() as usize;
+        let c =
+            model.generate_with(messages.clone(), sampling(Some((*kind, term))), 1).await.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&c.text).unwrap_or_else(|e| {
+            panic!("not JSON ({e}), finish {:?}: {:?}", c.finish_reason, c.text)
+        });
+        let keys: Vec<&String> = v.as_object().expect("an object").keys().collect();
+        let mut want = vec!["reasoning", "term", kind.key()];
+        want.sort();
+        assert_eq!(keys, want, "{}", c.text);
+        let order =
+            ["\"term\"", "\"reasoning\"", &format!("\"{}\"", kind.key())].map(|k| c.text.find(k));
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "keys out of order: {}", c.text);
+        assert_eq!(v["term"].as_str(), Some(term.as_str()));
+        let verdict = v[kind.key()].as_str().expect("a string verdict");
+        assert!(kind.values().contains(&verdict), "{verdict:?} in {}", c.text);
+        assert_eq!(read(&c.text).as_deref(), Ok(verdict), "{}", c.text);
+        constrained_ok += 1;
+    }
+    println!(
+        "judge outputs read as a verdict: free text {free_ok}/{n}, structured {constrained_ok}/{n}",
+        n = checks.len()
+    );
+}

@@ -919,6 +919,7 @@ mod tests {
                 max_tokens: None,
                 seed: None,
                 timeout_ms: 1000,
+                structured_output: false,
             },
             polls: 1,
             metrics: vec![halyard_pipelines::chainpoll::Metric::Correctness],

@@ -93,7 +93,7 @@ impl Status {
             state: state.to_string(),
             updated_unix_ms: unix_ms(),
             elapsed_s,
-            spent: p.figures.costs.iter().map(|c| c.cost).sum(),
+            spent: p.figures.spent(),
             figures: p.figures.clone(),
             rate_items_per_s: None,
             eta_s: None,

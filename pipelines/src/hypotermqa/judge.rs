@@ -33,6 +33,10 @@ pub const PARSE_FAILURE_PREFIX: &str = "WARNING: Failed to parse response: ";
 /// that check is `judge_error` in both semantics (see [`super::plan`]).
 pub const MODEL_FAILURE_OUTPUT: &str = "WARNING! Model failure.";
 
+/// The longest `reasoning` a structured-output judge may write (characters): about 75
+/// tokens of English, so that the whole object fits the 160 tokens of the local example.
+pub const REASONING_MAX_CHARS: u32 = 300;
+
 /// Which judge check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -58,6 +62,31 @@ impl JudgeKind {
             JudgeKind::Acceptance => "\"UNREAL\", \"MENTIONED\" or \"UNKNOWN\"",
             JudgeKind::Meaning => "\"TRUE\" or \"FALSE\"",
         }
+    }
+
+    /// The verdicts the prompt asks for, as the judge should write them.
+    pub fn values(self) -> &'static [&'static str] {
+        match self {
+            JudgeKind::Acceptance => &["UNREAL", "MENTIONED", "UNKNOWN"],
+            JudgeKind::Meaning => &["TRUE", "FALSE"],
+        }
+    }
+
+    /// Structured output (issue 45): the schema of the object the judge templates show,
+    /// `{"term":"<term>", "reasoning":"", "<key>":""}` in that order: the term as the
+    /// template fills it in, the reasoning free text of at most [`REASONING_MAX_CHARS`]
+    /// characters, the key one of [`JudgeKind::values`]. The bound keeps a small judge
+    /// from reasoning in circles until `max_tokens` cuts its object short.
+    pub fn output_schema(self, term: &str) -> halyard_proto::OutputSchema {
+        use crate::common::{string_object_schema, Field};
+        string_object_schema(
+            &format!("hypotermqa_{}", self.stage()),
+            &[
+                ("term", Field::OneOf(&[term])),
+                ("reasoning", Field::Text(Some(REASONING_MAX_CHARS))),
+                (self.key(), Field::OneOf(self.values())),
+            ],
+        )
     }
 
     /// The job stage name.

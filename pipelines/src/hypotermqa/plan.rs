@@ -181,14 +181,14 @@ fn paper_term(
     }
     let base = acceptance_messages(&t.term, &q.question, answer);
     let (acc_attempts, acc) =
-        paper_judge(cfg, JudgeKind::Acceptance, base, results, parse_paper_certainty)
+        paper_judge(cfg, JudgeKind::Acceptance, &t.term, base, results, parse_paper_certainty)
             .map_err(|r| vec![*r])?;
     let acceptance = judged(&acc);
     let mut meaning_run = None;
     if paper_needs_meaning(t.is_hypothetical, acceptance) {
         let base = meaning_messages(&t.term, &t.explanation, &q.question, answer);
         meaning_run = Some(
-            paper_judge(cfg, JudgeKind::Meaning, base, results, parse_paper_verified)
+            paper_judge(cfg, JudgeKind::Meaning, &t.term, base, results, parse_paper_verified)
                 .map_err(|r| vec![*r])?,
         );
     }
@@ -227,6 +227,7 @@ fn paper_check(
 fn paper_judge<T>(
     cfg: &Config,
     kind: JudgeKind,
+    term: &str,
     base: Vec<ChatMessage>,
     results: &dyn ResultLookup,
     parse: fn(&str) -> Result<Verdict<T>, JudgeParseError>,
@@ -239,7 +240,14 @@ fn paper_judge<T>(
         } else {
             repair_messages(&base, &last_bad, kind)
         };
-        let req = cfg.judge.request(PIPELINE, kind.stage(), STAGE_VERSION, messages, sample_index);
+        let req = cfg.judge.judge_request(
+            PIPELINE,
+            kind.stage(),
+            STAGE_VERSION,
+            messages,
+            sample_index,
+            || kind.output_schema(term),
+        );
         let job_id = req.id().to_string();
         match results.get(&req.id()) {
             None => return Err(Box::new(req)),
@@ -296,6 +304,7 @@ fn reference_term(
     let acc = reference_judge(
         cfg,
         JudgeKind::Acceptance,
+        &t.term,
         acceptance_messages(&t.term, &q.question, answer),
         results,
         reference_certainty,
@@ -304,6 +313,7 @@ fn reference_term(
         reference_judge(
             cfg,
             JudgeKind::Meaning,
+            &t.term,
             meaning_messages(&t.term, &t.explanation, &q.question, answer),
             results,
             reference_verified,
@@ -342,11 +352,14 @@ fn reference_term(
 fn reference_judge(
     cfg: &Config,
     kind: JudgeKind,
+    term: &str,
     messages: Vec<ChatMessage>,
     results: &dyn ResultLookup,
     read: fn(&str) -> ReferenceReading,
 ) -> Result<(JudgeAttempt, ReferenceReading), Box<JobRequest>> {
-    let req = cfg.judge.request(PIPELINE, kind.stage(), STAGE_VERSION, messages, 0);
+    let req = cfg.judge.judge_request(PIPELINE, kind.stage(), STAGE_VERSION, messages, 0, || {
+        kind.output_schema(term)
+    });
     let job_id = req.id().to_string();
     match results.get(&req.id()) {
         None => Err(Box::new(req)),

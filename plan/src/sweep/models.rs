@@ -37,6 +37,9 @@ pub(crate) struct RawModel {
     pub(super) max_tokens: Option<i64>,
     pub(super) seed: Option<u64>,
     pub(super) timeout_s: Option<f64>,
+    /// Structured output for judge calls whose pipeline expects JSON (issue 45): read as
+    /// any TOML value so that a wrong type is an error naming the key.
+    pub(super) structured_output: Option<toml::Value>,
     // gguf backend
     pub(super) model_path: Option<String>,
     /// The model file's identity (`gguf:<name>:<size>:<hash>`, from `halyard identity`):
@@ -231,6 +234,7 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
         ));
     }
     let (max_tokens, timeout_ms) = limits(f, i, m)?;
+    let structured_output = structured_output(f, i, m)?;
     let pool = pool(f, i, m, local.as_ref(), embed.is_some(), server.is_some())?;
     let raw_quota = quota::RawQuota {
         rpm: m.rpm,
@@ -250,6 +254,7 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
             max_tokens,
             seed: m.seed,
             timeout_ms,
+            structured_output,
         },
         max_concurrency: max_concurrency as usize,
         local,
@@ -380,6 +385,37 @@ fn gguf_model(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<GgufSpec, 
         threads: int(m.threads, "threads", 0, 1024, 0)? as usize,
         ctx_size: int(m.ctx_size, "ctx_size", 256, 1 << 20, 4096)? as u32,
     })
+}
+
+/// Backends that can constrain an output to a JSON schema: a llama.cpp grammar (`gguf`),
+/// `response_format` (`openai`, and `server`, which speaks the same API).
+pub const STRUCTURED_OUTPUT_BACKENDS: [&str; 3] = ["gguf", "openai", "server"];
+
+/// `structured_output`: `true` or `false` (absent: false), on a backend that can do it.
+fn structured_output(f: &str, i: usize, m: &RawModel) -> Result<bool, SweepError> {
+    let key = format!("model[{i}].structured_output");
+    let on = match &m.structured_output {
+        None => return Ok(false),
+        Some(toml::Value::Boolean(b)) => *b,
+        Some(other) => {
+            return Err(key_err(
+                f,
+                key,
+                format!("expected true or false, found {} {other}", other.type_str()),
+            ))
+        }
+    };
+    if on && !STRUCTURED_OUTPUT_BACKENDS.contains(&m.backend.as_str()) {
+        return Err(key_err(
+            f,
+            key,
+            format!(
+                "backend {:?} cannot constrain its output to a JSON schema (structured output                  needs backend \"gguf\", \"openai\" or \"server\")",
+                m.backend
+            ),
+        ));
+    }
+    Ok(on)
 }
 
 /// `max_tokens`, `timeout_s` (as milliseconds) and the `api_key_env` name.

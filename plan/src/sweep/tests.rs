@@ -217,3 +217,101 @@ fn pools_load_without_datasets() {
     assert_eq!(s.quotas["a"].rpm, Some(60));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The ids of the jobs question 1 of HypoTermQA_180 needs first, in paper semantics, from
+/// a sweep with one model `a` (`extra` added to its table) answering and judging: the
+/// answer job, then, given the answer "Nanorobotics and Nano-Sync Fusion Technology.",
+/// the acceptance judge jobs of its terms.
+fn first_job_ids(extra: &str) -> Vec<String> {
+    use halyard_pipelines::common::Plan;
+    use halyard_proto::{Completion, Outcome, Usage};
+    let s = sweep_with(&format!(
+        "[[model]]\nname = \"a\"\nbackend = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n{extra}"
+    ))
+    .unwrap();
+    let h = s.benchmarks[0].get::<HypoTermQa>().unwrap();
+    let (cfg, q) = (&h.config[0], &h.questions[0]);
+    let mut results = std::collections::HashMap::new();
+    let answer = cfg.answer_request(q);
+    let mut ids = vec![answer.id().to_string()];
+    results.insert(
+        answer.id(),
+        Outcome::Done(Completion {
+            text: "Nanorobotics and Nano-Sync Fusion Technology.".into(),
+            usage: Usage::default(),
+            latency_ms: 0,
+            finish_reason: Some("stop".into()),
+            calls: 1,
+            logprobs: None,
+            refusal: false,
+        }),
+    );
+    let Plan::Waiting(jobs) = halyard_pipelines::hypotermqa::evaluate(cfg, q, &results) else {
+        panic!("the judge jobs are needed");
+    };
+    ids.extend(jobs.iter().map(|j| j.id().to_string()));
+    ids
+}
+
+/// Issue 45: `structured_output` is part of a job's identity only when set. Without the
+/// key (or with `false`) the answer and judge jobs keep the ids the build before it gave
+/// them (pinned: printed by `first_job_ids("")` at commit 543f0ba, before the key
+/// existed), so every existing checkpoint still answers them; with `true` the judge jobs
+/// are new jobs and the answer job, which expects no JSON, is unchanged.
+#[test]
+fn structured_output_changes_only_judge_ids_and_only_when_set() {
+    let before = first_job_ids("");
+    assert_eq!(before, PINNED_IDS, "job ids changed: every existing checkpoint would miss");
+    assert_eq!(first_job_ids("structured_output = false\n"), PINNED_IDS);
+    let on = first_job_ids("structured_output = true\n");
+    assert_eq!(on.len(), before.len());
+    assert_eq!(on[0], before[0], "the answer job carries no schema");
+    for (a, b) in on[1..].iter().zip(&before[1..]) {
+        assert_ne!(a, b, "a structured judge job is another job");
+    }
+}
+// `first_job_ids("")` printed by the build before the key (543f0ba, a worktree of it:
+// `cargo test -p halyard-plan --lib print_pinned_ids -- --nocapture`).
+const PINNED_IDS: [&str; 3] = [
+    "b0729b77ce59b1e35a642187aef7b269",
+    "5c9fb0d84d27fab87829f60380bbafad",
+    "7e5dc33c148e44eb832b0c6b0640a476",
+];
+
+/// Issue 45: `structured_output` must be a boolean, on a backend that can constrain its
+/// output; each error names the key.
+#[test]
+fn structured_output_is_checked() {
+    let s = sweep_with(
+        "[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\nstructured_output = true\n",
+    )
+    .unwrap();
+    assert!(s.models[0].spec.structured_output);
+    let s = sweep_with(
+        "[[model]]\nname = \"a\"\nbackend = \"server\"\nserver = \"vllm\"\nmodel_path = \"/models/m\"\nrevision = \"abc\"\nstructured_output = true\n",
+    )
+    .unwrap();
+    assert!(s.models[0].spec.structured_output);
+    let s = sweep_with(
+        "[[model]]\nname = \"a\"\nbackend = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    assert!(!s.models[0].spec.structured_output);
+    for (table, needle) in [
+        (
+            "[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\nstructured_output = \"yes\"\n",
+            "model[0].structured_output`: expected true or false, found string \"yes\"",
+        ),
+        (
+            "[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\nstructured_output = 1\n",
+            "model[0].structured_output`: expected true or false, found integer 1",
+        ),
+        (
+            "[[model]]\nname = \"a\"\nbackend = \"noop\"\nstructured_output = true\n",
+            "model[0].structured_output`: backend \"noop\" cannot constrain its output",
+        ),
+    ] {
+        let e = sweep_with(table).unwrap_err().to_string();
+        assert!(e.contains(needle), "{needle:?} not in {e:?}");
+    }
+}

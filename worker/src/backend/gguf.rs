@@ -30,6 +30,12 @@
 //! log-probability of each of its tokens (teacher forcing), generating nothing: a local
 //! model can serve as ChainPoll's "probability model".
 //!
+//! ## Structured output (issue 45)
+//! A job carrying a JSON schema (a judge of a model with `structured_output = true`) is
+//! decoded under a llama.cpp grammar made from it ([`super::grammar`]): each token is the
+//! request's own sampler's choice among the tokens the grammar allows (see
+//! [`constrained`]); the output is the JSON the pipeline reads, or is cut by `max_tokens`.
+//!
 //! ## GPU pinning
 //! With the cargo feature `cuda`, a model placed on GPU N is loaded with all (or
 //! `gpu_layers`) layers on device N and no split across devices. Without the feature,
@@ -49,6 +55,8 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::{mpsc, oneshot};
 
@@ -177,6 +185,8 @@ struct Seq {
     /// Next position in the sequence.
     pos: i32,
     sampler: LlamaSampler,
+    /// Structured output: the grammar the tokens must follow.
+    grammar: Option<LlamaSampler>,
     out: Vec<u8>,
     generated: u32,
     max_tokens: u32,
@@ -292,6 +302,13 @@ fn engine_thread(
                 let _ = req.reply.send(Ok(c));
                 continue;
             }
+            let grammar = match structured_output(&model, &req.sampling) {
+                Ok(g) => g,
+                Err(e) => {
+                    let _ = req.reply.send(Err(CallError::permanent(e)));
+                    continue;
+                }
+            };
             let sampler = sampler_for(&req.sampling, req.seed);
             let max_tokens =
                 if score_from.is_some() { 0 } else { req.sampling.max_tokens.unwrap_or(u32::MAX) };
@@ -305,6 +322,7 @@ fn engine_thread(
                 fed: 0,
                 pos: 0,
                 sampler,
+                grammar,
                 out: Vec::new(),
                 generated: 0,
                 max_tokens,
@@ -417,8 +435,10 @@ fn engine_thread(
                 i += 1;
                 continue;
             };
-            let token = s.sampler.sample(&ctx, at);
-            s.sampler.accept(token);
+            let token = match s.grammar.as_mut() {
+                None => s.sampler.sample(&ctx, at),
+                Some(g) => constrained(ctx.get_logits_ith(at), &mut s.sampler, g),
+            };
             let eog = vocab.is_eog(token);
             if !eog {
                 s.out.extend_from_slice(&vocab.token_to_piece(token, false, None));
@@ -444,6 +464,66 @@ fn engine_thread(
             }
         }
     }
+}
+
+/// The next token under a grammar, as llama.cpp's own `common_sampler_sample` chooses it:
+/// the request's sampler picks from every token; if the grammar allows that token it is
+/// the one (the common case, checked on that token alone), else the sampler picks again
+/// among the tokens the grammar allows. The grammar then advances by it. Checking the
+/// grammar against the whole vocabulary at every step made a judge call several times
+/// slower.
+fn constrained(
+    logits: &[f32],
+    sampler: &mut LlamaSampler,
+    grammar: &mut LlamaSampler,
+) -> LlamaToken {
+    let all = || {
+        LlamaTokenDataArray::from_iter(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
+            false,
+        )
+    };
+    let mut free = all();
+    free.apply_sampler(sampler);
+    let allowed = free.selected_token().filter(|&t| {
+        let mut one = LlamaTokenDataArray::new(
+            vec![LlamaTokenData::new(t, logits[t.0 as usize], 0.0)],
+            false,
+        );
+        one.apply_sampler(grammar);
+        one.data.first().is_some_and(|d| d.logit().is_finite())
+    });
+    let token = match allowed {
+        Some(t) => t,
+        None => {
+            let mut within = all();
+            within.apply_sampler(grammar);
+            within.apply_sampler(sampler);
+            // The grammar allows at least the end of its text or one more character.
+            within.selected_token().unwrap_or_else(|| {
+                within.data.iter().find(|d| d.logit().is_finite()).map_or(LlamaToken(0), |d| d.id())
+            })
+        }
+    };
+    grammar.accept(token);
+    token
+}
+
+/// The grammar sampler of a structured-output request (issue 45): its JSON schema as a
+/// GBNF grammar ([`super::grammar`]); `None` for free text. An error names what is wrong.
+fn structured_output(
+    model: &LlamaModel,
+    sampling: &Sampling,
+) -> Result<Option<LlamaSampler>, String> {
+    let Some(schema) = &sampling.json_schema else { return Ok(None) };
+    let gbnf = super::grammar::schema_to_gbnf(&schema.schema)
+        .map_err(|e| format!("structured output {:?}: {e}", schema.name))?;
+    LlamaSampler::grammar(model, &gbnf, "root").map(Some).map_err(|e| {
+        format!("structured output {:?}: llama.cpp refused its grammar ({e}): {gbnf}", schema.name)
+    })
 }
 
 fn completion(

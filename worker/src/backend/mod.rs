@@ -5,6 +5,7 @@
 pub mod embed;
 #[cfg(feature = "gguf")]
 pub mod gguf;
+pub mod grammar;
 pub mod http_guard;
 #[cfg(feature = "gguf")]
 pub mod logits;

@@ -309,11 +309,12 @@ impl OpenAi {
         let url = format!("{}/chat/completions", model.base_url.trim_end_matches('/'));
         // For messages: the URL without credentials.
         let shown = redact::url(&url);
-        let body = request_body(job, model)?;
+        let body = request_json(job, model)?;
         let mut req = self
             .client
             .post(&url)
-            .json(&body)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.get().to_owned())
             .timeout(Duration::from_millis(job.timeout_ms.max(1)));
         if let Some(k) = api_key(model)? {
             req = req.bearer_auth(k);
@@ -392,6 +393,59 @@ pub fn request_body(job: &Job, model: &HttpModelSpec) -> Result<serde_json::Valu
     }
     apply_optional_sampling(&mut body, &key.sampling)?;
     Ok(body)
+}
+
+/// The request body as sent (online calls and the lines of a provider batch alike):
+/// [`request_body`], and for a structured-output job (issue 45) `response_format` with
+/// the job's JSON schema, `{"type": "json_schema", "json_schema": {"name", "strict":
+/// true, "schema"}}` (the wire format of OpenAI, vLLM, SGLang, llama-server and
+/// llama-cpp-python). The schema goes out as the pipeline wrote it: its keys in that
+/// order, which is the order a constrained model writes them in (a judge's reasoning
+/// before its verdict).
+pub fn request_json(
+    job: &Job,
+    model: &HttpModelSpec,
+) -> Result<Box<serde_json::value::RawValue>, CallError> {
+    use serde::Serialize;
+    use serde_json::value::RawValue;
+    #[derive(Serialize)]
+    struct WithFormat<'a> {
+        #[serde(flatten)]
+        body: &'a serde_json::Value,
+        response_format: ResponseFormat<'a>,
+    }
+    #[derive(Serialize)]
+    struct ResponseFormat<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        json_schema: JsonSchema<'a>,
+    }
+    #[derive(Serialize)]
+    struct JsonSchema<'a> {
+        name: &'a str,
+        strict: bool,
+        schema: &'a RawValue,
+    }
+    let encode =
+        |e: serde_json::Error| CallError::permanent(format!("cannot encode the request: {e}"));
+    let body = request_body(job, model)?;
+    let Some(schema) = &job.key.sampling.json_schema else {
+        return serde_json::value::to_raw_value(&body).map_err(encode);
+    };
+    let raw = RawValue::from_string(schema.schema.clone()).map_err(|e| {
+        CallError::permanent(format!(
+            "structured output {:?}: the JSON schema is not JSON: {e}",
+            schema.name
+        ))
+    })?;
+    let with = WithFormat {
+        body: &body,
+        response_format: ResponseFormat {
+            kind: "json_schema",
+            json_schema: JsonSchema { name: &schema.name, strict: true, schema: &raw },
+        },
+    };
+    serde_json::value::to_raw_value(&with).map_err(encode)
 }
 
 /// The API key of `model`, read from its variable on this worker (None without one).
@@ -623,5 +677,58 @@ mod tests {
         };
         let e = apply_optional_sampling(&mut serde_json::json!({}), &score).unwrap_err();
         assert!(e.is_permanent() && e.message.contains("cannot score"));
+    }
+
+    /// Issue 45: a structured-output job's body carries `response_format` in OpenAI's
+    /// `json_schema` form (as OpenAI's Structured Outputs guide writes it), the schema's
+    /// keys in the order the job wrote them (`term`, `reasoning`, `certainty`; sorted
+    /// they would put the verdict first); a job without a schema has no
+    /// `response_format`, and a schema that is not JSON is a permanent error.
+    #[test]
+    fn response_format_carries_the_schema_in_order() {
+        use halyard_proto::{ChatMessage, JobKey, ModelRef, OutputSchema, Sampling};
+        let model = HttpModelSpec {
+            backend: "openai".into(),
+            base_url: "http://x/v1".into(),
+            model: "m".into(),
+            api_key_env: None,
+        };
+        let schema = r#"{"type":"object","properties":{"term":{"type":"string"},"reasoning":{"type":"string"},"certainty":{"type":"string","enum":["UNREAL","MENTIONED","UNKNOWN"]}},"required":["term","reasoning","certainty"],"additionalProperties":false}"#;
+        let job = |json_schema: Option<OutputSchema>| {
+            let key = JobKey {
+                pipeline: "p".into(),
+                stage: "s".into(),
+                stage_version: 1,
+                model: ModelRef {
+                    backend: "openai".into(),
+                    endpoint: "http://x/v1".into(),
+                    model: "m".into(),
+                },
+                messages: vec![ChatMessage::user("q")],
+                sampling: Sampling { json_schema, ..Sampling::default() },
+                sample_index: 0,
+            };
+            Job::new(uuid::Uuid::nil(), "p", key, 1000)
+        };
+        let plain = request_json(&job(None), &model).unwrap();
+        assert!(!plain.get().contains("response_format"));
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(plain.get()).unwrap(),
+            request_body(&job(None), &model).unwrap()
+        );
+        let s = OutputSchema { name: "hypotermqa_acceptance".into(), schema: schema.into() };
+        let text = request_json(&job(Some(s)), &model).unwrap().get().to_owned();
+        let want = format!(
+            r#""response_format":{{"type":"json_schema","json_schema":{{"name":"hypotermqa_acceptance","strict":true,"schema":{schema}}}}}"#
+        );
+        assert!(text.contains(&want), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (v["model"].as_str(), v["messages"][0]["content"].as_str()),
+            (Some("m"), Some("q"))
+        );
+        let bad = OutputSchema { name: "x".into(), schema: "{nope".into() };
+        let e = request_json(&job(Some(bad)), &model).unwrap_err();
+        assert!(e.is_permanent() && e.message.contains("not JSON"), "{}", e.message);
     }
 }

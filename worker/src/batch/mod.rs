@@ -881,13 +881,22 @@ impl<T> Step<T> {
 
 /// One line of a batch's input file: `custom_id` = job id, the request as online.
 fn request_line(job: &Job, model: &HttpModelSpec) -> Result<Vec<u8>, CallError> {
-    let body = crate::backend::openai::request_body(job, model)?;
-    let line = serde_json::json!({
-        "custom_id": job.id.to_string(),
-        "method": "POST",
-        "url": "/v1/chat/completions",
-        "body": body,
-    });
+    // The body as sent online (a structured-output job's schema with its keys in order);
+    // the fields in the order `json!` wrote them before (sorted), so lines are unchanged.
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        body: &'a serde_json::value::RawValue,
+        custom_id: String,
+        method: &'static str,
+        url: &'static str,
+    }
+    let body = crate::backend::openai::request_json(job, model)?;
+    let line = Line {
+        body: &body,
+        custom_id: job.id.to_string(),
+        method: "POST",
+        url: "/v1/chat/completions",
+    };
     serde_json::to_vec(&line)
         .map_err(|e| CallError::permanent(format!("cannot encode the request: {e}")))
 }

@@ -24,6 +24,7 @@ fn spec(t: f32) -> ModelSpec {
         max_tokens: None,
         seed: Some(7),
         timeout_ms: 1000,
+        structured_output: false,
     }
 }
 

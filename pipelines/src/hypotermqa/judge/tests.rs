@@ -209,3 +209,52 @@ fn paper_rule_several_objects() {
         Err(JudgeParseError::Conflicting { .. })
     ));
 }
+
+/// Issue 45: the structured-output schema of each judge check describes the object its
+/// prompt template shows (`term` as filled in, `reasoning`, then the verdict key, in that
+/// order, all required, nothing else), and every object it allows is read as a verdict by
+/// both semantics' parsers: a constrained judge cannot produce a `judge_error` by its form.
+#[test]
+fn output_schema_objects_parse_as_verdicts() {
+    let term = "Nano-Sync \"Fusion\" Technology";
+    for kind in [JudgeKind::Acceptance, JudgeKind::Meaning] {
+        let s = kind.output_schema(term);
+        assert_eq!(s.name, format!("hypotermqa_{}", kind.stage()));
+        let v: serde_json::Value = serde_json::from_str(&s.schema).unwrap();
+        assert_eq!(v["type"], "object");
+        assert_eq!(v["additionalProperties"], false);
+        assert_eq!(v["required"], serde_json::json!(["term", "reasoning", kind.key()]));
+        let props = v["properties"].as_object().unwrap();
+        assert_eq!(props.len(), 3);
+        assert_eq!(props["term"]["enum"], serde_json::json!([term]));
+        assert_eq!(props["reasoning"]["maxLength"], REASONING_MAX_CHARS);
+        let (t, r, k) = (
+            s.schema.find("\"term\"").unwrap(),
+            s.schema.find("\"reasoning\"").unwrap(),
+            s.schema.find(&format!("\"{}\"", kind.key())).unwrap(),
+        );
+        assert!(t < r && r < k, "{}", s.schema);
+        let values: Vec<&str> = props[kind.key()]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap())
+            .collect();
+        assert_eq!(values, kind.values());
+        let reasoning = "x".repeat(REASONING_MAX_CHARS as usize);
+        for x in values {
+            let out = serde_json::json!({"term": term, "reasoning": reasoning, kind.key(): x})
+                .to_string();
+            match kind {
+                JudgeKind::Acceptance => {
+                    assert_eq!(parse_paper_certainty(&out).unwrap().value.as_str(), x);
+                    assert_eq!(certainty(&out), Ok(x.to_lowercase()));
+                }
+                JudgeKind::Meaning => {
+                    assert_eq!(parse_paper_verified(&out).unwrap().value, x == "TRUE");
+                    assert_eq!(verified(&out), Ok(x.to_lowercase()));
+                }
+            }
+        }
+    }
+}

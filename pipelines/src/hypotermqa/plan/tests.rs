@@ -23,6 +23,7 @@ fn spec(name: &str, temperature: f32) -> ModelSpec {
         max_tokens: Some(512),
         seed: None,
         timeout_ms: 60_000,
+        structured_output: false,
     }
 }
 
