@@ -583,6 +583,25 @@ mod tests {
         }
     }
 
+    /// report.md shows leniency and self-preference as separate tables, each figure with
+    /// its interval.
+    #[test]
+    fn report_shows_both_rows() {
+        let j = three(Lean::OwnOnly, 0.3, 7);
+        let r = crate::judging::analyse(0, &j, &crate::judging::HumanLabels::default());
+        assert_eq!((r.leniency.len(), r.self_preference.len()), (3, 3));
+        let md = super::super::render::markdown(&r);
+        let c = row(&r.self_preference, "c");
+        let d = interval(&c.difference);
+        let shown = format!("{:+.1}{} |", d.estimate * 100.0, d.bracket(100.0, 1));
+        assert!(md.contains("### Leniency") && md.contains("### Self-preference"), "{md}");
+        assert!(md.contains(&format!("| c | c | {QUESTIONS} |")) && md.contains(&shown), "{md}");
+        let l = &r.leniency.iter().find(|l| l.judge == "c").unwrap().excess;
+        let e = interval(&l.excess);
+        assert!(md.contains(&format!("{:+.1}{} |", e.estimate * 100.0, e.bracket(100.0, 1))));
+        assert!(md.contains("every interval above resamples questions"), "{md}");
+    }
+
     /// Calibration over 100 seeds (slow in a debug build: `cargo test -p halyard-plan
     /// --lib calibration -- --ignored --nocapture`): the share of lenient-everywhere panels
     /// whose self-preference is found (the test's size, designed 5%), and the share of

@@ -34,6 +34,20 @@ fn signed(f: &Figure) -> String {
     }
 }
 
+/// What a unit key's `item` is in `pipeline`: the cluster every interval resamples.
+fn cluster_name(pipeline: &str) -> &'static str {
+    match pipeline {
+        "hvi" => "passage",
+        "hypotermqa" => "question",
+        _ => "item",
+    }
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map_or(String::new(), |f| f.to_uppercase().chain(c).collect())
+}
+
 /// The leniency and self-preference tables (issue 45).
 fn preference(md: &mut String, r: &JudgeReport) {
     if let Some(first) = r.leniency.first() {
@@ -177,8 +191,14 @@ pub fn markdown(r: &JudgeReport) -> String {
         }
     }
     preference(&mut md, r);
-    if r.unit == "sentence" {
-        md.push_str("Units are sentences, and sentences of one passage are not independent: the intervals above are narrower than they should be.\n\n");
+    if cluster_name(&r.pipeline) != "item" {
+        let c = cluster_name(&r.pipeline);
+        md.push_str(&format!(
+            "{}s of one {c} are not independent: every interval above resamples {c}s with all their {}s (a percentile bootstrap; Wilson's where each {c} holds one {}).\n\n",
+            capitalised(&r.unit),
+            r.unit,
+            r.unit
+        ));
     }
     if r.disagreements_total > 0 {
         md.push_str(&format!(
