@@ -82,7 +82,7 @@ pub(super) fn human(md: &mut String, r: &JudgeReport) {
     let Some(h) = &r.human else { return };
     let u = &r.unit;
     md.push_str(&format!(
-        "### Against human labels\n\n{} human label(s) from {} annotator(s) in {}; {} {u}s of this run have one. **Human truth: `{}`** — {}: {} {u}s have a truth.",
+        "### Against human labels\n\n{} human label(s) from {} annotator(s) in {}; {} {u}s of this run have one (rule-labelled ones included). **Human truth: `{}`** — {}: {} {u}s have a truth.",
         h.labels,
         h.annotators,
         h.files.join(", "),
@@ -165,7 +165,8 @@ fn score_vs_human(md: &mut String, r: &JudgeReport) {
     let groups: Vec<&str> = first.groups.iter().map(|g| g.group.as_str()).collect();
     let fav = &first.favourable;
     md.push_str(&format!(
-        "#### Every {u} with a human truth (HypoTermQA §4.4, Figure 4)\n\nTruth `{}`. Over every {u} with a human truth, those labelled by rule included (there every judge's label is the rule's); no verdict (`judge_error`, a panel tie) is wrong. Error rate: Wilson 95%. Per group, the share labelled `{fav}` by the judge and by the human truth on the same {u}s (on hypothetical questions this is HTS), and judge − human in percentage points with a 95% percentile interval from a paired bootstrap over items (a question's {u}s resampled together).\n\n| labeller | {u}s | by rule | no verdict | wrong | error rate % |",
+        "#### Every {u} with a human truth{}\n\nTruth `{}`. Over every {u} with a human truth, those labelled by rule included (there every judge's label is the rule's); no verdict (`judge_error`, a panel tie) is wrong. Error rate: Wilson 95%. Per group, the share labelled `{fav}` by the judge and by the human truth on the same {u}s (HypoTermQA: on hypothetical questions this is HTS), and judge − human in percentage points with a 95% percentile interval from a paired bootstrap over items (a question's {u}s resampled together).\n\n| labeller | {u}s | by rule | no verdict | wrong | error rate % |",
+        if r.pipeline == "hypotermqa" { " (HypoTermQA §4.4, Figure 4)" } else { "" },
         first.truth.describe()
     ));
     for g in &groups {

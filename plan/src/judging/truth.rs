@@ -495,6 +495,11 @@ mod tests {
         // centre (p̂ + z²/596)/(1 + z²/298) = 0.963820, half-width 0.020212.
         let (lo, hi) = bounds(&p.accuracy);
         assert!((lo - 0.943608).abs() < 1e-5 && (hi - 0.984031).abs() < 1e-5, "{lo} {hi}");
+        // report.md names the truth and shows the coverage beside the panel's accuracy.
+        let md = crate::judging::markdown(&r);
+        assert!(md.contains("**Human truth: `majority`**"), "{md}");
+        assert!(md.contains("| **panel (majority)** | 400 | 298 (74.5 ["), "{md}");
+        assert!(md.contains("| 97.0 [") && md.contains("| 72.2 ["), "{md}");
     }
 
     /// Issue 45 item 4, a designed panel of four annotators (the HVI paper's setup): a
