@@ -525,6 +525,14 @@ fn run_faults(cluster: &mut Cluster, reference_calls: u64) -> (Events, String) {
     let r = reference_calls;
 
     cluster.wait_calls(r * 8 / 100, &coordinator);
+    // R3 from the start, with no process told the replicas: Halyard's memory probe stream
+    // found a memory store (without one every stream is R1, and a node's loss loses it).
+    let early = cluster.all_replicas();
+    let jobs = early.iter().find(|(s, _)| s == halyard_proto::subjects::JOBS_STREAM);
+    assert!(
+        jobs.is_some_and(|(_, r)| *r == 3),
+        "HALYARD_JOBS is not R3 on nats1 ({early:?}): did the replica probe find no memory store?"
+    );
     let at = cluster.calls();
     cluster.scale(4);
     ev.add(at, "scale 1 -> 4", 4, "compose up --scale worker=4".into(), 0);
