@@ -132,7 +132,7 @@ pub(super) fn human(md: &mut String, r: &JudgeReport) {
     let any = r.per_judge.iter().any(|j| j.vs_human.is_some()) || p.vs_human.is_some();
     if any {
         md.push_str(&format!(
-            "The judged {u}s with a human truth (`{}`). *Verdicts only*: over the {u}s the labeller gave a verdict, with its coverage beside; *all units*: over every {u} with a truth, where no verdict (a judge error, a panel tie) is an outcome of its own that is never right — the figure on which a panel and a single judge compare. Intervals: Wilson 95% for rates and coverage, percentile bootstrap over {u}s for κ.\n\n",
+            "The judged {u}s with a human truth (`{}`). *Verdicts only*: over the {u}s the labeller gave a verdict, with its coverage beside; *all units*: over every {u} with a truth, where no verdict (a judge error, a panel tie) is an outcome of its own that is never right — the figure on which a panel and a single judge compare. Intervals: Wilson 95% for rates and coverage (a percentile bootstrap over questions where a question holds several {u}s), percentile bootstrap over questions for κ.\n\n",
             h.truth.describe()
         ));
         md.push_str(VS_HEAD);
@@ -165,7 +165,7 @@ fn score_vs_human(md: &mut String, r: &JudgeReport) {
     let groups: Vec<&str> = first.groups.iter().map(|g| g.group.as_str()).collect();
     let fav = &first.favourable;
     md.push_str(&format!(
-        "#### Every {u} with a human truth{}\n\nTruth `{}`. Over every {u} with a human truth, those labelled by rule included (there every judge's label is the rule's); no verdict (`judge_error`, a panel tie) is wrong. Error rate: Wilson 95%. Per group, the share labelled `{fav}` by the judge and by the human truth on the same {u}s (HypoTermQA: on hypothetical questions this is HTS), and judge − human in percentage points with a 95% percentile interval from a paired bootstrap over items (a question's {u}s resampled together).\n\n| labeller | {u}s | by rule | no verdict | wrong | error rate % |",
+        "#### Every {u} with a human truth{}\n\nTruth `{}`. Over every {u} with a human truth, those labelled by rule included (there every judge's label is the rule's); no verdict (`judge_error`, a panel tie) is wrong. Error rate: Wilson 95% (a percentile bootstrap over questions where a question holds several {u}s). Per group, the share labelled `{fav}` by the judge and by the human truth on the same {u}s (HypoTermQA: on hypothetical questions this is HTS), and judge − human in percentage points with a 95% percentile interval from a paired bootstrap over items (a question's {u}s resampled together).\n\n| labeller | {u}s | by rule | no verdict | wrong | error rate % |",
         if r.pipeline == "hypotermqa" { " (HypoTermQA §4.4, Figure 4)" } else { "" },
         first.truth.describe()
     ));
