@@ -221,6 +221,9 @@ pub struct SourceFigures {
     pub labels: u64,
     /// Units of this run with a label from it.
     pub units: u64,
+    /// Its labels naming a unit this run did not judge (counted, never dropped silently).
+    #[serde(default)]
+    pub unknown: u64,
     /// Per judge (in judge order), agreement with these labels.
     pub per_judge: Vec<VsHuman>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -726,6 +729,7 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
                 provenance: p.clone(),
                 labels: ls.len() as u64,
                 units: t.labelled,
+                unknown: ls.iter().filter(|l| !units_index.contains_key(&l.key)).count() as u64,
                 per_judge: (0..n_judges)
                     .filter_map(|jj| {
                         let votes: Vec<Option<usize>> =

@@ -243,6 +243,12 @@ pub(super) fn sources(md: &mut String, r: &JudgeReport) {
             "### Agreement with dataset labels ({name})\n\n{} label(s) on {} {}s, not given by people: they are not human truth and in no human figure (a judge of the same model agreeing with them is circular).{why} Columns as against human labels, with these labels as the truth.\n\n",
             s.labels, s.units, r.unit
         ));
+        if s.unknown > 0 {
+            md.push_str(&format!(
+                "**{} of them name a {} this run did not judge.**\n\n",
+                s.unknown, r.unit
+            ));
+        }
         md.push_str(VS_HEAD);
         for (j, v) in r.judges.iter().zip(&s.per_judge) {
             md.push_str(&vs_row(j, v));

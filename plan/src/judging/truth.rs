@@ -561,6 +561,8 @@ mod tests {
                 )
             })
             .collect();
+        // A GPT-4 label naming an item this run did not judge: counted under its source.
+        j.dataset_labels.push(label(key(999, "dataset"), 1, "dataset", gpt4.clone()));
         let mut human = HumanLabels::default();
         for i in 0..50 {
             for who in ["h1", "h2"] {
@@ -574,7 +576,7 @@ mod tests {
         assert_eq!(r.per_judge[0].vs_human.as_ref().unwrap().confusion.agreements(), 50);
         assert_eq!(r.sources.len(), 1);
         let s = &r.sources[0];
-        assert_eq!((s.provenance.describe().as_str(), s.units), ("llm:gpt-4", 50));
+        assert_eq!((s.provenance.describe().as_str(), s.units, s.unknown), ("llm:gpt-4", 50, 1));
         let v = &s.per_judge[0];
         assert_eq!((v.truth.as_str(), v.n, v.confusion.agreements()), ("llm:gpt-4", 50, 40));
         // Without human labels there is no human section at all.
