@@ -129,3 +129,27 @@ fn status_over_nats_shows_progress_and_live_workers() {
     let (ok, _, err) = status(&["--out", o, "nope"]);
     assert!(!ok && err.contains("no status found"), "{err}");
 }
+
+/// Issue 45: `halyard run` in embedded mode shows nothing a newcomer reads as a fault: no
+/// worker line that a stream or a pool's consumer "does not exist yet" or that it is
+/// "waiting for a coordinator" (the coordinator is the same process, which makes them
+/// before its worker starts), on the terminal or in the run's log, and no `$-0.0000`.
+#[test]
+fn embedded_run_shows_no_waiting_for_a_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = noop_sweep(dir.path(), "quiet", 50);
+    let out = dir.path().join("out");
+    let o = halyard()
+        .args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let log = std::fs::read_to_string(out.join("quiet/halyard.log")).unwrap();
+    assert!(log.contains("coordinator starting"), "the log has the run's lines: {log}");
+    for (what, text) in [("terminal", &err), ("halyard.log", &log)] {
+        for fault in ["does not exist yet", "waiting for a coordinator", "$-0.0000", "=-0.0000"] {
+            assert!(!text.contains(fault), "{what} says {fault:?}:\n{text}");
+        }
+    }
+}

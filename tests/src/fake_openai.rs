@@ -89,6 +89,9 @@ pub struct ChatCall {
     pub seq: u64,
     /// The whole request body, for fields not lifted above (`seed`, `n`, ...).
     pub body: Value,
+    /// `response_format.json_schema` of a structured-output request: its name and its
+    /// schema as the request's bytes wrote it (keys in the order sent; `body` sorts them).
+    pub json_schema: Option<(String, String)>,
 }
 
 /// What the fake answers to one call.
@@ -435,7 +438,17 @@ async fn chat_completions(
     let authorization = headers
         .get(header::AUTHORIZATION)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let (call, _in_flight) = shared.enter(parse_call(value, authorization));
+    // A `response_format` is checked as OpenAI checks it: a malformed one is a 400.
+    let json_schema = match response_format(&body) {
+        Ok(s) => s,
+        Err(e) => {
+            let body = error_body(&format!("Invalid 'response_format': {e}"), "invalid_request_error");
+            return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+        }
+    };
+    let mut call = parse_call(value, authorization);
+    call.json_schema = json_schema;
+    let (call, _in_flight) = shared.enter(call);
     let outage = *shared.outage.lock().unwrap_or_else(|p| p.into_inner());
     match outage {
         Some(Outage::Hang) => return std::future::pending().await,
@@ -475,6 +488,55 @@ fn ask_responder(shared: &Shared, call: &ChatCall) -> Reply {
     }
 }
 
+/// The `response_format` of a request body: `None` without one (or with `{"type":
+/// "text"}`); for `{"type": "json_schema", "json_schema": {"name", "schema", "strict"?}}`
+/// the name and the schema's text as sent; anything else (another type, a name OpenAI
+/// refuses: not 1 to 64 of a-z, A-Z, 0-9, `_`, `-`; a schema that is not an object) an
+/// error saying what.
+fn response_format(body: &[u8]) -> Result<Option<(String, String)>, String> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow, default)]
+        response_format: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Format<'a> {
+        #[serde(rename = "type")]
+        kind: String,
+        #[serde(borrow, default)]
+        json_schema: Option<Spec<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Spec<'a> {
+        name: String,
+        #[serde(borrow)]
+        schema: &'a RawValue,
+        #[serde(default)]
+        strict: Option<bool>,
+    }
+    let b: Body<'_> = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let Some(raw) = b.response_format else { return Ok(None) };
+    let f: Format<'_> = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+    match (f.kind.as_str(), f.json_schema) {
+        ("text", None) => Ok(None),
+        ("json_schema", Some(spec)) => {
+            let name_ok = (1..=64).contains(&spec.name.len())
+                && spec.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !name_ok {
+                return Err(format!("json_schema.name {:?} is not 1 to 64 of a-z, A-Z, 0-9, _ and -", spec.name));
+            }
+            if !spec.schema.get().trim_start().starts_with('{') {
+                return Err("json_schema.schema must be an object".into());
+            }
+            let _ = spec.strict;
+            Ok(Some((spec.name, spec.schema.get().to_string())))
+        }
+        ("json_schema", None) => Err("type json_schema needs json_schema".into()),
+        (other, _) => Err(format!("unsupported type {other:?}")),
+    }
+}
+
 /// Lenient: missing or odd fields become empty/`None`, so the call is always logged.
 fn parse_call(body: Value, authorization: Option<String>) -> ChatCall {
     let messages = body["messages"]
@@ -497,6 +559,7 @@ fn parse_call(body: Value, authorization: Option<String>) -> ChatCall {
         authorization,
         seq: 0,
         body,
+        json_schema: None,
     }
 }
 

@@ -128,3 +128,28 @@ async fn errors_are_redacted() {
     assert!(!e.message.contains("hunter2"), "{}", e.message);
     assert!(e.message.contains(&format!("[redacted]@127.0.0.1:{port}")), "{}", e.message);
 }
+
+/// Issue 45: a structured-output job's `response_format` reaches the server (the fake
+/// checks its form as OpenAI does: a malformed one would be a 400) with the job's schema
+/// byte for byte, keys in the job's order; a job without a schema sends none.
+#[tokio::test]
+async fn response_format_reaches_the_server() {
+    let fake = FakeOpenAi::start(|_| Reply::Text("{}".into())).await;
+    let client = OpenAi::new(1 << 20).unwrap();
+    let schema = r#"{"type":"object","properties":{"term":{"type":"string","enum":["T"]},"reasoning":{"type":"string","maxLength":300},"certainty":{"type":"string","enum":["UNREAL","MENTIONED","UNKNOWN"]}},"required":["term","reasoning","certainty"],"additionalProperties":false}"#;
+    let mut structured = job(&fake.base_url());
+    structured.key.sampling.json_schema = Some(halyard_proto::OutputSchema {
+        name: "hypotermqa_acceptance".into(),
+        schema: schema.into(),
+    });
+    let m = spec(&fake.base_url(), None);
+    client.call(&job(&fake.base_url()), &m).await.expect("plain call");
+    client.call(&structured, &m).await.expect("structured call");
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].json_schema, None);
+    assert!(calls[0].body.get("response_format").is_none());
+    assert_eq!(calls[1].json_schema, Some(("hypotermqa_acceptance".into(), schema.into())));
+    assert_eq!(calls[1].body["response_format"]["type"], "json_schema");
+    assert_eq!(calls[1].body["response_format"]["json_schema"]["strict"], true);
+}

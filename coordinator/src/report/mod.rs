@@ -75,6 +75,9 @@ struct ReportJson<'a> {
     /// declared revision and version, identity (issue 35).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     servers: Vec<halyard_plan::sweep::server::ServerRow>,
+    /// The models whose judge calls had structured output (issue 45).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    structured_output: Vec<halyard_plan::sweep::StructuredRow>,
 }
 
 /// An outage in `report.json`.
@@ -191,6 +194,8 @@ pub fn write(
     md.push_str(&outages_markdown(&outages));
     let servers = halyard_plan::sweep::server::report_rows(&cfg.sweep.models);
     md.push_str(&halyard_plan::sweep::server::report_markdown(&servers));
+    let structured_output = halyard_plan::sweep::structured_rows(&cfg.sweep.models);
+    md.push_str(&halyard_plan::sweep::structured_markdown(&structured_output));
     let report = ReportJson {
         run: RunInfo {
             id: run,
@@ -206,6 +211,7 @@ pub fn write(
         realhall,
         judges: across.judges,
         servers,
+        structured_output,
     };
     let value = serde_json::to_value(&report).map_err(|e| io_err(&dir, e))?;
     let json = serde_json::to_vec_pretty(&value).map_err(|e| io_err(&dir, e))?;

@@ -33,7 +33,7 @@ pub use crate::benchmarks::noop::MAX_NOOP_JOBS;
 pub use crate::benchmarks::Benchmark;
 pub use error::{key_err, SweepError};
 pub use identity::{check_identity, gguf_identity};
-pub use models::{placement, Model};
+pub use models::{placement, structured_markdown, structured_rows, Model, StructuredRow};
 pub use quota::{check_quota, QuotaSpec, RawQuota};
 pub use run::{
     JobBatch, RunSettings, AUTO_BATCH_SPAN, AUTO_MAX_JOB_BATCH, DEFAULT_WINDOW, MAX_JOB_BATCH,

@@ -391,6 +391,48 @@ fn gguf_model(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<GgufSpec, 
 /// `response_format` (`openai`, and `server`, which speaks the same API).
 pub const STRUCTURED_OUTPUT_BACKENDS: [&str; 3] = ["gguf", "openai", "server"];
 
+/// A model whose judge calls had structured output, as the report names it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct StructuredRow {
+    pub model: String,
+    pub backend: String,
+    /// How the backend enforced the schema.
+    pub how: &'static str,
+}
+
+/// The models of a sweep with `structured_output = true`.
+pub fn structured_rows(models: &[Model]) -> Vec<StructuredRow> {
+    models
+        .iter()
+        .filter(|m| m.spec.structured_output)
+        .map(|m| {
+            let backend = m.spec.model_ref.backend.clone();
+            let how = match backend.as_str() {
+                "gguf" => "llama.cpp grammar from the JSON schema",
+                _ => "response_format json_schema (strict)",
+            };
+            StructuredRow { model: m.spec.name.clone(), backend, how }
+        })
+        .collect()
+}
+
+/// The report's "Structured output" section (nothing when no model had it on).
+pub fn structured_markdown(rows: &[StructuredRow]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "## Structured output\n\nJudge calls of these models that expect a JSON object were \
+         constrained to its schema (`structured_output = true`); their other calls were not.\n\n\
+         | model | backend | enforced by |\n|---|---|---|\n",
+    );
+    for r in rows {
+        md.push_str(&format!("| {} | {} | {} |\n", r.model, r.backend, r.how));
+    }
+    md.push('\n');
+    md
+}
+
 /// `structured_output`: `true` or `false` (absent: false), on a backend that can do it.
 fn structured_output(f: &str, i: usize, m: &RawModel) -> Result<bool, SweepError> {
     let key = format!("model[{i}].structured_output");

@@ -287,6 +287,10 @@ fn structured_output_is_checked() {
     )
     .unwrap();
     assert!(s.models[0].spec.structured_output);
+    // The report names it.
+    let md = structured_markdown(&structured_rows(&s.models));
+    assert!(md.contains("## Structured output"), "{md}");
+    assert!(md.contains("| a | gguf | llama.cpp grammar"), "{md}");
     let s = sweep_with(
         "[[model]]\nname = \"a\"\nbackend = \"server\"\nserver = \"vllm\"\nmodel_path = \"/models/m\"\nrevision = \"abc\"\nstructured_output = true\n",
     )
@@ -297,6 +301,7 @@ fn structured_output_is_checked() {
     )
     .unwrap();
     assert!(!s.models[0].spec.structured_output);
+    assert_eq!(structured_markdown(&structured_rows(&s.models)), "");
     for (table, needle) in [
         (
             "[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\nstructured_output = \"yes\"\n",

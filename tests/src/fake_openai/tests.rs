@@ -392,3 +392,38 @@ fn unavailable_and_hang_windows() {
     assert_eq!(fake.paid_calls().len(), 2);
     assert_eq!(fake.call_count(), 4);
 }
+
+/// Issue 45: the fake checks `response_format` as OpenAI does (a name of 1 to 64 of
+/// a-z, A-Z, 0-9, `_`, `-`; a schema object; a known type), answering 400 otherwise and
+/// logging no call, and records a well-formed `json_schema`'s name and schema text as
+/// sent (keys in the sender's order).
+#[test]
+fn response_format_is_checked_and_recorded() {
+    let fake = FakeOpenAi::start_blocking(|_| Reply::Text("{}".into()));
+    let post = |format: &str| {
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"q"}}],"response_format":{format}}}"#
+        );
+        raw_post(fake.port(), "/v1/chat/completions", &body, &[], Duration::from_secs(10))
+            .expect("POST to the fake")
+    };
+    let schema = r#"{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"string"}}}"#;
+    let ok = post(&format!(r#"{{"type":"json_schema","json_schema":{{"name":"j_1-x","strict":true,"schema":{schema}}}}}"#));
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(post(r#"{"type":"text"}"#).status, 200);
+    for bad in [
+        format!(r#"{{"type":"json_schema","json_schema":{{"name":"has space","schema":{schema}}}}}"#),
+        format!(r#"{{"type":"json_schema","json_schema":{{"name":"{}","schema":{schema}}}}}"#, "n".repeat(65)),
+        r#"{"type":"json_schema","json_schema":{"name":"j","schema":"not an object"}}"#.to_string(),
+        r#"{"type":"json_schema"}"#.to_string(),
+        r#"{"type":"yaml"}"#.to_string(),
+    ] {
+        let r = post(&bad);
+        assert_eq!(r.status, 400, "{bad}: {}", r.body);
+        assert!(r.body.contains("response_format"), "{}", r.body);
+    }
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2, "refused requests are not logged");
+    assert_eq!(calls[0].json_schema, Some(("j_1-x".to_string(), schema.to_string())));
+    assert_eq!(calls[1].json_schema, None);
+}
