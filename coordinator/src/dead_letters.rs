@@ -23,8 +23,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use halyard_store::fjall::PersistMode;
-
 use halyard_proto::{JobId, Outcome};
 
 use crate::report::{self, DeadLetter};
@@ -64,7 +62,7 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
     let round = last + 1;
     // One atomic, durable update: a crash leaves the run as it was or wholly re-queued,
     // never with results moved to the history while their items still count as finished.
-    let mut batch = state.store().db().batch().durability(Some(PersistMode::SyncAll));
+    let mut batch = state.store().db().batch();
     for kv in halyard_store::records(&spaces.results) {
         let (job, raw) = kv.into_inner().map_err(StateError::from)?;
         let id = job_key(&job, "results")?;
@@ -81,7 +79,7 @@ pub fn requeue(run_dir: &Path) -> Result<Requeued, CoordinatorError> {
         batch.remove(&spaces.done, kv.key().map_err(StateError::from)?);
     }
     batch.insert(&spaces.meta, ROUND_KEY, round.to_be_bytes());
-    batch.commit().map_err(StateError::from)?;
+    state.store().commit_durable(batch).map_err(StateError::from)?;
     Ok(Requeued { round, jobs })
 }
 

@@ -46,7 +46,7 @@ pub use halyard_plan::store::{ItemKey, JobMeta};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("cannot open run state {path}: {reason} (is another coordinator using this output directory?)")]
+    #[error("cannot open run state {path}: {reason}")]
     Open { path: String, reason: String },
     #[error("run state: {0}")]
     Io(String),

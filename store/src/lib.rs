@@ -36,6 +36,9 @@ use std::path::{Path, PathBuf};
 pub use fjall;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
+pub mod acked;
+mod journal;
+mod layout;
 pub mod mark;
 pub mod migrate;
 mod swap;
@@ -49,6 +52,9 @@ const MARKS: &str = "halyard_store";
 pub const KEYSPACE_MARK: &[u8] = &[0];
 /// The least key after [`KEYSPACE_MARK`]: every owner's record sorts at or after it.
 pub const FIRST_KEY: &[u8] = &[0, 0];
+/// The lock file in a store's directory, held by the store's owner from before [`open`]
+/// touches a file until the store is closed (through a compaction's swap).
+pub const LOCK_FILE: &str = "halyard.lock";
 /// An environment variable setting the memtable size (bytes) of keyspaces created by
 /// the process: crash tests make it small, so that flushes and compactions happen often.
 pub const MEMTABLE_ENV: &str = "HALYARD_STORE_MEMTABLE_BYTES";
@@ -56,10 +62,14 @@ pub const MEMTABLE_ENV: &str = "HALYARD_STORE_MEMTABLE_BYTES";
 /// Why a store could not be opened, compacted or migrated. Each names the store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("{dir} is in use by another process (it holds the store's lock)")]
-    InUse { dir: PathBuf },
+    #[error(
+        "{dir} is in use by another process{owner} (it holds the store's lock); wait for it to finish, or stop it"
+    )]
+    InUse { dir: PathBuf, owner: String },
     #[error("{dir}: {reason}")]
     Lost { dir: PathBuf, reason: String },
+    #[error("{dir}: the engine reports a failed write earlier in this process (it is poisoned); restart the process")]
+    Poisoned { dir: PathBuf },
     #[error("{dir} is damaged: {reason}")]
     Damaged { dir: PathBuf, reason: String },
     #[error("{dir}: migrating the store of an earlier build: {reason}")]
@@ -92,7 +102,13 @@ impl Default for Options {
 pub struct Store {
     db: Database,
     dir: PathBuf,
+    /// The engine's directory (the store's, or a copy being built).
+    engine: PathBuf,
     memtable_bytes: u64,
+    /// The durable high-water mark ([`acked`]).
+    acked: std::sync::Mutex<acked::Mark>,
+    /// The store directory's lock ([`LOCK_FILE`]); none for a copy being built.
+    lock: Option<std::fs::File>,
 }
 
 impl Store {
@@ -150,9 +166,22 @@ impl Store {
         &self.dir
     }
 
-    /// Make every batch committed so far survive a power loss (an fsync of the journal).
+    /// Make every batch committed so far survive a power loss (an fsync of the journal),
+    /// then record that they did (the durable high-water mark, [`acked`]): an open that
+    /// finds fewer writes refuses the store.
     pub fn persist(&self) -> Result<(), fjall::Error> {
-        self.db.persist(PersistMode::SyncAll)
+        // Read before the sync, which waits for every batch numbered below it.
+        let next = self.db.seqno();
+        self.db.persist(PersistMode::SyncAll)?;
+        let mut mark = self.acked.lock().unwrap_or_else(|p| p.into_inner());
+        mark.write(&self.engine, next).map_err(fjall::Error::Io)
+    }
+
+    /// Commit `batch` and make it survive a power loss ([`Store::persist`]): what an
+    /// owner does before it acknowledges the batch's records.
+    pub fn commit_durable(&self, batch: fjall::OwnedWriteBatch) -> Result<(), fjall::Error> {
+        batch.commit()?;
+        self.persist()
     }
 
     /// The error of the engine's `e`, naming this store.
@@ -163,7 +192,8 @@ impl Store {
 
 fn engine_error(dir: &Path, e: fjall::Error) -> StoreError {
     match e {
-        fjall::Error::Locked => StoreError::InUse { dir: dir.to_path_buf() },
+        fjall::Error::Locked => StoreError::InUse { dir: dir.to_path_buf(), owner: String::new() },
+        fjall::Error::Poisoned => StoreError::Poisoned { dir: dir.to_path_buf() },
         fjall::Error::Io(source) => StoreError::Io { path: dir.to_path_buf(), source },
         other => StoreError::Damaged { dir: dir.to_path_buf(), reason: other.to_string() },
     }
@@ -173,9 +203,37 @@ fn engine_error(dir: &Path, e: fjall::Error) -> StoreError {
 pub fn open(dir: &Path, opts: Options, keyspaces: &[&str]) -> Result<Store, StoreError> {
     let io = |source| StoreError::Io { path: dir.to_path_buf(), source };
     mark::create_private_dir(dir).map_err(io)?;
+    // The lock first: nothing below touches a file another process may be writing.
+    let lock = lock_dir(dir)?;
     swap::recover(dir)?;
     migrate::if_needed(dir)?;
-    let store = open_engine(dir, opts)?;
+    let engine = dir.join(ENGINE_DIR);
+    layout::check(&engine).map_err(|reason| StoreError::Lost { dir: dir.to_path_buf(), reason })?;
+    journal::check(&engine).map_err(|reason| StoreError::Damaged {
+        dir: dir.to_path_buf(),
+        reason: format!(
+            "{reason}. Nothing was changed: restore the directory from a backup, or move it away to start this \
+             store afresh (a checkpoint then pays again for lost calls; a run state restarts the run)"
+        ),
+    })?;
+    let acked = acked::read(&engine)
+        .map_err(|reason| StoreError::Damaged { dir: dir.to_path_buf(), reason })?;
+    let mut store = open_engine(dir, opts)?;
+    store.lock = Some(lock);
+    if let Some(acked) = acked {
+        let got = store.db.seqno();
+        if got < acked {
+            return Err(StoreError::Lost {
+                dir: dir.to_path_buf(),
+                reason: format!(
+                    "it opens with its writes up to number {got}, but writes up to number {acked} had been made \
+                     durable and acknowledged: damage in its journal cut them off. Restore the directory from a \
+                     backup, or move it away to start this store afresh (a checkpoint then pays again for lost \
+                     calls; a run state restarts the run)"
+                ),
+            });
+        }
+    }
     let marks = store.engine_keyspace(MARKS)?;
     let marked = marks.contains_key(mark::MARK_KEY).map_err(|e| store.error(e))?;
     mark::guard(dir, marked, || {
@@ -216,13 +274,52 @@ pub(crate) fn open_engine_at(dir: &Path, at: &Path, opts: Options) -> Result<Sto
     // The engine reports damage it finds as an error; a panic on damage it does not
     // foresee must still not take the process down unexplained.
     match std::panic::catch_unwind(open) {
-        Ok(Ok(db)) => Ok(Store { db, dir: dir.to_path_buf(), memtable_bytes }),
+        Ok(Ok(db)) => Ok(Store {
+            db,
+            dir: dir.to_path_buf(),
+            engine: at.to_path_buf(),
+            memtable_bytes,
+            acked: Default::default(),
+            lock: None,
+        }),
         Ok(Err(e)) => Err(engine_error(dir, e)),
         Err(_) => Err(StoreError::Damaged {
             dir: dir.to_path_buf(),
             reason: "opening it failed (the engine's files are damaged)".into(),
         }),
     }
+}
+
+/// Take the lock of the store in `dir` ([`LOCK_FILE`]), writing this process's id into
+/// it; a lock held elsewhere is [`StoreError::InUse`], naming the process that holds it.
+fn lock_dir(dir: &Path) -> Result<std::fs::File, StoreError> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(LOCK_FILE);
+    let io = |source| StoreError::Io { path: path.clone(), source };
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut held = String::new();
+            let _ = f.read_to_string(&mut held);
+            let owner = match held.trim().parse::<u32>() {
+                Ok(pid) => format!(" (process {pid})"),
+                Err(_) => String::new(),
+            };
+            return Err(StoreError::InUse { dir: dir.to_path_buf(), owner });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+    }
+    f.set_len(0).map_err(io)?;
+    f.rewind().map_err(io)?;
+    f.write_all(format!("{}\n", std::process::id()).as_bytes()).map_err(io)?;
+    Ok(f)
 }
 
 /// What [`compact`] did to a store.
@@ -292,11 +389,15 @@ impl Store {
         Ok(Copy { path, before, started })
     }
 
-    fn replace_with(self, copy: Copy) -> Result<Compacted, StoreError> {
+    fn replace_with(mut self, copy: Copy) -> Result<Compacted, StoreError> {
         let dir = self.dir.clone();
+        // The directory's lock is held through the swap: the engine's own goes with it.
+        let lock = self.lock.take();
         drop(self);
         swap::replace(&dir, &copy.path)?;
-        Ok(Compacted { before: copy.before, after: disk_bytes(&dir)? })
+        let after = disk_bytes(&dir)?;
+        drop(lock);
+        Ok(Compacted { before: copy.before, after })
     }
 
     /// Close `store`, which its owner shared (a handle in a blocking task, say), compacted

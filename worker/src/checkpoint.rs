@@ -18,7 +18,7 @@
 use std::path::Path;
 
 use halyard_proto::{Completion, JobId, JobIdFilter};
-use halyard_store::fjall::{self, Keyspace, PersistMode};
+use halyard_store::fjall::{self, Keyspace};
 use halyard_store::Store;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -212,11 +212,12 @@ fn commit_group(
     for (job, bytes) in records {
         last.insert(job, bytes);
     }
-    let mut batch = store.db().batch().durability(Some(PersistMode::SyncAll));
+    // Durable, and the store's high-water mark moved past it (`Store::commit_durable`).
+    let mut batch = store.db().batch();
     for (job, bytes) in last {
         batch.insert(table, job.as_bytes(), bytes);
     }
-    batch.commit()
+    store.commit_durable(batch)
 }
 
 impl Writer {
