@@ -315,7 +315,9 @@ pub fn self_preference(j: &Judged, cfg: Bootstrap) -> Vec<SelfPreference> {
             };
             // The judges compared: none that is the answer's model.
             let compare = |u: &super::Unit, o: usize| {
-                answerer(j, &u.key.model).is_none_or(|m| !same_model(m, &j.judges[o]))
+                j.judges.get(o).is_some_and(|other| {
+                    answerer(j, &u.key.model).is_none_or(|m| !same_model(m, other))
+                })
             };
             let mut rows = rows(j, jj, fav, keep, compare);
             // Paired by question where possible.

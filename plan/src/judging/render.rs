@@ -12,16 +12,16 @@ fn fig(f: &Figure, factor: f64, decimals: usize) -> String {
 }
 
 /// "judge % vs others % → excess [interval] pp" of one side of a comparison.
-fn excess_cell(e: Option<&Excess>) -> String {
+fn excess_cell(e: Option<&Excess>, unit: &str) -> String {
     match e {
         None => "-".into(),
         Some(e) => format!(
-            "{:.1} vs {:.1}: {} ({} {})",
+            "{:.1} vs {:.1}: {} ({} {unit}{})",
             e.judge_rate * 100.0,
             e.others_rate * 100.0,
             signed(&e.excess),
             e.units,
-            if e.units == 1 { "unit" } else { "units" }
+            if e.units == 1 { "" } else { "s" }
         ),
     }
 }
@@ -87,8 +87,8 @@ fn preference(md: &mut String, r: &JudgeReport) {
             s.judge,
             s.model,
             s.questions_paired,
-            excess_cell(s.own.as_ref()),
-            excess_cell(s.elsewhere.as_ref()),
+            excess_cell(s.own.as_ref(), &r.unit),
+            excess_cell(s.elsewhere.as_ref(), &r.unit),
             signed(&s.difference)
         ));
     }
