@@ -205,6 +205,16 @@ pub fn open(dir: &Path, opts: Options, keyspaces: &[&str]) -> Result<Store, Stor
     mark::create_private_dir(dir).map_err(io)?;
     // The lock first: nothing below touches a file another process may be writing.
     let lock = lock_dir(dir)?;
+    open_locked(dir, opts, keyspaces, lock)
+}
+
+/// [`open`], the store's directory locked.
+fn open_locked(
+    dir: &Path,
+    opts: Options,
+    keyspaces: &[&str],
+    lock: std::fs::File,
+) -> Result<Store, StoreError> {
     swap::recover(dir)?;
     migrate::if_needed(dir)?;
     let engine = dir.join(ENGINE_DIR);
@@ -335,12 +345,20 @@ pub struct Compacted {
 /// [`open`] opens it (its lock, the mark), so a store in use by another process is an
 /// error and nothing is changed; then [`Store::compact`].
 pub fn compact(dir: &Path, opts: Options) -> Result<Compacted, StoreError> {
+    if !dir.is_dir() {
+        return Err(StoreError::NotAStore { dir: dir.to_path_buf() });
+    }
+    // Locked before it is looked at: its owner may be between a compaction's renames.
+    let lock = lock_dir(dir)?;
+    swap::recover(dir)?;
     if !is_store(dir) {
+        drop(lock);
+        let _ = std::fs::remove_file(dir.join(LOCK_FILE));
         return Err(StoreError::NotAStore { dir: dir.to_path_buf() });
     }
     // Measured once open (in `Store::compact`): a store of an earlier build has no engine
     // files until the open migrates it.
-    open(dir, opts, &[])?.compact()
+    open_locked(dir, opts, &[], lock)?.compact()
 }
 
 impl Store {

@@ -497,3 +497,61 @@ fn journal_damage_never_drops_acknowledged_records() {
     // Only the whole journal opens.
     assert_eq!(refused, scan.bounds.len() - 1);
 }
+
+/// Issue 50, item 2: a reader (`halyard gc`'s [`compact`], `report`'s [`open`]) run again
+/// and again against a store its owner is compacting is refused with the owner named
+/// (the store's lock is taken before any file is touched and held through the swap), and
+/// the owner's compaction loses nothing (the reader stops once it gets the store: the
+/// owner has let it go). Before, the reader's open removed the owner's
+/// half-written copy (`fjall.compacting`) before it found the store locked.
+#[test]
+fn a_reader_during_compaction_is_refused_and_nothing_is_lost() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().to_path_buf();
+    let s = open(&dir, opts(), &["a"]).unwrap();
+    {
+        let a = s.keyspace("a").unwrap();
+        for i in 0..30_000u32 {
+            a.insert(i.to_be_bytes(), [9u8; 100]).unwrap();
+        }
+        s.persist().unwrap();
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (dir, done) = (dir.clone(), done.clone());
+        std::thread::spawn(move || {
+            let (mut refused, mut tries) = (0, 0);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                tries += 1;
+                let got = if tries % 2 == 0 {
+                    compact(&dir, opts()).map(|_| ())
+                } else {
+                    open(&dir, opts(), &[]).map(drop)
+                };
+                match got {
+                    Err(StoreError::InUse { owner, .. }) => {
+                        assert!(owner.contains(&std::process::id().to_string()), "{owner}");
+                        refused += 1
+                    }
+                    Err(e) => panic!("the reader got {e}"),
+                    // The owner let go (its compaction done): the reader had its turn.
+                    Ok(()) => break,
+                }
+            }
+            refused
+        })
+    };
+    // Let the reader start, then compact as the owner closes the store.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let c = s.compact().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let refused = reader.join().unwrap();
+    assert!(refused > 0);
+    assert!(c.after < c.before, "{c:?}");
+    let s = open(&dir, opts(), &["a"]).unwrap();
+    let a = s.keyspace("a").unwrap();
+    assert_eq!(count(&a).unwrap(), 30_000);
+    for i in (0..30_000u32).step_by(997) {
+        assert_eq!(a.get(i.to_be_bytes()).unwrap().as_deref(), Some(&[9u8; 100][..]));
+    }
+}
