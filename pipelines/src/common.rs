@@ -89,7 +89,7 @@ impl ModelSpec {
     ) -> JobRequest {
         let mut req = self.request(pipeline, stage, stage_version, messages, sample_index);
         if self.structured_output {
-            req.key.sampling.json_schema = Some(schema());
+            req.key.sampling.json_schema = Some(Box::new(schema()));
         }
         req
     }

@@ -75,7 +75,7 @@ pub struct Sampling {
     /// model sets `structured_output = true` (issue 45). `gguf` turns it into a llama.cpp
     /// grammar, HTTP backends send it as `response_format`; `None`: free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub json_schema: Option<OutputSchema>,
+    pub json_schema: Option<Box<OutputSchema>>,
 }
 
 /// A JSON schema a completion must follow (see [`Sampling::json_schema`]).
@@ -236,9 +236,11 @@ mod tests {
                 k.sampling.top_p = Some(0.9);
                 k.sampling.top_k = Some(5);
             }),
-            Box::new(|k| k.sampling.json_schema = Some(schema("j", "{}"))),
-            Box::new(|k| k.sampling.json_schema = Some(schema("k", "{}"))),
-            Box::new(|k| k.sampling.json_schema = Some(schema("j", "{\"type\":\"object\"}"))),
+            Box::new(|k| k.sampling.json_schema = Some(schema("j", "{}").into())),
+            Box::new(|k| k.sampling.json_schema = Some(schema("k", "{}").into())),
+            Box::new(|k| {
+                k.sampling.json_schema = Some(schema("j", "{\"type\":\"object\"}").into())
+            }),
         ];
         let mut seen = std::collections::HashSet::new();
         seen.insert(a.id());
@@ -280,7 +282,7 @@ mod tests {
     #[test]
     fn json_schema_is_identity_only_when_set() {
         let mut k = key();
-        k.sampling.json_schema = Some(schema("judge", "{\"type\":\"object\"}"));
+        k.sampling.json_schema = Some(schema("judge", "{\"type\":\"object\"}").into());
         assert_ne!(k.id().to_string(), PINNED);
         let back: Sampling =
             crate::decode("sampling", &crate::encode(&k.sampling).unwrap()).unwrap();

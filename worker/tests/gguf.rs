@@ -209,7 +209,7 @@ async fn structured_judge_output_always_parses() {
     let questions = halyard_pipelines::hypotermqa::read_dataset(dataset).unwrap();
     let sampling = |judge: Option<(JudgeKind, &str)>| Sampling {
         max_tokens: Some(160),
-        json_schema: judge.map(|(kind, term)| kind.output_schema(term)),
+        json_schema: judge.map(|(kind, term)| Box::new(kind.output_schema(term))),
         ..Sampling::default()
     };
     let mut checks = Vec::new();

@@ -138,10 +138,10 @@ async fn response_format_reaches_the_server() {
     let client = OpenAi::new(1 << 20).unwrap();
     let schema = r#"{"type":"object","properties":{"term":{"type":"string","enum":["T"]},"reasoning":{"type":"string","maxLength":300},"certainty":{"type":"string","enum":["UNREAL","MENTIONED","UNKNOWN"]}},"required":["term","reasoning","certainty"],"additionalProperties":false}"#;
     let mut structured = job(&fake.base_url());
-    structured.key.sampling.json_schema = Some(halyard_proto::OutputSchema {
+    structured.key.sampling.json_schema = Some(Box::new(halyard_proto::OutputSchema {
         name: "hypotermqa_acceptance".into(),
         schema: schema.into(),
-    });
+    }));
     let m = spec(&fake.base_url(), None);
     client.call(&job(&fake.base_url()), &m).await.expect("plain call");
     client.call(&structured, &m).await.expect("structured call");

@@ -705,7 +705,10 @@ mod tests {
                     model: "m".into(),
                 },
                 messages: vec![ChatMessage::user("q")],
-                sampling: Sampling { json_schema, ..Sampling::default() },
+                sampling: Sampling {
+                    json_schema: json_schema.map(Box::new),
+                    ..Sampling::default()
+                },
                 sample_index: 0,
             };
             Job::new(uuid::Uuid::nil(), "p", key, 1000)
