@@ -566,11 +566,13 @@ pub fn independent_majority(
             continue;
         }
         // Distribution of the vote counts per class (the no-rating count is implied).
-        let mut states: std::collections::HashMap<Vec<u8>, f64> =
+        // A BTreeMap, not a HashMap: its order, and so the order of the sums, is the same
+        // in every process (a report is reproducible bit for bit).
+        let mut states: std::collections::BTreeMap<Vec<u8>, f64> =
             std::iter::once((vec![0u8; k], 1.0)).collect();
         for judge in rows {
             let row = &judge[t];
-            let mut next = std::collections::HashMap::with_capacity(states.len() * 2);
+            let mut next = std::collections::BTreeMap::new();
             for (counts, p) in &states {
                 for (v, &q) in row.iter().enumerate() {
                     if q == 0.0 {
@@ -854,6 +856,15 @@ mod tests {
         let silent = vec![vec![0.0, 0.0, 1.0], vec![0.0, 0.0, 1.0]];
         let alone = independent_majority(&[symmetric(0.7), silent], &[0.5, 0.5]).unwrap();
         assert!((alone.correct - 0.7).abs() < 1e-12 && (alone.coverage - 1.0).abs() < 1e-12);
+        // Reproducible bit for bit (the sums run in one order in every call and process).
+        let row = |a: f64, b: f64, c: f64| vec![a, b, c, 1.0 - a - b - c];
+        let judge =
+            |x: f64| vec![row(0.7 - x, 0.1, 0.1 + x), row(0.2, 0.6, 0.1), row(0.1, x, 0.8 - x)];
+        let panel: Vec<_> = (0..7).map(|j| judge(0.01 * j as f64)).collect();
+        let first = independent_majority(&panel, &[0.2, 0.3, 0.5]).unwrap();
+        for _ in 0..20 {
+            assert_eq!(independent_majority(&panel, &[0.2, 0.3, 0.5]).unwrap(), first);
+        }
         // Bad input is an error.
         assert!(independent_majority(&[], &[1.0]).is_err());
         assert!(independent_majority(&[symmetric(0.8)], &[]).is_err());
