@@ -372,6 +372,8 @@ fn panel_of_three_judges_measured_against_humans_and_resumed_after_kill() {
         "judges (hypotermqa",
         "Against human labels",
         "Self-preference",
+        "### Leniency",
+        "The judges' majority against the same truth",
         "Fleiss' κ",
         "Confusion matrix of judge-a",
     ] {
@@ -382,6 +384,9 @@ fn panel_of_three_judges_measured_against_humans_and_resumed_after_kill() {
         html.contains("id=\"judges\"") && html.contains("class=\"dis-row\""),
         "report.html lacks the judges part"
     );
+    for needle in ["<h4>Leniency</h4>", "<h4>Self-preference</h4>", "<h4>Error correlation</h4>"] {
+        assert!(html.contains(needle), "report.html lacks {needle:?}");
+    }
     // `halyard report` across runs lists each judge against the human labels.
     let lb = dir.path().join("lb");
     let o = halyard()

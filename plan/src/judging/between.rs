@@ -48,11 +48,19 @@ pub fn panel_vs_independence(
     items: &[&str],
     cfg: Bootstrap,
 ) -> Option<PanelIndependence> {
-    let known: Vec<usize> =
-        (0..truth.len().min(r.items.len())).filter(|&i| truth[i].is_some()).collect();
-    if known.is_empty() || items.len() != truth.len() {
+    if items.len() != truth.len() {
         return None;
     }
+    let mut known: Vec<usize> =
+        (0..truth.len().min(r.items.len())).filter(|&i| truth[i].is_some()).collect();
+    if known.is_empty() {
+        return None;
+    }
+    // The prediction sums floating-point shares: the units in one order whatever order the
+    // run stored them in (a resumed run), so that the figure is the same to the last digit.
+    known.sort_by(|&a, &b| {
+        (items[a], &r.items[a], truth[a]).cmp(&(items[b], &r.items[b], truth[b]))
+    });
     let sub = r.subset(&known);
     let t: Vec<Option<usize>> = known.iter().map(|&i| truth[i]).collect();
     let at: Vec<&str> = known.iter().map(|&i| items[i]).collect();
