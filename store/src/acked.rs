@@ -10,7 +10,7 @@
 //! compares: the engine, recovered, must hold writes up to the number in the file (its
 //! next number is at least the file's). Fewer means damage cut acknowledged batches from
 //! the journal (the engine's recovery takes any undecodable entry as the journal's end:
-//! [`crate::journal`]), and the store is refused, named, with what to do.
+//! `journal`), and the store is refused, named, with what to do.
 //!
 //! The file is 16 bytes: the number, and its bitwise complement (both little-endian),
 //! so that a damaged file is told apart from a number. A store without the file (made

@@ -12,16 +12,25 @@
 //!   batch before it survive a power loss too. The run state commits each planner step
 //!   without an fsync and persists before it acks results; a checkpoint's group commit
 //!   persists before it answers its writers;
-//! - a journal cut short by a crash is replayed up to its last whole batch; other damage
-//!   is an error at open or at the read that meets it (blocks carry checksums), never a
-//!   wrong answer;
+//! - a journal cut short by a crash is replayed up to its last whole batch (but so is a
+//!   journal damaged in its middle: fjall cuts it at the first entry it cannot decode;
+//!   Halyard's guards below refuse that); other damage is an error at open or at the read
+//!   that meets it (blocks carry checksums), never a wrong answer;
 //! - **one process** holds a database (a lock file): a second opener gets an error.
 //!
 //! [`open`] does what every store needs before its owner reads a record:
 //! - creates the directory readable by its owner only ([`mark::create_private_dir`]);
+//! - takes the directory's lock ([`LOCK_FILE`]) before it touches any other file, and
+//!   keeps it until the store is closed, through a compaction's swap;
+//! - finishes or undoes a compaction's swap cut short (`swap`);
 //! - migrates, once, a store written by an earlier build (redb, with or without its log,
 //!   or sled: [`migrate`]), with a log line;
-//! - opens the database and the owner's keyspaces (created if missing);
+//! - refuses, before the engine opens it, what the engine's open would delete or cut:
+//!   keyspace directories it cannot place (`layout`) and journals damaged before their
+//!   end (`journal`);
+//! - opens the database and the owner's keyspaces (created if missing), and refuses it if
+//!   it holds fewer writes than were acknowledged (the durable high-water mark,
+//!   [`acked`]);
 //! - guards against a store that silently lost its data ([`mark`]), and against a
 //!   keyspace that did: each keyspace holds a mark of its own, the record
 //!   [`KEYSPACE_MARK`], written when it is created, and the store's mark keyspace names
