@@ -70,6 +70,10 @@ pub enum CoordinatorError {
     Broker(#[from] halyard_broker::BrokerError),
     #[error("cannot write report in {dir}: {reason}")]
     Report { dir: String, reason: String },
+    /// The run can no longer progress ([`run`]'s stall check): it waits on jobs that no
+    /// unfinished item needs.
+    #[error("the run cannot progress: {0}")]
+    Stuck(String),
 }
 
 /// What a coordinator needs.

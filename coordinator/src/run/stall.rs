@@ -75,6 +75,9 @@ impl Stall {
         }
         let (jobs, notes) = planner.outstanding_jobs()?;
         planner.store_mut().commit(&notes)?;
+        if let Some(why) = stuck(planner.outstanding(), jobs.len()) {
+            return Err(CoordinatorError::Stuck(why));
+        }
         let pools: HashSet<String> = jobs.iter().map(|j| j.pool.clone()).collect();
         let Ok(stream) = self.broker.js.get_stream(subjects::JOBS_STREAM).await else {
             return Ok(None);
@@ -106,9 +109,35 @@ impl Stall {
     }
 }
 
+/// Why a run whose window counts `outstanding` jobs, of which `publishable` are needed
+/// by an unfinished item, can no longer progress: re-publishing cannot answer jobs that
+/// nothing would publish, and giving them up as dead letters leaves the count where it
+/// was, so the stall check would otherwise log its round once a minute for ever.
+fn stuck(outstanding: usize, publishable: usize) -> Option<String> {
+    (outstanding > 0 && publishable == 0).then(|| {
+        format!(
+            "{outstanding} jobs are counted as waited on, but no unfinished item needs any of them and the broker \
+             holds no work for them. Stop the coordinator and start it again: a resumed run plans every unfinished \
+             item afresh from its stored results. If it stops here again, its run state is inconsistent: move the \
+             run's state/ directory away and run the sweep again"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 50, item 5: a window waiting on jobs that no unfinished item needs (what a
+    /// run state that lost records left: "no pending work on the broker" once a minute)
+    /// is an error saying what to do; a window whose jobs can be published again is not.
+    #[test]
+    fn waiting_on_jobs_nothing_needs_is_stuck() {
+        let e = stuck(200, 0).expect("stuck");
+        assert!(e.contains("200 jobs") && e.contains("start it again"), "{e}");
+        assert_eq!(stuck(200, 3), None);
+        assert_eq!(stuck(0, 0), None);
+    }
 
     /// Three rounds without a result give up on the fourth; a result in between starts
     /// the count again, while suffixes keep advancing (fresh message ids) and wrap below
