@@ -20,14 +20,9 @@
 //! The old store is opened under its own engine's lock, so a process of an earlier build
 //! that still has it open makes this an error instead of a copy of a moving store.
 
-use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use halyard_proto::stored::unpack;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
-
-use crate::swap::{self, Builder, MIGRATING};
+use crate::swap::{self, MIGRATING};
 use crate::{Options, StoreError, ENGINE_DIR};
 
 /// The redb file of the builds from issue 19 to 32.
@@ -133,164 +128,193 @@ fn copy(dir: &Path, format: Format) -> Result<Migrated, StoreError> {
     let started = std::time::Instant::now();
     let fail = |reason: String| StoreError::Migrate { dir: dir.to_path_buf(), reason };
     let tmp = dir.join(MIGRATING);
+    if !cfg!(feature = "migrate") {
+        return Err(fail(format!(
+            "it is a {format} store, which this build does not read (it links one storage engine). Migrate it once \
+             with a build that has the `migrate` feature: `cargo build --release -p halyard --features migrate`, \
+             then `halyard migrate {}`",
+            dir.display()
+        )));
+    }
+    #[cfg(feature = "migrate")]
     let records = swap::build(dir, &tmp, true, |b| match format {
-        Format::Sled => copy_sled(dir, b),
-        Format::Redb => copy_redb(&dir.join(REDB_FILE), b),
+        Format::Sled => read::copy_sled(dir, b),
+        Format::Redb => read::copy_redb(&dir.join(REDB_FILE), b),
     })
     .map_err(fail)?;
+    #[cfg(not(feature = "migrate"))]
+    let records = 0;
     swap::replace(dir, &tmp)?;
     Ok(Migrated { from: format, records, seconds: started.elapsed().as_secs_f64() })
 }
 
-fn copy_sled(dir: &Path, out: &mut Builder) -> Result<(), String> {
-    let sled_err = |e: sled::Error| format!("reading the sled store: {e}");
-    let old = sled::Config::new().path(dir).open().map_err(sled_err)?;
-    for name in old.tree_names() {
-        let tree = old.open_tree(&name).map_err(sled_err)?;
-        if tree.is_empty() {
-            continue;
-        }
-        let name = String::from_utf8_lossy(&name).into_owned();
-        out.keyspace(
-            &name,
-            tree.iter().map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(sled_err)),
-        )?;
-    }
-    Ok(())
-}
+/// The readers of the earlier builds' engines (the `migrate` feature: redb and sled are
+/// linked only then).
+#[cfg(feature = "migrate")]
+mod read {
+    use std::borrow::Cow;
+    use std::collections::BTreeMap;
+    use std::path::Path;
 
-/// A table of bytes to bytes named `name`.
-fn bytes(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
-    TableDefinition::new(name)
-}
+    use halyard_proto::stored::unpack;
+    use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
-fn copy_redb(file: &Path, out: &mut Builder) -> Result<(), String> {
-    let err = |e: redb::Error| format!("reading {}: {e}", file.display());
-    let db = match redb::Database::builder().open(file) {
-        Ok(db) => db,
-        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-            return Err(format!("{} is in use by another process", file.display()))
-        }
-        Err(e) => return Err(err(e.into())),
-    };
-    let tx = db.begin_read().map_err(|e| err(e.into()))?;
-    let names: Vec<String> =
-        tx.list_tables().map_err(|e| err(e.into()))?.map(|t| t.name().to_string()).collect();
-    let logged = |base: &str| names.iter().any(|n| *n == format!("{base}_blocks"));
-    // Plain tables as they are; a logged table's three below.
-    for name in &names {
-        if name.ends_with("_blocks")
-            || logged(name)
-            || (name.ends_with("_log") && logged(name.trim_end_matches("_log")))
-        {
-            continue;
-        }
-        let t = tx.open_table(bytes(name)).map_err(|e| err(e.into()))?;
-        let rows = t.iter().map_err(|e| err(e.into()))?;
-        out.keyspace(
-            name,
-            rows.map(|kv| {
-                kv.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())).map_err(|e| err(e.into()))
-            }),
-        )?;
-    }
-    for name in &names {
-        let Some(base) = name.strip_suffix("_blocks") else { continue };
-        // Each id's newest record: the one-per-id table's, then each run's, oldest run
-        // first, then the log's in sequence order, each replacing the one before.
-        let mut newest: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        if names.iter().any(|n| n == base) {
-            let t = tx.open_table(bytes(base)).map_err(|e| err(e.into()))?;
-            for kv in t.iter().map_err(|e| err(e.into()))? {
-                let (k, v) = kv.map_err(|e| err(e.into()))?;
-                newest.insert(k.value().to_vec(), v.value().to_vec());
+    use crate::swap::Builder;
+
+    pub(super) fn copy_sled(dir: &Path, out: &mut Builder) -> Result<(), String> {
+        let sled_err = |e: sled::Error| format!("reading the sled store: {e}");
+        let old = sled::Config::new().path(dir).open().map_err(sled_err)?;
+        for name in old.tree_names() {
+            let tree = old.open_tree(&name).map_err(sled_err)?;
+            if tree.is_empty() {
+                continue;
             }
+            let name = String::from_utf8_lossy(&name).into_owned();
+            out.keyspace(
+                &name,
+                tree.iter().map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(sled_err)),
+            )?;
         }
-        let blocks = tx.open_table(bytes(name)).map_err(|e| err(e.into()))?;
-        // The runs, oldest first, then each run's blocks in key order.
-        let mut runs = Vec::new();
-        for kv in blocks
-            .range::<&[u8]>(&[0u8, 0, 0, 0][..]..&[0u8, 0, 0, 1][..])
-            .map_err(|e| err(e.into()))?
-        {
-            let (k, _) = kv.map_err(|e| err(e.into()))?;
-            match <[u8; 8]>::try_from(k.value()) {
-                Ok(k) => runs.push(u32::from_be_bytes([k[4], k[5], k[6], k[7]])),
-                Err(_) => {
-                    return Err(format!("{name}: a directory entry of {} bytes", k.value().len()))
+        Ok(())
+    }
+
+    /// A table of bytes to bytes named `name`.
+    fn bytes(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+        TableDefinition::new(name)
+    }
+
+    pub(super) fn copy_redb(file: &Path, out: &mut Builder) -> Result<(), String> {
+        let err = |e: redb::Error| format!("reading {}: {e}", file.display());
+        let db = match redb::Database::builder().open(file) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(format!("{} is in use by another process", file.display()))
+            }
+            Err(e) => return Err(err(e.into())),
+        };
+        let tx = db.begin_read().map_err(|e| err(e.into()))?;
+        let names: Vec<String> =
+            tx.list_tables().map_err(|e| err(e.into()))?.map(|t| t.name().to_string()).collect();
+        let logged = |base: &str| names.iter().any(|n| *n == format!("{base}_blocks"));
+        // Plain tables as they are; a logged table's three below.
+        for name in &names {
+            if name.ends_with("_blocks")
+                || logged(name)
+                || (name.ends_with("_log") && logged(name.trim_end_matches("_log")))
+            {
+                continue;
+            }
+            let t = tx.open_table(bytes(name)).map_err(|e| err(e.into()))?;
+            let rows = t.iter().map_err(|e| err(e.into()))?;
+            out.keyspace(
+                name,
+                rows.map(|kv| {
+                    kv.map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+                        .map_err(|e| err(e.into()))
+                }),
+            )?;
+        }
+        for name in &names {
+            let Some(base) = name.strip_suffix("_blocks") else { continue };
+            // Each id's newest record: the one-per-id table's, then each run's, oldest run
+            // first, then the log's in sequence order, each replacing the one before.
+            let mut newest: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            if names.iter().any(|n| n == base) {
+                let t = tx.open_table(bytes(base)).map_err(|e| err(e.into()))?;
+                for kv in t.iter().map_err(|e| err(e.into()))? {
+                    let (k, v) = kv.map_err(|e| err(e.into()))?;
+                    newest.insert(k.value().to_vec(), v.value().to_vec());
                 }
             }
-        }
-        for run in runs {
-            let (lo, hi) = (run.to_be_bytes(), (run + 1).to_be_bytes());
-            let range = blocks.range::<&[u8]>(&lo[..]..&hi[..]).map_err(|e| err(e.into()))?;
-            let mut records = Vec::new();
-            for kv in range {
-                let (k, v) = kv.map_err(|e| err(e.into()))?;
-                block_records(v.value(), &mut records)
-                    .map_err(|e| format!("{name}: the block {}: {e}", hex(k.value())))?;
+            let blocks = tx.open_table(bytes(name)).map_err(|e| err(e.into()))?;
+            // The runs, oldest first, then each run's blocks in key order.
+            let mut runs = Vec::new();
+            for kv in blocks
+                .range::<&[u8]>(&[0u8, 0, 0, 0][..]..&[0u8, 0, 0, 1][..])
+                .map_err(|e| err(e.into()))?
+            {
+                let (k, _) = kv.map_err(|e| err(e.into()))?;
+                match <[u8; 8]>::try_from(k.value()) {
+                    Ok(k) => runs.push(u32::from_be_bytes([k[4], k[5], k[6], k[7]])),
+                    Err(_) => {
+                        return Err(format!(
+                            "{name}: a directory entry of {} bytes",
+                            k.value().len()
+                        ))
+                    }
+                }
             }
-            newest.extend(records);
-        }
-        let log_name = format!("{base}_log");
-        if names.contains(&log_name) {
-            let log = tx
-                .open_table(TableDefinition::<u64, &[u8]>::new(&log_name))
-                .map_err(|e| err(e.into()))?;
-            for kv in log.range::<u64>(..).map_err(|e| err(e.into()))? {
-                let (seq, v) = kv.map_err(|e| err(e.into()))?;
-                let v = v.value();
-                let Some((id, rec)) = v.split_first_chunk::<16>() else {
-                    return Err(format!(
-                        "{log_name}: record {} is {} bytes, shorter than an id",
-                        seq.value(),
-                        v.len()
-                    ));
-                };
-                newest.insert(id.to_vec(), rec.to_vec());
+            for run in runs {
+                let (lo, hi) = (run.to_be_bytes(), (run + 1).to_be_bytes());
+                let range = blocks.range::<&[u8]>(&lo[..]..&hi[..]).map_err(|e| err(e.into()))?;
+                let mut records = Vec::new();
+                for kv in range {
+                    let (k, v) = kv.map_err(|e| err(e.into()))?;
+                    block_records(v.value(), &mut records)
+                        .map_err(|e| format!("{name}: the block {}: {e}", hex(k.value())))?;
+                }
+                newest.extend(records);
             }
+            let log_name = format!("{base}_log");
+            if names.contains(&log_name) {
+                let log = tx
+                    .open_table(TableDefinition::<u64, &[u8]>::new(&log_name))
+                    .map_err(|e| err(e.into()))?;
+                for kv in log.range::<u64>(..).map_err(|e| err(e.into()))? {
+                    let (seq, v) = kv.map_err(|e| err(e.into()))?;
+                    let v = v.value();
+                    let Some((id, rec)) = v.split_first_chunk::<16>() else {
+                        return Err(format!(
+                            "{log_name}: record {} is {} bytes, shorter than an id",
+                            seq.value(),
+                            v.len()
+                        ));
+                    };
+                    newest.insert(id.to_vec(), rec.to_vec());
+                }
+            }
+            out.keyspace(base, newest.into_iter().map(Ok))?;
         }
-        out.keyspace(base, newest.into_iter().map(Ok))?;
+        Ok(())
     }
-    Ok(())
-}
 
-/// The records of a block (a count, then, packed together, each record's 16-byte id, its
-/// length as a LEB128 varint and its bytes) appended to `out`.
-fn block_records(value: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
-    let Some((count, packed)) = value.split_first_chunk::<4>() else {
-        return Err(format!("is {} bytes, shorter than its header", value.len()));
-    };
-    let count = u32::from_le_bytes(*count) as usize;
-    let raw: Cow<'_, [u8]> = unpack(packed).map_err(|e| format!("cannot be unpacked: {e}"))?;
-    let mut rest = &raw[..];
-    let mut n = 0;
-    while !rest.is_empty() {
-        let (id, after) = rest.split_first_chunk::<16>().ok_or("ends inside an id")?;
-        let (mut len, mut shift, mut at) = (0usize, 0u32, 0usize);
-        loop {
-            let b = *after.get(at).ok_or("ends inside a length")?;
-            if shift > 28 {
-                return Err("has a record length over 4 GiB".into());
+    /// The records of a block (a count, then, packed together, each record's 16-byte id, its
+    /// length as a LEB128 varint and its bytes) appended to `out`.
+    fn block_records(value: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        let Some((count, packed)) = value.split_first_chunk::<4>() else {
+            return Err(format!("is {} bytes, shorter than its header", value.len()));
+        };
+        let count = u32::from_le_bytes(*count) as usize;
+        let raw: Cow<'_, [u8]> = unpack(packed).map_err(|e| format!("cannot be unpacked: {e}"))?;
+        let mut rest = &raw[..];
+        let mut n = 0;
+        while !rest.is_empty() {
+            let (id, after) = rest.split_first_chunk::<16>().ok_or("ends inside an id")?;
+            let (mut len, mut shift, mut at) = (0usize, 0u32, 0usize);
+            loop {
+                let b = *after.get(at).ok_or("ends inside a length")?;
+                if shift > 28 {
+                    return Err("has a record length over 4 GiB".into());
+                }
+                len |= ((b & 0x7f) as usize) << shift;
+                shift += 7;
+                at += 1;
+                if b < 0x80 {
+                    break;
+                }
             }
-            len |= ((b & 0x7f) as usize) << shift;
-            shift += 7;
-            at += 1;
-            if b < 0x80 {
-                break;
-            }
+            let record = after.get(at..at + len).ok_or("ends inside a record")?;
+            out.push((id.to_vec(), record.to_vec()));
+            rest = &after[at + len..];
+            n += 1;
         }
-        let record = after.get(at..at + len).ok_or("ends inside a record")?;
-        out.push((id.to_vec(), record.to_vec()));
-        rest = &after[at + len..];
-        n += 1;
+        if n != count {
+            return Err(format!("holds {n} records, its header says {count}"));
+        }
+        Ok(())
     }
-    if n != count {
-        return Err(format!("holds {n} records, its header says {count}"));
-    }
-    Ok(())
-}
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
 }

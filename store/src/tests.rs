@@ -11,6 +11,7 @@ fn get(s: &Store, ks: &str, k: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Every keyspace of the store in `dir` but the mark's, as hex pairs in key order.
+#[cfg(feature = "migrate")]
 fn contents(s: &Store) -> std::collections::BTreeMap<String, Vec<(String, String)>> {
     let mut out = std::collections::BTreeMap::new();
     for name in s.db().list_keyspace_names() {
@@ -29,6 +30,7 @@ fn contents(s: &Store) -> std::collections::BTreeMap<String, Vec<(String, String
     out
 }
 
+#[cfg(feature = "migrate")]
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -186,6 +188,7 @@ fn a_compaction_cut_short_leaves_the_store_whole() {
 /// state and a checkpoint each, the run state of the redb build with its log requeued
 /// once, so that its runs were rewritten, and holding records in its log), become this
 /// build's stores with every record of every table, byte for byte, once; the old files go.
+#[cfg(feature = "migrate")]
 #[test]
 fn migrates_the_stores_of_every_earlier_format() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
@@ -228,6 +231,7 @@ fn migrates_the_stores_of_every_earlier_format() {
 }
 
 /// A migration cut short (its copy half written) is started again at the next open.
+#[cfg(feature = "migrate")]
 #[test]
 fn a_migration_cut_short_starts_again() {
     let fixtures =
@@ -554,4 +558,25 @@ fn a_reader_during_compaction_is_refused_and_nothing_is_lost() {
     for i in (0..30_000u32).step_by(997) {
         assert_eq!(a.get(i.to_be_bytes()).unwrap().as_deref(), Some(&[9u8; 100][..]));
     }
+}
+
+/// Issue 50, item 6: the default build links one engine; a store of an earlier build is
+/// refused, named, with the build and command that migrate it, and left as it was.
+#[cfg(not(feature = "migrate"))]
+#[test]
+fn an_earlier_store_is_refused_without_the_migrate_feature() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join(migrate::REDB_FILE), b"an earlier build's file").unwrap();
+    let e = open(d.path(), opts(), &["a"]).err().unwrap();
+    assert!(matches!(e, StoreError::Migrate { .. }), "{e}");
+    let shown = e.to_string();
+    assert!(
+        shown.contains(&d.path().display().to_string()) && shown.contains("--features migrate"),
+        "{shown}"
+    );
+    assert!(!d.path().join(ENGINE_DIR).exists() && !d.path().join(swap::MIGRATING).exists());
+    assert_eq!(
+        std::fs::read(d.path().join(migrate::REDB_FILE)).unwrap(),
+        b"an earlier build's file"
+    );
 }

@@ -2,7 +2,7 @@
 //!
 //! ## Layout
 //! - [`lifecycle`]: the life of one delivery as a pure state machine (no IO).
-//! - [`checkpoint`]: redb store of completed calls, with group commit.
+//! - [`checkpoint`]: the store of completed calls (fjall, through `halyard-store`), with group commit.
 //! - [`config_file`]: the worker configuration file (`halyard worker --config`): pools,
 //!   the models each may call, quotas and HTTP limits, for workers without a sweep.
 //! - [`batch`]: batch pools (`mode = "batch"`): jobs answered through the provider's
