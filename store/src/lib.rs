@@ -81,6 +81,10 @@ pub enum StoreError {
     Poisoned { dir: PathBuf },
     #[error("{dir} is damaged: {reason}")]
     Damaged { dir: PathBuf, reason: String },
+    #[error("{dir} was written by another version of the storage engine ({found}); open it with the Halyard build that wrote it")]
+    Version { dir: PathBuf, found: String },
+    #[error("{dir}: the storage engine failed: {source}")]
+    Engine { dir: PathBuf, source: fjall::Error },
     #[error("{dir}: migrating the store of an earlier build: {reason}")]
     Migrate { dir: PathBuf, reason: String },
     #[error(
@@ -204,7 +208,22 @@ fn engine_error(dir: &Path, e: fjall::Error) -> StoreError {
         fjall::Error::Locked => StoreError::InUse { dir: dir.to_path_buf(), owner: String::new() },
         fjall::Error::Poisoned => StoreError::Poisoned { dir: dir.to_path_buf() },
         fjall::Error::Io(source) => StoreError::Io { path: dir.to_path_buf(), source },
-        other => StoreError::Damaged { dir: dir.to_path_buf(), reason: other.to_string() },
+        fjall::Error::InvalidVersion(found) => {
+            StoreError::Version { dir: dir.to_path_buf(), found: format!("{found:?}") }
+        }
+        e @ (fjall::Error::Storage(_)
+        | fjall::Error::JournalRecovery(_)
+        | fjall::Error::Decompress(_)
+        | fjall::Error::InvalidTrailer
+        | fjall::Error::InvalidTag(_)
+        | fjall::Error::Unrecoverable) => StoreError::Damaged {
+            dir: dir.to_path_buf(),
+            reason: format!(
+                "{e}. Restore the directory from a backup, or move it away to start this store afresh (a checkpoint \
+                 then pays again for lost calls; a run state restarts the run)"
+            ),
+        },
+        source => StoreError::Engine { dir: dir.to_path_buf(), source },
     }
 }
 
