@@ -442,7 +442,8 @@ async fn chat_completions(
     let json_schema = match response_format(&body) {
         Ok(s) => s,
         Err(e) => {
-            let body = error_body(&format!("Invalid 'response_format': {e}"), "invalid_request_error");
+            let body =
+                error_body(&format!("Invalid 'response_format': {e}"), "invalid_request_error");
             return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
         }
     };
@@ -524,7 +525,10 @@ fn response_format(body: &[u8]) -> Result<Option<(String, String)>, String> {
             let name_ok = (1..=64).contains(&spec.name.len())
                 && spec.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
             if !name_ok {
-                return Err(format!("json_schema.name {:?} is not 1 to 64 of a-z, A-Z, 0-9, _ and -", spec.name));
+                return Err(format!(
+                    "json_schema.name {:?} is not 1 to 64 of a-z, A-Z, 0-9, _ and -",
+                    spec.name
+                ));
             }
             if !spec.schema.get().trim_start().starts_with('{') {
                 return Err("json_schema.schema must be an object".into());

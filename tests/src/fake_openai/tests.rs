@@ -408,12 +408,19 @@ fn response_format_is_checked_and_recorded() {
             .expect("POST to the fake")
     };
     let schema = r#"{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"string"}}}"#;
-    let ok = post(&format!(r#"{{"type":"json_schema","json_schema":{{"name":"j_1-x","strict":true,"schema":{schema}}}}}"#));
+    let ok = post(&format!(
+        r#"{{"type":"json_schema","json_schema":{{"name":"j_1-x","strict":true,"schema":{schema}}}}}"#
+    ));
     assert_eq!(ok.status, 200, "{}", ok.body);
     assert_eq!(post(r#"{"type":"text"}"#).status, 200);
     for bad in [
-        format!(r#"{{"type":"json_schema","json_schema":{{"name":"has space","schema":{schema}}}}}"#),
-        format!(r#"{{"type":"json_schema","json_schema":{{"name":"{}","schema":{schema}}}}}"#, "n".repeat(65)),
+        format!(
+            r#"{{"type":"json_schema","json_schema":{{"name":"has space","schema":{schema}}}}}"#
+        ),
+        format!(
+            r#"{{"type":"json_schema","json_schema":{{"name":"{}","schema":{schema}}}}}"#,
+            "n".repeat(65)
+        ),
         r#"{"type":"json_schema","json_schema":{"name":"j","schema":"not an object"}}"#.to_string(),
         r#"{"type":"json_schema"}"#.to_string(),
         r#"{"type":"yaml"}"#.to_string(),

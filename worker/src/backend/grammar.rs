@@ -208,10 +208,12 @@ impl Gbnf {
         }
         let ty = match s.get("type") {
             Some(Json::String(t)) => t.as_str(),
-            Some(other) => return Err(format!(
+            Some(other) => {
+                return Err(format!(
                 "{at}.type: expected one type name, found {} (a list of types is not supported)",
                 other.to_json()
-            )),
+            ))
+            }
             None => return Err(format!("{at}: no `type`, `enum` or `const`")),
         };
         match ty {
