@@ -33,6 +33,7 @@ mod long_answers;
 mod managed_server;
 mod metrics;
 mod outage;
+mod power_loss;
 mod quota_pool;
 mod report_html;
 mod retry_failed;
