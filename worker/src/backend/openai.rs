@@ -432,7 +432,7 @@ pub fn request_json(
     let Some(schema) = &job.key.sampling.json_schema else {
         return serde_json::value::to_raw_value(&body).map_err(encode);
     };
-    let raw = RawValue::from_string(schema.schema.clone()).map_err(|e| {
+    let raw = RawValue::from_string(without_length_bounds(&schema.schema)).map_err(|e| {
         CallError::permanent(format!(
             "structured output {:?}: the JSON schema is not JSON: {e}",
             schema.name
@@ -446,6 +446,50 @@ pub fn request_json(
         },
     };
     serde_json::value::to_raw_value(&with).map_err(encode)
+}
+
+/// The schema as HTTP APIs get it: without `maxLength`. OpenAI's strict structured
+/// outputs accept no string-length keyword (a schema with one is refused, 400), while
+/// the other keywords a judge's schema uses (`type`, `enum`, `properties`, `required`,
+/// `additionalProperties: false`) are the subset every server here accepts. The bound
+/// stays in the job's schema (its identity) and in the `gguf` grammar, where a small
+/// model needs it to close the object; a server's output is bounded by `max_tokens`.
+/// Works on the text so the keys keep their order (a constrained model writes them in
+/// that order): in JSON text `"maxLength":` outside a string is always a key, and the
+/// number after it ends at the next `,` or `}`.
+pub fn without_length_bounds(schema: &str) -> String {
+    const KEY: &str = "\"maxLength\":";
+    let mut out = String::with_capacity(schema.len());
+    let mut rest = schema;
+    while let Some(at) = rest.find(KEY) {
+        let after = &rest[at + KEY.len()..];
+        let end = after.find([',', '}']).unwrap_or(after.len());
+        let number = after[..end].trim();
+        let kept = &rest[..at];
+        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+            // Not a length bound (a property named so, a string): keep it as written.
+            out.push_str(&rest[..at + KEY.len()]);
+            rest = after;
+            continue;
+        }
+        match (kept.trim_end().strip_suffix(','), after[end..].strip_prefix(',')) {
+            // `…,"maxLength":N` → `…`; `{"maxLength":N,…` → `{…`.
+            (Some(before), _) => {
+                out.push_str(before);
+                rest = &after[end..];
+            }
+            (None, Some(next)) => {
+                out.push_str(kept);
+                rest = next;
+            }
+            (None, None) => {
+                out.push_str(kept);
+                rest = &after[end..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The API key of `model`, read from its variable on this worker (None without one).
@@ -685,6 +729,27 @@ mod tests {
     /// they would put the verdict first); a job without a schema has no
     /// `response_format`, and a schema that is not JSON is a permanent error.
     #[test]
+    fn length_bounds_stay_off_the_wire() {
+        let cases = [
+            (r#"{"type":"string","maxLength":300}"#, r#"{"type":"string"}"#),
+            (r#"{"maxLength":3,"type":"string"}"#, r#"{"type":"string"}"#),
+            (r#"{"maxLength":3}"#, r#"{}"#),
+            (r#"{"a":{"maxLength":2},"b":{"x":1,"maxLength": 40 }}"#, r#"{"a":{},"b":{"x":1}}"#),
+            // A property named maxLength (an object, not a number) is kept.
+            (
+                r#"{"properties":{"maxLength":{"type":"string"}}}"#,
+                r#"{"properties":{"maxLength":{"type":"string"}}}"#,
+            ),
+            (r#"{"enum":["\"maxLength\":5"]}"#, r#"{"enum":["\"maxLength\":5"]}"#),
+        ];
+        for (given, want) in cases {
+            let got = without_length_bounds(given);
+            assert_eq!(got, want, "{given}");
+            serde_json::from_str::<serde_json::Value>(&got).unwrap();
+        }
+    }
+
+    #[test]
     fn response_format_carries_the_schema_in_order() {
         use halyard_proto::{ChatMessage, JobKey, ModelRef, OutputSchema, Sampling};
         let model = HttpModelSpec {
@@ -730,6 +795,14 @@ mod tests {
             (v["model"].as_str(), v["messages"][0]["content"].as_str()),
             (Some("m"), Some("q"))
         );
+        // The length bound stays in the job (its identity) but not on the wire.
+        let bounded = schema.replace(
+            r#""reasoning":{"type":"string"}"#,
+            r#""reasoning":{"type":"string","maxLength":300}"#,
+        );
+        let s = OutputSchema { name: "hypotermqa_acceptance".into(), schema: bounded };
+        let text = request_json(&job(Some(s)), &model).unwrap().get().to_owned();
+        assert!(text.contains(&want), "{text}");
         let bad = OutputSchema { name: "x".into(), schema: "{nope".into() };
         let e = request_json(&job(Some(bad)), &model).unwrap_err();
         assert!(e.is_permanent() && e.message.contains("not JSON"), "{}", e.message);
