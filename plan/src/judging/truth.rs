@@ -638,7 +638,8 @@ mod tests {
         assert!((est(&a.error_rate) - 12.0 / 180.0).abs() < 1e-12);
         // Wilson (1927) score interval of 12/180 by hand: p̂ = 1/15, z = 1.959964,
         // centre (p̂ + z²/360)/(1 + z²/180) = 0.075722, half-width 0.037177: 3.85%–11.29%
-        // (R's prop.test(12, 180, correct = FALSE) is this interval).
+        // statsmodels 0.15.0, proportion_confint(12, 180, method="wilson"), gives
+        // (0.0385440749, 0.1128986899).
         let (lo, hi) = bounds(&a.error_rate);
         assert!((lo - 0.038544).abs() < 1e-5 && (hi - 0.112899).abs() < 1e-5, "{lo} {hi}");
         let hyp = a.groups.iter().find(|g| g.group == "hypothetical").unwrap();
