@@ -73,7 +73,7 @@ mod tests {
     use halyard_plan::planner::Effect;
     use halyard_plan::store::{Intake, ItemKey, JobMeta, LabelStore, MemStore, RunStore};
     use halyard_proto::stored::encode_result;
-    use halyard_proto::{Completion, JobId, Outcome, StoredResult, Usage};
+    use halyard_proto::{Completion, Failure, FailureKind, JobId, Outcome, StoredResult, Usage};
 
     use crate::state::RunDb;
 
@@ -113,8 +113,17 @@ mod tests {
             logprobs: None,
             refusal: false,
         };
-        let s =
-            StoredResult { outcome: Outcome::Done(c), deliveries: 1, cached: n.is_multiple_of(2) };
+        // Some dead letters, for the requeue.
+        let outcome = if n.is_multiple_of(5) {
+            Outcome::Failed(Failure {
+                kind: FailureKind::Permanent,
+                error: format!("HTTP 400: {n}"),
+                http_status: Some(400),
+            })
+        } else {
+            Outcome::Done(c)
+        };
+        let s = StoredResult { outcome, deliveries: 1, cached: n.is_multiple_of(2) };
         encode_result(&s).unwrap()
     }
 
@@ -183,13 +192,18 @@ mod tests {
     /// Issue 32: the run state on disk behaves as its in-memory twin, which the planner's
     /// tests rely on: the same random commits (repeated keys within and across commits,
     /// holds and unholds), the store reopened after each, the same answer to every read.
+    /// Issue 50: also after a crash after each step (a copy of the files of the open
+    /// store), after a compaction every seventh step and after the dead letters are put
+    /// back every eleventh (some results are failures).
     #[test]
     fn the_run_state_equals_its_in_memory_twin() {
+        let mut requeued = 0;
         for seed in 1..=4u64 {
             let mut r = Rng(seed);
-            let dir = tempfile::tempdir().unwrap();
+            let run = tempfile::tempdir().unwrap();
+            let state = run.path().join("state");
             let mut twin = MemStore::default();
-            let mut db = RunDb::open(dir.path()).unwrap();
+            let mut db = RunDb::open(&state).unwrap();
             for step in 0..40 {
                 let effects: Vec<Effect> = (0..r.below(12)).map(|_| effect(&mut r)).collect();
                 twin.commit(&effects).unwrap();
@@ -199,16 +213,57 @@ mod tests {
                     reads(&twin, &twin, false),
                     "seed {seed}, step {step}, after {effects:?}"
                 );
+                // A crash after this step: the store's files as a killed process leaves
+                // them (what it wrote is in the files; no close, no compaction), opened
+                // from a copy while the store stays open. Its memtables (8 MiB) never
+                // fill here, so no flush runs while it is copied.
+                let crashed = tempfile::tempdir().unwrap();
+                halyard_tests::copy_tree(&state, crashed.path());
+                let after_crash = RunDb::open(crashed.path()).unwrap();
+                assert_eq!(
+                    reads(&after_crash, &after_crash, true),
+                    reads(&twin, &twin, true),
+                    "seed {seed}, step {step}, after a crash"
+                );
+                drop(after_crash);
                 if step % 3 == 2 {
                     drop(db);
-                    db = RunDb::open(dir.path()).unwrap();
+                    db = RunDb::open(&state).unwrap();
                     assert_eq!(
                         reads(&db, &db, true),
                         reads(&twin, &twin, true),
                         "seed {seed}, step {step}, reopened"
                     );
                 }
+                if step % 7 == 6 {
+                    // Compacted as `halyard gc` compacts it (a rewrite into a new engine
+                    // directory, swapped in), then used on.
+                    drop(db);
+                    let c = halyard_store::compact(&state, crate::state::OPTIONS).unwrap();
+                    assert!(c.after > 0, "{c:?}");
+                    db = RunDb::open(&state).unwrap();
+                    assert_eq!(
+                        reads(&db, &db, true),
+                        reads(&twin, &twin, true),
+                        "seed {seed}, step {step}, compacted"
+                    );
+                }
+                if step % 11 == 10 {
+                    // The dead letters put back, as `halyard dead-letters requeue` does.
+                    drop(db);
+                    let put_back = crate::dead_letters::requeue(run.path()).unwrap();
+                    requeued += put_back.jobs.len();
+                    twin.requeue();
+                    db = RunDb::open(&state).unwrap();
+                    assert_eq!(
+                        reads(&db, &db, true),
+                        reads(&twin, &twin, true),
+                        "seed {seed}, step {step}, requeued"
+                    );
+                }
             }
         }
+        // Some of the requeues put dead letters back.
+        assert!(requeued > 0);
     }
 }

@@ -79,6 +79,24 @@ impl MemStore {
     pub fn job_meta(&self, job: &JobId) -> Option<&JobMeta> {
         self.jobs.get(job)
     }
+
+    /// What putting a run's dead letters back (`halyard dead-letters requeue`) does to
+    /// its state, for the run state's model test: with no failed result, nothing; else
+    /// the failed results go, and no item counts as finished any more (the planner finds
+    /// the finished ones again).
+    pub fn requeue(&mut self) {
+        let failed = |job: &JobId, b: &Vec<u8>| {
+            matches!(
+                decode_stored(job, b).map(|s| s.outcome),
+                Ok(halyard_proto::Outcome::Failed(_))
+            )
+        };
+        if !self.results.iter().any(|(job, b)| failed(job, b)) {
+            return;
+        }
+        self.results.retain(|job, b| !failed(job, b));
+        self.done.clear();
+    }
 }
 
 impl RunStore for MemStore {
