@@ -26,6 +26,9 @@ pub struct CliRun {
     pub usage: procs::Usage,
     pub state_bytes: u64,
     pub checkpoint_bytes: u64,
+    /// The most the run state and the checkpoint held on disk together while the run went
+    /// (sampled every 100 ms), before their compaction at its end.
+    pub peak_store_bytes: u64,
 }
 
 #[allow(clippy::too_many_arguments)] // the bench's command-line knobs, passed through
@@ -59,23 +62,37 @@ pub fn run(
     // Sampled from /proc while it runs: wait4's figures would fold in its nats-server's.
     let pid = child.id();
     let done = Arc::new(AtomicBool::new(false));
+    let run_dir = out.join("noop-bench");
     let sampler = {
         let done = done.clone();
+        let run_dir = run_dir.clone();
         std::thread::spawn(move || {
             let mut last = procs::Usage::default();
+            let mut peak_store = 0u64;
+            let mut tick = 0u64;
             while !done.load(Ordering::Relaxed) {
                 if let (Some(rss), Some(cpu)) = (procs::peak_rss(pid), procs::cpu_seconds(pid)) {
                     last = procs::Usage { max_rss: rss, cpu_s: cpu };
                 }
+                // The stores' room while the run goes (a walk of two directories, every
+                // fifth sample); a file removed mid-walk counts as nothing.
+                if tick.is_multiple_of(5) {
+                    let now: u64 = ["state", "checkpoint"]
+                        .iter()
+                        .map(|s| procs::disk_bytes(&run_dir.join(s)).unwrap_or(0))
+                        .sum();
+                    peak_store = peak_store.max(now);
+                }
+                tick += 1;
                 std::thread::sleep(Duration::from_millis(20));
             }
-            last
+            (last, peak_store)
         })
     };
     let (status, _) = procs::reap(child)?;
     let secs = started.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
-    let usage = sampler.join().unwrap_or_default();
+    let (usage, peak_store_bytes) = sampler.join().unwrap_or_default();
     drop(nats);
     if !status.success() {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -86,7 +103,6 @@ pub fn run(
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         );
     }
-    let run_dir = out.join("noop-bench");
     e2e::check_report(&run_dir.join("report.json"), jobs)?;
     Ok(CliRun {
         job_batch: job_batch.to_string(),
@@ -96,5 +112,6 @@ pub fn run(
         usage,
         state_bytes: procs::disk_bytes(&run_dir.join("state"))?,
         checkpoint_bytes: procs::disk_bytes(&run_dir.join("checkpoint"))?,
+        peak_store_bytes,
     })
 }

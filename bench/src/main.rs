@@ -430,7 +430,7 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     }
     if !cli_runs.is_empty() {
         println!(
-            "\n{:<34} {:>9} {:>7} {:>8} {:>6} {:>9} {:>10} {:>10} {:>9}",
+            "\n{:<34} {:>9} {:>7} {:>8} {:>6} {:>9} {:>10} {:>10} {:>9} {:>13}",
             "halyard run (start-up, report incl.)",
             "jobs",
             "s",
@@ -439,13 +439,14 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             "RSS",
             "CPU µs/job",
             "state B/job",
-            "ckpt B/job"
+            "ckpt B/job",
+            "peak B/job run"
         );
         for r in &cli_runs {
             let jps = rate(r.jobs, r.secs);
             let n = r.jobs.max(1) as f64;
             println!(
-                "{:<34} {:>9} {:>7.2} {:>8} {:>6.2} {:>9} {:>10} {:>10.0} {:>9.0}",
+                "{:<34} {:>9} {:>7.2} {:>8} {:>6.2} {:>9} {:>10} {:>10.0} {:>9.0} {:>13.0}",
                 format!(
                     "{}, job_batch {}",
                     if r.external_nats { "--nats" } else { "embedded" },
@@ -459,6 +460,7 @@ fn bench(cli: &Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
                 per_job(r.usage.cpu_s, r.jobs),
                 r.state_bytes as f64 / n,
                 r.checkpoint_bytes as f64 / n,
+                r.peak_store_bytes as f64 / n,
             );
         }
     }
