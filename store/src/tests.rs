@@ -342,7 +342,7 @@ fn make_probe() -> impl Fn(&Path) -> Result<usize, String> + std::panic::RefUnwi
 
 /// A keyspace that lost its records behind the engine's back (its version file deleted:
 /// the engine then opens it empty) is refused, naming it; so is the store whose journal,
-/// holding the keyspaces' names, went.
+/// holding the keyspaces' names, went. Refused before the engine deletes anything.
 #[test]
 fn a_keyspace_that_lost_its_data_is_refused() {
     let d = tempfile::tempdir().unwrap();
@@ -364,8 +364,15 @@ fn a_keyspace_that_lost_its_data_is_refused() {
         copy_dir(d.path(), d2.path());
         let v = d2.path().join(v.strip_prefix(d.path()).unwrap());
         std::fs::remove_file(&v).unwrap();
+        let keyspace = v.parent().unwrap().to_path_buf();
+        let before = disk_bytes(&keyspace).unwrap();
         let e = open(d2.path(), opts(), &["a", "b"]).err();
         assert!(matches!(e, Some(StoreError::Lost { .. })), "{}: {e:?}", v.display());
+        // Issue 50, item 3: refused before the engine opens it, which would delete a
+        // keyspace directory it cannot place: its files are all still there.
+        assert_eq!(disk_bytes(&keyspace).unwrap(), before, "{}: files deleted", keyspace.display());
+        let shown = e.unwrap().to_string();
+        assert!(shown.contains("still there"), "{shown}");
     }
 }
 
