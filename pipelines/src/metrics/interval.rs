@@ -358,15 +358,16 @@ impl Default for Bootstrap {
 }
 
 /// SplitMix64 (Steele, Lea & Flood 2014): tiny, fast, and trivially re-implemented in the
-/// Python reference, which is what makes the bootstrap checkable bit for bit.
-pub(crate) struct SplitMix64(u64);
+/// Python reference, which is what makes the bootstrap checkable bit for bit. The one
+/// seeded generator of the figures (bootstraps, MACE's starts, permutation tests).
+pub struct SplitMix64(u64);
 
 impl SplitMix64 {
-    pub(crate) fn new(seed: u64) -> Self {
+    pub fn new(seed: u64) -> Self {
         SplitMix64(seed)
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -375,8 +376,13 @@ impl SplitMix64 {
     }
 
     /// An index in `0..n` (multiply-shift; the bias is below 2⁻⁴⁰ for any realistic n).
-    pub(crate) fn below(&mut self, n: usize) -> usize {
+    pub fn below(&mut self, n: usize) -> usize {
         ((self.next_u64() as u128 * n as u128) >> 64) as usize
+    }
+
+    /// A uniform draw in [0, 1) (the top 53 bits).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 }
 

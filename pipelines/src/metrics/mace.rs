@@ -402,23 +402,18 @@ fn check_smoothing(smoothing: f64) -> Result<(), MetricError> {
     }
 }
 
-/// A uniform draw in [0, 1) (the top 53 bits).
-fn uniform(rng: &mut SplitMix64) -> f64 {
-    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-}
-
 /// The tool's random start: (spam, know) weights of every rater, then every rater's ξ.
 fn random_start(d: &Data, rng: &mut SplitMix64) -> Params {
     let know: Vec<f64> = (0..d.raters)
         .map(|_| {
-            let spam = 1.0 + INIT_NOISE * uniform(rng);
-            let know = 1.0 + INIT_NOISE * uniform(rng);
+            let spam = 1.0 + INIT_NOISE * rng.uniform();
+            let know = 1.0 + INIT_NOISE * rng.uniform();
             know / (spam + know)
         })
         .collect();
     let strategy = (0..d.raters)
         .map(|_| {
-            let w: Vec<f64> = (0..d.k).map(|_| 1.0 + INIT_NOISE * uniform(rng)).collect();
+            let w: Vec<f64> = (0..d.k).map(|_| 1.0 + INIT_NOISE * rng.uniform()).collect();
             let total: f64 = w.iter().sum();
             w.iter().map(|x| x / total).collect()
         })

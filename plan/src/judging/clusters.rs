@@ -136,29 +136,18 @@ mod tests {
     //! one that takes the units as independent (Kish 1965, *Survey Sampling*, §5.4).
 
     use halyard_pipelines::metrics::agreement::cohen_kappa_ci;
+    use halyard_pipelines::metrics::interval::SplitMix64;
 
     use super::*;
 
     const QUESTIONS: usize = 400;
     const PER_QUESTION: usize = 4;
 
-    struct Script(u64);
-
-    impl Script {
-        fn uniform(&mut self) -> f64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-        }
-    }
-
     /// Per unit, whether a judge is right (probability 0.8): in a question drawn "shared"
     /// (probability `rho`) every unit has one outcome, otherwise each its own — the
     /// intra-question correlation is `rho`.
     fn outcomes(rho: f64, seed: u64) -> (Vec<bool>, Vec<String>) {
-        let mut s = Script(seed);
+        let mut s = SplitMix64::new(seed);
         let (mut hits, mut items) = (Vec::new(), Vec::new());
         for q in 0..QUESTIONS {
             let shared = s.uniform() < rho;
@@ -209,7 +198,7 @@ mod tests {
     #[test]
     fn kappa_interval_widens_by_the_design_effect() {
         let cfg = Bootstrap::default();
-        let mut s = Script(9);
+        let mut s = SplitMix64::new(9);
         let (mut a, mut b, mut items) = (Vec::new(), Vec::new(), Vec::new());
         for q in 0..QUESTIONS {
             let label = usize::from(s.uniform() < 0.4);

@@ -804,29 +804,11 @@ pub fn analyse(benchmark: usize, j: &Judged, human: &HumanLabels) -> JudgeReport
 
 #[cfg(test)]
 mod tests {
-    use halyard_pipelines::common::ModelSpec;
-    use halyard_proto::ModelRef;
 
     use super::*;
     use crate::judging::Unit;
 
-    fn spec(name: &str) -> ModelSpec {
-        ModelSpec {
-            name: name.into(),
-            model_ref: ModelRef {
-                backend: "openai".into(),
-                endpoint: "http://x".into(),
-                model: name.into(),
-            },
-            pool: name.into(),
-            api_key_env: None,
-            temperature: 0.0,
-            max_tokens: None,
-            seed: None,
-            timeout_ms: 1000,
-            structured_output: false,
-        }
-    }
+    use crate::judging::test_spec as spec;
 
     fn unit(item: usize, model: &str, votes: [Option<usize>; 3]) -> Unit {
         Unit {

@@ -251,3 +251,23 @@ pub fn same_model(a: &ModelSpec, b: &ModelSpec) -> bool {
         && a.endpoint == b.endpoint
         && (a.backend == "gguf" || a.model == b.model)
 }
+
+/// A model for unit tests: the OpenAI backend at a dummy endpoint, pool = name.
+#[cfg(test)]
+pub(crate) fn test_spec(name: &str) -> ModelSpec {
+    ModelSpec {
+        name: name.into(),
+        model_ref: halyard_proto::ModelRef {
+            backend: "openai".into(),
+            endpoint: "http://x".into(),
+            model: name.into(),
+        },
+        pool: name.into(),
+        api_key_env: None,
+        temperature: 0.0,
+        max_tokens: None,
+        seed: None,
+        timeout_ms: 1000,
+        structured_output: false,
+    }
+}

@@ -35,7 +35,7 @@
 use std::collections::HashMap;
 
 use halyard_pipelines::common::ModelSpec;
-use halyard_pipelines::metrics::interval::{bootstrap_clustered, Bootstrap};
+use halyard_pipelines::metrics::interval::{bootstrap_clustered, Bootstrap, SplitMix64};
 use serde::{Deserialize, Serialize};
 
 use super::figures::Figure;
@@ -229,30 +229,13 @@ fn difference(rows: &[Row], flags: &[bool], idx: &[usize]) -> Option<f64> {
     Some(own.excess()? - other.excess()?)
 }
 
-/// SplitMix64 (Steele, Lea & Flood 2014), for the permutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        ((self.next() as u128 * n as u128) >> 64) as usize
-    }
-}
-
 /// Two-sided permutation p-value of the own/elsewhere difference: the own flags shuffled
 /// within each cluster. `None` when the observed difference is undefined.
 fn permutation_p(rows: &[Row], clusters: &[Vec<usize>], cfg: Bootstrap) -> Option<f64> {
     let flags: Vec<bool> = rows.iter().map(|r| r.own).collect();
     let all: Vec<usize> = (0..rows.len()).collect();
     let observed = difference(rows, &flags, &all)?.abs();
-    let mut rng = Rng(cfg.seed ^ 0x5E1F_0000_0000_0045);
+    let mut rng = SplitMix64::new(cfg.seed ^ 0x5E1F_0000_0000_0045);
     let mut shuffled = flags.clone();
     let (mut reached, mut valid) = (0u64, 0u64);
     for _ in 0..PERMUTATIONS {
@@ -389,9 +372,6 @@ mod tests {
     //! excess of a judge follows from the script's probabilities alone (worked out at each
     //! test), and the figures must find it.
 
-    use halyard_pipelines::common::ModelSpec;
-    use halyard_proto::ModelRef;
-
     use super::*;
     use crate::judging::{Unit, UnitKey, Verdict};
 
@@ -403,34 +383,18 @@ mod tests {
     const FAV: usize = 0;
     const UNFAV: usize = 1;
 
-    fn spec(name: &str) -> ModelSpec {
-        ModelSpec {
-            name: name.into(),
-            model_ref: ModelRef {
-                backend: "openai".into(),
-                endpoint: "http://x".into(),
-                model: name.into(),
-            },
-            pool: name.into(),
-            api_key_env: None,
-            temperature: 0.0,
-            max_tokens: None,
-            seed: None,
-            timeout_ms: 1000,
-            structured_output: false,
-        }
-    }
+    use crate::judging::test_spec as spec;
 
-    /// The scripts' own generator (SplitMix64, seeded per test).
-    struct Script(u64);
+    /// The scripts' own draws (SplitMix64, seeded per test).
+    struct Script(SplitMix64);
 
     impl Script {
+        fn new(seed: u64) -> Script {
+            Script(SplitMix64::new(seed))
+        }
+
         fn uniform(&mut self) -> f64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+            self.0.uniform()
         }
 
         fn honest(&mut self, truth: usize) -> usize {
@@ -486,7 +450,7 @@ mod tests {
     /// P(a ≠ b)·½ + q·P(a = b = unfavourable) = 2·0.1·0.9·½ + q·(0.3·0.9² + 0.7·0.1²)
     /// = 0.09 + 0.25·q; on other answers 0 (the coin matches a disagreeing pair's ½).
     fn three(lean: Lean, q: f64, seed: u64) -> Judged {
-        let mut s = Script(seed);
+        let mut s = Script::new(seed);
         let mut units = Vec::new();
         for i in 0..QUESTIONS {
             for m in ["a", "b", "c"] {
@@ -631,7 +595,7 @@ mod tests {
     /// favourable with probability q. Designed excess on a leaned answer:
     /// q·P(a unfavourable) = q·(0.3·0.9 + 0.7·0.1) = 0.34·q.
     fn two(lean: Lean, q: f64, seed: u64) -> Judged {
-        let mut s = Script(seed);
+        let mut s = Script::new(seed);
         let mut units = Vec::new();
         for i in 0..QUESTIONS {
             for m in ["m1", "m2", "c"] {
@@ -670,7 +634,7 @@ mod tests {
     /// is that model, so there is nothing to compare, and the row says why.
     #[test]
     fn no_comparison_elsewhere_is_named() {
-        let mut s = Script(3);
+        let mut s = Script::new(3);
         let mut units = Vec::new();
         for i in 0..20 {
             for m in ["a", "c"] {

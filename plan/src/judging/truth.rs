@@ -387,30 +387,12 @@ pub fn pairwise_disagreement(
 
 #[cfg(test)]
 mod tests {
-    use halyard_pipelines::common::ModelSpec;
-    use halyard_proto::ModelRef;
 
     use super::*;
     use crate::judging::figures::{analyse, Figure, VsHuman};
     use crate::judging::{HumanLabels, Judged, Ruled, Unit, Verdict};
 
-    fn spec(name: &str) -> ModelSpec {
-        ModelSpec {
-            name: name.into(),
-            model_ref: ModelRef {
-                backend: "openai".into(),
-                endpoint: "http://x".into(),
-                model: name.into(),
-            },
-            pool: name.into(),
-            api_key_env: None,
-            temperature: 0.0,
-            max_tokens: None,
-            seed: None,
-            timeout_ms: 1000,
-            structured_output: false,
-        }
-    }
+    use crate::judging::test_spec as spec;
 
     fn key(item: usize, model: &str) -> UnitKey {
         UnitKey { item: item.to_string(), model: model.into(), part: None }
