@@ -666,12 +666,17 @@ fn pull_policy(image: &str) -> &'static str {
 
 const STATE_PVC_NOTE: &str = "The coordinator's state and report (--out /var/lib/halyard/runs): a new pod resumes the run from it; deleting it starts over. ReadWriteOnce: after a node loss it may stay attached to the lost node until Kubernetes detaches it (docs/src/operations/recovering.md).";
 
-fn state_pvc() -> Value {
+/// A ReadWriteOnce claim in the cluster's default storage class.
+fn rwo_pvc(name: &str, component: &str, size: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": meta("halyard-coordinator-state", "coordinator"),
-        "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "5Gi" } } }
+        "metadata": meta(name, component),
+        "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": size } } }
     })
+}
+
+fn state_pvc() -> Value {
+    rwo_pvc("halyard-coordinator-state", "coordinator", "5Gi")
 }
 
 const VOLUMES_NOTE: &str = "The run's volumes, applied once before the overlay (`kubectl apply -k volumes`) and NOT part of it: `kubectl delete -k` of the overlay leaves them (the run state, the datasets, the weights). Delete them on purpose: `kubectl delete -k volumes`.";
@@ -699,21 +704,13 @@ fn sub_kustomization(note: &str, files: &[String]) -> String {
 const DATASETS_PVC_NOTE: &str = "The datasets the coordinator reads (mounted at /halyard/datasets; the sweep's ../datasets/… paths land there). A volume, not a ConfigMap: a ConfigMap holds at most 1 MiB, about 750 HypoTermQA items. Fill it once with datasets-loader.yaml (see kustomization.yaml).";
 
 fn datasets_pvc() -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": meta("halyard-datasets", "datasets"),
-        "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "1Gi" } } }
-    })
+    rwo_pvc("halyard-datasets", "datasets", "1Gi")
 }
 
 const MODELS_PVC_NOTE: &str = "The local model files (gguf files, embedding folders, a managed server's weights), mounted read-only at /halyard/models by the workers of local pools (and by the coordinator only when a gguf model has no `identity`). ReadWriteOnce in the cluster's default storage class, which every managed cluster provisions (block storage): every pod that mounts it runs on the node it is attached to, so the GPU pools scale within that node's GPUs. To spread them over nodes, give a class that offers ReadOnlyMany or ReadWriteMany (storageClassName, e.g. a file store; docs/src/operations/kubernetes.md, \"The models volume\"). Filled once through models-loader.yaml; no Halyard process downloads weights.";
 
 fn models_pvc() -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": meta("halyard-models", "models"),
-        "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "64Gi" } } }
-    })
+    rwo_pvc("halyard-models", "models", "64Gi")
 }
 
 /// The one-off pod that fills halyard-models: the server's image (it has the

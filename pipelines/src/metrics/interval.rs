@@ -446,7 +446,22 @@ pub(crate) fn percentile_bootstrap(
         what: "bootstrapped figure",
         reason: "undefined on the items themselves",
     })?;
-    let mut reps = resampled(n, cfg, stat);
+    let reps = resampled(n, cfg, stat);
+    let few = (n == 1).then_some(NotEstimable::FewerThanTwoItems);
+    let (interval, reps) = percentile_interval(estimate, reps, few, cfg)?;
+    Ok((Interval { method, n: n as u64, ..interval }, reps))
+}
+
+/// The percentile interval of the resampled figures `reps` around `estimate`, and `reps`
+/// sorted; not estimable with `few` (too few items or clusters to resample) or when the
+/// quantiles coincide (a collapsed interval is not an estimate of precision, issue 29).
+/// The caller sets `method`, `n` and `clusters`.
+fn percentile_interval(
+    estimate: f64,
+    mut reps: Vec<f64>,
+    few: Option<NotEstimable>,
+    cfg: Bootstrap,
+) -> Result<(Interval, Vec<f64>), MetricError> {
     if reps.is_empty() {
         return Err(MetricError::Undefined {
             what: "bootstrap interval",
@@ -456,11 +471,10 @@ pub(crate) fn percentile_bootstrap(
     reps.sort_by(f64::total_cmp);
     let alpha = 1.0 - LEVEL;
     let (low, high) = (quantile(&reps, alpha / 2.0), quantile(&reps, 1.0 - alpha / 2.0));
-    // A collapsed interval is not an estimate of precision (issue 29).
     let why = if low < high {
         None
-    } else if n == 1 {
-        Some(NotEstimable::FewerThanTwoItems)
+    } else if few.is_some() {
+        few
     } else if reps[0] == reps[reps.len() - 1] {
         Some(NotEstimable::EveryResampleGives(reps[0]))
     } else {
@@ -471,8 +485,8 @@ pub(crate) fn percentile_bootstrap(
         low: why.is_none().then_some(low),
         high: why.is_none().then_some(high),
         level: LEVEL,
-        method,
-        n: n as u64,
+        method: CiMethod::Bootstrap,
+        n: 0,
         resamples: Some(reps.len() as u32),
         seed: Some(cfg.seed),
         not_estimable: why,
@@ -531,35 +545,13 @@ pub fn bootstrap_clustered(
             reps.push(v);
         }
     }
-    if reps.is_empty() {
-        return Err(MetricError::Undefined {
-            what: "bootstrap interval",
-            reason: "the figure is undefined on every resample",
-        });
-    }
-    reps.sort_by(f64::total_cmp);
-    let alpha = 1.0 - LEVEL;
-    let (low, high) = (quantile(&reps, alpha / 2.0), quantile(&reps, 1.0 - alpha / 2.0));
-    let why = if low < high {
-        None
-    } else if c == 1 {
-        Some(NotEstimable::FewerThanTwoClusters)
-    } else if reps[0] == reps[reps.len() - 1] {
-        Some(NotEstimable::EveryResampleGives(reps[0]))
-    } else {
-        Some(NotEstimable::QuantilesCoincide)
-    };
+    let few = (c == 1).then_some(NotEstimable::FewerThanTwoClusters);
+    let (interval, _) = percentile_interval(estimate, reps, few, cfg)?;
     Ok(Interval {
-        estimate,
-        low: why.is_none().then_some(low),
-        high: why.is_none().then_some(high),
-        level: LEVEL,
         method: CiMethod::ClusterBootstrap,
         n: all.len() as u64,
-        resamples: Some(reps.len() as u32),
-        seed: Some(cfg.seed),
-        not_estimable: why,
         clusters: Some(c as u64),
+        ..interval
     })
 }
 
