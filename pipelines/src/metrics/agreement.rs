@@ -394,6 +394,20 @@ pub fn krippendorff_alpha_ci(r: &Ratings, cfg: Bootstrap) -> Result<Interval, Me
     bootstrap_by(counts.len(), cfg, |idx| alpha_from_counts(&counts, idx))
 }
 
+/// The ratings are whole and `truth` is one label (or none) per rated item, each below
+/// the number of categories.
+fn check_truth(r: &Ratings, truth: &[Option<usize>]) -> Result<(), MetricError> {
+    r.check()?;
+    if truth.len() != r.items.len() {
+        return Err(MetricError::LengthMismatch {
+            what: "truth labels vs rated items",
+            left: truth.len(),
+            right: r.items.len(),
+        });
+    }
+    check_categories("truth label", r.categories, truth.iter().flatten().copied())
+}
+
 /// Correlation of raters' errors against a reference: for each pair of raters, the phi
 /// (Pearson) correlation of their error indicators (rated != truth) over items where both
 /// rated and truth known; None where undefined (a rater with no variation in errors).
@@ -407,15 +421,7 @@ pub fn error_correlations(
     r: &Ratings,
     truth: &[Option<usize>],
 ) -> Result<Vec<Vec<Option<f64>>>, MetricError> {
-    r.check()?;
-    if truth.len() != r.items.len() {
-        return Err(MetricError::LengthMismatch {
-            what: "truth labels vs rated items",
-            left: truth.len(),
-            right: r.items.len(),
-        });
-    }
-    check_categories("truth label", r.categories, truth.iter().flatten().copied())?;
+    check_truth(r, truth)?;
     // errors[j][i]: Some(rater j erred on item i), None where unrated or truth unknown.
     let m = r.raters();
     let errors: Vec<Vec<Option<bool>>> = (0..m)
@@ -615,15 +621,7 @@ pub fn independent_panel_accuracy(
     r: &Ratings,
     truth: &[Option<usize>],
 ) -> Result<PanelVsIndependence, MetricError> {
-    r.check()?;
-    if truth.len() != r.items.len() {
-        return Err(MetricError::LengthMismatch {
-            what: "truth labels vs rated items",
-            left: truth.len(),
-            right: r.items.len(),
-        });
-    }
-    check_categories("truth label", r.categories, truth.iter().flatten().copied())?;
+    check_truth(r, truth)?;
     let (k, m) = (r.categories, r.raters());
     let mut per_class = vec![0u64; k];
     let mut counts = vec![vec![vec![0u64; k + 1]; k]; m];

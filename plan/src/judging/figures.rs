@@ -151,6 +151,19 @@ pub struct MaceSummary {
     pub config: MaceConfig,
 }
 
+impl MaceSummary {
+    /// How `fit` went, fitted with `config`.
+    pub fn of(fit: &halyard_pipelines::metrics::mace::MaceResult, config: MaceConfig) -> Self {
+        MaceSummary {
+            converged: fit.converged,
+            iterations: fit.iterations,
+            restarts: fit.restarts,
+            log_likelihood: fit.log_likelihood,
+            config,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PanelFigures {
     pub verdict: Verdict,
@@ -351,13 +364,7 @@ pub fn verdicts(j: &Judged) -> PanelVerdicts {
             let rows: Vec<Vec<Option<usize>>> = j.units.iter().map(|u| u.votes.clone()).collect();
             match Ratings::new(k, rows).and_then(|r| mace(&r, cfg)) {
                 Ok(m) => {
-                    let summary = MaceSummary {
-                        converged: m.converged,
-                        iterations: m.iterations,
-                        restarts: m.restarts,
-                        log_likelihood: m.log_likelihood,
-                        config: cfg,
-                    };
+                    let summary = MaceSummary::of(&m, cfg);
                     PanelVerdicts { labels: m.labels, ties: 0, mace: Some((m.competence, summary)) }
                 }
                 // No unit judged at all: no verdict anywhere.

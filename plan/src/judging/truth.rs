@@ -219,13 +219,7 @@ pub fn human_truth(
                 out.labels[u] = *label;
             }
         }
-        let summary = MaceSummary {
-            converged: m.converged,
-            iterations: m.iterations,
-            restarts: m.restarts,
-            log_likelihood: m.log_likelihood,
-            config: cfg,
-        };
+        let summary = MaceSummary::of(&m, cfg);
         out.mace = Some((names.into_iter().zip(m.competence).collect(), summary));
     }
     out
