@@ -20,7 +20,6 @@
 
 pub mod machine;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,6 +34,7 @@ use tracing::{debug, info, warn};
 pub use machine::{Change, Failure, Machine, Verdict};
 
 use crate::quota::membership::{self, Announcement};
+pub use crate::stats::health::{PoolHealthStat, PoolHealthStats};
 use crate::Stats;
 
 /// What this worker tells the others and the bucket after a change it saw.
@@ -418,71 +418,6 @@ async fn publish(h: Arc<PoolHealth>, out: Outlet) {
         if stopping {
             break;
         }
-    }
-}
-
-/// Each pool's health in this worker, for `/metrics`.
-#[derive(Default, Debug)]
-pub struct PoolHealthStats {
-    pools: Mutex<BTreeMap<String, PoolHealthStat>>,
-}
-
-/// One pool's health as `/metrics` shows it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PoolHealthStat {
-    /// Why the pool is paused (None: up).
-    pub paused: Option<OutageReason>,
-    /// The reason of the current or last pause.
-    pub last_reason: Option<OutageReason>,
-    /// Time paused so far, the current pause included (as of the snapshot).
-    pub outage: Duration,
-    /// Pauses seen (begun here or announced by other workers).
-    pub pauses: u64,
-    since: Option<Instant>,
-}
-
-impl PoolHealthStats {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, PoolHealthStat>> {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn register(&self, pool: &str) {
-        self.lock().entry(pool.to_string()).or_default();
-    }
-
-    fn paused(&self, pool: &str, reason: OutageReason) {
-        let mut m = self.lock();
-        let s = m.entry(pool.to_string()).or_default();
-        s.paused = Some(reason);
-        s.last_reason = Some(reason);
-        s.pauses += 1;
-        s.since = Some(Instant::now());
-    }
-
-    fn resumed(&self, pool: &str, down_for: Duration) {
-        let mut m = self.lock();
-        let s = m.entry(pool.to_string()).or_default();
-        s.paused = None;
-        s.since = None;
-        s.outage += down_for;
-    }
-
-    fn last_reason(&self, pool: &str) -> Option<OutageReason> {
-        self.lock().get(pool).and_then(|s| s.last_reason)
-    }
-
-    /// Every pool this worker serves, with the current pause counted into `outage`.
-    pub fn snapshot(&self) -> Vec<(String, PoolHealthStat)> {
-        self.lock()
-            .iter()
-            .map(|(p, s)| {
-                let mut s = s.clone();
-                if let Some(t) = s.since {
-                    s.outage += t.elapsed();
-                }
-                (p.clone(), s)
-            })
-            .collect()
     }
 }
 

@@ -40,7 +40,8 @@
 
 pub mod placement;
 pub mod process;
-pub mod stats;
+/// Each managed server as `/metrics` shows it (kept with the other counters).
+pub use crate::stats::server as stats;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
