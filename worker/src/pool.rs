@@ -23,7 +23,8 @@ use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State};
 use crate::message::{Fate, JobMsg};
 use crate::outbox::Outbox;
 use crate::retry::RetryPolicy;
-use crate::{Checkpoint, Stats};
+use crate::checkpoint::Checkpoint;
+use crate::stats::Stats;
 
 pub(crate) struct PoolCtx {
     pub checkpoint: Checkpoint,

@@ -69,7 +69,7 @@ pub struct Call<'a> {
     pub health: Option<&'a PoolHealth>,
     /// This call is the pool's probe: it goes out although the pool is paused.
     pub probe: bool,
-    pub stats: &'a crate::Stats,
+    pub stats: &'a crate::stats::Stats,
     pub job: &'a Job,
     pub policy: RetryPolicy,
     pub attempts: &'a Attempts,

@@ -30,7 +30,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 
 use super::CallError;
-use crate::Checkpoint;
+use crate::checkpoint::Checkpoint;
 
 pub use halyard_proto::pool::{ReplaySource, ReplaySpec};
 

@@ -15,7 +15,7 @@
 //!   and resumes together, and written to the KV bucket
 //!   [`halyard_proto::subjects::POOL_HEALTH_BUCKET`] as a [`PoolHealthRecord`] for the
 //!   coordinator and `halyard status`.
-//! - [`crate::Stats`] keeps each pool's state for `/metrics`
+//! - [`crate::stats::Stats`] keeps each pool's state for `/metrics`
 //!   (`halyard_pool_paused{pool,reason}`, outage seconds).
 
 pub mod machine;
@@ -35,7 +35,7 @@ pub use machine::{Change, Failure, Machine, Verdict};
 
 use crate::quota::membership::{self, Announcement};
 pub use crate::stats::health::{PoolHealthStat, PoolHealthStats};
-use crate::Stats;
+use crate::stats::Stats;
 
 /// What this worker tells the others and the bucket after a change it saw.
 #[derive(Clone, Debug)]

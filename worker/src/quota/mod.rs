@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::backend::{CallError, ErrorClass};
-use crate::Stats;
+use crate::stats::Stats;
 pub use limiter::PoolLimiter;
 use membership::{Announcement, Membership};
 

@@ -35,7 +35,7 @@
 //!
 //! Calls ([`Servers::call`]) go to a ready server of the job's model (round robin over
 //! the model's GPU sets) through the worker's OpenAI-compatible HTTP client. Each
-//! server's state, restarts, GPU set, ready time and version are in [`crate::Stats`]
+//! server's state, restarts, GPU set, ready time and version are in [`crate::stats::Stats`]
 //! (`servers`) for `/metrics` and the worker's heartbeat (`halyard status`).
 
 pub mod placement;
@@ -61,7 +61,7 @@ pub use stats::{ServerStat, ServerState, ServerStats};
 
 use crate::backend::{openai::OpenAi, CallError};
 use crate::health::{Failure, PoolHealth};
-use crate::Stats;
+use crate::stats::Stats;
 use process::Proc;
 
 /// How long a server gets to exit after SIGTERM before its group is killed.

@@ -1,5 +1,5 @@
 //! Each pool's endpoint health as `/metrics` shows it (the pause itself is decided in
-//! [`crate::health`]).
+//! `health`).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
