@@ -14,15 +14,17 @@
 //! - [`health`]: each pool's endpoint health: an outage pauses the pool across all its
 //!   workers (no fetching, held jobs handed back, one probe), an answer resumes it.
 //! - [`budget`]: delivery budgets that outages, cool-downs and shutdowns do not spend.
-//! - `calling`: one job's call inside its delivery (retries, in-progress acks, pauses).
 //! - `message`: a job message (one job or a batch) and how it settles.
 //! - [`failpoint`]: crash points between the durability steps, armed by an environment
 //!   variable, for crash tests.
 //! - [`quota`]: pool quotas (requests and tokens per minute) shared by all the
 //!   pool's workers through a KV membership, with pool-wide cool-downs on 429.
-//! - `pool`: the fetch loop of one pool and the effects of the state machine.
-//! - `admit`: the receiving half: job messages decoded item by item and each job checked
-//!   against the worker's plan before anything else happens.
+//! - `pool`: the fetch loop of one pool; it hands each message to its delivery.
+//! - `delivery`: one delivery of a job message: the [`lifecycle`] machine and the IO
+//!   that carries out its effects. Inside it, `delivery::admit` is the receiving half
+//!   (job messages decoded item by item and each job checked against the worker's plan
+//!   before anything else happens), `delivery::calling` one job's call (retries,
+//!   in-progress acks, pauses) and `delivery::ctx` what every delivery shares.
 //!
 //! ## What a worker runs
 //! Only its operator's configuration, the [`WorkerConfig::plan`]
@@ -35,7 +37,7 @@
 //!
 //! ## The life of a job in a worker
 //! 1. Fetch as many jobs as the pool has free slots (`max_concurrency`); decode and
-//!    check each job of a message on its own (`admit`).
+//!    check each job of a message on its own (`delivery::admit`).
 //! 2. If the checkpoint holds the job's result, publish it and ack: no model call.
 //! 3. Otherwise call the backend (retrying transient failures, honouring `Retry-After`,
 //!    sending in-progress acks while the call runs longer than a third of `ack_wait`).
@@ -65,13 +67,12 @@
 //! worker picks them up. A job holding a paused pool's probe is handed back at once.
 //! The checkpoint is flushed last.
 
-mod admit;
 pub mod backend;
 pub mod batch;
 pub mod budget;
-mod calling;
 pub mod checkpoint;
 pub mod config_file;
+mod delivery;
 pub mod failpoint;
 pub mod health;
 pub mod lifecycle;
@@ -302,7 +303,7 @@ async fn start(
     failpoints: Arc<failpoint::Failpoints>,
     joined: &mut Joined,
     (stop_rx, hard_rx): (watch::Receiver<bool>, watch::Receiver<bool>),
-) -> Result<(Arc<pool::PoolCtx>, tokio::task::JoinSet<()>), WorkerError> {
+) -> Result<(Arc<delivery::PoolCtx>, tokio::task::JoinSet<()>), WorkerError> {
     // What needs no broker first: the models load and the managed servers start while
     // the broker may not be shaped yet (a worker deployed before any coordinator waits
     // for the streams below, and a server that takes minutes to load is ready by then).
@@ -368,7 +369,7 @@ async fn start(
     )
     .await
     .map_err(WorkerError::Backend)?;
-    let ctx = Arc::new(pool::PoolCtx {
+    let ctx = Arc::new(delivery::PoolCtx {
         batches,
         checkpoint: checkpoint.clone(),
         backends,
@@ -376,7 +377,7 @@ async fn start(
         worker_id: config.worker_id.clone(),
         retry: config.retry,
         max_deliver: config.delivery.max_deliver.max(1) as u64,
-        ack_wait_ms: std::sync::atomic::AtomicU64::new(pool::ack_wait_millis(
+        ack_wait_ms: std::sync::atomic::AtomicU64::new(delivery::ack_wait_millis(
             config.delivery.ack_wait,
         )),
         hard_stop: hard_rx,

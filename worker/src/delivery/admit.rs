@@ -21,8 +21,8 @@ use halyard_proto::pool::{Refusal, WorkerPlan};
 use halyard_proto::{Failure, FailureKind, Job, JobItem, Outcome};
 use tracing::warn;
 
+use super::ctx::{publish, PoolCtx};
 use crate::message::{Fate, JobMsg};
-use crate::pool::{publish, PoolCtx};
 
 /// How long a message of another wire version waits before it is offered again.
 pub(crate) const OTHER_VERSION_DELAY: Duration = Duration::from_secs(30);

@@ -18,11 +18,11 @@ use async_nats::jetstream::{self, AckKind};
 use halyard_proto::{Completion, Failure, FailureKind, Job};
 use tracing::{debug, warn};
 
+use super::ctx::PoolCtx;
 use crate::backend::{CallError, ErrorClass};
 use crate::failpoint::Point;
 use crate::health::{PoolHealth, ProbeClaim, ProbeTurn};
 use crate::lifecycle::{Event, Lifecycle};
-use crate::pool::PoolCtx;
 use crate::retry::{Attempts, Call};
 
 pub(crate) enum CallOutcome {
