@@ -70,6 +70,7 @@
 pub mod backend;
 pub mod batch;
 pub mod budget;
+mod call_error;
 pub mod checkpoint;
 pub mod config_file;
 mod delivery;
@@ -81,7 +82,6 @@ mod outbox;
 mod pool;
 pub mod quota;
 pub mod retry;
-pub mod server;
 pub mod stats;
 
 use std::future::Future;
@@ -89,6 +89,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Managed model servers, held by the backends (`backend::server`).
+pub use backend::server;
 pub use checkpoint::Checkpoint;
 use halyard_broker::{Broker, BrokerError, Delivery};
 use halyard_proto::pool::WorkerPlan;

@@ -19,7 +19,7 @@
 //! Joins, leaves and cool-downs are announced on the core subject
 //! `halyard.quota.<pool hex>`, so members react at once; the KV listing, re-read every
 //! heartbeat, is the truth that announcements only hurry along. The same subject carries
-//! every pool's endpoint pauses and resumptions (see `crate::health`), quota or not.
+//! every pool's endpoint pauses and resumptions (see the `health` module), quota or not.
 
 use std::time::Duration;
 

@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::backend::{CallError, ErrorClass};
+use crate::call_error::{CallError, ErrorClass};
 use crate::stats::Stats;
 pub use limiter::PoolLimiter;
 use membership::{Announcement, Membership};

@@ -59,7 +59,8 @@ use tracing::{error, info, warn};
 
 pub use stats::{ServerStat, ServerState, ServerStats};
 
-use crate::backend::{openai::OpenAi, CallError};
+use super::openai::OpenAi;
+use crate::call_error::CallError;
 use crate::health::{Failure, PoolHealth};
 use crate::stats::Stats;
 use process::Proc;
