@@ -13,11 +13,19 @@ use halyard_proto::pool::WorkerPlan;
 use tokio::sync::watch;
 use tracing::info;
 
+use crate::backend;
+use crate::backend::server;
+use crate::batch;
+use crate::budget;
 use crate::checkpoint::{self, Checkpoint};
+use crate::delivery;
+use crate::failpoint;
+use crate::health;
+use crate::outbox;
+use crate::pool;
+use crate::quota;
+use crate::retry;
 use crate::stats::Stats;
-use crate::{
-    backend, batch, budget, delivery, failpoint, health, outbox, pool, quota, retry, server,
-};
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {

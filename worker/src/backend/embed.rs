@@ -12,7 +12,7 @@ use std::time::Instant;
 use halyard_embed::Embedder;
 use halyard_proto::{Completion, Job, Usage};
 
-use super::CallError;
+use crate::call_error::CallError;
 
 /// Sentences computed together (sorted by length, so padding stays small).
 pub const SUB_BATCH: usize = 32;

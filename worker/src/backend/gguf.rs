@@ -61,8 +61,8 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::{mpsc, oneshot};
 
 use super::logits::{logprob_of, sampler_for};
-use super::CallError;
-pub use super::GgufSpec;
+use crate::call_error::CallError;
+pub use halyard_proto::pool::GgufSpec;
 
 /// True when this build can place models on CUDA GPUs.
 pub const GPU_SUPPORT: bool = cfg!(feature = "cuda");

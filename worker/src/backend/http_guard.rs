@@ -16,7 +16,7 @@ use halyard_broker::auth::is_loopback_host;
 use halyard_proto::pool::{WorkerModel, WorkerPlan};
 use halyard_proto::redact;
 
-use super::CallError;
+use crate::call_error::CallError;
 
 /// Default limit of one response body.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 64 << 20;

@@ -14,7 +14,7 @@ use halyard_proto::redact;
 use halyard_proto::{Completion, Job, OutageReason, TokenLogprob, TopLogprob, Usage};
 use serde::Deserialize;
 
-use super::{CallError, ErrorClass};
+use crate::call_error::{CallError, ErrorClass};
 use crate::quota::RateHeaders;
 
 #[derive(Clone)]

@@ -29,7 +29,7 @@ use halyard_proto::{Completion, Job, ModelRef, Usage};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::CallError;
+use crate::call_error::CallError;
 use crate::checkpoint::Checkpoint;
 
 pub use halyard_proto::pool::{ReplaySource, ReplaySpec};
