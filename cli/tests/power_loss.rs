@@ -30,7 +30,7 @@ fn build_shim(dir: &Path) -> PathBuf {
         .args(["-shared", "-fPIC", "-O2", "-o"])
         .arg(&out)
         .arg(&src)
-        .arg("-ldl")
+        .args(["-ldl", "-lpthread"])
         .status()
         .expect("a C compiler (cc) builds the power-loss layer: scripts/setup --tests installs it");
     assert!(status.success(), "cc failed on {}", src.display());

@@ -8,6 +8,7 @@
  * Rust's File::sync_all and sync_data call these two glibc functions. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* One copy at a time: two syncs of one file on two threads must not write one copy
+ * together, nor an older copy land after a newer one. */
+static pthread_mutex_t copying = PTHREAD_MUTEX_INITIALIZER;
+
+static void snapshot_locked(int fd);
+
 static void snapshot(int fd) {
+    pthread_mutex_lock(&copying);
+    snapshot_locked(fd);
+    pthread_mutex_unlock(&copying);
+}
+
+static void snapshot_locked(int fd) {
     const char *root = getenv("HALYARD_POWER_ROOT");
     const char *shadow = getenv("HALYARD_POWER_SHADOW");
     if (!root || !shadow) return;
@@ -34,7 +47,7 @@ static void snapshot(int fd) {
     if (in < 0) abort();
     int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (out < 0) abort();
-    static __thread char buf[1 << 16];
+    static char buf[1 << 16];
     off_t off = 0;
     for (;;) {
         off_t data = lseek(in, off, SEEK_DATA);

@@ -4,13 +4,17 @@
 //!
 //! The engine numbers its writes with one counter (a batch takes the next number under
 //! the journal's lock, and is written to the journal in that order). [`Store::persist`]
-//! reads the next number, syncs the journal, then writes that number to the file
+//! reads the number after the last batch written (the engine's visible number; its
+//! counter is no measure, as its flushes take numbers too), syncs the journal, then writes that number to the file
 //! [`FILE`] in the engine's directory and syncs it: every batch below the number is
-//! durable before the file says so, and every acknowledgement comes after both. An open
-//! compares: the engine, recovered, must hold writes up to the number in the file (its
-//! next number is at least the file's). Fewer means damage cut acknowledged batches from
-//! the journal (the engine's recovery takes any undecodable entry as the journal's end:
-//! `journal`), and the store is refused, named, with what to do.
+//! durable before the file says so, and every acknowledgement comes after both. An open,
+//! before the engine's, compares it with the journals (`journal::check`): the newest
+//! journal's last whole batch must be the one before the number (a flush starts a new
+//! journal, so batches in tables are not looked for there). Less means damage would cut
+//! acknowledged batches from the journal (the engine's recovery takes any undecodable
+//! entry as the journal's end), and the store is refused, named, with what to do. (The
+//! engine's own next number after its recovery is no measure: a compaction drops the
+//! tombstones of a last batch of removals, and with them its number.)
 //!
 //! The file is 16 bytes: the number, and its bitwise complement (both little-endian),
 //! so that a damaged file is told apart from a number. A store without the file (made

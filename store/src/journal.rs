@@ -184,16 +184,40 @@ pub(crate) fn journals(engine: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
 }
 
 /// Refuse the journals of `engine` that the engine's recovery would cut in the middle
-/// (module docs): `Err` says which and where.
-pub(crate) fn check(engine: &Path) -> Result<(), String> {
+/// (module docs), and, given the store's high-water mark `acked` (the engine's next batch
+/// number when its journal was last synced and acknowledged, [`crate::acked`]), an active
+/// journal that lost acknowledged batches: its last whole batch is numbered below
+/// `acked - 1` (a batch is written to the newest journal, and a flush starts a new one,
+/// so an acknowledged batch after the newest journal's last is gone), or it holds no
+/// whole batch but other bytes (damage from its start) while no journal holds batch
+/// `acked - 1`. `Err` says which and where.
+pub(crate) fn check(engine: &Path, acked: Option<u64>) -> Result<(), String> {
     let files = journals(engine).map_err(|e| format!("{}: {e}", engine.display()))?;
     let newest = files.last().map(|(n, _)| *n);
+    let mut highest: Option<u64> = None;
     // The last batch number of the journal before, where the numbers of the files adjoin.
     let mut before: Option<(u64, u64)> = None;
     for (n, path) in &files {
         let s = scan(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let name = path.file_name().unwrap_or_default().to_string_lossy();
-        if Some(*n) != newest {
+        highest = highest.max(s.last);
+        if Some(*n) == newest {
+            if let Some(acked) = acked.filter(|a| *a > 0) {
+                let lost = match s.last {
+                    Some(last) => last + 1 < acked,
+                    None => s.nonzero_after.is_some() && highest.is_none_or(|h| h + 1 < acked),
+                };
+                if lost {
+                    return Err(format!(
+                        "its journal {name} ends at batch {} (byte {}), but batches up to {} had been made durable \
+                         and acknowledged: damage in it would cut them off",
+                        s.last.map_or("none".to_string(), |l| l.to_string()),
+                        s.end,
+                        acked - 1
+                    ));
+                }
+            }
+        } else {
             if let Some(at) = s.nonzero_after {
                 return Err(format!(
                     "its sealed journal {name} is damaged at byte {at} (after {} whole batches): the engine would \

@@ -26,11 +26,10 @@
 //! - migrates, once, a store written by an earlier build (redb, with or without its log,
 //!   or sled: [`migrate`]), with a log line;
 //! - refuses, before the engine opens it, what the engine's open would delete or cut:
-//!   keyspace directories it cannot place (`layout`) and journals damaged before their
-//!   end (`journal`);
-//! - opens the database and the owner's keyspaces (created if missing), and refuses it if
-//!   it holds fewer writes than were acknowledged (the durable high-water mark,
-//!   [`acked`]);
+//!   keyspace directories it cannot place (`layout`), journals damaged before their end,
+//!   and a newest journal that ends before the last acknowledged batch (`journal`, the
+//!   durable high-water mark [`acked`]);
+//! - opens the database and the owner's keyspaces (created if missing);
 //! - guards against a store that silently lost its data ([`mark`]), and against a
 //!   keyspace that did: each keyspace holds a mark of its own, the record
 //!   [`KEYSPACE_MARK`], written when it is created, and the store's mark keyspace names
@@ -183,8 +182,11 @@ impl Store {
     /// then record that they did (the durable high-water mark, [`acked`]): an open that
     /// finds fewer writes refuses the store.
     pub fn persist(&self) -> Result<(), fjall::Error> {
-        // Read before the sync, which waits for every batch numbered below it.
-        let next = self.db.seqno();
+        // Read before the sync, which waits for every batch numbered below it. The visible
+        // number (one past the last batch written to the journal and applied), not the
+        // counter: the engine's flushes take numbers from the counter too, written to no
+        // journal.
+        let next = self.db.visible_seqno();
         self.db.persist(PersistMode::SyncAll)?;
         let mut mark = self.acked.lock().unwrap_or_else(|p| p.into_inner());
         mark.write(&self.engine, next).map_err(fjall::Error::Io)
@@ -247,31 +249,17 @@ fn open_locked(
     migrate::if_needed(dir)?;
     let engine = dir.join(ENGINE_DIR);
     layout::check(&engine).map_err(|reason| StoreError::Lost { dir: dir.to_path_buf(), reason })?;
-    journal::check(&engine).map_err(|reason| StoreError::Damaged {
+    let acked = acked::read(&engine)
+        .map_err(|reason| StoreError::Damaged { dir: dir.to_path_buf(), reason })?;
+    journal::check(&engine, acked).map_err(|reason| StoreError::Lost {
         dir: dir.to_path_buf(),
         reason: format!(
             "{reason}. Nothing was changed: restore the directory from a backup, or move it away to start this \
              store afresh (a checkpoint then pays again for lost calls; a run state restarts the run)"
         ),
     })?;
-    let acked = acked::read(&engine)
-        .map_err(|reason| StoreError::Damaged { dir: dir.to_path_buf(), reason })?;
     let mut store = open_engine(dir, opts)?;
     store.lock = Some(lock);
-    if let Some(acked) = acked {
-        let got = store.db.seqno();
-        if got < acked {
-            return Err(StoreError::Lost {
-                dir: dir.to_path_buf(),
-                reason: format!(
-                    "it opens with its writes up to number {got}, but writes up to number {acked} had been made \
-                     durable and acknowledged: damage in its journal cut them off. Restore the directory from a \
-                     backup, or move it away to start this store afresh (a checkpoint then pays again for lost \
-                     calls; a run state restarts the run)"
-                ),
-            });
-        }
-    }
     let marks = store.engine_keyspace(MARKS)?;
     let marked = marks.contains_key(mark::MARK_KEY).map_err(|e| store.error(e))?;
     mark::guard(dir, marked, || {
