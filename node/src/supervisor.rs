@@ -51,10 +51,17 @@ pub async fn run(
         // first (`halyard_coordinator::run`, step 2) are made before the local worker
         // starts, so the worker never waits for them, nor says it does ("does not exist
         // yet; waiting for a coordinator" read as a fault on a newcomer's terminal). Both
-        // calls are idempotent; the coordinator makes them again.
-        prepare_broker(&broker, &opts.sweep).await?;
-        let dir = opts.checkpoint.clone().unwrap_or_else(|| run_dir.join("checkpoint"));
-        local = Some(LocalWorker::start(&broker, &opts, dir).await?);
+        // calls are idempotent; the coordinator makes them again. They wait for
+        // JetStream: a stop meanwhile starts no worker, and the coordinator, seeing the
+        // stop as it starts, ends the run as interrupted (resumable), as it would have.
+        let prepared = tokio::select! {
+            r = prepare_broker(&broker, &opts.sweep) => Some(r?),
+            _ = until(shutdown.clone()) => None,
+        };
+        if prepared.is_some() {
+            let dir = opts.checkpoint.clone().unwrap_or_else(|| run_dir.join("checkpoint"));
+            local = Some(LocalWorker::start(&broker, &opts, dir).await?);
+        }
     }
     let stats: Vec<(String, Arc<Stats>)> = local.iter().map(|w| w.stats.clone()).collect();
     let metrics = Metrics { addr: opts.metrics.as_deref(), default: None };
