@@ -127,7 +127,13 @@ fn gc_killed_mid_compaction_loses_nothing() {
     let started = std::time::Instant::now();
     let gc = halyard().args(["gc", timed.to_str().unwrap()]).output().unwrap();
     let length = started.elapsed();
-    assert!(gc.status.success(), "{}", String::from_utf8_lossy(&gc.stderr));
+    assert!(
+        gc.status.success(),
+        "{:?}: {}{}",
+        gc.status,
+        String::from_utf8_lossy(&gc.stdout),
+        String::from_utf8_lossy(&gc.stderr)
+    );
     let compacted = bytes(&timed);
     assert!(compacted * 3 < full, "gc returned too little: {full} -> {compacted} bytes");
     verify(&timed, "after gc");

@@ -20,6 +20,10 @@
 //! so that a damaged file is told apart from a number. A store without the file (made
 //! before it, or by a bulk load not yet persisted) has nothing to compare.
 //!
+//! **Not checked at open for now** (issue 50): the comparison refused healthy stores,
+//! closed cleanly, under load (a mark one or two numbers past the newest journal's last
+//! batch), so `open` does not call `journal::check`; the mark is still written.
+//!
 //! [`Store::persist`]: crate::Store::persist
 
 use std::fs::{File, OpenOptions};
@@ -32,6 +36,7 @@ use std::path::Path;
 pub const FILE: &str = "halyard_acked";
 
 /// The number in `engine`'s file: `Ok(None)` without one, `Err` for a damaged one.
+#[allow(dead_code)] // Read by the journal check, off at open for now (issue 50).
 pub(crate) fn read(engine: &Path) -> Result<Option<u64>, String> {
     let path = engine.join(FILE);
     let mut f = match File::open(&path) {

@@ -25,10 +25,10 @@
 //! - finishes or undoes a compaction's swap cut short (`swap`);
 //! - migrates, once, a store written by an earlier build (redb, with or without its log,
 //!   or sled: [`migrate`]), with a log line;
-//! - refuses, before the engine opens it, what the engine's open would delete or cut:
-//!   keyspace directories it cannot place (`layout`), journals damaged before their end,
-//!   and a newest journal that ends before the last acknowledged batch (`journal`, the
-//!   durable high-water mark [`acked`]);
+//! - refuses, before the engine opens it, keyspace directories the engine's open would
+//!   delete (`layout`); the journal check against the durable high-water mark
+//!   (`journal`, [`acked`]) is not made at open for now (issue 50: it refused healthy
+//!   stores under load);
 //! - opens the database and the owner's keyspaces (created if missing);
 //! - guards against a store that silently lost its data ([`mark`]), and against a
 //!   keyspace that did: each keyspace holds a mark of its own, the record
@@ -45,6 +45,8 @@ pub use fjall;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 pub mod acked;
+// Not called at open for now (see `open_locked`): kept, with its tests, to be fixed.
+#[allow(dead_code)]
 mod journal;
 mod layout;
 pub mod mark;
@@ -249,15 +251,11 @@ fn open_locked(
     migrate::if_needed(dir)?;
     let engine = dir.join(ENGINE_DIR);
     layout::check(&engine).map_err(|reason| StoreError::Lost { dir: dir.to_path_buf(), reason })?;
-    let acked = acked::read(&engine)
-        .map_err(|reason| StoreError::Damaged { dir: dir.to_path_buf(), reason })?;
-    journal::check(&engine, acked).map_err(|reason| StoreError::Lost {
-        dir: dir.to_path_buf(),
-        reason: format!(
-            "{reason}. Nothing was changed: restore the directory from a backup, or move it away to start this \
-             store afresh (a checkpoint then pays again for lost calls; a run state restarts the run)"
-        ),
-    })?;
+    // The journal check against the durable high-water mark (`journal::check`) is not
+    // made at open: it refused healthy stores, closed cleanly, under load (a mark one or
+    // two numbers past the newest journal's last batch; `gc::gc_killed_mid_compaction_loses_nothing`
+    // failed 4 runs in 6 side by side). Until that is understood it would turn a
+    // restart into a refusal, which costs more than the damage it looks for (issue 50).
     let mut store = open_engine(dir, opts)?;
     store.lock = Some(lock);
     let marks = store.engine_keyspace(MARKS)?;
