@@ -529,8 +529,9 @@ fn a_reader_during_compaction_is_refused_and_nothing_is_lost() {
         s.persist().unwrap();
     }
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
-        let (dir, done) = (dir.clone(), done.clone());
+        let (dir, done, started) = (dir.clone(), done.clone(), started.clone());
         std::thread::spawn(move || {
             let (mut refused, mut tries) = (0, 0);
             while !done.load(std::sync::atomic::Ordering::SeqCst) {
@@ -543,7 +544,8 @@ fn a_reader_during_compaction_is_refused_and_nothing_is_lost() {
                 match got {
                     Err(StoreError::InUse { owner, .. }) => {
                         assert!(owner.contains(&std::process::id().to_string()), "{owner}");
-                        refused += 1
+                        refused += 1;
+                        started.store(true, std::sync::atomic::Ordering::SeqCst);
                     }
                     Err(e) => panic!("the reader got {e}"),
                     // The owner let go (its compaction done): the reader had its turn.
@@ -553,8 +555,10 @@ fn a_reader_during_compaction_is_refused_and_nothing_is_lost() {
             refused
         })
     };
-    // Let the reader start, then compact as the owner closes the store.
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    // Once the reader has met the owner's lock, compact as the owner closes the store.
+    while !started.load(std::sync::atomic::Ordering::SeqCst) && !reader.is_finished() {
+        std::thread::yield_now();
+    }
     let c = s.compact().unwrap();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let refused = reader.join().unwrap();
