@@ -17,7 +17,7 @@ use halyard_pipelines::metrics::interval::{bootstrap_clustered, Bootstrap};
 use serde::{Deserialize, Serialize};
 
 use super::clusters::{by_item, proportion_ci};
-use super::figures::Figure;
+use super::figure::Figure;
 
 /// The judges' majority against the truth beside the independence prediction, over the
 /// units with a truth (every share is of them; no verdict — a tie, no rating — is never

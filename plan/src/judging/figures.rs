@@ -30,10 +30,11 @@ use std::collections::{BTreeMap, HashMap};
 use halyard_pipelines::metrics::agreement::{
     error_correlations, majority, ConfusionMatrix, Majority, Ratings,
 };
-use halyard_pipelines::metrics::interval::{bootstrap_by, Bootstrap, Interval};
+use halyard_pipelines::metrics::interval::{bootstrap_by, Bootstrap};
 use halyard_pipelines::metrics::mace::{mace, MaceConfig};
 use serde::{Deserialize, Serialize};
 
+pub use super::figure::{Figure, MaceSummary};
 use super::truth::{
     annotator_name, human_truth, pairwise_disagreement, HumanTruth, PairwiseDisagreement,
     Provenance,
@@ -46,30 +47,6 @@ pub const DISAGREEMENTS_LISTED: usize = 2000;
 pub const UNKNOWN_LISTED: usize = 50;
 /// Characters of a question or answer kept in the disagreement list.
 const TEXT_KEPT: usize = 1500;
-
-/// A figure with its interval, or why there is none (too few units, one class).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Figure {
-    Value(Interval),
-    Undefined { undefined: String },
-}
-
-impl Figure {
-    pub(crate) fn of(r: Result<Interval, halyard_pipelines::metrics::MetricError>) -> Figure {
-        match r {
-            Ok(i) => Figure::Value(i),
-            Err(e) => Figure::Undefined { undefined: e.to_string() },
-        }
-    }
-
-    pub fn estimate(&self) -> Option<f64> {
-        match self {
-            Figure::Value(i) => Some(i.estimate),
-            Figure::Undefined { .. } => None,
-        }
-    }
-}
 
 /// A labeller (judge or panel) against human truth (or against another label source).
 ///
@@ -140,28 +117,6 @@ pub struct Between {
     /// reach erring independently (issue 45: replaces the "effective number of judges").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub panel_vs_independence: Option<super::between::PanelIndependence>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MaceSummary {
-    pub converged: bool,
-    pub iterations: u32,
-    pub restarts: u32,
-    pub log_likelihood: f64,
-    pub config: MaceConfig,
-}
-
-impl MaceSummary {
-    /// How `fit` went, fitted with `config`.
-    pub fn of(fit: &halyard_pipelines::metrics::mace::MaceResult, config: MaceConfig) -> Self {
-        MaceSummary {
-            converged: fit.converged,
-            iterations: fit.iterations,
-            restarts: fit.restarts,
-            log_likelihood: fit.log_likelihood,
-            config,
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -29,6 +29,7 @@ use crate::sweep::models::Model;
 
 pub mod between;
 pub mod clusters;
+pub mod figure;
 pub mod figures;
 pub mod human;
 pub mod preference;

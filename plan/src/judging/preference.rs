@@ -38,7 +38,7 @@ use halyard_pipelines::common::ModelSpec;
 use halyard_pipelines::metrics::interval::{bootstrap_clustered, Bootstrap, SplitMix64};
 use serde::{Deserialize, Serialize};
 
-use super::figures::Figure;
+use super::figure::Figure;
 use super::{same_model, Judged};
 
 /// Shuffles of the self-preference permutation test.

@@ -25,7 +25,7 @@ use halyard_pipelines::metrics::interval::{bootstrap_by, Bootstrap};
 use halyard_pipelines::metrics::mace::{mace, MaceConfig};
 use serde::{Deserialize, Serialize};
 
-use super::figures::{Figure, MaceSummary};
+use super::figure::{Figure, MaceSummary};
 use super::{HumanLabel, UnitKey};
 
 /// Who or what gave a label.
