@@ -47,8 +47,14 @@ pub async fn entries(b: &Broker, name: &str) -> Result<Vec<(String, Vec<u8>)>, B
         Err(e) => return Err(BrokerError::js(format!("keys of {name}"), e)),
     };
     let mut out = Vec::new();
+    // The key listing reads the bucket's stream (last message per key) while writers may
+    // put: a key updated meanwhile can come again. Each key once, at its latest value.
+    let mut seen = std::collections::HashSet::new();
     while let Some(k) = keys.next().await {
         let k = k.map_err(|e| BrokerError::js(format!("keys of {name}"), e))?;
+        if !seen.insert(k.clone()) {
+            continue;
+        }
         if let Some(v) =
             store.get(&k).await.map_err(|e| BrokerError::js(format!("get {name}/{k}"), e))?
         {
