@@ -32,6 +32,7 @@
 //! changes the sample index, hence the id.
 
 pub mod batch;
+pub mod cache;
 pub mod codec;
 pub mod filter;
 pub mod health;
@@ -48,6 +49,7 @@ pub mod subjects;
 pub use batch::{
     batch_msg_id, decode_job_items, decode_jobs, decode_results, encode_batch, JobItem,
 };
+pub use cache::CachePolicy;
 pub use codec::{decode, encode, CodecError};
 pub use filter::JobIdFilter;
 pub use health::{OutageReason, PoolHealthRecord};

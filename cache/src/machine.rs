@@ -1,0 +1,530 @@
+//! The machine tier: one SQLite database (`results.sqlite` in the cache directory) in
+//! WAL mode, read and written by every Halyard process of the machine at once.
+//!
+//! - **Rows**: one per job id (16 bytes, the primary key): the job's key (so that a row
+//!   is checked on every read: its key must hash to its id; and so that an export names
+//!   the request), the completion in the checkpoint's compact form, the model and stage
+//!   (for `halyard cache stats`), when it was written and when it was last used.
+//! - **Reads** are one indexed statement on a connection of their own; SQLite's WAL gives
+//!   each a snapshot, so a prune running in another process never cuts a read short.
+//! - **Writes** (new entries, and the "used" time of entries read) go to one writer
+//!   thread per process, which commits whatever is waiting in one transaction
+//!   (`BEGIN IMMEDIATE`, other processes wait up to [`BUSY_TIMEOUT`]). Writes are not
+//!   on the job's path: the worker's checkpoint is what makes a result durable, the cache
+//!   only spares later runs a call. `synchronous = NORMAL`: a power cut may lose the last
+//!   commits, never corrupt the file.
+//! - **Full**: a write refused for space (the disk, or the size limit's hard cap) is
+//!   dropped with one warning per process; reads go on, and every miss is called.
+//! - **Pruning** ([`MachineCache::prune`]) removes entries unused for `max_age`, then the
+//!   least recently used until the live bytes are under `max_bytes`, but never an entry
+//!   used or written in the last `min_age` (a live run's).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use halyard_proto::{Completion, JobId, JobKey};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::CacheError;
+
+/// The database file in the cache directory.
+pub const FILE: &str = "results.sqlite";
+/// How long a process waits for another one's write lock.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// A read updates an entry's "used" time at most this often.
+const TOUCH_EVERY: u64 = 60;
+/// Largest number of writes in one transaction.
+const MAX_GROUP: usize = 4096;
+/// The schema's version, in `PRAGMA user_version`.
+const SCHEMA: i64 = 1;
+
+/// How large the cache may grow and what pruning keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Live bytes pruning brings the cache under (the size limit).
+    pub max_bytes: u64,
+    /// Entries unused for this long are pruned whatever the size.
+    pub max_age: Duration,
+    /// Entries used or written this recently are never pruned.
+    pub min_age: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: 10 << 30,
+            max_age: Duration::from_secs(180 * 24 * 3600),
+            min_age: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Limits {
+    /// The hard cap: writes past it are refused as "full" (a quarter above the limit).
+    pub fn hard_cap(&self) -> u64 {
+        self.max_bytes.saturating_add(self.max_bytes / 4)
+    }
+}
+
+/// What [`MachineCache::stats`] reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    pub dir: String,
+    pub entries: u64,
+    /// Bytes of the database's used pages (the file may be larger: freed pages).
+    pub live_bytes: u64,
+    /// Bytes of the database file and its write-ahead log.
+    pub file_bytes: u64,
+    /// Entries per model (`backend model`).
+    pub by_model: Vec<(String, u64)>,
+    pub oldest_use: Option<u64>,
+    pub newest_use: Option<u64>,
+}
+
+/// What a prune did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Pruned {
+    pub removed: u64,
+    pub live_bytes_before: u64,
+    pub live_bytes_after: u64,
+    /// Entries kept although the cache is over its limit, because they were used in the
+    /// last `min_age`.
+    pub kept_recent: u64,
+}
+
+enum Write {
+    Put { id: JobId, key: Vec<u8>, completion: Vec<u8>, model: String, stage: String },
+    Touch(JobId),
+    Flush(oneshot::Sender<()>),
+}
+
+/// The machine tier, open in this process. Cheap to share (`Arc`).
+pub struct MachineCache {
+    dir: PathBuf,
+    read: Mutex<Connection>,
+    tx: Mutex<Option<mpsc::Sender<Write>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    full_warned: AtomicBool,
+    write_failed_warned: AtomicBool,
+    /// Entries written by this process (committed).
+    written: AtomicU64,
+}
+
+pub(crate) fn now_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn db_err(dir: &Path, e: rusqlite::Error) -> CacheError {
+    CacheError::Db { path: dir.join(FILE).display().to_string(), reason: e.to_string() }
+}
+
+fn is_full(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DiskFull))
+}
+
+/// Open a connection with the cache's settings, creating the schema if needed.
+fn connect(dir: &Path, limits: &Limits) -> Result<Connection, CacheError> {
+    let err = |e| db_err(dir, e);
+    let conn = Connection::open_with_flags(
+        dir.join(FILE),
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
+    // Before any table: auto_vacuum only takes effect on an empty database. Incremental:
+    // a prune gives the pages it freed back to the file system.
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL").map_err(err)?;
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(err)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(CacheError::Db {
+            path: dir.join(FILE).display().to_string(),
+            reason: format!("the file system refused SQLite's write-ahead log (journal mode {mode}); a cache on a network file system is not supported"),
+        });
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
+    let page: u64 = conn.pragma_query_value(None, "page_size", |r| r.get(0)).map_err(err)?;
+    let cap_pages = (limits.hard_cap() / page.max(512)).max(16);
+    conn.pragma_update(None, "max_page_count", cap_pages).map_err(err)?;
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
+    if version > SCHEMA {
+        return Err(CacheError::Db {
+            path: dir.join(FILE).display().to_string(),
+            reason: format!("written by a later Halyard (schema {version}, this build reads {SCHEMA}); use another --cache directory"),
+        });
+    }
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS entries (
+            id BLOB PRIMARY KEY NOT NULL,
+            key BLOB NOT NULL,
+            completion BLOB NOT NULL,
+            model TEXT NOT NULL,
+            stage TEXT NOT NULL,
+            written INTEGER NOT NULL,
+            used INTEGER NOT NULL
+         ) WITHOUT ROWID;
+         CREATE INDEX IF NOT EXISTS entries_used ON entries(used);
+         PRAGMA user_version = 1;",
+    )
+    .map_err(err)?;
+    Ok(conn)
+}
+
+/// A row read back: checked against its id.
+fn decode_row(id: &JobId, key: &[u8], completion: &[u8]) -> Result<(JobKey, Completion), String> {
+    let key: JobKey =
+        halyard_proto::decode("cache entry key", key).map_err(|e| format!("its job key does not decode: {e}"))?;
+    if key.id() != *id {
+        return Err(format!("its job key hashes to {}, not to its id", key.id()));
+    }
+    let c = halyard_proto::stored::decode_completion(completion)
+        .map_err(|e| format!("its completion does not decode: {e}"))?;
+    Ok((key, c))
+}
+
+fn model_label(key: &JobKey) -> String {
+    format!("{} {}", key.model.backend, key.model.model)
+}
+
+impl MachineCache {
+    /// Open (or create) the cache in `dir` and start this process's writer thread.
+    pub fn open(dir: &Path, limits: Limits) -> Result<MachineCache, CacheError> {
+        std::fs::create_dir_all(dir).map_err(|e| CacheError::Db {
+            path: dir.display().to_string(),
+            reason: format!("cannot create the cache directory: {e}"),
+        })?;
+        let write = connect(dir, &limits)?;
+        let read = connect(dir, &limits)?;
+        let shared = Arc::new(Shared {
+            full_warned: AtomicBool::new(false),
+            write_failed_warned: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+        });
+        let (tx, rx) = mpsc::channel(16 * 1024);
+        let (d, s) = (dir.to_path_buf(), shared.clone());
+        let writer = std::thread::Builder::new()
+            .name("halyard-cache-writer".into())
+            .spawn(move || writer_loop(&d, write, rx, &s))
+            .map_err(|e| CacheError::Db {
+                path: dir.display().to_string(),
+                reason: format!("cannot start the cache's writer thread: {e}"),
+            })?;
+        Ok(MachineCache {
+            dir: dir.to_path_buf(),
+            read: Mutex::new(read),
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+            shared,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The entry for `id`, if the cache holds one whose key hashes to `id`. A row that
+    /// does not check out is an error naming the job (the caller calls the model).
+    pub fn get(&self, id: &JobId) -> Result<Option<Completion>, CacheError> {
+        Ok(self.get_entry(id)?.map(|(_, c)| c))
+    }
+
+    /// [`MachineCache::get`] with the job key stored beside the completion.
+    pub fn get_entry(&self, id: &JobId) -> Result<Option<(JobKey, Completion)>, CacheError> {
+        let row = {
+            let conn = self.read.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = conn
+                .prepare_cached("SELECT key, completion, used FROM entries WHERE id = ?1")
+                .map_err(|e| db_err(&self.dir, e))?;
+            st.query_row(params![&id.as_bytes()[..]], |r| {
+                Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, i64>(2)?))
+            })
+            .optional()
+            .map_err(|e| db_err(&self.dir, e))?
+        };
+        let Some((key, completion, used)) = row else { return Ok(None) };
+        let entry = decode_row(id, &key, &completion)
+            .map_err(|reason| CacheError::Corrupt { job: *id, reason })?;
+        if now_s().saturating_sub(used as u64) >= TOUCH_EVERY {
+            self.send(Write::Touch(*id));
+        }
+        Ok(Some(entry))
+    }
+
+    /// Queue `completion` of the job `key` for writing (returns at once; see
+    /// [`MachineCache::flush`]).
+    pub fn put(&self, key: &JobKey, completion: &Completion) {
+        let encoded = halyard_proto::encode(key).and_then(|k| {
+            halyard_proto::stored::encode_completion(completion).map(|c| (k, c))
+        });
+        match encoded {
+            Ok((k, c)) => self.send(Write::Put {
+                id: key.id(),
+                key: k,
+                completion: c,
+                model: model_label(key),
+                stage: format!("{}/{}", key.pipeline, key.stage),
+            }),
+            Err(e) => tracing::warn!(job = %key.id(), error = %e, "cannot encode a cache entry; not cached"),
+        }
+    }
+
+    fn send(&self, w: Write) {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(tx) = tx {
+            // A full queue drops the write: the cache is never the job's bottleneck.
+            let _ = tx.try_send(w);
+        }
+    }
+
+    /// Wait until every write queued before this call is committed (or refused).
+    pub async fn flush(&self) {
+        let (done, wait) = oneshot::channel();
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(tx) = tx {
+            if tx.send(Write::Flush(done)).await.is_ok() {
+                let _ = wait.await;
+            }
+        }
+    }
+
+    /// Flush, then stop the writer thread.
+    pub async fn close(&self) {
+        self.flush().await;
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(w) = writer {
+            let _ = tokio::task::spawn_blocking(move || w.join()).await;
+        }
+    }
+
+    /// Entries this process committed.
+    pub fn written(&self) -> u64 {
+        self.shared.written.load(Ordering::Relaxed)
+    }
+
+    /// Whether a write was refused for space.
+    pub fn was_full(&self) -> bool {
+        self.shared.full_warned.load(Ordering::Relaxed)
+    }
+
+    /// Count what the cache holds.
+    pub fn stats(&self) -> Result<Stats, CacheError> {
+        let conn = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let err = |e| db_err(&self.dir, e);
+        let entries: u64 =
+            conn.query_row("SELECT count(*) FROM entries", [], |r| r.get(0)).map_err(err)?;
+        let mut st = conn
+            .prepare("SELECT model, count(*) FROM entries GROUP BY model ORDER BY model")
+            .map_err(err)?;
+        let by_model = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))
+            .map_err(err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?;
+        let (oldest_use, newest_use) = conn
+            .query_row("SELECT min(used), max(used) FROM entries", [], |r| {
+                Ok((r.get::<_, Option<u64>>(0)?, r.get::<_, Option<u64>>(1)?))
+            })
+            .map_err(err)?;
+        let file_bytes = [FILE.to_string(), format!("{FILE}-wal")]
+            .iter()
+            .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
+            .map(|m| m.len())
+            .sum();
+        Ok(Stats {
+            dir: self.dir.display().to_string(),
+            entries,
+            live_bytes: live_bytes(&conn).map_err(err)?,
+            file_bytes,
+            by_model,
+            oldest_use,
+            newest_use,
+        })
+    }
+
+    /// Remove entries unused for `limits.max_age`, then the least recently used until
+    /// the live bytes are under `limits.max_bytes`; never one used in `limits.min_age`.
+    /// Runs on its own connection (any process may prune while others read and write).
+    pub fn prune(&self, limits: Limits) -> Result<Pruned, CacheError> {
+        let conn = connect(&self.dir, &limits)?;
+        prune(&conn, limits, now_s()).map_err(|e| db_err(&self.dir, e))
+    }
+
+    /// Every entry, for an export: (id, key, completion), rows that do not check out
+    /// skipped with a warning.
+    pub fn entries(&self) -> Result<Vec<(JobId, JobKey, Completion)>, CacheError> {
+        let conn = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let err = |e| db_err(&self.dir, e);
+        let mut st = conn.prepare("SELECT id, key, completion FROM entries").map_err(err)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, Vec<u8>>(2)?))
+            })
+            .map_err(err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, key, completion) = row.map_err(err)?;
+            let Some(id) = JobId::from_slice(&id) else {
+                tracing::warn!(id_bytes = id.len(), "cache row with an id that is not 16 bytes; skipped");
+                continue;
+            };
+            match decode_row(&id, &key, &completion) {
+                Ok((k, c)) => out.push((id, k, c)),
+                Err(reason) => tracing::warn!(job = %id, %reason, "cache entry does not check out; skipped"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Write `entries` now, in one transaction (an import): those already there are kept.
+    /// Returns how many were new.
+    pub fn insert_now(&self, entries: &[(JobKey, Completion)]) -> Result<u64, CacheError> {
+        let mut conn = connect(&self.dir, &Limits { max_bytes: u64::MAX / 2, ..Limits::default() })?;
+        let err = |e| db_err(&self.dir, e);
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
+        let mut new = 0;
+        {
+            let mut st = tx.prepare(INSERT).map_err(err)?;
+            let now = now_s() as i64;
+            for (key, c) in entries {
+                let k = halyard_proto::encode(key).map_err(|e| CacheError::Encode(e.to_string()))?;
+                let cb = halyard_proto::stored::encode_completion(c)
+                    .map_err(|e| CacheError::Encode(e.to_string()))?;
+                let stage = format!("{}/{}", key.pipeline, key.stage);
+                new += st
+                    .execute(params![&key.id().as_bytes()[..], k, cb, model_label(key), stage, now])
+                    .map_err(err)? as u64;
+            }
+        }
+        tx.commit().map_err(err)?;
+        Ok(new)
+    }
+}
+
+impl Drop for MachineCache {
+    fn drop(&mut self) {
+        // The writer ends once its channel closes; queued writes are still committed.
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
+
+const INSERT: &str = "INSERT OR IGNORE INTO entries (id, key, completion, model, stage, written, used)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)";
+
+fn live_bytes(conn: &Connection) -> rusqlite::Result<u64> {
+    let page: u64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
+    let count: u64 = conn.pragma_query_value(None, "page_count", |r| r.get(0))?;
+    let free: u64 = conn.pragma_query_value(None, "freelist_count", |r| r.get(0))?;
+    Ok(count.saturating_sub(free) * page)
+}
+
+pub(crate) fn prune(conn: &Connection, limits: Limits, now: u64) -> rusqlite::Result<Pruned> {
+    let before = live_bytes(conn)?;
+    let recent = now.saturating_sub(limits.min_age.as_secs()) as i64;
+    let old = now.saturating_sub(limits.max_age.as_secs()) as i64;
+    let mut removed =
+        conn.execute("DELETE FROM entries WHERE used < ?1 AND used < ?2", params![old, recent])?
+            as u64;
+    // Then the least recently used, a batch at a time, while over the limit.
+    while live_bytes(conn)? > limits.max_bytes {
+        let n = conn.execute(
+            "DELETE FROM entries WHERE id IN
+               (SELECT id FROM entries WHERE used < ?1 ORDER BY used LIMIT 256)",
+            params![recent],
+        )? as u64;
+        if n == 0 {
+            break;
+        }
+        removed += n;
+        conn.execute_batch("PRAGMA incremental_vacuum")?;
+    }
+    conn.execute_batch("PRAGMA incremental_vacuum")?;
+    let after = live_bytes(conn)?;
+    let kept_recent = if after > limits.max_bytes {
+        conn.query_row("SELECT count(*) FROM entries WHERE used >= ?1", params![recent], |r| {
+            r.get(0)
+        })?
+    } else {
+        0
+    };
+    Ok(Pruned { removed, live_bytes_before: before, live_bytes_after: after, kept_recent })
+}
+
+fn writer_loop(dir: &Path, mut conn: Connection, mut rx: mpsc::Receiver<Write>, shared: &Shared) {
+    let mut group = Vec::with_capacity(256);
+    while let Some(first) = rx.blocking_recv() {
+        group.push(first);
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(w) => group.push(w),
+                Err(_) => break,
+            }
+        }
+        let mut flushes = Vec::new();
+        let mut writes = Vec::with_capacity(group.len());
+        for w in group.drain(..) {
+            match w {
+                Write::Flush(done) => flushes.push(done),
+                w => writes.push(w),
+            }
+        }
+        if !writes.is_empty() {
+            match commit(&mut conn, &writes) {
+                Ok(n) => {
+                    shared.written.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(e) if is_full(&e) => {
+                    if !shared.full_warned.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(dir = %dir.display(), error = %e, "the machine cache is full (its disk, or its size limit: `halyard cache prune`); results are not cached from now on, and every call is made as without a cache");
+                    }
+                }
+                Err(e) => {
+                    if !shared.write_failed_warned.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(dir = %dir.display(), error = %e, "writing the machine cache failed; results are not cached (said once)");
+                    }
+                }
+            }
+        }
+        for done in flushes {
+            let _ = done.send(());
+        }
+    }
+}
+
+fn commit(conn: &mut Connection, writes: &[Write]) -> rusqlite::Result<u64> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let now = now_s() as i64;
+    let mut new = 0;
+    {
+        let mut insert = tx.prepare_cached(INSERT)?;
+        let mut touch = tx.prepare_cached("UPDATE entries SET used = ?2 WHERE id = ?1")?;
+        for w in writes {
+            match w {
+                Write::Put { id, key, completion, model, stage } => {
+                    new += insert
+                        .execute(params![&id.as_bytes()[..], key, completion, model, stage, now])?
+                        as u64;
+                }
+                Write::Touch(id) => {
+                    touch.execute(params![&id.as_bytes()[..], now])?;
+                }
+                Write::Flush(_) => {}
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(new)
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

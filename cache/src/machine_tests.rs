@@ -1,0 +1,201 @@
+use super::*;
+use halyard_proto::{ChatMessage, ModelRef, Sampling, Usage};
+
+fn key(i: u32) -> JobKey {
+    JobKey {
+        pipeline: "noop".into(),
+        stage: "answer".into(),
+        stage_version: 1,
+        model: ModelRef { backend: "openai".into(), endpoint: "http://x/v1".into(), model: "m".into() },
+        messages: vec![ChatMessage::user(format!("question {i}"))],
+        sampling: Sampling::default(),
+        sample_index: 0,
+    }
+}
+
+fn completion(text: &str) -> Completion {
+    Completion {
+        text: text.into(),
+        usage: Usage::new(3, 1),
+        latency_ms: 5,
+        finish_reason: Some("stop".into()),
+        calls: 1,
+        logprobs: None,
+        refusal: false,
+    }
+}
+
+/// `len` characters that do not compress (the stored form of a completion is compressed).
+fn noise(seed: u32, len: usize) -> String {
+    let mut out = String::new();
+    let mut h = blake3::hash(&seed.to_le_bytes());
+    while out.len() < len {
+        out.push_str(&h.to_hex());
+        h = blake3::hash(h.as_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// An entry put by one opener is read by another (as another process would) and after
+/// reopening; a job never put is a miss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_are_shared_between_openers_and_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let b = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    a.put(&key(1), &completion("one"));
+    a.flush().await;
+    assert_eq!(b.get(&key(1).id()).unwrap().unwrap().text, "one");
+    assert_eq!(b.get(&key(2).id()).unwrap(), None);
+    a.close().await;
+    b.close().await;
+    let c = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    assert_eq!(c.get(&key(1).id()).unwrap().unwrap().text, "one");
+    assert_eq!(c.stats().unwrap().entries, 1);
+}
+
+/// Many openers writing at once (each with its own connections and writer, as separate
+/// processes have) lose no entry and wait for each other instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_openers_lose_no_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let openers: Vec<_> =
+        (0..4).map(|_| Arc::new(MachineCache::open(dir.path(), Limits::default()).unwrap())).collect();
+    let mut tasks = Vec::new();
+    for (n, c) in openers.iter().enumerate() {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..500u32 {
+                c.put(&key(n as u32 * 1000 + i), &completion("x"));
+                if i % 50 == 0 {
+                    c.flush().await;
+                }
+            }
+            c.flush().await;
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(openers[0].stats().unwrap().entries, 2000);
+    assert_eq!(openers.iter().map(|c| c.written()).sum::<u64>(), 2000);
+}
+
+/// A row whose key does not hash to its id (written by hand, or damaged) is refused with
+/// the job named, never served.
+#[tokio::test]
+async fn a_row_under_another_jobs_id_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let conn = connect(dir.path(), &Limits::default()).unwrap();
+    let forged = key(2).id();
+    conn.execute(
+        INSERT,
+        params![
+            &forged.as_bytes()[..],
+            halyard_proto::encode(&key(1)).unwrap(),
+            halyard_proto::stored::encode_completion(&completion("wrong")).unwrap(),
+            "m",
+            "s",
+            now_s() as i64
+        ],
+    )
+    .unwrap();
+    let err = c.get(&forged).unwrap_err();
+    assert!(err.to_string().contains(&forged.to_string()), "{err}");
+    assert!(c.entries().unwrap().is_empty(), "an export skips it");
+}
+
+/// Pruning removes entries unused for max_age, then the least recently used down to the
+/// size limit, and never one used within min_age.
+#[tokio::test]
+async fn prune_by_age_and_use_spares_recent_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    for i in 0..300 {
+        c.put(&key(i), &completion(&noise(i, 2000)));
+    }
+    c.flush().await;
+    let conn = connect(dir.path(), &Limits::default()).unwrap();
+    let now = now_s();
+    // 0..100 unused for 400 days, 100..200 for 2 days (oldest first), 200..300 now.
+    for i in 0..200u32 {
+        let age = if i < 100 { 400 * 86400 } else { 2 * 86400 + (200 - i as u64) * 60 };
+        conn.execute(
+            "UPDATE entries SET used = ?2 WHERE id = ?1",
+            params![&key(i).id().as_bytes()[..], (now - age) as i64],
+        )
+        .unwrap();
+    }
+    let limits = Limits {
+        max_bytes: 250 * 1024,
+        max_age: Duration::from_secs(180 * 86400),
+        min_age: Duration::from_secs(3600),
+    };
+    let p = prune(&conn, limits, now).unwrap();
+    assert!(p.removed >= 100, "{p:?}");
+    for i in 0..100 {
+        assert_eq!(c.get(&key(i).id()).unwrap(), None, "entry {i} was unused for 400 days");
+    }
+    for i in 200..300 {
+        assert!(c.get(&key(i).id()).unwrap().is_some(), "entry {i} was used now");
+    }
+    // Of the 2-day-old ones, the least recently used went first.
+    let kept: Vec<u32> = (100..200).filter(|&i| c.get(&key(i).id()).unwrap().is_some()).collect();
+    assert!(kept.len() < 100, "over the limit, some of the 2-day-old entries go");
+    if let Some(first) = kept.first() {
+        assert!(kept.iter().all(|i| i >= first) && kept.len() == (200 - first) as usize, "{kept:?}");
+    }
+    // Only recent entries are left over the limit: kept, and counted.
+    let again = prune(&conn, Limits { max_bytes: 1024, ..limits }, now).unwrap();
+    assert_eq!(again.kept_recent, 100, "{again:?}");
+    assert_eq!(c.stats().unwrap().entries, 100);
+}
+
+/// A cache at its hard cap refuses writes quietly (said once): reads go on and nobody
+/// sees an error.
+#[tokio::test]
+async fn a_full_cache_drops_writes_and_still_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits { max_bytes: 64 * 1024, ..Limits::default() };
+    let c = MachineCache::open(dir.path(), limits).unwrap();
+    c.put(&key(0), &completion("first"));
+    c.flush().await;
+    for i in 1..200 {
+        c.put(&key(i), &completion(&noise(i, 4000)));
+        c.flush().await;
+    }
+    assert!(c.was_full(), "the cap was reached");
+    assert_eq!(c.get(&key(0).id()).unwrap().unwrap().text, "first");
+    assert!(c.stats().unwrap().entries < 199);
+}
+
+/// Export then import into an empty cache gives the same entries; a line whose key was
+/// edited is refused with its line number, the others imported.
+#[tokio::test]
+async fn export_and_import_round_trip_and_check_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = MachineCache::open(&dir.path().join("a"), Limits::default()).unwrap();
+    for i in 0..20 {
+        c.put(&key(i), &completion(&format!("answer {i}")));
+    }
+    c.flush().await;
+    let file = dir.path().join("cache.jsonl");
+    assert_eq!(crate::exchange::export(&c, &file).unwrap(), 20);
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text = text.replacen("question 3\"", "question 3 edited\"", 2);
+    std::fs::write(&file, text).unwrap();
+    let d = MachineCache::open(&dir.path().join("b"), Limits::default()).unwrap();
+    let got = crate::exchange::import(&d, &file).unwrap();
+    assert_eq!(got.lines, 20);
+    assert_eq!(got.new, 19);
+    assert_eq!(got.refused.len(), 1, "{got:?}");
+    assert!(got.refused[0].1.contains("hashes to"), "{got:?}");
+    for i in (0..20).filter(|&i| i != 3) {
+        assert_eq!(d.get(&key(i).id()).unwrap().unwrap(), completion(&format!("answer {i}")));
+    }
+    assert_eq!(d.get(&key(3).id()).unwrap(), None);
+    // Importing again adds nothing.
+    assert_eq!(crate::exchange::import(&d, &file).unwrap().new, 0);
+}

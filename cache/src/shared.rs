@@ -1,0 +1,195 @@
+//! The shared tier: a JetStream KV bucket ([`BUCKET`]) of the broker account, shared by
+//! every machine of a cluster and replicated like Halyard's other buckets.
+//!
+//! - **Who writes**: the coordinator only ([`SharedWriter`]), with a result it accepted
+//!   for a job it planned; the worker role has no right to publish to `$KV.halyard_cache.>`
+//!   (deploy/nats permissions). A worker reads ([`SharedReader`]).
+//! - **What a value is**: an [`Entry`] (MessagePack, named fields): the wire version, the
+//!   full job key, the completion, the run that accepted it. A reader refuses (and never
+//!   serves) a value that does not decode, is of another version, or whose key does not
+//!   hash to the entry's name: a value put under another job's name answers nothing.
+//! - **Bounded**: the bucket holds at most [`MAX_BYTES`] and discards new writes when
+//!   full (a full bucket refuses the coordinator's put, said once: the run goes on);
+//!   entries not rewritten for [`MAX_AGE`] expire.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{kv, stream};
+use halyard_broker::Broker;
+use halyard_proto::{Completion, JobId, JobKey};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use crate::CacheError;
+
+/// The bucket's name.
+pub const BUCKET: &str = "halyard_cache";
+/// Entries not rewritten for this long expire.
+pub const MAX_AGE: Duration = Duration::from_secs(180 * 24 * 3600);
+/// The bucket's size limit.
+pub const MAX_BYTES: i64 = 8 << 30;
+/// Version of [`Entry`].
+pub const ENTRY_VERSION: u16 = 1;
+/// How long a reader that found no bucket waits before it looks again.
+const LOOK_AGAIN: Duration = Duration::from_secs(30);
+
+/// One shared entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub v: u16,
+    pub key: JobKey,
+    pub completion: Completion,
+    /// The run whose coordinator accepted it.
+    pub run: uuid::Uuid,
+}
+
+/// The bucket's stream, as the coordinator creates it.
+pub fn config(replicas: usize) -> stream::Config {
+    stream::Config {
+        name: format!("KV_{BUCKET}"),
+        subjects: vec![format!("$KV.{BUCKET}.>")],
+        max_messages_per_subject: 1,
+        max_age: MAX_AGE,
+        max_bytes: MAX_BYTES,
+        storage: stream::StorageType::File,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: replicas,
+        ..Default::default()
+    }
+}
+
+/// The key of job `id` in the bucket.
+pub fn kv_key(id: &JobId) -> String {
+    id.to_string()
+}
+
+/// Decode and check the value stored under `id`'s key.
+pub fn check(id: &JobId, bytes: &[u8]) -> Result<Completion, String> {
+    let e: Entry = halyard_proto::decode("shared cache entry", bytes).map_err(|e| e.to_string())?;
+    if e.v != ENTRY_VERSION {
+        return Err(format!("entry version {} (this build reads {ENTRY_VERSION})", e.v));
+    }
+    if e.key.id() != *id {
+        return Err(format!("its job key hashes to {}, not to {id}", e.key.id()));
+    }
+    Ok(e.completion)
+}
+
+/// A worker's read side. Opens the bucket when first needed; a broker without it (no
+/// coordinator of this build made it yet) is looked at again every [`LOOK_AGAIN`].
+#[derive(Clone)]
+pub struct SharedReader {
+    broker: Broker,
+    store: Arc<Mutex<(Option<kv::Store>, Option<tokio::time::Instant>)>>,
+    refused_warned: Arc<AtomicBool>,
+}
+
+impl SharedReader {
+    pub fn new(broker: Broker) -> SharedReader {
+        SharedReader {
+            broker,
+            store: Arc::new(Mutex::new((None, None))),
+            refused_warned: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    async fn store(&self) -> Option<kv::Store> {
+        let mut s = self.store.lock().await;
+        if let Some(st) = &s.0 {
+            return Some(st.clone());
+        }
+        if s.1.is_some_and(|t| t.elapsed() < LOOK_AGAIN) {
+            return None;
+        }
+        s.1 = Some(tokio::time::Instant::now());
+        match halyard_broker::layout::lookup(&self.broker, &config(1)).await {
+            Ok(Some(_)) => match self.broker.js.get_key_value(BUCKET).await {
+                Ok(st) => {
+                    s.0 = Some(st.clone());
+                    Some(st)
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "shared result cache not open");
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "the shared result cache's bucket is not usable; jobs are called");
+                None
+            }
+        }
+    }
+
+    /// The accepted completion of job `id`, if the bucket holds one that checks out.
+    pub async fn get(&self, id: &JobId) -> Result<Option<Completion>, CacheError> {
+        let Some(store) = self.store().await else { return Ok(None) };
+        let Some(bytes) =
+            store.get(kv_key(id)).await.map_err(|e| CacheError::Broker(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        match check(id, &bytes) {
+            Ok(c) => Ok(Some(c)),
+            Err(why) => {
+                if !self.refused_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(job = %id, reason = %why, "a shared result cache entry was refused (not served; said once)");
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The coordinator's write side.
+#[derive(Clone)]
+pub struct SharedWriter {
+    store: kv::Store,
+    full_warned: Arc<AtomicBool>,
+}
+
+impl SharedWriter {
+    /// Create the bucket if it is missing (the coordinator role may) and open it.
+    pub async fn open(b: &Broker) -> Result<SharedWriter, CacheError> {
+        let replicas = halyard_broker::stream_replicas(b).await;
+        let want = config(replicas);
+        halyard_broker::retry_js("create the shared result cache", || async {
+            if halyard_broker::layout::lookup(b, &want).await.map_err(|e| e.to_string())?.is_some() {
+                return Ok(());
+            }
+            b.js.get_or_create_stream(want.clone()).await.map(|_| ()).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| CacheError::Broker(e.to_string()))?;
+        let store = halyard_broker::retry_js("open the shared result cache", || {
+            b.js.get_key_value(BUCKET)
+        })
+        .await
+        .map_err(|e| CacheError::Broker(e.to_string()))?;
+        Ok(SharedWriter { store, full_warned: Arc::new(AtomicBool::new(false)) })
+    }
+
+    /// Put the accepted `completion` of job `key` (planned by run `run`). A refusal (a
+    /// full bucket, a broker away) is said once and otherwise ignored: the run goes on.
+    pub async fn put(&self, run: uuid::Uuid, key: &JobKey, completion: &Completion) {
+        let id = key.id();
+        let entry = Entry { v: ENTRY_VERSION, key: key.clone(), completion: completion.clone(), run };
+        let bytes = match halyard_proto::encode(&entry) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(job = %id, error = %e, "cannot encode a shared cache entry");
+                return;
+            }
+        };
+        if let Err(e) = self.store.put(kv_key(&id), bytes.into()).await {
+            if !self.full_warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(job = %id, error = %e, "the shared result cache refused a write (full, or the broker is away); results are not shared from now on (said once), the run goes on");
+            }
+        }
+    }
+}
