@@ -2,28 +2,26 @@
 //! beside the engine's files so that an open can tell a store that lost acknowledged
 //! records from one that lost only what nobody was told was kept.
 //!
-//! The engine numbers its writes with one counter (a batch takes the next number under
-//! the journal's lock, and is written to the journal in that order). [`Store::persist`]
-//! reads the number after the last batch written (the engine's visible number; its
-//! counter is no measure, as its flushes take numbers too), syncs the journal, then writes that number to the file
-//! [`FILE`] in the engine's directory and syncs it: every batch below the number is
-//! durable before the file says so, and every acknowledgement comes after both. An open,
-//! before the engine's, compares it with the journals (`journal::check`): the newest
-//! journal's last whole batch must be the one before the number (a flush starts a new
-//! journal, so batches in tables are not looked for there). Less means damage would cut
-//! acknowledged batches from the journal (the engine's recovery takes any undecodable
-//! entry as the journal's end), and the store is refused, named, with what to do. (The
-//! engine's own next number after its recovery is no measure: a compaction drops the
-//! tombstones of a last batch of removals, and with them its number.)
+//! Every batch an owner commits through [`Store::commit`] holds the store's own batch
+//! number ([`crate::BATCH_KEY`]), one more than the batch before's. [`Store::persist`]
+//! reads the number of the last batch committed, syncs the journal, then writes that
+//! number to the file [`FILE`] in the engine's directory and syncs it: every batch up to
+//! the number is durable before the file says so, and every acknowledgement comes after
+//! both. An open compares it, before the engine's recovery, with the numbers the journals
+//! hold (`journal::check`: they must go up by one and reach it), and after, with the
+//! number the store holds (journals all flushed into tables). Less is acknowledged
+//! batches lost, and the store is refused, named, with what to do.
+//!
+//! The engine's own sequence numbers are no measure: its flushes, compactions and bulk
+//! loads take numbers of the same counter as the batches, and no journal holds them (a
+//! mark of the engine's numbers was one or two past the newest journal's last batch on
+//! healthy stores under load).
 //!
 //! The file is 16 bytes: the number, and its bitwise complement (both little-endian),
 //! so that a damaged file is told apart from a number. A store without the file (made
 //! before it, or by a bulk load not yet persisted) has nothing to compare.
 //!
-//! **Not checked at open for now** (issue 50): the comparison refused healthy stores,
-//! closed cleanly, under load (a mark one or two numbers past the newest journal's last
-//! batch), so `open` does not call `journal::check`; the mark is still written.
-//!
+//! [`Store::commit`]: crate::Store::commit
 //! [`Store::persist`]: crate::Store::persist
 
 use std::fs::{File, OpenOptions};
@@ -33,10 +31,16 @@ use std::path::Path;
 
 /// The file, in the engine's directory (so that a compaction's swap moves it with the
 /// engine's files it describes).
-pub const FILE: &str = "halyard_acked";
+pub const FILE: &str = "halyard_durable";
+/// The file of a build before, which held the engine's sequence numbers (never checked).
+const EARLIER_FILE: &str = "halyard_acked";
+
+/// Remove the file of a build before from `engine` (its numbers mean nothing now).
+pub(crate) fn remove_earlier(engine: &Path) {
+    let _ = std::fs::remove_file(engine.join(EARLIER_FILE));
+}
 
 /// The number in `engine`'s file: `Ok(None)` without one, `Err` for a damaged one.
-#[allow(dead_code)] // Read by the journal check, off at open for now (issue 50).
 pub(crate) fn read(engine: &Path) -> Result<Option<u64>, String> {
     let path = engine.join(FILE);
     let mut f = match File::open(&path) {

@@ -5,16 +5,28 @@
 //! the file is cut there and every later batch is dropped, in sealed journals as in the
 //! active one. Only a batch whose checksum does not match is an error.
 //!
-//! So before the engine opens a store, [`check`] reads every journal file with the same
-//! framing, without writing anything, and refuses what the engine would silently cut:
+//! The engine's sequence numbers cannot say what is missing: one counter numbers the
+//! batches and also every new version of a keyspace's table list (a flush, a compaction, a
+//! bulk load: lsm-tree `upgrade_version`, `ingest.rs`), which no journal holds, so the
+//! numbers of two batches one after the other may differ by more than one (this refused
+//! healthy stores under load). So the store numbers its own batches: every batch it
+//! commits ([`crate::Store::commit`]) holds the record [`crate::BATCH_KEY`], the number
+//! one past the previous batch's, written under a lock held through the commit (the
+//! numbers are in the journals' order). Before the engine opens a store, [`check`] reads
+//! every journal with the engine's framing, without writing anything, and refuses what
+//! the engine would silently cut:
 //! - a **sealed** journal (every one but the newest) was synced whole before the next one
 //!   began: any byte other than zero after its last whole batch is damage;
-//! - batches are numbered by one counter, taken under the journal's lock, so where one
-//!   journal follows another (their numbers adjacent), the later one's first batch
-//!   follows the earlier one's last: a gap is a sealed journal that lost its last batches
-//!   (zeroed, say, which the first rule cannot see);
-//! - the **active** journal may end in a batch cut short by a crash; whether it lost
-//!   acknowledged batches is the durable mark's to say ([`crate::acked`]), after the open.
+//! - the store's numbers, read across the journals oldest first, go up by one: a gap is
+//!   batches lost from a journal (a sealed journal's last batches zeroed, say, which the
+//!   first rule cannot see);
+//! - the last number the journals hold is at least the durable high-water mark
+//!   ([`crate::acked`]): less is acknowledged batches cut from the end of the newest
+//!   journal (a crash only cuts batches not yet synced, which nobody was told were kept).
+//!
+//! Journals hold no number when every batch was flushed into tables and their journals
+//! removed; then the open compares the mark with the number the tables hold, after the
+//! engine's recovery ([`crate::open`]).
 //!
 //! The engine's entry format (fjall `journal/entry.rs`): a batch is `Start` (tag 1, u32
 //! item count, u64 sequence number), that many `Item` (tag 2, u8 value type, u8
@@ -38,6 +50,9 @@ pub(crate) struct Scan {
     /// The first byte other than zero at or after `end`, if any: a batch cut short, or
     /// damage.
     pub(crate) nonzero_after: Option<u64>,
+    /// The store's numbers ([`crate::BATCH_KEY`]) of the whole batches that hold one, in
+    /// the file's order.
+    pub(crate) numbers: Vec<u64>,
     /// Each whole batch's first byte and the byte after it (kept by [`scan_bounds`] only).
     pub(crate) bounds: Vec<(u64, u64)>,
 }
@@ -74,6 +89,8 @@ fn scan_with(path: &Path, keep_bounds: bool) -> std::io::Result<Scan> {
     // In a batch: its sequence number and the entries still to come.
     let mut open: Option<(u64, u32)> = None;
     let mut start = 0u64;
+    // The store's batch number in the batch being read, if it holds one.
+    let mut counter: Option<u64> = None;
     loop {
         if open.is_none() {
             start = pos;
@@ -90,6 +107,7 @@ fn scan_with(path: &Path, keep_bounds: bool) -> std::io::Result<Scan> {
                     break;
                 }
                 open = Some((u64::from_le_bytes(seqno), u32::from_le_bytes(count)));
+                counter = None;
             }
             2 | 4 => {
                 if tag == 2 {
@@ -98,12 +116,20 @@ fn scan_with(path: &Path, keep_bounds: bool) -> std::io::Result<Scan> {
                     if !matches!(h[0], 0 | 1 | 2 | 4) || h[1] > 1 {
                         break;
                     }
-                    let key = u64::from(u16::from_le_bytes([h[10], h[11]]));
+                    let key_len = usize::from(u16::from_le_bytes([h[10], h[11]]));
                     let stored = u64::from(u32::from_le_bytes([h[16], h[17], h[18], h[19]]));
-                    if skip(&mut r, key + stored).is_none() {
+                    let mut key = vec![0u8; key_len];
+                    if r.read_exact(&mut key).is_err() {
                         break;
                     }
-                    pos += 20 + key + stored;
+                    // The store's batch number: an uncompressed 8-byte value.
+                    if key == crate::BATCH_KEY && h[1] == 0 && stored == 8 {
+                        let Some(v) = take::<8>(&mut r) else { break };
+                        counter = Some(u64::from_le_bytes(v));
+                    } else if skip(&mut r, stored).is_none() {
+                        break;
+                    }
+                    pos += 20 + key_len as u64 + stored;
                 } else {
                     if take::<8>(&mut r).is_none() {
                         break;
@@ -127,6 +153,9 @@ fn scan_with(path: &Path, keep_bounds: bool) -> std::io::Result<Scan> {
                 match open.take() {
                     Some((seqno, 0)) => {
                         s.batches += 1;
+                        if let Some(c) = counter {
+                            s.numbers.push(c);
+                        }
                         s.first.get_or_insert(seqno);
                         s.last = Some(seqno);
                         s.end = pos;
@@ -183,41 +212,19 @@ pub(crate) fn journals(engine: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
-/// Refuse the journals of `engine` that the engine's recovery would cut in the middle
-/// (module docs), and, given the store's high-water mark `acked` (the engine's next batch
-/// number when its journal was last synced and acknowledged, [`crate::acked`]), an active
-/// journal that lost acknowledged batches: its last whole batch is numbered below
-/// `acked - 1` (a batch is written to the newest journal, and a flush starts a new one,
-/// so an acknowledged batch after the newest journal's last is gone), or it holds no
-/// whole batch but other bytes (damage from its start) while no journal holds batch
-/// `acked - 1`. `Err` says which and where.
-pub(crate) fn check(engine: &Path, acked: Option<u64>) -> Result<(), String> {
+/// Refuse the journals of `engine` that the engine's recovery would cut with batches of
+/// the store lost (module docs). `durable` is the store's high-water mark: the number of
+/// the last batch made durable and acknowledged ([`crate::acked`]). Returns the last batch
+/// number the journals hold, if any holds one. `Err` says what was lost and where.
+pub(crate) fn check(engine: &Path, durable: Option<u64>) -> Result<Option<u64>, String> {
     let files = journals(engine).map_err(|e| format!("{}: {e}", engine.display()))?;
     let newest = files.last().map(|(n, _)| *n);
-    let mut highest: Option<u64> = None;
-    // The last batch number of the journal before, where the numbers of the files adjoin.
-    let mut before: Option<(u64, u64)> = None;
+    // The last number seen, and the journal that held it.
+    let mut last: Option<(u64, String)> = None;
     for (n, path) in &files {
         let s = scan(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        highest = highest.max(s.last);
-        if Some(*n) == newest {
-            if let Some(acked) = acked.filter(|a| *a > 0) {
-                let lost = match s.last {
-                    Some(last) => last + 1 < acked,
-                    None => s.nonzero_after.is_some() && highest.is_none_or(|h| h + 1 < acked),
-                };
-                if lost {
-                    return Err(format!(
-                        "its journal {name} ends at batch {} (byte {}), but batches up to {} had been made durable \
-                         and acknowledged: damage in it would cut them off",
-                        s.last.map_or("none".to_string(), |l| l.to_string()),
-                        s.end,
-                        acked - 1
-                    ));
-                }
-            }
-        } else {
+        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        if Some(*n) != newest {
             if let Some(at) = s.nonzero_after {
                 return Err(format!(
                     "its sealed journal {name} is damaged at byte {at} (after {} whole batches): the engine would \
@@ -226,20 +233,25 @@ pub(crate) fn check(engine: &Path, acked: Option<u64>) -> Result<(), String> {
                 ));
             }
         }
-        if let (Some((prev_n, prev_last)), Some(first)) = (before, s.first) {
-            if prev_n + 1 == *n && first != prev_last + 1 {
-                return Err(format!(
-                    "its journal {prev_n}.jnl ends at batch {prev_last} but {name} begins at batch {first}: the \
-                     batches between were lost from the end of {prev_n}.jnl"
-                ));
+        for &number in &s.numbers {
+            if let Some((prev, held)) = &last {
+                if number != prev + 1 {
+                    return Err(format!(
+                        "its journal {held} holds batches up to number {prev}, but the next batch found is number \
+                         {number} (in {name}): the batches between were lost from the journal"
+                    ));
+                }
             }
+            last = Some((number, name.clone()));
         }
-        before = match (before, s.last) {
-            (_, Some(last)) => Some((*n, last)),
-            // An empty journal passes the number on.
-            (Some((prev_n, prev_last)), None) if prev_n + 1 == *n => Some((*n, prev_last)),
-            _ => None,
-        };
     }
-    Ok(())
+    if let (Some(durable), Some((number, held))) = (durable, &last) {
+        if *number < durable {
+            return Err(format!(
+                "its journals end at batch number {number} (in {held}), but batches up to number {durable} had \
+                 been made durable and acknowledged: the rest were lost from the journal"
+            ));
+        }
+    }
+    Ok(last.map(|(n, _)| n))
 }

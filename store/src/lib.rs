@@ -26,9 +26,10 @@
 //! - migrates, once, a store written by an earlier build (redb, with or without its log,
 //!   or sled: [`migrate`]), with a log line;
 //! - refuses, before the engine opens it, keyspace directories the engine's open would
-//!   delete (`layout`); the journal check against the durable high-water mark
-//!   (`journal`, [`acked`]) is not made at open for now (issue 50: it refused healthy
-//!   stores under load);
+//!   delete (`layout`), and journals the engine's recovery would cut with batches lost:
+//!   every batch committed through [`Store::commit`] is numbered, and the numbers in the
+//!   journals must go up by one and reach the durable high-water mark (`journal`,
+//!   [`acked`]); after the engine's open, the store's own number must reach it too;
 //! - opens the database and the owner's keyspaces (created if missing);
 //! - guards against a store that silently lost its data ([`mark`]), and against a
 //!   keyspace that did: each keyspace holds a mark of its own, the record
@@ -45,8 +46,6 @@ pub use fjall;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 pub mod acked;
-// Not called at open for now (see `open_locked`): kept, with its tests, to be fixed.
-#[allow(dead_code)]
 mod journal;
 mod layout;
 pub mod mark;
@@ -60,6 +59,10 @@ const MARKS: &str = "halyard_store";
 /// The record each keyspace holds from its creation on (a key no owner's record has: one
 /// byte; every owner's key is longer).
 pub const KEYSPACE_MARK: &[u8] = &[0];
+/// The record, in the store's mark keyspace, holding the number of the last batch
+/// committed through [`Store::commit`] (8 bytes, little-endian): each such batch writes
+/// it, one more than the batch before ([`journal`], [`acked`]).
+pub const BATCH_KEY: &[u8] = b"halyard-batch-number";
 /// The least key after [`KEYSPACE_MARK`]: every owner's record sorts at or after it.
 pub const FIRST_KEY: &[u8] = &[0, 0];
 /// The lock file in a store's directory, held by the store's owner from before [`open`]
@@ -121,6 +124,9 @@ pub struct Store {
     memtable_bytes: u64,
     /// The durable high-water mark ([`acked`]).
     acked: std::sync::Mutex<acked::Mark>,
+    /// The number of the last batch committed through [`Store::commit`], and the mark
+    /// keyspace it is written to; locked through each commit.
+    batches: std::sync::Mutex<Batches>,
     /// The store directory's lock ([`LOCK_FILE`]); none for a copy being built.
     lock: Option<std::fs::File>,
 }
@@ -135,7 +141,7 @@ impl Store {
                 let mut b = self.db.batch().durability(Some(PersistMode::SyncAll));
                 b.insert(&ks, KEYSPACE_MARK, b"1");
                 b.insert(&marks, name, b"1");
-                b.commit().map_err(|e| self.error(e))?;
+                self.commit(b).map_err(|e| self.error(e))?;
             }
         }
         Ok(ks)
@@ -154,7 +160,7 @@ impl Store {
         let marks = self.engine_keyspace(MARKS)?;
         for kv in marks.range(FIRST_KEY..) {
             let name = kv.key().map_err(|e| self.error(e))?;
-            if &*name == mark::MARK_KEY {
+            if &*name == mark::MARK_KEY || &*name == BATCH_KEY {
                 continue;
             }
             let name = String::from_utf8_lossy(&name).into_owned();
@@ -180,31 +186,81 @@ impl Store {
         &self.dir
     }
 
-    /// Make every batch committed so far survive a power loss (an fsync of the journal),
-    /// then record that they did (the durable high-water mark, [`acked`]): an open that
-    /// finds fewer writes refuses the store.
-    pub fn persist(&self) -> Result<(), fjall::Error> {
-        // Read before the sync, which waits for every batch numbered below it. The visible
-        // number (one past the last batch written to the journal and applied), not the
-        // counter: the engine's flushes take numbers from the counter too, written to no
-        // journal.
-        let next = self.db.visible_seqno();
-        self.db.persist(PersistMode::SyncAll)?;
-        let mut mark = self.acked.lock().unwrap_or_else(|p| p.into_inner());
-        mark.write(&self.engine, next).map_err(fjall::Error::Io)
+    /// Commit `batch` atomically (not yet durable: [`Store::persist`]), numbered: it also
+    /// writes [`BATCH_KEY`], one more than the batch before, so that an open can tell a
+    /// journal that lost batches ([`journal`]). Every batch whose records an owner will
+    /// acknowledge goes through here (or [`Store::commit_durable`]); commits take turns.
+    pub fn commit(&self, mut batch: fjall::OwnedWriteBatch) -> Result<(), fjall::Error> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut b = self.batches.lock().unwrap_or_else(|p| p.into_inner());
+        let marks = match &b.marks {
+            Some(k) => k.clone(),
+            None => {
+                let k = self.db.keyspace(MARKS, || {
+                    KeyspaceCreateOptions::default().max_memtable_size(self.memtable_bytes)
+                })?;
+                b.marks = Some(k.clone());
+                k
+            }
+        };
+        let next = b.last + 1;
+        batch.insert(&marks, BATCH_KEY, next.to_le_bytes());
+        batch.commit()?;
+        b.last = next;
+        Ok(())
     }
 
-    /// Commit `batch` and make it survive a power loss ([`Store::persist`]): what an
-    /// owner does before it acknowledges the batch's records.
+    /// Make every batch committed so far survive a power loss (an fsync of the journal),
+    /// then record that they did: the number of the last batch committed through
+    /// [`Store::commit`] becomes the durable high-water mark ([`acked`]), and an open that
+    /// finds fewer batches refuses the store.
+    pub fn persist(&self) -> Result<(), fjall::Error> {
+        // Read before the sync: every batch up to this number is in the journal's buffer.
+        let number = self.batches.lock().unwrap_or_else(|p| p.into_inner()).last;
+        self.db.persist(PersistMode::SyncAll)?;
+        let mut mark = self.acked.lock().unwrap_or_else(|p| p.into_inner());
+        mark.write(&self.engine, number).map_err(fjall::Error::Io)
+    }
+
+    /// Commit `batch` ([`Store::commit`]) and make it survive a power loss
+    /// ([`Store::persist`]): what an owner does before it acknowledges the batch's records.
     pub fn commit_durable(&self, batch: fjall::OwnedWriteBatch) -> Result<(), fjall::Error> {
-        batch.commit()?;
+        self.commit(batch)?;
         self.persist()
+    }
+
+    /// The number of the last batch the store holds ([`BATCH_KEY`]; 0 for none).
+    fn batch_number(&self) -> Result<u64, StoreError> {
+        let marks = self.engine_keyspace(MARKS)?;
+        match marks.get(BATCH_KEY).map_err(|e| self.error(e))? {
+            None => Ok(0),
+            Some(v) => match <[u8; 8]>::try_from(&*v) {
+                Ok(b) => Ok(u64::from_le_bytes(b)),
+                Err(_) => Err(self
+                    .damaged(format!("its record of batch numbers has {} bytes, not 8", v.len()))),
+            },
+        }
+    }
+
+    /// [`StoreError::Damaged`] for `what`, saying what to do.
+    fn damaged(&self, what: String) -> StoreError {
+        damaged(&self.dir, what)
     }
 
     /// The error of the engine's `e`, naming this store.
     pub fn error(&self, e: fjall::Error) -> StoreError {
         engine_error(&self.dir, e)
     }
+}
+
+/// What to do with a damaged store.
+const RESTORE: &str = "Restore the directory from a backup, or move it away to start this store afresh (a checkpoint \
+                       then pays again for lost calls; a run state restarts the run)";
+
+fn damaged(dir: &Path, what: String) -> StoreError {
+    StoreError::Damaged { dir: dir.to_path_buf(), reason: format!("{what}. {RESTORE}") }
 }
 
 fn engine_error(dir: &Path, e: fjall::Error) -> StoreError {
@@ -220,13 +276,7 @@ fn engine_error(dir: &Path, e: fjall::Error) -> StoreError {
         | fjall::Error::Decompress(_)
         | fjall::Error::InvalidTrailer
         | fjall::Error::InvalidTag(_)
-        | fjall::Error::Unrecoverable) => StoreError::Damaged {
-            dir: dir.to_path_buf(),
-            reason: format!(
-                "{e}. Restore the directory from a backup, or move it away to start this store afresh (a checkpoint \
-                 then pays again for lost calls; a run state restarts the run)"
-            ),
-        },
+        | fjall::Error::Unrecoverable) => damaged(dir, e.to_string()),
         source => StoreError::Engine { dir: dir.to_path_buf(), source },
     }
 }
@@ -251,18 +301,28 @@ fn open_locked(
     migrate::if_needed(dir)?;
     let engine = dir.join(ENGINE_DIR);
     layout::check(&engine).map_err(|reason| StoreError::Lost { dir: dir.to_path_buf(), reason })?;
-    // The journal check against the durable high-water mark (`journal::check`) is not
-    // made at open: it refused healthy stores, closed cleanly, under load (a mark one or
-    // two numbers past the newest journal's last batch; `gc::gc_killed_mid_compaction_loses_nothing`
-    // failed 4 runs in 6 side by side). Until that is understood it would turn a
-    // restart into a refusal, which costs more than the damage it looks for (issue 50).
+    // Before the engine's recovery, which would cut a damaged journal for good.
+    let durable = acked::read(&engine).map_err(|what| damaged(dir, what))?;
+    journal::check(&engine, durable).map_err(|what| damaged(dir, what))?;
     let mut store = open_engine(dir, opts)?;
     store.lock = Some(lock);
+    // Journals that hold no batch number (all flushed into tables): the tables must hold
+    // the mark's.
+    let number = store.batch_number()?;
+    if let Some(durable) = durable.filter(|d| number < *d) {
+        return Err(store.damaged(format!(
+            "it holds batches up to number {number}, but batches up to number {durable} had been made durable and \
+             acknowledged: the rest were lost (its journal was damaged)"
+        )));
+    }
+    store.batches.lock().unwrap_or_else(|p| p.into_inner()).last = number;
+    acked::remove_earlier(&engine);
     let marks = store.engine_keyspace(MARKS)?;
     let marked = marks.contains_key(mark::MARK_KEY).map_err(|e| store.error(e))?;
     mark::guard(dir, marked, || {
-        marks.insert(mark::MARK_KEY, b"1").map_err(|e| e.to_string())?;
-        store.persist().map_err(|e| e.to_string())
+        let mut b = store.db.batch();
+        b.insert(&marks, mark::MARK_KEY, b"1");
+        store.commit_durable(b).map_err(|e| e.to_string())
     })
     .map_err(|reason| StoreError::Lost { dir: dir.to_path_buf(), reason })?;
     drop(marks);
@@ -304,6 +364,7 @@ pub(crate) fn open_engine_at(dir: &Path, at: &Path, opts: Options) -> Result<Sto
             engine: at.to_path_buf(),
             memtable_bytes,
             acked: Default::default(),
+            batches: Default::default(),
             lock: None,
         }),
         Ok(Err(e)) => Err(engine_error(dir, e)),
@@ -478,6 +539,13 @@ impl Store {
             ),
         }
     }
+}
+
+/// See [`Store::commit`].
+#[derive(Default)]
+struct Batches {
+    last: u64,
+    marks: Option<Keyspace>,
 }
 
 /// A compacted copy of a store, not yet in its place ([`Store::compaction_copy`]).

@@ -438,7 +438,6 @@ fn all_or_refused(dir: &Path, case: &str) {
 /// never fewer records. (fjall 3.1.13 alone opens the zeroed sector and the cuts with
 /// records missing: its recovery takes an undecodable entry as the journal's end.)
 #[test]
-#[ignore = "the journal check is off at open (issue 50): it refused healthy stores under load"]
 fn journal_damage_never_drops_acknowledged_records() {
     let base = tempfile::tempdir().unwrap();
     acknowledged_store(base.path());
@@ -490,6 +489,50 @@ fn journal_damage_never_drops_acknowledged_records() {
                 all_or_refused(d.path(), &format!("sealed {sealed}, {which} batch: {what}"));
             }
         }
+    }
+    // The journal zeroed from its start (a sector): it holds no batch number, so the
+    // check is the store's own number after the engine's recovery.
+    {
+        let d = tempfile::tempdir().unwrap();
+        copy_dir(base.path(), d.path());
+        let f = d.path().join(&rel);
+        let mut b = std::fs::read(&f).unwrap();
+        b[..4096].fill(0);
+        std::fs::write(&f, b).unwrap();
+        all_or_refused(d.path(), "the journal's first sector zeroed");
+        assert!(acknowledged_back(d.path()).is_err(), "the journal's first sector zeroed: opened");
+    }
+    // The journal as the engine leaves it when it rotates between two batches (its bytes
+    // up to a batch's end sealed in one file, the rest in the next one, each filled out
+    // with zeros to the engine's 64 MiB): whole, every record back; with the sealed
+    // journal's last batches zeroed to its end (which leaves no byte the sealed-journal
+    // rule sees), refused: the batch numbers skip.
+    let journal = std::fs::read(&jnls[0].1).unwrap();
+    let split = |d: &Path, at: usize, zero_from: Option<usize>| {
+        let f = d.join(&rel);
+        let mut sealed = journal[..at].to_vec();
+        if let Some(z) = zero_from {
+            sealed[z..].fill(0);
+        }
+        sealed.resize(64 << 20, 0);
+        std::fs::write(&f, sealed).unwrap();
+        let mut next = journal[at..scan.end as usize].to_vec();
+        next.resize(64 << 20, 0);
+        std::fs::write(f.with_file_name(&next_name), next).unwrap();
+    };
+    let at = ours[ours.len() / 2].1 as usize;
+    let whole = tempfile::tempdir().unwrap();
+    copy_dir(base.path(), whole.path());
+    split(whole.path(), at, None);
+    assert_eq!(acknowledged_back(whole.path()), Ok(BATCHES * PER), "a journal split whole");
+    for lost in [1, 3] {
+        let d = tempfile::tempdir().unwrap();
+        copy_dir(base.path(), d.path());
+        let from = ours[ours.len() / 2 - (lost - 1)].0 as usize;
+        split(d.path(), at, Some(from));
+        let case = format!("a sealed journal's last {lost} batches zeroed");
+        all_or_refused(d.path(), &case);
+        assert!(acknowledged_back(d.path()).is_err(), "{case}: opened");
     }
     // Cut at every batch boundary (the last one is the whole journal: everything back).
     let mut refused = 0;
