@@ -198,7 +198,8 @@ impl RunDb {
                 None => b.remove(ks, key),
             }
         }
-        b.commit()?;
+        // Numbered by the store, so that an open can tell a journal that lost batches.
+        self.store.commit(b)?;
         self.commits.fetch_add(1, Ordering::AcqRel);
         self.dirty.store(true, Ordering::Release);
         Ok(out)
@@ -237,7 +238,9 @@ impl RunDb {
         let m = RunMeta { id: Uuid::now_v7(), name: name.to_string(), created_unix_ms: now };
         let bytes = enc(&m)?;
         // Durable at once: the run's identity names its subjects and message ids.
-        self.spaces.meta.insert(b"run", bytes)?;
+        let mut b = self.store.db().batch();
+        b.insert(&self.spaces.meta, b"run", bytes);
+        self.store.commit(b)?;
         self.commits.fetch_add(1, Ordering::AcqRel);
         self.store.persist()?;
         Ok((m, true))
