@@ -85,15 +85,18 @@ pub fn export(cache: &MachineCache, path: &Path) -> Result<u64, CacheError> {
 pub fn parse_line(text: &str) -> Result<(JobKey, Completion), String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let parts = v.as_array().filter(|a| a.len() == 2).ok_or("not a [request, response] pair")?;
-    let h = parts[0].get("halyard").ok_or("the request has no `halyard` object (not a Halyard cache export)")?;
+    let h = parts[0]
+        .get("halyard")
+        .ok_or("the request has no `halyard` object (not a Halyard cache export)")?;
     let id: JobId = h
         .get("job")
         .and_then(Value::as_str)
         .ok_or("`halyard.job` is missing")?
         .parse()
         .map_err(|e| format!("`halyard.job`: {e}"))?;
-    let key: JobKey = serde_json::from_value(h.get("key").cloned().ok_or("`halyard.key` is missing")?)
-        .map_err(|e| format!("`halyard.key`: {e}"))?;
+    let key: JobKey =
+        serde_json::from_value(h.get("key").cloned().ok_or("`halyard.key` is missing")?)
+            .map_err(|e| format!("`halyard.key`: {e}"))?;
     if key.id() != id {
         return Err(format!("the job key hashes to {}, not to the line's job {id}", key.id()));
     }

@@ -94,6 +94,15 @@ pub struct Cache {
     broken_warned: Arc<AtomicBool>,
 }
 
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("machine", &self.machine.as_ref().map(|m| m.dir().display().to_string()))
+            .field("shared", &self.shared.is_some())
+            .finish()
+    }
+}
+
 impl Cache {
     /// No tier: every lookup misses.
     pub fn off() -> Cache {
@@ -134,7 +143,12 @@ impl Cache {
     /// The answer to `job`, machine tier first, then the shared tier, if `policy` reads.
     /// A shared answer is copied to the machine tier (if `policy` writes). Errors are
     /// misses (said once).
-    pub async fn lookup(&self, job: &JobKey, id: &JobId, policy: Policy) -> Option<(Completion, Tier)> {
+    pub async fn lookup(
+        &self,
+        job: &JobKey,
+        id: &JobId,
+        policy: Policy,
+    ) -> Option<(Completion, Tier)> {
         if !policy.reads() {
             return None;
         }

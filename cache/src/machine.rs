@@ -181,8 +181,8 @@ fn connect(dir: &Path, limits: &Limits) -> Result<Connection, CacheError> {
 
 /// A row read back: checked against its id.
 fn decode_row(id: &JobId, key: &[u8], completion: &[u8]) -> Result<(JobKey, Completion), String> {
-    let key: JobKey =
-        halyard_proto::decode("cache entry key", key).map_err(|e| format!("its job key does not decode: {e}"))?;
+    let key: JobKey = halyard_proto::decode("cache entry key", key)
+        .map_err(|e| format!("its job key does not decode: {e}"))?;
     if key.id() != *id {
         return Err(format!("its job key hashes to {}, not to its id", key.id()));
     }
@@ -262,9 +262,8 @@ impl MachineCache {
     /// Queue `completion` of the job `key` for writing (returns at once; see
     /// [`MachineCache::flush`]).
     pub fn put(&self, key: &JobKey, completion: &Completion) {
-        let encoded = halyard_proto::encode(key).and_then(|k| {
-            halyard_proto::stored::encode_completion(completion).map(|c| (k, c))
-        });
+        let encoded = halyard_proto::encode(key)
+            .and_then(|k| halyard_proto::stored::encode_completion(completion).map(|c| (k, c)));
         match encoded {
             Ok((k, c)) => self.send(Write::Put {
                 id: key.id(),
@@ -273,7 +272,9 @@ impl MachineCache {
                 model: model_label(key),
                 stage: format!("{}/{}", key.pipeline, key.stage),
             }),
-            Err(e) => tracing::warn!(job = %key.id(), error = %e, "cannot encode a cache entry; not cached"),
+            Err(e) => {
+                tracing::warn!(job = %key.id(), error = %e, "cannot encode a cache entry; not cached")
+            }
         }
     }
 
@@ -374,12 +375,17 @@ impl MachineCache {
         for row in rows {
             let (id, key, completion) = row.map_err(err)?;
             let Some(id) = JobId::from_slice(&id) else {
-                tracing::warn!(id_bytes = id.len(), "cache row with an id that is not 16 bytes; skipped");
+                tracing::warn!(
+                    id_bytes = id.len(),
+                    "cache row with an id that is not 16 bytes; skipped"
+                );
                 continue;
             };
             match decode_row(&id, &key, &completion) {
                 Ok((k, c)) => out.push((id, k, c)),
-                Err(reason) => tracing::warn!(job = %id, %reason, "cache entry does not check out; skipped"),
+                Err(reason) => {
+                    tracing::warn!(job = %id, %reason, "cache entry does not check out; skipped")
+                }
             }
         }
         Ok(out)
@@ -388,15 +394,19 @@ impl MachineCache {
     /// Write `entries` now, in one transaction (an import): those already there are kept.
     /// Returns how many were new.
     pub fn insert_now(&self, entries: &[(JobKey, Completion)]) -> Result<u64, CacheError> {
-        let mut conn = connect(&self.dir, &Limits { max_bytes: u64::MAX / 2, ..Limits::default() })?;
+        let mut conn =
+            connect(&self.dir, &Limits { max_bytes: u64::MAX / 2, ..Limits::default() })?;
         let err = |e| db_err(&self.dir, e);
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
         let mut new = 0;
         {
             let mut st = tx.prepare(INSERT).map_err(err)?;
             let now = now_s() as i64;
             for (key, c) in entries {
-                let k = halyard_proto::encode(key).map_err(|e| CacheError::Encode(e.to_string()))?;
+                let k =
+                    halyard_proto::encode(key).map_err(|e| CacheError::Encode(e.to_string()))?;
                 let cb = halyard_proto::stored::encode_completion(c)
                     .map_err(|e| CacheError::Encode(e.to_string()))?;
                 let stage = format!("{}/{}", key.pipeline, key.stage);
@@ -417,7 +427,8 @@ impl Drop for MachineCache {
     }
 }
 
-const INSERT: &str = "INSERT OR IGNORE INTO entries (id, key, completion, model, stage, written, used)
+const INSERT: &str =
+    "INSERT OR IGNORE INTO entries (id, key, completion, model, stage, written, used)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)";
 
 fn live_bytes(conn: &Connection) -> rusqlite::Result<u64> {
@@ -431,9 +442,9 @@ pub(crate) fn prune(conn: &Connection, limits: Limits, now: u64) -> rusqlite::Re
     let before = live_bytes(conn)?;
     let recent = now.saturating_sub(limits.min_age.as_secs()) as i64;
     let old = now.saturating_sub(limits.max_age.as_secs()) as i64;
-    let mut removed =
-        conn.execute("DELETE FROM entries WHERE used < ?1 AND used < ?2", params![old, recent])?
-            as u64;
+    let mut removed = conn
+        .execute("DELETE FROM entries WHERE used < ?1 AND used < ?2", params![old, recent])?
+        as u64;
     // Then the least recently used, a batch at a time, while over the limit.
     while live_bytes(conn)? > limits.max_bytes {
         let n = conn.execute(
@@ -510,9 +521,14 @@ fn commit(conn: &mut Connection, writes: &[Write]) -> rusqlite::Result<u64> {
         for w in writes {
             match w {
                 Write::Put { id, key, completion, model, stage } => {
-                    new += insert
-                        .execute(params![&id.as_bytes()[..], key, completion, model, stage, now])?
-                        as u64;
+                    new += insert.execute(params![
+                        &id.as_bytes()[..],
+                        key,
+                        completion,
+                        model,
+                        stage,
+                        now
+                    ])? as u64;
                 }
                 Write::Touch(id) => {
                     touch.execute(params![&id.as_bytes()[..], now])?;

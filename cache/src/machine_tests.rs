@@ -6,7 +6,11 @@ fn key(i: u32) -> JobKey {
         pipeline: "noop".into(),
         stage: "answer".into(),
         stage_version: 1,
-        model: ModelRef { backend: "openai".into(), endpoint: "http://x/v1".into(), model: "m".into() },
+        model: ModelRef {
+            backend: "openai".into(),
+            endpoint: "http://x/v1".into(),
+            model: "m".into(),
+        },
         messages: vec![ChatMessage::user(format!("question {i}"))],
         sampling: Sampling::default(),
         sample_index: 0,
@@ -60,8 +64,9 @@ async fn entries_are_shared_between_openers_and_survive_reopen() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_openers_lose_no_write() {
     let dir = tempfile::tempdir().unwrap();
-    let openers: Vec<_> =
-        (0..4).map(|_| Arc::new(MachineCache::open(dir.path(), Limits::default()).unwrap())).collect();
+    let openers: Vec<_> = (0..4)
+        .map(|_| Arc::new(MachineCache::open(dir.path(), Limits::default()).unwrap()))
+        .collect();
     let mut tasks = Vec::new();
     for (n, c) in openers.iter().enumerate() {
         let c = c.clone();
@@ -145,7 +150,10 @@ async fn prune_by_age_and_use_spares_recent_entries() {
     let kept: Vec<u32> = (100..200).filter(|&i| c.get(&key(i).id()).unwrap().is_some()).collect();
     assert!(kept.len() < 100, "over the limit, some of the 2-day-old entries go");
     if let Some(first) = kept.first() {
-        assert!(kept.iter().all(|i| i >= first) && kept.len() == (200 - first) as usize, "{kept:?}");
+        assert!(
+            kept.iter().all(|i| i >= first) && kept.len() == (200 - first) as usize,
+            "{kept:?}"
+        );
     }
     // Only recent entries are left over the limit: kept, and counted.
     let again = prune(&conn, Limits { max_bytes: 1024, ..limits }, now).unwrap();

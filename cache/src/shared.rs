@@ -159,18 +159,18 @@ impl SharedWriter {
         let replicas = halyard_broker::stream_replicas(b).await;
         let want = config(replicas);
         halyard_broker::retry_js("create the shared result cache", || async {
-            if halyard_broker::layout::lookup(b, &want).await.map_err(|e| e.to_string())?.is_some() {
+            if halyard_broker::layout::lookup(b, &want).await.map_err(|e| e.to_string())?.is_some()
+            {
                 return Ok(());
             }
             b.js.get_or_create_stream(want.clone()).await.map(|_| ()).map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| CacheError::Broker(e.to_string()))?;
-        let store = halyard_broker::retry_js("open the shared result cache", || {
-            b.js.get_key_value(BUCKET)
-        })
-        .await
-        .map_err(|e| CacheError::Broker(e.to_string()))?;
+        let store =
+            halyard_broker::retry_js("open the shared result cache", || b.js.get_key_value(BUCKET))
+                .await
+                .map_err(|e| CacheError::Broker(e.to_string()))?;
         Ok(SharedWriter { store, full_warned: Arc::new(AtomicBool::new(false)) })
     }
 
@@ -178,7 +178,8 @@ impl SharedWriter {
     /// full bucket, a broker away) is said once and otherwise ignored: the run goes on.
     pub async fn put(&self, run: uuid::Uuid, key: &JobKey, completion: &Completion) {
         let id = key.id();
-        let entry = Entry { v: ENTRY_VERSION, key: key.clone(), completion: completion.clone(), run };
+        let entry =
+            Entry { v: ENTRY_VERSION, key: key.clone(), completion: completion.clone(), run };
         let bytes = match halyard_proto::encode(&entry) {
             Ok(b) => b,
             Err(e) => {

@@ -8,6 +8,7 @@ use halyard_node::{coordinator, display, leaderboard, retry_failed, shutdown, st
 use halyard_node::{supervisor, worker};
 
 mod args;
+mod cache_cmd;
 mod nats_args;
 
 use args::{
@@ -38,6 +39,10 @@ struct Cli {
     /// the run's log file (`<out>/<name>/halyard.log`).
     #[arg(long, short, global = true, conflicts_with = "quiet")]
     verbose: bool,
+    /// The result cache on this machine (issue 51): its directory, or `off`. Default:
+    /// the user's cache directory (`~/.cache/halyard`).
+    #[arg(long, global = true, env = "HALYARD_CACHE", value_name = "DIR")]
+    cache: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -87,10 +92,18 @@ enum Cmd {
     /// are measured against them in the report.
     #[command(subcommand)]
     Labels(LabelsCmd),
+    /// The result cache on this machine: `cache stats | prune | export FILE | import FILE`.
+    #[command(subcommand)]
+    Cache(cache_cmd::CacheCmd),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(dir) = &cli.cache {
+        // Read where the cache is opened (halyard_cache::machine_dir); set before any
+        // thread starts.
+        std::env::set_var("HALYARD_CACHE", dir);
+    }
     init_logs(cli.log_format, cli.quiet, cli.verbose);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -241,6 +254,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
             print!("{}", retry_failed::run(&a.run, a.list)?);
             0
         }
+        Cmd::Cache(c) => cache_cmd::run(c).await?,
         Cmd::Labels(LabelsCmd::Import(a)) => {
             let i =
                 halyard_node::labels_import::run(&a.run, &a.file, a.benchmark, a.sweep.as_deref())?;

@@ -244,6 +244,12 @@ pub async fn run(
 pub fn sweep_worker(s: &sweep::Sweep, state: PathBuf) -> WorkerConfig {
     let mut cfg = WorkerConfig::new(worker_plan(s), state);
     cfg.delivery = Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
+    // The result cache on this machine (issue 51): `--cache DIR` / HALYARD_CACHE, else the
+    // user's cache directory; `off` leaves it out.
+    cfg.cache_policies = s.models.iter().map(|m| (m.spec.model_ref.clone(), m.cache)).collect();
+    let dir = halyard_cache::machine_dir(None);
+    cfg.cache =
+        halyard_cache::Cache::open_machine(dir.as_deref(), halyard_cache::Limits::default());
     cfg
 }
 

@@ -47,6 +47,11 @@ pub struct WorkerConfig {
     /// Compact the checkpoint as it closes at the stop. Its owner sets it before the stop
     /// once the work the checkpoint served is done (`halyard run`, its run complete).
     pub compact_on_stop: Arc<std::sync::atomic::AtomicBool>,
+    /// The result cache (issue 51): consulted after the checkpoint, before a call. Off
+    /// unless the caller opens it (`halyard_node` opens the machine tier).
+    pub cache: halyard_cache::Cache,
+    /// Each model's cache policy (a model not listed: read-write).
+    pub cache_policies: Vec<(halyard_proto::ModelRef, halyard_proto::CachePolicy)>,
 }
 
 impl WorkerConfig {
@@ -62,6 +67,8 @@ impl WorkerConfig {
             quota_settings: Default::default(),
             http: Default::default(),
             compact_on_stop: Arc::default(),
+            cache: halyard_cache::Cache::off(),
+            cache_policies: Vec::new(),
         }
     }
 }
@@ -195,6 +202,8 @@ pub async fn run_with_checkpoint(
     for h in health.values() {
         h.close().await;
     }
+    // What this worker paid for reaches the machine cache before it stops.
+    config.cache.close().await;
     if config.compact_on_stop.load(std::sync::atomic::Ordering::Acquire) && failure.is_none() {
         checkpoint.close_compacted().await;
     } else {
@@ -320,6 +329,8 @@ async fn start(
         quotas: joined.quotas.clone(),
         plan: config.plan.clone(),
         budget,
+        cache: config.cache.clone(),
+        cache_policies: config.cache_policies.clone(),
     });
     // Every existing consumer is bound (and checked) before the first loop runs: a start
     // dropped half-way has taken no job. A pool whose consumer no coordinator has made

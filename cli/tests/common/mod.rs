@@ -43,6 +43,9 @@ pub fn broker_init(url: &str) {
 
 pub fn halyard() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_halyard"));
+    // No result cache unless a test asks for one (cli/tests/cache.rs): every test's calls
+    // are its own, whatever ran before on this machine.
+    c.env("HALYARD_CACHE", "off");
     c.env("PATH", format!("{}:/usr/sbin", std::env::var("PATH").unwrap_or_default()));
     // HALYARD_TEST_LOG overrides the children's log filter when debugging a test.
     let log = std::env::var("HALYARD_TEST_LOG");

@@ -59,6 +59,8 @@ pub(crate) struct RawModel {
     pub(super) price: Option<RawPrice>,
     // batch mode (see `batch_mode`)
     pub(super) mode: Option<String>,
+    /// The result cache policy (issue 51).
+    pub(super) cache: Option<String>,
     pub(super) batch_size: Option<i64>,
     pub(super) batch_wait_s: Option<f64>,
     pub(super) batch_queue_tokens: Option<i64>,
@@ -119,6 +121,8 @@ pub struct Model {
     pub embed: Option<PathBuf>,
     /// For `backend = "server"`: the server process each worker holding it runs.
     pub server: Option<halyard_proto::server::ServerSpec>,
+    /// The result cache policy (issue 51): `read-write` (default), `read`, `write`, `off`.
+    pub cache: halyard_proto::CachePolicy,
 }
 
 /// `cpu` or `gpuN`: the placement of a local model, carried in its pool's name.
@@ -263,7 +267,24 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
         embed,
         batch,
         server,
+        cache: cache_policy(f, i, m)?,
     })
+}
+
+/// `cache = "read-write" | "read" | "write" | "off"` (issue 51).
+fn cache_policy(f: &str, i: usize, m: &RawModel) -> Result<halyard_proto::CachePolicy, SweepError> {
+    use halyard_proto::CachePolicy as P;
+    match m.cache.as_deref() {
+        None | Some("read-write") => Ok(P::ReadWrite),
+        Some("read") => Ok(P::Read),
+        Some("write") => Ok(P::Write),
+        Some("off") => Ok(P::Off),
+        Some(other) => Err(key_err(
+            f,
+            format!("model[{i}].cache"),
+            format!("{other:?} is not a cache policy (expected \"read-write\", \"read\", \"write\" or \"off\")"),
+        )),
+    }
 }
 
 /// `backend` and the keys it needs: the endpoint identity in job keys, and for `gguf`

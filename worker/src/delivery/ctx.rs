@@ -50,6 +50,9 @@ pub(crate) struct PoolCtx {
     pub broker: halyard_broker::Broker,
     /// The pools in batch mode: their jobs' calls go through provider batches.
     pub batches: crate::batch::Batches,
+    /// The result cache and each model's policy (see [`PoolCtx::cache_policy`]).
+    pub cache: halyard_cache::Cache,
+    pub cache_policies: Vec<(halyard_proto::ModelRef, halyard_proto::CachePolicy)>,
 }
 
 /// An ack wait as [`PoolCtx::ack_wait_ms`] holds it: whole milliseconds, at least one.
@@ -72,6 +75,11 @@ impl PoolCtx {
         if ms < before {
             info!(pool, ack_wait = ?wait, worker_ack_wait = ?Duration::from_millis(before), "the pool's consumer waits less for acks than this worker's setting; in-progress acks are paced by it");
         }
+    }
+
+    /// The cache policy of the model `m` (read-write unless its sweep says otherwise).
+    pub(crate) fn cache_policy(&self, m: &halyard_proto::ModelRef) -> halyard_proto::CachePolicy {
+        self.cache_policies.iter().find(|(r, _)| r == m).map(|(_, p)| *p).unwrap_or_default()
     }
 
     pub(super) fn job_lock(&self, id: JobId) -> Arc<tokio::sync::Mutex<()>> {

@@ -134,6 +134,11 @@ async fn run_job_locked(
             None
         }
     };
+    let policy = ctx.cache_policy(&job.key.model);
+    let cached = match cached {
+        Some(c) => Some(c),
+        None => from_cache(ctx, job, policy).await,
+    };
     // A redelivery's budget is read only when the checkpoint does not answer it. A job
     // that a live provider batch holds is not over budget however often its workers
     // crashed: its answer is paid for and on its way (see `batch`).
@@ -164,6 +169,9 @@ async fn run_job_locked(
                 let Some(c) = completion.as_ref() else { break };
                 match ctx.checkpoint.put(job.id, c).await {
                     Ok(()) => {
+                        // Paid for by this worker and durable here: shared with the
+                        // machine's other runs (off the job's path).
+                        ctx.cache.remember(&job.key, c, policy);
                         ctx.failpoints.pass(Point::FlushPublish);
                         Event::Persisted
                     }
@@ -226,6 +234,26 @@ async fn run_job_locked(
         State::Finished(Disposition::HandedBack) => ctx.stats.handed_back.inc(),
         _ => ctx.stats.retried.inc(),
     }
+}
+
+/// The result cache's answer to `job` (checkpoint missed), written to the checkpoint
+/// first: a run keeps what it read even if the cache is pruned, and it is then a
+/// checkpoint hit like any other. A checkpoint that cannot take it: no answer (called).
+async fn from_cache(
+    ctx: &PoolCtx,
+    job: &Job,
+    policy: halyard_proto::CachePolicy,
+) -> Option<halyard_proto::Completion> {
+    let (c, tier) = ctx.cache.lookup(&job.key, &job.id, policy).await?;
+    if let Err(e) = ctx.checkpoint.put(job.id, &c).await {
+        warn!(job = %job.id, error = %e, "checkpoint write failed; the job is called instead of answered from the cache");
+        return None;
+    }
+    match tier {
+        halyard_cache::Tier::Machine => ctx.stats.cache_machine.inc(),
+        halyard_cache::Tier::Shared => ctx.stats.cache_shared.inc(),
+    }
+    Some(c)
 }
 
 /// A batch pool's "call": the job's turn in a provider batch (see [`crate::batch`]).

@@ -30,6 +30,9 @@ pub struct Stats {
     pub calls: Counter,
     pub completed: Counter,
     pub replayed: Counter,
+    /// Jobs answered from the result cache (issue 51): the machine's, the broker's.
+    pub cache_machine: Counter,
+    pub cache_shared: Counter,
     pub dead_letters: Counter,
     pub retried: Counter,
     /// Pull requests sent, and jobs they brought (their ratio is the mean pull size).
