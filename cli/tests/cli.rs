@@ -12,6 +12,7 @@ mod common;
 mod batch_mode;
 mod broker_permissions;
 mod broker_security;
+mod cache;
 mod chaos;
 mod crash_durability;
 mod deploy_k8s;
