@@ -210,18 +210,10 @@ pub async fn init(b: &Broker, opts: &Options) -> Result<Vec<Made>, BrokerError> 
         .await?;
         let held = s.cached_info().config.clone();
         crate::check_shape(&held, &cfg)?;
+        check_raw(b, &cfg).await?;
         crate::check_replicas(b, &name, held.num_replicas).await;
-        if cfg.max_bytes > 0 && !(1..=cfg.max_bytes).contains(&held.max_bytes) {
-            tracing::warn!(
-                stream = %name,
-                max_bytes = held.max_bytes,
-                "stream {name} holds up to {} bytes (made by an earlier build), not the {} \
-                 Halyard sets: a flood of messages fills the broker's disk further \
-                 (nats stream edit {name} --max-bytes {})",
-                held.max_bytes,
-                cfg.max_bytes,
-                cfg.max_bytes
-            );
+        for w in crate::shape_warnings(&held, &cfg) {
+            tracing::warn!(stream = %name, "{w}");
         }
         if held.storage != cfg.storage {
             tracing::warn!(
@@ -261,7 +253,22 @@ pub async fn lookup(
         return Ok(None);
     };
     crate::check_shape(&s.cached_info().config, want)?;
+    check_raw(b, want).await?;
     Ok(Some(s))
+}
+
+/// [`crate::check_raw_shape`] on the configuration the server holds for `want`'s stream,
+/// as the server sends it (fields async-nats does not parse included).
+async fn check_raw(b: &Broker, want: &stream::Config) -> Result<(), BrokerError> {
+    let name = &want.name;
+    let empty = serde_json::json!({});
+    let info: serde_json::Value =
+        retry_js(&format!("stream {name}"), || b.js.request(format!("STREAM.INFO.{name}"), &empty))
+            .await?;
+    if let Some(e) = info.get("error") {
+        return Err(BrokerError::js(format!("stream {name}"), e));
+    }
+    crate::check_raw_shape(info.get("config").unwrap_or(&serde_json::Value::Null), want)
 }
 
 /// How often a process waiting for a stream says so again.

@@ -332,15 +332,29 @@ pub async fn check_replicas(b: &Broker, name: &str, held: usize) {
 
 pub use layout::{init, RESULTS_MAX_BYTES};
 
-/// Refuse a stream (or a bucket's) that exists with a shape that would leak or lose what
-/// Halyard puts in it: a republish (every message copied to another subject, which others
-/// may read), a mirror or sources (messages that are not Halyard's), other subjects than
-/// Halyard's, another retention, or a sealed stream. `want` is the configuration Halyard
-/// creates it with. Anyone who may create streams on a shared broker could create
-/// Halyard's first (issue 33); limits an earlier build did not set are only warned about
-/// where they are set ([`layout::init`]).
+/// Refuse a stream (or a bucket's) that exists with a shape that would leak, lose or
+/// stall what Halyard puts in it. `want` is the configuration Halyard creates it with;
+/// anyone who may create streams on a shared broker could create Halyard's first (issue
+/// 33), and a stream's settings are the broker's to change (issue 49). Refused:
+/// - a republish (every message copied to another subject, which others may read), a
+///   mirror or sources (messages that are not Halyard's), other subjects than Halyard's,
+///   another retention, a sealed stream;
+/// - a subject transform (nats-server 2.10+ rewrites the subject a message is stored
+///   under: a worker's results could be stored as another pool's), read from the raw
+///   configuration by [`check_raw_shape`] (async-nats is built without the 2.10 fields);
+/// - limits that drop what Halyard has not taken: an age limit where Halyard sets none
+///   (unfinished jobs and results expire), none where Halyard sets one (a bucket's keys,
+///   a dead worker's heartbeat or a forged quota membership, never expire), a limit per
+///   subject or on the number of messages where Halyard sets none, discard `old` where
+///   Halyard's is `new` (the oldest messages dropped when full);
+/// - `no_ack` (a publisher cannot know its message was stored), deletes or purges denied
+///   where Halyard deletes or purges (or allowed where it denies them), rollups not
+///   allowed where Halyard rolls up, a limit on consumers where Halyard sets none, and a
+///   shorter de-duplication window than Halyard's (a retried publish counted twice).
+///
+/// Limits that only make a full broker come sooner are warned about
+/// ([`shape_warnings`]): a smaller `max_bytes` or `max_message_size`, and a placement.
 pub fn check_shape(have: &stream::Config, want: &stream::Config) -> Result<(), BrokerError> {
-    let name = &want.name;
     let mut wrong = Vec::new();
     if let Some(r) = &have.republish {
         wrong.push(format!(
@@ -369,6 +383,73 @@ pub fn check_shape(have: &stream::Config, want: &stream::Config) -> Result<(), B
     if have.sealed {
         wrong.push("it is sealed".to_string());
     }
+    if want.max_age.is_zero() && !have.max_age.is_zero() {
+        wrong.push(format!(
+            "its messages expire after {:?} (Halyard's never do: what is not taken yet is lost)",
+            have.max_age
+        ));
+    }
+    if !want.max_age.is_zero() && have.max_age.is_zero() {
+        wrong.push(format!(
+            "its keys never expire (Halyard's expire after {:?}: a dead worker's or a forged \
+             record would stay)",
+            want.max_age
+        ));
+    }
+    if want.max_messages_per_subject <= 0 && have.max_messages_per_subject > 0 {
+        wrong.push(format!(
+            "it keeps {} message(s) per subject (Halyard's keeps all: the others are dropped)",
+            have.max_messages_per_subject
+        ));
+    }
+    if want.max_messages <= 0 && have.max_messages > 0 {
+        wrong.push(format!(
+            "it holds {} messages at most (Halyard sets no such limit)",
+            have.max_messages
+        ));
+    }
+    if have.discard != want.discard {
+        wrong.push(format!(
+            "it discards {:?} messages when full (Halyard's discard {:?}: a full stream must \
+             refuse new messages, never drop stored ones)",
+            have.discard, want.discard
+        ));
+    }
+    if have.no_ack && !want.no_ack {
+        wrong.push("it does not acknowledge publishes (no_ack)".to_string());
+    }
+    if have.deny_purge != want.deny_purge {
+        wrong.push(format!(
+            "its deny_purge is {}, Halyard's is {}",
+            have.deny_purge, want.deny_purge
+        ));
+    }
+    if have.deny_delete != want.deny_delete {
+        wrong.push(format!(
+            "its deny_delete is {}, Halyard's is {}",
+            have.deny_delete, want.deny_delete
+        ));
+    }
+    if want.allow_rollup && !have.allow_rollup {
+        wrong.push("it refuses rollups (Halyard's buckets roll up)".to_string());
+    }
+    if want.max_consumers <= 0 && have.max_consumers > 0 {
+        wrong.push(format!(
+            "it takes {} consumer(s) at most (Halyard makes one per pool and run)",
+            have.max_consumers
+        ));
+    }
+    if !want.duplicate_window.is_zero() && have.duplicate_window < want.duplicate_window {
+        wrong.push(format!(
+            "its de-duplication window is {:?}, shorter than Halyard's {:?} (a publish \
+             retried after it is stored twice: a job run and paid twice)",
+            have.duplicate_window, want.duplicate_window
+        ));
+    }
+    refuse(&want.name, wrong)
+}
+
+fn refuse(name: &str, wrong: Vec<String>) -> Result<(), BrokerError> {
     if wrong.is_empty() {
         return Ok(());
     }
@@ -378,6 +459,64 @@ pub fn check_shape(have: &stream::Config, want: &stream::Config) -> Result<(), B
          right, then start again",
         wrong.join("; ")
     )))
+}
+
+/// [`check_shape`]'s check of what async-nats does not parse (it is built for nats-server
+/// 2.9): the stream's configuration as the server sent it (`config` of a
+/// `$JS.API.STREAM.INFO` answer). A subject transform (2.10+, `subject_transform`), or
+/// one on a source or mirror, is refused.
+pub fn check_raw_shape(raw: &serde_json::Value, want: &stream::Config) -> Result<(), BrokerError> {
+    let mut wrong = Vec::new();
+    let set = |v: Option<&serde_json::Value>| v.is_some_and(|v| !v.is_null());
+    if set(raw.get("subject_transform")) {
+        wrong.push(format!(
+            "it rewrites the subjects of what it stores (subject_transform {}): a message \
+             would be stored under another pool's or run's subject",
+            raw["subject_transform"]
+        ));
+    }
+    if set(raw.get("subject_transforms")) {
+        wrong.push("it rewrites the subjects of what it stores (subject_transforms)".to_string());
+    }
+    refuse(&want.name, wrong)
+}
+
+/// Settings of an existing stream that are not Halyard's but lose nothing, for a
+/// warning: a smaller `max_bytes` (a flood fills it sooner), a smaller
+/// `max_message_size`, a placement Halyard did not ask for.
+pub fn shape_warnings(have: &stream::Config, want: &stream::Config) -> Vec<String> {
+    let name = &want.name;
+    let mut out = Vec::new();
+    if want.max_bytes > 0 && !(1..=want.max_bytes).contains(&have.max_bytes) {
+        out.push(format!(
+            "stream {name} holds up to {} bytes (made by an earlier build), not the {} Halyard \
+             sets: a flood of messages fills the broker's disk further (nats stream edit \
+             {name} --max-bytes {})",
+            have.max_bytes, want.max_bytes, want.max_bytes
+        ));
+    }
+    if want.max_bytes > 0 && (1..want.max_bytes).contains(&have.max_bytes) {
+        out.push(format!(
+            "stream {name} holds up to {} bytes, less than the {} Halyard sets: it is full \
+             sooner, and a full stream refuses what is published (nats stream edit {name} \
+             --max-bytes {})",
+            have.max_bytes, want.max_bytes, want.max_bytes
+        ));
+    }
+    if want.max_message_size > 0 && (1..want.max_message_size).contains(&have.max_message_size) {
+        out.push(format!(
+            "stream {name} takes messages of up to {} bytes, less than the {} Halyard sets: \
+             larger ones are refused",
+            have.max_message_size, want.max_message_size
+        ));
+    }
+    if let Some(p) = have.placement.as_ref().filter(|p| p.cluster.is_some() || !p.tags.is_empty()) {
+        out.push(format!(
+            "stream {name} is placed (cluster {:?}, tags {:?}); Halyard asks for no placement",
+            p.cluster, p.tags
+        ));
+    }
+    out
 }
 
 /// How long stream and consumer setup keeps trying while JetStream does not answer (a
@@ -646,6 +785,218 @@ pub async fn results_consumer(b: &Broker, run: uuid::Uuid) -> Result<PullConsume
         max_ack_pending: 20_000,
         ..Default::default()
     };
-    retry_js(&format!("consumer {name}"), || stream.get_or_create_consumer(&name, cfg.clone()))
-        .await
+    let c =
+        retry_js(&format!("consumer {name}"), || stream.get_or_create_consumer(&name, cfg.clone()))
+            .await?;
+    let wrong = results_consumer_faults(&c.cached_info().config, run);
+    if wrong.is_empty() {
+        return Ok(c);
+    }
+    Err(BrokerError::Config(format!(
+        "consumer {name} of stream {} exists with a configuration Halyard will not use: {}. \
+         Someone made it before this coordinator did, or changed it; remove it (nats consumer \
+         rm {} {name}) while no coordinator runs, then start again",
+        subjects::RESULTS_STREAM,
+        wrong.join("; "),
+        subjects::RESULTS_STREAM
+    )))
+}
+
+/// What makes an existing results consumer of run `run` unusable: results it would not
+/// deliver, or deliver without their bytes, or drop before they are acked. (Its ack wait
+/// and ack-pending limit are the coordinator's to choose and not checked.)
+pub fn results_consumer_faults(c: &consumer::Config, run: uuid::Uuid) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let filter = subjects::run_results_filter(run);
+    if c.filter_subject != filter {
+        wrong.push(format!("it takes {:?} instead of {filter:?}", c.filter_subject));
+    }
+    if c.ack_policy != consumer::AckPolicy::Explicit {
+        wrong.push(format!("its acks are {:?}, not explicit", c.ack_policy));
+    }
+    if c.deliver_policy != consumer::DeliverPolicy::All {
+        wrong.push(format!(
+            "it delivers {:?}, not all (results stored before it would never be taken)",
+            c.deliver_policy
+        ));
+    }
+    if c.max_deliver > 0 {
+        wrong.push(format!(
+            "it stops delivering a result after {} deliveries (one not acked in time is lost)",
+            c.max_deliver
+        ));
+    }
+    if c.headers_only {
+        wrong.push("it delivers headers only (results without their bytes)".to_string());
+    }
+    if c.replay_policy != consumer::ReplayPolicy::Instant {
+        wrong.push(format!("its replay is {:?}, not instant", c.replay_policy));
+    }
+    if c.rate_limit > 0 {
+        wrong.push(format!("it delivers at most {} bits per second", c.rate_limit));
+    }
+    wrong
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    /// A job stream as [`layout::streams`] makes it (that call needs a connection).
+    fn jobs() -> stream::Config {
+        stream::Config {
+            name: subjects::JOBS_STREAM.to_string(),
+            subjects: vec![format!("{}.>", subjects::JOBS_PREFIX)],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            duplicate_window: Duration::from_secs(20 * 60),
+            ..Default::default()
+        }
+    }
+
+    /// The configurations of the layout a test can make without a broker.
+    fn layout_configs() -> Vec<stream::Config> {
+        let mut all = vec![jobs(), layout::objects(1)];
+        for spec in [
+            layout::STATUS,
+            layout::WORKERS,
+            layout::quota_members(layout::DEFAULT_QUOTA_TTL),
+            layout::POOL_HEALTH,
+            layout::DELIVERY_BUDGET,
+            layout::BATCHES,
+        ] {
+            all.push(spec.config(1));
+        }
+        all
+    }
+
+    /// A server answers "unlimited" with -1 where Halyard leaves 0: the same shape.
+    fn as_served(c: &stream::Config) -> stream::Config {
+        let mut c = c.clone();
+        for v in [&mut c.max_messages, &mut c.max_bytes, &mut c.max_messages_per_subject] {
+            if *v == 0 {
+                *v = -1;
+            }
+        }
+        if c.max_consumers == 0 {
+            c.max_consumers = -1;
+        }
+        if c.duplicate_window.is_zero() {
+            c.duplicate_window = Duration::from_secs(120);
+        }
+        c
+    }
+
+    /// Issue 49, item 6: every setting that loses, stalls or misroutes what Halyard puts
+    /// in a stream is refused by name, on each stream and bucket of the layout where it
+    /// differs from Halyard's; Halyard's own shape (as a server reports it) passes.
+    #[test]
+    fn every_losing_stream_setting_is_refused() {
+        type Change = (&'static str, fn(&mut stream::Config));
+        let changes: [Change; 11] = [
+            ("expire after", |c| {
+                c.max_age = Duration::from_secs(if c.max_age.is_zero() { 60 } else { 0 })
+            }),
+            ("never expire", |c| c.max_age = Duration::ZERO),
+            ("per subject", |c| c.max_messages_per_subject = 1),
+            ("messages at most", |c| c.max_messages = 10),
+            ("discards", |c| {
+                c.discard = match c.discard {
+                    stream::DiscardPolicy::New => stream::DiscardPolicy::Old,
+                    _ => stream::DiscardPolicy::New,
+                }
+            }),
+            ("no_ack", |c| c.no_ack = true),
+            ("deny_purge", |c| c.deny_purge = !c.deny_purge),
+            ("deny_delete", |c| c.deny_delete = !c.deny_delete),
+            ("rollups", |c| c.allow_rollup = false),
+            ("consumer(s) at most", |c| c.max_consumers = 1),
+            ("de-duplication window", |c| c.duplicate_window = Duration::from_secs(5)),
+        ];
+        for want in layout_configs() {
+            check_shape(&as_served(&want), &want).unwrap_or_else(|e| panic!("{}: {e}", want.name));
+            for (words, change) in &changes {
+                let mut have = as_served(&want);
+                change(&mut have);
+                let applies = match *words {
+                    "expire after" => want.max_age.is_zero(),
+                    "never expire" => !want.max_age.is_zero(),
+                    "per subject" => want.max_messages_per_subject <= 0,
+                    "rollups" => want.allow_rollup,
+                    "de-duplication window" => !want.duplicate_window.is_zero(),
+                    _ => true,
+                };
+                let got = check_shape(&have, &want);
+                if !applies {
+                    continue;
+                }
+                let e = got.expect_err(&format!("{}: {words} passed", want.name)).to_string();
+                assert!(e.contains(words) && e.contains(&want.name), "{}: {words}: {e}", want.name);
+                assert!(e.contains("nats stream rm"), "{e}");
+            }
+        }
+    }
+
+    /// A subject transform (nats-server 2.10+, which the test server, 2.9, cannot make and
+    /// async-nats here does not parse) is refused from the configuration as served.
+    #[test]
+    fn a_subject_transform_is_refused() {
+        let want = jobs();
+        let served = serde_json::json!({
+            "name": want.name, "subjects": want.subjects,
+            "subject_transform": {"src": "halyard.results.*.free", "dest": "halyard.results.{{wildcard(1)}}.paid"}
+        });
+        let e = check_raw_shape(&served, &want).unwrap_err().to_string();
+        assert!(e.contains("subject_transform") && e.contains("paid"), "{e}");
+        let plain = serde_json::json!({"name": want.name, "subject_transform": null});
+        check_raw_shape(&plain, &want).unwrap();
+        let many = serde_json::json!({"subject_transforms": [{"src": ">", "dest": "x.>"}]});
+        assert!(check_raw_shape(&many, &want).is_err());
+    }
+
+    /// A smaller byte or message-size limit, or a placement, is warned about, not refused.
+    #[test]
+    fn smaller_limits_and_placement_are_warned_about() {
+        let want = layout::objects(1);
+        let mut have = as_served(&want);
+        assert!(shape_warnings(&have, &want).is_empty());
+        have.max_bytes = 1 << 20;
+        have.placement = Some(stream::Placement { cluster: Some("east".into()), tags: vec![] });
+        check_shape(&have, &want).unwrap();
+        let w = shape_warnings(&have, &want).join("\n");
+        assert!(w.contains("less than the") && w.contains("--max-bytes"), "{w}");
+        assert!(w.contains("east"), "{w}");
+        have.max_bytes = -1;
+        assert!(shape_warnings(&have, &want).join("").contains("not the"));
+    }
+
+    /// Item 6: the results consumer is checked, not merely got or created.
+    #[test]
+    fn a_results_consumer_that_loses_results_is_refused() {
+        let run = uuid::Uuid::from_u128(49);
+        let good = consumer::Config {
+            durable_name: Some(subjects::run_consumer(run)),
+            filter_subject: subjects::run_results_filter(run),
+            ack_policy: consumer::AckPolicy::Explicit,
+            max_deliver: -1,
+            ..Default::default()
+        };
+        assert!(results_consumer_faults(&good, run).is_empty());
+        type Change = (&'static str, fn(&mut consumer::Config));
+        let changes: [Change; 7] = [
+            ("instead of", |c| c.filter_subject = "halyard.results.>".into()),
+            ("not explicit", |c| c.ack_policy = consumer::AckPolicy::All),
+            ("not all", |c| c.deliver_policy = consumer::DeliverPolicy::New),
+            ("deliveries", |c| c.max_deliver = 1),
+            ("headers only", |c| c.headers_only = true),
+            ("not instant", |c| c.replay_policy = consumer::ReplayPolicy::Original),
+            ("bits per second", |c| c.rate_limit = 8),
+        ];
+        for (words, change) in changes {
+            let mut c = good.clone();
+            change(&mut c);
+            let faults = results_consumer_faults(&c, run).join("; ");
+            assert!(faults.contains(words), "{words}: {faults}");
+        }
+    }
 }
