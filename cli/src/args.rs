@@ -23,6 +23,17 @@ pub struct ReportCmd {
 }
 
 #[derive(Args)]
+pub struct ViewArgs {
+    /// Run directories, or directories holding runs.
+    #[arg(default_value = "runs")]
+    pub dirs: Vec<PathBuf>,
+    /// Address to listen on: loopback unless told otherwise (the view has no login;
+    /// anyone who reaches the address reads the runs). Port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8765")]
+    pub addr: std::net::SocketAddr,
+}
+
+#[derive(Args)]
 pub struct StatusCmd {
     /// Run name (or run directory / status.json without --nats); all runs if omitted.
     pub run: Option<String>,

@@ -13,7 +13,7 @@ mod nats_args;
 
 use args::{
     BrokerCmd, CoordArgs, DeployCmd, GcArgs, IdentityArgs, LabelsCmd, ReportCmd, RetryFailedArgs,
-    RunArgs, StatusCmd, WorkerArgs,
+    RunArgs, StatusCmd, ViewArgs, WorkerArgs,
 };
 
 /// mimalloc instead of the system allocator: the job path allocates and frees a few
@@ -95,6 +95,9 @@ enum Cmd {
     /// The result cache on this machine: `cache stats | prune | export FILE | import FILE`.
     #[command(subcommand)]
     Cache(cache_cmd::CacheCmd),
+    /// Browse runs in a local web app (default: runs/): live progress, each run's report
+    /// and items (answers, judge outputs, human labels), runs compared with power.
+    View(ViewArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -249,6 +252,17 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
                 println!("{line}");
             }
             u8::from(m.failed > 0)
+        }
+        Cmd::View(a) => {
+            let stop = shutdown::signal();
+            let cfg = halyard_node::view::ViewConfig { dirs: a.dirs, addr: a.addr };
+            halyard_node::view::run(cfg, stop, |addr| {
+                // The first line on stdout: the address (tests and scripts read it).
+                println!("halyard view at http://{addr}/");
+                eprintln!("serving read-only; stop with Ctrl-C");
+            })
+            .await?;
+            0
         }
         Cmd::RetryFailed(a) => {
             print!("{}", retry_failed::run(&a.run, a.list)?);

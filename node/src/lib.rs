@@ -36,6 +36,7 @@ pub mod retry_failed;
 pub mod shutdown;
 pub mod status;
 pub mod supervisor;
+pub mod view;
 pub mod worker;
 
 #[derive(Debug, thiserror::Error)]

@@ -272,6 +272,38 @@ pub fn compare(
     rows
 }
 
+/// The items of a binary figure on which results `a` and `b` (as [`PairedRow`] names them)
+/// disagree: (item id, `true` when A succeeds there and B does not), in item order; the
+/// discordant pairs behind a McNemar row (`halyard view`'s comparison lists them).
+pub fn discordant_items(
+    runs: &[(String, std::path::PathBuf, Vec<Value>)],
+    group: &str,
+    figure: &str,
+    a: &str,
+    b: &str,
+) -> Vec<(String, bool)> {
+    let mut groups: BTreeMap<(String, String), Vec<Series>> = BTreeMap::new();
+    let mut warnings = Vec::new();
+    for (run, dir, entries) in runs {
+        collect(run, dir, entries, &mut groups, &mut warnings);
+    }
+    let Some(series) = groups.get(&(group.to_string(), figure.to_string())) else {
+        return Vec::new();
+    };
+    let (Some(sa), Some(sb)) =
+        (series.iter().find(|s| s.who == a), series.iter().find(|s| s.who == b))
+    else {
+        return Vec::new();
+    };
+    sa.items
+        .iter()
+        .filter_map(|(k, x)| match (x, sb.items.get(k)) {
+            (Obs::Bin(x), Some(Obs::Bin(y))) if x != y => Some((k.clone(), *x)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// "significant (p = 0.012)" / "not significant (p = 0.41)" / the reason no test was made.
 pub fn verdict(t: &Result<PairedTest, String>) -> String {
     match t {
