@@ -844,6 +844,7 @@ pub fn render(report: &Value, labels: &Path, judges: &str) -> Result<String, Str
     realhall_section(&mut out, &report["realhall"]);
     out.push_str(judges);
     cost_section(&mut out, &report["costs"]);
+    out.push_str(&super::cost_per_correct::html(&report["cost_per_correct"]));
     jobs_section(&mut out, report);
     out.push_str("<div id=\"render-check\" data-ok=\"pending\"></div></body></html>\n");
     Ok(out)

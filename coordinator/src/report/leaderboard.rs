@@ -79,6 +79,9 @@ pub struct Leaderboard {
     /// Every run's judges measured against human labels (issue 31), one row per judge
     /// and per panel.
     pub judges: Vec<JudgeRow>,
+    /// Every run's cost per correct answer (`report.json`'s `cost_per_correct`, issue 53):
+    /// (run, row).
+    pub cost_per_correct: Vec<(String, Value)>,
 }
 
 /// A judge (or a panel) of one run's benchmark against that run's human labels.
@@ -264,6 +267,9 @@ pub fn load(dirs: &[PathBuf]) -> Result<Leaderboard, String> {
             .ok_or_else(|| format!("{}: no `benchmarks` array", path.display()))?;
         let run = s(&report["run"]["name"]);
         lb.judges.extend(judge_rows(&run, &report));
+        for c in report["cost_per_correct"].as_array().into_iter().flatten() {
+            lb.cost_per_correct.push((run.clone(), c.clone()));
+        }
         let run_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         runs.push((run.clone(), run_dir.clone(), benchmarks.clone()));
         for b in benchmarks {
@@ -455,6 +461,65 @@ fn comparisons_markdown(lb: &Leaderboard) -> String {
     md
 }
 
+/// The cells of a cost-per-correct row: run, benchmark, model, judge, correct / answers,
+/// cost, per correct, 95% CI (or why there is no figure).
+fn cost_per_correct_cells(run: &str, c: &Value) -> [String; 8] {
+    let usd = |v: &Value| v.as_f64().map_or("–".into(), |x| format!("${x:.6}"));
+    let ci = match (c["note"].as_str(), c["high"].is_null()) {
+        (Some(n), _) => n.to_string(),
+        (None, false) => format!("{} to {}", usd(&c["low"]), usd(&c["high"])),
+        (None, true) => format!("{} to ∞", usd(&c["low"])),
+    };
+    [
+        run.to_string(),
+        u(&c["benchmark"]).to_string(),
+        s(&c["model"]),
+        s(&c["judge"]),
+        format!("{} / {}", u(&c["correct"]), u(&c["answers"])),
+        usd(&c["cost"]),
+        usd(&c["per_correct"]),
+        ci,
+    ]
+}
+
+const COST_PER_CORRECT_HEADERS: [&str; 8] =
+    ["run", "benchmark", "model", "judge", "correct / answers", "cost", "per correct", "95% CI"];
+
+fn cost_per_correct_markdown(lb: &Leaderboard) -> String {
+    if lb.cost_per_correct.is_empty() {
+        return String::new();
+    }
+    let mut md = format!(
+        "\n## Cost per correct answer\n\nUSD of a model's answers per answer labelled valid, with a 95% interval (the Wilson interval of the share correct, the cost taken as known).\n\n| {} |\n|{}\n",
+        COST_PER_CORRECT_HEADERS.join(" | "),
+        "---|".repeat(COST_PER_CORRECT_HEADERS.len())
+    );
+    for (run, c) in &lb.cost_per_correct {
+        let _ = writeln!(md, "| {} |", cost_per_correct_cells(run, c).join(" | "));
+    }
+    md
+}
+
+fn cost_per_correct_html(lb: &Leaderboard) -> String {
+    if lb.cost_per_correct.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("<h2>Cost per correct answer</h2><p class=\"meta\">USD of a model's answers per answer labelled valid, with a 95% interval (the Wilson interval of the share correct, the cost taken as known).</p><table><tr>");
+    for h in COST_PER_CORRECT_HEADERS {
+        let _ = write!(o, "<th>{h}</th>");
+    }
+    o.push_str("</tr>");
+    for (run, c) in &lb.cost_per_correct {
+        o.push_str("<tr>");
+        for t in cost_per_correct_cells(run, c) {
+            let _ = write!(o, "<td>{}</td>", esc(&t));
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</table>");
+    o
+}
+
 pub fn render_markdown(lb: &Leaderboard) -> String {
     let mut md = String::from("# Leaderboard\n\nHypoTermQA results ranked by HTS (valid answers to hypothetical questions, higher is better); every pipeline's results compared pair by pair below.\n\n");
     for w in &lb.warnings {
@@ -472,6 +537,7 @@ pub fn render_markdown(lb: &Leaderboard) -> String {
         }
     }
     md.push_str(&comparisons_markdown(lb));
+    md.push_str(&cost_per_correct_markdown(lb));
     md.push_str(&judges_markdown(lb));
     md.push_str(&paired_runs::markdown(&lb.paired));
     for sk in &lb.skipped {
@@ -585,6 +651,7 @@ pub fn render_html(lb: &Leaderboard) -> String {
         }
         o.push_str("</table>");
     }
+    o.push_str(&cost_per_correct_html(lb));
     o.push_str(&judges_html(lb));
     if !lb.paired.is_empty() {
         o.push_str("<h2>Paired comparisons (every pipeline)</h2><p class=\"meta\">Each two results of one figure on the items both have: A − B with its 95% interval and the test named (McNemar exact, paired bootstrap, DeLong paired).</p><table><tr><th>benchmark</th><th>figure</th><th>A</th><th>B</th><th>shared items</th><th>A − B</th><th>95% CI</th><th>test</th><th>result</th></tr>");

@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::state::{JobTotals, RunDb};
 use crate::{CoordinatorConfig, CoordinatorError};
 
+pub mod cost_per_correct;
 pub mod html;
 mod judges_html;
 pub mod leaderboard;
@@ -61,6 +62,9 @@ struct ReportJson<'a> {
     /// subjects (issue 33).
     intake: IntakeReport,
     costs: halyard_plan::cost::CostSection,
+    /// USD per answer labelled valid, per HypoTermQA result, with its interval (issue 53).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    cost_per_correct: Vec<cost_per_correct::CostPerCorrect>,
     dead_letters: Vec<DeadLetter>,
     /// Endpoint outages seen during the run (pools paused by their workers).
     outages: Vec<OutageRow>,
@@ -182,6 +186,14 @@ pub fn write(
     };
     md.push_str(&intake_markdown(&intake));
     md.push_str(&costs.render_markdown());
+    let per_correct = {
+        let c = serde_json::to_value(&costs).map_err(|e| io_err(&dir, e))?;
+        cost_per_correct::rows(
+            &benchmarks,
+            c["by_model_stage"].as_array().map_or(&[], Vec::as_slice),
+        )
+    };
+    md.push_str(&cost_per_correct::markdown(&per_correct));
     md.push_str(&dead_letters_markdown(&dead));
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -206,6 +218,7 @@ pub fn write(
         jobs: totals,
         intake,
         costs,
+        cost_per_correct: per_correct,
         dead_letters: dead,
         outages,
         realhall,
