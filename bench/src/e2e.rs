@@ -248,6 +248,22 @@ fn finish<T: serde::de::DeserializeOwned>(
     Ok((serde_json::from_str(line).with_context(|| format!("{what} printed {line:?}"))?, usage))
 }
 
+/// Shape the fresh broker as a coordinator would before the workers start: its streams
+/// and buckets (`halyard broker init`) and the pool's consumer with the sweep's delivery
+/// settings. A worker waits for these, which only a coordinator makes; the bench starts
+/// its workers first (so that their start-up is not timed), and waited for them for
+/// ever before. The coordinator then finds them made and checks them.
+async fn shape_broker(url: &str, auth: NatsAuth, sweep_path: &Path) -> anyhow::Result<()> {
+    let s = sweep::load(sweep_path)?;
+    let broker =
+        halyard_broker::connect(&BrokerConfig::new(url, "halyard-bench init").with_auth(auth))
+            .await?;
+    halyard_broker::init(&broker, &halyard_broker::layout::Options::default()).await?;
+    let d = Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
+    halyard_broker::pool_consumer(&broker, POOL, d).await?;
+    Ok(())
+}
+
 /// Wait until `n` workers have a pull request open on the pool's consumer.
 async fn workers_ready(url: &str, auth: NatsAuth, n: usize) -> anyhow::Result<()> {
     let broker =
@@ -288,6 +304,7 @@ pub fn run(
     let url = nats.url();
     let sweep = write_sweep(dir, jobs, (in_flight / workers).max(1), window, job_batch)?;
     let sweep_s = sweep.display().to_string();
+    rt.block_on(shape_broker(&url, nats.auth(), &sweep))?;
     let mut children = Vec::new();
     for i in 0..workers {
         let state = dir.join(format!("checkpoint-{i}"));
