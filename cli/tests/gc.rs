@@ -49,8 +49,12 @@ fn a_complete_run_leaves_its_stores_compacted() {
     }
     assert!(said.contains("2 of 2 store(s) compacted"), "{said}");
     let after = (bytes(&state), bytes(&checkpoint));
+    // Allocated blocks, which for the same files (gc writes the same bytes again: every
+    // file's length equal, checked by hand) vary by a few blocks with the file system's
+    // allocation under load: +8 KiB and +32 KiB seen with 2 tests side by side.
+    let slack = 64 << 10;
     assert!(
-        after.0 <= before.0 + 4096 && after.1 <= before.1 + 4096 && after.0 * 10 >= before.0 * 9,
+        after.0 <= before.0 + slack && after.1 <= before.1 + slack && after.0 * 10 >= before.0 * 9,
         "gc returned room the run left behind (run state, checkpoint): {before:?} -> {after:?}\n{said}"
     );
 
