@@ -43,3 +43,4 @@ mod status;
 mod store_crash;
 mod trust;
 mod usage_extremes;
+mod view;
