@@ -34,6 +34,7 @@
 pub mod auth;
 pub mod batches;
 pub mod embedded;
+pub mod janitor;
 pub mod kv;
 pub mod layout;
 pub mod objects;

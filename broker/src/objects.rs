@@ -25,10 +25,12 @@
 //! before it is read.
 
 use async_nats::jetstream::message::PublishMessage;
-use async_nats::jetstream::object_store::{GetErrorKind, InfoErrorKind, ObjectStore};
+use std::time::Duration;
+
+use async_nats::jetstream::object_store::{InfoErrorKind, ObjectInfo, ObjectStore};
+use async_nats::jetstream::stream::Stream;
 use async_nats::HeaderMap;
 use futures::StreamExt;
-use tokio::io::AsyncReadExt;
 use uuid::Uuid;
 
 use crate::{Broker, BrokerError};
@@ -149,15 +151,121 @@ fn parse_name(name: &str) -> Option<(Uuid, blake3::Hash)> {
 /// ([`crate::layout::lookup`]); a bucket that does not exist is an error (a transient
 /// one for a reader: [`ObjectError::Broker`]), never waited for: a message naming an
 /// object is input, and no object is stored before the coordinator made the bucket.
-async fn open(b: &Broker) -> Result<ObjectStore, BrokerError> {
-    if crate::layout::lookup(b, &crate::layout::objects(1)).await?.is_none() {
+/// With the bucket, its stream (whose chunks [`read_chunks`] reads).
+async fn open(b: &Broker) -> Result<(ObjectStore, Stream), BrokerError> {
+    let Some(stream) = crate::layout::lookup(b, &crate::layout::objects(1)).await? else {
         return Err(BrokerError::Config(format!(
             "the object bucket {BUCKET} does not exist: a coordinator (or `halyard broker init`) \
              creates it"
         )));
+    };
+    let store = crate::retry_js(&format!("open the object bucket {BUCKET}"), || {
+        b.js.get_object_store(BUCKET)
+    })
+    .await?;
+    Ok((store, stream))
+}
+
+/// How long a reader waits for the next chunk of an object before giving it up
+/// ([`ObjectError::Broker`]): its metadata may name chunks that were never stored (a
+/// worker credential may write any object's metadata), and nothing may wait without a
+/// deadline. The whole read is bounded by this per chunk and by [`MAX_OBJECT_BYTES`].
+pub const CHUNK_WAIT: Duration = Duration::from_secs(20);
+
+/// An object's metadata, read with the object store's own call and judged as input: one
+/// that does not parse, or is a link (Halyard stores no links; the object store follows
+/// one without a depth limit, and a link to itself overflowed the reader's stack), or
+/// names its chunks with anything but a plain token, is [`ObjectError::Invalid`].
+async fn read_info(store: &ObjectStore, name: &str) -> Result<ObjectInfo, ObjectError> {
+    let invalid = |reason: String| ObjectError::Invalid { name: name.to_string(), reason };
+    let info = match store.info(name).await {
+        Ok(i) if i.deleted => return Err(ObjectError::Missing { name: name.to_string() }),
+        Ok(i) => i,
+        Err(e) if e.kind() == InfoErrorKind::NotFound => {
+            return Err(ObjectError::Missing { name: name.to_string() })
+        }
+        // async-nats's words for metadata that is not an object's (the only `Other` that
+        // is not the broker's answer).
+        Err(e) if e.kind() == InfoErrorKind::Other && e.to_string().contains("decode") => {
+            return Err(invalid(format!("its metadata is not an object's: {e}")))
+        }
+        Err(e) => {
+            return Err(ObjectError::Broker { name: name.to_string(), reason: e.to_string() })
+        }
+    };
+    if let Some(link) = info.options.as_ref().and_then(|o| o.link.as_ref()) {
+        return Err(invalid(format!(
+            "its metadata makes it a link (to {:?} in bucket {:?}); Halyard stores no links",
+            link.name.as_deref().unwrap_or_default(),
+            link.bucket
+        )));
     }
-    crate::retry_js(&format!("open the object bucket {BUCKET}"), || b.js.get_object_store(BUCKET))
+    if info.nuid.is_empty() || !info.nuid.bytes().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(invalid(format!("its metadata names its chunks {:?}", info.nuid)));
+    }
+    let most = MAX_OBJECT_BYTES + TAG_BYTES;
+    if info.size > most {
+        return Err(invalid(format!(
+            "{} bytes, more than the {MAX_OBJECT_BYTES} a message may hold",
+            info.size
+        )));
+    }
+    Ok(info)
+}
+
+/// The chunks of the object `info` describes, in order, read from the bucket's stream
+/// (the object store's own reader starts from a name and follows links): at most
+/// [`MAX_OBJECT_BYTES`] and its tag, each chunk within [`CHUNK_WAIT`].
+async fn read_chunks(
+    b: &Broker,
+    stream: &Stream,
+    info: &ObjectInfo,
+) -> Result<Vec<u8>, ObjectError> {
+    use async_nats::jetstream::consumer::push::OrderedConfig;
+    let name = &info.name;
+    let broker_err = |reason: String| ObjectError::Broker { name: name.to_string(), reason };
+    let most = MAX_OBJECT_BYTES + TAG_BYTES;
+    let mut sealed = Vec::with_capacity(info.size);
+    if info.chunks == 0 {
+        return Ok(sealed);
+    }
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            deliver_subject: b.client.new_inbox(),
+            filter_subject: format!("$O.{BUCKET}.C.{}", info.nuid),
+            ..Default::default()
+        })
         .await
+        .map_err(|e| broker_err(format!("read: {e}")))?;
+    let mut chunks = consumer.messages().await.map_err(|e| broker_err(format!("read: {e}")))?;
+    loop {
+        let chunk = match tokio::time::timeout(CHUNK_WAIT, chunks.next()).await {
+            Ok(Some(Ok(m))) => m,
+            Ok(Some(Err(e))) => return Err(broker_err(format!("read: {e}"))),
+            Ok(None) => return Err(broker_err("read: the chunks ended early".into())),
+            Err(_) => {
+                return Err(broker_err(format!(
+                    "read: no chunk came within {} s after {} bytes (its metadata says {} \
+                     bytes in {} chunks)",
+                    CHUNK_WAIT.as_secs(),
+                    sealed.len(),
+                    info.size,
+                    info.chunks
+                )))
+            }
+        };
+        if sealed.len() + chunk.payload.len() > most {
+            return Err(ObjectError::Invalid {
+                name: name.to_string(),
+                reason: format!("more than the {MAX_OBJECT_BYTES} bytes a message may hold"),
+            });
+        }
+        sealed.extend_from_slice(&chunk.payload);
+        let pending = chunk.info().map_err(|e| broker_err(format!("read: {e}")))?.pending;
+        if pending == 0 {
+            return Ok(sealed);
+        }
+    }
 }
 
 /// Store `bytes` of run `run` as a sealed object (unless it is there already) and return
@@ -166,10 +274,16 @@ pub async fn put(b: &Broker, run: Uuid, bytes: &[u8]) -> Result<String, BrokerEr
     let key = key_of(bytes);
     let name = name_for(run, &key);
     let reference = reference_for(&name, key);
-    let store = open(b).await?;
-    if let Ok(info) = store.info(&name).await {
-        if !info.deleted && info.size == bytes.len() + TAG_BYTES {
-            return Ok(reference);
+    let (store, stream) = open(b).await?;
+    // Skipped only when the object there opens to these very bytes: metadata is anyone's
+    // to write (a worker credential), so same-size garbage under this name is replaced.
+    if let Ok(info) = read_info(&store, &name).await {
+        if info.size == bytes.len() + TAG_BYTES {
+            if let Ok(sealed) = read_chunks(b, &stream, &info).await {
+                if open_sealed(&key, &name, sealed).is_some_and(|b| b == bytes) {
+                    return Ok(reference);
+                }
+            }
         }
     }
     let sealed = seal(&key, &name, bytes);
@@ -228,39 +342,12 @@ pub async fn fetch(b: &Broker, reference: &str, run: Option<Uuid>) -> Result<Vec
         return Err(invalid("its key is not the one its name was made from".into()));
     }
     let broker_err = |reason: String| ObjectError::Broker { name: name.to_string(), reason };
-    let store = open(b).await.map_err(|e| broker_err(e.to_string()))?;
-    let info = match store.info(name).await {
-        Ok(i) if i.deleted => return Err(ObjectError::Missing { name: name.to_string() }),
-        Ok(i) => i,
-        Err(e) if e.kind() == InfoErrorKind::NotFound => {
-            return Err(ObjectError::Missing { name: name.to_string() })
-        }
-        Err(e) => return Err(broker_err(e.to_string())),
-    };
-    let most = MAX_OBJECT_BYTES + TAG_BYTES;
-    if info.size > most {
-        return Err(invalid(format!(
-            "{} bytes, more than the {MAX_OBJECT_BYTES} a message may hold",
-            info.size
-        )));
+    let (store, stream) = open(b).await.map_err(|e| broker_err(e.to_string()))?;
+    let info = read_info(&store, name).await?;
+    if info.name != name {
+        return Err(invalid(format!("its metadata names another object, {:?}", info.name)));
     }
-    let object = match store.get(name).await {
-        Ok(o) => o,
-        Err(e) if e.kind() == GetErrorKind::NotFound => {
-            return Err(ObjectError::Missing { name: name.to_string() })
-        }
-        Err(e) => return Err(broker_err(e.to_string())),
-    };
-    let mut sealed = Vec::with_capacity(info.size);
-    // One byte past the limit tells an object that grew beyond what its info said.
-    let read = object.take(most as u64 + 1).read_to_end(&mut sealed).await;
-    if let Err(e) = read {
-        // The object store's own digest check reports a mismatch as an error here.
-        return Err(broker_err(format!("read: {e}")));
-    }
-    if sealed.len() > most {
-        return Err(invalid(format!("more than the {MAX_OBJECT_BYTES} bytes a message may hold")));
-    }
+    let sealed = read_chunks(b, &stream, &info).await?;
     let n = sealed.len();
     let Some(bytes) = open_sealed(&key, name, sealed) else {
         return Err(invalid(format!("its {n} bytes do not open with its key")));
@@ -284,26 +371,43 @@ pub async fn payload_of(
     }
 }
 
-/// Delete every object of run `run`; the number deleted.
+/// Delete every object of run `run`; the number deleted. Metadata that does not parse
+/// (anyone with a worker credential may write some) and an object that cannot be deleted
+/// are passed over with a warning, not an end to the deletion: what is left expires after
+/// [`OBJECT_MAX_AGE`].
 pub async fn delete_run(b: &Broker, run: Uuid) -> Result<usize, BrokerError> {
-    let store = open(b).await?;
+    let (store, _) = open(b).await?;
     let prefix = format!("{}.", run.simple());
     let mut list = store.list().await.map_err(|e| BrokerError::js("list objects", e))?;
     let mut names = Vec::new();
-    while let Some(info) = list.next().await {
+    let mut unreadable = 0usize;
+    loop {
+        let info = match tokio::time::timeout(CHUNK_WAIT, list.next()).await {
+            Ok(Some(info)) => info,
+            Ok(None) => break,
+            Err(_) => return Err(BrokerError::js("list objects", "no answer within 20 s")),
+        };
         match info {
             Ok(i) if !i.deleted && i.name.starts_with(&prefix) => names.push(i.name),
             Ok(_) => {}
-            Err(e) => return Err(BrokerError::js("list objects", e)),
+            Err(_) => unreadable += 1,
         }
     }
-    for name in &names {
-        store
-            .delete(name)
-            .await
-            .map_err(|e| BrokerError::js(format!("delete object {name}"), e))?;
+    if unreadable > 0 {
+        tracing::warn!(
+            unreadable,
+            "objects whose metadata is not an object's were passed over (they expire after {} days)",
+            OBJECT_MAX_AGE.as_secs() / 86_400
+        );
     }
-    Ok(names.len())
+    let mut deleted = 0;
+    for name in &names {
+        match store.delete(name).await {
+            Ok(()) => deleted += 1,
+            Err(e) => tracing::warn!(object = %name, error = %e, "could not delete an object"),
+        }
+    }
+    Ok(deleted)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ mod e2e_uhgeval_hvi;
 mod gc;
 mod graceful_stop;
 mod health;
+mod hostile;
 mod intake;
 mod judges;
 mod leaderboard;

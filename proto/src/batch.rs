@@ -26,6 +26,11 @@ pub const MAX_BATCH: usize = 1024;
 /// what a byte bound on a batch counts besides its items.
 pub const BATCH_HEADER_MAX: usize = 5;
 
+/// Items a decoder makes room for before reading them (a batch's count is untrusted: a
+/// 1 MiB message may announce a million items, and a million decoded items take far
+/// more than a megabyte).
+const PREALLOCATE_MAX: usize = 256;
+
 /// A batch of already-encoded results (each as [`crate::encode`] makes it).
 pub fn encode_batch<B: AsRef<[u8]>>(encoded: &[B]) -> Vec<u8> {
     let n = encoded.len();
@@ -118,7 +123,9 @@ pub fn decode_job_items(bytes: &[u8]) -> Vec<JobItem> {
     if n > bytes.len() {
         return vec![broken("more items announced than the message can hold")];
     }
-    let mut out = Vec::with_capacity(n);
+    // The count is the sender's word: room for what a message of this size could
+    // hold at most, never `n` items' worth of memory for a few bytes.
+    let mut out = Vec::with_capacity(n.min(PREALLOCATE_MAX));
     let mut rest = &bytes[start..];
     for _ in 0..n {
         let before = rest;
@@ -179,7 +186,9 @@ fn decode_items<T: serde::de::DeserializeOwned>(
     if n > bytes.len() {
         return Err(malformed("more items announced than the message can hold"));
     }
-    let mut out = Vec::with_capacity(n);
+    // The count is the sender's word: room for what a message of this size could
+    // hold at most, never `n` items' worth of memory for a few bytes.
+    let mut out = Vec::with_capacity(n.min(PREALLOCATE_MAX));
     let mut rest = &bytes[start..];
     for _ in 0..n {
         let mut de = rmp_serde::Deserializer::new(&mut rest);

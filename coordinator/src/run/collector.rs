@@ -94,7 +94,19 @@ impl Collector {
                 out.push(Opened::Later);
                 continue;
             }
-            let o = open_payload(&self.broker, self.run, m.headers.as_ref(), &m.payload).await;
+            let mut o = open_payload(&self.broker, self.run, m.headers.as_ref(), &m.payload).await;
+            // A message whose object stays unreadable is given up after OBJECT_TRIES
+            // deliveries: handed back for ever, such messages (anyone with a worker
+            // credential may publish them) would fill the consumer's ack-pending limit
+            // and starve honest results. Its jobs are published again by the stall check.
+            let delivered = m.info().map_or(1, |i| i.delivered);
+            if matches!(o, Opened::Later) && delivered >= OBJECT_TRIES {
+                warn!(
+                    deliveries = delivered,
+                    "a results message's object stayed unreadable; dropping the message"
+                );
+                o = Opened::Unusable;
+            }
             match &o {
                 Opened::Bytes(b) if names_object => object_bytes += b.len(),
                 Opened::Unusable => self.refused += 1,
@@ -253,6 +265,9 @@ impl Collector {
 /// How long a results message whose object the broker could not give waits before it
 /// is delivered again.
 const OBJECT_RETRY: Duration = Duration::from_secs(2);
+/// Deliveries of a results message whose object the broker could not give before the
+/// message is dropped (about a minute of tries, [`OBJECT_RETRY`] apart).
+const OBJECT_TRIES: i64 = 30;
 
 /// A results message's payload, opened.
 pub enum Opened {
@@ -284,15 +299,55 @@ pub(super) async fn open_payload(
     match objects::payload_of(broker, headers, payload, Some(run)).await {
         Ok(b) => Opened::Bytes(b),
         Err(err) if err.is_transient() => {
-            warn!(error = %err, "cannot read a results message's object now; later");
+            if let Some(more) = OBJECT_LATER.allow() {
+                warn!(error = %err, more, "cannot read a results message's object now; later");
+            }
             Opened::Later
         }
         Err(err) => {
-            warn!(error = %err, "unusable results message object; dropping the message");
+            if let Some(more) = OBJECT_UNUSABLE.allow() {
+                warn!(error = %err, more, "unusable results message object; dropping the message");
+            }
             Opened::Unusable
         }
     }
 }
+
+/// One warning per [`Throttle::EVERY`] at most for a kind of refused message: a flood of
+/// junk (anyone with a worker credential may publish some) is counted (status,
+/// `/metrics`), not a flood of log lines. `more` in a warning is how many of its kind
+/// went unsaid since the last one.
+pub(super) struct Throttle(std::sync::Mutex<Option<(std::time::Instant, u64)>>);
+
+impl Throttle {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    const fn new() -> Throttle {
+        Throttle(std::sync::Mutex::new(None))
+    }
+
+    /// Whether to warn now, with how many went unsaid before; `None`: stay quiet.
+    pub(super) fn allow(&self) -> Option<u64> {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        match &mut *g {
+            Some((last, quiet)) if now.duration_since(*last) < Self::EVERY => {
+                *quiet += 1;
+                None
+            }
+            slot => {
+                let more = slot.map_or(0, |(_, q)| q);
+                *slot = Some((now, 0));
+                Some(more)
+            }
+        }
+    }
+}
+
+static OBJECT_LATER: Throttle = Throttle::new();
+static OBJECT_UNUSABLE: Throttle = Throttle::new();
+static UNDECODABLE: Throttle = Throttle::new();
+static REFUSALS: Throttle = Throttle::new();
 
 /// The results of run `run` in one message that came on `subject`, with the pool its
 /// subject names, and how many of its parts were refused (an undecodable message, or one
@@ -306,7 +361,9 @@ pub(super) fn decode_results(run: Uuid, subject: &str, payload: &[u8]) -> (Vec<A
     let results = match halyard_proto::decode_results(payload) {
         Ok(r) => r,
         Err(err) => {
-            warn!(error = %err, "undecodable result message; refused");
+            if let Some(more) = UNDECODABLE.allow() {
+                warn!(error = %err, more, "undecodable result message; refused");
+            }
             return (Vec::new(), 1);
         }
     };
@@ -322,7 +379,9 @@ pub(super) fn decode_results(run: Uuid, subject: &str, payload: &[u8]) -> (Vec<A
             // A worker's refusal is not the job's outcome: a forged message may carry a
             // real job's id (halyard_proto::FailureKind::Refused).
             if let Outcome::Failed(Failure { kind: FailureKind::Refused, error, .. }) = &r.outcome {
-                warn!(job = %r.job, worker = %r.worker, error, "a worker refused a job message");
+                if let Some(more) = REFUSALS.allow() {
+                    warn!(job = %r.job, worker = %r.worker, error, more, "a worker refused a job message");
+                }
                 refused += 1;
                 return false;
             }
@@ -331,4 +390,26 @@ pub(super) fn decode_results(run: Uuid, subject: &str, payload: &[u8]) -> (Vec<A
         .map(|result| Arrival { pool: pool.to_string(), result })
         .collect();
     (ok, refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 49, item 9: a flood of refused messages is one warning per period, the next
+    /// one saying how many went unsaid.
+    #[test]
+    fn refusal_warnings_are_throttled() {
+        let t = Throttle::new();
+        assert_eq!(t.allow(), Some(0));
+        for _ in 0..10_000 {
+            assert_eq!(t.allow(), None);
+        }
+        // The period passed (set back by hand: no sleeping in tests).
+        if let Some((last, _)) = t.0.lock().unwrap().as_mut() {
+            *last -= Throttle::EVERY;
+        }
+        assert_eq!(t.allow(), Some(10_000));
+        assert_eq!(t.allow(), None);
+    }
 }

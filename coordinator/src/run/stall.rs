@@ -73,6 +73,7 @@ impl Stall {
         if planner.outstanding() == 0 {
             return Ok(None);
         }
+        self.make_results_room(planner.run()).await?;
         let (jobs, notes) = planner.outstanding_jobs()?;
         planner.store_mut().commit(&notes)?;
         if let Some(why) = stuck(planner.outstanding(), jobs.len()) {
@@ -106,6 +107,57 @@ impl Stall {
         }
         dispatcher.drain().await;
         Ok(None)
+    }
+}
+
+impl Stall {
+    /// A run without results may be one whose workers cannot publish them: the results
+    /// stream is full (issue 49, item 2: anyone with a worker credential can fill it
+    /// with results of a run nobody takes). Then the results of every run that is not
+    /// this one nor unfinished in the status bucket are purged
+    /// ([`halyard_broker::janitor`]); a stream still full after that stops the run with
+    /// an error naming the stream and what to do.
+    async fn make_results_room(&self, run: uuid::Uuid) -> Result<(), CoordinatorError> {
+        use halyard_broker::janitor;
+        let largest = self.broker.payload_limit() + halyard_broker::HEADER_ROOM;
+        let room = match janitor::results_room(&self.broker).await {
+            Ok(r) if r.full(largest) => r,
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                warn!(error = %e, "cannot read the results stream's fill");
+                return Ok(());
+            }
+        };
+        let mut keep = janitor::unfinished_runs(&self.broker).await?;
+        keep.insert(run);
+        warn!(
+            bytes = room.bytes,
+            max_bytes = room.max_bytes,
+            "the results stream {} is full: workers cannot publish results; purging the \
+             results of runs that are neither this one nor unfinished",
+            subjects::RESULTS_STREAM
+        );
+        let purged = janitor::purge_other_runs(&self.broker, &keep).await?;
+        let after = janitor::results_room(&self.broker).await?;
+        warn!(
+            runs = purged.runs,
+            messages = purged.messages,
+            bytes = after.bytes,
+            "purged the results of other runs from {}",
+            subjects::RESULTS_STREAM
+        );
+        if after.full(largest) {
+            return Err(CoordinatorError::Stuck(format!(
+                "the results stream {stream} is full ({} of {} bytes) with results of this run \
+                 and of unfinished runs: workers cannot publish results. Raise its limit \
+                 (nats stream edit {stream} --max-bytes N), or finish or purge the other runs \
+                 (nats stream purge {stream} --subject 'halyard.results.<run>.>'), then resume",
+                after.bytes,
+                after.max_bytes,
+                stream = subjects::RESULTS_STREAM
+            )));
+        }
+        Ok(())
     }
 }
 

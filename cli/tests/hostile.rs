@@ -1,0 +1,266 @@
+//! Issue 49: a worker credential in the wrong hands stalls nothing and forges nothing.
+//! Each test does one attack as the issue describes it, with the role credentials as
+//! shipped (`deploy/nats/permissions.conf`) on a real nats-server.
+
+use std::time::Duration;
+
+use halyard_broker::auth::NatsAuth;
+use halyard_broker::objects::{self, ObjectError};
+use halyard_broker::{Broker, BrokerConfig};
+use halyard_tests::NatsServer;
+
+use crate::common::repo_root;
+
+const ROLES: [(&str, &str, &str); 3] = [
+    ("halyard-coordinator", "HALYARD_COORDINATOR_PASSWORD", "coord-pw-81f2"),
+    ("halyard-worker", "HALYARD_WORKER_PASSWORD", "worker-pw-37c9"),
+    ("halyard-status", "HALYARD_STATUS_PASSWORD", "status-pw-a0d4"),
+];
+
+/// A nats-server with JetStream and the shipped permissions (the same passwords as
+/// `broker_permissions`, set in the test process's environment for the server to read).
+fn server() -> NatsServer {
+    for (_, var, pw) in ROLES {
+        std::env::set_var(var, pw);
+    }
+    let conf = repo_root().join("deploy/nats/permissions.conf");
+    NatsServer::start_with_args(&["-c", conf.to_str().unwrap()])
+}
+
+async fn connect(nats: &NatsServer, role: usize) -> Broker {
+    let auth = NatsAuth {
+        user: Some(ROLES[role].0.into()),
+        password: Some(ROLES[role].2.into()),
+        ..Default::default()
+    };
+    let cfg = BrokerConfig::new(nats.url(), ROLES[role].0).with_auth(auth);
+    halyard_broker::connect(&cfg).await.unwrap()
+}
+
+/// URL-safe base64 with padding, as the object store names an object's metadata subject.
+fn base64_url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n = c.iter().enumerate().fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Publish `metadata` as the metadata of object `name` (what a worker credential may do:
+/// `$O.halyard_objects.>`), acknowledged by the stream.
+async fn write_metadata(b: &Broker, name: &str, metadata: &[u8]) {
+    let subject = format!("$O.{}.M.{}", objects::BUCKET, base64_url(name.as_bytes()));
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Rollup", "sub");
+    let ack = b.js.publish_with_headers(subject, headers, metadata.to_vec().into()).await.unwrap();
+    ack.await.expect("the object bucket took the metadata");
+}
+
+/// Item 1: with the shipped worker credentials, an object's metadata made a link to
+/// itself, metadata that is not an object's, and metadata naming chunks never stored
+/// are refused, each within a deadline (the link loop overflowed the reader's stack,
+/// the garbage was nak'd as transient for ever); same-size garbage put under an honest
+/// object's name is replaced by the next put of the honest bytes (the put compared sizes
+/// and skipped it); the run's objects are still deleted around the junk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_object_metadata_is_refused_within_a_deadline() {
+    let nats = server();
+    let coordinator = connect(&nats, 0).await;
+    let worker = connect(&nats, 1).await;
+    halyard_broker::init(&coordinator, &Default::default()).await.unwrap();
+    let run = uuid::Uuid::from_u128(0x4949_0001);
+    let bucket = objects::BUCKET;
+
+    // A link to itself.
+    let looped = b"a result that was never stored".to_vec();
+    let name = objects::name_of(run, &looped);
+    let link = format!(
+        r#"{{"name":"{name}","bucket":"{bucket}","nuid":"AAAA","size":0,"chunks":0,
+            "options":{{"link":{{"name":"{name}","bucket":"{bucket}"}}}}}}"#
+    );
+    write_metadata(&worker, &name, link.as_bytes()).await;
+    let reference = objects::reference_of(run, &looped);
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        objects::fetch(&coordinator, &reference, Some(run)),
+    )
+    .await
+    .expect("reading a self-linked object did not end")
+    .unwrap_err();
+    assert!(
+        matches!(err, ObjectError::Invalid { .. }) && err.to_string().contains("link"),
+        "{err}"
+    );
+
+    // Metadata that does not parse: refused for good, not retried.
+    let garbage = b"metadata that is no object".to_vec();
+    let name = objects::name_of(run, &garbage);
+    write_metadata(&worker, &name, b"{not json").await;
+    let err = objects::fetch(&coordinator, &objects::reference_of(run, &garbage), Some(run))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ObjectError::Invalid { .. }), "{err}");
+    assert!(!err.is_transient(), "{err}");
+
+    // Chunks that were never stored: given up within the chunk wait, not waited on.
+    let missing = b"chunks that never came".to_vec();
+    let name = objects::name_of(run, &missing);
+    let meta = format!(
+        r#"{{"name":"{name}","bucket":"{bucket}","nuid":"NoSuchChunks","size":4096,"chunks":4}}"#
+    );
+    write_metadata(&worker, &name, meta.as_bytes()).await;
+    let began = std::time::Instant::now();
+    let err = tokio::time::timeout(
+        objects::CHUNK_WAIT * 4,
+        objects::fetch(&coordinator, &objects::reference_of(run, &missing), Some(run)),
+    )
+    .await
+    .expect("reading an object whose chunks never come did not end")
+    .unwrap_err();
+    assert!(err.to_string().contains("no chunk came"), "{err}");
+    println!("chunks never stored: given up after {:.1} s", began.elapsed().as_secs_f64());
+
+    // Same-size garbage under an honest object's name, before the honest put.
+    let honest: Vec<u8> = (0..(2u32 << 20) + 3).map(|i| (i % 241) as u8).collect();
+    let name = objects::name_of(run, &honest);
+    let store = worker.js.get_object_store(bucket).await.unwrap();
+    let junk = vec![0x5a; honest.len() + 16];
+    store.put(name.as_str(), &mut &junk[..]).await.unwrap();
+    let reference = objects::put(&coordinator, run, &honest).await.unwrap();
+    assert_eq!(objects::fetch(&worker, &reference, None).await.unwrap(), honest);
+    // ... and a second put of the same bytes finds them there (one object per content).
+    assert_eq!(objects::put(&worker, run, &honest).await.unwrap(), reference);
+    assert_eq!(objects::fetch(&coordinator, &reference, Some(run)).await.unwrap(), honest);
+
+    // The run's objects go with the junk among them (the garbage metadata is passed over).
+    let deleted = objects::delete_run(&coordinator, run).await.unwrap();
+    assert!(deleted >= 1, "{deleted}");
+    let err = objects::fetch(&coordinator, &reference, Some(run)).await.unwrap_err();
+    assert!(matches!(err, ObjectError::Missing { .. }), "{err}");
+}
+
+/// A sweep of `jobs` noop jobs in pool `free`, named `hostile`.
+fn sweep(dir: &std::path::Path, jobs: u64) -> std::path::PathBuf {
+    let p = dir.join("hostile.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "name = \"hostile\"\n\n[[model]]\nname = \"free\"\nbackend = \"noop\"\n\
+             max_concurrency = 8\n\n[[benchmark]]\npipeline = \"noop\"\njobs = {jobs}\n\
+             models = [\"free\"]\n\n[run]\nack_wait_s = 5\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// The shipped permissions with one more user, `admin`, allowed everything: the
+/// operator, who shapes the broker in a test where Halyard's own roles may not.
+fn server_with_admin(dir: &std::path::Path) -> NatsServer {
+    for (_, var, pw) in ROLES {
+        std::env::set_var(var, pw);
+    }
+    let shipped =
+        std::fs::read_to_string(repo_root().join("deploy/nats/permissions.conf")).unwrap();
+    let admin = "  users = [\n    { user: \"admin\", password: \"admin-pw-5c1e\" }\n";
+    assert!(shipped.contains("  users = [\n"), "the shipped file's users list moved");
+    let conf = dir.join("permissions.conf");
+    std::fs::write(&conf, shipped.replacen("  users = [\n", admin, 1)).unwrap();
+    NatsServer::start_with_args(&["-c", conf.to_str().unwrap()])
+}
+
+/// Item 2: with the shipped worker credentials, the results stream is filled with
+/// results of a run nobody takes until the broker refuses more. A run started then
+/// finishes, every job answered: its coordinator, finding no result and the stream
+/// full, purges the results of runs that are neither its own nor unfinished, and says
+/// so. (Before, every result of the next run was refused with "maximum bytes exceeded"
+/// and the run hung with no stall report.) The stream is made smaller than Halyard's
+/// 2 GiB by the operator (a smaller limit is warned about, not refused), so that the
+/// test fills it in seconds.
+#[test]
+fn a_results_stream_filled_from_a_worker_credential_stalls_no_run() {
+    const LIMIT: i64 = 24 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let nats = server_with_admin(dir.path());
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let filled = rt.block_on(async {
+        let admin =
+            halyard_broker::connect(&BrokerConfig::new(nats.url(), "admin").with_auth(NatsAuth {
+                user: Some("admin".into()),
+                password: Some("admin-pw-5c1e".into()),
+                ..Default::default()
+            }))
+            .await
+            .unwrap();
+        let [_, mut results] = halyard_broker::layout::streams(&admin, 1);
+        results.max_bytes = LIMIT;
+        admin.js.create_stream(results).await.unwrap();
+        let worker = connect(&nats, 1).await;
+        let made_up = uuid::Uuid::now_v7();
+        // Large junk first, then smaller, until not even a few bytes fit.
+        let mut stored = 0u64;
+        for size in [512 << 10, 32 << 10, 2 << 10, 128, 1] {
+            let junk = vec![0x4au8; size];
+            loop {
+                let subject = halyard_proto::subjects::result_subject(made_up, "free");
+                let ack = worker.js.publish(subject, junk.clone().into()).await.unwrap();
+                match ack.await {
+                    Ok(_) => stored += size as u64,
+                    Err(e) => {
+                        assert!(e.to_string().contains("maximum bytes"), "{e}");
+                        break;
+                    }
+                }
+                assert!(stored < 2 * LIMIT as u64, "the stream took more than its limit");
+            }
+        }
+        stored
+    });
+    assert!(filled >= (LIMIT as u64) * 9 / 10, "filled {filled}");
+
+    let sweep = sweep(dir.path(), 40);
+    let out = dir.path().join("runs");
+    let wlog = dir.path().join("worker.log");
+    let clog = dir.path().join("coordinator.log");
+    let mut w = crate::common::halyard();
+    w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--nats", &nats.url()])
+        .args(["--nats-user", ROLES[1].0, "--metrics", "off"])
+        .arg("--state")
+        .arg(dir.path().join("cp"))
+        .env("HALYARD_NATS_PASSWORD", ROLES[1].2)
+        .stderr(std::fs::File::create(&wlog).unwrap());
+    let mut worker = halyard_tests::ChildGuard::spawn(w);
+    let mut c = crate::common::halyard();
+    c.args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
+        .args(["--nats-user", ROLES[0].0, "--out", out.to_str().unwrap()])
+        .env("HALYARD_NATS_PASSWORD", ROLES[0].2)
+        .stderr(std::fs::File::create(&clog).unwrap());
+    let mut coordinator = halyard_tests::ChildGuard::spawn(c);
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let status = coordinator.wait_timeout(Duration::from_secs(300));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the run did not finish: {status:?}\ncoordinator: {}\nworker: {}",
+        read(&clog),
+        read(&wlog)
+    );
+    let report = crate::common::read_json(&out.join("hostile/report.json"));
+    assert_eq!(report["jobs"]["completed"], 40, "{report}");
+    assert!(read(&clog).contains("purged the results of other runs"), "{}", read(&clog));
+    worker.signal(libc::SIGTERM);
+    worker.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
+    let server_log = nats.log_tail(400);
+    assert!(
+        !server_log.contains("Violation - User \"halyard-coordinator\""),
+        "the coordinator lacked a right:\n{server_log}"
+    );
+}
