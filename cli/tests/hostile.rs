@@ -264,3 +264,95 @@ fn a_results_stream_filled_from_a_worker_credential_stalls_no_run() {
         "the coordinator lacked a right:\n{server_log}"
     );
 }
+
+/// Item 1 as the issue reproduced it, during a run: with the shipped worker credentials,
+/// results messages naming an object whose metadata links to itself (one took the
+/// coordinator down: "stack overflow", exit 134) and 300 naming objects whose metadata
+/// does not parse (nak'd as transient for ever, filling the consumer's ack-pending
+/// limit) reach the run's coordinator before any worker. The run completes with every job,
+/// and each forged message is counted as refused.
+#[test]
+fn results_naming_forged_objects_stop_no_run() {
+    const FORGED: u64 = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let nats = server();
+    let sweep = sweep(dir.path(), 40);
+    let out = dir.path().join("runs");
+    let clog = dir.path().join("coordinator.log");
+    let mut c = crate::common::halyard();
+    c.args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
+        .args(["--nats-user", ROLES[0].0, "--out", out.to_str().unwrap()])
+        .env("HALYARD_NATS_PASSWORD", ROLES[0].2)
+        .stderr(std::fs::File::create(&clog).unwrap());
+    let mut coordinator = halyard_tests::ChildGuard::spawn(c);
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        // The run's id, from the status bucket (the status role reads it).
+        let status = connect(&nats, 2).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let run = loop {
+            let entries = halyard_broker::status::entries(&status, "halyard_status")
+                .await
+                .unwrap_or_default();
+            let run = entries.iter().find_map(|(_, v)| {
+                let v: serde_json::Value = serde_json::from_slice(v).ok()?;
+                uuid::Uuid::try_parse(v["run"].as_str()?).ok()
+            });
+            if let Some(run) = run {
+                break run;
+            }
+            assert!(std::time::Instant::now() < deadline, "no run status:\n{}", read(&clog));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let worker = connect(&nats, 1).await;
+        let bucket = objects::BUCKET;
+        let looped = b"a looped result".to_vec();
+        let name = objects::name_of(run, &looped);
+        let link = format!(
+            r#"{{"name":"{name}","bucket":"{bucket}","nuid":"AAAA","size":0,"chunks":0,
+                "options":{{"link":{{"name":"{name}","bucket":"{bucket}"}}}}}}"#
+        );
+        write_metadata(&worker, &name, link.as_bytes()).await;
+        let mut references = vec![objects::reference_of(run, &looped)];
+        for i in 0..FORGED - 1 {
+            let content = format!("garbage metadata {i}").into_bytes();
+            write_metadata(&worker, &objects::name_of(run, &content), b"{not json").await;
+            references.push(objects::reference_of(run, &content));
+        }
+        let subject = halyard_proto::subjects::result_subject(run, "free");
+        for reference in references {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(objects::HEADER, reference.as_str());
+            let ack = worker
+                .js
+                .publish_with_headers(subject.clone(), headers, Vec::new().into())
+                .await
+                .unwrap();
+            ack.await.expect("the results stream took the forged message");
+        }
+    });
+    let wlog = dir.path().join("worker.log");
+    let mut w = crate::common::halyard();
+    w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--nats", &nats.url()])
+        .args(["--nats-user", ROLES[1].0, "--metrics", "off"])
+        .arg("--state")
+        .arg(dir.path().join("cp"))
+        .env("HALYARD_NATS_PASSWORD", ROLES[1].2)
+        .stderr(std::fs::File::create(&wlog).unwrap());
+    let mut worker = halyard_tests::ChildGuard::spawn(w);
+    let status = coordinator.wait_timeout(Duration::from_secs(300));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the run did not finish: {status:?}\ncoordinator: {}\nworker: {}",
+        read(&clog),
+        read(&wlog)
+    );
+    let report = crate::common::read_json(&out.join("hostile/report.json"));
+    assert_eq!(report["jobs"]["completed"], 40, "{report}");
+    let status = crate::common::read_json(&out.join("hostile/status.json"));
+    assert_eq!(status["refused_messages"], FORGED, "{status}\n{}", read(&clog));
+    worker.signal(libc::SIGTERM);
+    worker.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
+}
