@@ -10,9 +10,10 @@
 //! marked but whose data no longer holds the mark has lost its data: that is an error
 //! naming the directory, not a silent fresh start.
 //!
-//! Limits: this catches the loss of everything, not the loss of a tail of recent records
-//! (which the store's own recovery treats as an interrupted write). Damage inside the
-//! files is the engine's to find (its blocks carry checksums).
+//! This catches the loss of everything; the loss of acknowledged batches from a journal
+//! (which the engine's recovery treats as an interrupted write) is the durable
+//! high-water mark's to catch ([`crate::acked`]). Damage inside tables is the engine's to
+//! find (its blocks carry checksums).
 
 use std::io::Write;
 use std::path::Path;
