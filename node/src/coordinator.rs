@@ -112,7 +112,11 @@ impl Surroundings {
 fn final_state<E>(o: &std::result::Result<RunOutcome, E>) -> &'static str {
     match o {
         Ok(RunOutcome::Complete { .. }) => "complete",
-        Ok(RunOutcome::Interrupted { .. } | RunOutcome::OutageStopped { .. }) => "interrupted",
+        Ok(
+            RunOutcome::Interrupted { .. }
+            | RunOutcome::OutageStopped { .. }
+            | RunOutcome::FirstContact { .. },
+        ) => "interrupted",
         Ok(RunOutcome::CostLimit { .. }) => "cost_limit",
         Err(_) => "failed",
     }
@@ -120,6 +124,10 @@ fn final_state<E>(o: &std::result::Result<RunOutcome, E>) -> &'static str {
 
 /// The exit status of a run that completed with dead letters (README "Exit status").
 pub const EXIT_DEAD_LETTERS: u8 = 4;
+/// The exit status of a run stopped because a model's endpoint never answered (issue
+/// 48: nothing listens, TLS, a refused key, 404, not the API's shape), and of `halyard
+/// check` when a model cannot serve.
+pub const EXIT_CANNOT_SERVE: u8 = 5;
 
 /// Tell the user how a run ended, and give the process's exit status: 0 complete, 4
 /// complete with dead letters (the last line says how many and how to run them again),
@@ -149,6 +157,11 @@ pub fn exit_status(outcome: &RunOutcome, resume: &str) -> u8 {
                 outage.error
             );
             130
+        }
+        RunOutcome::FirstContact { run, message, .. } => {
+            eprintln!("run {run} stopped: {message}");
+            eprintln!("fix it and {resume}: nothing paid for is paid again (see `halyard check`)");
+            EXIT_CANNOT_SERVE
         }
         RunOutcome::CostLimit { run, spent, limit } => {
             eprintln!("run {run} stopped: cost limit reached (${spent:.4} spent, limit ${limit:.4}); run again with a higher --max-cost to continue");

@@ -11,6 +11,12 @@
 //! every failed probe (at most [`MAX_PROBE_INTERVAL_S`] apart) and when the pool
 //! resumes. A paused record whose `updated_ms` is much older than its `next_probe_ms`
 //! comes from workers that all stopped while the pool was paused.
+//!
+//! First contact (issue 48): an endpoint that has not answered a worker yet also pauses
+//! its pool for a refused key (401/403), a 404 (route or model) or an answer that is not
+//! the API's shape ([`OutageReason::first_contact_only`]): the coordinator stops a run
+//! whose pool never produced a result after `[run] first_contact_s`, naming the fix,
+//! instead of dead-lettering every job or waiting `outage_patience_s`.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,11 +43,19 @@ pub enum OutageReason {
     GatewayTimeout,
     /// HTTP 529 ("overloaded").
     Overloaded,
+    /// First contact only (an endpoint that has not answered this worker yet): HTTP 401
+    /// or 403, the key was refused.
+    Unauthorized,
+    /// First contact only: HTTP 404, a wrong route (`base_url`) or an unknown model name.
+    NotFound,
+    /// First contact only: a 200 whose body is not a chat completion (`base_url` points
+    /// at something that is not an OpenAI-compatible API).
+    NotApi,
 }
 
 impl OutageReason {
     /// Every reason, in a fixed order (metrics list each one).
-    pub const ALL: [OutageReason; 8] = [
+    pub const ALL: [OutageReason; 11] = [
         OutageReason::Connection,
         OutageReason::Dns,
         OutageReason::Tls,
@@ -50,6 +64,9 @@ impl OutageReason {
         OutageReason::Unavailable,
         OutageReason::GatewayTimeout,
         OutageReason::Overloaded,
+        OutageReason::Unauthorized,
+        OutageReason::NotFound,
+        OutageReason::NotApi,
     ];
 
     /// The reason as a metric label and in messages.
@@ -63,7 +80,16 @@ impl OutageReason {
             OutageReason::Unavailable => "unavailable",
             OutageReason::GatewayTimeout => "gateway_timeout",
             OutageReason::Overloaded => "overloaded",
+            OutageReason::Unauthorized => "unauthorized",
+            OutageReason::NotFound => "not_found",
+            OutageReason::NotApi => "not_api",
         }
+    }
+
+    /// Whether only an endpoint that never answered counts as down for it (401/403,
+    /// 404, an answer not of the API's shape): see `halyard_worker::health::first_contact`.
+    pub fn first_contact_only(self) -> bool {
+        matches!(self, OutageReason::Unauthorized | OutageReason::NotFound | OutageReason::NotApi)
     }
 
     /// The reason an HTTP status gives, if it is one of the endpoint-wide ones.

@@ -151,7 +151,8 @@ impl Call<'_> {
                 h.answered(started, self.probe);
                 return Ok(c);
             }
-            Err(e) => e,
+            // Before the endpoint first answered, a refused key or a 404 pauses the pool.
+            Err(e) => h.first_contact(e),
         };
         let Some(reason) = e.outage() else {
             // An HTTP answer of any kind shows the endpoint up.

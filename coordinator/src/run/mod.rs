@@ -38,6 +38,7 @@ mod stall;
 
 use collector::Collector;
 use dispatcher::Dispatcher;
+use outage::FirstContact;
 use stall::Stall;
 
 #[derive(Debug, PartialEq)]
@@ -54,6 +55,10 @@ pub enum RunOutcome {
     /// A pool's endpoint stayed down longer than `[run] outage_patience_s`: stopped as
     /// interrupted (nothing was dead-lettered for it), resumable once it is back.
     OutageStopped { run: Uuid, outage: halyard_plan::outage::PoolOutage, patience_s: u64 },
+    /// A pool with no result in the run had its endpoint down for `[run]
+    /// first_contact_s` (issue 48): stopped as interrupted, resumable once fixed;
+    /// `message` names the model, its URL and the fix.
+    FirstContact { run: Uuid, outage: halyard_plan::outage::PoolOutage, message: String },
 }
 
 /// Run the coordinator for `cfg` until the run completes or `shutdown` resolves.
@@ -162,7 +167,8 @@ async fn start<'s>(
             cfg.sweep.pools().into_keys(),
             cfg.sweep.run.outage_patience,
             state_outages,
-        ),
+        )
+        .with_first_contact(cfg.sweep.run.first_contact, outage::Endpoint::of(&cfg.sweep)),
         progress_tx: progress_tx.unwrap_or_else(|| watch::channel(Progress::default()).0),
         provider_batches: ProviderBatches::new(broker.clone(), &cfg.sweep),
         compact_when_complete: false,
@@ -291,6 +297,16 @@ impl Coordinator<'_> {
             if let Some(down) = self.outages.poll().await {
                 if self.outages.take_changed() {
                     self.planner.store().put_outages(&self.outages.spans)?;
+                }
+                let costs = &self.planner.progress().figures.costs;
+                if let Some(fc) = self.outages.first_contact(&down, costs) {
+                    warn!(run = %run, pool = %fc.outage.pool, reason = %fc.outage.reason, "{}", fc.message);
+                    self.dispatcher.drain().await;
+                    self.planner.store().flush().await?;
+                    self.planner.set_outages(down);
+                    self.publish_progress();
+                    let FirstContact { outage, message } = fc;
+                    return Ok(RunOutcome::FirstContact { run, outage, message });
                 }
                 if let Some(o) = self.outages.past_patience(&down).cloned() {
                     let patience_s = self.cfg.sweep.run.outage_patience.as_secs();

@@ -12,14 +12,25 @@
 //! the run's deliveries then. A pause that began before this coordinator started counts
 //! from its start, so a record left over from an earlier night cannot stop a new run at
 //! once.
+//!
+//! First contact (issue 48): a pool that has no result yet in the run (a resumed run's
+//! earlier results count) and whose endpoint has been down for `[run] first_contact_s`
+//! stops the run at once with an error that names the model, its URL and the fix
+//! ([`Outages::first_contact`], [`FirstContact`]): such an endpoint never answered, so
+//! waiting `outage_patience_s` for it only hides a typo. The workers pause a pool that
+//! never answered them for a refused key, a 404 and an answer that is not the API's
+//! shape as well as for the usual outages (`halyard_worker::health::first_contact`), so
+//! the coordinator learns all of them from the same records, whoever runs the workers.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::kv;
 use halyard_broker::Broker;
+use halyard_plan::cost::ClassTotals;
 use halyard_plan::outage::{OutageSpan, PoolOutage};
-use halyard_proto::health::{PoolHealthRecord, MAX_PROBE_INTERVAL_S};
+use halyard_plan::sweep::Sweep;
+use halyard_proto::health::{OutageReason, PoolHealthRecord, MAX_PROBE_INTERVAL_S};
 use halyard_proto::subjects;
 use tracing::warn;
 
@@ -71,6 +82,45 @@ pub(super) struct Outages {
     pub spans: Vec<OutageSpan>,
     /// `spans` changed since [`Outages::take_changed`] last said so.
     changed: bool,
+    /// `[run] first_contact_s`.
+    first_contact: Duration,
+    /// The models of each pool, for the first-contact rule.
+    endpoints: BTreeMap<String, Vec<Endpoint>>,
+}
+
+/// A model of the sweep as the first-contact message names it.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Endpoint {
+    /// The sweep's name for it.
+    pub name: String,
+    /// The model name sent to the API.
+    pub model: String,
+    pub base_url: String,
+    pub api_key_env: Option<String>,
+}
+
+impl Endpoint {
+    /// Every model of `sweep`, by pool.
+    pub fn of(sweep: &Sweep) -> BTreeMap<String, Vec<Endpoint>> {
+        let mut by_pool: BTreeMap<String, Vec<Endpoint>> = BTreeMap::new();
+        for m in &sweep.models {
+            by_pool.entry(m.spec.pool.clone()).or_default().push(Endpoint {
+                name: m.spec.name.clone(),
+                model: m.spec.model_ref.model.clone(),
+                base_url: m.spec.model_ref.endpoint.clone(),
+                api_key_env: m.spec.api_key_env.clone(),
+            });
+        }
+        by_pool
+    }
+}
+
+/// A pool that never answered in the run, past `first_contact_s`: the run stops.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FirstContact {
+    pub outage: PoolOutage,
+    /// What was wrong and the fix, naming the model and its URL.
+    pub message: String,
 }
 
 impl Outages {
@@ -94,7 +144,31 @@ impl Outages {
             warned: BTreeSet::new(),
             spans,
             changed: false,
+            first_contact: Duration::from_secs(45),
+            endpoints: BTreeMap::new(),
         }
+    }
+
+    /// Stop the run when a pool of `endpoints` that never answered is down for
+    /// `wait` (see the module docs).
+    pub fn with_first_contact(
+        mut self,
+        wait: Duration,
+        endpoints: BTreeMap<String, Vec<Endpoint>>,
+    ) -> Self {
+        self.first_contact = wait;
+        self.endpoints = endpoints;
+        self
+    }
+
+    /// The first pool in `down` that has no result in the run (`costs`: the run's
+    /// totals by model) and has been down for `first_contact_s`, with the message.
+    pub fn first_contact(
+        &self,
+        down: &[PoolOutage],
+        costs: &[ClassTotals],
+    ) -> Option<FirstContact> {
+        first_contact(self.first_contact, &self.endpoints, down, costs)
     }
 
     /// Read the records now, whenever they were last read (before the report: an outage
@@ -153,6 +227,73 @@ impl Outages {
     pub fn past_patience<'a>(&self, down: &'a [PoolOutage]) -> Option<&'a PoolOutage> {
         past_patience(self.patience, down)
     }
+}
+
+fn first_contact(
+    wait: Duration,
+    endpoints: &BTreeMap<String, Vec<Endpoint>>,
+    down: &[PoolOutage],
+    costs: &[ClassTotals],
+) -> Option<FirstContact> {
+    down.iter().find_map(|o| {
+        let models = endpoints.get(&o.pool)?;
+        let answered = costs.iter().any(|c| c.jobs > 0 && models.iter().any(|m| m.name == c.model));
+        if answered || o.down_s < wait.as_secs() {
+            return None;
+        }
+        Some(FirstContact { outage: o.clone(), message: first_contact_message(o, models) })
+    })
+}
+
+/// "model "judge" (`local-model` at http://…/v1) has not answered …: nothing listens …".
+fn first_contact_message(o: &PoolOutage, models: &[Endpoint]) -> String {
+    let names: Vec<String> = models.iter().map(|m| format!("{:?}", m.name)).collect();
+    let m = &models[0];
+    let url = halyard_proto::redact::url(&m.base_url);
+    let reason = OutageReason::ALL.into_iter().find(|r| r.as_str() == o.reason);
+    let fix = match reason {
+        Some(OutageReason::Connection) => {
+            format!("nothing listens at {url}; start the server or fix `base_url`")
+        }
+        Some(OutageReason::Dns) => {
+            format!("the host name of {url} does not resolve (DNS); fix `base_url`")
+        }
+        Some(OutageReason::Tls) => format!(
+            "the TLS handshake with {url} failed (a certificate this machine does not trust, \
+             or https:// to a plain-HTTP server); fix `base_url` or the server's certificate"
+        ),
+        Some(OutageReason::Timeout) => {
+            format!("{url} took the connection but never answered within the model's timeout_s")
+        }
+        Some(OutageReason::Unauthorized) => match &m.api_key_env {
+            Some(var) => format!(
+                "{url} refused the key in `${var}` (HTTP 401/403); set `{var}` to a key it \
+                 accepts on the workers"
+            ),
+            None => format!(
+                "{url} wants an API key (HTTP 401/403); set the model's `api_key_env` to the \
+                 name of the variable that holds it"
+            ),
+        },
+        Some(OutageReason::NotFound) => format!(
+            "{url}/chat/completions answered 404: a wrong route (`base_url` usually ends in \
+             /v1) or a model name the server does not know (`model = {:?}`; `halyard check` \
+             lists the server's models)",
+            m.model
+        ),
+        Some(OutageReason::NotApi) => format!(
+            "{url} answered with something that is not an OpenAI chat completion; `base_url` \
+             points at another service (it usually ends in /v1)"
+        ),
+        _ => format!("{url} answers {} (the server is up but not serving)", o.reason),
+    };
+    format!(
+        "model {} (`{}` at {url}) has not answered since the run began: {fix} [{}: {}]",
+        names.join(", "),
+        m.model,
+        o.reason,
+        o.error
+    )
 }
 
 fn past_patience(patience: Duration, down: &[PoolOutage]) -> Option<&PoolOutage> {
@@ -242,6 +383,60 @@ mod tests {
         assert!(decode("q", &good).unwrap_err().contains("names pool \"p\""));
         assert!(decode("p", b"{\"pool\":1}").unwrap_err().contains("not a health record"));
         assert!(decode("p", &vec![b' '; MAX_RECORD_BYTES + 1]).unwrap_err().contains("bytes"));
+    }
+
+    /// Issue 48: a pool down for `first_contact_s` with no result in the run stops it,
+    /// naming model, URL and fix; one with a result (this run's or a resumed run's) waits
+    /// for the patience instead, and so does one down for less.
+    #[test]
+    fn first_contact_only_for_pools_without_results() {
+        let endpoint = |name: &str, var: Option<&str>| Endpoint {
+            name: name.into(),
+            model: "gpt-x".into(),
+            base_url: "https://api.example.com/v1".into(),
+            api_key_env: var.map(str::to_string),
+        };
+        let endpoints = BTreeMap::from([
+            ("p".to_string(), vec![endpoint("model-a", Some("TEAM_API_KEY"))]),
+            ("q".to_string(), vec![endpoint("judge", None)]),
+        ]);
+        let down = |pool: &str, reason: OutageReason, down_s| PoolOutage {
+            pool: pool.into(),
+            reason: reason.to_string(),
+            error: "HTTP 401".into(),
+            down_s,
+            next_probe_s: Some(4),
+        };
+        let wait = Duration::from_secs(45);
+        let none: Vec<ClassTotals> = Vec::new();
+        let fc =
+            first_contact(wait, &endpoints, &[down("p", OutageReason::Unauthorized, 45)], &none)
+                .unwrap();
+        assert!(
+            fc.message.starts_with(
+                "model \"model-a\" (`gpt-x` at https://api.example.com/v1) has not answered"
+            ),
+            "{}",
+            fc.message
+        );
+        assert!(fc.message.contains("refused the key in `$TEAM_API_KEY`"), "{}", fc.message);
+        let early = [down("p", OutageReason::Connection, 44)];
+        assert!(first_contact(wait, &endpoints, &early, &none).is_none());
+        let answered = vec![ClassTotals { model: "model-a".into(), jobs: 1, ..Default::default() }];
+        let late = [down("p", OutageReason::Connection, 4_000)];
+        assert!(first_contact(wait, &endpoints, &late, &answered).is_none());
+        // Another pool's results do not count for this one.
+        let fc =
+            first_contact(wait, &endpoints, &[down("q", OutageReason::NotFound, 60)], &answered)
+                .unwrap();
+        assert!(fc.message.contains("answered 404: a wrong route"), "{}", fc.message);
+        let fc = first_contact(wait, &endpoints, &[down("q", OutageReason::Connection, 60)], &none)
+            .unwrap();
+        assert!(
+            fc.message.contains("nothing listens at https://api.example.com/v1; start the server"),
+            "{}",
+            fc.message
+        );
     }
 
     /// Spans open on a pause and close on the resumption of the same pause; resumptions

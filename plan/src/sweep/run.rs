@@ -19,6 +19,7 @@ pub(crate) struct RawRun {
     max_cost: Option<f64>,
     job_batch: Option<RawJobBatch>,
     outage_patience_s: Option<f64>,
+    first_contact_s: Option<f64>,
 }
 
 /// `job_batch = "auto"` or a number (anything else is refused with the key's name).
@@ -66,10 +67,18 @@ pub struct RunSettings {
     /// `[run] outage_patience_s` (default 6 h): a pool whose endpoint has been down this
     /// long stops the run as interrupted (resumable), rather than waiting forever.
     pub outage_patience: std::time::Duration,
+    /// `[run] first_contact_s` (default 45 s): a pool with no result yet in the run
+    /// (earlier results of a resumed run count) whose endpoint has failed this long stops
+    /// the run with an error naming the fix (issue 48); `outage_patience` is for
+    /// endpoints that did answer.
+    pub first_contact: std::time::Duration,
 }
 
 /// Default of `[run] outage_patience_s`: six hours, an overnight outage's worth.
 pub const DEFAULT_OUTAGE_PATIENCE_S: f64 = 6.0 * 3600.0;
+
+/// Default of `[run] first_contact_s`.
+pub const DEFAULT_FIRST_CONTACT_S: f64 = 45.0;
 
 /// Check `[run]` (every key has a default).
 pub(super) fn check(f: &str, raw: Option<RawRun>) -> Result<RunSettings, SweepError> {
@@ -122,6 +131,14 @@ pub(super) fn check(f: &str, raw: Option<RawRun>) -> Result<RunSettings, SweepEr
             format!("{patience} is outside 1..=2592000 seconds (30 days)"),
         ));
     }
+    let first_contact = rr.first_contact_s.unwrap_or(DEFAULT_FIRST_CONTACT_S);
+    if !(first_contact.is_finite() && (1.0..=3600.0).contains(&first_contact)) {
+        return Err(key_err(
+            f,
+            "run.first_contact_s",
+            format!("{first_contact} is outside 1..=3600 seconds"),
+        ));
+    }
     if let Some(c) = rr.max_cost {
         if !(c.is_finite() && c >= 0.0) {
             return Err(key_err(f, "run.max_cost", format!("{c} is not an amount of USD (≥ 0)")));
@@ -134,5 +151,6 @@ pub(super) fn check(f: &str, raw: Option<RawRun>) -> Result<RunSettings, SweepEr
         max_cost: rr.max_cost,
         job_batch,
         outage_patience: std::time::Duration::from_secs_f64(patience),
+        first_contact: std::time::Duration::from_secs_f64(first_contact),
     })
 }

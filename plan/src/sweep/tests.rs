@@ -41,6 +41,10 @@ fn noop_sweep_parses() {
     let s = parse(Path::new("/tmp/s.toml"), &format!("{NOOP}\n[run]\noutage_patience_s = 90\n"))
         .unwrap();
     assert_eq!(s.run.outage_patience, std::time::Duration::from_secs(90));
+    assert_eq!(s.run.first_contact, std::time::Duration::from_secs(45));
+    let s =
+        parse(Path::new("/tmp/s.toml"), &format!("{NOOP}\n[run]\nfirst_contact_s = 5\n")).unwrap();
+    assert_eq!(s.run.first_contact, std::time::Duration::from_secs(5));
 }
 
 /// Wrong noop benchmarks name the key and the reason.
@@ -73,6 +77,7 @@ fn bad_noop_sweeps_name_the_key() {
             "run.job_batch`: 6.5 is neither \"auto\" nor a number of jobs",
         ),
         (format!("{NOOP}\n[run]\noutage_patience_s = 0\n"), "run.outage_patience_s`: 0 is outside"),
+        (format!("{NOOP}\n[run]\nfirst_contact_s = 0\n"), "run.first_contact_s`: 0 is outside"),
     ];
     for (text, needle) in cases {
         let e = err(&text);

@@ -66,10 +66,28 @@ pub fn check_plan(plan: &WorkerPlan, policy: HttpPolicy) -> Result<(), String> {
             check_url(&h.base_url, policy).map_err(|e| format!("{}: {e}", at()))?;
             if let Some(var) = &h.api_key_env {
                 check_key_env(var, &listed).map_err(|e| format!("{}: {e}", at()))?;
+                key_is_set(var).map_err(|e| format!("{}: {e}", at()))?;
             }
         }
     }
     Ok(())
+}
+
+/// Refuse an API-key variable that is not set, or is empty, on this machine (issue 48):
+/// every call would go out without a key (or not at all) and each job end as a dead
+/// letter.
+pub fn key_is_set(var: &str) -> Result<(), String> {
+    let shown = redact::secrets(var);
+    match std::env::var_os(var) {
+        None => Err(format!(
+            "its api_key_env names ${shown}, which is not set on this machine: export {shown}=<the API key> \
+             where the workers run"
+        )),
+        Some(v) if v.is_empty() => Err(format!(
+            "its api_key_env names ${shown}, which is empty on this machine: set it to the API key"
+        )),
+        Some(_) => Ok(()),
+    }
 }
 
 /// The worker's environment variable that lists further API-key variables a sweep may

@@ -116,6 +116,12 @@ impl Machine {
         self.outage.is_some()
     }
 
+    /// Whether a call has shown the endpoint answering this worker (see
+    /// [`super::first_contact`]).
+    pub fn has_answered(&self) -> bool {
+        self.last_answer.is_some()
+    }
+
     /// A call failed for an endpoint-wide reason at `now`.
     pub fn failed(&mut self, f: Failure, now: Instant) -> (Verdict, Option<Change>) {
         let floor = f.retry_after.unwrap_or_default().min(MAX_RETRY_AFTER);

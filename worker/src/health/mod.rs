@@ -17,7 +17,11 @@
 //!   coordinator and `halyard status`.
 //! - [`crate::stats::Stats`] keeps each pool's state for `/metrics`
 //!   (`halyard_pool_paused{pool,reason}`, outage seconds).
+//! - Before the endpoint first answered this worker, a refused key, a 404 or an answer
+//!   not of the API's shape pauses the pool too ([`first_contact`]), so that the
+//!   coordinator can stop a run whose endpoint never answered.
 
+pub mod first_contact;
 pub mod machine;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -182,6 +186,16 @@ impl PoolHealth {
     /// A receiver that sees every change (pause, probe, resume, probe released).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// A failed call's error as this pool's health sees it: before the endpoint first
+    /// answered this worker, a refused key, a 404 or an answer not of the API's shape is
+    /// the endpoint's failure (see [`first_contact`]); afterwards the error as it is.
+    pub fn first_contact(&self, e: crate::call_error::CallError) -> crate::call_error::CallError {
+        if self.lock().has_answered() {
+            return e;
+        }
+        first_contact::upgrade(e)
     }
 
     /// A call failed for an endpoint-wide reason.
