@@ -79,6 +79,10 @@ pub struct RunArgs {
     /// Let the local workers call http:// model URLs on hosts that are not loopback.
     #[arg(long)]
     pub allow_insecure_http: bool,
+    /// Start without checking the API models' keys and endpoints first (see `halyard
+    /// check`).
+    #[arg(long)]
+    pub no_check: bool,
 }
 
 #[derive(Args)]

@@ -9,6 +9,7 @@ use halyard_node::{supervisor, worker};
 
 mod args;
 mod cache_cmd;
+mod check;
 mod nats_args;
 
 use args::{
@@ -58,6 +59,10 @@ enum Cmd {
     /// Run a sweep to completion: coordinator and workers in this process; a private
     /// nats-server unless --nats is given. Running it again resumes the same run.
     Run(RunArgs),
+    /// Check a sweep's models as a worker on this machine would use them: one minimal
+    /// request per API model (reachable, key accepted, model known, answer shape,
+    /// latency, probe cost), files and commands of local ones. Exit 5 if any cannot serve.
+    Check(check::CheckArgs),
     /// Run only the coordinator of a sweep against a broker (workers join separately).
     Coordinator(CoordArgs),
     /// Run a worker serving the pools of a sweep, or pools named with --pool.
@@ -177,10 +182,20 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
     Ok(match cmd {
         Cmd::Run(a) => {
             let stop = shutdown::signal();
+            let checked = !a.no_check;
             let opts = a.options()?;
+            // Local workers use this machine's keys: check them, and the endpoints, first.
+            if checked && !opts.no_workers {
+                let insecure = opts.allow_insecure_http;
+                if let Some(problem) = check::preflight(&opts.sweep, insecure).await? {
+                    eprintln!("error: {problem}");
+                    return Ok(coordinator::EXIT_CANNOT_SERVE);
+                }
+            }
             let outcome = supervisor::run(opts, stop).await?;
             coordinator::exit_status(&outcome, "run the same command again")
         }
+        Cmd::Check(a) => check::run(a).await?,
         Cmd::Coordinator(a) => {
             let stop = shutdown::signal();
             let opts = a.options()?;
