@@ -23,6 +23,7 @@ mod e2e_hypotermqa;
 mod e2e_hypotermqa_reference;
 mod e2e_replay;
 mod e2e_uhgeval_hvi;
+mod first_contact;
 mod gc;
 mod graceful_stop;
 mod health;
