@@ -254,10 +254,11 @@ fn quota(
 }
 
 fn model(m: RawModel) -> Result<WorkerModel, FieldError> {
+    let http = crate::backend::REGISTRY.iter().find(|k| k.http && k.name == m.backend);
     match m.backend.as_str() {
-        "openai" => {
+        _ if http.is_some() => {
             let base_url =
-                m.base_url.ok_or(("base_url", "required for backend \"openai\"".into()))?;
+                m.base_url.ok_or(("base_url", format!("required for backend {:?}", m.backend)))?;
             if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
                 return Err((
                     "base_url",
@@ -296,13 +297,24 @@ fn model(m: RawModel) -> Result<WorkerModel, FieldError> {
             }
             Ok(WorkerModel::Noop)
         }
-        other => Err((
-            "backend",
-            format!(
-                "{other:?}: a worker config declares \"openai\" or \"noop\" models (local models \
-                 come from a sweep: --sweep)"
-            ),
-        )),
+        other => {
+            let mut names: Vec<String> = crate::backend::REGISTRY
+                .iter()
+                .filter(|k| k.http)
+                .map(|k| format!("{:?}", k.name))
+                .collect();
+            names.push("\"noop\"".into());
+            let last = names.pop().unwrap_or_default();
+            let names =
+                if names.is_empty() { last } else { format!("{} or {last}", names.join(", ")) };
+            Err((
+                "backend",
+                format!(
+                    "{other:?}: a worker config declares {names} models (local models come \
+                     from a sweep: --sweep)"
+                ),
+            ))
+        }
     }
 }
 

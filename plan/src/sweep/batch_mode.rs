@@ -59,11 +59,14 @@ pub(super) fn check(
         }
         return Ok((None, price));
     }
-    if backend != "openai" {
+    if !super::backends::row(backend).is_some_and(|r| r.batch_api) {
         return Err(key_err(
             f,
             k("mode"),
-            format!("\"batch\" needs backend \"openai\" (an OpenAI-compatible batch API), not {backend:?}"),
+            format!(
+                "\"batch\" needs backend {} (one with a provider batch API), not {backend:?}",
+                super::backends::names_where(|r| r.batch_api)
+            ),
         ));
     }
     let batch_size = raw.batch_size.unwrap_or(DEFAULT_BATCH_SIZE as i64);

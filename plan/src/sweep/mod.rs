@@ -2,8 +2,8 @@
 //! into a [`Sweep`] that refers only to known pipelines and models and whose datasets
 //! have been read. Every error names the file, the key and what was expected.
 //!
-//! - [`models`]: `[[model]]` (backends, pools, sampling, limits), with [`price`],
-//!   [`quota`] and [`replay`] for their keys;
+//! - [`models`]: `[[model]]` (backends, pools, sampling, limits), with [`backends`] (one
+//!   row per backend: its keys and checks), [`price`], [`quota`] and [`replay`];
 //! - `[[benchmark]]`: each pipeline checks its own table (see [`crate::benchmarks`]);
 //! - `run`: the `[run]` table.
 
@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::benchmarks::hypotermqa::HypoTermQa;
 
+pub mod backends;
 pub mod batch_mode;
 pub mod error;
 pub mod identity;
@@ -75,24 +76,21 @@ impl Sweep {
         pools
     }
 
-    /// Pools whose every model runs locally or calls nothing (`noop`, `gguf`, `embed`,
-    /// `replay`): no paid call behind any of their jobs. `job_batch = "auto"` batches
-    /// only these.
+    /// Pools whose every model runs locally or calls nothing (the backends that
+    /// [`backends::BACKENDS`] marks `local`: `noop`, `gguf`, `embed`, `replay`): no paid
+    /// call behind any of their jobs. `job_batch = "auto"` batches only these.
     pub fn local_pools(&self) -> BTreeSet<String> {
         let mut paid = BTreeSet::new();
         let mut all = BTreeSet::new();
         for m in &self.models {
             all.insert(m.spec.pool.clone());
-            if !LOCAL_BACKENDS.contains(&m.spec.model_ref.backend.as_str()) {
+            if !backends::row(&m.spec.model_ref.backend).is_some_and(|r| r.local) {
                 paid.insert(m.spec.pool.clone());
             }
         }
         all.difference(&paid).cloned().collect()
     }
 }
-
-/// Backends that make no call to anybody's API.
-const LOCAL_BACKENDS: [&str; 4] = ["noop", "gguf", "embed", "replay"];
 
 /// Read and check a sweep file, including its datasets.
 pub fn load(path: &Path) -> Result<Sweep, SweepError> {

@@ -9,9 +9,10 @@ use halyard_proto::pool::{GgufSpec, ReplaySpec};
 use halyard_proto::ModelRef;
 use serde::Deserialize;
 
+use super::backends::{self, ModelInput, Placed};
 use super::batch_mode;
 use super::error::{key_err, SweepError};
-use super::identity::{check_identity_form, embed_identity, gguf_identity};
+use super::identity::{check_identity_form, gguf_identity};
 use super::price::{self, Price, RawPrice};
 use super::quota::{self, QuotaSpec};
 use super::replay;
@@ -80,8 +81,64 @@ pub(crate) struct RawModel {
 }
 
 impl RawModel {
+    /// The keys [`given_keys`](Self::given_keys) reports: those some backends take and
+    /// others do not (the rows of [`backends::BACKENDS`] list them), and `base_url`.
+    pub(super) const SPECIFIC_KEYS: &'static [&'static str] = &[
+        "base_url",
+        "recordings",
+        "recorded_backend",
+        "recorded_endpoint",
+        "server",
+        "command",
+        "args",
+        "revision",
+        "version",
+        "gpus",
+        "ready_path",
+        "version_path",
+        "start_timeout_s",
+        "max_restarts",
+        "restart_backoff_s",
+        "model_path",
+        "identity",
+        "gpu",
+        "gpu_layers",
+        "slots",
+        "threads",
+        "ctx_size",
+    ];
+
+    /// Which of [`SPECIFIC_KEYS`](Self::SPECIFIC_KEYS) this model sets, in that order.
+    pub(super) fn given_keys(&self) -> Vec<&'static str> {
+        let set = [
+            self.base_url.is_some(),
+            self.recordings.is_some(),
+            self.recorded_backend.is_some(),
+            self.recorded_endpoint.is_some(),
+            self.server.is_some(),
+            self.command.is_some(),
+            self.args.is_some(),
+            self.revision.is_some(),
+            self.version.is_some(),
+            self.gpus.is_some(),
+            self.ready_path.is_some(),
+            self.version_path.is_some(),
+            self.start_timeout_s.is_some(),
+            self.max_restarts.is_some(),
+            self.restart_backoff_s.is_some(),
+            self.model_path.is_some(),
+            self.identity.is_some(),
+            self.gpu.is_some(),
+            self.gpu_layers.is_some(),
+            self.slots.is_some(),
+            self.threads.is_some(),
+            self.ctx_size.is_some(),
+        ];
+        Self::SPECIFIC_KEYS.iter().zip(set).filter_map(|(k, set)| set.then_some(*k)).collect()
+    }
+
     /// The server keys (`backend = "server"`).
-    fn raw_server(&self) -> RawServer<'_> {
+    pub(super) fn raw_server(&self) -> RawServer<'_> {
         RawServer {
             name: &self.name,
             model: self.model.as_deref(),
@@ -150,17 +207,10 @@ pub(super) fn check_all(f: &str, base: &Path, raw: &[RawModel]) -> Result<Vec<Mo
     Ok(models)
 }
 
-/// Where a model runs: its identity in job keys, and its local files if any.
-struct Backend {
-    endpoint: String,
-    local: Option<GgufSpec>,
-    embed: Option<PathBuf>,
-    server: Option<halyard_proto::server::ServerSpec>,
-}
-
 /// Check model `i` (its name is already checked).
 fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepError> {
     let k = |field: &str| format!("model[{i}].{field}");
+    let row = backends::check_keys(f, i, m)?;
     let replay = replay::replay_model(
         f,
         base,
@@ -173,36 +223,12 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
             recorded_endpoint: m.recorded_endpoint.as_ref(),
         },
     )?;
-    let Backend { endpoint, local, embed, server } = backend(f, base, i, m, replay.as_ref())?;
-    if m.backend != "server" {
-        if let Some(key) = m.raw_server().set_keys().first() {
-            return Err(key_err(f, k(key), "only applies to backend \"server\""));
-        }
-    }
-    if m.backend != "gguf" {
-        for (key, set) in [
-            (
-                "model_path",
-                m.model_path.is_some() && !matches!(m.backend.as_str(), "embed" | "server"),
-            ),
-            ("identity", m.identity.is_some()),
-            ("gpu", m.gpu.is_some()),
-            ("gpu_layers", m.gpu_layers.is_some()),
-            ("slots", m.slots.is_some()),
-            ("threads", m.threads.is_some()),
-            ("ctx_size", m.ctx_size.is_some()),
-        ] {
-            if set {
-                return Err(key_err(f, k(key), "only applies to backend \"gguf\""));
-            }
-        }
-    }
-    let api_model = match (&m.model, m.backend.as_str()) {
-        (Some(x), _) => x.clone(),
-        (None, "noop" | "gguf" | "replay" | "embed" | "server") => m.name.clone(),
-        (None, _) => {
-            return Err(key_err(f, k("model"), "required: the model name sent to the API"))
-        }
+    let input = ModelInput { f, base, i, m, replay: replay.as_ref() };
+    let Placed { endpoint, local, embed, server } = (row.check)(&input)?;
+    let api_model = match &m.model {
+        Some(x) => x.clone(),
+        None if row.model_from_name => m.name.clone(),
+        None => return Err(key_err(f, k("model"), "required: the model name sent to the API")),
     };
     let temperature = m.temperature.unwrap_or(0.0);
     if !(0.0..=2.0).contains(&temperature) {
@@ -287,77 +313,13 @@ fn cache_policy(f: &str, i: usize, m: &RawModel) -> Result<halyard_proto::CacheP
     }
 }
 
-/// `backend` and the keys it needs: the endpoint identity in job keys, and for `gguf`
-/// and `embed` the local model.
-fn backend(
+/// `backend = "gguf"`: the model file, its identity (`endpoint`) and how to run it.
+pub(super) fn gguf_model(
     f: &str,
     base: &Path,
     i: usize,
     m: &RawModel,
-    replay: Option<&ReplaySpec>,
-) -> Result<Backend, SweepError> {
-    let k = |field: &str| format!("model[{i}].{field}");
-    let (mut local, mut embed, mut server) = (None, None, None);
-    let endpoint = match m.backend.as_str() {
-        "openai" => {
-            let url = m
-                .base_url
-                .clone()
-                .ok_or_else(|| key_err(f, k("base_url"), "required for backend \"openai\""))?;
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(key_err(
-                    f,
-                    k("base_url"),
-                    format!("{url:?} is not an http:// or https:// URL"),
-                ));
-            }
-            url.trim_end_matches('/').to_string()
-        }
-        "noop" => String::new(),
-        "replay" => replay.map(|r| r.endpoint.clone()).unwrap_or_default(),
-        "embed" => {
-            let rel = m.model_path.clone().ok_or_else(|| {
-                key_err(f, k("model_path"), "required for backend \"embed\" (the model folder)")
-            })?;
-            let dir = base.join(&rel);
-            let id = embed_identity(&dir).map_err(|e| {
-                key_err(
-                    f,
-                    k("model_path"),
-                    format!(
-                        "{}: {e} (fetch the embedding model with scripts/fetch-embedder.sh)",
-                        dir.display()
-                    ),
-                )
-            })?;
-            embed = Some(dir);
-            id
-        }
-        "gguf" => {
-            let l = gguf_model(f, base, i, m)?;
-            let id = l.endpoint.clone();
-            local = Some(l);
-            id
-        }
-        "server" => {
-            let spec = server::check(f, &k, &m.raw_server())?;
-            let id = spec.endpoint.clone();
-            server = Some(spec);
-            id
-        }
-        other => {
-            return Err(key_err(
-                f,
-                k("backend"),
-                format!("unknown backend {other:?} (expected \"openai\", \"gguf\", \"server\", \"replay\", \"embed\" or \"noop\")"),
-            ))
-        }
-    };
-    Ok(Backend { endpoint, local, embed, server })
-}
-
-/// `backend = "gguf"`: the model file, its identity (`endpoint`) and how to run it.
-fn gguf_model(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<GgufSpec, SweepError> {
+) -> Result<GgufSpec, SweepError> {
     let k = |field: &str| format!("model[{i}].{field}");
     let rel = m
         .model_path
@@ -408,10 +370,6 @@ fn gguf_model(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<GgufSpec, 
     })
 }
 
-/// Backends that can constrain an output to a JSON schema: a llama.cpp grammar (`gguf`),
-/// `response_format` (`openai`, and `server`, which speaks the same API).
-pub const STRUCTURED_OUTPUT_BACKENDS: [&str; 3] = ["gguf", "openai", "server"];
-
 /// A model whose judge calls had structured output, as the report names it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct StructuredRow {
@@ -428,10 +386,9 @@ pub fn structured_rows(models: &[Model]) -> Vec<StructuredRow> {
         .filter(|m| m.spec.structured_output)
         .map(|m| {
             let backend = m.spec.model_ref.backend.clone();
-            let how = match backend.as_str() {
-                "gguf" => "llama.cpp grammar from the JSON schema",
-                _ => "response_format json_schema (strict)",
-            };
+            let how = backends::row(&backend)
+                .and_then(|r| r.structured_output)
+                .unwrap_or("response_format json_schema (strict)");
             StructuredRow { model: m.spec.name.clone(), backend, how }
         })
         .collect()
@@ -468,13 +425,15 @@ fn structured_output(f: &str, i: usize, m: &RawModel) -> Result<bool, SweepError
             ))
         }
     };
-    if on && !STRUCTURED_OUTPUT_BACKENDS.contains(&m.backend.as_str()) {
+    if on && backends::row(&m.backend).and_then(|r| r.structured_output).is_none() {
         return Err(key_err(
             f,
             key,
             format!(
-                "backend {:?} cannot constrain its output to a JSON schema (structured output                  needs backend \"gguf\", \"openai\" or \"server\")",
-                m.backend
+                "backend {:?} cannot constrain its output to a JSON schema (structured output \
+                 needs backend {})",
+                m.backend,
+                backends::names_where(|r| r.structured_output.is_some())
             ),
         ));
     }

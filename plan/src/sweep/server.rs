@@ -45,28 +45,6 @@ pub(super) struct RawServer<'a> {
     pub restart_backoff_s: Option<f64>,
 }
 
-impl RawServer<'_> {
-    /// The keys of this module that are set (for backends that take none of them).
-    pub fn set_keys(&self) -> Vec<&'static str> {
-        [
-            ("server", self.server.is_some()),
-            ("command", self.command.is_some()),
-            ("args", self.args.is_some()),
-            ("revision", self.revision.is_some()),
-            ("version", self.version.is_some()),
-            ("gpus", self.gpus.is_some()),
-            ("ready_path", self.ready_path.is_some()),
-            ("version_path", self.version_path.is_some()),
-            ("start_timeout_s", self.start_timeout_s.is_some()),
-            ("max_restarts", self.max_restarts.is_some()),
-            ("restart_backoff_s", self.restart_backoff_s.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(k, set)| set.then_some(k))
-        .collect()
-    }
-}
-
 /// Default requests in flight per server (continuous batching serves many at once).
 pub const DEFAULT_CONCURRENCY: i64 = 16;
 

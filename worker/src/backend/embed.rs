@@ -62,3 +62,44 @@ impl EmbedModel {
         })
     }
 }
+
+/// `backend = "embed"`: the plan's embedding models, by endpoint, each loaded once.
+pub const KIND: super::BackendKind = super::BackendKind {
+    name: "embed",
+    http: false,
+    load: |l| {
+        let mut models = std::collections::HashMap::new();
+        for (_, m) in l.models("embed") {
+            if let halyard_proto::pool::WorkerModel::Embed(spec) = m {
+                if !models.contains_key(&spec.endpoint) {
+                    let m = EmbedModel::load(spec)
+                        .map_err(|e| format!("embedding model {}: {e}", spec.path.display()))?;
+                    models.insert(spec.endpoint.clone(), m);
+                }
+            }
+        }
+        Ok(Box::new(EmbedBackend { models }))
+    },
+};
+
+/// The `embed` backend: its models by endpoint.
+struct EmbedBackend {
+    models: std::collections::HashMap<String, EmbedModel>,
+}
+
+impl super::Backend for EmbedBackend {
+    fn call<'a>(
+        &'a self,
+        job: &'a Job,
+    ) -> futures::future::BoxFuture<'a, Result<Completion, CallError>> {
+        Box::pin(async move {
+            match self.models.get(&job.key.model.endpoint) {
+                Some(m) => m.call(job).await,
+                None => Err(CallError::permanent(format!(
+                    "this worker does not hold embedding model {} (pool {}); start a worker with that model",
+                    job.key.model.endpoint, job.pool
+                ))),
+            }
+        })
+    }
+}

@@ -593,3 +593,49 @@ fn render_prompt(
     s.push_str("<|im_start|>assistant\n");
     Ok(s)
 }
+
+/// `backend = "gguf"`: the plan's local GGUF models, by endpoint, each loaded once.
+pub const KIND: super::BackendKind = super::BackendKind {
+    name: "gguf",
+    http: false,
+    load: |l| {
+        let mut local = std::collections::HashMap::new();
+        for (_, m) in l.models("gguf") {
+            if let halyard_proto::pool::WorkerModel::Gguf(spec) = m {
+                if !local.contains_key(&spec.endpoint) {
+                    let m = GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
+                    local.insert(spec.endpoint.clone(), m);
+                }
+            }
+        }
+        Ok(Box::new(GgufBackend { local }))
+    },
+};
+
+/// The `gguf` backend: its models by endpoint.
+struct GgufBackend {
+    local: std::collections::HashMap<String, GgufModel>,
+}
+
+impl super::Backend for GgufBackend {
+    fn call<'a>(
+        &'a self,
+        job: &'a halyard_proto::Job,
+    ) -> futures::future::BoxFuture<'a, Result<Completion, CallError>> {
+        Box::pin(async move {
+            let key = &job.key;
+            let Some(model) = self.local.get(&key.model.endpoint) else {
+                return Err(CallError::permanent(format!(
+                    "this worker does not hold local model {} (pool {}); start a worker with that model",
+                    key.model.endpoint, job.pool
+                )));
+            };
+            // Reproducible sampling: the request's seed, else one derived from the job id.
+            let seed = key.sampling.seed.map(|s| s as u32).unwrap_or_else(|| {
+                let b = job.id.as_bytes();
+                u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+            });
+            model.generate_with(key.messages.clone(), key.sampling.clone(), seed).await
+        })
+    }
+}

@@ -1,5 +1,10 @@
 //! Model backends. [`Backends::call`] turns a [`Job`]'s request into a [`Completion`] or
 //! a classified [`CallError`]; retries and pacing are the caller's business.
+//!
+//! Each backend (`backend = "…"` in a sweep) is one file here: a type implementing
+//! [`Backend`] (one attempt at one job's call) and a `KIND` ([`BackendKind`]: its name,
+//! and how it is built from the worker's plan), listed once in [`REGISTRY`]. Nothing
+//! else in the worker names a backend (see the book's "Adding a backend").
 
 #[cfg(feature = "embed")]
 pub mod embed;
@@ -7,21 +12,99 @@ pub mod embed;
 pub mod gguf;
 pub mod grammar;
 pub mod http_guard;
+pub mod http_models;
 #[cfg(feature = "gguf")]
 pub mod logits;
+pub mod noop;
 pub mod openai;
 pub mod replay;
 pub mod server;
+#[cfg(not(all(feature = "gguf", feature = "embed")))]
+mod unbuilt;
 
-use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
-use halyard_proto::pool::{HttpModelSpec, WorkerModel, WorkerPlan};
+use futures::future::BoxFuture;
+use halyard_proto::pool::{PoolSpec, WorkerModel, WorkerPlan};
 use halyard_proto::{Completion, Job};
 
 pub use crate::call_error::{CallError, ErrorClass};
+pub use http_models::HttpModels;
 
 /// How to run one local GGUF model (see [`gguf`]); part of the worker's plan.
 pub use halyard_proto::pool::GgufSpec;
+
+/// Every backend this worker can run, one line each: a job naming `backend = "x"` is
+/// called by the backend whose [`BackendKind::name`] is `x`. The order is that of the
+/// names in messages, and of loading at start.
+pub const REGISTRY: &[BackendKind] = &[
+    openai::KIND,
+    #[cfg(feature = "gguf")]
+    gguf::KIND,
+    #[cfg(not(feature = "gguf"))]
+    unbuilt::GGUF,
+    server::KIND,
+    replay::KIND,
+    #[cfg(feature = "embed")]
+    embed::KIND,
+    #[cfg(not(feature = "embed"))]
+    unbuilt::EMBED,
+    noop::KIND,
+];
+
+/// One backend, loaded: the calls of the jobs of its models.
+pub trait Backend: Send + Sync {
+    /// One attempt at the call of `job` (no retries): the answer, or the error classified
+    /// (`Transient`, `RateLimited`, `Unavailable`, `Permanent`: see [`ErrorClass`]).
+    fn call<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<Completion, CallError>>;
+
+    /// One attempt, with the rate-limit headers the API answered (the pool's quota gate
+    /// reads them). By default none: only HTTP APIs send them.
+    fn call_with_limits<'a>(
+        &'a self,
+        job: &'a Job,
+    ) -> BoxFuture<'a, (Result<Completion, CallError>, RateHeaders)> {
+        Box::pin(async move { (self.call(job).await, RateHeaders::default()) })
+    }
+}
+
+/// A backend the worker can run: a line of [`REGISTRY`].
+pub struct BackendKind {
+    /// The name jobs give (`ModelRef::backend`, `backend = "…"` in a sweep).
+    pub name: &'static str,
+    /// Its models are HTTP models ([`WorkerModel::Http`] with this backend name: a base
+    /// URL, an API model name and a key variable), which a worker configuration file
+    /// (`halyard worker --config`) may declare too.
+    pub http: bool,
+    /// Build it from the plan (blocking: a local model takes seconds to load). Called
+    /// once at start whether or not the plan has models of it; an error stops the start.
+    pub load: fn(&Load<'_>) -> Result<Box<dyn Backend>, String>,
+}
+
+/// The managed servers, set once they have started (after the backends are loaded).
+pub type ServerSlot = Arc<OnceLock<Arc<server::Servers>>>;
+
+/// What a backend is built from.
+pub struct Load<'a> {
+    pub plan: &'a WorkerPlan,
+    /// The HTTP policy (URL checks, body limit) of the worker's configuration.
+    pub policy: http_guard::HttpPolicy,
+    /// The HTTP client the OpenAI-compatible backends share (one connection pool).
+    pub http: &'a openai::OpenAi,
+    /// The managed servers, once started.
+    pub servers: &'a ServerSlot,
+}
+
+impl Load<'_> {
+    /// The models of the plan that backend `name` serves, with their pools (a model named
+    /// by several pools comes once per pool).
+    pub fn models<'b>(
+        &'b self,
+        name: &'b str,
+    ) -> impl Iterator<Item = (&'b PoolSpec, &'b WorkerModel)> + 'b {
+        self.plan.models().filter(move |(_, m)| m.backend() == name)
+    }
+}
 
 /// True when this build runs GGUF models.
 pub const GGUF_SUPPORT: bool = cfg!(feature = "gguf");
@@ -31,22 +114,12 @@ pub fn gguf_gpu_support() -> bool {
     cfg!(feature = "cuda")
 }
 
-/// Everything a worker can call: the shared HTTP client with the HTTP models of each
-/// pool, and the local models it holds.
+/// Everything a worker can call: every backend of [`REGISTRY`], loaded for the plan.
 pub struct Backends {
-    http: openai::OpenAi,
-    /// HTTP models by pool: a job (admitted against the plan) is sent to its pool's
-    /// model, with that model's URL and API key variable, not anything from the message.
-    http_models: HashMap<String, Vec<HttpModelSpec>>,
-    /// Embedding models by endpoint (`backend = "embed"`).
-    #[cfg(feature = "embed")]
-    embed: HashMap<String, embed::EmbedModel>,
-    #[cfg(feature = "gguf")]
-    local: HashMap<String, gguf::GgufModel>,
-    /// Replay sources, by the endpoint of their jobs.
-    replay: HashMap<String, replay::Replay>,
+    /// By name, in [`REGISTRY`]'s order.
+    loaded: Vec<(&'static str, Box<dyn Backend>)>,
     /// The managed servers (`backend = "server"`), once started.
-    servers: Option<std::sync::Arc<server::Servers>>,
+    servers: ServerSlot,
 }
 
 /// Output tokens a request without `max_tokens` is taken to produce at the most: far
@@ -94,98 +167,41 @@ pub fn clamp_usage(job: &Job, usage: &mut Usage) -> bool {
 }
 
 impl Backends {
-    /// Build the HTTP client and load every local model of the plan (blocking: loading
-    /// takes seconds). A model named by several pools is loaded once.
+    /// Build the HTTP client and load every backend of [`REGISTRY`] for the plan
+    /// (blocking: loading local models takes seconds). A model named by several pools is
+    /// loaded once.
     pub fn new(plan: &WorkerPlan, policy: http_guard::HttpPolicy) -> Result<Backends, String> {
         http_guard::check_plan(plan, policy)?;
         let http = openai::OpenAi::new(policy.max_body_bytes).map_err(|e| e.message)?;
-        let mut http_models: HashMap<String, Vec<HttpModelSpec>> = HashMap::new();
-        let mut replay = HashMap::new();
-        #[cfg(feature = "embed")]
-        let mut embed = HashMap::new();
-        let mut local_models: Vec<&GgufSpec> = Vec::new();
-        for (pool, m) in plan.models() {
-            match m {
-                WorkerModel::Http(h) => {
-                    http_models.entry(pool.name.clone()).or_default().push(h.clone())
-                }
-                WorkerModel::Replay(r) if !replay.contains_key(&r.endpoint) => {
-                    replay.insert(r.endpoint.clone(), replay::Replay::load(&r.source)?);
-                }
-                #[cfg(feature = "embed")]
-                WorkerModel::Embed(spec) if !embed.contains_key(&spec.endpoint) => {
-                    let m = embed::EmbedModel::load(spec)
-                        .map_err(|e| format!("embedding model {}: {e}", spec.path.display()))?;
-                    embed.insert(spec.endpoint.clone(), m);
-                }
-                #[cfg(not(feature = "embed"))]
-                WorkerModel::Embed(spec) => {
-                    return Err(format!(
-                        "embedding model {} needs the `embed` backend, but this halyard was built without the `embed` feature (cargo build --release -p halyard)",
-                        spec.path.display()
-                    ))
-                }
-                WorkerModel::Gguf(g) if !local_models.iter().any(|l| l.endpoint == g.endpoint) => {
-                    local_models.push(g)
-                }
-                _ => {}
-            }
+        let servers = ServerSlot::default();
+        let load = Load { plan, policy, http: &http, servers: &servers };
+        let mut loaded = Vec::with_capacity(REGISTRY.len());
+        for kind in REGISTRY {
+            loaded.push((kind.name, (kind.load)(&load)?));
         }
-        #[cfg(feature = "gguf")]
-        {
-            let mut local = HashMap::new();
-            for spec in local_models {
-                let m = gguf::GgufModel::load(spec.clone()).map_err(|e| e.to_string())?;
-                local.insert(spec.endpoint.clone(), m);
-            }
-            Ok(Backends {
-                http,
-                http_models,
-                #[cfg(feature = "embed")]
-                embed,
-                local,
-                replay,
-                servers: None,
-            })
-        }
-        #[cfg(not(feature = "gguf"))]
-        {
-            if let Some(s) = local_models.first() {
-                return Err(format!(
-                    "model {} needs the `gguf` backend, but this halyard was built without the `gguf` feature",
-                    s.path.display()
-                ));
-            }
-            Ok(Backends {
-                http,
-                http_models,
-                #[cfg(feature = "embed")]
-                embed,
-                replay,
-                servers: None,
-            })
-        }
+        Ok(Backends { loaded, servers })
     }
 
     /// Calls of `backend = "server"` models go to these servers.
-    pub fn set_servers(&mut self, servers: std::sync::Arc<server::Servers>) {
-        self.servers = Some(servers);
+    pub fn set_servers(&mut self, servers: Arc<server::Servers>) {
+        if self.servers.set(servers).is_err() {
+            tracing::warn!("the managed servers were set twice: the first are kept");
+        }
     }
 
-    /// The HTTP model of `job`'s pool that it calls. Jobs are admitted against the plan
-    /// before they get here; a miss is refused all the same.
-    fn http_model(&self, job: &Job) -> Result<&HttpModelSpec, CallError> {
-        self.http_models
-            .get(&job.pool)
-            .and_then(|ms| ms.iter().find(|h| h.serves(&job.key.model)))
-            .ok_or_else(|| {
-                CallError::permanent(format!(
-                    "model {:?} at {:?} is not configured for pool {:?} on this worker",
-                    halyard_proto::redact::secrets(&job.key.model.model),
-                    halyard_proto::redact::url(&job.key.model.endpoint),
-                    job.pool
-                ))
-            })
+    /// The backend a job names.
+    fn of(&self, job: &Job) -> Result<&dyn Backend, CallError> {
+        let name = job.key.model.backend.as_str();
+        match self.loaded.iter().find(|(n, _)| *n == name) {
+            Some((_, b)) => Ok(b.as_ref()),
+            None => {
+                let names: Vec<&str> = REGISTRY.iter().map(|k| k.name).collect();
+                Err(CallError::permanent(format!(
+                    "this worker has no backend {name:?} (it runs: {})",
+                    names.join(", ")
+                )))
+            }
+        }
     }
 
     /// One attempt at the call, with the API's rate-limit headers (HTTP backends only).
@@ -193,81 +209,23 @@ impl Backends {
         &self,
         job: &Job,
     ) -> (Result<Completion, CallError>, RateHeaders) {
-        match job.key.model.backend.as_str() {
-            "openai" => match self.http_model(job) {
-                Ok(m) => {
-                    let (r, headers) = self.http.call_with_limits(job, m).await;
-                    (r.map(|c| self.clamped(job, c)), headers)
-                }
-                Err(e) => (Err(e), RateHeaders::default()),
-            },
-            _ => (self.call(job).await, RateHeaders::default()),
+        match self.of(job) {
+            Ok(b) => b.call_with_limits(job).await,
+            Err(e) => (Err(e), RateHeaders::default()),
         }
-    }
-
-    fn clamped(&self, job: &Job, mut c: Completion) -> Completion {
-        clamp_completion(job, &mut c);
-        c
     }
 
     /// One attempt at the call (no retries).
     pub async fn call(&self, job: &Job) -> Result<Completion, CallError> {
-        match job.key.model.backend.as_str() {
-            "openai" => self.http.call(job, self.http_model(job)?).await.map(|c| self.clamped(job, c)),
-            // Answers at once (throughput benchmarks of the job path).
-            "noop" => Ok(Completion { text: String::new(), usage: Usage::default(), latency_ms: 0, finish_reason: Some("stop".into()), calls: 1, logprobs: None, refusal: false }),
-            "gguf" => self.call_local(job).await,
-            "server" => match &self.servers {
-                Some(s) => s.call(&self.http, job).await.map(|c| self.clamped(job, c)),
-                None => Err(CallError::permanent(format!(
-                    "this worker runs no managed server (pool {}); start a worker with the sweep that names it",
-                    job.pool
-                ))),
-            },
-            "replay" => match self.replay.get(&job.key.model.endpoint) {
-                Some(r) => r.answer(job).map(|c| self.clamped(job, c)),
-                None => Err(CallError::permanent(format!(
-                    "this worker holds no replay recordings {} (pool {}); start a worker with the sweep that names them",
-                    job.key.model.endpoint, job.pool
-                ))),
-            },
-            #[cfg(not(feature = "embed"))]
-            "embed" => Err(CallError::permanent(
-                "this halyard was built without the `embed` feature (backend = \"embed\")",
-            )),
-            #[cfg(feature = "embed")]
-            "embed" => match self.embed.get(&job.key.model.endpoint) {
-                Some(m) => m.call(job).await,
-                None => Err(CallError::permanent(format!(
-                    "this worker does not hold embedding model {} (pool {}); start a worker with that model",
-                    job.key.model.endpoint, job.pool
-                ))),
-            },
-            other => Err(CallError::permanent(format!("this worker has no backend {other:?} (it runs: openai, gguf, server, replay, embed, noop)"))),
-        }
+        self.of(job)?.call(job).await
     }
+}
 
-    #[cfg(feature = "gguf")]
-    async fn call_local(&self, job: &Job) -> Result<Completion, CallError> {
-        let key = &job.key;
-        let Some(model) = self.local.get(&key.model.endpoint) else {
-            return Err(CallError::permanent(format!(
-                "this worker does not hold local model {} (pool {}); start a worker with that model",
-                key.model.endpoint, job.pool
-            )));
-        };
-        // Reproducible sampling: the request's seed, else one derived from the job id.
-        let seed = key.sampling.seed.map(|s| s as u32).unwrap_or_else(|| {
-            let b = job.id.as_bytes();
-            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-        });
-        model.generate_with(key.messages.clone(), key.sampling.clone(), seed).await
-    }
-
-    #[cfg(not(feature = "gguf"))]
-    async fn call_local(&self, _job: &Job) -> Result<Completion, CallError> {
-        Err(CallError::permanent("this halyard was built without the `gguf` feature"))
-    }
+/// `c` with its usage clamped ([`clamp_completion`]): what a backend calling an API
+/// answers.
+pub fn clamped(job: &Job, mut c: Completion) -> Completion {
+    clamp_completion(job, &mut c);
+    c
 }
 
 use halyard_proto::Usage;

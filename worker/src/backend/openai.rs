@@ -531,6 +531,51 @@ pub fn apply_optional_sampling(
     Ok(())
 }
 
+/// `backend = "openai"`: any OpenAI-compatible chat-completions API, at its `base_url`.
+pub const KIND: super::BackendKind = super::BackendKind {
+    name: "openai",
+    http: true,
+    load: |l| {
+        Ok(Box::new(OpenAiBackend {
+            http: l.http.clone(),
+            models: super::HttpModels::of(l.plan, "openai"),
+        }))
+    },
+};
+
+/// The `openai` backend: the shared client and the plan's `openai` models.
+struct OpenAiBackend {
+    http: OpenAi,
+    models: super::HttpModels,
+}
+
+impl super::Backend for OpenAiBackend {
+    fn call<'a>(
+        &'a self,
+        job: &'a Job,
+    ) -> futures::future::BoxFuture<'a, Result<Completion, CallError>> {
+        Box::pin(async move {
+            let m = self.models.model(job)?;
+            self.http.call(job, m).await.map(|c| super::clamped(job, c))
+        })
+    }
+
+    fn call_with_limits<'a>(
+        &'a self,
+        job: &'a Job,
+    ) -> futures::future::BoxFuture<'a, (Result<Completion, CallError>, RateHeaders)> {
+        Box::pin(async move {
+            match self.models.model(job) {
+                Ok(m) => {
+                    let (r, headers) = self.http.call_with_limits(job, m).await;
+                    (r.map(|c| super::clamped(job, c)), headers)
+                }
+                Err(e) => (Err(e), RateHeaders::default()),
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -270,6 +270,44 @@ impl Replay {
     }
 }
 
+/// `backend = "replay"`: answers from recorded results, by the endpoint of their jobs.
+pub const KIND: super::BackendKind =
+    super::BackendKind { name: "replay", http: false, load: load_sources };
+
+/// Every replay source of the plan, each loaded once.
+fn load_sources(l: &super::Load<'_>) -> Result<Box<dyn super::Backend>, String> {
+    let mut sources = HashMap::new();
+    for (_, m) in l.models("replay") {
+        if let halyard_proto::pool::WorkerModel::Replay(r) = m {
+            if !sources.contains_key(&r.endpoint) {
+                sources.insert(r.endpoint.clone(), Replay::load(&r.source)?);
+            }
+        }
+    }
+    Ok(Box::new(ReplayBackend { sources }))
+}
+
+/// The `replay` backend: its sources by the endpoint of their jobs.
+struct ReplayBackend {
+    sources: HashMap<String, Replay>,
+}
+
+impl super::Backend for ReplayBackend {
+    fn call<'a>(
+        &'a self,
+        job: &'a Job,
+    ) -> futures::future::BoxFuture<'a, Result<Completion, CallError>> {
+        let r = match self.sources.get(&job.key.model.endpoint) {
+            Some(r) => r.answer(job).map(|c| super::clamped(job, c)),
+            None => Err(CallError::permanent(format!(
+                "this worker holds no replay recordings {} (pool {}); start a worker with the sweep that names them",
+                job.key.model.endpoint, job.pool
+            ))),
+        };
+        Box::pin(std::future::ready(r))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -651,3 +651,34 @@ async fn fetch_version(
         other => Some(other.to_string()),
     }
 }
+
+/// `backend = "server"`: calls go to the managed servers, once they have started
+/// ([`super::Backends::set_servers`]), through the shared HTTP client.
+pub const KIND: super::BackendKind = super::BackendKind {
+    name: "server",
+    http: false,
+    load: |l| Ok(Box::new(ServerBackend { http: l.http.clone(), servers: l.servers.clone() })),
+};
+
+/// The `server` backend.
+struct ServerBackend {
+    http: OpenAi,
+    servers: super::ServerSlot,
+}
+
+impl super::Backend for ServerBackend {
+    fn call<'a>(
+        &'a self,
+        job: &'a Job,
+    ) -> futures::future::BoxFuture<'a, Result<Completion, CallError>> {
+        Box::pin(async move {
+            match self.servers.get() {
+                Some(s) => s.call(&self.http, job).await.map(|c| super::clamped(job, c)),
+                None => Err(CallError::permanent(format!(
+                    "this worker runs no managed server (pool {}); start a worker with the sweep that names it",
+                    job.pool
+                ))),
+            }
+        })
+    }
+}
