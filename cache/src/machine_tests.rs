@@ -17,10 +17,12 @@ fn key(i: u32) -> JobKey {
     }
 }
 
+// `..Default::default()`: Usage has more fields in some builds (prompt caching, issue 52).
+#[allow(clippy::needless_update)]
 fn completion(text: &str) -> Completion {
     Completion {
         text: text.into(),
-        usage: Usage::new(3, 1),
+        usage: Usage { prompt_tokens: 3, completion_tokens: 1, ..Default::default() },
         latency_ms: 5,
         finish_reason: Some("stop".into()),
         calls: 1,

@@ -4,10 +4,12 @@
 //! - **Who writes**: the coordinator only ([`SharedWriter`]), with a result it accepted
 //!   for a job it planned; the worker role has no right to publish to `$KV.halyard_cache.>`
 //!   (deploy/nats permissions). A worker reads ([`SharedReader`]).
-//! - **What a value is**: an [`Entry`] (MessagePack, named fields): the wire version, the
-//!   full job key, the completion, the run that accepted it. A reader refuses (and never
-//!   serves) a value that does not decode, is of another version, or whose key does not
-//!   hash to the entry's name: a value put under another job's name answers nothing.
+//! - **What a value is**: an [`Entry`] (MessagePack, named fields): the entry version,
+//!   the job id, the completion, the run that accepted it. A reader refuses (and never
+//!   serves) a value that does not decode, is of another version, or names another job
+//!   than the key it is stored under: a value copied under another job's name answers
+//!   nothing. The first accepted answer of a job stays: a write never replaces an entry
+//!   (`create`), so a later run drawing fresh samples (`cache = "off"`) changes nothing.
 //! - **Bounded**: the bucket holds at most [`MAX_BYTES`] and discards new writes when
 //!   full (a full bucket refuses the coordinator's put, said once: the run goes on);
 //!   entries not rewritten for [`MAX_AGE`] expire.
@@ -18,7 +20,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{kv, stream};
 use halyard_broker::Broker;
-use halyard_proto::{Completion, JobId, JobKey};
+use halyard_proto::{Completion, JobId};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
@@ -39,7 +41,7 @@ const LOOK_AGAIN: Duration = Duration::from_secs(30);
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
     pub v: u16,
-    pub key: JobKey,
+    pub job: JobId,
     pub completion: Completion,
     /// The run whose coordinator accepted it.
     pub run: uuid::Uuid,
@@ -74,8 +76,8 @@ pub fn check(id: &JobId, bytes: &[u8]) -> Result<Completion, String> {
     if e.v != ENTRY_VERSION {
         return Err(format!("entry version {} (this build reads {ENTRY_VERSION})", e.v));
     }
-    if e.key.id() != *id {
-        return Err(format!("its job key hashes to {}, not to {id}", e.key.id()));
+    if e.job != *id {
+        return Err(format!("it answers job {}, not {id}", e.job));
     }
     Ok(e.completion)
 }
@@ -174,12 +176,11 @@ impl SharedWriter {
         Ok(SharedWriter { store, full_warned: Arc::new(AtomicBool::new(false)) })
     }
 
-    /// Put the accepted `completion` of job `key` (planned by run `run`). A refusal (a
-    /// full bucket, a broker away) is said once and otherwise ignored: the run goes on.
-    pub async fn put(&self, run: uuid::Uuid, key: &JobKey, completion: &Completion) {
-        let id = key.id();
-        let entry =
-            Entry { v: ENTRY_VERSION, key: key.clone(), completion: completion.clone(), run };
+    /// Put the accepted `completion` of job `id` (planned by run `run`) unless the bucket
+    /// holds an answer for it already. A refusal (a full bucket, a broker away) is said
+    /// once and otherwise ignored: the run goes on.
+    pub async fn put(&self, run: uuid::Uuid, id: JobId, completion: &Completion) {
+        let entry = Entry { v: ENTRY_VERSION, job: id, completion: completion.clone(), run };
         let bytes = match halyard_proto::encode(&entry) {
             Ok(b) => b,
             Err(e) => {
@@ -187,9 +188,13 @@ impl SharedWriter {
                 return;
             }
         };
-        if let Err(e) = self.store.put(kv_key(&id), bytes.into()).await {
-            if !self.full_warned.swap(true, Ordering::Relaxed) {
-                tracing::warn!(job = %id, error = %e, "the shared result cache refused a write (full, or the broker is away); results are not shared from now on (said once), the run goes on");
+        match self.store.create(kv_key(&id), bytes.into()).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+            Err(e) => {
+                if !self.full_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(job = %id, error = %e, "the shared result cache refused a write (full, or the broker is away); results are not shared from now on (said once), the run goes on");
+                }
             }
         }
     }

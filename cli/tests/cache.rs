@@ -58,7 +58,11 @@ fn a_renamed_sweep_pays_nothing_for_what_another_paid() {
     }
 
     // `halyard cache stats` counts them; an export moves them as one file.
-    let stats = halyard().env("HALYARD_CACHE", cache_s).args(["cache", "stats", "--json"]).output().unwrap();
+    let stats = halyard()
+        .env("HALYARD_CACHE", cache_s)
+        .args(["cache", "stats", "--json"])
+        .output()
+        .unwrap();
     assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
     let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(stats["entries"].as_u64(), Some(paid_first as u64), "{stats}");
@@ -83,4 +87,176 @@ fn a_renamed_sweep_pays_nothing_for_what_another_paid() {
     let third = write_sweep(dir.path(), "third", &fake.base_url(), QUESTIONS, 4);
     run_with_cache(&third, &dir.path().join("d"), other.to_str().unwrap());
     assert_eq!(fake.call_count(), 0, "the imported cache did not answer");
+}
+
+/// Issue 51: pruning the whole cache again and again while a run reads from it never
+/// fails the run: what it misses it calls, and its labels are those of an uncached run.
+#[test]
+fn pruning_while_a_run_reads_fails_nothing() {
+    const QUESTIONS: usize = 30;
+    let qs = load_questions(QUESTIONS);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache_s = cache.to_str().unwrap();
+    let first = write_sweep(dir.path(), "first", &fake.base_url(), QUESTIONS, 4);
+    run_with_cache(&first, &dir.path().join("a"), cache_s);
+
+    let second = write_sweep(dir.path(), "second", &fake.base_url(), QUESTIONS, 4);
+    let out_b = dir.path().join("b");
+    let mut run = halyard()
+        .env("HALYARD_CACHE", cache_s)
+        .args(["run", second.to_str().unwrap(), "--out", out_b.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut prunes = 0;
+    let status = loop {
+        if let Some(s) = run.try_wait().unwrap() {
+            break s;
+        }
+        // Everything, however recently used.
+        let p = halyard()
+            .env("HALYARD_CACHE", cache_s)
+            .args(["cache", "prune", "--max-gb", "0", "--min-age-hours", "0"])
+            .output()
+            .unwrap();
+        assert!(p.status.success(), "prune: {}", String::from_utf8_lossy(&p.stderr));
+        prunes += 1;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "the run under prunes failed: {status:?}\n{err}");
+    assert!(prunes > 0);
+
+    run_with_cache(&second, &dir.path().join("c"), "off");
+    let pruned = std::fs::read_to_string(out_b.join("second/labels.jsonl")).unwrap();
+    let fresh = std::fs::read_to_string(dir.path().join("c/second/labels.jsonl")).unwrap();
+    assert_eq!(pruned.lines().count(), QUESTIONS);
+    assert_eq!(pruned, fresh, "labels of the run under prunes differ from an uncached run's");
+}
+
+/// Issue 51, across machines: two runs on one shared broker (`--nats`), each with its own
+/// machine cache (two machines): the second, under another name, pays nothing: its
+/// workers answer from what the first run's coordinator accepted and shared.
+#[test]
+fn a_run_on_another_machine_answers_from_the_shared_cache() {
+    const QUESTIONS: usize = 20;
+    let qs = load_questions(QUESTIONS);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let nats = halyard_tests::NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let run_on = |sweep: &Path, out: &str, cache: &str| {
+        let o = halyard()
+            .env("HALYARD_CACHE", dir.path().join(cache))
+            .args(["run", sweep.to_str().unwrap(), "--out"])
+            .arg(dir.path().join(out))
+            .args(["--nats", &nats.url()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let first = write_sweep(dir.path(), "first", &fake.base_url(), QUESTIONS, 4);
+    run_on(&first, "a", "machine-a");
+    let paid_first = fake.call_count();
+    assert!(paid_first > QUESTIONS);
+    fake.reset_counters();
+    let second = write_sweep(dir.path(), "second", &fake.base_url(), QUESTIONS, 4);
+    run_on(&second, "b", "machine-b");
+    assert_eq!(fake.call_count(), 0, "the second machine paid for jobs the first shared");
+    let a = std::fs::read_to_string(dir.path().join("a/first/labels.jsonl")).unwrap();
+    let b = std::fs::read_to_string(dir.path().join("b/second/labels.jsonl")).unwrap();
+    assert_eq!(a.lines().count(), QUESTIONS);
+    assert_eq!(a, b, "answers from the shared cache gave other labels");
+}
+
+mod forged {
+    use halyard_broker::auth::NatsAuth;
+    use halyard_broker::{Broker, BrokerConfig};
+    use halyard_cache::shared::{self, Entry, SharedReader, SharedWriter};
+    use halyard_proto::{Completion, JobId, Usage};
+    use halyard_tests::NatsServer;
+
+    use crate::common::repo_root;
+
+    // `..Default::default()`: Usage has more fields in some builds (prompt caching, issue 52).
+    #[allow(clippy::needless_update)]
+    fn completion(text: &str) -> Completion {
+        Completion {
+            text: text.into(),
+            usage: Usage { prompt_tokens: 1, completion_tokens: 1, ..Default::default() },
+            latency_ms: 1,
+            finish_reason: None,
+            calls: 1,
+            logprobs: None,
+            refusal: false,
+        }
+    }
+
+    async fn connect(nats: &NatsServer, user: &str, password: &str) -> Broker {
+        let auth = NatsAuth {
+            user: Some(user.into()),
+            password: Some(password.into()),
+            ..Default::default()
+        };
+        halyard_broker::connect(&BrokerConfig::new(nats.url(), user).with_auth(auth)).await.unwrap()
+    }
+
+    /// Issue 51: on a broker with the shipped permissions, worker credentials cannot put
+    /// an entry into the shared result cache (new or over an accepted one), and a value
+    /// stored under another job's name is refused by readers: only what the coordinator
+    /// accepted is served.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_forged_shared_entry_is_never_served() {
+        // The same passwords as broker_permissions.rs: both set the process's variables.
+        std::env::set_var("HALYARD_COORDINATOR_PASSWORD", "coord-pw-81f2");
+        std::env::set_var("HALYARD_WORKER_PASSWORD", "worker-pw-37c9");
+        std::env::set_var("HALYARD_STATUS_PASSWORD", "status-pw-a0d4");
+        let conf = repo_root().join("deploy/nats/permissions.conf");
+        let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
+        let coord = connect(&nats, "halyard-coordinator", "coord-pw-81f2").await;
+        let worker = connect(&nats, "halyard-worker", "worker-pw-37c9").await;
+
+        let run = uuid::Uuid::now_v7();
+        let (accepted, forged) = (JobId([1; 16]), JobId([2; 16]));
+        let writer = SharedWriter::open(&coord).await.unwrap();
+        writer.put(run, accepted, &completion("accepted")).await;
+
+        // Worker credentials: every put is refused, new key or accepted one.
+        let kv = worker.js.get_key_value(shared::BUCKET).await.unwrap();
+        for (id, text) in [(forged, "forged"), (accepted, "overwritten")] {
+            let bytes = halyard_proto::encode(&Entry {
+                v: shared::ENTRY_VERSION,
+                job: id,
+                completion: completion(text),
+                run,
+            })
+            .unwrap();
+            let put = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                kv.put(shared::kv_key(&id), bytes.into()),
+            )
+            .await;
+            assert!(!matches!(put, Ok(Ok(_))), "a worker put an entry for {id}");
+        }
+
+        // A value under another job's name (written with the coordinator's rights, as a
+        // copy would be): refused by the reader.
+        let misplaced = JobId([3; 16]);
+        let ck = coord.js.get_key_value(shared::BUCKET).await.unwrap();
+        let copy = halyard_proto::encode(&Entry {
+            v: shared::ENTRY_VERSION,
+            job: accepted,
+            completion: completion("copied"),
+            run,
+        })
+        .unwrap();
+        ck.put(shared::kv_key(&misplaced), copy.into()).await.unwrap();
+
+        let reader = SharedReader::new(worker);
+        assert_eq!(reader.get(&accepted).await.unwrap().unwrap().text, "accepted");
+        assert_eq!(reader.get(&forged).await.unwrap(), None, "a forged entry was served");
+        assert_eq!(reader.get(&misplaced).await.unwrap(), None, "a misplaced entry was served");
+    }
 }

@@ -52,6 +52,7 @@ pub mod dead_letters;
 pub mod report;
 pub mod run;
 mod run_store;
+pub mod shared_cache;
 pub mod state;
 
 use std::path::PathBuf;

@@ -39,6 +39,9 @@ pub async fn run(
     let metrics = Metrics { addr: opts.metrics.as_deref(), default: Some("127.0.0.1:9464") };
     let around = Surroundings::start(&broker, &opts.sweep, &run_dir, metrics, Vec::new()).await?;
     let cfg = CoordinatorConfig { sweep: opts.sweep, run_dir };
+    // A standalone coordinator's broker is shared: its accepted results go to the shared
+    // result cache (issue 51).
+    halyard_coordinator::shared_cache::set_sharing(true);
     Ok(around.run(broker, cfg, until(shutdown)).await?)
 }
 

@@ -45,6 +45,8 @@ pub async fn run(
 ) -> Result<RunOutcome, NodeError> {
     let run_dir = crate::run_dir(&opts.out, &opts.sweep)?;
     let (embedded, broker) = start_broker(opts.nats.clone(), &run_dir, &shutdown).await?;
+    // `--nats`: a broker other runs share, so its results are shared (issue 51).
+    halyard_coordinator::shared_cache::set_sharing(embedded.is_none());
     let mut local = None;
     if !opts.no_workers {
         // The coordinator is this process: the streams and the pools' consumers it makes
@@ -184,6 +186,10 @@ impl LocalWorker {
         let mut cfg = worker::sweep_worker(&opts.sweep, dir);
         worker::check_local_models(&cfg.plan)?;
         cfg.http.allow_insecure_http = opts.allow_insecure_http;
+        if opts.nats.is_some() {
+            cfg.cache =
+                cfg.cache.with_shared(halyard_cache::shared::SharedReader::new(broker.clone()));
+        }
         let stats = (cfg.worker_id.clone(), cfg.stats.clone());
         let compact_on_stop = cfg.compact_on_stop.clone();
         let beat = status::heartbeat(

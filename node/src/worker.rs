@@ -234,6 +234,9 @@ pub async fn run(
     metrics::serve(metrics, Some("127.0.0.1:9465"), src).await?;
     let beat =
         status::heartbeat(&broker, cfg.worker_id.clone(), pool_list(&cfg), cfg.stats.clone());
+    // A standalone worker's broker is shared: it reads the shared result cache too.
+    let mut cfg = cfg;
+    cfg.cache = cfg.cache.with_shared(halyard_cache::shared::SharedReader::new(broker.clone()));
     let result = halyard_worker::run(broker, cfg, until(shutdown)).await;
     beat.abort();
     result?;

@@ -173,6 +173,8 @@ async fn start<'s>(
         provider_batches: ProviderBatches::new(broker.clone(), &cfg.sweep),
         compact_when_complete: false,
         compaction: None,
+        sharer: crate::shared_cache::sharing()
+            .then(|| crate::shared_cache::Sharer::start(broker.clone(), run, &cfg.sweep)),
     };
     let p = c.planner.progress();
     info!(parent: span, items = p.figures.items_total, done = p.figures.items_done, window = cfg.sweep.run.window, "planning");
@@ -214,6 +216,8 @@ struct Coordinator<'s> {
     compact_when_complete: bool,
     /// The compacted copy begun as the report is written (`complete`).
     compaction: Option<crate::state::PendingCompaction>,
+    /// Offers accepted results to the shared result cache (issue 51), when sharing is on.
+    sharer: Option<crate::shared_cache::Sharer>,
 }
 
 /// The run's batch pools' provider batches, read from the broker now and then for the
@@ -393,6 +397,9 @@ impl Coordinator<'_> {
         }
         let w = crate::report::write(self.cfg, self.planner.store(), run)?;
         self.collector.delete_objects().await;
+        if let Some(s) = self.sharer.take() {
+            s.close(Duration::from_secs(10)).await;
+        }
         info!(run = %run, report = %w.dir.display(), dead_letters = w.dead_letters, "run complete");
         Ok(RunOutcome::Complete { run, report_dir: w.dir, dead_letters: w.dead_letters })
     }
@@ -408,9 +415,28 @@ impl Coordinator<'_> {
             }
         }
         self.planner.set_refused(self.collector.refused);
+        // Completions of pools that share them: offered once accepted (below).
+        let offered: Vec<halyard_proto::JobId> = match &self.sharer {
+            Some(s) => arrived
+                .iter()
+                .filter(|a| matches!(a.result.outcome, halyard_proto::Outcome::Done(_)))
+                .filter(|a| s.shares(&a.pool))
+                .map(|a| a.result.job)
+                .collect(),
+            None => Vec::new(),
+        };
         self.step(Event::Results(arrived), now).await?;
         // Durable before acked.
         self.planner.store().flush().await?;
+        if let Some(s) = &self.sharer {
+            // The result the run holds for a job it planned: the accepted one, whatever
+            // else arrived for it.
+            for job in offered {
+                if let Ok(Some(r)) = self.planner.store().result(&job) {
+                    s.offer(job, r.outcome);
+                }
+            }
+        }
         Collector::ack(msgs, &opened).await;
         self.publish_progress();
         Ok(())
