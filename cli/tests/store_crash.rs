@@ -46,7 +46,7 @@ fn completion(i: u64) -> Completion {
     // Sizes vary so that records straddle pages now and then.
     Completion {
         text: format!("completion {i} {}", "x".repeat((i % 97) as usize * 40)),
-        usage: Usage { prompt_tokens: i, completion_tokens: i / 2 },
+        usage: Usage { prompt_tokens: i, completion_tokens: i / 2, cache: None },
         latency_ms: i % 1000,
         finish_reason: Some("stop".into()),
         calls: 1,

@@ -106,7 +106,7 @@ mod tests {
         let n = r.below(1000);
         let c = Completion {
             text: format!("answer {n} {}", "words ".repeat((n % 40) as usize)),
-            usage: Usage { prompt_tokens: n, completion_tokens: 1 },
+            usage: Usage { prompt_tokens: n, completion_tokens: 1, cache: None },
             latency_ms: n,
             finish_reason: None,
             calls: 1,

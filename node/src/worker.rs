@@ -281,9 +281,16 @@ fn parse_quota(s: &str) -> Result<(String, QuotaSpec), NodeError> {
             other => return Err(bad(format!("unknown key {other:?}"))),
         }
     }
-    let q = sweep::check_quota(sweep::RawQuota { rpm, tpm, burst, tpm_counts: counts })
-        .map_err(&bad)?
-        .ok_or_else(|| bad("give rpm or tpm".into()))?;
+    let q = sweep::check_quota(sweep::RawQuota {
+        rpm,
+        tpm,
+        burst,
+        tpm_counts: counts,
+        itpm: None,
+        otpm: None,
+    })
+    .map_err(&bad)?
+    .ok_or_else(|| bad("give rpm or tpm".into()))?;
     Ok((pool.to_string(), q))
 }
 

@@ -54,6 +54,16 @@ pub struct ClassTotals {
     pub latency_buckets: Vec<u64>,
     /// USD, from the model's price (0 when it has none).
     pub cost: f64,
+    /// Of `prompt_tokens`, those written to the provider's prompt cache (issue 52).
+    #[serde(default)]
+    pub prompt_cache_writes: u64,
+    /// Of `prompt_tokens`, those read from the provider's prompt cache: its hits.
+    #[serde(default)]
+    pub prompt_cache_reads: u64,
+    /// Completed jobs whose answer stopped at `max_tokens` (`finish_reason` "length";
+    /// Anthropic's `stop_reason` "max_tokens").
+    #[serde(default)]
+    pub truncated: u64,
 }
 
 struct ModelEntry {
@@ -216,7 +226,15 @@ impl Meter {
                     .position(|ub| secs <= *ub)
                     .unwrap_or(LATENCY_BUCKETS_S.len());
                 t.latency_buckets[b] += 1;
-                t.cost += price.cost(done.usage.prompt_tokens, done.usage.completion_tokens);
+                t.cost += price.cost(&done.usage);
+                let cache = done.usage.cache.unwrap_or_default();
+                t.prompt_cache_writes = t
+                    .prompt_cache_writes
+                    .saturating_add(cache.write_5m.saturating_add(cache.write_1h));
+                t.prompt_cache_reads = t.prompt_cache_reads.saturating_add(cache.read);
+                if done.finish_reason.as_deref() == Some("length") {
+                    t.truncated += 1;
+                }
             }
             Outcome::Failed(_) => t.dead_letters += 1,
         }
@@ -262,6 +280,9 @@ pub fn by_model(classes: &[ClassTotals]) -> Vec<ClassTotals> {
         slot.latency_ms_total = slot.latency_ms_total.saturating_add(c.latency_ms_total);
         slot.latency_buckets = merge_buckets(&slot.latency_buckets, &c.latency_buckets);
         slot.cost += c.cost;
+        slot.prompt_cache_writes = slot.prompt_cache_writes.saturating_add(c.prompt_cache_writes);
+        slot.prompt_cache_reads = slot.prompt_cache_reads.saturating_add(c.prompt_cache_reads);
+        slot.truncated = slot.truncated.saturating_add(c.truncated);
     }
     out
 }
@@ -324,20 +345,68 @@ Total cost: **${:.4}**",
             ));
         }
         md.push('\n');
+        md.push_str(&prompt_cache_markdown(&self.by_model));
         md
     }
 }
 
+/// The report's prompt-cache lines (issue 52): per model that used the provider's prompt
+/// cache, its prompt tokens written to it and read from it (hits), and the share of its
+/// prompt tokens read. Nothing when no model used it.
+fn prompt_cache_markdown(by_model: &[ClassTotals]) -> String {
+    let used: Vec<&ClassTotals> =
+        by_model.iter().filter(|c| c.prompt_cache_writes > 0 || c.prompt_cache_reads > 0).collect();
+    if used.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "Prompt cache (`prompt_cache`):\n\n| model | prompt tokens | written to the cache | read from the cache (hits) | share read |\n|---|---|---|---|---|\n",
+    );
+    for c in used {
+        let share = c.prompt_cache_reads as f64 / c.prompt_tokens.max(1) as f64;
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {:.1}% |\n",
+            c.model,
+            c.prompt_tokens,
+            c.prompt_cache_writes,
+            c.prompt_cache_reads,
+            100.0 * share
+        ));
+    }
+    md.push('\n');
+    md
+}
+
 #[cfg(test)]
 mod tests {
+    use halyard_proto::Usage;
+
     use super::*;
 
     #[test]
     fn price_is_per_million_tokens() {
-        let p = Price { input: 2.5, output: 10.0 };
-        assert!((p.cost(1_000_000, 0) - 2.5).abs() < 1e-12);
-        assert!((p.cost(200_000, 50_000) - (0.5 + 0.5)).abs() < 1e-12);
+        let p = Price::new(2.5, 10.0);
+        assert!((p.cost(&Usage::new(1_000_000, 0)) - 2.5).abs() < 1e-12);
+        assert!((p.cost(&Usage::new(200_000, 50_000)) - (0.5 + 0.5)).abs() < 1e-12);
         assert!(!Price::default().is_paid());
+    }
+
+    /// Issue 52: cached prompt tokens are billed at their own rates, by default Anthropic's
+    /// published multiples of the input price (Claude Sonnet 4.5 at $3/$15: a 5-minute
+    /// write $3.75, a 1-hour write $6, a read $0.30 per million), given ones over them.
+    #[test]
+    fn prompt_cache_tokens_at_their_own_rates() {
+        let p = Price::new(3.0, 15.0);
+        let cache =
+            halyard_proto::CacheUsage { write_5m: 200_000, write_1h: 100_000, read: 500_000 };
+        let u = Usage { prompt_tokens: 1_000_000, completion_tokens: 10_000, cache: Some(cache) };
+        assert_eq!(u.uncached_prompt_tokens(), 200_000);
+        let want = 0.2 * 3.0 + 0.2 * 3.75 + 0.1 * 6.0 + 0.5 * 0.30 + 0.01 * 15.0;
+        assert!((p.cost(&u) - want).abs() < 1e-12, "{} vs {want}", p.cost(&u));
+        let given = Price { cache_read: Some(0.0), ..p };
+        assert!((given.cost(&u) - (want - 0.5 * 0.30)).abs() < 1e-12);
+        // A batch discount applies to every rate.
+        assert!((p.scaled(0.5).cost(&u) - want / 2.0).abs() < 1e-12);
     }
 
     #[test]

@@ -79,6 +79,7 @@ fn worker_model(m: &Model) -> WorkerModel {
             base_url: r.endpoint.clone(),
             model: r.model.clone(),
             api_key_env: m.spec.api_key_env.clone(),
+            prompt_cache: m.prompt_cache,
         }),
     }
 }
@@ -107,7 +108,9 @@ mod tests {
                 rpm: Some(60),
                 tpm: None,
                 burst: 1,
-                tpm_counts: Default::default()
+                tpm_counts: Default::default(),
+                itpm: None,
+                otpm: None,
             })
         );
         assert_eq!(p.models.len(), 2);

@@ -217,7 +217,7 @@ mod tests {
         } else {
             Outcome::Done(Completion {
                 text: "x".repeat(i as usize),
-                usage: Usage { prompt_tokens: i as u64, completion_tokens: 1 },
+                usage: Usage { prompt_tokens: i as u64, completion_tokens: 1, cache: None },
                 latency_ms: 3,
                 finish_reason: if i.is_multiple_of(2) { None } else { Some("stop".into()) },
                 calls: 1,

@@ -50,6 +50,14 @@ pub struct QuotaSpec {
     /// How the API counts a request's tokens (default: `max_tokens` at admission).
     #[serde(default)]
     pub tpm_counts: TpmCounts,
+    /// Input tokens per minute for the whole pool (Anthropic's ITPM: the uncached prompt
+    /// and the cache writes count, cache reads do not; issue 52).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itpm: Option<u64>,
+    /// Output tokens per minute for the whole pool (Anthropic's OTPM: `max_tokens` is
+    /// reserved at admission and settled to the tokens produced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otpm: Option<u64>,
 }
 
 /// How the API counts a request's tokens against the tokens-per-minute quota.
@@ -101,6 +109,31 @@ pub struct HttpModelSpec {
     /// Name of the environment variable holding the API key (on the worker; never the
     /// key itself).
     pub api_key_env: Option<String>,
+    /// Prompt caching (`prompt_cache` in the sweep, `backend = "anthropic"`): the
+    /// requests mark their shared prefix (the system prompt) for the provider's cache,
+    /// with this lifetime. Not part of job ids: caching changes the bill, not the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<PromptCacheTtl>,
+}
+
+/// How long a prompt-cache entry lives at the provider (Anthropic's `cache_control.ttl`):
+/// writes of the two are priced differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PromptCacheTtl {
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    #[serde(rename = "1h")]
+    OneHour,
+}
+
+impl PromptCacheTtl {
+    /// The value of `cache_control.ttl` (and of the sweep's `prompt_cache`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptCacheTtl::FiveMinutes => "5m",
+            PromptCacheTtl::OneHour => "1h",
+        }
+    }
 }
 
 impl HttpModelSpec {
@@ -178,6 +211,7 @@ impl WorkerModel {
             base_url: base_url.trim_end_matches('/').into(),
             model: model.into(),
             api_key_env: api_key_env.map(String::from),
+            prompt_cache: None,
         })
     }
 
@@ -487,7 +521,14 @@ mod tests {
     #[test]
     fn pools_merge() {
         let mut p = plan();
-        let q = QuotaSpec { rpm: Some(60), tpm: None, burst: 1, tpm_counts: TpmCounts::MaxTokens };
+        let q = QuotaSpec {
+            rpm: Some(60),
+            tpm: None,
+            burst: 1,
+            tpm_counts: TpmCounts::MaxTokens,
+            itpm: None,
+            otpm: None,
+        };
         let mut extra = PoolPlan::new("paid", 16).with_model(http("https://b/v1", "m", None));
         extra.quota = Some(q);
         p.add(extra.clone()).unwrap();

@@ -7,8 +7,41 @@ use crate::id::JobId;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Every token of the prompt, cached ones included (Anthropic's `input_tokens` +
+    /// `cache_creation_input_tokens` + `cache_read_input_tokens`).
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Prompt caching (issue 52): the part of `prompt_tokens` written to or read from the
+    /// provider's prompt cache, each billed at its own rate. Last, and left out when
+    /// absent, so that records written before it read as uncached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheUsage>,
+}
+
+impl Usage {
+    /// Prompt and completion tokens, nothing cached.
+    pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+        Usage { prompt_tokens, completion_tokens, cache: None }
+    }
+
+    /// Prompt tokens billed at the plain input rate: neither written to nor read from
+    /// the cache.
+    pub fn uncached_prompt_tokens(&self) -> u64 {
+        let c = self.cache.unwrap_or_default();
+        self.prompt_tokens
+            .saturating_sub(c.write_5m)
+            .saturating_sub(c.write_1h)
+            .saturating_sub(c.read)
+    }
+}
+
+/// Prompt tokens a call wrote to the provider's prompt cache (by the entry's lifetime:
+/// 5 minutes or 1 hour are priced differently) and read from it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheUsage {
+    pub write_5m: u64,
+    pub write_1h: u64,
+    pub read: u64,
 }
 
 /// A successful model call, as checkpointed by the worker.

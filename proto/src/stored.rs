@@ -294,7 +294,7 @@ mod tests {
     fn completion(text: &str, logprobs: bool) -> Completion {
         Completion {
             text: text.into(),
-            usage: Usage { prompt_tokens: 12, completion_tokens: 3 },
+            usage: Usage { prompt_tokens: 12, completion_tokens: 3, cache: None },
             latency_ms: 40,
             finish_reason: Some("stop".into()),
             calls: 2,

@@ -12,6 +12,9 @@
 //!   Also [`request_key`] and [`repeats`] to count paid-for calls made twice.
 //! - [`compose`]: [`compose::Compose`], a Docker Compose project under a unique name,
 //!   torn down with its volumes and images on drop; and a std-only HTTP GET.
+//! - [`fake_anthropic`]: [`FakeAnthropic`], Anthropic's Messages API (headers, error
+//!   shapes, prompt caching, requests/input/output tokens per minute as the API's token
+//!   buckets) answering with the same [`Reply`]s, so one responder serves both fakes.
 //! - [`fake_api`]: the HypoTermQA rules and per-prompt ledger of the `fake-api` binary
 //!   (`src/bin/fake-api.rs`), the fake paid API of the container deployments.
 //!   The `fake-server` binary (`src/bin/fake-server.rs`) serves the same rules as a model
@@ -59,6 +62,7 @@
 
 pub mod cluster;
 pub mod compose;
+pub mod fake_anthropic;
 pub mod fake_api;
 pub mod fake_openai;
 pub mod fake_quota;
@@ -69,6 +73,7 @@ pub mod process;
 pub mod prometheus;
 
 pub use cluster::NatsCluster;
+pub use fake_anthropic::FakeAnthropic;
 pub use fake_openai::{repeats, request_key, ChatCall, FakeOpenAi, Gate, Outage, Reply};
 pub use fake_quota::{FakeQuotaApi, QuotaConfig, QuotaLedger};
 pub use faults::Faults;

@@ -37,8 +37,14 @@ async fn storm_pauses_the_pool_and_loses_no_job() {
     for n in 0..2 {
         let mut pool =
             PoolPlan::new(POOL, 4).with_model(WorkerModel::openai(&api.base_url(), "m", None));
-        pool.quota =
-            Some(QuotaSpec { rpm: Some(600), tpm: None, burst: 1, tpm_counts: Default::default() });
+        pool.quota = Some(QuotaSpec {
+            rpm: Some(600),
+            tpm: None,
+            burst: 1,
+            tpm_counts: Default::default(),
+            itpm: None,
+            otpm: None,
+        });
         let mut cfg =
             WorkerConfig::new(WorkerPlan { pools: vec![pool] }, dir.path().join(format!("w{n}")));
         cfg.worker_id = format!("storm-worker-{n}");

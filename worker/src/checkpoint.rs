@@ -279,7 +279,7 @@ mod tests {
     fn completion(text: &str) -> Completion {
         Completion {
             text: text.into(),
-            usage: Usage { prompt_tokens: 3, completion_tokens: 1 },
+            usage: Usage { prompt_tokens: 3, completion_tokens: 1, cache: None },
             latency_ms: 5,
             finish_reason: None,
             calls: 1,

@@ -249,6 +249,8 @@ fn quota(
             tpm: tpm.map(|t| t as u64),
             burst: burst.unwrap_or(1) as u32,
             tpm_counts: Default::default(),
+            itpm: None,
+            otpm: None,
         })),
     }
 }
@@ -283,6 +285,7 @@ fn model(m: RawModel) -> Result<WorkerModel, FieldError> {
                 base_url: base_url.trim_end_matches('/').to_string(),
                 model,
                 api_key_env: m.api_key_env,
+                prompt_cache: None,
             }))
         }
         "noop" => {
@@ -352,7 +355,14 @@ backend = "noop"
         assert_eq!(paid.pool.concurrency, 8);
         assert_eq!(
             paid.quota,
-            Some(QuotaSpec { rpm: Some(60), tpm: None, burst: 1, tpm_counts: Default::default() })
+            Some(QuotaSpec {
+                rpm: Some(60),
+                tpm: None,
+                burst: 1,
+                tpm_counts: Default::default(),
+                itpm: None,
+                otpm: None,
+            })
         );
         assert_eq!(
             paid.models,
@@ -361,6 +371,7 @@ backend = "noop"
                 base_url: "https://api.x/v1".into(),
                 model: "m".into(),
                 api_key_env: Some("X_KEY".into()),
+                prompt_cache: None,
             })]
         );
         let free = f.plan.pool("free").unwrap();

@@ -18,6 +18,7 @@ fn spec(base_url: &str, key_env: Option<&str>) -> HttpModelSpec {
         base_url: base_url.into(),
         model: "m".into(),
         api_key_env: key_env.map(String::from),
+        prompt_cache: None,
     }
 }
 

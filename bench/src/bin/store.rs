@@ -193,7 +193,11 @@ impl Records {
             };
             r.text_bytes += t.len() as u64;
             let c = Completion {
-                usage: Usage { prompt_tokens: 40, completion_tokens: (t.len() / 4) as u64 },
+                usage: Usage {
+                    prompt_tokens: 40,
+                    completion_tokens: (t.len() / 4) as u64,
+                    cache: None,
+                },
                 text: t,
                 latency_ms: 0,
                 finish_reason: Some("stop".into()),

@@ -94,10 +94,7 @@ pub(super) fn check(
     };
     let billed = match price::check(f, &|key: &str| k(&format!("batch_{key}")), raw.batch_price)? {
         Some(p) => Some(p),
-        None => price.map(|p| Price {
-            input: p.input * DEFAULT_BATCH_DISCOUNT,
-            output: p.output * DEFAULT_BATCH_DISCOUNT,
-        }),
+        None => price.map(|p| p.scaled(DEFAULT_BATCH_DISCOUNT)),
     };
     let spec = BatchSpec {
         batch_size: batch_size as u32,
@@ -145,7 +142,7 @@ mod tests {
         .unwrap();
         let b = s.models[0].batch.unwrap();
         assert_eq!(b, BatchSpec { batch_size: 50, batch_wait_ms: 2500, queue_tokens: Some(90000) });
-        assert_eq!(s.models[0].price, Some(Price { input: 1.0, output: 4.0 }));
+        assert_eq!(s.models[0].price, Some(Price::new(1.0, 4.0)));
         assert_eq!(crate::worker_plan::worker_plan(&s).pool("p").unwrap().batch, Some(b));
         let s = sweep(&model(
             "a",
@@ -153,7 +150,7 @@ mod tests {
             "mode = \"batch\"\nprice = { input = 2.0, output = 8.0 }\nbatch_price = { input = 1.5, output = 3.0 }",
         ))
         .unwrap();
-        assert_eq!(s.models[0].price, Some(Price { input: 1.5, output: 3.0 }));
+        assert_eq!(s.models[0].price, Some(Price::new(1.5, 3.0)));
         let b = s.models[0].batch.unwrap();
         assert_eq!((b.batch_size, b.batch_wait_ms, b.queue_tokens), (1000, 60_000, None));
         let s = sweep(&model("a", "p", "price = { input = 2.0, output = 8.0 }")).unwrap();
@@ -170,7 +167,7 @@ mod tests {
         for m in &s.models {
             assert_eq!(m.spec.pool, "openai-batch");
             assert_eq!(m.batch.map(|b| b.batch_size), Some(1000));
-            assert_eq!(m.price, Some(Price { input: 0.075, output: 0.30 }));
+            assert_eq!(m.price, Some(Price::new(0.075, 0.30)));
         }
     }
 

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::benchmarks::hypotermqa::HypoTermQa;
 
+pub mod anthropic;
 pub mod backends;
 pub mod batch_mode;
 pub mod error;

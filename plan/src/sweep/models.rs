@@ -34,6 +34,11 @@ pub(crate) struct RawModel {
     pub(super) burst: Option<i64>,
     /// How the API counts a request's tokens: "max_tokens" (default) or "usage".
     pub(super) tpm_counts: Option<String>,
+    /// Input and output tokens per minute, apart (Anthropic's limits; see `quota`).
+    pub(super) itpm: Option<i64>,
+    pub(super) otpm: Option<i64>,
+    /// `backend = "anthropic"`: the prompt cache lifetime (see `anthropic`).
+    pub(super) prompt_cache: Option<String>,
     pub(super) temperature: Option<f64>,
     pub(super) max_tokens: Option<i64>,
     pub(super) seed: Option<u64>,
@@ -178,6 +183,8 @@ pub struct Model {
     pub embed: Option<PathBuf>,
     /// For `backend = "server"`: the server process each worker holding it runs.
     pub server: Option<halyard_proto::server::ServerSpec>,
+    /// For `backend = "anthropic"`: the prompt cache lifetime (`prompt_cache`).
+    pub prompt_cache: Option<halyard_proto::pool::PromptCacheTtl>,
     /// The result cache policy (issue 51): `read-write` (default), `read`, `write`, `off`.
     pub cache: halyard_proto::CachePolicy,
 }
@@ -271,8 +278,11 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
         tpm: m.tpm,
         burst: m.burst,
         tpm_counts: m.tpm_counts.as_deref(),
+        itpm: m.itpm,
+        otpm: m.otpm,
     };
     let quota = quota::model_quota(f, &k, raw_quota)?;
+    let prompt_cache = super::anthropic::check(f, i, m, &api_model, max_tokens, structured_output)?;
     Ok(Model {
         price,
         spec: ModelSpec {
@@ -293,6 +303,7 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
         embed,
         batch,
         server,
+        prompt_cache,
         cache: cache_policy(f, i, m)?,
     })
 }

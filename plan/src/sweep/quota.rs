@@ -1,4 +1,6 @@
-//! Pool quotas in the sweep: `rpm`, `tpm`, `burst` and `tpm_counts` on a model. Models
+//! Pool quotas in the sweep: `rpm`, `tpm`, `burst` and `tpm_counts` on a model, and
+//! `itpm`/`otpm` (input and output tokens per minute, separate limits as Anthropic sets
+//! them; issue 52). Models
 //! that share a `pool` share its quota (one API key's limits), so they must agree on it:
 //! a model may leave the keys out, and the pool takes them from the models that give them.
 
@@ -14,6 +16,8 @@ pub struct RawQuota<'a> {
     pub tpm: Option<i64>,
     pub burst: Option<i64>,
     pub tpm_counts: Option<&'a str>,
+    pub itpm: Option<i64>,
+    pub otpm: Option<i64>,
 }
 
 /// Check quota values given elsewhere (a worker's `--quota`); the error says what is wrong.
@@ -30,7 +34,7 @@ pub(super) fn model_quota(
     k: &dyn Fn(&str) -> String,
     q: RawQuota<'_>,
 ) -> Result<Option<QuotaSpec>, SweepError> {
-    let RawQuota { rpm, tpm, burst, tpm_counts } = q;
+    let RawQuota { rpm, tpm, burst, tpm_counts, itpm, otpm } = q;
     let rpm = match rpm {
         None => None,
         Some(r) if (1..=10_000_000).contains(&r) => Some(r as u32),
@@ -53,12 +57,22 @@ pub(super) fn model_quota(
             ))
         }
     };
+    let tokens = |v: Option<i64>, key: &str| match v {
+        None => Ok(None),
+        Some(t) if (1..=10_000_000_000).contains(&t) => Ok(Some(t as u64)),
+        Some(t) => Err(key_err(
+            f,
+            k(key),
+            format!("{t} is outside 1..=10000000000 ({key}: tokens per minute)"),
+        )),
+    };
+    let (itpm, otpm) = (tokens(itpm, "itpm")?, tokens(otpm, "otpm")?);
     let tpm_counts = match (tpm_counts, tpm) {
         (None, _) => TpmCounts::default(),
         (Some(_), None) => return Err(key_err(f, k("tpm_counts"), "only applies with `tpm`")),
         (Some(c), Some(_)) => c.parse().map_err(|e: String| key_err(f, k("tpm_counts"), e))?,
     };
-    if rpm.is_none() && tpm.is_none() {
+    if rpm.is_none() && tpm.is_none() && itpm.is_none() && otpm.is_none() {
         return match burst {
             Some(_) => Err(key_err(f, k("burst"), "only applies with `rpm` or `tpm`")),
             None => Ok(None),
@@ -73,7 +87,7 @@ pub(super) fn model_quota(
             format!("{burst} is outside 1..={} (at most `rpm`)", limit.min(1_000_000)),
         ));
     }
-    Ok(Some(QuotaSpec { rpm, tpm, burst: burst as u32, tpm_counts }))
+    Ok(Some(QuotaSpec { rpm, tpm, burst: burst as u32, tpm_counts, itpm, otpm }))
 }
 
 #[cfg(test)]
@@ -112,7 +126,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.quotas.len(), 2);
-        let q = |rpm, tpm, burst, tpm_counts| QuotaSpec { rpm, tpm, burst, tpm_counts };
+        let q = |rpm, tpm, burst, tpm_counts| QuotaSpec {
+            rpm,
+            tpm,
+            burst,
+            tpm_counts,
+            itpm: None,
+            otpm: None,
+        };
         assert_eq!(s.quotas["key1"], q(Some(600), Some(60000), 1, TpmCounts::MaxTokens));
         assert_eq!(s.quotas["key2"], q(None, Some(5000), 3, TpmCounts::MaxTokens));
         assert!(!s.quotas.contains_key("free"));

@@ -53,7 +53,7 @@ impl EmbedModel {
         let (text, tokens) = out.map_err(|e| CallError::permanent(e.to_string()))?;
         Ok(Completion {
             text,
-            usage: Usage { prompt_tokens: tokens, completion_tokens: 0 },
+            usage: Usage { prompt_tokens: tokens, completion_tokens: 0, cache: None },
             latency_ms: start.elapsed().as_millis() as u64,
             finish_reason: Some("stop".into()),
             calls: 1,

@@ -536,7 +536,11 @@ fn completion(
 ) -> Completion {
     Completion {
         text,
-        usage: Usage { prompt_tokens: prompt_tokens as u64, completion_tokens: generated as u64 },
+        usage: Usage {
+            prompt_tokens: prompt_tokens as u64,
+            completion_tokens: generated as u64,
+            cache: None,
+        },
         latency_ms: started.elapsed().as_millis() as u64,
         finish_reason: Some(finish.into()),
         calls: 1,

@@ -6,6 +6,7 @@
 //! and how it is built from the worker's plan), listed once in [`REGISTRY`]. Nothing
 //! else in the worker names a backend (see the book's "Adding a backend").
 
+pub mod anthropic;
 #[cfg(feature = "embed")]
 pub mod embed;
 #[cfg(feature = "gguf")]
@@ -39,6 +40,7 @@ pub use halyard_proto::pool::GgufSpec;
 /// names in messages, and of loading at start.
 pub const REGISTRY: &[BackendKind] = &[
     openai::KIND,
+    anthropic::KIND,
     #[cfg(feature = "gguf")]
     gguf::KIND,
     #[cfg(not(feature = "gguf"))]
@@ -160,9 +162,18 @@ pub fn clamp_usage(job: &Job, usage: &mut Usage) -> bool {
         .map(|m| (m.content.len() as u64).saturating_add(TEMPLATE_TOKENS_PER_MESSAGE))
         .fold(TEMPLATE_TOKENS, u64::saturating_add);
     let completion_cap = job.key.sampling.max_tokens.map_or(MAX_COMPLETION_TOKENS, u64::from);
-    let clamped = usage.prompt_tokens > prompt_cap || usage.completion_tokens > completion_cap;
+    let mut clamped = usage.prompt_tokens > prompt_cap || usage.completion_tokens > completion_cap;
     usage.prompt_tokens = usage.prompt_tokens.min(prompt_cap);
     usage.completion_tokens = usage.completion_tokens.min(completion_cap);
+    // Cached prompt tokens (issue 52) are a part of the prompt: each at most what is left.
+    if let Some(c) = &mut usage.cache {
+        let mut left = usage.prompt_tokens;
+        for n in [&mut c.read, &mut c.write_5m, &mut c.write_1h] {
+            clamped |= *n > left;
+            *n = (*n).min(left);
+            left -= *n;
+        }
+    }
     clamped
 }
 
@@ -261,14 +272,14 @@ mod tests {
     #[test]
     fn usage_is_clamped_to_what_the_request_could_use() {
         let j = job(Some(256));
-        let mut u = Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX };
+        let mut u = Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX, cache: None };
         assert!(clamp_usage(&j, &mut u));
         let prompt_cap = 64 + (9 + 16) + (14 + 16);
         assert_eq!((u.prompt_tokens, u.completion_tokens), (prompt_cap, 256));
-        let mut fine = Usage { prompt_tokens: 20, completion_tokens: 3 };
+        let mut fine = Usage { prompt_tokens: 20, completion_tokens: 3, cache: None };
         assert!(!clamp_usage(&j, &mut fine));
         assert_eq!((fine.prompt_tokens, fine.completion_tokens), (20, 3));
-        let mut u = Usage { prompt_tokens: 1, completion_tokens: u64::MAX };
+        let mut u = Usage { prompt_tokens: 1, completion_tokens: u64::MAX, cache: None };
         assert!(clamp_usage(&job(None), &mut u));
         assert_eq!(u.completion_tokens, MAX_COMPLETION_TOKENS);
         // What the quota charges from the clamped usage is bounded, whatever the API said.
@@ -278,7 +289,7 @@ mod tests {
             let charged = charged_tokens(counts, 100, Some(256), &u);
             assert!(charged <= prompt_cap + MAX_COMPLETION_TOKENS, "{counts:?}: {charged}");
             // Unclamped extremes do not overflow the charge either.
-            let max = Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX };
+            let max = Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX, cache: None };
             assert_eq!(charged_tokens(counts, 100, None, &max), u64::MAX);
         }
     }

@@ -211,9 +211,11 @@ pub fn decode_completion(body: &[u8]) -> Result<Decoded, CallError> {
             snippet()
         )));
     };
-    let usage = r
-        .usage
-        .map(|u| Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+    let usage = r.usage.map(|u| Usage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        cache: None,
+    });
     // A refusal is carried as one (issue 29): its words are kept as the text, and the flag
     // tells every pipeline that they are not an answer. An empty `content` ("") is a
     // successful call with an empty answer: the model said nothing. It is not retried
@@ -802,6 +804,7 @@ mod tests {
             base_url: "http://x/v1".into(),
             model: "m".into(),
             api_key_env: None,
+            prompt_cache: None,
         };
         let schema = r#"{"type":"object","properties":{"term":{"type":"string"},"reasoning":{"type":"string"},"certainty":{"type":"string","enum":["UNREAL","MENTIONED","UNKNOWN"]}},"required":["term","reasoning","certainty"],"additionalProperties":false}"#;
         let job = |json_schema: Option<OutputSchema>| {

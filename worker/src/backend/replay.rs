@@ -142,6 +142,7 @@ fn parse_line(text: &str) -> Result<(RequestKey, Recorded), String> {
     let usage = resp.usage.as_ref().map_or(Usage::default(), |u| Usage {
         prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
         completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+        cache: None,
     });
     let finish_reason = choice["finish_reason"].as_str().map(str::to_string);
     Ok(((model, messages), Recorded { text: text.to_string(), usage, finish_reason, refusal }))

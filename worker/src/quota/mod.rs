@@ -2,7 +2,12 @@
 //! many workers serve it.
 //!
 //! - [`limiter`]: one member's share as two `governor` GCRA limiters (requests, tokens),
-//!   the cool-down pause and the reduced rate that recovers after it.
+//!   the cool-down pause and the reduced rate that recovers after it. A pool with
+//!   separate input- and output-token quotas (`itpm`, `otpm`: Anthropic's limits, issue
+//!   52) has a limiter of tokens for each besides: input is charged the prompt's
+//!   estimate and corrected to the uncached prompt and cache writes the API reported
+//!   (cache reads do not count, as Anthropic counts them); output is charged
+//!   `max_tokens` at admission and settled to the tokens produced, as Anthropic does.
 //! - [`membership`]: members register in a JetStream KV bucket with a heartbeat; the
 //!   bucket's TTL drops crashed members; joins, leaves and cool-downs are announced.
 //! - [`QuotaGate`]: what the call path uses. Before each HTTP attempt it waits for a
@@ -48,6 +53,10 @@ pub struct PoolQuota {
     pub headroom: f64,
     /// How the API counts tokens (default: `max_tokens` at admission, no refund).
     pub tpm_counts: TpmCounts,
+    /// Input tokens per minute for the whole pool.
+    pub itpm: Option<u64>,
+    /// Output tokens per minute for the whole pool.
+    pub otpm: Option<u64>,
 }
 
 impl PoolQuota {
@@ -58,6 +67,8 @@ impl PoolQuota {
             burst: 1,
             headroom: DEFAULT_HEADROOM,
             tpm_counts: TpmCounts::default(),
+            itpm: None,
+            otpm: None,
         }
     }
 }
@@ -65,7 +76,13 @@ impl PoolQuota {
 /// The runtime quota of a pool of the worker's plan.
 impl From<&halyard_proto::pool::QuotaSpec> for PoolQuota {
     fn from(q: &halyard_proto::pool::QuotaSpec) -> PoolQuota {
-        PoolQuota { burst: q.burst, tpm_counts: q.tpm_counts, ..PoolQuota::new(q.rpm, q.tpm) }
+        PoolQuota {
+            burst: q.burst,
+            tpm_counts: q.tpm_counts,
+            itpm: q.itpm,
+            otpm: q.otpm,
+            ..PoolQuota::new(q.rpm, q.tpm)
+        }
     }
 }
 
@@ -104,14 +121,25 @@ pub const DEFAULT_COMPLETION_ESTIMATE: u64 = 256;
 /// Up-front token cost of a job: its prompt, estimated at a token per four characters
 /// plus four per message and three for the reply's priming, plus `max_tokens`.
 pub fn estimate_tokens(job: &Job) -> u64 {
-    let prompt: u64 = job
-        .key
-        .messages
-        .iter()
-        .map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4)
-        .sum::<u64>()
-        + 3;
-    prompt + job.key.sampling.max_tokens.map_or(DEFAULT_COMPLETION_ESTIMATE, u64::from)
+    estimate_prompt_tokens(job) + estimate_completion_tokens(job)
+}
+
+/// The prompt part of [`estimate_tokens`].
+pub fn estimate_prompt_tokens(job: &Job) -> u64 {
+    job.key.messages.iter().map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4).sum::<u64>()
+        + 3
+}
+
+/// The completion part of [`estimate_tokens`]: `max_tokens`, or a default without one.
+pub fn estimate_completion_tokens(job: &Job) -> u64 {
+    job.key.sampling.max_tokens.map_or(DEFAULT_COMPLETION_ESTIMATE, u64::from)
+}
+
+/// The input tokens an Anthropic-style input quota charges for `usage`: the prompt less
+/// its cache reads (None without reported usage: the estimate stands).
+pub fn charged_input_tokens(usage: &halyard_proto::Usage) -> Option<u64> {
+    let read = usage.cache.map_or(0, |c| c.read);
+    (usage.prompt_tokens > 0).then(|| usage.prompt_tokens.saturating_sub(read))
 }
 
 /// The API's rate-limit headers (`x-ratelimit-remaining-*`, `x-ratelimit-reset-*`).
@@ -192,6 +220,9 @@ pub fn charged_tokens(
 pub struct QuotaGate {
     pool: String,
     limiter: Arc<PoolLimiter>,
+    /// Input and output tokens per minute, when the pool has them apart (`itpm`, `otpm`).
+    input: Option<Arc<PoolLimiter>>,
+    output: Option<Arc<PoolLimiter>>,
     membership: Membership,
     settings: QuotaSettings,
     stats: Arc<Stats>,
@@ -235,10 +266,28 @@ impl QuotaGate {
             );
         }
         settings.ttl = ttl;
+        // A limiter of tokens alone for each of `itpm` and `otpm`, counted by usage.
+        let tokens_only = |per_minute: Option<u64>| {
+            per_minute.map(|t| {
+                let q = PoolQuota {
+                    rpm: None,
+                    tpm: Some(t),
+                    burst: quota.burst,
+                    headroom: quota.headroom,
+                    tpm_counts: TpmCounts::Usage,
+                    itpm: None,
+                    otpm: None,
+                };
+                Arc::new(PoolLimiter::new(q, members))
+            })
+        };
+        let (input, output) = (tokens_only(quota.itpm), tokens_only(quota.otpm));
         let limiter = Arc::new(PoolLimiter::new(quota, members));
         let gate = Arc::new(QuotaGate {
             pool: pool.to_string(),
             limiter,
+            input,
+            output,
             membership,
             settings,
             stats,
@@ -259,11 +308,16 @@ impl QuotaGate {
         &self.limiter
     }
 
+    /// The pool's limiters: requests and tokens, then input and output tokens if any.
+    fn limiters(&self) -> impl Iterator<Item = &Arc<PoolLimiter>> {
+        std::iter::once(&self.limiter).chain(self.input.iter()).chain(self.output.iter())
+    }
+
     /// Leave the pool: admit no more requests, stop the heartbeat and remove this
     /// member's key, so the others take over its share at once. Requests waiting for the
     /// share wait until their jobs are abandoned (and nak'd for another worker).
     pub async fn leave(&self) {
-        self.limiter.close();
+        self.limiters().for_each(|l| l.close());
         let _ = self.stop.send(true);
         let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = task {
@@ -285,6 +339,9 @@ impl QuotaGate {
     async fn refresh(&self) {
         match self.membership.live().await {
             Ok(n) => {
+                for extra in self.input.iter().chain(self.output.iter()) {
+                    extra.set_members(n);
+                }
                 if self.limiter.set_members(n) {
                     let r = self.limiter.rates();
                     info!(pool = %self.pool, members = n, rpm = ?r.requests, tpm = ?r.tokens, "quota pool membership changed; share resized");
@@ -298,10 +355,12 @@ impl QuotaGate {
 
     /// Pause the whole pool for `d` (locally now; the others by announcement).
     fn cool_down(&self, d: Duration) {
-        if self.limiter.cool_down(d) {
-            let limiter = self.limiter.clone();
-            let recover = self.settings.recover;
-            tokio::spawn(async move { limiter.recover(recover).await });
+        for l in self.limiters() {
+            if l.cool_down(d) {
+                let limiter = l.clone();
+                let recover = self.settings.recover;
+                tokio::spawn(async move { limiter.recover(recover).await });
+            }
         }
     }
 
@@ -317,8 +376,39 @@ impl QuotaGate {
     {
         let estimate = estimate_tokens(job);
         let epoch = self.limiter.acquire(estimate).await;
+        // Input: the prompt's estimate; output: `max_tokens`, both settled below.
+        let (prompt, completion) = (estimate_prompt_tokens(job), estimate_completion_tokens(job));
+        if let Some(l) = &self.input {
+            l.acquire(prompt).await;
+        }
+        if let Some(l) = &self.output {
+            l.acquire(completion).await;
+        }
         let (res, headers) = call().await;
         let max_tokens = job.key.sampling.max_tokens.map(u64::from);
+        match &res {
+            Ok(c) => {
+                if let (Some(l), Some(used)) = (&self.input, charged_input_tokens(&c.usage)) {
+                    l.correct(prompt, used);
+                }
+                if let Some(l) = &self.output {
+                    l.correct(completion, c.usage.completion_tokens);
+                }
+            }
+            // A request that was answered with an error produced no output; its input
+            // counts only if it reached the model, which the API does not say: a 429 is
+            // refunded (the API refused it before counting), other errors keep the charge.
+            Err(e) => {
+                if e.class == ErrorClass::RateLimited {
+                    if let Some(l) = &self.input {
+                        l.correct(prompt, 0);
+                    }
+                }
+                if let Some(l) = &self.output {
+                    l.correct(completion, 0);
+                }
+            }
+        }
         self.settle(estimate, max_tokens, epoch, &res, &headers).await;
         res
     }

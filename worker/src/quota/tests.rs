@@ -238,7 +238,7 @@ fn estimate_counts_prompt_and_max_tokens() {
 #[test]
 fn charges_follow_the_counting_mode() {
     use halyard_proto::Usage;
-    let u = |p, c| Usage { prompt_tokens: p, completion_tokens: c };
+    let u = |p, c| Usage { prompt_tokens: p, completion_tokens: c, cache: None };
     // Estimate 114: 14 prompt + 100 max_tokens; the answer used 20 completion tokens.
     assert_eq!(charged_tokens(TpmCounts::MaxTokens, 114, Some(100), &u(14, 20)), 114);
     assert_eq!(charged_tokens(TpmCounts::MaxTokens, 114, Some(100), &u(10, 20)), 110);
@@ -262,7 +262,7 @@ fn charges_follow_the_counting_mode() {
 #[tokio::test(start_paused = true)]
 async fn max_tokens_counting_keeps_no_credit() {
     let l = PoolLimiter::new(quota(None, Some(6000)), 1);
-    let usage = halyard_proto::Usage { prompt_tokens: 10, completion_tokens: 40 };
+    let usage = halyard_proto::Usage { prompt_tokens: 10, completion_tokens: 40, cache: None };
     let start = Instant::now();
     let mut n = 0u64;
     while Instant::now() - start < Duration::from_secs(60) {

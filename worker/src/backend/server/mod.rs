@@ -306,6 +306,7 @@ impl Servers {
             base_url: format!("http://127.0.0.1:{port}/v1"),
             model: g.spec.served_name.clone(),
             api_key_env: None,
+            prompt_cache: None,
         };
         let r = http.call(job, &model).await;
         if let Err(e) = &r {
