@@ -9,6 +9,7 @@
 
 mod common;
 
+mod anthropic;
 mod batch_mode;
 mod broker_permissions;
 mod broker_security;

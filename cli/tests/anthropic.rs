@@ -1,0 +1,257 @@
+//! Claude as a first-class model (issue 52): HypoTermQA with a Claude model under test
+//! and a Claude judge through the native Messages API (`backend = "anthropic"`), against
+//! the test kit's fake Anthropic server (real HTTP), with the embedded broker.
+//!
+//! - Online, across two kill -9s of `halyard run` (with 529 bursts, 429s with
+//!   `retry-after` and connections reset mid-answer on the way): the report and labels
+//!   equal an uninterrupted run's; every request the fake answered is counted once (calls
+//!   paid twice are at most those in flight at the kills); the cost in the report is the
+//!   usage the fake reported, prompt-cache writes and reads included, at the sweep's
+//!   prices; the judge's prompt-cache hits are in the report.
+//! - A sweep whose Anthropic model has no `max_tokens` is refused, naming the key.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use halyard_tests::fake_anthropic::{self, Limits, Paid};
+use halyard_tests::{ChildGuard, FakeAnthropic, Reply};
+use serde_json::Value;
+
+/// The sweep's prices (USD per million tokens): model under test, judge.
+const MODEL_PRICE: (f64, f64) = (3.0, 15.0);
+const JUDGE_PRICE: (f64, f64) = (1.0, 5.0);
+/// Calls in flight per pool.
+const CONCURRENCY: usize = 4;
+
+fn sweep(dir: &Path, name: &str, base_url: &str, limit: usize) -> PathBuf {
+    let text = format!(
+        r#"name = "{name}"
+
+[[model]]
+name = "claude-under-test"
+backend = "anthropic"
+base_url = "{base_url}"
+model = "claude-sonnet-4-5"
+api_key_env = "CLAUDE_TEST_API_KEY"
+pool = "anthropic-key"
+max_tokens = 256
+max_concurrency = {CONCURRENCY}
+price = {{ input = {mi}, output = {mo} }}
+
+[[model]]
+name = "claude-judge"
+backend = "anthropic"
+base_url = "{base_url}"
+model = "claude-haiku-4-5"
+api_key_env = "CLAUDE_TEST_API_KEY"
+pool = "anthropic-key"
+max_tokens = 256
+max_concurrency = {CONCURRENCY}
+prompt_cache = "5m"
+price = {{ input = {ji}, output = {jo} }}
+
+[[benchmark]]
+pipeline = "hypotermqa"
+dataset = "{dataset}"
+models = ["claude-under-test"]
+judge = "claude-judge"
+semantics = "paper"
+limit = {limit}
+
+[run]
+ack_wait_s = 5
+max_deliver = 5
+"#,
+        mi = MODEL_PRICE.0,
+        mo = MODEL_PRICE.1,
+        ji = JUDGE_PRICE.0,
+        jo = JUDGE_PRICE.1,
+        dataset = dataset().display()
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("write sweep");
+    path
+}
+
+fn halyard_anthropic() -> std::process::Command {
+    let mut c = halyard();
+    c.env("CLAUDE_TEST_API_KEY", "sk-ant-test");
+    c
+}
+
+fn run(sweep: &Path, out: &Path) {
+    let o = halyard_anthropic()
+        .args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .output()
+        .expect("run halyard");
+    assert!(
+        o.status.success(),
+        "halyard run failed: {:?}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The USD of one answer at the sweep's prices, from the usage the fake reported.
+fn cost_of(p: &Paid) -> f64 {
+    let u = p.usage;
+    let (input, output) =
+        if p.call.model == "claude-haiku-4-5" { JUDGE_PRICE } else { MODEL_PRICE };
+    (u.input_tokens as f64 * input
+        + u.cache_write_5m as f64 * input * 1.25
+        + u.cache_write_1h as f64 * input * 2.0
+        + u.cache_read as f64 * input * 0.1
+        + u.output_tokens as f64 * output)
+        / 1e6
+}
+
+/// Answers by request (model and messages; distinct jobs may ask the same), in order.
+fn by_request(paid: &[Paid]) -> HashMap<String, Vec<&Paid>> {
+    let mut out: HashMap<String, Vec<&Paid>> = HashMap::new();
+    for p in paid {
+        out.entry(halyard_tests::request_key(&p.call)).or_default().push(p);
+    }
+    out
+}
+
+/// What a resumed run's answers `paid` cost, each counted once: of a request asked `n`
+/// times by the uninterrupted run (`reference`), the last `n` answers (an answer lost to
+/// a kill was never checkpointed, so its retry's is the one counted); and how many
+/// answers beyond those were paid (twice).
+fn resumed_cost(paid: &[Paid], reference: &[Paid]) -> (f64, usize) {
+    let want: HashMap<String, usize> =
+        by_request(reference).into_iter().map(|(k, v)| (k, v.len())).collect();
+    let (mut cost, mut extra) = (0.0, 0);
+    for (k, answers) in by_request(paid) {
+        let n = want.get(&k).copied().unwrap_or(0).min(answers.len());
+        extra += answers.len() - n;
+        cost += answers[answers.len() - n..].iter().map(|p| cost_of(p)).sum::<f64>();
+    }
+    (cost, extra)
+}
+
+fn total_cost(report: &Value) -> f64 {
+    report["costs"]["total"].as_f64().unwrap_or_else(|| panic!("costs.total: {}", report["costs"]))
+}
+
+/// Σ of a per-model cost figure over the models.
+fn by_model_sum(report: &Value, field: &str) -> u64 {
+    report["costs"]["by_model"]
+        .as_array()
+        .unwrap_or_else(|| panic!("costs.by_model: {}", report["costs"]))
+        .iter()
+        .map(|m| m[field].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Issue 52: HypoTermQA with a Claude model and a Claude judge over the Messages API,
+/// killed with SIGKILL twice and resumed, faults on the way: the report equals the
+/// uninterrupted run's, each answered request is counted once, and the cost is the
+/// fake's reported usage (cache writes and reads included) at the sweep's prices.
+#[test]
+fn claude_online_across_two_kills_equals_the_uninterrupted_run() {
+    let qs = load_questions(120);
+    let rules = responder(question_index(&qs), None);
+    // Faults by arrival order: a burst of 529s, 429s with retry-after, resets mid-answer.
+    let fake = FakeAnthropic::start(Limits::default(), move |c| {
+        let reply = match c.seq % 97 {
+            10..=13 => fake_anthropic::overloaded(),
+            30 | 70 => fake_anthropic::rate_limited(1),
+            50 => Reply::ResetMidBody("cut".into()),
+            _ => rules(c),
+        };
+        reply.after(Duration::from_millis(10))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = sweep(dir.path(), "claude", &fake.base_url(), 120);
+
+    let out_ref = dir.path().join("ref");
+    run(&sweep, &out_ref);
+    let paid_ref = fake.paid();
+    let cost_ref: f64 = paid_ref.iter().map(cost_of).sum();
+    let requests_ref = paid_ref.len();
+    let a = read_json(&out_ref.join("claude/report.json"));
+    assert_eq!(a["jobs"]["dead_letters"], 0, "{}", a["jobs"]);
+    assert!(
+        (total_cost(&a) - cost_ref).abs() < 1e-9,
+        "reference cost {} vs {cost_ref}",
+        total_cost(&a)
+    );
+    assert_eq!(by_model_sum(&a, "jobs") as usize, requests_ref, "jobs vs requests answered");
+    // The judge's fixed instruction was written to the cache, then read.
+    assert!(by_model_sum(&a, "prompt_cache_reads") > 0, "{}", a["costs"]["by_model"]);
+    assert!(by_model_sum(&a, "prompt_cache_writes") > 0);
+
+    // The same sweep in another output directory, killed twice.
+    let out = dir.path().join("killed");
+    let mut in_flight_bound = 0;
+    for kill in 1..=2 {
+        let before = fake.paid().len();
+        let mut child = ChildGuard::spawn({
+            let mut c = halyard_anthropic();
+            c.args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+            c
+        });
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while fake.paid().len() < before + requests_ref / 4 {
+            assert!(Instant::now() < deadline, "kill {kill}: the run made no progress");
+            assert!(child.try_wait().is_none(), "kill {kill}: halyard exited before the kill");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill();
+        // Two pools' slots: calls answered but not yet checkpointed at the kill.
+        in_flight_bound += 2 * CONCURRENCY;
+        let needle = out.to_str().unwrap().to_string();
+        let gone = Instant::now() + Duration::from_secs(10);
+        while !processes_mentioning(&needle).is_empty() {
+            assert!(Instant::now() < gone, "processes outlived the kill");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    run(&sweep, &out);
+    let paid = fake.paid()[paid_ref.len()..].to_vec();
+    let (cost, twice) = resumed_cost(&paid, &paid_ref);
+    let requests = paid.len() - twice;
+    let b = read_json(&out.join("claude/report.json"));
+    assert_eq!(a["benchmarks"], b["benchmarks"], "report differs from the uninterrupted run's");
+    let la = std::fs::read_to_string(out_ref.join("claude/labels.jsonl")).unwrap();
+    let lb = std::fs::read_to_string(out.join("claude/labels.jsonl")).unwrap();
+    assert_eq!(la, lb, "labels differ from the uninterrupted run's");
+    assert_eq!(b["jobs"]["dead_letters"], 0);
+    assert_eq!(requests, requests_ref, "requests answered");
+    assert_eq!(by_model_sum(&b, "jobs") as usize, requests, "each answered request counted once");
+    assert!(
+        twice <= in_flight_bound,
+        "{twice} requests paid twice; at most {in_flight_bound} in flight at the kills"
+    );
+    assert!(
+        (total_cost(&b) - cost).abs() < 1e-9,
+        "cost {} vs the fake's usage {cost}",
+        total_cost(&b)
+    );
+    eprintln!(
+        "claude online: {requests} requests, reference ${cost_ref:.6}; killed twice: {} answers ({twice} paid twice), ${cost:.6}",
+        paid.len()
+    );
+}
+
+/// Issue 52: the Messages API requires max_tokens: a sweep without it is refused when
+/// checked, naming the key; so is a temperature above the API's 1.
+#[test]
+fn claude_without_max_tokens_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = |extra: &str| {
+        format!(
+            "name = \"x\"\n[[model]]\nname = \"c\"\nbackend = \"anthropic\"\nbase_url = \"https://api.anthropic.com/v1\"\nmodel = \"claude-sonnet-4-5\"\n{extra}\n\n[[model]]\nname = \"free\"\nbackend = \"noop\"\n\n[[benchmark]]\npipeline = \"noop\"\njobs = 1\nmodels = [\"free\"]\n"
+        )
+    };
+    assert_sweep_rejected(dir.path(), "nomax", &body(""), "model[0].max_tokens");
+    assert_sweep_rejected(
+        dir.path(),
+        "hot",
+        &body("max_tokens = 5\ntemperature = 1.5"),
+        "model[0].temperature",
+    );
+}
