@@ -10,7 +10,7 @@ use std::time::Instant;
 use halyard_node::view::items::{Index, Query};
 
 fn row(i: usize) -> serde_json::Value {
-    let model = if i % 2 == 0 { "model-a" } else { "model-b" };
+    let model = if i.is_multiple_of(2) { "model-a" } else { "model-b" };
     let label = ["valid", "hallucination", "irrelevant"][i % 3];
     let attempt = |n: usize| serde_json::json!({"job_id": format!("{:032x}", i * 7 + n), "output": format!("{{\"reasoning\": \"The term is not a known concept ({i}).\", \"certainty\": \"UNREAL\"}}"), "error": null});
     serde_json::json!({

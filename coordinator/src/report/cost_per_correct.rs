@@ -247,7 +247,7 @@ mod tests {
         assert!((r.per_correct.unwrap() - 0.025).abs() < 1e-12);
         assert!((r.low.unwrap() - 0.30 / (20.0 * 0.781193)).abs() < 1e-5, "{r:?}");
         assert!((r.high.unwrap() - 0.30 / (20.0 * 0.386582)).abs() < 1e-5, "{r:?}");
-        assert!(markdown(&[r.clone()])
+        assert!(markdown(std::slice::from_ref(r))
             .contains("| 0 | model-a | j | $0.300000 | 12 / 20 | $0.025000 |"));
     }
 

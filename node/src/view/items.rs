@@ -49,6 +49,9 @@ struct Row {
     item: Box<str>,
 }
 
+/// Human labels per (benchmark, item, model): (label, annotator).
+type HumanLabels = HashMap<(u32, String, String), Vec<(String, Option<String>)>>;
+
 /// The index of one run's `labels.jsonl`.
 pub struct Index {
     path: PathBuf,
@@ -58,7 +61,7 @@ pub struct Index {
     /// (benchmark, item) → its rows.
     by_item: HashMap<(u32, Box<str>), Vec<u32>>,
     /// (benchmark, item, model) → human labels (label, annotator).
-    human: HashMap<(u32, String, String), Vec<(String, Option<String>)>>,
+    human: HumanLabels,
     /// Benchmark index → pipeline.
     pipelines: BTreeMap<u32, String>,
 }
@@ -392,12 +395,8 @@ impl Index {
 }
 
 /// Imported human labels per (benchmark, item, model).
-#[allow(clippy::type_complexity)]
-fn read_human(
-    dir: &Path,
-    pipelines: &BTreeMap<u32, String>,
-) -> Result<HashMap<(u32, String, String), Vec<(String, Option<String>)>>, String> {
-    let mut out: HashMap<(u32, String, String), Vec<(String, Option<String>)>> = HashMap::new();
+fn read_human(dir: &Path, pipelines: &BTreeMap<u32, String>) -> Result<HumanLabels, String> {
+    let mut out = HumanLabels::new();
     for &b in pipelines.keys() {
         let p = halyard_plan::report::imported_labels_path(dir, b as usize);
         let Ok(text) = std::fs::read_to_string(&p) else { continue };
@@ -568,18 +567,9 @@ mod tests {
         let mut rows = Vec::new();
         for q in 0..30 {
             rows.push(row(q, "a", "j1", if q % 3 == 0 { "hallucination" } else { "valid" }));
-            rows.push(row(
-                q,
-                "a",
-                "j2",
-                if q == 4 {
-                    "hallucination"
-                } else if q % 3 == 0 {
-                    "hallucination"
-                } else {
-                    "valid"
-                },
-            ));
+            // The second judge differs on question 4 only.
+            let j2 = if q == 4 || q % 3 == 0 { "hallucination" } else { "valid" };
+            rows.push(row(q, "a", "j2", j2));
         }
         rows.push(row(99, "b", "j1", "unanswered"));
         let d = run_dir(&rows);

@@ -58,11 +58,14 @@ pub struct ViewConfig {
     pub addr: SocketAddr,
 }
 
+/// A built item index, with the `labels.jsonl` it was built from (length, modified).
+type CachedIndex = (u64, std::time::SystemTime, Arc<items::Index>);
+
 struct AppState {
     dirs: Vec<PathBuf>,
     /// Built item indexes, by run directory, with the `labels.jsonl` they were built from
     /// (its length and modification time): a rewritten file is indexed again.
-    indexes: Mutex<HashMap<PathBuf, (u64, std::time::SystemTime, Arc<items::Index>)>>,
+    indexes: Mutex<HashMap<PathBuf, CachedIndex>>,
 }
 
 type Shared = Arc<AppState>;
