@@ -31,6 +31,12 @@ pub struct ViewArgs {
     /// anyone who reaches the address reads the runs). Port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8765")]
     pub addr: std::net::SocketAddr,
+    /// Also list the live runs whose coordinators publish their status on this broker
+    /// (runs on other machines), with their progress.
+    #[arg(long, env = "HALYARD_NATS_URL")]
+    pub nats: Option<String>,
+    #[command(flatten)]
+    pub nats_auth: NatsAuthArgs,
 }
 
 #[derive(Args)]

@@ -270,7 +270,12 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
         }
         Cmd::View(a) => {
             let stop = shutdown::signal();
-            let cfg = halyard_node::view::ViewConfig { dirs: a.dirs, addr: a.addr };
+            let cfg = halyard_node::view::ViewConfig {
+                dirs: a.dirs,
+                addr: a.addr,
+                nats: a.nats,
+                auth: a.nats_auth.auth(),
+            };
             halyard_node::view::run(cfg, stop, |addr| {
                 // The first line on stdout: the address (tests and scripts read it).
                 println!("halyard view at http://{addr}/");

@@ -33,8 +33,12 @@ struct View {
 
 impl View {
     fn start(dirs: &[&Path]) -> View {
+        View::start_with(dirs, &[])
+    }
+
+    fn start_with(dirs: &[&Path], extra: &[&str]) -> View {
         let mut cmd = halyard();
-        cmd.arg("view").args(dirs).args(["--addr", "127.0.0.1:0"]);
+        cmd.arg("view").args(dirs).args(["--addr", "127.0.0.1:0"]).args(extra);
         let mut child =
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start halyard view");
         let mut line = String::new();
@@ -594,6 +598,48 @@ fn live_run_progress_changes_while_open() {
     );
     page.assert_local(&view.base);
     tab2.assert_local(&view.base);
+}
+
+/// With `--nats`, a run on another machine (its status on the broker's bucket, no
+/// directory here) is listed, its progress moving on the open page until its end.
+#[test]
+fn a_run_elsewhere_is_listed_from_the_broker() {
+    let Some(bin) = chromium() else { return };
+    let nats = halyard_tests::NatsServer::start();
+    let qs = load_questions(20);
+    let rules = responder(question_index(&qs), None);
+    let gate = halyard_tests::Gate::new();
+    let held = gate.clone();
+    let fake = FakeOpenAi::start_blocking(move |c| rules(c).behind(&held));
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = write_sweep(dir.path(), "elsewhere", &fake.base_url(), 20, 2);
+    // The run's directory is not given to the view: only the broker links the two.
+    let out = dir.path().join("runs");
+    let mut run = halyard()
+        .args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .args(["--nats", &nats.url()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let view = View::start_with(&[here.path()], &["--nats", &nats.url()]);
+    let page = Page::open(&bin);
+    page.goto(&format!("{}/", view.base));
+    let row = "tr[data-run=nats-elsewhere]";
+    page.wait(&format!("!!document.querySelector('{row}')"), "the broker's run listed");
+    assert_eq!(page.text(&format!("{row} td.state")), "running");
+    let done = format!("Number(document.querySelector('{row} td.progress').dataset.done || 0)");
+    let first = page.eval(&done).as_f64().unwrap();
+    gate.open();
+    page.wait(&format!("{done} > {first}"), "its progress to move");
+    page.wait(
+        &format!("document.querySelector('{row} td.state').textContent === 'complete'"),
+        "its end",
+    );
+    assert!(run.wait().unwrap().success());
+    assert_eq!(page.eval(&done).as_f64(), Some(20.0));
+    page.assert_local(&view.base);
 }
 
 /// `halyard view` refuses a directory that is not there, naming it.

@@ -8,6 +8,9 @@
 //! - [`compare`]: paired tests as `halyard report` makes them, with [`power`];
 //! - this file: the HTTP routes (axum) and the security headers.
 //!
+//! With `--nats`, the runs page also lists the runs whose coordinators publish their
+//! status on that broker's status bucket (runs on other machines), with their progress.
+//!
 //! Read-only: the view opens no store (a live run's store belongs to its coordinator,
 //! which holds its lock) and writes nothing. Items of a live run are not browsable until
 //! it finishes: its coordinator writes `labels.jsonl` with the report; meanwhile the view
@@ -56,6 +59,10 @@ pub struct ViewConfig {
     pub dirs: Vec<PathBuf>,
     /// Where to listen (127.0.0.1 unless told otherwise).
     pub addr: SocketAddr,
+    /// A broker whose status bucket lists live runs too (runs on other machines), read
+    /// with these credentials.
+    pub nats: Option<String>,
+    pub auth: halyard_broker::auth::NatsAuth,
 }
 
 /// A built item index, with the `labels.jsonl` it was built from (length, modified).
@@ -63,6 +70,8 @@ type CachedIndex = (u64, std::time::SystemTime, Arc<items::Index>);
 
 struct AppState {
     dirs: Vec<PathBuf>,
+    /// The broker of `--nats`: its status bucket is read on every refresh of the runs.
+    broker: Option<halyard_broker::Broker>,
     /// Built item indexes, by run directory, with the `labels.jsonl` they were built from
     /// (its length and modification time): a rewritten file is indexed again.
     indexes: Mutex<HashMap<PathBuf, CachedIndex>>,
@@ -152,12 +161,29 @@ async fn shell() -> Response {
 }
 
 async fn api_runs(State(s): State<Shared>) -> Result<Response, ApiError> {
-    blocking(move || {
-        let list: Vec<runs::RunSummary> =
-            s.runs().iter().map(|(k, d)| runs::summary(k, d)).collect();
-        Ok(json(&list))
+    let broker = s.broker.clone();
+    let mut list = blocking(move || {
+        Ok(s.runs().iter().map(|(k, d)| runs::summary(k, d)).collect::<Vec<runs::RunSummary>>())
     })
-    .await
+    .await?;
+    if let Some(b) = broker {
+        // Runs on other machines: those whose name no directory here has.
+        match halyard_broker::status::entries(&b, halyard_broker::status::STATUS_BUCKET).await {
+            Ok(entries) => {
+                for (key, bytes) in entries {
+                    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+                        tracing::warn!(key, "unreadable status entry on the broker");
+                        continue;
+                    };
+                    if !list.iter().any(|r| v["name"].as_str() == Some(r.name.as_str())) {
+                        list.push(runs::from_broker(v));
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the broker's status bucket"),
+        }
+    }
+    Ok(json(&list))
 }
 
 async fn api_run(
@@ -302,8 +328,8 @@ fn asset(body: &'static str, kind: &'static str) -> Response {
 }
 
 /// The app's routes over `dirs`.
-pub fn router(dirs: Vec<PathBuf>) -> Router {
-    let state = Arc::new(AppState { dirs, indexes: Mutex::new(HashMap::new()) });
+pub fn router(dirs: Vec<PathBuf>, broker: Option<halyard_broker::Broker>) -> Router {
+    let state = Arc::new(AppState { dirs, broker, indexes: Mutex::new(HashMap::new()) });
     let app = Router::new()
         .route("/", get(shell))
         .route("/run/{key}", get(shell))
@@ -330,13 +356,25 @@ pub async fn run(
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), NodeError> {
     for d in &cfg.dirs {
-        if !d.is_dir() {
+        if !d.is_dir() && cfg.nats.is_some() {
+            tracing::warn!(dir = %d.display(), "not a directory: only the broker's runs are listed from it");
+        } else if !d.is_dir() {
             return Err(NodeError::Usage(format!(
                 "halyard view: {} is not a directory",
                 d.display()
             )));
         }
     }
+    let broker = match &cfg.nats {
+        Some(url) => Some(
+            halyard_broker::connect(
+                &halyard_broker::BrokerConfig::new(url.clone(), "halyard-view")
+                    .with_auth(cfg.auth.clone()),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(cfg.addr).await.map_err(|e| NodeError::Io {
         what: format!("halyard view: cannot listen on {}", cfg.addr),
         source: e,
@@ -345,7 +383,7 @@ pub async fn run(
         .local_addr()
         .map_err(|e| NodeError::Io { what: "halyard view: local address".into(), source: e })?;
     ready(local);
-    axum::serve(listener, router(cfg.dirs))
+    axum::serve(listener, router(cfg.dirs, broker))
         .with_graceful_shutdown(crate::shutdown::until(shutdown))
         .await
         .map_err(|e| NodeError::Io { what: format!("halyard view on {local}"), source: e })

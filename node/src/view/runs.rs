@@ -116,6 +116,29 @@ pub fn summary(key: &str, dir: &Path) -> RunSummary {
         problems.push(e);
         None
     });
+    summarize(key, &dir.display().to_string(), status, report, problems)
+}
+
+/// The summary of a run known only from the status its coordinator published on the
+/// broker's status bucket (a run on another machine): progress, no report or items.
+/// The entry is anyone's message on the broker: only its numbers and names are read,
+/// and the page shows them as text.
+pub fn from_broker(status: Value) -> RunSummary {
+    let name = status["name"].as_str().unwrap_or("?").to_string();
+    let key: String = format!("nats-{name}")
+        .chars()
+        .map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .collect();
+    summarize(&key, "", Some(status), None, Vec::new())
+}
+
+fn summarize(
+    key: &str,
+    dir: &str,
+    status: Option<Value>,
+    report: Option<Value>,
+    problems: Vec<String>,
+) -> RunSummary {
     let st = status.as_ref();
     let get_u = |k: &str| st.and_then(|s| s[k].as_u64());
     let get_f = |k: &str| st.and_then(|s| s[k].as_f64());
@@ -140,7 +163,7 @@ pub fn summary(key: &str, dir: &Path) -> RunSummary {
     RunSummary {
         key: key.to_string(),
         name,
-        dir: dir.display().to_string(),
+        dir: dir.to_string(),
         live: state == "running",
         state,
         has_report: report.is_some(),

@@ -114,7 +114,8 @@ async function runsPage() {
       if (picked.has(r.key)) pick.checked = true;
       return el("tr", { "data-run": r.key, "data-state": r.state },
         el("td", {}, pick),
-        el("td", {}, el("a", { href: "/run/" + encodeURIComponent(r.key) }, r.name)),
+        // A run known only from the broker (another machine's) has no page here.
+        el("td", {}, r.dir ? el("a", { href: "/run/" + encodeURIComponent(r.key) }, r.name) : r.name + " (broker)"),
         el("td", { class: "state state-" + r.state }, r.state),
         c.progress, c.rate, c.cost, c.eta,
         el("td", {}, r.dead_letters === null ? "–" : String(r.dead_letters)),
