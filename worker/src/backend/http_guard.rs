@@ -157,7 +157,7 @@ pub async fn read_body(
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| super::openai::transport_error(what, "reading body: ", &e))?
+        .map_err(|e| super::http_error::transport_error(what, "reading body: ", &e))?
     {
         if body.len() as u64 + chunk.len() as u64 > limit {
             return Err(too_large(body.len() as u64 + chunk.len() as u64));

@@ -12,6 +12,7 @@ pub mod embed;
 #[cfg(feature = "gguf")]
 pub mod gguf;
 pub mod grammar;
+pub mod http_error;
 pub mod http_guard;
 pub mod http_models;
 #[cfg(feature = "gguf")]

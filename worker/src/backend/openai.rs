@@ -11,10 +11,14 @@ use std::time::{Duration, Instant};
 
 use halyard_proto::pool::HttpModelSpec;
 use halyard_proto::redact;
-use halyard_proto::{Completion, Job, OutageReason, TokenLogprob, TopLogprob, Usage};
+use halyard_proto::{Completion, Job, TokenLogprob, TopLogprob, Usage};
 use serde::Deserialize;
 
-use crate::call_error::{CallError, ErrorClass};
+pub use super::http_error::{
+    classify_status, classify_transport, parse_retry_after, retry_after_of, status_error,
+    transport_error,
+};
+use crate::call_error::CallError;
 use crate::quota::RateHeaders;
 
 #[derive(Clone)]
@@ -88,105 +92,6 @@ struct ApiUsage {
     completion_tokens: u64,
 }
 
-/// Parse `Retry-After`: delta-seconds (possibly fractional) or an HTTP date.
-pub fn parse_retry_after(value: &str) -> Option<Duration> {
-    let v = value.trim();
-    if let Ok(secs) = v.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Some(Duration::from_secs_f64(secs.min(86_400.0)));
-        }
-        return None;
-    }
-    let when = httpdate::parse_http_date(v).ok()?;
-    Some(when.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
-}
-
-/// Map an HTTP status to an error class: 502/503/504/529 are the endpoint's (the pool
-/// pauses), other 5xx and 408/409/425 the job's to retry, 429 a rate limit, any other
-/// 4xx (a bad request, a prompt too long) permanent.
-pub fn classify_status(status: u16) -> ErrorClass {
-    if let Some(reason) = OutageReason::from_status(status) {
-        return ErrorClass::Unavailable(reason);
-    }
-    match status {
-        429 => ErrorClass::RateLimited,
-        408 | 409 | 425 => ErrorClass::Transient,
-        500..=599 => ErrorClass::Transient,
-        _ => ErrorClass::Permanent,
-    }
-}
-
-/// Classify a failed request (no HTTP status): a timeout, a connection that could not be
-/// made (refused, DNS, TLS) or that broke before the answer (reset, closed) is the
-/// endpoint's; anything else is the job's to retry.
-pub fn classify_transport(e: &reqwest::Error) -> (ErrorClass, &'static str) {
-    let chain = error_chain(e);
-    let lower = chain.to_ascii_lowercase();
-    if e.is_timeout() {
-        return (ErrorClass::Unavailable(OutageReason::Timeout), "timed out");
-    }
-    if e.is_connect() {
-        let reason = if lower.contains("dns error") || lower.contains("failed to lookup") {
-            OutageReason::Dns
-        } else if ["tls", "certificate", "handshake"].iter().any(|w| lower.contains(w)) {
-            OutageReason::Tls
-        } else {
-            OutageReason::Connection
-        };
-        return (ErrorClass::Unavailable(reason), "connection failed");
-    }
-    if broken_connection(e) || BROKEN.iter().any(|w| lower.contains(w)) {
-        return (ErrorClass::Unavailable(OutageReason::Connection), "connection broken");
-    }
-    (ErrorClass::Transient, "request failed")
-}
-
-/// How hyper and the OS word a connection that broke before the answer was complete.
-const BROKEN: [&str; 6] = [
-    "connection closed before message completed",
-    "end of file before message length reached",
-    "connection reset",
-    "broken pipe",
-    "connection aborted",
-    "unexpected eof",
-];
-
-/// An IO error somewhere in the chain says the connection broke.
-fn broken_connection(e: &reqwest::Error) -> bool {
-    use std::io::ErrorKind as K;
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                K::ConnectionRefused
-                    | K::ConnectionReset
-                    | K::ConnectionAborted
-                    | K::BrokenPipe
-                    | K::UnexpectedEof
-                    | K::NotConnected
-            ) {
-                return true;
-            }
-        }
-        source = s.source();
-    }
-    false
-}
-
-/// The error and its sources, `: `-separated (reqwest's own message names only the
-/// outermost layer).
-fn error_chain(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 /// Decode a 200 body into a completion; a body that is not a chat completion is an error
 /// that says what was wrong (and shows the start of the body).
 pub fn decode_body(body: &[u8]) -> Result<(String, Usage, Option<String>), CallError> {
@@ -254,25 +159,6 @@ pub fn decode_completion(body: &[u8]) -> Result<Decoded, CallError> {
         logprobs,
         refusal,
     })
-}
-
-/// A failed request as a classified error. reqwest errors carry the URL but never
-/// headers, so the key cannot leak here.
-/// A failed request or body read as a [`CallError`]: classified (an endpoint-wide failure
-/// pauses the pool), and worded with `what` (the request, its URL already without
-/// credentials) and the error chain with any URL in it redacted the same way.
-pub(crate) fn transport_error(what: &str, during: &str, e: &reqwest::Error) -> CallError {
-    let (class, kind) = classify_transport(e);
-    let mut chain = error_chain(e);
-    if let Some(u) = e.url() {
-        chain = chain.replace(u.as_str(), &redact::url(u.as_str()));
-    }
-    CallError {
-        class,
-        status: None,
-        message: format!("{what}: {during}{kind}: {}", redact::secrets(&chain)),
-        retry_after: None,
-    }
 }
 
 impl OpenAi {
@@ -348,28 +234,6 @@ impl OpenAi {
             logprobs: d.logprobs,
             refusal: d.refusal,
         })
-    }
-}
-
-/// The `Retry-After` of a response, if it has a readable one.
-pub fn retry_after_of(resp: &reqwest::Response) -> Option<Duration> {
-    resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after)
-}
-
-/// An answer with HTTP status `status` (not a success) as a classified error naming
-/// `what`, with the start of the body, anything that looks like a key redacted.
-pub fn status_error(
-    what: &str,
-    status: u16,
-    body: &[u8],
-    retry_after: Option<Duration>,
-) -> CallError {
-    let text = redact::secrets(&String::from_utf8_lossy(&body[..body.len().min(300)]));
-    CallError {
-        class: classify_status(status),
-        status: Some(status),
-        message: format!("{what}: HTTP {status}: {text}"),
-        retry_after,
     }
 }
 
@@ -580,7 +444,10 @@ impl super::Backend for OpenAiBackend {
 
 #[cfg(test)]
 mod tests {
+    use halyard_proto::OutageReason;
+
     use super::*;
+    use crate::call_error::ErrorClass;
 
     /// Status codes map to the retry classes DESIGN.md names: gateway and overload
     /// statuses are the endpoint's, other 5xx and 408/409 the job's to retry, other 4xx

@@ -19,11 +19,11 @@ use halyard_proto::{Completion, Failure, FailureKind, Job};
 use tracing::{debug, warn};
 
 use super::ctx::PoolCtx;
+use super::retrying::{Attempts, Call};
 use crate::backend::{CallError, ErrorClass};
 use crate::failpoint::Point;
 use crate::health::{PoolHealth, ProbeClaim, ProbeTurn};
 use crate::lifecycle::{Event, Lifecycle};
-use crate::retry::{Attempts, Call};
 
 pub(crate) enum CallOutcome {
     Done(Completion),

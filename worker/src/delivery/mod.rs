@@ -8,6 +8,7 @@
 mod admit;
 mod calling;
 mod ctx;
+mod retrying;
 
 use std::sync::Arc;
 use std::time::Duration;
