@@ -356,3 +356,93 @@ fn results_naming_forged_objects_stop_no_run() {
     worker.signal(libc::SIGTERM);
     worker.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
 }
+
+/// Item 8: a managed server's environment and its whole process tree. The server's
+/// command is a shell that starts a grandchild (as vLLM starts its API and engine
+/// processes), writes its environment, then becomes `fake-server`. No Halyard secret
+/// (`HALYARD_*`) nor an API key variable (`*_API_KEY`) reaches it, while HOME and the
+/// `HF_*` and cache variables do; and once the worker is killed with SIGKILL, the server
+/// and its grandchild are gone within seconds (the parent-death signal reached the
+/// server only, and the grandchild lived on).
+#[test]
+fn a_managed_servers_environment_and_process_tree_hold_no_secret_and_die_with_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fake = halyard_tests::cargo_bin("fake-server");
+    let script = format!(
+        "sleep 600 & echo $! > {d}/grandchild.pid; env > {d}/server-env.tmp; \
+         mv {d}/server-env.tmp {d}/server-env.txt; \
+         exec {fake} --port {{port}} --answers hypotermqa --model {{model_path}}",
+        d = d.display(),
+        fake = fake.display()
+    );
+    let sweep = d.join("srv.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            "name = \"srv\"\n\n[[model]]\nname = \"model-a\"\nbackend = \"server\"\n\
+             command = [\"sh\", \"-c\", {script:?}]\nmodel_path = \"{d}/weights/model-a\"\n\
+             revision = \"r1\"\nversion = \"fake-1.0\"\nversion_path = \"/version\"\n\
+             gpus = 0\nmax_concurrency = 2\nmax_tokens = 64\nstart_timeout_s = 120\n\n\
+             [[benchmark]]\npipeline = \"noop\"\njobs = 2\nmodels = [\"model-a\"]\n",
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let nats = NatsServer::start();
+    crate::common::broker_init(&nats.url());
+    let wlog = d.join("worker.log");
+    let mut w = crate::common::halyard();
+    w.args(["worker", "--nats", &nats.url(), "--sweep", sweep.to_str().unwrap()])
+        .arg("--state")
+        .arg(d.join("w0"))
+        .args(["--metrics", "off"])
+        .env("HALYARD_TEST_SECRET", "halyard-secret-7781")
+        .env("OPENAI_API_KEY", "sk-other-pools-key-4410")
+        .env("HF_HOME", d.join("hf"))
+        .env("XDG_CACHE_HOME", d.join("cache"))
+        .env("HOME", d)
+        .stderr(std::fs::File::create(&wlog).unwrap());
+    let mut worker = halyard_tests::ChildGuard::spawn(w);
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !read(&wlog).contains("managed server ready") {
+        assert!(std::time::Instant::now() < deadline, "no server ready:\n{}", read(&wlog));
+        assert!(worker.try_wait().is_none(), "the worker exited:\n{}", read(&wlog));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env = read(&d.join("server-env.txt"));
+    for secret in ["halyard-secret-7781", "sk-other-pools-key-4410", "HALYARD_TEST_SECRET"] {
+        assert!(!env.contains(secret), "{secret} reached the server:\n{env}");
+    }
+    for needed in [
+        format!("HOME={}", d.display()),
+        format!("HF_HOME={}", d.join("hf").display()),
+        format!("XDG_CACHE_HOME={}", d.join("cache").display()),
+    ] {
+        assert!(env.lines().any(|l| l == needed), "{needed} did not reach the server:\n{env}");
+    }
+    let grandchild: u32 = read(&d.join("grandchild.pid")).trim().parse().unwrap();
+    assert!(halyard_tests::pid_alive(grandchild));
+    let server_pids = crate::common::processes_mentioning(d.join("weights").to_str().unwrap());
+    assert!(!server_pids.is_empty(), "no server process found");
+    worker.kill();
+    let killed = std::time::Instant::now();
+    let all_gone = || {
+        !halyard_tests::pid_alive(grandchild)
+            && server_pids.iter().all(|p| !halyard_tests::pid_alive(*p))
+    };
+    while !all_gone() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(60),
+            "the server's process tree outlived its worker by 60 s (grandchild {grandchild} \
+             alive: {})",
+            halyard_tests::pid_alive(grandchild)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "server and grandchild gone {:.2} s after the worker's SIGKILL",
+        killed.elapsed().as_secs_f64()
+    );
+}

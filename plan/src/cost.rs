@@ -83,8 +83,10 @@ pub struct Meter {
     index: HashMap<(usize, String), u32>,
     /// Price of each class's model.
     prices: Vec<Price>,
-    /// Published jobs without a result yet → class.
-    pending: HashMap<JobId, u32>,
+    /// Published jobs without a result yet → class, and the most usage each may bill.
+    pending: HashMap<JobId, (u32, UsageBound)>,
+    /// Results whose usage claimed more than their job could use (clamped).
+    pub clamped: u64,
     max_cost: Option<f64>,
     /// Jobs not published because the cost limit was reached.
     pub held: u64,
@@ -110,6 +112,7 @@ impl Meter {
             index: HashMap::new(),
             prices: Vec::new(),
             pending: HashMap::new(),
+            clamped: 0,
             max_cost,
             held: 0,
         }
@@ -191,7 +194,7 @@ impl Meter {
     pub fn published(&mut self, j: &JobRequest, id: JobId) {
         let m = self.model_of(j);
         let c = self.class(m, &j.key.stage);
-        self.pending.insert(id, c);
+        self.pending.insert(id, (c, UsageBound::of(j)));
     }
 
     /// Jobs published and not yet answered.
@@ -201,14 +204,20 @@ impl Meter {
 
     /// A new (first) result of a job.
     pub fn record(&mut self, r: &JobResult) {
-        let c = match self.pending.remove(&r.job) {
-            Some(c) => c,
-            None => self.class(usize::MAX, "?"),
+        let (c, bound) = match self.pending.remove(&r.job) {
+            Some(p) => p,
+            None => (self.class(usize::MAX, "?"), UsageBound::CEILING),
         };
         let price = self.prices[c as usize];
         let t = &mut self.classes[c as usize];
         match &r.outcome {
             Outcome::Done(done) => {
+                // A result is input (anyone with a worker credential may publish one): it
+                // bills at most what its job could use (issue 49, item 4).
+                let usage = bound.clamp(&done.usage);
+                if usage != done.usage {
+                    self.clamped += 1;
+                }
                 t.jobs += 1;
                 if r.cached {
                     t.cache_hits += 1;
@@ -216,9 +225,8 @@ impl Meter {
                     t.calls = t.calls.saturating_add(done.calls as u64);
                 }
                 t.retries = t.retries.saturating_add((done.calls as u64).saturating_sub(1));
-                t.prompt_tokens = t.prompt_tokens.saturating_add(done.usage.prompt_tokens);
-                t.completion_tokens =
-                    t.completion_tokens.saturating_add(done.usage.completion_tokens);
+                t.prompt_tokens = t.prompt_tokens.saturating_add(usage.prompt_tokens);
+                t.completion_tokens = t.completion_tokens.saturating_add(usage.completion_tokens);
                 t.latency_ms_total = t.latency_ms_total.saturating_add(done.latency_ms);
                 let secs = done.latency_ms as f64 / 1000.0;
                 let b = LATENCY_BUCKETS_S
@@ -226,8 +234,8 @@ impl Meter {
                     .position(|ub| secs <= *ub)
                     .unwrap_or(LATENCY_BUCKETS_S.len());
                 t.latency_buckets[b] += 1;
-                t.cost += price.cost(&done.usage);
-                let cache = done.usage.cache.unwrap_or_default();
+                t.cost += price.cost(&usage);
+                let cache = usage.cache.unwrap_or_default();
                 t.prompt_cache_writes = t
                     .prompt_cache_writes
                     .saturating_add(cache.write_5m.saturating_add(cache.write_1h));
@@ -247,6 +255,49 @@ impl Meter {
 
     pub fn totals(&self) -> &[ClassTotals] {
         &self.classes
+    }
+}
+
+/// The most usage a job may bill (issue 49, item 4), the worker's own bound
+/// (`halyard_worker::backend::clamp_usage`, the same numbers): completion tokens up to its
+/// `max_tokens` (else a million), prompt tokens up to one per byte of its messages plus
+/// 16 per message and 64 (a byte-level tokenizer never makes more tokens than bytes; the
+/// chat template adds a few), the prompt cache's parts within the prompt. A forged result
+/// claiming u64::MAX tokens priced at $1.8e13 and stopped the run at `--max-cost`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UsageBound {
+    pub prompt: u64,
+    pub completion: u64,
+}
+
+impl UsageBound {
+    /// For a result whose job is not known: a million tokens each way.
+    pub const CEILING: UsageBound = UsageBound { prompt: 1 << 20, completion: 1 << 20 };
+
+    pub fn of(j: &JobRequest) -> UsageBound {
+        let prompt = j
+            .key
+            .messages
+            .iter()
+            .map(|m| (m.content.len() as u64).saturating_add(16))
+            .fold(64, u64::saturating_add);
+        let completion = j.key.sampling.max_tokens.map_or(Self::CEILING.completion, u64::from);
+        UsageBound { prompt, completion }
+    }
+
+    /// `u` with each count at most this bound's.
+    pub fn clamp(&self, u: &halyard_proto::Usage) -> halyard_proto::Usage {
+        let mut out = *u;
+        out.prompt_tokens = u.prompt_tokens.min(self.prompt);
+        out.completion_tokens = u.completion_tokens.min(self.completion);
+        if let Some(c) = &mut out.cache {
+            let mut left = out.prompt_tokens;
+            for n in [&mut c.read, &mut c.write_5m, &mut c.write_1h] {
+                *n = (*n).min(left);
+                left -= *n;
+            }
+        }
+        out
     }
 }
 
@@ -407,6 +458,68 @@ mod tests {
         assert!((given.cost(&u) - (want - 0.5 * 0.30)).abs() < 1e-12);
         // A batch discount applies to every rate.
         assert!((p.scaled(0.5).cost(&u) - want / 2.0).abs() < 1e-12);
+    }
+
+    /// Issue 49, item 4: a result reporting u64::MAX tokens (anyone with a worker
+    /// credential may publish one for a planned job) is priced at what its job could use
+    /// at most: its prompt's bytes plus the template's allowance, and its `max_tokens`.
+    #[test]
+    fn a_result_bills_at_most_what_its_job_could_use() {
+        let text = "name = \"t\"\n[[model]]\nname = \"paid\"\nbackend = \"noop\"\n\
+                    max_tokens = 100\nprice = { input = 10.0, output = 30.0 }\n\
+                    [[benchmark]]\npipeline = \"noop\"\njobs = 1\nmodels = [\"paid\"]\n";
+        let sweep = crate::sweep::parse(std::path::Path::new("/tmp/s.toml"), text).unwrap();
+        let mut meter = Meter::new(&sweep.models, Some(1.0));
+        let m = &sweep.models[0].spec;
+        let prompt = "What is 2 + 2?";
+        let key = halyard_proto::JobKey {
+            pipeline: "noop".into(),
+            stage: "call".into(),
+            stage_version: 1,
+            model: m.model_ref.clone(),
+            messages: vec![halyard_proto::ChatMessage::user(prompt)],
+            sampling: halyard_proto::Sampling {
+                temperature: m.temperature,
+                max_tokens: m.max_tokens,
+                seed: m.seed,
+                ..Default::default()
+            },
+            sample_index: 0,
+        };
+        let j = JobRequest { key, pool: "paid".into(), api_key_env: None, timeout_ms: 1000 };
+        let id = j.id();
+        meter.published(&j, id);
+        let forged = Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: u64::MAX,
+            cache: Some(halyard_proto::CacheUsage { write_5m: 0, write_1h: 0, read: u64::MAX }),
+        };
+        let result = JobResult {
+            v: halyard_proto::WIRE_VERSION,
+            job: id,
+            run: uuid::Uuid::nil(),
+            outcome: Outcome::Done(halyard_proto::Completion {
+                text: "4".into(),
+                usage: forged,
+                latency_ms: 1,
+                finish_reason: None,
+                calls: 1,
+                logprobs: None,
+                refusal: false,
+            }),
+            deliveries: 1,
+            worker: "forger".into(),
+            cached: false,
+        };
+        meter.record(&result);
+        let prompt_most = prompt.len() as u64 + 16 + 64;
+        let most = (prompt_most as f64 * 10.0 + 100.0 * 30.0) / 1e6;
+        assert!(meter.spent() <= most + 1e-12, "{} > {most}", meter.spent());
+        assert!(!meter.limit_reached(), "a forged usage reached --max-cost");
+        assert_eq!(meter.clamped, 1);
+        let t = &meter.totals()[0];
+        assert_eq!((t.prompt_tokens, t.completion_tokens), (prompt_most, 100));
+        assert!(t.prompt_cache_reads <= prompt_most);
     }
 
     #[test]

@@ -10,6 +10,17 @@
 //! The process group carries the signals to what the server starts itself (vLLM's and
 //! SGLang's tensor-parallel workers, TGI's shards): a stop or a crash clean-up signals
 //! the whole group, so no GPU memory stays held by an orphan.
+//!
+//! The parent-death signal reaches the group's leader only. So that the rest of the group
+//! goes too when the worker is killed (SIGKILL, where no cgroup cleans up), each server
+//! has a guard: a `sh` whose standard input is a pipe only the worker holds open, which
+//! kills the server's whole group when that pipe ends, which the kernel does as the
+//! worker dies, however it dies (issue 49, item 8).
+//!
+//! A server's environment is the worker's without Halyard's secrets and other pools'
+//! keys ([`scrubbed`]: every `HALYARD_*` variable and every `*_API_KEY`), plus what the
+//! caller adds; HOME, PATH, `HF_*`, `CUDA_*`, the cache variables and everything else
+//! pass through.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -42,6 +53,17 @@ pub struct Proc {
     pid: u32,
     /// The exit status once the waiter thread has reaped it.
     exited: watch::Receiver<Option<ExitStatus>>,
+    /// The guard that kills the server's group when the worker dies, and the pipe whose
+    /// end tells it so (see the module docs); `None` where `sh` could not be started.
+    guard: Option<(Child, io::PipeWriter)>,
+}
+
+/// Whether the worker's variable `name` is kept from a server: Halyard's own
+/// (`HALYARD_*`: broker credentials among them) and API keys (`*_API_KEY`, the form of
+/// every provider's: another pool's key is no business of a local server's).
+pub fn scrubbed(name: &std::ffi::OsStr) -> bool {
+    let n = name.to_string_lossy().to_ascii_uppercase();
+    n.starts_with("HALYARD_") || n.ends_with("_API_KEY")
 }
 
 impl Proc {
@@ -54,6 +76,9 @@ impl Proc {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
         let err = out.try_clone()?;
         let mut cmd = Command::new(program);
+        for (name, _) in std::env::vars_os().filter(|(n, _)| scrubbed(n)) {
+            cmd.env_remove(name);
+        }
         cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -91,7 +116,14 @@ impl Proc {
                 let _ = exit_tx.send(Some(status));
             },
         )?;
-        Ok(Proc { pid, exited: exit_rx })
+        let guard = match guard(pid) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                tracing::warn!(pid, error = %e, "cannot start the guard of a managed server: if this worker is killed, what the server started may outlive it");
+                None
+            }
+        };
+        Ok(Proc { pid, exited: exit_rx, guard })
     }
 
     pub fn pid(&self) -> u32 {
@@ -142,11 +174,34 @@ impl Drop for Proc {
     /// A server is never left behind by its handle: dropped while it may run (an error
     /// path, a panic), its group is killed. (Once its leader was reaped, whoever reaped
     /// it has signalled the group: the id is not signalled again, as it may be reused.)
+    /// The guard is killed before its pipe closes, so it signals nothing.
     fn drop(&mut self) {
         if self.exit_status().is_none() {
             self.signal_group(libc::SIGKILL);
         }
+        if let Some((mut child, pipe)) = self.guard.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            drop(pipe);
+        }
     }
+}
+
+/// Start the guard of the process group `pgid`: `sh`, reading its standard input (a pipe
+/// whose other end is returned; the worker's pipes are close-on-exec, so no other child
+/// holds it) until it ends, then killing the group.
+fn guard(pgid: u32) -> io::Result<(Child, io::PipeWriter)> {
+    let (reader, writer) = io::pipe()?;
+    // Its own process group: a terminal's Ctrl-C to the worker's group does not end it.
+    let child = Command::new("/bin/sh")
+        .args(["-c", "read _; kill -9 -\"$0\" 2>/dev/null", &pgid.to_string()])
+        .env_clear()
+        .process_group(0)
+        .stdin(reader)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    Ok((child, writer))
 }
 
 /// A human reading of an exit status: `exit code 3`, `killed by signal 9 (SIGKILL)`.
