@@ -395,6 +395,16 @@ pub fn worker_metrics(e: &mut Exposition, worker: &str, s: &Stats) {
             s.replayed.get(),
         ),
         (
+            "halyard_worker_cache_machine_hits_total",
+            "Jobs answered from this machine's result cache without a model call.",
+            s.cache_machine.get(),
+        ),
+        (
+            "halyard_worker_cache_shared_hits_total",
+            "Jobs answered from the broker's shared result cache without a model call.",
+            s.cache_shared.get(),
+        ),
+        (
             "halyard_worker_rate_limited_total",
             "HTTP 429 responses received by the worker, retried ones included.",
             s.rate_limited.get(),
