@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CachePolicy {
-    /// Answer from the cache; write what is paid for (the default).
+    /// Answer from the cache; write what is paid for (the default, except for the
+    /// backends [`CachePolicy::default_for`] leaves out).
     #[default]
     ReadWrite,
     /// Answer from the cache; write nothing.
@@ -19,6 +20,17 @@ pub enum CachePolicy {
 }
 
 impl CachePolicy {
+    /// The policy of a model whose sweep names none: `off` for the backends that cost
+    /// nothing and are not a model (`noop`, `replay`: a cache would only add a write per
+    /// job), `read-write` for the rest (paid APIs, and `gguf`/`embed`, whose local compute
+    /// a cache hit saves).
+    pub fn default_for(backend: &str) -> CachePolicy {
+        match backend {
+            "noop" | "replay" => CachePolicy::Off,
+            _ => CachePolicy::ReadWrite,
+        }
+    }
+
     pub fn reads(self) -> bool {
         matches!(self, CachePolicy::ReadWrite | CachePolicy::Read)
     }

@@ -308,11 +308,12 @@ fn check(f: &str, base: &Path, i: usize, m: &RawModel) -> Result<Model, SweepErr
     })
 }
 
-/// `cache = "read-write" | "read" | "write" | "off"` (issue 51).
+/// `cache = "read-write" | "read" | "write" | "off"` (issue 51); none: [`halyard_proto::CachePolicy::default_for`] the backend.
 fn cache_policy(f: &str, i: usize, m: &RawModel) -> Result<halyard_proto::CachePolicy, SweepError> {
     use halyard_proto::CachePolicy as P;
     match m.cache.as_deref() {
-        None | Some("read-write") => Ok(P::ReadWrite),
+        None => Ok(P::default_for(&m.backend)),
+        Some("read-write") => Ok(P::ReadWrite),
         Some("read") => Ok(P::Read),
         Some("write") => Ok(P::Write),
         Some("off") => Ok(P::Off),

@@ -325,3 +325,18 @@ fn structured_output_is_checked() {
         assert!(e.contains(needle), "{needle:?} not in {e:?}");
     }
 }
+
+/// Issue 51: a noop (or replay) model is not cached unless its sweep opts in; a gguf
+/// model (local compute a hit saves) is read-write by default.
+#[test]
+fn free_backends_are_not_cached_unless_asked() {
+    use halyard_proto::CachePolicy as P;
+    let s = parse(Path::new("/tmp/s.toml"), NOOP).unwrap();
+    assert_eq!(s.models[0].cache, P::Off);
+    let opted =
+        NOOP.replace("max_concurrency = 64", "max_concurrency = 64\ncache = \"read-write\"");
+    assert_eq!(parse(Path::new("/tmp/s.toml"), &opted).unwrap().models[0].cache, P::ReadWrite);
+    let s = sweep_with("[[model]]\nname = \"a\"\nbackend = \"gguf\"\nmodel_path = \"m.gguf\"\n")
+        .unwrap();
+    assert_eq!(s.models[0].cache, P::ReadWrite);
+}

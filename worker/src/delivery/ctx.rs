@@ -77,9 +77,14 @@ impl PoolCtx {
         }
     }
 
-    /// The cache policy of the model `m` (read-write unless its sweep says otherwise).
+    /// The cache policy of the model `m` (its backend's default unless its sweep says
+    /// otherwise: [`halyard_proto::CachePolicy::default_for`]).
     pub(crate) fn cache_policy(&self, m: &halyard_proto::ModelRef) -> halyard_proto::CachePolicy {
-        self.cache_policies.iter().find(|(r, _)| r == m).map(|(_, p)| *p).unwrap_or_default()
+        self.cache_policies
+            .iter()
+            .find(|(r, _)| r == m)
+            .map(|(_, p)| *p)
+            .unwrap_or_else(|| halyard_proto::CachePolicy::default_for(&m.backend))
     }
 
     pub(super) fn job_lock(&self, id: JobId) -> Arc<tokio::sync::Mutex<()>> {
