@@ -126,6 +126,10 @@ pub struct WorkerArgs {
     /// Allow http:// model URLs on hosts that are not loopback (unencrypted).
     #[arg(long)]
     pub allow_insecure_http: bool,
+    /// Start managed servers given as a sweep's `command` (code the sweep's author
+    /// chose); without it only the presets (vllm, sglang, llama-server, tgi) start.
+    #[arg(long)]
+    pub allow_server_commands: bool,
     /// Quota of a pool, shared by all its workers:
     /// POOL:rpm=N,tpm=N[,burst=N][,tpm_counts=max_tokens|usage] (repeatable; with --sweep
     /// the quotas come from the sweep's rpm/tpm/burst keys).
@@ -365,6 +369,7 @@ impl WorkerArgs {
             config: self.config.clone(),
             pools: self.pools.clone(),
             allow_insecure_http: self.allow_insecure_http,
+            allow_server_commands: self.allow_server_commands,
             quotas: self.quotas.clone(),
             quota_ttl: self.quota_ttl,
             state: self.state.clone(),

@@ -394,6 +394,7 @@ fn a_managed_servers_environment_and_process_tree_hold_no_secret_and_die_with_th
     let wlog = d.join("worker.log");
     let mut w = crate::common::halyard();
     w.args(["worker", "--nats", &nats.url(), "--sweep", sweep.to_str().unwrap()])
+        .arg("--allow-server-commands")
         .arg("--state")
         .arg(d.join("w0"))
         .args(["--metrics", "off"])
@@ -445,4 +446,119 @@ fn a_managed_servers_environment_and_process_tree_hold_no_secret_and_die_with_th
         "server and grandchild gone {:.2} s after the worker's SIGKILL",
         killed.elapsed().as_secs_f64()
     );
+}
+
+/// Start `cmd` and wait (at most 120 s) for it to exit; its exit status and stderr.
+fn exit_of(
+    mut cmd: std::process::Command,
+    log: &std::path::Path,
+) -> (std::process::ExitStatus, String) {
+    cmd.stdout(std::fs::File::create(log.with_extension("out")).unwrap())
+        .stderr(std::fs::File::create(log).unwrap());
+    let mut child = halyard_tests::ChildGuard::spawn(cmd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait() {
+            return (status, std::fs::read_to_string(log).unwrap_or_default());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running after 120 s:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Item 10: `api_key_env` with a `base_url` of the sweep's choice. A sweep naming
+/// `OPENAI_API_KEY` for a host that is not OpenAI's is refused by the worker at start and
+/// by `halyard check` before any request, naming the variable, the host and how to allow
+/// it; with the host allowed in `HALYARD_KEY_HOSTS`, `halyard check` goes on to the host
+/// (which does not resolve here: the refusal is gone, a connection error takes its place).
+#[test]
+fn a_key_goes_to_no_host_its_operator_did_not_allow() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sweep = crate::common::write_sweep(d, "keys", "https://collector.example.invalid/v1", 2, 1);
+    let text = std::fs::read_to_string(&sweep)
+        .unwrap()
+        .replace("backend = \"openai\"", "backend = \"openai\"\napi_key_env = \"OPENAI_API_KEY\"");
+    std::fs::write(&sweep, text).unwrap();
+    let nats = NatsServer::start();
+    crate::common::broker_init(&nats.url());
+    let refusal = [
+        "$OPENAI_API_KEY",
+        "\"collector.example.invalid\"",
+        "HALYARD_KEY_HOSTS=\"OPENAI_API_KEY=collector.example.invalid\"",
+    ];
+    let mut w = crate::common::halyard();
+    w.args(["worker", "--nats", &nats.url(), "--sweep", sweep.to_str().unwrap()])
+        .arg("--state")
+        .arg(d.join("w0"))
+        .args(["--metrics", "off"])
+        .env("OPENAI_API_KEY", "sk-test-key-2231")
+        .env_remove("HALYARD_KEY_HOSTS");
+    let (status, log) = exit_of(w, &d.join("worker.log"));
+    assert!(!status.success(), "{log}");
+    for part in refusal {
+        assert!(log.contains(part), "{part} not in:\n{log}");
+    }
+    assert!(!log.contains("sk-test-key-2231"), "{log}");
+
+    let check = |hosts: Option<&str>, name: &str| {
+        let mut c = crate::common::halyard();
+        c.args(["check", sweep.to_str().unwrap()]).env("OPENAI_API_KEY", "sk-test-key-2231");
+        match hosts {
+            Some(h) => c.env("HALYARD_KEY_HOSTS", h),
+            None => c.env_remove("HALYARD_KEY_HOSTS"),
+        };
+        let (status, _) = exit_of(c, &d.join(name));
+        let out = std::fs::read_to_string(d.join(name).with_extension("out")).unwrap_or_default();
+        (status, format!("{out}{}", std::fs::read_to_string(d.join(name)).unwrap()))
+    };
+    let (status, out) = check(None, "check1.log");
+    assert!(!status.success(), "{out}");
+    for part in refusal {
+        assert!(out.contains(part), "{part} not in:\n{out}");
+    }
+    let (status, out) = check(Some("OPENAI_API_KEY=collector.example.invalid"), "check2.log");
+    assert!(!status.success(), "{out}");
+    assert!(!out.contains("may not be sent to host"), "{out}");
+    assert!(out.contains("collector.example.invalid"), "{out}");
+}
+
+/// Item 10: a sweep's `command` is code. Without `--allow-server-commands` the worker
+/// refuses it at start, naming the model, the pool and the flag, and the command never
+/// runs (with the flag it does: the managed-server tests).
+#[test]
+fn a_sweeps_server_command_runs_only_where_the_worker_allows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = format!("touch {}/command-ran; sleep 600 # {{port}}", d.display());
+    let sweep = d.join("srv.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            "name = \"srv\"\n\n[[model]]\nname = \"model-a\"\nbackend = \"server\"\n\
+             command = [\"sh\", \"-c\", {script:?}]\nmodel_path = \"{d}/weights/model-a\"\n\
+             revision = \"r1\"\ngpus = 0\nmax_concurrency = 2\nmax_tokens = 64\n\
+             start_timeout_s = 30\n\n\
+             [[benchmark]]\npipeline = \"noop\"\njobs = 2\nmodels = [\"model-a\"]\n",
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let nats = NatsServer::start();
+    crate::common::broker_init(&nats.url());
+    let mut w = crate::common::halyard();
+    w.args(["worker", "--nats", &nats.url(), "--sweep", sweep.to_str().unwrap()])
+        .arg("--state")
+        .arg(d.join("w0"))
+        .args(["--metrics", "off"]);
+    let (status, log) = exit_of(w, &d.join("worker.log"));
+    assert!(!status.success(), "{log}");
+    for part in ["model \"model-a\"", "program \"sh\"", "--allow-server-commands"] {
+        assert!(log.contains(part), "{part} not in:\n{log}");
+    }
+    assert!(!d.join("command-ran").exists(), "the command ran:\n{log}");
 }

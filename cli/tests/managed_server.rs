@@ -106,6 +106,7 @@ fn worker(
     let port = free_port();
     let mut c = halyard();
     c.args(["worker", "--nats", url, "--sweep", sweep.to_str().unwrap(), "--id", id])
+        .arg("--allow-server-commands")
         .arg("--state")
         .arg(dir.join(id))
         .args(["--metrics", &format!("127.0.0.1:{port}")])

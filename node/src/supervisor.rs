@@ -186,6 +186,9 @@ impl LocalWorker {
         let mut cfg = worker::sweep_worker(&opts.sweep, dir);
         worker::check_local_models(&cfg.plan)?;
         cfg.http.allow_insecure_http = opts.allow_insecure_http;
+        // `halyard run` runs the sweep its operator gave it on this machine, commands
+        // included (the book's threat model); `--allow-server-commands` guards workers.
+        cfg.http.allow_server_commands = true;
         if opts.nats.is_some() {
             cfg.cache =
                 cfg.cache.with_shared(halyard_cache::shared::SharedReader::new(broker.clone()));

@@ -28,6 +28,8 @@ pub struct WorkerOptions {
     pub pools: Vec<String>,
     /// Allow http:// model URLs on hosts that are not loopback.
     pub allow_insecure_http: bool,
+    /// Start managed servers given as a sweep's `command`, not only the presets.
+    pub allow_server_commands: bool,
     /// `--quota POOL:rpm=N,tpm=N[,burst=N]`.
     pub quotas: Vec<String>,
     /// Seconds within which the other workers of a quota pool notice this one died.
@@ -103,6 +105,7 @@ pub fn config(opts: &WorkerOptions) -> Result<WorkerConfig, NodeError> {
         }
     }
     cfg.http.allow_insecure_http |= opts.allow_insecure_http;
+    cfg.http.allow_server_commands |= opts.allow_server_commands;
     for p in &opts.pools {
         cfg.plan.add(parse_pool(p)?).map_err(NodeError::Usage)?;
     }

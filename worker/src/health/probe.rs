@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use halyard_proto::{redact, OutageReason, Usage};
 
-use crate::backend::http_guard::{check_url, HttpPolicy};
+use crate::backend::http_guard::{check_url, HttpPolicy, KeyHosts};
 use crate::backend::openai::{classify_transport, decode_completion};
 use crate::call_error::ErrorClass;
 
@@ -130,6 +130,12 @@ pub async fn probe(client: &reqwest::Client, t: &Target, calls: bool) -> Report 
     let policy = HttpPolicy { allow_insecure_http: t.allow_insecure_http, ..Default::default() };
     if let Err(e) = check_url(&t.base_url, policy) {
         return r.fail(None, e);
+    }
+    // The key goes only where this machine's operator allows (issue 49).
+    if let Some(var) = &t.api_key_env {
+        if let Err(e) = KeyHosts::from_env().and_then(|h| h.check(var, &t.base_url)) {
+            return r.fail(None, e);
+        }
     }
     let key = match &t.api_key_env {
         None => None,
