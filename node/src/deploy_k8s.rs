@@ -1040,6 +1040,33 @@ fn datasets_loader(_o: &K8sOptions) -> String {
     ])
 }
 
+/// Text that goes into a `#` comment line as one line: control characters (a newline in
+/// a pool or run name would end the comment and put the rest into the YAML) written as
+/// escapes (issue 49).
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
+}
+
+/// A pool's line of the kustomization's header table.
+fn pool_line(p: &PoolDeploy) -> String {
+    format!(
+        "  {} -> {} ({}, consumer {}, max {} replicas, lagThreshold {})",
+        one_line(&p.pool),
+        p.object,
+        match p.kind {
+            PoolKind::Api => "API".to_string(),
+            PoolKind::Cpu => "CPU".to_string(),
+            PoolKind::GpuGguf => "1 GPU".to_string(),
+            PoolKind::Server(n) => format!("{n} GPU(s), managed server"),
+        },
+        pool_consumer(&p.pool),
+        p.max_replicas,
+        p.lag_threshold
+    )
+}
+
 fn kustomization(
     s: &Sweep,
     o: &K8sOptions,
@@ -1048,25 +1075,7 @@ fn kustomization(
     secrets: &str,
     local: bool,
 ) -> String {
-    let table: Vec<String> = pools
-        .iter()
-        .map(|p| {
-            format!(
-                "  {} -> {} ({}, consumer {}, max {} replicas, lagThreshold {})",
-                p.pool,
-                p.object,
-                match p.kind {
-                    PoolKind::Api => "API".to_string(),
-                    PoolKind::Cpu => "CPU".to_string(),
-                    PoolKind::GpuGguf => "1 GPU".to_string(),
-                    PoolKind::Server(n) => format!("{n} GPU(s), managed server"),
-                },
-                pool_consumer(&p.pool),
-                p.max_replicas,
-                p.lag_threshold
-            )
-        })
-        .collect();
+    let table: Vec<String> = pools.iter().map(pool_line).collect();
     let header = format!(
         "{HEADER_MARK} from {sweep} (run {name}); regenerate rather than edit (--force replaces this directory's files).
 #
@@ -1095,8 +1104,8 @@ fn kustomization(
         } else {
             String::new()
         },
-        sweep = o.sweep.display(),
-        name = s.name,
+        sweep = one_line(&o.sweep.display().to_string()),
+        name = one_line(&s.name),
         pools = table.iter().map(|l| format!("#{l}")).collect::<Vec<_>>().join("\n"),
         image = o.image,
         gpu = {
@@ -1139,6 +1148,27 @@ mod tests {
             "halyard-worker-gguf-smollm2-gpu0-dfe25c9b"
         );
         assert!(object_name(&"x".repeat(60)).unwrap_err().contains("more than 48"));
+    }
+
+    /// Issue 49: a newline in a pool's name cannot end the header's `#` comment and
+    /// put YAML of the sweep's choice into the kustomization.
+    #[test]
+    fn a_pool_name_stays_inside_its_comment_line() {
+        let p = PoolDeploy {
+            pool: "p\nresources: [\"https://evil.example/x.yaml\"]\r\u{85}".into(),
+            object: "halyard-worker-p".into(),
+            kind: PoolKind::Api,
+            concurrency: 1,
+            api_keys: BTreeSet::new(),
+            max_replicas: 1,
+            lag_threshold: 1,
+            sizing: String::new(),
+        };
+        let line = pool_line(&p);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(line.contains("p\\nresources"), "{line}");
+        assert!(!line.chars().any(char::is_control), "{line}");
+        assert_eq!(one_line("openai/gpt-4o@team é"), "openai/gpt-4o@team é");
     }
 
     #[test]

@@ -75,6 +75,9 @@ const READY_POLL: Duration = Duration::from_millis(250);
 const SETTLE: Duration = Duration::from_secs(3);
 /// Lines of a server's log quoted in errors.
 const TAIL_LINES: usize = 20;
+/// The largest answer of a server's version path read (a version is a few bytes; a
+/// server answering more is not read whole into memory).
+const VERSION_BODY_LIMIT: u64 = 64 << 10;
 
 /// Whether `plan` names a managed server.
 pub fn has_servers(plan: &WorkerPlan) -> bool {
@@ -633,7 +636,16 @@ async fn fetch_version(
 ) -> Option<String> {
     let url = format!("http://127.0.0.1:{port}{path}");
     let v: serde_json::Value = match client.get(&url).send().await {
-        Ok(resp) if resp.status().is_success() => resp.json().await.ok()?,
+        Ok(resp) if resp.status().is_success() => {
+            let what = "the server's version path";
+            match super::http_guard::read_body(resp, VERSION_BODY_LIMIT, what).await {
+                Ok(body) => serde_json::from_slice(&body).ok()?,
+                Err(e) => {
+                    warn!(url, error = %e.message, "cannot read the server's version");
+                    return None;
+                }
+            }
+        }
         Ok(resp) => {
             warn!(
                 url,
@@ -681,5 +693,56 @@ impl super::Backend for ServerBackend {
                 ))),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback HTTP server answering every request with `body` (chunked, no length).
+    async fn serve(body: Vec<u8>) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                                transfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+                    let _ = s.write_all(head.as_bytes()).await;
+                    for c in body.chunks(8192) {
+                        let _ = s.write_all(format!("{:x}\r\n", c.len()).as_bytes()).await;
+                        let _ = s.write_all(c).await;
+                        if s.write_all(b"\r\n").await.is_err() {
+                            return;
+                        }
+                    }
+                    let _ = s.write_all(b"0\r\n\r\n").await;
+                });
+            }
+        });
+        port
+    }
+
+    /// Issue 49: a server's version answer is read up to VERSION_BODY_LIMIT, never whole:
+    /// a 64 MiB answer is refused (no version) after at most the limit was read.
+    #[tokio::test]
+    async fn a_version_answer_is_read_within_a_bound() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let port = serve(br#"{"version":"0.6.1"}"#.to_vec()).await;
+        assert_eq!(
+            fetch_version(&client, port, "/version", "version").await.as_deref(),
+            Some("0.6.1")
+        );
+        let mut huge = br#"{"version":""#.to_vec();
+        huge.resize(64 << 20, b'9');
+        huge.extend_from_slice(br#""}"#);
+        let port = serve(huge).await;
+        assert_eq!(fetch_version(&client, port, "/version", "version").await, None);
     }
 }
