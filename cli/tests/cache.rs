@@ -260,3 +260,125 @@ mod forged {
         assert_eq!(reader.get(&misplaced).await.unwrap(), None, "a misplaced entry was served");
     }
 }
+
+/// `halyard cache stats --json`'s entry count of the cache `dir`.
+fn cache_entries(dir: &str) -> u64 {
+    let o =
+        halyard().env("HALYARD_CACHE", dir).args(["cache", "stats", "--json"]).output().unwrap();
+    assert!(o.status.success(), "cache stats: {}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["entries"].as_u64().unwrap_or_else(|| panic!("no entries in {v}"))
+}
+
+/// Issue 51, two runs at the same time on one machine, sharing their jobs and the cache:
+/// what the first had paid (and written to the cache) before the second started is never
+/// paid again; the jobs both reach while neither has an answer in the cache may be paid
+/// twice (there is no claim or lease), never more. The fake holds every answer (a gate)
+/// from the moment the first run has paid half its answers until the second run calls,
+/// so that the first run's answers are all in the cache when the second starts.
+#[test]
+fn two_runs_at_once_pay_again_only_what_neither_had_cached() {
+    const QUESTIONS: usize = 40;
+    let qs = load_questions(QUESTIONS);
+    let gate = halyard_tests::Gate::new();
+    gate.open();
+    let answer = responder(question_index(&qs), None);
+    let g = gate.clone();
+    let fake = FakeOpenAi::start_blocking(move |c: &halyard_tests::ChatCall| answer(c).behind(&g));
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache_s = cache.to_str().unwrap().to_string();
+    let spawn = |name: &str| {
+        let sweep = write_sweep(dir.path(), name, &fake.base_url(), QUESTIONS, 4);
+        let out = dir.path().join(format!("out-{name}"));
+        let child = halyard()
+            .env("HALYARD_CACHE", &cache_s)
+            .args(["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        (child, out.join(name).join("labels.jsonl"))
+    };
+    let finish = |mut child: std::process::Child, name: &str| {
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(status.success(), "run {name}: {status:?}\n{err}");
+    };
+    // How often one run without a cache makes each request (judge checks may repeat a
+    // request of another item).
+    let alone = write_sweep(dir.path(), "alone", &fake.base_url(), QUESTIONS, 4);
+    run_with_cache(&alone, &dir.path().join("alone"), "off");
+    let mut once = std::collections::HashMap::<String, usize>::new();
+    for c in fake.calls() {
+        *once.entry(halyard_tests::request_key(&c)).or_default() += 1;
+    }
+    fake.reset_counters();
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let (a, labels_a) = spawn("first");
+
+    // The first run pays for about half its answers; then its calls are held (those in
+    // flight stay in flight) until the cache holds every answer it was paid.
+    while fake.paid_calls().len() < QUESTIONS / 2 {
+        assert!(std::time::Instant::now() < deadline, "the first run paid too little");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    gate.close();
+    let paid_before = loop {
+        let paid = fake.paid_calls();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        if fake.paid_calls().len() == paid.len() && cache_entries(&cache_s) == paid.len() as u64 {
+            break paid;
+        }
+        assert!(std::time::Instant::now() < deadline, "the cache never held what was paid");
+    };
+    let received_before = fake.call_count();
+
+    // The second run, under another name, starts while the first still has calls in
+    // flight; its own calls are held too until it has made one, then all are answered.
+    let (b, labels_b) = spawn("second");
+    while fake.call_count() == received_before {
+        assert!(std::time::Instant::now() < deadline, "the second run made no call");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    gate.open();
+    finish(a, "first");
+    finish(b, "second");
+
+    // A request one run makes once is one job: paid before the second run started, it
+    // is never paid again. (The judge makes a few requests twice, for two jobs.)
+    let key = halyard_tests::request_key;
+    let calls = fake.calls();
+    let before: std::collections::HashSet<String> = paid_before.iter().map(key).collect();
+    let again = calls[received_before..]
+        .iter()
+        .filter(|c| once.get(&key(c)) == Some(&1) && before.contains(&key(c)))
+        .count();
+    assert_eq!(again, 0, "calls paid again an answer the cache held when the run started");
+    // No request is made more often than by the two runs without a cache.
+    let mut both = std::collections::HashMap::<String, usize>::new();
+    for c in &calls {
+        *both.entry(key(c)).or_default() += 1;
+    }
+    for (k, n) in &both {
+        let alone = once.get(k).copied().unwrap_or(0);
+        assert!(*n <= 2 * alone, "a request made {n} times, {alone} by a run alone: {k}");
+    }
+    let alone: usize = once.values().sum();
+    eprintln!(
+        "one run alone: {alone} calls; both runs: {} ({} paid twice: both runs reached them \
+         while neither had an answer in the cache); {} paid before the second run started",
+        calls.len(),
+        calls.len() - alone,
+        paid_before.len()
+    );
+    assert!(calls.len() >= alone, "every job is paid at least once");
+    assert!(calls.len() <= 2 * alone - paid_before.len(), "the cache spared nothing");
+    // Both runs label every question, and alike.
+    let a = std::fs::read_to_string(labels_a).unwrap();
+    let b = std::fs::read_to_string(labels_b).unwrap();
+    assert_eq!(a.lines().count(), QUESTIONS);
+    assert_eq!(a, b, "the two runs' labels differ");
+}
