@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use halyard_proto::{redact, OutageReason, Usage};
 
-use crate::backend::http_guard::{check_url, HttpPolicy, KeyHosts};
+use crate::backend::http_guard::{check_url, read_body, HttpPolicy, KeyHosts};
 use crate::backend::openai::{classify_transport, decode_completion};
 use crate::call_error::ErrorClass;
 
@@ -32,6 +32,8 @@ pub const PROBE_MAX_TOKENS: u32 = 5;
 const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Model names shown from the server's list.
 const LIST_SHOWN: usize = 20;
+/// The most of a probe's answer read: a model list of thousands of models fits.
+const PROBE_BODY_LIMIT: u64 = 8 << 20;
 
 /// One model to probe.
 #[derive(Clone, Debug)]
@@ -160,18 +162,13 @@ async fn list(
     key: Option<&str>,
     mut r: Report,
 ) -> Report {
-    let mut req = client.get(format!("{}/models", t.base_url.trim_end_matches('/')));
-    req = req.timeout(LIST_TIMEOUT.min(t.timeout.max(Duration::from_secs(1))));
-    if let Some(k) = key {
-        req = req.bearer_auth(k);
-    }
-    let resp = match req.send().await {
-        Ok(resp) => resp,
-        Err(e) => return transport(r, t, url, &e),
+    let req = client
+        .get(format!("{}/models", t.base_url.trim_end_matches('/')))
+        .timeout(LIST_TIMEOUT.min(t.timeout.max(Duration::from_secs(1))));
+    let (status, body) = match send(req, key, t, url, &mut r).await {
+        Ok(answer) => answer,
+        Err(()) => return r,
     };
-    r.reachable = Check::Yes;
-    let status = resp.status().as_u16();
-    let body = resp.bytes().await.unwrap_or_default();
     match status {
         401 | 403 => return refused(r, t, url, status),
         200 => {}
@@ -223,21 +220,15 @@ async fn chat(
         "max_tokens": PROBE_MAX_TOKENS,
         "temperature": 0.0,
     });
-    let mut req = client
+    let req = client
         .post(format!("{}/chat/completions", t.base_url.trim_end_matches('/')))
         .json(&body)
         .timeout(t.timeout.max(Duration::from_secs(1)));
-    if let Some(k) = key {
-        req = req.bearer_auth(k);
-    }
     let started = Instant::now();
-    let resp = match req.send().await {
-        Ok(resp) => resp,
-        Err(e) => return transport(r, t, url, &e),
+    let (status, bytes) = match send(req, key, t, url, &mut r).await {
+        Ok(answer) => answer,
+        Err(()) => return r,
     };
-    r.reachable = Check::Yes;
-    let status = resp.status().as_u16();
-    let bytes = resp.bytes().await.unwrap_or_default();
     match status {
         200 => {}
         401 | 403 => return refused(r, t, url, status),
@@ -292,6 +283,33 @@ async fn chat(
             )
         }
     }
+}
+
+/// Send one probe request (with the key, if any) and read its answer's status and body,
+/// at most [`PROBE_BODY_LIMIT`] bytes of it (a body beyond that, or one cut off, reads as
+/// empty: no answer of an API's probe is that large). A request that reached nothing is
+/// recorded in `r` as the transport failure it was, and `Err` returned.
+async fn send(
+    mut req: reqwest::RequestBuilder,
+    key: Option<&str>,
+    t: &Target,
+    url: &str,
+    r: &mut Report,
+) -> Result<(u16, Vec<u8>), ()> {
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    let resp = match req.send().await {
+        Ok(resp) => resp,
+        Err(e) => {
+            *r = transport(std::mem::replace(r, Report::new()), t, url, &e);
+            return Err(());
+        }
+    };
+    r.reachable = Check::Yes;
+    let status = resp.status().as_u16();
+    let body = read_body(resp, PROBE_BODY_LIMIT, url).await.unwrap_or_default();
+    Ok((status, body))
 }
 
 fn transport(mut r: Report, t: &Target, url: &str, e: &reqwest::Error) -> Report {
