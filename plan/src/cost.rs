@@ -194,7 +194,7 @@ impl Meter {
     pub fn published(&mut self, j: &JobRequest, id: JobId) {
         let m = self.model_of(j);
         let c = self.class(m, &j.key.stage);
-        self.pending.insert(id, (c, UsageBound::of(j)));
+        self.pending.insert(id, (c, UsageBound::of(&j.key)));
     }
 
     /// Jobs published and not yet answered.
@@ -214,8 +214,8 @@ impl Meter {
             Outcome::Done(done) => {
                 // A result is input (anyone with a worker credential may publish one): it
                 // bills at most what its job could use (issue 49, item 4).
-                let usage = bound.clamp(&done.usage);
-                if usage != done.usage {
+                let mut usage = done.usage;
+                if bound.clamp(&mut usage) {
                     self.clamped += 1;
                 }
                 t.jobs += 1;
@@ -258,48 +258,8 @@ impl Meter {
     }
 }
 
-/// The most usage a job may bill (issue 49, item 4), the worker's own bound
-/// (`halyard_worker::backend::clamp_usage`, the same numbers): completion tokens up to its
-/// `max_tokens` (else a million), prompt tokens up to one per byte of its messages plus
-/// 16 per message and 64 (a byte-level tokenizer never makes more tokens than bytes; the
-/// chat template adds a few), the prompt cache's parts within the prompt. A forged result
-/// claiming u64::MAX tokens priced at $1.8e13 and stopped the run at `--max-cost`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct UsageBound {
-    pub prompt: u64,
-    pub completion: u64,
-}
-
-impl UsageBound {
-    /// For a result whose job is not known: a million tokens each way.
-    pub const CEILING: UsageBound = UsageBound { prompt: 1 << 20, completion: 1 << 20 };
-
-    pub fn of(j: &JobRequest) -> UsageBound {
-        let prompt = j
-            .key
-            .messages
-            .iter()
-            .map(|m| (m.content.len() as u64).saturating_add(16))
-            .fold(64, u64::saturating_add);
-        let completion = j.key.sampling.max_tokens.map_or(Self::CEILING.completion, u64::from);
-        UsageBound { prompt, completion }
-    }
-
-    /// `u` with each count at most this bound's.
-    pub fn clamp(&self, u: &halyard_proto::Usage) -> halyard_proto::Usage {
-        let mut out = *u;
-        out.prompt_tokens = u.prompt_tokens.min(self.prompt);
-        out.completion_tokens = u.completion_tokens.min(self.completion);
-        if let Some(c) = &mut out.cache {
-            let mut left = out.prompt_tokens;
-            for n in [&mut c.read, &mut c.write_5m, &mut c.write_1h] {
-                *n = (*n).min(left);
-                left -= *n;
-            }
-        }
-        out
-    }
-}
+/// The most usage a job may bill (issue 49, item 4): the worker's own bound, from proto.
+pub use halyard_proto::UsageBound;
 
 fn merge_buckets(a: &[u64], b: &[u64]) -> Vec<u64> {
     let n = LATENCY_BUCKETS_S.len() + 1;

@@ -57,7 +57,7 @@ pub use id::JobId;
 pub use job::{ChatMessage, Job, JobKey, LogprobsRequest, ModelRef, OutputSchema, Role, Sampling};
 pub use result::{
     AnswerKind, CacheUsage, Completion, Failure, FailureKind, JobResult, Outcome, TokenLogprob,
-    TopLogprob, Usage,
+    TopLogprob, Usage, UsageBound,
 };
 pub use stored::StoredResult;
 

@@ -35,6 +35,58 @@ impl Usage {
     }
 }
 
+/// Output tokens a request without `max_tokens` is taken to produce at the most: far
+/// beyond any model's output limit, far below what would overflow a quota or a total.
+pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
+/// Tokens a chat template may add per message, and per request, beyond the bytes of the
+/// messages (a byte-level tokenizer never makes more tokens than bytes).
+const TEMPLATE_TOKENS_PER_MESSAGE: u64 = 16;
+const TEMPLATE_TOKENS: u64 = 64;
+
+/// The most usage a job's request could take (issues 33 and 49): prompt tokens at most the
+/// bytes of its messages plus the chat template's allowance, completion tokens at most its
+/// `max_tokens` (else [`MAX_COMPLETION_TOKENS`]), the prompt cache's parts within the
+/// prompt. The worker clamps what an API reports to it, and the coordinator what a result
+/// claims (anyone with a worker credential may publish one): one bound, both sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsageBound {
+    pub prompt: u64,
+    pub completion: u64,
+}
+
+impl UsageBound {
+    /// For a result whose job is not known: a million tokens each way.
+    pub const CEILING: UsageBound =
+        UsageBound { prompt: MAX_COMPLETION_TOKENS, completion: MAX_COMPLETION_TOKENS };
+
+    pub fn of(key: &crate::job::JobKey) -> UsageBound {
+        let prompt = key
+            .messages
+            .iter()
+            .map(|m| (m.content.len() as u64).saturating_add(TEMPLATE_TOKENS_PER_MESSAGE))
+            .fold(TEMPLATE_TOKENS, u64::saturating_add);
+        let completion = key.sampling.max_tokens.map_or(MAX_COMPLETION_TOKENS, u64::from);
+        UsageBound { prompt, completion }
+    }
+
+    /// Clamp each count of `u` to this bound (cached prompt tokens each at most what is
+    /// left of the prompt); whether anything was clamped.
+    pub fn clamp(&self, u: &mut Usage) -> bool {
+        let mut clamped = u.prompt_tokens > self.prompt || u.completion_tokens > self.completion;
+        u.prompt_tokens = u.prompt_tokens.min(self.prompt);
+        u.completion_tokens = u.completion_tokens.min(self.completion);
+        if let Some(c) = &mut u.cache {
+            let mut left = u.prompt_tokens;
+            for n in [&mut c.read, &mut c.write_5m, &mut c.write_1h] {
+                clamped |= *n > left;
+                *n = (*n).min(left);
+                left -= *n;
+            }
+        }
+        clamped
+    }
+}
+
 /// Prompt tokens a call wrote to the provider's prompt cache (by the entry's lifetime:
 /// 5 minutes or 1 hour are priced differently) and read from it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

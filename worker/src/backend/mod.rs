@@ -125,13 +125,7 @@ pub struct Backends {
     servers: ServerSlot,
 }
 
-/// Output tokens a request without `max_tokens` is taken to produce at the most: far
-/// beyond any model's output limit, far below what would overflow a quota or a total.
-pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
-/// Tokens a chat template may add per message, and per request, beyond the bytes of the
-/// messages (a byte-level tokenizer never makes more tokens than bytes).
-const TEMPLATE_TOKENS_PER_MESSAGE: u64 = 16;
-const TEMPLATE_TOKENS: u64 = 64;
+pub use halyard_proto::result::MAX_COMPLETION_TOKENS;
 
 /// [`clamp_usage`] on `c`, an answer an API gave for `job` (online, replayed, or read from
 /// a provider batch's output file), with a warning naming what it reported when clamped.
@@ -156,26 +150,7 @@ pub fn clamp_completion(job: &Job, c: &mut Completion) {
 /// An API answering `prompt_tokens = 2^64 − 1` would otherwise leave a quota debt no
 /// pool ever pays back, and totals that overflow. Returns whether anything was clamped.
 pub fn clamp_usage(job: &Job, usage: &mut Usage) -> bool {
-    let prompt_cap = job
-        .key
-        .messages
-        .iter()
-        .map(|m| (m.content.len() as u64).saturating_add(TEMPLATE_TOKENS_PER_MESSAGE))
-        .fold(TEMPLATE_TOKENS, u64::saturating_add);
-    let completion_cap = job.key.sampling.max_tokens.map_or(MAX_COMPLETION_TOKENS, u64::from);
-    let mut clamped = usage.prompt_tokens > prompt_cap || usage.completion_tokens > completion_cap;
-    usage.prompt_tokens = usage.prompt_tokens.min(prompt_cap);
-    usage.completion_tokens = usage.completion_tokens.min(completion_cap);
-    // Cached prompt tokens (issue 52) are a part of the prompt: each at most what is left.
-    if let Some(c) = &mut usage.cache {
-        let mut left = usage.prompt_tokens;
-        for n in [&mut c.read, &mut c.write_5m, &mut c.write_1h] {
-            clamped |= *n > left;
-            *n = (*n).min(left);
-            left -= *n;
-        }
-    }
-    clamped
+    halyard_proto::UsageBound::of(&job.key).clamp(usage)
 }
 
 impl Backends {
