@@ -290,7 +290,9 @@ impl Pipeline for ChainPoll {
         if let Some(imported) = out.imported_labels(shape(&cats))? {
             human.extend(imported);
         }
-        let jr = judging::analyse(out.bench, &self.judged(&all), &human);
+        let judged = self.judged(&all);
+        let jr = judging::analyse(out.bench, &judged, &human);
+        judging::verdict_file::write(out, &judged)?;
         out.md.push_str(&judging::markdown(&jr));
         out.across.judges.push(jr);
         Ok(())

@@ -309,6 +309,7 @@ fn report_judge_mode(
     }
     let judged = judged(config, panel, &all);
     let jr = judging::analyse(out.bench, &judged, &human);
+    judging::verdict_file::write(out, &judged)?;
     if panel.is_panel() {
         // The panel's HVI per model: every sentence with the panel's verdict.
         let verdicts = judging::figures::verdicts(&judged);

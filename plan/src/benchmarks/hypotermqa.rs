@@ -237,6 +237,7 @@ impl Pipeline for HypoTermQa {
         }
         let judged = self.judged(&all);
         let jr = judging::analyse(b, &judged, &human);
+        judging::verdict_file::write(out, &judged)?;
         if self.panel.is_panel() {
             self.panel_scores(out, &counts, &all, &judged, &jr)?;
         }

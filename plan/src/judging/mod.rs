@@ -36,6 +36,7 @@ pub mod preference;
 mod render;
 mod render_truth;
 pub mod truth;
+pub mod verdict_file;
 
 pub use figures::{analyse, JudgeReport};
 pub use human::{HumanLabel, HumanLabels};
