@@ -22,10 +22,15 @@
 //!   first rule cannot see);
 //! - the last number the journals hold is at least the durable high-water mark
 //!   ([`crate::acked`]): less is acknowledged batches cut from the end of the newest
-//!   journal (a crash only cuts batches not yet synced, which nobody was told were kept).
+//!   journal (a crash only cuts batches not yet synced, which nobody was told were kept);
+//! - when no journal holds a number before the place the engine would cut the newest one
+//!   (its first batches damaged, say), the first numbered batch past that place must be
+//!   above the mark: one at or below it is an acknowledged batch the engine would drop
+//!   (past a crash's cut, only batches never synced can be whole). Found by trying every
+//!   byte past the cut as a batch's start.
 //!
 //! Journals hold no number when every batch was flushed into tables and their journals
-//! removed; then the open compares the mark with the number the tables hold, after the
+//! removed (or when what held them is damaged beyond finding a batch); then the open compares the mark with the number the tables hold, after the
 //! engine's recovery ([`crate::open`]).
 //!
 //! The engine's entry format (fjall `journal/entry.rs`): a batch is `Start` (tag 1, u32
@@ -219,6 +224,8 @@ pub(crate) fn journals(engine: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
 pub(crate) fn check(engine: &Path, durable: Option<u64>) -> Result<Option<u64>, String> {
     let files = journals(engine).map_err(|e| format!("{}: {e}", engine.display()))?;
     let newest = files.last().map(|(n, _)| *n);
+    // The newest journal's path and what it holds.
+    let mut newest_scan: Option<(&Path, Scan)> = None;
     // The last number seen, and the journal that held it.
     let mut last: Option<(u64, String)> = None;
     for (n, path) in &files {
@@ -244,6 +251,9 @@ pub(crate) fn check(engine: &Path, durable: Option<u64>) -> Result<Option<u64>, 
             }
             last = Some((number, name.clone()));
         }
+        if Some(*n) == newest {
+            newest_scan = Some((path.as_path(), s));
+        }
     }
     if let (Some(durable), Some((number, held))) = (durable, &last) {
         if *number < durable {
@@ -253,5 +263,155 @@ pub(crate) fn check(engine: &Path, durable: Option<u64>) -> Result<Option<u64>, 
             ));
         }
     }
+    // No journal holds a number before the engine would cut the newest one (its first
+    // batches damaged, say): the batches after the cut, which the engine would drop, must
+    // not hold an acknowledged number.
+    if let (Some(durable), None, Some((path, s))) = (durable, &last, &newest_scan) {
+        if let Some((at, number)) = numbered_after_cut(path, s)? {
+            let cut = s.end;
+            if number <= durable {
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                return Err(format!(
+                    "its journal {name} is damaged at byte {cut}: the engine would cut it there and drop the batch \
+                     at byte {at}, number {number}, and every batch after it, though batches up to number {durable} \
+                     had been made durable and acknowledged"
+                ));
+            }
+        }
+    }
     Ok(last.map(|(n, _)| n))
+}
+
+/// What [`parse_batch`] found at the start of a slice.
+#[derive(Debug, PartialEq, Eq)]
+enum Parsed {
+    /// A whole batch of `len` bytes, with the store's number if it holds one.
+    Whole { len: usize, number: Option<u64> },
+    /// Not a batch in the engine's framing.
+    Invalid,
+    /// A batch so far, cut short by the slice's end.
+    Short,
+}
+
+/// Parse one batch at the start of `b` with the engine's framing (module docs), as
+/// [`scan`] reads them; `file_left` is the bytes of the file from `b`'s start on, which
+/// bounds the lengths a batch may claim.
+fn parse_batch(b: &[u8], file_left: u64) -> Parsed {
+    fn get<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
+        b.get(at..at + N).and_then(|s| s.try_into().ok())
+    }
+    if b.first() != Some(&1) {
+        return Parsed::Invalid;
+    }
+    let Some(count) = get::<4>(b, 1) else { return Parsed::Short };
+    let count = u32::from_le_bytes(count);
+    let mut at = 13usize;
+    let mut number = None;
+    for _ in 0..count {
+        match b.get(at) {
+            None => return Parsed::Short,
+            Some(2) => {
+                let Some(h) = get::<20>(b, at + 1) else { return Parsed::Short };
+                if !matches!(h[0], 0 | 1 | 2 | 4) || h[1] > 1 {
+                    return Parsed::Invalid;
+                }
+                let key_len = usize::from(u16::from_le_bytes([h[10], h[11]]));
+                let stored = u64::from(u32::from_le_bytes([h[16], h[17], h[18], h[19]]));
+                let body = at as u64 + 21 + key_len as u64;
+                if body + stored > file_left {
+                    return Parsed::Invalid;
+                }
+                let (body, stored) = (body as usize, stored as usize);
+                if b.len() < body + stored {
+                    return Parsed::Short;
+                }
+                if &b[at + 21..body] == crate::BATCH_KEY && h[1] == 0 && stored == 8 {
+                    number = get::<8>(b, body).map(u64::from_le_bytes);
+                }
+                at = body + stored;
+            }
+            Some(4) => {
+                if b.len() < at + 9 {
+                    return Parsed::Short;
+                }
+                at += 9;
+            }
+            Some(_) => return Parsed::Invalid,
+        }
+    }
+    match b.get(at) {
+        None => Parsed::Short,
+        Some(3) => match get::<4>(b, at + 9) {
+            None => Parsed::Short,
+            Some(magic) if magic == *b"FJL\x03" => Parsed::Whole { len: at + 13, number },
+            Some(_) => Parsed::Invalid,
+        },
+        Some(_) => Parsed::Invalid,
+    }
+}
+
+/// The first whole batch holding the store's number that the engine's recovery would
+/// drop from the journal at `path`, which [`scan`] read as `s` (past its last whole
+/// batch, something other than zeros follows: a batch cut short, or damage): the batch's
+/// first byte and its number. Found by trying every byte past the cut as a
+/// batch's start (a batch's framing and its `FJL` 3 end leave no doubt), reading the
+/// file a window at a time (the window holds one batch at most, plus what was read
+/// ahead).
+fn numbered_after_cut(path: &Path, s: &Scan) -> Result<Option<(u64, u64)>, String> {
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let Some(from) = s.nonzero_after else { return Ok(None) };
+    let mut f = File::open(path).map_err(err)?;
+    let len = f.metadata().map_err(err)?.len();
+    f.seek(SeekFrom::Start(from)).map_err(err)?;
+    let mut f = f.take(len - from);
+    // The bytes from `base` on, read so far; `eof`: the file has no more.
+    let mut window: Vec<u8> = Vec::new();
+    let mut base = from;
+    let mut eof = false;
+    let mut pos = 0usize;
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        // Drop what lies behind: no batch starts there.
+        if pos > 1 << 20 {
+            window.drain(..pos);
+            base += pos as u64;
+            pos = 0;
+        }
+        let next = window[pos.min(window.len())..].iter().position(|&b| b == 1).map(|i| pos + i);
+        let Some(at) = next else {
+            if eof {
+                return Ok(None);
+            }
+            pos = window.len();
+            let n = f.read(&mut chunk).map_err(err)?;
+            if n == 0 {
+                eof = true;
+            } else if chunk[..n].iter().all(|&b| b == 0) && pos == window.len() {
+                // Zeros hold no batch start: skip them without keeping them.
+                window.clear();
+                base += (pos + n) as u64;
+                pos = 0;
+            } else {
+                window.extend_from_slice(&chunk[..n]);
+            }
+            continue;
+        };
+        pos = at;
+        match parse_batch(&window[at..], len - (base + at as u64)) {
+            Parsed::Whole { number: Some(number), .. } => {
+                return Ok(Some((base + at as u64, number)))
+            }
+            // A whole batch without a number: past it.
+            Parsed::Whole { len, number: None } => pos = at + len,
+            Parsed::Invalid => pos = at + 1,
+            Parsed::Short if eof => pos = at + 1,
+            Parsed::Short => {
+                let n = f.read(&mut chunk).map_err(err)?;
+                if n == 0 {
+                    eof = true;
+                }
+                window.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
 }

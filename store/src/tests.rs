@@ -553,6 +553,86 @@ fn journal_damage_never_drops_acknowledged_records() {
     assert_eq!(refused, scan.bounds.len() - 1);
 }
 
+/// Issue 50, item 1: a journal whose first batches are damaged holds no batch number
+/// before the place where the engine's recovery would cut it, so the journals' numbers say
+/// nothing; the acknowledged batches after the damage are found (every byte past the cut
+/// tried as a batch's start) and the store is refused before the engine opens it, its
+/// journal as it was (the engine's recovery would have cut it there for good). Damage
+/// that leaves no whole batch after it is refused after the engine's open (the store's
+/// own number); a batch found past the cut that was never acknowledged is no refusal.
+#[test]
+fn a_journal_damaged_from_its_start_is_refused_before_the_engine_cuts_it() {
+    let base = tempfile::tempdir().unwrap();
+    acknowledged_store(base.path());
+    let jnls = journal::journals(&base.path().join(ENGINE_DIR)).unwrap();
+    let rel = jnls[0].1.strip_prefix(base.path()).unwrap().to_path_buf();
+    let scan = journal::scan_bounds(&jnls[0].1).unwrap();
+    let ours = &scan.bounds[scan.bounds.len() - BATCHES as usize..];
+    // Zeroed from the start up to `to` (a sector; into the records' first batch; up to
+    // the middle of the last one), or 64 flipped bytes at its start.
+    let first_end = ours[0].1 as usize;
+    let last = ours[ours.len() - 1];
+    let cases: [(&str, Box<dyn Fn(&mut Vec<u8>)>); 4] = [
+        ("its first 4 KiB zeroed", Box::new(|b: &mut Vec<u8>| b[..4096].fill(0))),
+        (
+            "zeroed into the records' first batch",
+            Box::new(move |b: &mut Vec<u8>| b[..first_end - 7].fill(0)),
+        ),
+        (
+            "its first 64 bytes flipped",
+            Box::new(|b: &mut Vec<u8>| b[..64].iter_mut().for_each(|x| *x ^= 0xff)),
+        ),
+        (
+            "zeroed to the middle of its last batch",
+            Box::new(move |b: &mut Vec<u8>| b[..((last.0 + last.1) / 2) as usize].fill(0)),
+        ),
+    ];
+    for (case, damage) in cases {
+        let d = tempfile::tempdir().unwrap();
+        copy_dir(base.path(), d.path());
+        let f = d.path().join(&rel);
+        let mut b = std::fs::read(&f).unwrap();
+        damage(&mut b);
+        std::fs::write(&f, &b).unwrap();
+        all_or_refused(d.path(), case);
+        let e = acknowledged_back(d.path()).expect_err(case);
+        if case.starts_with("zeroed to the middle") {
+            // No whole batch after the damage: refused by the store's own number.
+            assert!(e.contains("batches up to number 0"), "{case}: {e}");
+        } else {
+            assert!(e.contains("the engine would cut it there"), "{case}: {e}");
+            // Nothing cut: the journal holds what it held, to its length.
+            assert!(std::fs::read(&f).unwrap() == b, "{case}: the journal was changed");
+        }
+    }
+    // A batch after the damage that was committed, never made durable (as a crash after a
+    // commit leaves it): not refused before the engine's open for that. Its first batches
+    // are those made durable, and lost: the store's own number refuses it after the
+    // engine's open.
+    let d = tempfile::tempdir().unwrap();
+    {
+        let s = open(d.path(), opts(), &["a"]).unwrap();
+        let a = s.keyspace("a").unwrap();
+        let mut batch = s.db().batch();
+        batch.insert(&a, 1u32.to_be_bytes(), [1; 100]);
+        s.commit_durable(batch).unwrap();
+        let mut batch = s.db().batch();
+        batch.insert(&a, 2u32.to_be_bytes(), [2; 100]);
+        s.commit(batch).unwrap();
+    }
+    let jnls = journal::journals(&d.path().join(ENGINE_DIR)).unwrap();
+    let scan = journal::scan_bounds(&jnls[0].1).unwrap();
+    let durable = acked::read(&d.path().join(ENGINE_DIR)).unwrap().unwrap();
+    let unsynced = scan.bounds[scan.bounds.len() - 1];
+    let mut b = std::fs::read(&jnls[0].1).unwrap();
+    b[..unsynced.0 as usize].fill(0);
+    std::fs::write(&jnls[0].1, &b).unwrap();
+    assert_eq!(journal::check(&d.path().join(ENGINE_DIR), Some(durable)), Ok(None));
+    // The same batch counted as made durable: refused.
+    let e = journal::check(&d.path().join(ENGINE_DIR), Some(durable + 1)).unwrap_err();
+    assert!(e.contains(&format!("number {}", durable + 1)), "{e}");
+}
+
 /// Issue 50, item 2: a reader (`halyard gc`'s [`compact`], `report`'s [`open`]) run again
 /// and again against a store its owner is compacting is refused with the owner named
 /// (the store's lock is taken before any file is touched and held through the swap), and
