@@ -572,7 +572,8 @@ fn a_journal_damaged_from_its_start_is_refused_before_the_engine_cuts_it() {
     // the middle of the last one), or 64 flipped bytes at its start.
     let first_end = ours[0].1 as usize;
     let last = ours[ours.len() - 1];
-    let cases: [(&str, Box<dyn Fn(&mut Vec<u8>)>); 4] = [
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: [(&str, Damage); 4] = [
         ("its first 4 KiB zeroed", Box::new(|b: &mut Vec<u8>| b[..4096].fill(0))),
         (
             "zeroed into the records' first batch",
