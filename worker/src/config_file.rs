@@ -256,7 +256,7 @@ fn quota(
 }
 
 fn model(m: RawModel) -> Result<WorkerModel, FieldError> {
-    let http = crate::backend::REGISTRY.iter().find(|k| k.http && k.name == m.backend);
+    let http = crate::backend::registry::REGISTRY.iter().find(|k| k.http && k.name == m.backend);
     match m.backend.as_str() {
         _ if http.is_some() => {
             let base_url =
@@ -301,7 +301,7 @@ fn model(m: RawModel) -> Result<WorkerModel, FieldError> {
             Ok(WorkerModel::Noop)
         }
         other => {
-            let mut names: Vec<String> = crate::backend::REGISTRY
+            let mut names: Vec<String> = crate::backend::registry::REGISTRY
                 .iter()
                 .filter(|k| k.http)
                 .map(|k| format!("{:?}", k.name))

@@ -1,16 +1,19 @@
 //! # halyard-worker: runs a pool's jobs
 //!
 //! ## Layout
-//! - [`lifecycle`]: the life of one delivery as a pure state machine (no IO).
+//! - [`lifecycle`]: the life of one delivery as a pure state machine (no IO): every
+//!   decision of a delivery (admit or refuse, where the answer already is, the budget,
+//!   retry, hand back, dead letter) is one of its transitions.
 //! - [`checkpoint`]: the store of completed calls (fjall, through `halyard-store`), with group commit.
 //! - [`config_file`]: the worker configuration file (`halyard worker --config`): pools,
 //!   the models each may call, quotas and HTTP limits, for workers without a sweep.
 //! - [`batch`]: batch pools (`mode = "batch"`): jobs answered through the provider's
 //!   batch API, every step recorded in the broker before it is taken.
-//! - [`backend`]: model backends (`openai`, `gguf`, `replay`, `noop`) and error classification.
+//! - [`backend`]: model backends (the trait; `backend::registry` names each one) and error
+//!   classification.
 //! - [`server`]: managed model servers (`backend = "server"`): started before the pools
 //!   take jobs, restarted when they crash (the pool paused meanwhile), stopped last.
-//! - [`retry`]: in-delivery retries with backoff, jitter and `Retry-After`.
+//! - [`retry`]: the policy of in-delivery retries (backoff, jitter, `Retry-After`).
 //! - [`health`]: each pool's endpoint health: an outage pauses the pool across all its
 //!   workers (no fetching, held jobs handed back, one probe), an answer resumes it.
 //! - [`budget`]: delivery budgets that outages, cool-downs and shutdowns do not spend.
@@ -21,7 +24,7 @@
 //!   pool's workers through a KV membership, with pool-wide cool-downs on 429.
 //! - `pool`: the fetch loop of one pool; it hands each message to its delivery.
 //! - `delivery`: one delivery of a job message: the [`lifecycle`] machine and the IO
-//!   that carries out its effects. Inside it, `delivery::admit` is the receiving half
+//!   that carries out its effects (one executor loop, `delivery/mod.rs`). Inside it, `delivery::admit` is the receiving half
 //!   (job messages decoded item by item and each job checked against the worker's plan
 //!   before anything else happens), `delivery::calling` one job's call (retries,
 //!   in-progress acks, pauses) and `delivery::ctx` what every delivery shares.

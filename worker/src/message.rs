@@ -18,7 +18,7 @@ pub(crate) struct JobMsg {
     pub(crate) delivered: u64,
     /// Jobs not finished yet, and the fate of those that are.
     state: std::sync::Mutex<(usize, Fate)>,
-    /// Deliveries excused from the budget, read once on a redelivery (see `effective`).
+    /// Deliveries excused from the budget, read once on a redelivery (see `excused`).
     excused: tokio::sync::OnceCell<u64>,
 }
 
@@ -74,10 +74,11 @@ impl JobMsg {
         Some((Budget::key(pool.trim_start_matches('.'), seq), seq))
     }
 
-    /// The delivery number that counts against the budget: JetStream's less the
-    /// deliveries excused (read once, and only on a redelivery; see [`crate::budget`]).
-    pub(crate) async fn effective(&self, budget: &Budget) -> u64 {
-        let excused = self
+    /// The deliveries of this message excused from the budget (read once, and only on a
+    /// redelivery; see [`crate::budget`]): the delivery that counts is JetStream's less
+    /// these ([`crate::budget::effective`]).
+    pub(crate) async fn excused(&self, budget: &Budget) -> u64 {
+        *self
             .excused
             .get_or_init(|| async {
                 let Some((key, seq)) = self.budget_key().filter(|_| self.delivered > 1) else {
@@ -88,8 +89,7 @@ impl JobMsg {
                     0
                 })
             })
-            .await;
-        crate::budget::effective(self.delivered, *excused)
+            .await
     }
 
     /// Excuse this delivery from the budget: it came because a worker holding the job in

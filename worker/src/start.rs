@@ -248,10 +248,11 @@ async fn start(
     // the broker may not be shaped yet (a worker deployed before any coordinator waits
     // for the streams below, and a server that takes minutes to load is ready by then).
     let (plan, http) = (config.plan.clone(), config.http);
-    let mut backends = tokio::task::spawn_blocking(move || backend::Backends::new(&plan, http))
-        .await
-        .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
-        .map_err(WorkerError::Backend)?;
+    let mut backends =
+        tokio::task::spawn_blocking(move || backend::registry::Backends::new(&plan, http))
+            .await
+            .map_err(|e| WorkerError::Backend(format!("model loading panicked: {e}")))?
+            .map_err(WorkerError::Backend)?;
     let stats = config.stats.clone();
     // A managed server's health is this worker's own: the pool's other workers call
     // their own servers (see `server`).

@@ -1,10 +1,13 @@
-//! Model backends. [`Backends::call`] turns a [`Job`]'s request into a [`Completion`] or
-//! a classified [`CallError`]; retries and pacing are the caller's business.
+//! Model backends: the trait. [`registry::Backends::call`] turns a [`Job`]'s request
+//! into a [`Completion`] or a classified [`CallError`]; retries and pacing are the
+//! caller's business.
 //!
 //! Each backend (`backend = "…"` in a sweep) is one file here: a type implementing
 //! [`Backend`] (one attempt at one job's call) and a `KIND` ([`BackendKind`]: its name,
-//! and how it is built from the worker's plan), listed once in [`REGISTRY`]. Nothing
-//! else in the worker names a backend (see the book's "Adding a backend").
+//! and how it is built from the worker's plan), listed once in [`registry::REGISTRY`].
+//! Nothing else in the worker names a backend (see the book's "Adding a backend"); this
+//! file names none of them but the shared HTTP client ([`openai::OpenAi`]) and the
+//! managed servers' slot that [`Load`] hands them.
 
 pub mod anthropic;
 #[cfg(feature = "embed")]
@@ -19,6 +22,7 @@ pub mod http_models;
 pub mod logits;
 pub mod noop;
 pub mod openai;
+pub mod registry;
 pub mod replay;
 pub mod server;
 #[cfg(not(all(feature = "gguf", feature = "embed")))]
@@ -36,25 +40,6 @@ pub use http_models::HttpModels;
 /// How to run one local GGUF model (see [`gguf`]); part of the worker's plan.
 pub use halyard_proto::pool::GgufSpec;
 
-/// Every backend this worker can run, one line each: a job naming `backend = "x"` is
-/// called by the backend whose [`BackendKind::name`] is `x`. The order is that of the
-/// names in messages, and of loading at start.
-pub const REGISTRY: &[BackendKind] = &[
-    openai::KIND,
-    anthropic::KIND,
-    #[cfg(feature = "gguf")]
-    gguf::KIND,
-    #[cfg(not(feature = "gguf"))]
-    unbuilt::GGUF,
-    server::KIND,
-    replay::KIND,
-    #[cfg(feature = "embed")]
-    embed::KIND,
-    #[cfg(not(feature = "embed"))]
-    unbuilt::EMBED,
-    noop::KIND,
-];
-
 /// One backend, loaded: the calls of the jobs of its models.
 pub trait Backend: Send + Sync {
     /// One attempt at the call of `job` (no retries): the answer, or the error classified
@@ -71,7 +56,7 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// A backend the worker can run: a line of [`REGISTRY`].
+/// A backend the worker can run: a line of [`registry::REGISTRY`].
 pub struct BackendKind {
     /// The name jobs give (`ModelRef::backend`, `backend = "…"` in a sweep).
     pub name: &'static str,
@@ -117,14 +102,6 @@ pub fn gguf_gpu_support() -> bool {
     cfg!(feature = "cuda")
 }
 
-/// Everything a worker can call: every backend of [`REGISTRY`], loaded for the plan.
-pub struct Backends {
-    /// By name, in [`REGISTRY`]'s order.
-    loaded: Vec<(&'static str, Box<dyn Backend>)>,
-    /// The managed servers (`backend = "server"`), once started.
-    servers: ServerSlot,
-}
-
 pub use halyard_proto::result::MAX_COMPLETION_TOKENS;
 
 /// [`clamp_usage`] on `c`, an answer an API gave for `job` (online, replayed, or read from
@@ -151,61 +128,6 @@ pub fn clamp_completion(job: &Job, c: &mut Completion) {
 /// pool ever pays back, and totals that overflow. Returns whether anything was clamped.
 pub fn clamp_usage(job: &Job, usage: &mut Usage) -> bool {
     halyard_proto::UsageBound::of(&job.key).clamp(usage)
-}
-
-impl Backends {
-    /// Build the HTTP client and load every backend of [`REGISTRY`] for the plan
-    /// (blocking: loading local models takes seconds). A model named by several pools is
-    /// loaded once.
-    pub fn new(plan: &WorkerPlan, policy: http_guard::HttpPolicy) -> Result<Backends, String> {
-        http_guard::check_plan(plan, policy)?;
-        let http = openai::OpenAi::new(policy.max_body_bytes).map_err(|e| e.message)?;
-        let servers = ServerSlot::default();
-        let load = Load { plan, policy, http: &http, servers: &servers };
-        let mut loaded = Vec::with_capacity(REGISTRY.len());
-        for kind in REGISTRY {
-            loaded.push((kind.name, (kind.load)(&load)?));
-        }
-        Ok(Backends { loaded, servers })
-    }
-
-    /// Calls of `backend = "server"` models go to these servers.
-    pub fn set_servers(&mut self, servers: Arc<server::Servers>) {
-        if self.servers.set(servers).is_err() {
-            tracing::warn!("the managed servers were set twice: the first are kept");
-        }
-    }
-
-    /// The backend a job names.
-    fn of(&self, job: &Job) -> Result<&dyn Backend, CallError> {
-        let name = job.key.model.backend.as_str();
-        match self.loaded.iter().find(|(n, _)| *n == name) {
-            Some((_, b)) => Ok(b.as_ref()),
-            None => {
-                let names: Vec<&str> = REGISTRY.iter().map(|k| k.name).collect();
-                Err(CallError::permanent(format!(
-                    "this worker has no backend {name:?} (it runs: {})",
-                    names.join(", ")
-                )))
-            }
-        }
-    }
-
-    /// One attempt at the call, with the API's rate-limit headers (HTTP backends only).
-    pub async fn call_with_limits(
-        &self,
-        job: &Job,
-    ) -> (Result<Completion, CallError>, RateHeaders) {
-        match self.of(job) {
-            Ok(b) => b.call_with_limits(job).await,
-            Err(e) => (Err(e), RateHeaders::default()),
-        }
-    }
-
-    /// One attempt at the call (no retries).
-    pub async fn call(&self, job: &Job) -> Result<Completion, CallError> {
-        self.of(job)?.call(job).await
-    }
 }
 
 /// `c` with its usage clamped ([`clamp_completion`]): what a backend calling an API

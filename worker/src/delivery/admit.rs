@@ -4,10 +4,11 @@
 //! `halyard_proto::decode_job_items`) and checks each job against the worker's plan
 //! (`WorkerPlan::admit`: the id is the hash of the key, the pool is the consumer's, the
 //! model is one configured for that pool). A message holding a job of another wire
-//! version is handed back whole, with [`OTHER_VERSION_DELAY`], for a compatible worker:
+//! version is handed back whole, with [`crate::lifecycle::OTHER_VERSION_DELAY`], for a compatible worker:
 //! a rolling upgrade must not destroy jobs.
 //!
-//! A refused job ([`refuse`]) is never called and never checkpointed. It is logged with
+//! A refused job ([`refuse`]) is never called and never checkpointed; what its delivery
+//! does is the [`crate::lifecycle`] machine's (`Event::Refused`). It is logged with
 //! the reason (pool and endpoint asked for, credentials redacted), counted
 //! (`Stats::refused`), reported to the run it names as a result with
 //! `FailureKind::Refused` when it could be decoded (the coordinator counts it and does
@@ -15,17 +16,14 @@
 //! `halyard_proto::result`), and settles its share of the message as terminated: the
 //! message is acked once the other jobs in it are done, terminated if none is left.
 
-use std::time::Duration;
-
 use halyard_proto::pool::{Refusal, WorkerPlan};
-use halyard_proto::{Failure, FailureKind, Job, JobItem, Outcome};
+use halyard_proto::{Job, JobItem};
 use tracing::warn;
 
-use super::ctx::{publish, PoolCtx};
-use crate::message::{Fate, JobMsg};
-
-/// How long a message of another wire version waits before it is offered again.
-pub(crate) const OTHER_VERSION_DELAY: Duration = Duration::from_secs(30);
+use super::ctx::PoolCtx;
+use super::Io;
+use crate::lifecycle::{Event, Lifecycle};
+use crate::message::JobMsg;
 
 /// A refused item: the reason, and the job when it could be decoded.
 pub(crate) struct Refused {
@@ -60,20 +58,17 @@ pub(crate) fn receive(plan: &WorkerPlan, pool: &str, payload: &[u8]) -> Result<V
     Ok(out)
 }
 
-/// Settle a refused job: log, count, report to its run, terminate its share.
+/// Settle a refused job: log, count, and let its delivery report it to its run and
+/// terminate its share (see [`crate::lifecycle`], `Event::Refused`).
 pub(crate) async fn refuse(ctx: &PoolCtx, msg: &JobMsg, r: Refused) {
     ctx.stats.refused.inc();
     let job_id = r.job.as_ref().map(|j| j.id.to_string()).unwrap_or_default();
     warn!(job = job_id, delivery = msg.delivered, reason = %r.refusal, "job refused: not called, not checkpointed");
-    if let Some(job) = &r.job {
-        let failure =
-            Failure { kind: FailureKind::Refused, error: r.refusal.to_string(), http_status: None };
-        // Best effort: the refusal is logged and counted here whatever happens to it.
-        let _ = publish(ctx, job, Outcome::Failed(failure), msg.delivered, false).await;
-    }
-    if let Err(e) = msg.finish(Fate::Term, &ctx.budget).await {
-        warn!(job = job_id, error = %e, "could not settle the message of a refused job");
-    }
+    let mut lc = Lifecycle::new(msg.delivered, ctx.max_deliver);
+    let mut io = Io::new(ctx, msg);
+    io.job = r.job.as_ref();
+    io.refusal = Some(&r.refusal);
+    io.drive(&mut lc, Event::Refused { reportable: r.job.is_some() }).await;
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!   begins a pause ends the delivery as a counted failure ([`CallOutcome::Opened`]):
 //!   a job that brings the endpoint down each time it is sent spends its budget.
 //! - Pool paused: a job that is not inside an HTTP request is handed back
-//!   ([`CallOutcome::HandBack`], budget kept), unless it takes the probe: then it stays
+//!   ([`CallOutcome::Paused`], budget kept), unless it takes the probe: then it stays
 //!   in hand, sending in-progress acks, and calls when its turn comes; a failed probe
 //!   waits for the next turn, an answer resumes the pool and finishes the job.
 //! - Hard stop (shutdown grace over): the call is abandoned; soft stop ends a probe's
@@ -31,7 +31,13 @@ pub(crate) enum CallOutcome {
     Failed(CallError, u32),
     /// An endpoint-wide failure of this job's call began the pool's pause (counted).
     Opened(CallError, u32),
-    /// The pool is paused: back to the queue without spending the budget.
+    /// The pool is paused and the job holds no probe: back to the queue without
+    /// spending the budget.
+    Paused(u32),
+    /// The worker stops while the job waited outside an HTTP request (its quota share,
+    /// a backoff, a probe's turn): back to the queue at once, budget kept.
+    Stopped(u32),
+    /// Not run for the pool's reason (a batch pool's job left out of its batch).
     HandBack(u32),
     /// The worker stops and abandons the call.
     Abandoned,
@@ -74,12 +80,12 @@ pub(crate) async fn call(
                 probe = health.claim_probe();
             }
             if probe.is_none() {
-                return CallOutcome::HandBack(calls);
+                return CallOutcome::Paused(calls);
             }
             match wait_turn(ctx, health, msg, &mut progress).await {
                 Turn::Go => {}
                 Turn::Resumed => probe = None,
-                Turn::Stop => return CallOutcome::HandBack(calls),
+                Turn::Stop => return CallOutcome::Stopped(calls),
                 Turn::Abandoned => return CallOutcome::Abandoned,
             }
         } else {
@@ -112,7 +118,7 @@ pub(crate) async fn call(
             }
             Round::Done(Err(e)) => return CallOutcome::Failed(e, calls),
             Round::Paused => {}
-            Round::Stopping => return CallOutcome::HandBack(calls),
+            Round::Stopping => return CallOutcome::Stopped(calls),
             Round::Abandoned => return CallOutcome::Abandoned,
         }
     }
@@ -194,7 +200,8 @@ async fn send_progress(msg: &jetstream::Message) {
     }
 }
 
-/// The life-cycle event of a call's outcome (counting its calls, keeping its result).
+/// The life-cycle event of a call's outcome (counting its calls, keeping its result);
+/// what the delivery does next is the machine's ([`Lifecycle::step`]).
 pub(crate) fn call_event(
     ctx: &PoolCtx,
     job: &Job,
@@ -211,18 +218,15 @@ pub(crate) fn call_event(
             ctx.failpoints.pass(Point::CallPersist);
             Event::CallSucceeded
         }
-        // 429s past the in-place retries: the pool's quota, not the job, is at fault.
-        CallOutcome::Failed(e, calls) if e.class == ErrorClass::RateLimited => {
+        CallOutcome::Failed(e, calls) => failed(ctx, job, delivery, e, calls, false, last_error),
+        CallOutcome::Opened(e, calls) => failed(ctx, job, delivery, e, calls, true, last_error),
+        CallOutcome::Paused(calls) => {
             ctx.stats.add_calls(calls as u64);
-            warn!(job = %job.id, delivery, error = %e.message, "still rate limited after the in-place retries; handing the job back");
-            Event::HandBack { retry_after: e.retry_after }
+            Event::PoolPaused
         }
-        CallOutcome::Failed(e, calls) | CallOutcome::Opened(e, calls) => {
+        CallOutcome::Stopped(calls) => {
             ctx.stats.add_calls(calls as u64);
-            warn!(job = %job.id, delivery, error = %e.message, status = ?e.status, permanent = e.is_permanent(), "model call failed");
-            let ev = Event::CallFailed { permanent: e.is_permanent(), retry_after: e.retry_after };
-            *last_error = Some(e);
-            ev
+            Event::StoppedWaiting
         }
         CallOutcome::HandBack(calls) => {
             ctx.stats.add_calls(calls as u64);
@@ -230,6 +234,27 @@ pub(crate) fn call_event(
         }
         CallOutcome::Abandoned => Event::Shutdown,
     }
+}
+
+/// The event of a failed call: `opened`, its failure began the pool's pause.
+fn failed(
+    ctx: &PoolCtx,
+    job: &Job,
+    delivery: u64,
+    e: CallError,
+    calls: u32,
+    opened: bool,
+    last_error: &mut Option<CallError>,
+) -> Event {
+    ctx.stats.add_calls(calls as u64);
+    let ev = Event::CallError { class: e.class, retry_after: e.retry_after, opened };
+    if e.class == ErrorClass::RateLimited && !opened {
+        warn!(job = %job.id, delivery, error = %e.message, "still rate limited after the in-place retries; handing the job back");
+    } else {
+        warn!(job = %job.id, delivery, error = %e.message, status = ?e.status, permanent = e.is_permanent(), "model call failed");
+        *last_error = Some(e);
+    }
+    ev
 }
 
 /// The dead letter of a job: its last error, or (arriving past its budget) the

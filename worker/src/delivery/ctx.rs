@@ -10,7 +10,7 @@ use halyard_proto::{Job, JobId, JobResult, Outcome};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::backend::Backends;
+use crate::backend::registry::Backends;
 use crate::budget::Budget;
 use crate::checkpoint::Checkpoint;
 use crate::failpoint::Failpoints;

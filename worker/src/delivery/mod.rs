@@ -11,10 +11,9 @@ mod ctx;
 mod retrying;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_nats::jetstream::{self, AckKind};
-use halyard_proto::{Job, Outcome};
+use async_nats::jetstream;
+use halyard_proto::{Completion, Failure, FailureKind, Job, Outcome};
 use tracing::{debug, info, warn, Instrument};
 
 pub(crate) use admit::{refuse, Received};
@@ -23,14 +22,10 @@ pub(crate) use ctx::{ack_wait_millis, PoolCtx};
 use crate::backend::CallError;
 use crate::failpoint::Point;
 use crate::health::{PoolHealth, ProbeClaim};
-use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State};
+use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State, OTHER_VERSION_DELAY};
 use crate::message::{Fate, JobMsg};
 use calling::{call, call_event, dead_letter, CallOutcome};
 use ctx::publish;
-
-/// How long a job message whose object the broker could not give waits before it is
-/// offered again.
-const OBJECT_RETRY: Duration = Duration::from_secs(5);
 
 /// Read a job message: its delivery count and its items, each decoded and checked
 /// against the plan on its own (see `admit`). `None` when there is nothing to run: no
@@ -60,14 +55,13 @@ pub(crate) async fn open_message(
         Ok(p) => p,
         Err(e) if e.is_transient() => {
             warn!(pool, stream_seq = seq, error = %e, "cannot read a job message's object now; handing it back");
-            let shared = JobMsg::new(msg, delivered, 1);
-            let _ = shared.finish(Fate::HandBack(OBJECT_RETRY), &ctx.budget).await;
+            settle_message(ctx, msg, delivered, Event::Unreadable { transient: true }).await;
             return None;
         }
         Err(e) => {
             // Its jobs, if real, are published again by the coordinator's stall check.
             warn!(pool, stream_seq = seq, error = %e, "terminating a job message whose object is unusable");
-            let _ = msg.ack_with(AckKind::Term).await;
+            settle_message(ctx, msg, delivered, Event::Unreadable { transient: false }).await;
             return None;
         }
     };
@@ -75,7 +69,7 @@ pub(crate) async fn open_message(
         Ok(items) if !items.is_empty() => items,
         Ok(_) => {
             warn!(stream_seq = seq, "terminating an empty job batch");
-            let _ = msg.ack_with(AckKind::Term).await;
+            settle_message(ctx, msg, delivered, Event::Empty).await;
             return None;
         }
         Err(version) => {
@@ -84,12 +78,11 @@ pub(crate) async fn open_message(
                 stream_seq = seq,
                 version,
                 ours = halyard_proto::WIRE_VERSION,
-                delay_s = admit::OTHER_VERSION_DELAY.as_secs(),
+                delay_s = OTHER_VERSION_DELAY.as_secs(),
                 "job message of another wire version; handing it back for a compatible worker"
             );
             // Handed back, not counted: a compatible worker will take it.
-            let shared = JobMsg::new(msg, delivered, 1);
-            let _ = shared.finish(Fate::HandBack(admit::OTHER_VERSION_DELAY), &ctx.budget).await;
+            settle_message(ctx, msg, delivered, Event::OtherVersion).await;
             return None;
         }
     };
@@ -119,60 +112,145 @@ pub(crate) async fn run_job(
 }
 
 async fn run_job_locked(
-    ctx: &Arc<PoolCtx>,
+    ctx: &PoolCtx,
     health: &Arc<PoolHealth>,
     shared: &JobMsg,
     job: &Job,
-    mut probe: Option<ProbeClaim>,
+    probe: Option<ProbeClaim>,
 ) {
-    let (msg, delivered) = (&shared.msg, shared.delivered);
-    // Whether this job has told its message how it ended (see `JobMsg`).
-    let mut settled = false;
-    let cached = match ctx.checkpoint.get(&job.id) {
-        Ok(c) => c,
-        Err(e) => {
-            warn!(job = %job.id, delivery = delivered, error = %e, "unreadable checkpoint record; calling the model again");
-            None
-        }
-    };
-    let policy = ctx.cache_policy(&job.key.model);
-    let cached = match cached {
-        Some(c) => Some(c),
-        None => from_cache(ctx, job, policy).await,
-    };
-    // A redelivery's budget is read only when the checkpoint does not answer it. A job
-    // that a live provider batch holds is not over budget however often its workers
-    // crashed: its answer is paid for and on its way (see `batch`).
-    let held = match ctx.batches.pool(&job.pool) {
-        Some(b) if cached.is_none() => b.holds(&job.id).await,
-        _ => false,
-    };
-    if held {
-        // Its earlier delivery ended in a crash while the batch went on: not the job's.
-        shared.excuse_delivery(&ctx.budget).await;
+    let mut lc = Lifecycle::new(shared.delivered, ctx.max_deliver);
+    let mut io = Io::new(ctx, shared);
+    io.job = Some(job);
+    io.health = Some(health);
+    io.probe = probe;
+    io.policy = Some(ctx.cache_policy(&job.key.model));
+    io.drive(&mut lc, Event::Arrived).await;
+    match lc.state() {
+        State::Finished(Disposition::Completed) => ctx.stats.completed.inc(),
+        State::Finished(Disposition::Replayed) => ctx.stats.replayed.inc(),
+        State::Finished(Disposition::DeadLetter) => ctx.stats.dead_letters.inc(),
+        State::Finished(Disposition::HandedBack) => ctx.stats.handed_back.inc(),
+        // Counted when refused (see `admit::refuse`); a job is not refused here.
+        State::Finished(Disposition::Refused) => {}
+        _ => ctx.stats.retried.inc(),
     }
-    let effective = if cached.is_some() || held { 1 } else { shared.effective(&ctx.budget).await };
-    let mut lc = Lifecycle::new(effective, ctx.max_deliver);
-    let mut completion = cached;
-    let mut last_error: Option<CallError> = None;
-    let mut pending: std::collections::VecDeque<Effect> =
-        lc.step(Event::Start { checkpoint_hit: completion.is_some() }).into();
-    while let Some(effect) = pending.pop_front() {
-        let event = match effect {
-            Effect::CallBackend => {
-                let outcome = match ctx.batches.pool(&job.pool) {
-                    Some(b) => batch_call(ctx, b, msg, job).await,
-                    None => call(ctx, health, msg, job, probe.take()).await,
+}
+
+/// Settle a whole job message that is not run, by `event` (see [`Lifecycle`]: a message
+/// of another wire version or whose object cannot be read now is handed back; one whose
+/// object is unusable, or that holds no job, is terminated).
+async fn settle_message(ctx: &PoolCtx, msg: jetstream::Message, delivered: u64, event: Event) {
+    let shared = JobMsg::new(msg, delivered, 1);
+    let mut lc = Lifecycle::new(delivered, ctx.max_deliver);
+    Io::new(ctx, &shared).drive(&mut lc, event).await;
+}
+
+/// The IO of one delivery: it carries out the [`Lifecycle`]'s effects, one at a time,
+/// and tells it how each went. The one place where a delivery touches the checkpoint,
+/// the cache, the batches, the budget, the backend (`calling`), the results stream
+/// ([`publish`]) and the job message (ack, nak, hand-back, termination).
+pub(super) struct Io<'a> {
+    ctx: &'a PoolCtx,
+    shared: &'a JobMsg,
+    /// The job (none: a message settled whole, or a refused item that could not be
+    /// decoded); an effect that needs it ends the delivery without it.
+    pub(super) job: Option<&'a Job>,
+    health: Option<&'a Arc<PoolHealth>>,
+    probe: Option<ProbeClaim>,
+    /// The job's cache policy (its model's).
+    policy: Option<halyard_proto::CachePolicy>,
+    /// Why the worker's plan refused the job.
+    pub(super) refusal: Option<&'a halyard_proto::pool::Refusal>,
+    completion: Option<Completion>,
+    last_error: Option<CallError>,
+    /// Whether this job has told its message how it ended (see `JobMsg`).
+    settled: bool,
+}
+
+impl<'a> Io<'a> {
+    pub(super) fn new(ctx: &'a PoolCtx, shared: &'a JobMsg) -> Io<'a> {
+        Io {
+            ctx,
+            shared,
+            job: None,
+            health: None,
+            probe: None,
+            policy: None,
+            refusal: None,
+            completion: None,
+            last_error: None,
+            settled: false,
+        }
+    }
+
+    /// Run the machine from `first` until it asks for nothing more; a job that has not
+    /// settled its share of the message then leaves it to be redelivered.
+    pub(super) async fn drive(&mut self, lc: &mut Lifecycle, first: Event) {
+        let mut next = lc.step(first);
+        while let Some(effect) = next {
+            let Some(event) = self.carry(lc, effect).await else { break };
+            next = lc.step(event);
+        }
+        if !self.settled {
+            if let Err(e) = self.shared.finish(Fate::Leave, &self.ctx.budget).await {
+                debug!(job = %self.job_id(), error = %e, "job message not settled");
+            }
+        }
+    }
+
+    fn job_id(&self) -> String {
+        self.job.map(|j| j.id.to_string()).unwrap_or_default()
+    }
+
+    /// Carry out `effect`; the event it ends in (`None`: the delivery cannot go on).
+    async fn carry(&mut self, lc: &Lifecycle, effect: Effect) -> Option<Event> {
+        let (ctx, shared) = (self.ctx, self.shared);
+        let delivered = shared.delivered;
+        Some(match effect {
+            Effect::ReadCheckpoint => {
+                let job = self.job?;
+                self.completion = match ctx.checkpoint.get(&job.id) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warn!(job = %job.id, delivery = delivered, error = %e, "unreadable checkpoint record; calling the model again");
+                        None
+                    }
                 };
-                call_event(ctx, job, &lc, outcome, &mut completion, &mut last_error)
+                Event::CheckpointRead { hit: self.completion.is_some() }
+            }
+            Effect::AskCache => {
+                let (job, policy) = (self.job?, self.policy?);
+                self.completion = from_cache(ctx, job, policy).await;
+                Event::CacheRead { hit: self.completion.is_some() }
+            }
+            Effect::AskBatch => {
+                let job = self.job?;
+                let held = match ctx.batches.pool(&job.pool) {
+                    Some(b) => b.holds(&job.id).await,
+                    None => false,
+                };
+                Event::BatchHolds { held }
+            }
+            Effect::ExcuseDelivery => {
+                shared.excuse_delivery(&ctx.budget).await;
+                Event::Excused
+            }
+            Effect::ReadBudget => Event::BudgetRead { excused: shared.excused(&ctx.budget).await },
+            Effect::CallBackend => {
+                let job = self.job?;
+                let outcome = match ctx.batches.pool(&job.pool) {
+                    Some(b) => batch_call(ctx, b, &shared.msg, job).await,
+                    None => call(ctx, self.health?, &shared.msg, job, self.probe.take()).await,
+                };
+                call_event(ctx, job, lc, outcome, &mut self.completion, &mut self.last_error)
             }
             Effect::Persist => {
-                let Some(c) = completion.as_ref() else { break };
+                let (job, c) = (self.job?, self.completion.as_ref()?);
                 match ctx.checkpoint.put(job.id, c).await {
                     Ok(()) => {
                         // Paid for by this worker and durable here: shared with the
                         // machine's other runs (off the job's path).
-                        ctx.cache.remember(&job.key, c, policy);
+                        ctx.cache.remember(&job.key, c, self.policy?);
                         ctx.failpoints.pass(Point::FlushPublish);
                         Event::Persisted
                     }
@@ -183,12 +261,23 @@ async fn run_job_locked(
                 }
             }
             Effect::PublishResult => {
-                let Some(c) = completion.clone() else { break };
+                let (job, c) = (self.job?, self.completion.clone()?);
                 let replay = matches!(lc.state(), State::Publishing { replay: true, .. });
                 publish(ctx, job, Outcome::Done(c), delivered, replay).await
             }
             Effect::PublishDeadLetter => {
-                let failure = dead_letter(&lc, delivered, last_error.as_ref());
+                let job = self.job?;
+                let failure = dead_letter(lc, delivered, self.last_error.as_ref());
+                publish(ctx, job, Outcome::Failed(failure), delivered, false).await
+            }
+            Effect::PublishRefusal => {
+                let (job, refusal) = (self.job?, self.refusal?);
+                let failure = Failure {
+                    kind: FailureKind::Refused,
+                    error: refusal.to_string(),
+                    http_status: None,
+                };
+                // Best effort: the refusal is logged and counted whatever happens to it.
                 publish(ctx, job, Outcome::Failed(failure), delivered, false).await
             }
             // A plain ack, not a double ack: the result is durable in the checkpoint and in the
@@ -196,44 +285,38 @@ async fn run_job_locked(
             // answers without a model call. Acks are not awaited one by one: the client
             // writes all pending acks in one go (batched on the wire).
             Effect::Ack => {
-                settled = true;
+                self.settled = true;
                 match shared.finish(Fate::Ack, &ctx.budget).await {
                     Ok(()) => {
                         ctx.failpoints.pass(Point::AckFlush);
                         Event::Acked
                     }
                     Err(e) => {
-                        warn!(job = %job.id, delivery = delivered, error = %e, "ack not sent; a redelivery will be answered from the checkpoint");
-                        break;
+                        warn!(job = %self.job_id(), delivery = delivered, error = %e, "ack not sent; a redelivery will be answered from the checkpoint");
+                        Event::AckFailed
                     }
                 }
             }
             Effect::Nak(delay) | Effect::HandBack(delay) => {
-                settled = true;
+                self.settled = true;
                 let fate = if matches!(effect, Effect::Nak(_)) {
                     Fate::Nak(delay)
                 } else {
                     Fate::HandBack(delay)
                 };
                 if let Err(e) = shared.finish(fate, &ctx.budget).await {
-                    warn!(job = %job.id, delivery = delivered, error = %e, "nak failed; the job will be redelivered after ack_wait");
+                    warn!(job = %self.job_id(), delivery = delivered, error = %e, "nak failed; the job will be redelivered after ack_wait");
                 }
-                break;
+                Event::Settled
             }
-        };
-        pending.extend(lc.step(event));
-    }
-    if !settled {
-        if let Err(e) = shared.finish(Fate::Leave, &ctx.budget).await {
-            debug!(job = %job.id, error = %e, "job message not settled");
-        }
-    }
-    match lc.state() {
-        State::Finished(Disposition::Completed) => ctx.stats.completed.inc(),
-        State::Finished(Disposition::Replayed) => ctx.stats.replayed.inc(),
-        State::Finished(Disposition::DeadLetter) => ctx.stats.dead_letters.inc(),
-        State::Finished(Disposition::HandedBack) => ctx.stats.handed_back.inc(),
-        _ => ctx.stats.retried.inc(),
+            Effect::Terminate => {
+                self.settled = true;
+                if let Err(e) = shared.finish(Fate::Term, &ctx.budget).await {
+                    warn!(job = %self.job_id(), error = %e, "could not terminate a refused job's message");
+                }
+                Event::Settled
+            }
+        })
     }
 }
 

@@ -1,6 +1,8 @@
-//! One job's call with its retries in place (the policy: [`crate::retry::RetryPolicy`]):
-//! exponential backoff with jitter (backon), honouring `Retry-After`. Only the job's
-//! transient failures and rate limits are retried in place. A `Retry-After` longer than
+//! One job's call with its retries in place (the policy: [`crate::retry::RetryPolicy`];
+//! whether and when to try again: [`crate::lifecycle::retries_in_place`] and
+//! [`crate::lifecycle::in_place_delay`]): exponential backoff with jitter (backon),
+//! honouring `Retry-After`. Only the job's transient failures and rate limits are
+//! retried in place. A `Retry-After` longer than
 //! the policy's `max_in_place_wait` ends the in-place retries: the job is nak'd with that
 //! delay instead, so it does not hold a concurrency slot while waiting. An endpoint-wide
 //! failure ends them too: the pool's health decides what happens next (see
@@ -13,8 +15,10 @@ use backon::{ExponentialBuilder, Retryable};
 use halyard_proto::{Completion, Job, OutageReason};
 use tokio::time::Instant;
 
-use crate::backend::{Backends, CallError, ErrorClass};
+use crate::backend::registry::Backends;
+use crate::backend::{CallError, ErrorClass};
 use crate::health::{Failure, PoolHealth, Verdict};
+use crate::lifecycle::{in_place_delay, retries_in_place};
 use crate::quota::QuotaGate;
 use crate::retry::RetryPolicy;
 
@@ -68,16 +72,9 @@ impl Call<'_> {
             .with_jitter();
         let res = (|| self.attempt())
             .retry(backoff)
-            .when(|e: &CallError| {
-                matches!(e.class, ErrorClass::Transient | ErrorClass::RateLimited)
-            })
+            .when(|e: &CallError| retries_in_place(e.class))
             .adjust(|e: &CallError, planned: Option<Duration>| {
-                let planned = planned?;
-                match e.retry_after {
-                    Some(ra) if ra > p.max_in_place_wait => None,
-                    Some(ra) => Some(ra.max(planned)),
-                    None => Some(planned),
-                }
+                in_place_delay(&p, e.retry_after, planned)
             })
             .await;
         res.map(|mut c| {

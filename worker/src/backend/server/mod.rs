@@ -666,7 +666,7 @@ async fn fetch_version(
 }
 
 /// `backend = "server"`: calls go to the managed servers, once they have started
-/// ([`super::Backends::set_servers`]), through the shared HTTP client.
+/// ([`super::registry::Backends::set_servers`]), through the shared HTTP client.
 pub const KIND: super::BackendKind = super::BackendKind {
     name: "server",
     http: false,
