@@ -7,7 +7,7 @@
 //! version is handed back whole, with [`crate::lifecycle::OTHER_VERSION_DELAY`], for a compatible worker:
 //! a rolling upgrade must not destroy jobs.
 //!
-//! A refused job ([`refuse`]) is never called and never checkpointed; what its delivery
+//! A refused job (`delivery::refuse`) is never called and never checkpointed; what its delivery
 //! does is the [`crate::lifecycle`] machine's (`Event::Refused`). It is logged with
 //! the reason (pool and endpoint asked for, credentials redacted), counted
 //! (`Stats::refused`), reported to the run it names as a result with
@@ -18,12 +18,6 @@
 
 use halyard_proto::pool::{Refusal, WorkerPlan};
 use halyard_proto::{Job, JobItem};
-use tracing::warn;
-
-use super::ctx::PoolCtx;
-use super::Io;
-use crate::lifecycle::{Event, Lifecycle};
-use crate::message::JobMsg;
 
 /// A refused item: the reason, and the job when it could be decoded.
 pub(crate) struct Refused {
@@ -56,19 +50,6 @@ pub(crate) fn receive(plan: &WorkerPlan, pool: &str, payload: &[u8]) -> Result<V
         });
     }
     Ok(out)
-}
-
-/// Settle a refused job: log, count, and let its delivery report it to its run and
-/// terminate its share (see [`crate::lifecycle`], `Event::Refused`).
-pub(crate) async fn refuse(ctx: &PoolCtx, msg: &JobMsg, r: Refused) {
-    ctx.stats.refused.inc();
-    let job_id = r.job.as_ref().map(|j| j.id.to_string()).unwrap_or_default();
-    warn!(job = job_id, delivery = msg.delivered, reason = %r.refusal, "job refused: not called, not checkpointed");
-    let mut lc = Lifecycle::new(msg.delivered, ctx.max_deliver);
-    let mut io = Io::new(ctx, msg);
-    io.job = r.job.as_ref();
-    io.refusal = Some(&r.refusal);
-    io.drive(&mut lc, Event::Refused { reportable: r.job.is_some() }).await;
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use async_nats::jetstream;
 use halyard_proto::{Completion, Failure, FailureKind, Job, Outcome};
 use tracing::{debug, info, warn, Instrument};
 
-pub(crate) use admit::{refuse, Received};
+pub(crate) use admit::Received;
 pub(crate) use ctx::{ack_wait_millis, PoolCtx};
 
 use crate::backend::CallError;
@@ -24,6 +24,7 @@ use crate::failpoint::Point;
 use crate::health::{PoolHealth, ProbeClaim};
 use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State, OTHER_VERSION_DELAY};
 use crate::message::{Fate, JobMsg};
+use admit::Refused;
 use calling::{call, call_event, dead_letter, CallOutcome};
 use ctx::publish;
 
@@ -136,6 +137,19 @@ async fn run_job_locked(
     }
 }
 
+/// Settle a refused job: log, count, and let its delivery report it to its run and
+/// terminate its share (see [`crate::lifecycle`], `Event::Refused`).
+pub(crate) async fn refuse(ctx: &PoolCtx, msg: &JobMsg, r: Refused) {
+    ctx.stats.refused.inc();
+    let job_id = r.job.as_ref().map(|j| j.id.to_string()).unwrap_or_default();
+    warn!(job = job_id, delivery = msg.delivered, reason = %r.refusal, "job refused: not called, not checkpointed");
+    let mut lc = Lifecycle::new(msg.delivered, ctx.max_deliver);
+    let mut io = Io::new(ctx, msg);
+    io.job = r.job.as_ref();
+    io.refusal = Some(&r.refusal);
+    io.drive(&mut lc, Event::Refused { reportable: r.job.is_some() }).await;
+}
+
 /// Settle a whole job message that is not run, by `event` (see [`Lifecycle`]: a message
 /// of another wire version or whose object cannot be read now is handed back; one whose
 /// object is unusable, or that holds no job, is terminated).
@@ -149,18 +163,18 @@ async fn settle_message(ctx: &PoolCtx, msg: jetstream::Message, delivered: u64, 
 /// and tells it how each went. The one place where a delivery touches the checkpoint,
 /// the cache, the batches, the budget, the backend (`calling`), the results stream
 /// ([`publish`]) and the job message (ack, nak, hand-back, termination).
-pub(super) struct Io<'a> {
+struct Io<'a> {
     ctx: &'a PoolCtx,
     shared: &'a JobMsg,
     /// The job (none: a message settled whole, or a refused item that could not be
     /// decoded); an effect that needs it ends the delivery without it.
-    pub(super) job: Option<&'a Job>,
+    job: Option<&'a Job>,
     health: Option<&'a Arc<PoolHealth>>,
     probe: Option<ProbeClaim>,
     /// The job's cache policy (its model's).
     policy: Option<halyard_proto::CachePolicy>,
     /// Why the worker's plan refused the job.
-    pub(super) refusal: Option<&'a halyard_proto::pool::Refusal>,
+    refusal: Option<&'a halyard_proto::pool::Refusal>,
     completion: Option<Completion>,
     last_error: Option<CallError>,
     /// Whether this job has told its message how it ended (see `JobMsg`).
@@ -168,7 +182,7 @@ pub(super) struct Io<'a> {
 }
 
 impl<'a> Io<'a> {
-    pub(super) fn new(ctx: &'a PoolCtx, shared: &'a JobMsg) -> Io<'a> {
+    fn new(ctx: &'a PoolCtx, shared: &'a JobMsg) -> Io<'a> {
         Io {
             ctx,
             shared,
@@ -185,7 +199,7 @@ impl<'a> Io<'a> {
 
     /// Run the machine from `first` until it asks for nothing more; a job that has not
     /// settled its share of the message then leaves it to be redelivered.
-    pub(super) async fn drive(&mut self, lc: &mut Lifecycle, first: Event) {
+    async fn drive(&mut self, lc: &mut Lifecycle, first: Event) {
         let mut next = lc.step(first);
         while let Some(effect) = next {
             let Some(event) = self.carry(lc, effect).await else { break };
