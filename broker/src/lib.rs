@@ -38,6 +38,7 @@ pub mod janitor;
 pub mod kv;
 pub mod layout;
 pub mod objects;
+pub mod permissions;
 pub mod status;
 
 use std::time::Duration;
