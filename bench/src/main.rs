@@ -181,6 +181,7 @@ fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         }),
         deliveries: 1,
         worker: halyard_worker::default_worker_id(),

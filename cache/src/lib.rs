@@ -65,6 +65,19 @@ pub enum CacheError {
     Broker(String),
 }
 
+/// `c` as an entry holds it: without the [`Completion::source`] of the run that wrote it
+/// (a run that reads the entry says where it got it: [`Tier`]).
+pub(crate) fn as_entry(c: &Completion) -> std::borrow::Cow<'_, Completion> {
+    if c.source == halyard_proto::AnswerSource::Paid {
+        std::borrow::Cow::Borrowed(c)
+    } else {
+        std::borrow::Cow::Owned(Completion {
+            source: halyard_proto::AnswerSource::Paid,
+            ..c.clone()
+        })
+    }
+}
+
 /// Where an answer came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tier {

@@ -28,6 +28,7 @@ fn completion(text: &str) -> Completion {
         calls: 1,
         logprobs: None,
         refusal: false,
+        source: Default::default(),
     }
 }
 

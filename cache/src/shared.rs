@@ -180,7 +180,8 @@ impl SharedWriter {
     /// holds an answer for it already. A refusal (a full bucket, a broker away) is said
     /// once and otherwise ignored: the run goes on.
     pub async fn put(&self, run: uuid::Uuid, id: JobId, completion: &Completion) {
-        let entry = Entry { v: ENTRY_VERSION, job: id, completion: completion.clone(), run };
+        let completion = crate::as_entry(completion).into_owned();
+        let entry = Entry { v: ENTRY_VERSION, job: id, completion, run };
         let bytes = match halyard_proto::encode(&entry) {
             Ok(b) => b,
             Err(e) => {

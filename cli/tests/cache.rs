@@ -191,6 +191,7 @@ mod forged {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         }
     }
 
@@ -381,4 +382,185 @@ fn two_runs_at_once_pay_again_only_what_neither_had_cached() {
     let b = std::fs::read_to_string(labels_b).unwrap();
     assert_eq!(a.lines().count(), QUESTIONS);
     assert_eq!(a, b, "the two runs' labels differ");
+}
+
+/// Issue 51, visible: a second run answered from the machine cache reports 0 paid calls,
+/// every job from the machine cache, cost 0 and, as money saved, exactly what the first
+/// run cost: the fake's usage of every call it answered, at the sweep's prices, counted
+/// here by hand. `halyard status` says the same. A sweep whose models all have the cache
+/// off does not open (or create) the cache file.
+#[test]
+fn a_run_answered_from_the_cache_reports_money_saved_not_spent() {
+    const QUESTIONS: usize = 12;
+    const PROMPT: u64 = 50;
+    const COMPLETION: u64 = 7;
+    let qs = load_questions(QUESTIONS);
+    let inner = responder(question_index(&qs), None);
+    let fake = FakeOpenAi::start_blocking(move |call| match inner(call) {
+        halyard_tests::fake_openai::Reply::Text(text) => {
+            halyard_tests::fake_openai::Reply::TextWithUsage {
+                text,
+                prompt_tokens: PROMPT,
+                completion_tokens: COMPLETION,
+            }
+        }
+        other => other,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache_s = cache.to_str().unwrap();
+    // USD per million tokens (input, output) of the model and of the judge.
+    let (model_price, judge_price) = ((2.0, 8.0), (0.5, 1.5));
+    let priced = |name: &str, extra: &str| {
+        let path = write_sweep(dir.path(), name, &fake.base_url(), QUESTIONS, 4);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text
+            .replace(
+                "model = \"fake-model\"\n",
+                &format!(
+                    "model = \"fake-model\"\nprice = {{ input = {}, output = {} }}\n{extra}",
+                    model_price.0, model_price.1
+                ),
+            )
+            .replace(
+                "model = \"fake-judge\"\n",
+                &format!(
+                    "model = \"fake-judge\"\nprice = {{ input = {}, output = {} }}\n{extra}",
+                    judge_price.0, judge_price.1
+                ),
+            );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+
+    // The cache off for every model: the run makes no cache file.
+    let off = priced("off", "cache = \"off\"\n");
+    run_with_cache(&off, &dir.path().join("o"), cache_s);
+    assert!(
+        !cache.join(halyard_cache::machine::FILE).exists(),
+        "a sweep without a cached model opened the cache file"
+    );
+    fake.reset_counters();
+
+    let first = priced("first", "");
+    run_with_cache(&first, &dir.path().join("a"), cache_s);
+    let paid = fake.paid_calls();
+    assert!(paid.len() > QUESTIONS, "the first run pays for answers and judge checks");
+    let cost_of =
+        |(input, output): (f64, f64)| (PROMPT as f64 * input + COMPLETION as f64 * output) / 1e6;
+    let by_hand: f64 = paid
+        .iter()
+        .map(|c| cost_of(if c.model == "fake-model" { model_price } else { judge_price }))
+        .sum();
+    let r1 = read_json(&dir.path().join("a/first/report.json"));
+    let spent1 = r1["costs"]["total"].as_f64().unwrap();
+    assert!((spent1 - by_hand).abs() < 1e-9, "first run cost {spent1}, by hand {by_hand}");
+    assert_eq!(r1["costs"]["saved"].as_f64(), Some(0.0), "{}", r1["costs"]);
+
+    fake.reset_counters();
+    let second = priced("second", "");
+    run_with_cache(&second, &dir.path().join("b"), cache_s);
+    assert_eq!(fake.call_count(), 0, "the second run called the model");
+    let r2 = read_json(&dir.path().join("b/second/report.json"));
+    let costs = &r2["costs"];
+    assert_eq!(costs["total"].as_f64(), Some(0.0), "{costs}");
+    let saved = costs["saved"].as_f64().unwrap();
+    assert!((saved - by_hand).abs() < 1e-9, "saved {saved}, the first run paid {by_hand}");
+    let classes = costs["by_model_stage"].as_array().unwrap();
+    let sum = |k: &str| classes.iter().map(|c| c[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(sum("paid"), 0, "{costs}");
+    assert_eq!(sum("calls"), 0, "{costs}");
+    assert_eq!(sum("shared_cache"), 0, "{costs}");
+    assert_eq!(sum("machine_cache"), paid.len() as u64, "{costs}");
+    assert_eq!(sum("jobs"), paid.len() as u64, "{costs}");
+    for c in classes {
+        let price = if c["model"] == "model-a" { model_price } else { judge_price };
+        let want = c["machine_cache"].as_u64().unwrap() as f64 * cost_of(price);
+        assert!((c["saved"].as_f64().unwrap() - want).abs() < 1e-9, "{c}");
+        assert_eq!(c["cost"].as_f64(), Some(0.0), "{c}");
+    }
+    let md = std::fs::read_to_string(dir.path().join("b/second/report.md")).unwrap();
+    assert!(md.contains(&format!("Result cache: **${saved:.4}** saved")), "{md}");
+    let html = std::fs::read_to_string(dir.path().join("b/second/report.html")).unwrap();
+    assert!(html.contains("<th>machine cache</th>"), "the HTML report has no cache column");
+
+    let s = halyard().args(["status", dir.path().join("b/second").to_str().unwrap()]).output();
+    let s = s.unwrap();
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    let text = String::from_utf8_lossy(&s.stdout);
+    assert!(text.contains(&format!("${saved:.4} saved by the result cache")), "{text}");
+    assert!(text.contains("0 paid, "), "{text}");
+}
+
+/// The name of the cluster node leading the shared cache's bucket, asked through `url`.
+fn cache_leader(url: &str) -> Option<String> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let cfg = halyard_broker::BrokerConfig::new(url, "cache-leader-probe");
+        let b = halyard_broker::connect(&cfg).await.ok()?;
+        let stream = format!("KV_{}", halyard_cache::shared::BUCKET);
+        let mut s = b.js.get_stream(&stream).await.ok()?;
+        let info = s.info().await.ok()?;
+        info.cluster.as_ref().and_then(|c| c.leader.clone())
+    })
+}
+
+/// Issue 51, the shared tier on a 3-node JetStream cluster: after a first run has shared
+/// its answers, the node leading the cache's bucket is killed (SIGKILL); once another
+/// node leads it (the node then started again), a second run under another name, with a
+/// machine cache of its own (another machine), pays for nothing: no accepted answer was
+/// lost with the leader.
+#[test]
+fn the_shared_cache_outlives_its_leader_killed() {
+    const QUESTIONS: usize = 12;
+    let qs = load_questions(QUESTIONS);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let mut cluster = halyard_tests::NatsCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let run_on = |sweep: &Path, out: &str, cache: &str, nats: &str| {
+        let o = halyard()
+            .env("HALYARD_CACHE", dir.path().join(cache))
+            .args(["run", sweep.to_str().unwrap(), "--out"])
+            .arg(dir.path().join(out))
+            .args(["--nats", nats])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let first = write_sweep(dir.path(), "first", &fake.base_url(), QUESTIONS, 4);
+    run_on(&first, "a", "machine-a", &cluster.urls());
+    let paid_first = fake.call_count();
+    assert!(paid_first > QUESTIONS);
+
+    let leader = cache_leader(&cluster.node(0).url()).expect("the bucket has a leader");
+    let i = (0..3).find(|i| leader == format!("halyard-n{}", i + 1)).expect("a node's name");
+    cluster.node_mut(i).stop(); // SIGKILL
+    let other = cluster.node((i + 1) % 3).url();
+    let t0 = std::time::Instant::now();
+    let new_leader = loop {
+        match cache_leader(&other) {
+            Some(l) if l != leader => break l,
+            _ => {
+                assert!(t0.elapsed().as_secs() < 60, "no new leader for the cache's bucket");
+                std::thread::sleep(std::time::Duration::from_millis(250));
+            }
+        }
+    };
+    cluster.node_mut(i).restart();
+
+    fake.reset_counters();
+    let second = write_sweep(dir.path(), "second", &fake.base_url(), QUESTIONS, 4);
+    run_on(&second, "b", "machine-b", &cluster.urls());
+    assert_eq!(
+        fake.call_count(),
+        0,
+        "answers accepted before the leader {leader} was killed were paid again (new leader {new_leader})"
+    );
+    let a = std::fs::read_to_string(dir.path().join("a/first/labels.jsonl")).unwrap();
+    let b = std::fs::read_to_string(dir.path().join("b/second/labels.jsonl")).unwrap();
+    assert_eq!(a, b, "answers from the shared cache gave other labels");
+    let r = read_json(&dir.path().join("b/second/report.json"));
+    let classes = r["costs"]["by_model_stage"].as_array().unwrap().clone();
+    let shared: u64 = classes.iter().map(|c| c["shared_cache"].as_u64().unwrap()).sum();
+    assert_eq!(shared, paid_first as u64, "every job from the shared cache: {classes:?}");
 }

@@ -52,6 +52,7 @@ fn completion(i: u64) -> Completion {
         calls: 1,
         logprobs: None,
         refusal: false,
+        source: Default::default(),
     }
 }
 

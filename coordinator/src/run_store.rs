@@ -112,6 +112,7 @@ mod tests {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         };
         // Some dead letters, for the requeue.
         let outcome = if n.is_multiple_of(5) {

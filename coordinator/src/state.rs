@@ -778,6 +778,7 @@ mod tests {
                 calls: 2,
                 logprobs: None,
                 refusal: false,
+                source: Default::default(),
             }),
             deliveries: 1,
             worker: "w".into(),

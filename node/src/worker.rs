@@ -251,9 +251,11 @@ pub fn sweep_worker(s: &sweep::Sweep, state: PathBuf) -> WorkerConfig {
     let mut cfg = WorkerConfig::new(worker_plan(s), state);
     cfg.delivery = Delivery { ack_wait: s.run.ack_wait, max_deliver: s.run.max_deliver };
     // The result cache on this machine (issue 51): `--cache DIR` / HALYARD_CACHE, else the
-    // user's cache directory; `off` leaves it out.
+    // user's cache directory; `off` leaves it out. A sweep none of whose models uses the
+    // cache does not open (or create) its file.
     cfg.cache_policies = s.models.iter().map(|m| (m.spec.model_ref.clone(), m.cache)).collect();
-    let dir = halyard_cache::machine_dir(None);
+    let used = s.models.iter().any(|m| m.cache != halyard_proto::CachePolicy::Off);
+    let dir = if used { halyard_cache::machine_dir(None) } else { None };
     cfg.cache =
         halyard_cache::Cache::open_machine(dir.as_deref(), halyard_cache::Limits::default());
     cfg

@@ -156,6 +156,7 @@ mod tests {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         })
     }
 

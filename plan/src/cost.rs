@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 
 use halyard_pipelines::common::JobRequest;
-use halyard_proto::{JobId, JobResult, Outcome};
+use halyard_proto::{AnswerSource, JobId, JobResult, Outcome};
 use serde::{Deserialize, Serialize};
 
 use crate::sweep::models::Model;
@@ -38,12 +38,14 @@ pub const UNATTRIBUTED: &str = "(unattributed)";
 pub struct ClassTotals {
     pub model: String,
     pub stage: String,
-    /// Completed jobs.
+    /// Completed jobs: paid ([`ClassTotals::paid`]) and answered from the result cache
+    /// ([`ClassTotals::machine_cache`], [`ClassTotals::shared_cache`]).
     pub jobs: u64,
     pub dead_letters: u64,
     /// Backend calls (HTTP attempts, retries included) of completed jobs, cache hits excluded.
     pub calls: u64,
-    /// Completions replayed from a worker checkpoint.
+    /// Completions of paid answers replayed from a worker checkpoint (the run paid for
+    /// them; their first result was lost, e.g. to a kill): billed.
     pub cache_hits: u64,
     /// Attempts beyond the first (`calls - 1` per completed job).
     pub retries: u64,
@@ -64,6 +66,34 @@ pub struct ClassTotals {
     /// Anthropic's `stop_reason` "max_tokens").
     #[serde(default)]
     pub truncated: u64,
+    /// Completed jobs whose answer this run paid for (issue 51): every completed job
+    /// not answered from the result cache, checkpoint replays of paid answers included.
+    /// Tokens, latency and cost are theirs.
+    #[serde(default)]
+    pub paid: u64,
+    /// Completed jobs answered from the result cache on the worker's machine: no call,
+    /// nothing billed.
+    #[serde(default)]
+    pub machine_cache: u64,
+    /// Completed jobs answered from the broker's shared result cache.
+    #[serde(default)]
+    pub shared_cache: u64,
+    /// USD the answers from the result cache would have cost at the model's price (their
+    /// recorded usage): money saved, not in `cost`.
+    #[serde(default)]
+    pub saved: f64,
+}
+
+impl ClassTotals {
+    /// Mean latency (ms) of the paid jobs (a cache answer made no call).
+    pub fn mean_latency_ms(&self) -> f64 {
+        let paid = self.jobs.saturating_sub(self.machine_cache).saturating_sub(self.shared_cache);
+        if paid == 0 {
+            0.0
+        } else {
+            self.latency_ms_total as f64 / paid as f64
+        }
+    }
 }
 
 struct ModelEntry {
@@ -219,6 +249,20 @@ impl Meter {
                     self.clamped += 1;
                 }
                 t.jobs += 1;
+                // An answer from the result cache (issue 51) made no call this run: it is
+                // money saved at the model's price, never billed.
+                match done.source {
+                    AnswerSource::MachineCache | AnswerSource::SharedCache => {
+                        if done.source == AnswerSource::MachineCache {
+                            t.machine_cache += 1;
+                        } else {
+                            t.shared_cache += 1;
+                        }
+                        t.saved += price.cost(&usage);
+                        return;
+                    }
+                    AnswerSource::Paid => t.paid += 1,
+                }
                 if r.cached {
                     t.cache_hits += 1;
                 } else {
@@ -294,6 +338,10 @@ pub fn by_model(classes: &[ClassTotals]) -> Vec<ClassTotals> {
         slot.prompt_cache_writes = slot.prompt_cache_writes.saturating_add(c.prompt_cache_writes);
         slot.prompt_cache_reads = slot.prompt_cache_reads.saturating_add(c.prompt_cache_reads);
         slot.truncated = slot.truncated.saturating_add(c.truncated);
+        slot.paid = slot.paid.saturating_add(c.paid);
+        slot.machine_cache = slot.machine_cache.saturating_add(c.machine_cache);
+        slot.shared_cache = slot.shared_cache.saturating_add(c.shared_cache);
+        slot.saved += c.saved;
     }
     out
 }
@@ -303,6 +351,10 @@ pub fn by_model(classes: &[ClassTotals]) -> Vec<ClassTotals> {
 pub struct CostSection {
     /// USD over every model and stage.
     pub total: f64,
+    /// USD the answers from the result cache would have cost (issue 51), over every model
+    /// and stage.
+    #[serde(default)]
+    pub saved: f64,
     pub max_cost: Option<f64>,
     /// The sweep's prices (USD per million tokens) of the models that have one.
     pub prices: std::collections::BTreeMap<String, Price>,
@@ -314,6 +366,7 @@ impl CostSection {
     pub fn new(models: &[Model], max_cost: Option<f64>, classes: Vec<ClassTotals>) -> CostSection {
         CostSection {
             total: classes.iter().map(|c| c.cost).sum(),
+            saved: classes.iter().map(|c| c.saved).sum(),
             max_cost,
             prices: models
                 .iter()
@@ -340,7 +393,6 @@ Total cost: **${:.4}**",
 |---|---|---|---|---|---|---|---|---|---|
 ");
         for c in self.by_model_stage.iter().chain(self.by_model.iter()) {
-            let mean = if c.jobs == 0 { 0.0 } else { c.latency_ms_total as f64 / c.jobs as f64 };
             md.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.4} |\n",
                 c.model,
@@ -351,14 +403,35 @@ Total cost: **${:.4}**",
                 c.cache_hits,
                 c.prompt_tokens,
                 c.completion_tokens,
-                mean,
+                c.mean_latency_ms(),
                 c.cost
             ));
         }
         md.push('\n');
+        md.push_str(&result_cache_markdown(self.saved, &self.by_model_stage));
         md.push_str(&prompt_cache_markdown(&self.by_model));
         md
     }
+}
+
+/// The report's result-cache table (issue 51): per model and stage, the jobs paid for
+/// and those answered from the machine's and the broker's result cache, and the money
+/// those answers saved at the model's price. Nothing when no answer came from a cache.
+fn result_cache_markdown(saved: f64, classes: &[ClassTotals]) -> String {
+    if !classes.iter().any(|c| c.machine_cache > 0 || c.shared_cache > 0) {
+        return String::new();
+    }
+    let mut md = format!(
+        "Result cache: **${saved:.4}** saved (answers from the cache, at the models' prices; not in the cost above).\n\n| model | stage | paid | machine cache | shared cache | saved (USD) |\n|---|---|---|---|---|---|\n"
+    );
+    for c in classes {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.4} |\n",
+            c.model, c.stage, c.paid, c.machine_cache, c.shared_cache, c.saved
+        ));
+    }
+    md.push('\n');
+    md
 }
 
 /// The report's prompt-cache lines (issue 52): per model that used the provider's prompt
@@ -466,6 +539,7 @@ mod tests {
                 calls: 1,
                 logprobs: None,
                 refusal: false,
+                source: Default::default(),
             }),
             deliveries: 1,
             worker: "forger".into(),
@@ -480,6 +554,78 @@ mod tests {
         let t = &meter.totals()[0];
         assert_eq!((t.prompt_tokens, t.completion_tokens), (prompt_most, 100));
         assert!(t.prompt_cache_reads <= prompt_most);
+    }
+
+    /// Issue 51: an answer from the result cache is counted by its tier and priced as
+    /// money saved, never billed; a checkpoint replay of a paid answer stays billed (the
+    /// run paid for it, its first result was lost).
+    #[test]
+    fn cache_answers_are_saved_not_billed() {
+        let text = "name = \"t\"\n[[model]]\nname = \"paid\"\nbackend = \"noop\"\n\
+                    max_tokens = 100\nprice = { input = 10.0, output = 30.0 }\n\
+                    [[benchmark]]\npipeline = \"noop\"\njobs = 1\nmodels = [\"paid\"]\n";
+        let sweep = crate::sweep::parse(std::path::Path::new("/tmp/s.toml"), text).unwrap();
+        let mut meter = Meter::new(&sweep.models, None);
+        let m = &sweep.models[0].spec;
+        let sources = [
+            (AnswerSource::Paid, false),
+            (AnswerSource::Paid, true),
+            (AnswerSource::MachineCache, true),
+            (AnswerSource::MachineCache, true),
+            (AnswerSource::SharedCache, true),
+        ];
+        for (i, (source, cached)) in sources.into_iter().enumerate() {
+            let key = halyard_proto::JobKey {
+                pipeline: "noop".into(),
+                stage: "call".into(),
+                stage_version: 1,
+                model: m.model_ref.clone(),
+                messages: vec![halyard_proto::ChatMessage::user(format!("question {i}"))],
+                sampling: halyard_proto::Sampling {
+                    temperature: m.temperature,
+                    max_tokens: m.max_tokens,
+                    seed: m.seed,
+                    ..Default::default()
+                },
+                sample_index: 0,
+            };
+            let j = JobRequest { key, pool: "paid".into(), api_key_env: None, timeout_ms: 1000 };
+            let id = j.id();
+            meter.published(&j, id);
+            meter.record(&JobResult {
+                v: halyard_proto::WIRE_VERSION,
+                job: id,
+                run: uuid::Uuid::nil(),
+                outcome: Outcome::Done(halyard_proto::Completion {
+                    text: "4".into(),
+                    usage: Usage::new(10, 20),
+                    latency_ms: 100,
+                    finish_reason: None,
+                    calls: 2,
+                    logprobs: None,
+                    refusal: false,
+                    source,
+                }),
+                deliveries: 1,
+                worker: "w".into(),
+                cached,
+            });
+        }
+        let one = (10.0 * 10.0 + 20.0 * 30.0) / 1e6;
+        let t = &meter.totals()[0];
+        assert_eq!((t.jobs, t.paid, t.machine_cache, t.shared_cache), (5, 2, 2, 1));
+        assert_eq!((t.calls, t.cache_hits, t.retries), (2, 1, 2), "{t:?}");
+        assert_eq!((t.prompt_tokens, t.completion_tokens, t.latency_ms_total), (20, 40, 200));
+        assert!((t.cost - 2.0 * one).abs() < 1e-12, "{}", t.cost);
+        assert!((t.saved - 3.0 * one).abs() < 1e-12, "{}", t.saved);
+        assert!((meter.spent() - 2.0 * one).abs() < 1e-12);
+        assert_eq!(t.mean_latency_ms(), 100.0);
+        let section = CostSection::new(&sweep.models, None, meter.totals().to_vec());
+        assert!((section.saved - 3.0 * one).abs() < 1e-12);
+        let md = section.render_markdown();
+        assert!(md.contains("| paid | call | 2 | 2 | 1 | 0.0021 |"), "{md}");
+        let m = by_model(meter.totals());
+        assert_eq!((m[0].paid, m[0].machine_cache, m[0].shared_cache), (2, 2, 1));
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn answer(job: &Job, worker: &str) -> JobResult {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         }),
         deliveries: 1,
         worker: worker.into(),

@@ -223,6 +223,7 @@ mod tests {
                 calls: 1,
                 logprobs: None,
                 refusal: false,
+                source: Default::default(),
             })
         };
         JobResult {

@@ -56,7 +56,7 @@ pub use health::{OutageReason, PoolHealthRecord};
 pub use id::JobId;
 pub use job::{ChatMessage, Job, JobKey, LogprobsRequest, ModelRef, OutputSchema, Role, Sampling};
 pub use result::{
-    AnswerKind, CacheUsage, Completion, Failure, FailureKind, JobResult, Outcome, TokenLogprob,
+    AnswerKind, AnswerSource, CacheUsage, Completion, Failure, FailureKind, JobResult, Outcome, TokenLogprob,
     TopLogprob, Usage, UsageBound,
 };
 pub use stored::StoredResult;

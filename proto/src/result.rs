@@ -97,7 +97,11 @@ pub struct CacheUsage {
 }
 
 /// A successful model call, as checkpointed by the worker.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Serialized by hand (see the `Serialize` impl below) so that [`Completion::source`],
+/// after [`Completion::refusal`], can be written by position: `refusal` is then written
+/// even when false.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct Completion {
     pub text: String,
     pub usage: Usage,
@@ -115,12 +119,68 @@ pub struct Completion {
     /// (issue 29); backends without structured refusals leave it false, and a refusal in
     /// plain words is the pipeline's to recognise. Last, and left out when false, so that
     /// records written before it read as not refused.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default)]
     pub refusal: bool,
+    /// Where this run got the answer (issue 51): paid for by a call, or answered from the
+    /// machine's or the broker's result cache (no call, nothing paid this run). Set by the
+    /// worker when its cache answers; kept in its checkpoint, so a redelivery answered
+    /// from the checkpoint says the same. Last, and left out when [`AnswerSource::Paid`],
+    /// so that records written before it read as paid and a paid record's bytes are
+    /// unchanged.
+    #[serde(default)]
+    pub source: AnswerSource,
 }
 
-fn is_false(b: &bool) -> bool {
-    !*b
+/// Where a run got a completion's answer (see [`Completion::source`]). A checkpoint
+/// replay keeps the source of the answer it replays: the checkpoint is the run's own
+/// record of what it paid for or read from a cache ([`JobResult::cached`] says that a
+/// result was replayed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerSource {
+    /// A backend call made for this job (the default: every record before issue 51).
+    #[default]
+    Paid,
+    /// The result cache on the worker's machine.
+    MachineCache,
+    /// The result cache on the broker, shared by the machines of a cluster.
+    SharedCache,
+}
+
+impl AnswerSource {
+    /// Answered from a result cache: no call, nothing paid.
+    pub fn is_cache(self) -> bool {
+        self != AnswerSource::Paid
+    }
+}
+
+impl Serialize for Completion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        // The stores write fields by position: a field may be left out only when every
+        // field after it is too. `refusal` is left out when false and no source follows.
+        let sourced = self.source.is_cache();
+        let refusal = self.refusal || sourced;
+        let n = 6 + usize::from(refusal) + usize::from(sourced);
+        let mut st = s.serialize_struct("Completion", n)?;
+        st.serialize_field("text", &self.text)?;
+        st.serialize_field("usage", &self.usage)?;
+        st.serialize_field("latency_ms", &self.latency_ms)?;
+        st.serialize_field("finish_reason", &self.finish_reason)?;
+        st.serialize_field("calls", &self.calls)?;
+        st.serialize_field("logprobs", &self.logprobs)?;
+        if refusal {
+            st.serialize_field("refusal", &self.refusal)?;
+        } else {
+            st.skip_field("refusal")?;
+        }
+        if sourced {
+            st.serialize_field("source", &self.source)?;
+        } else {
+            st.skip_field("source")?;
+        }
+        st.end()
+    }
 }
 
 impl Completion {

@@ -306,6 +306,7 @@ mod tests {
                 }]
             }),
             refusal: false,
+            source: Default::default(),
         }
     }
 
@@ -318,6 +319,30 @@ mod tests {
             deliveries: 3,
             worker: "worker-with-a-long-name-0123456789".into(),
             cached: true,
+        }
+    }
+
+    /// Issue 51: where an answer came from round-trips in both forms, with and without a
+    /// refusal before it; a paid completion is written as before the field (six fields by
+    /// position), so records written before it read as paid.
+    #[test]
+    fn answer_source_round_trips() {
+        use crate::result::AnswerSource;
+        for source in [AnswerSource::Paid, AnswerSource::MachineCache, AnswerSource::SharedCache] {
+            for refusal in [false, true] {
+                let c = Completion { refusal, source, ..completion("four", false) };
+                let compact = encode_completion(&c).unwrap();
+                assert_eq!(decode_completion(&compact).unwrap(), c);
+                let named = crate::encode(&c).unwrap();
+                assert_eq!(crate::decode::<Completion>("named", &named).unwrap(), c);
+                let json = serde_json::to_string(&c).unwrap();
+                assert_eq!(serde_json::from_str::<Completion>(&json).unwrap(), c);
+                if source == AnswerSource::Paid && !refusal {
+                    // MARKER, then a fixarray of 6.
+                    assert_eq!(&compact[..2], &[MARKER, 0x96]);
+                    assert!(!json.contains("source"), "{json}");
+                }
+            }
         }
     }
 
@@ -384,6 +409,7 @@ mod tests {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         };
         let r = job_result(Outcome::Done(c.clone()));
         let (compact, named) =

@@ -30,6 +30,7 @@ fn result_of(job: &Job) -> Vec<u8> {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         }),
         deliveries: 1,
         worker: "test".into(),

@@ -285,6 +285,7 @@ mod tests {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         }
     }
 

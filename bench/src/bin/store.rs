@@ -204,6 +204,7 @@ impl Records {
                 calls: 1,
                 logprobs: None,
                 refusal: false,
+                source: Default::default(),
             };
             let s =
                 StoredResult { outcome: Outcome::Done(c.clone()), deliveries: 1, cached: false };

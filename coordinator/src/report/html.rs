@@ -701,6 +701,13 @@ fn cost_section(out: &mut String, costs: &Value) {
     if let Some(m) = costs["max_cost"].as_f64() {
         let _ = write!(out, " (limit ${m:.2})");
     }
+    let saved = costs["saved"].as_f64().unwrap_or(0.0);
+    if saved > 0.0 {
+        let _ = write!(
+            out,
+            "; saved by the result cache: <b>${saved:.4}</b> (its answers at the models' prices, not in the cost)"
+        );
+    }
     out.push_str("</p>");
     if let Some(p) = costs["prices"].as_object().filter(|p| !p.is_empty()) {
         out.push_str("<table><tr><th>model</th><th>USD / 1M input tokens</th><th>USD / 1M output tokens</th></tr>");
@@ -715,7 +722,7 @@ fn cost_section(out: &mut String, costs: &Value) {
         }
         out.push_str("</table>");
     }
-    out.push_str("<table class=\"costs\"><tr><th>model</th><th>stage</th><th>jobs</th><th>dead letters</th><th>calls</th><th>retries</th><th>cache hits</th><th>prompt tokens</th><th>completion tokens</th><th>mean latency (ms)</th><th>cost (USD)</th></tr>");
+    out.push_str("<table class=\"costs\"><tr><th>model</th><th>stage</th><th>jobs</th><th>dead letters</th><th>calls</th><th>retries</th><th>cache hits</th><th>paid</th><th>machine cache</th><th>shared cache</th><th>prompt tokens</th><th>completion tokens</th><th>mean latency (ms)</th><th>cost (USD)</th><th>saved (USD)</th></tr>");
     let rows = costs["by_model_stage"]
         .as_array()
         .into_iter()
@@ -723,21 +730,26 @@ fn cost_section(out: &mut String, costs: &Value) {
         .chain(costs["by_model"].as_array().into_iter().flatten());
     for c in rows {
         let jobs = u(&c["jobs"]);
-        let mean = if jobs == 0 { 0.0 } else { u(&c["latency_ms_total"]) as f64 / jobs as f64 };
+        let (machine, shared) = (u(&c["machine_cache"]), u(&c["shared_cache"]));
+        // A cache answer made no call: the mean is over the paid jobs.
+        let called = jobs.saturating_sub(machine).saturating_sub(shared);
+        let mean = if called == 0 { 0.0 } else { u(&c["latency_ms_total"]) as f64 / called as f64 };
         let stage = c["stage"].as_str().unwrap_or("?");
         let class = if stage == "*" { " class=\"total\"" } else { "" };
         let _ = write!(
             out,
-            "<tr{class}><td>{}</td><td>{}</td><td class=\"num\">{jobs}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{mean:.0}</td><td class=\"num\">{:.4}</td></tr>",
+            "<tr{class}><td>{}</td><td>{}</td><td class=\"num\">{jobs}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{machine}</td><td class=\"num\">{shared}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{mean:.0}</td><td class=\"num\">{:.4}</td><td class=\"num\">{:.4}</td></tr>",
             esc(c["model"].as_str().unwrap_or("?")),
             esc(if stage == "*" { "all stages" } else { stage }),
             u(&c["dead_letters"]),
             u(&c["calls"]),
             u(&c["retries"]),
             u(&c["cache_hits"]),
+            u(&c["paid"]),
             u(&c["prompt_tokens"]),
             u(&c["completion_tokens"]),
-            c["cost"].as_f64().unwrap_or(0.0)
+            c["cost"].as_f64().unwrap_or(0.0),
+            c["saved"].as_f64().unwrap_or(0.0)
         );
     }
     out.push_str("</table>");

@@ -208,10 +208,16 @@ pub fn render(s: &Status) -> String {
     if let Some(m) = s.figures.max_cost {
         o.push_str(&format!(" of ${m:.2} limit"));
     }
+    let saved: f64 = s.figures.costs.iter().map(|c| c.saved).sum();
+    let from_cache = |c: &halyard_plan::cost::ClassTotals| c.machine_cache + c.shared_cache;
+    let cached = s.figures.costs.iter().any(|c| from_cache(c) > 0);
+    if cached {
+        o.push_str(&format!(", ${saved:.4} saved by the result cache"));
+    }
     o.push('\n');
     for c in &s.figures.costs {
         o.push_str(&format!(
-            "    {} / {}: {} jobs, {} calls, {} retries, {} + {} tokens, ${:.4}\n",
+            "    {} / {}: {} jobs, {} calls, {} retries, {} + {} tokens, ${:.4}",
             terminal(&c.model),
             terminal(&c.stage),
             c.jobs,
@@ -221,6 +227,14 @@ pub fn render(s: &Status) -> String {
             c.completion_tokens,
             c.cost
         ));
+        // Issue 51: the jobs paid for and those the result cache answered (no call).
+        if cached {
+            o.push_str(&format!(
+                "; {} paid, {} from the machine cache, {} from the shared cache, ${:.4} saved",
+                c.paid, c.machine_cache, c.shared_cache, c.saved
+            ));
+        }
+        o.push('\n');
     }
     for d in &s.figures.outages {
         o.push_str(&format!("  outage: {} — {}\n", terminal(&d.describe()), terminal(&d.error)));

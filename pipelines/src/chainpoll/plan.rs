@@ -335,6 +335,7 @@ mod tests {
             calls: 1,
             logprobs,
             refusal: false,
+            source: Default::default(),
         })
     }
 

@@ -94,6 +94,7 @@ fn done(text: String) -> Outcome {
         calls: 1,
         logprobs: None,
         refusal: false,
+        source: Default::default(),
     })
 }
 

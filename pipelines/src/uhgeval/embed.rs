@@ -160,6 +160,7 @@ pub(crate) mod tests {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         });
         let results = std::collections::HashMap::from([(req.id(), done)]);
         let got = bert_step(&m, "续写", "参考", &results).unwrap().score.unwrap();

@@ -249,6 +249,7 @@ fn first_job_ids(extra: &str) -> Vec<String> {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         }),
     );
     let Plan::Waiting(jobs) = halyard_pipelines::hypotermqa::evaluate(cfg, q, &results) else {

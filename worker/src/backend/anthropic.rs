@@ -406,6 +406,7 @@ impl Anthropic {
             calls: 1,
             logprobs: None,
             refusal: d.refusal,
+            source: Default::default(),
         })
     }
 }

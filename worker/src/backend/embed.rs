@@ -59,6 +59,7 @@ impl EmbedModel {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         })
     }
 }

@@ -546,6 +546,7 @@ fn completion(
         calls: 1,
         logprobs,
         refusal: false,
+        source: Default::default(),
     }
 }
 

@@ -23,6 +23,7 @@ impl Backend for Noop {
             calls: 1,
             logprobs: None,
             refusal: false,
+            source: Default::default(),
         })))
     }
 }

@@ -233,6 +233,7 @@ impl OpenAi {
             calls: 1,
             logprobs: d.logprobs,
             refusal: d.refusal,
+            source: Default::default(),
         })
     }
 }

@@ -207,6 +207,7 @@ impl Recordings {
             calls: 1,
             logprobs: None,
             refusal: rec.refusal,
+            source: Default::default(),
         })
     }
 }

@@ -170,6 +170,7 @@ fn line(batch: &str, raw: &[u8], latency_ms: u64) -> Result<(JobId, Answer), Str
                     calls: 1,
                     logprobs: d.logprobs,
                     refusal: d.refusal,
+                    source: Default::default(),
                 }),
                 Err(mut e) => {
                     e.status = Some(200);

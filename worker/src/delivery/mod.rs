@@ -342,7 +342,13 @@ async fn from_cache(
     job: &Job,
     policy: halyard_proto::CachePolicy,
 ) -> Option<halyard_proto::Completion> {
-    let (c, tier) = ctx.cache.lookup(&job.key, &job.id, policy).await?;
+    let (mut c, tier) = ctx.cache.lookup(&job.key, &job.id, policy).await?;
+    // Said in the checkpoint too: a redelivery replays it as a cache answer, which the
+    // coordinator counts as money saved, never as paid (issue 51).
+    c.source = match tier {
+        halyard_cache::Tier::Machine => halyard_proto::AnswerSource::MachineCache,
+        halyard_cache::Tier::Shared => halyard_proto::AnswerSource::SharedCache,
+    };
     if let Err(e) = ctx.checkpoint.put(job.id, &c).await {
         warn!(job = %job.id, error = %e, "checkpoint write failed; the job is called instead of answered from the cache");
         return None;

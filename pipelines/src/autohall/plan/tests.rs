@@ -52,6 +52,7 @@ fn done(text: &str) -> Outcome {
         calls: 1,
         logprobs: None,
         refusal: false,
+        source: Default::default(),
     })
 }
 

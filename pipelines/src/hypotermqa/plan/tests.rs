@@ -46,6 +46,7 @@ fn done(text: &str) -> Outcome {
         calls: 1,
         logprobs: None,
         refusal: false,
+        source: Default::default(),
     })
 }
 

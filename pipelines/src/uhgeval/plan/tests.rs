@@ -44,6 +44,7 @@ fn done(text: &str) -> Outcome {
         calls: 1,
         logprobs: None,
         refusal: false,
+        source: Default::default(),
     })
 }
 

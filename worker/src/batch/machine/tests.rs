@@ -60,6 +60,7 @@ fn completion() -> Completion {
         calls: 1,
         logprobs: None,
         refusal: false,
+        source: Default::default(),
     }
 }
 
