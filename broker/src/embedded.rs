@@ -86,6 +86,11 @@ impl EmbeddedNats {
         let log_file = std::fs::File::create(&log).map_err(|e| emb("create", &log, e))?;
         let mut cmd = Command::new(&bin);
         cmd.arg("-c").arg(&conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log_file);
+        // A process group of its own: a terminal's Ctrl-C (SIGINT to the whole foreground
+        // group) reaches Halyard, whose graceful stop still needs this server (hand-backs,
+        // health records, the last commits); the server is stopped when Halyard is done
+        // with it (`Drop`), and dies with Halyard in any case (parent-death signal).
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         set_parent_death_signal(&mut cmd);
         let (tx, rx) = mpsc::channel::<Result<u32, String>>();
         let thread = std::thread::Builder::new()

@@ -223,6 +223,53 @@ fn hanging_endpoint_costs_no_dead_letters() {
     embedded_outage(Outage::Hang, 1.0, None);
 }
 
+/// Ctrl-C in a terminal during an outage. A terminal sends SIGINT to its whole foreground
+/// process group; the private nats-server was in it, died at once, and the graceful stop
+/// then waited on a broker that was gone (found by hand: over five minutes until a second
+/// Ctrl-C). SIGINT to the group now stops `halyard run` as interrupted (exit 130) within
+/// the minute this test allows (a bound against a hang, not a speed target), and the next
+/// `halyard run` completes with the uninterrupted run's report.
+#[test]
+fn ctrl_c_to_the_process_group_during_an_outage_stops_and_resumes() {
+    use std::os::unix::process::CommandExt;
+    let api = fake(None);
+    let dir = tempdir();
+    let sweep = sweep(dir.path(), &api.base_url(), 120.0);
+    let reference = reference(dir.path(), &sweep, &api, 0);
+    let calls = reference.paid.len();
+    let out = dir.path().join("runs");
+    let args = ["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()];
+    let log = dir.path().join("run.log");
+    let mut cmd = halyard();
+    cmd.args(args).stdout(Stdio::null()).stderr(log_file(&log)).process_group(0);
+    let mut run = ChildGuard::spawn(cmd);
+    wait_calls(&api, calls / 3, &mut [&mut run], &[&log]);
+    let in_flight = api.in_flight();
+    api.go_down(Outage::Refuse);
+    // Until the pool has paused: the stop then meets hand-backs and health records.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("pausing the pool") {
+        assert!(Instant::now() < deadline, "the pool never paused:\n{}", tail(&log));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on the process group this test created for the child.
+    unsafe { libc::kill(-(run.pid() as libc::pid_t), libc::SIGINT) };
+    let status = run.wait_timeout(Duration::from_secs(60));
+    let Some(status) = status else {
+        panic!("halyard run still running 60 s after Ctrl-C:\n{}", tail(&log))
+    };
+    assert_eq!(status.code(), Some(130), "halyard run after Ctrl-C: {status:?}\n{}", tail(&log));
+    api.come_back();
+    let log2 = dir.path().join("resume.log");
+    let mut cmd = halyard();
+    cmd.args(args).stdout(Stdio::null()).stderr(log_file(&log2));
+    let mut resume = ChildGuard::spawn(cmd);
+    let status = resume.wait_timeout(Duration::from_secs(180)).expect("the resumed run hangs");
+    assert_eq!(status.code(), Some(0), "resumed run: {status:?}\n{}", tail(&log2));
+    let report = read_json(&out.join("outage/report.json"));
+    check(&api, &reference, &Outcome { report, in_flight }, "ctrl-c");
+}
+
 /// `halyard coordinator` and two `halyard worker --sweep` processes: both workers pause
 /// (the one that saw the failure and the one told by its announcement), neither spends
 /// the budget, and the pool's health record in the broker says it paused and resumed.
