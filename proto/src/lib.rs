@@ -56,8 +56,8 @@ pub use health::{OutageReason, PoolHealthRecord};
 pub use id::JobId;
 pub use job::{ChatMessage, Job, JobKey, LogprobsRequest, ModelRef, OutputSchema, Role, Sampling};
 pub use result::{
-    AnswerKind, AnswerSource, CacheUsage, Completion, Failure, FailureKind, JobResult, Outcome, TokenLogprob,
-    TopLogprob, Usage, UsageBound,
+    AnswerKind, AnswerSource, CacheUsage, Completion, Failure, FailureKind, JobResult, Outcome,
+    TokenLogprob, TopLogprob, Usage, UsageBound,
 };
 pub use stored::StoredResult;
 
