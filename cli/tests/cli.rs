@@ -12,6 +12,7 @@ mod common;
 mod anthropic;
 mod batch_mode;
 mod broker_permissions;
+mod broker_pool_users;
 mod broker_security;
 mod cache;
 mod chaos;

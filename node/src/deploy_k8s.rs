@@ -23,6 +23,14 @@
 //!   the pool's consumer, created paused at 0 replicas until the coordinator has created
 //!   the consumers (KEDA up to 2.19 reads a missing consumer as the whole stream's lag).
 //!
+//! - `nats-auth-values.yaml`, `nats-permissions.conf` (not part of the overlay): the
+//!   broker's users for this sweep, one worker user per pool
+//!   (`halyard_broker::permissions`): Helm values for the NATS chart and the same block
+//!   as nats-server configuration. Each pool's Deployment connects as its pool's user
+//!   (`halyard-worker-<pool token>`, password from the key `worker-<pool token>-password`
+//!   of the Secret `halyard-nats-credentials`), which reaches that pool's jobs, results,
+//!   records and replies only (issue 49, items 3 and 7).
+//!
 //! Paths in the pods: the sweep is `/halyard/sweep/sweep.toml`, the datasets PVC is
 //! mounted at `/halyard/datasets`, the models PVC at `/halyard/models`. A sweep next to
 //! `datasets/` and `models/` (`../datasets/…`, `../models/…`, as examples/ are) runs
@@ -34,6 +42,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
+use halyard_broker::permissions::{worker_secret_key, worker_user};
 use halyard_plan::sweep::{self, JobBatch, Sweep};
 use halyard_proto::subjects::{pool_consumer, pool_token, JOBS_STREAM};
 use serde_json::{json, Value};
@@ -98,6 +107,9 @@ pub struct PoolDeploy {
     pub kind: PoolKind,
     pub concurrency: usize,
     pub api_keys: BTreeSet<String>,
+    /// A model of the pool runs a server command of the sweep's own (not a preset's):
+    /// its workers need `--allow-server-commands` (a sweep is code, issue 49 item 10).
+    pub server_commands: bool,
     pub max_replicas: u32,
     pub lag_threshold: u64,
     /// Why max_replicas and lag_threshold are what they are (a comment in the file).
@@ -120,6 +132,10 @@ pub fn write(o: &K8sOptions) -> Result<Vec<String>, NodeError> {
             o.secrets.display()
         )));
     }
+    let auth = halyard_broker::permissions::Authorization::for_pools(
+        pools.iter().map(|p| p.pool.as_str()),
+    )
+    .map_err(|e| NodeError::Usage(format!("{}: {e}", o.sweep.display())))?;
     prepare_out(&o.out, o.force)?;
     let secrets_rel = relative(&o.out, &o.secrets)?;
 
@@ -145,6 +161,8 @@ pub fn write(o: &K8sOptions) -> Result<Vec<String>, NodeError> {
         files.push((format!("scaling/{f}"), body));
     }
     files.push(("datasets-loader.yaml".into(), datasets_loader(o)));
+    files.push((NATS_AUTH_VALUES.into(), auth.helm_values(GENERATOR)));
+    files.push((NATS_PERMISSIONS.into(), auth.conf(GENERATOR)));
     let mut volumes = vec![
         ("coordinator-state.yaml", yaml(&[(STATE_PVC_NOTE, state_pvc())])),
         ("datasets.yaml", yaml(&[(DATASETS_PVC_NOTE, datasets_pvc())])),
@@ -317,6 +335,7 @@ pub fn plan_pools(s: &Sweep, o: &K8sOptions) -> Result<Vec<PoolDeploy>, NodeErro
         let mut kinds = BTreeSet::new();
         let mut keys = BTreeSet::new();
         let mut max_tokens: Option<u32> = None;
+        let mut server_commands = false;
         for (i, m) in &models {
             let kind = if let Some(g) = &m.local {
                 match g.gpu {
@@ -329,6 +348,7 @@ pub fn plan_pools(s: &Sweep, o: &K8sOptions) -> Result<Vec<PoolDeploy>, NodeErro
                     }
                 }
             } else if let Some(sv) = &m.server {
+                server_commands |= !halyard_worker::backend::http_guard::is_preset(sv);
                 if sv.gpus > 0 {
                     PoolKind::Server(sv.gpus)
                 } else {
@@ -420,6 +440,7 @@ pub fn plan_pools(s: &Sweep, o: &K8sOptions) -> Result<Vec<PoolDeploy>, NodeErro
             kind,
             concurrency: conc,
             api_keys: keys,
+            server_commands,
             max_replicas,
             lag_threshold,
             sizing: format!("{size_note} {lag_note}"),
@@ -857,11 +878,16 @@ fn worker(o: &K8sOptions, p: &PoolDeploy, local: bool) -> (String, String) {
         let set: Vec<String> = (0..gpus).map(|g| g.to_string()).collect();
         args.extend(["--gpu".into(), set.join(",")]);
     }
+    if p.server_commands {
+        // The sweep's own server command: a worker runs it only when told to.
+        args.push("--allow-server-commands".into());
+    }
     args.extend(
         ["--state", "/var/lib/halyard/checkpoint", "--metrics", "0.0.0.0:9465", "--grace", "30"]
             .map(String::from),
     );
-    let mut env = nats_env("halyard-worker", "worker-password");
+    // The pool's own broker user (issue 49): its jobs, results, records and replies only.
+    let mut env = nats_env(&worker_user(&p.pool), &worker_secret_key(&p.pool));
     for k in &p.api_keys {
         env.push(json!({ "name": k, "valueFrom": { "secretKeyRef": { "name": "halyard-api-keys", "key": k } } }));
     }
@@ -1052,7 +1078,7 @@ fn one_line(text: &str) -> String {
 /// A pool's line of the kustomization's header table.
 fn pool_line(p: &PoolDeploy) -> String {
     format!(
-        "  {} -> {} ({}, consumer {}, max {} replicas, lagThreshold {})",
+        "  {} -> {} ({}, consumer {}, user {}, max {} replicas, lagThreshold {})",
         one_line(&p.pool),
         p.object,
         match p.kind {
@@ -1062,10 +1088,18 @@ fn pool_line(p: &PoolDeploy) -> String {
             PoolKind::Server(n) => format!("{n} GPU(s), managed server"),
         },
         pool_consumer(&p.pool),
+        worker_user(&p.pool),
         p.max_replicas,
         p.lag_threshold
     )
 }
+
+/// The broker's users for this sweep, as Helm values for the NATS chart (not part of the
+/// overlay: `helm upgrade … -f` reads it).
+pub const NATS_AUTH_VALUES: &str = "nats-auth-values.yaml";
+/// The same users as nats-server configuration (a broker run without the chart).
+pub const NATS_PERMISSIONS: &str = "nats-permissions.conf";
+const GENERATOR: &str = "`halyard deploy k8s`";
 
 fn kustomization(
     s: &Sweep,
@@ -1081,6 +1115,13 @@ fn kustomization(
 #
 # Pools (a Deployment here and a ScaledObject in scaling/ each):
 {pools}
+#
+# Broker users: one per pool ({NATS_AUTH_VALUES}, {NATS_PERMISSIONS}); each pool's workers
+# connect as theirs and reach only its jobs, results, records and replies. Add each pool's
+# password to {secrets}/nats-credentials.env (worker-<pool token>-password=..., see the
+# table's users) and give the values to the NATS chart (docs/src/operations/kubernetes.md):
+#   helm upgrade --install nats nats/nats --version 2.14.2 -n {NAMESPACE} \\
+#     -f deploy/k8s/nats-values.yaml -f {NATS_AUTH_VALUES}
 #
 # Apply, after the namespace, Secrets and NATS policy (kubectl apply -k {secrets}) and
 # NATS itself (docs/src/operations/kubernetes.md):
@@ -1160,6 +1201,7 @@ mod tests {
             kind: PoolKind::Api,
             concurrency: 1,
             api_keys: BTreeSet::new(),
+            server_commands: false,
             max_replicas: 1,
             lag_threshold: 1,
             sizing: String::new(),

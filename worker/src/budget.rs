@@ -105,7 +105,7 @@ impl Budget {
         let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
             return Ok(None);
         };
-        let record = serde_json::from_slice(&entry.value).map_err(|e| err(key, e))?;
+        let record = bounded(serde_json::from_slice(&entry.value).map_err(|e| err(key, e))?);
         Ok(Some((record, entry.revision)))
     }
 
@@ -176,5 +176,42 @@ mod tests {
         assert!(!r.excuse(99));
         assert_eq!(effective(1, 0), 1);
         assert_eq!(effective(2, 5), 1);
+    }
+}
+
+/// Deliveries a record may excuse at most (issue 49, item 5). A record comes from the
+/// broker, where anyone holding the pool's worker credential may write it: an `excused`
+/// beyond this would let a job that crashes its workers retry for ever. Hand-backs that
+/// an outage or a shutdown caused rarely reach a few, so a job is dead-lettered after at
+/// most `max_deliver + MAX_EXCUSED` deliveries whatever its record says.
+pub const MAX_EXCUSED: u64 = 100;
+
+/// A record as read from the broker, kept within what an honest one can say: at most
+/// [`MAX_EXCUSED`] excused deliveries and [`Record::REMEMBERED`] delivery numbers.
+pub fn bounded(mut r: Record) -> Record {
+    r.excused = r.excused.min(MAX_EXCUSED);
+    r.deliveries.sort_unstable();
+    let extra = r.deliveries.len().saturating_sub(Record::REMEMBERED);
+    r.deliveries.drain(..extra);
+    r
+}
+
+#[cfg(test)]
+mod bounded_tests {
+    use super::*;
+
+    /// A forged record excusing u64::MAX deliveries excuses MAX_EXCUSED: a job crashing
+    /// its workers is dead-lettered after max_deliver + MAX_EXCUSED deliveries.
+    #[test]
+    fn a_forged_record_excuses_at_most_the_bound() {
+        let forged = Record { excused: u64::MAX, deliveries: (0..100_000).collect() };
+        let r = bounded(forged);
+        assert_eq!(r.excused, MAX_EXCUSED);
+        assert_eq!(r.deliveries.len(), Record::REMEMBERED);
+        let max_deliver = 5;
+        assert_eq!(effective(max_deliver + MAX_EXCUSED, r.excused), max_deliver);
+        assert!(effective(max_deliver + MAX_EXCUSED + 1, r.excused) > max_deliver);
+        let honest = Record { excused: 3, deliveries: vec![3, 1, 2] };
+        assert_eq!(bounded(honest).excused, 3);
     }
 }

@@ -375,7 +375,16 @@ impl PoolHealth {
         let now = Instant::now();
         let change = match a {
             Announcement::Pause { worker, reason, probe_ms } if worker != self.worker => {
-                m.remote_paused(reason, &worker, Duration::from_millis(probe_ms), now)
+                // The pause it holds the pool, out of the pool's bucket of announced pauses
+                // (crate::quota::remote): a forged one every few minutes cannot hold the
+                // pool for good; refused, this worker meets an outage on its own calls.
+                let probe_in = Duration::from_millis(probe_ms).min(machine::MAX_RETRY_AFTER);
+                let hold = probe_in + machine::remote_grace(probe_in);
+                if !crate::quota::remote::pause(&self.pool, &self.worker, hold) {
+                    debug!(pool = %self.pool, from = %worker, probe_ms, "pause announcement beyond the pool's bound of announced pauses: ignored");
+                    return;
+                }
+                m.remote_paused(reason, &worker, probe_in, now)
             }
             Announcement::Resume { worker } if worker != self.worker => m.remote_resumed(now),
             _ => return,

@@ -31,6 +31,14 @@ use serde::{Deserialize, Serialize};
 /// The KV bucket of pool members.
 pub const BUCKET: &str = halyard_broker::layout::QUOTA_MEMBERS;
 
+/// Members of one pool counted at most (issue 49, item 5). Keys come from the broker,
+/// where anyone holding the pool's worker credential may add some: fake members shrink
+/// every real member's share, and each is a read per heartbeat. Counted up to this, a
+/// share is never below the pool's quota / `MAX_MEMBERS`, and a heartbeat reads at most
+/// this many keys; no honest quota pool comes near it (a pool's replicas are sized by
+/// its quota, `halyard deploy k8s`).
+pub const MAX_MEMBERS: usize = 256;
+
 /// A control message to every member of a pool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -159,7 +167,8 @@ impl Membership {
             .map_err(|e| err("heartbeat put failed", e))
     }
 
-    /// Members with a live key, this worker counted even if its own key is missing.
+    /// Members with a live key, this worker counted even if its own key is missing; at
+    /// most [`MAX_MEMBERS`].
     pub async fn live(&self) -> Result<usize, BrokerError> {
         let mut info = self
             .stream
@@ -170,7 +179,7 @@ impl Membership {
         let mut others = Vec::new();
         while let Some(s) = info.next().await {
             let (subject, count) = s.map_err(|e| err("cannot list members", e))?;
-            if count > 0 && subject != own {
+            if count > 0 && subject != own && others.len() < MAX_MEMBERS - 1 {
                 others.push(subject);
             }
         }

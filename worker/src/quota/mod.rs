@@ -22,6 +22,7 @@
 
 pub mod limiter;
 pub mod membership;
+pub mod remote;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -498,8 +499,14 @@ async fn upkeep(gate: Arc<QuotaGate>, mut sub: async_nats::Subscriber) {
                 match serde_json::from_slice::<Announcement>(&m.payload) {
                     Ok(Announcement::Join { worker } | Announcement::Leave { worker }) if worker != me => gate.refresh().await,
                     Ok(Announcement::CoolDown { worker, ms }) if worker != me => {
-                        info!(pool = %gate.pool, from = %worker, pause_ms = ms, "pool cool-down");
-                        gate.cool_down(Duration::from_millis(ms).min(MAX_COOLDOWN));
+                        // At most MAX_COOLDOWN each, out of the pool's bucket of announced
+                        // pauses (remote.rs): a forged one cannot pause the pool for good.
+                        let want = Duration::from_millis(ms).min(MAX_COOLDOWN);
+                        let d = remote::cool_down(&gate.pool, &me, want);
+                        info!(pool = %gate.pool, from = %worker, pause_ms = ms, honoured_ms = d.as_millis() as u64, "pool cool-down");
+                        if !d.is_zero() {
+                            gate.cool_down(d);
+                        }
                     }
                     Ok(_) => {}
                     Err(e) => debug!(pool = %gate.pool, error = %e, "ignoring an unreadable quota announcement"),
