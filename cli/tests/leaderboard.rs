@@ -121,3 +121,69 @@ fn leaderboard_merges_runs_and_warns_on_mixed_semantics() {
     assert_eq!(attr("data-drawn"), "3");
     assert_eq!(attr("data-whiskers"), "3", "HTS's interval on every bar");
 }
+
+/// Cost per correct answer beyond HypoTermQA (issue 53): a priced AutoHall run's row in
+/// report.json, report.md and the leaderboard, its correct claims counted by the test's
+/// own reading of the fake's rules (classified and not hallucinated), its cost the
+/// model's `reference` and `classify` stages only (the detection's samples and pair
+/// checks left out).
+#[test]
+fn leaderboard_gives_autohall_cost_per_correct() {
+    use crate::common::autohall::*;
+    let file = repo_root().join("datasets/autohall/climate_sample.jsonl");
+    let fake = FakeOpenAi::start_blocking(autohall_responder);
+    let dir = tempfile::tempdir().unwrap();
+    let models = fake_models(&fake.base_url()).replace(
+        "temperature = 0.3\n",
+        "temperature = 0.3\nprice = { input = 2.0, output = 8.0 }\n",
+    );
+    let sweep = autohall_sweep(
+        dir.path(),
+        "lb-autohall",
+        &models,
+        &["fake-a"],
+        std::slice::from_ref(&file),
+        1000,
+    );
+    let out = dir.path().join("runs");
+    run_complete(&["run", sweep.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let run = out.join("lb-autohall");
+    let rj = read_json(&run.join("report.json"));
+    let cs = claims(&file);
+    let e = expected("fake-a", &cs);
+    let factual = e.classified - e.hallucinated;
+    let stages = rj["costs"]["by_model_stage"].as_array().unwrap();
+    let of = |pick: &dyn Fn(&str) -> bool| -> f64 {
+        stages
+            .iter()
+            .filter(|c| c["model"] == "fake-a" && pick(c["stage"].as_str().unwrap()))
+            .map(|c| c["cost"].as_f64().unwrap())
+            .sum()
+    };
+    let cost = of(&|s| s == "reference" || s == "classify");
+    let all = of(&|_| true);
+    assert!(cost > 0.0 && all > cost, "the detection's calls cost something too: {cost} of {all}");
+    let rows = rj["cost_per_correct"].as_array().expect("cost_per_correct");
+    let r = rows.iter().find(|r| r["pipeline"] == "autohall").expect("the AutoHall row");
+    assert_eq!((r["model"].as_str(), r["unit"].as_str()), (Some("fake-a"), Some("claim")));
+    assert_eq!(r["correct"].as_u64(), Some(factual), "{r}");
+    assert_eq!(r["answers"].as_u64(), Some(cs.len() as u64), "{r}");
+    assert!((r["cost"].as_f64().unwrap() - cost).abs() < 1e-12, "{r}");
+    let per = cost / factual as f64;
+    assert!((r["per_correct"].as_f64().unwrap() - per).abs() < 1e-12, "{r}");
+    assert!(r["low"].as_f64().unwrap() < per && per < r["high"].as_f64().unwrap(), "{r}");
+    let line = format!(
+        "| fake-a | (itself, against gold) | ${cost:.6} | {factual} / {} | ${per:.6} |",
+        cs.len()
+    );
+    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(md.contains(&line), "{line} not in report.md");
+    let lb = dir.path().join("lb");
+    let (ok, md, err) = report(&[run.to_str().unwrap(), "--out", lb.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let row = format!(
+        "| lb-autohall | 0 | fake-a | (itself, against gold) | {factual} / {} | ${cost:.6} | ${per:.6} |",
+        cs.len()
+    );
+    assert!(md.contains(&row) && md.contains("autohall (claim) |"), "{row} not in {md}");
+}

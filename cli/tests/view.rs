@@ -642,6 +642,176 @@ fn a_run_elsewhere_is_listed_from_the_broker() {
     page.assert_local(&view.base);
 }
 
+/// A panel of two judges (judge-b, whose acceptance verdicts differ from judge-a's on
+/// some terms, decides: `panel = "primary:judge-b"`), one answer job that becomes a dead
+/// letter, and human labels imported with `halyard labels import`: the judge- and
+/// human-disagreement filters pick exactly the rows labels.jsonl and the imported file
+/// say; an item shows the panel's verdict (from the run's panel file, the report's own
+/// function) next to each judge's label, and the human labels; a job that became a dead
+/// letter links to its dead letter.
+#[test]
+fn panel_verdicts_human_disagreement_and_dead_letters() {
+    let Some(bin) = chromium() else { return };
+    let qs = load_questions(16);
+    let poison = qs[5].id;
+    let rules = responder(question_index(&qs), Some(poison));
+    let fake = FakeOpenAi::start_blocking(move |c| {
+        let r = rules(c);
+        match r {
+            // judge-b says the opposite of judge-a on the terms whose reply hashes odd.
+            Reply::Text(t) if c.model == "fake-judge-b" && !fnv(&t).is_multiple_of(2) => {
+                Reply::Text(
+                    t.replace("UNREAL", "\u{0}")
+                        .replace("MENTIONED", "UNREAL")
+                        .replace('\u{0}', "MENTIONED"),
+                )
+            }
+            other => other,
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_sweep(dir.path(), "paneled", &fake.base_url(), qs.len(), 4);
+    let b = format!(
+        "[[model]]\nname = \"judge-b\"\nbackend = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-judge-b\"\nmax_concurrency = 4\n\n[[benchmark]]",
+        fake.base_url()
+    );
+    let text = std::fs::read_to_string(&p).unwrap().replace("[[benchmark]]", &b).replace(
+        "judge = \"judge-a\"",
+        "judges = [\"judge-a\", \"judge-b\"]\npanel = \"primary:judge-b\"",
+    );
+    std::fs::write(&p, text).unwrap();
+    let out = dir.path().join("runs");
+    run_to_end_with(&["run", p.to_str().unwrap(), "--out", out.to_str().unwrap()], 1);
+    let run = out.join("paneled");
+    let rows = labels(&run);
+
+    // Human labels, imported as a user would: "valid" on even question ids, else
+    // "hallucination", for model-a's answered questions.
+    let answered: Vec<i64> = rows
+        .iter()
+        .filter(|r| r["judge"] == "judge-a" && r["answer_label"] != "unanswered")
+        .map(|r| r["question_id"].as_i64().unwrap())
+        .collect();
+    let human = |q: i64| if q % 2 == 0 { "valid" } else { "hallucination" };
+    let file = dir.path().join("human.jsonl");
+    let lines: String = answered
+        .iter()
+        .map(|q| format!("{{\"item\": {q}, \"model\": \"model-a\", \"label\": \"{}\", \"annotator\": \"ann-1\"}}\n", human(*q)))
+        .collect();
+    std::fs::write(&file, lines).unwrap();
+    let o = halyard()
+        .args(["labels", "import", run.to_str().unwrap(), file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // What the filters must find, counted here from labels.jsonl and the imported file.
+    let label_of = |q: i64, judge: &str| {
+        rows.iter()
+            .find(|r| r["question_id"] == q && r["judge"] == judge)
+            .map(|r| r["answer_label"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let disagree: Vec<i64> = answered
+        .iter()
+        .copied()
+        .filter(|q| label_of(*q, "judge-a") != label_of(*q, "judge-b"))
+        .collect();
+    assert!(!disagree.is_empty(), "judge-b never differed: nothing to filter");
+    let human_rows = rows
+        .iter()
+        .filter(|r| {
+            let q = r["question_id"].as_i64().unwrap();
+            answered.contains(&q) && r["answer_label"] != human(q)
+        })
+        .count();
+    assert!(human_rows > 0);
+
+    let view = View::start(&[&out]);
+    let page = Page::open(&bin);
+    let total = |p: &Page| {
+        p.eval("Number(document.getElementById('page-info').dataset.total)").as_u64().unwrap()
+    };
+    page.goto(&format!("{}/run/paneled", view.base));
+    page.wait("document.body.dataset.ready === 'run'", "the run page");
+    page.select("filter-flag", "judge_disagreement");
+    assert_eq!(total(&page) as usize, 2 * disagree.len(), "both judges' rows of each");
+    page.select("filter-flag", "human_disagreement");
+    assert_eq!(total(&page) as usize, human_rows);
+    let flags = page
+        .eval("[...document.querySelectorAll('#items tr')].map(t => t.children[6].textContent)");
+    assert!(
+        flags
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f.as_str().unwrap().contains("human disagreement")),
+        "{flags}"
+    );
+
+    // An item the judges disagree on: each judge's label, the panel's verdict (judge-b's,
+    // the rule named) beside them and on each row, the human label.
+    let cats = ["valid", "hallucination", "irrelevant"];
+    let q = *disagree
+        .iter()
+        .find(|q| {
+            cats.contains(&label_of(**q, "judge-a").as_str())
+                && cats.contains(&label_of(**q, "judge-b").as_str())
+        })
+        .expect("a disagreement between two labels (no judge error)");
+    page.goto(&format!("{}/run/paneled?item={q}", view.base));
+    page.wait("document.body.dataset.item !== undefined", "the item opened");
+    let (a, b) = (label_of(q, "judge-a"), label_of(q, "judge-b"));
+    let votes = page.eval("[...document.querySelectorAll('#panel tr[data-model=model-a] td.vote')].map(t => t.textContent)");
+    assert_eq!(votes, serde_json::json!([a, b]));
+    assert_eq!(page.text("#panel tr[data-model=model-a] td.panel-verdict"), b);
+    assert!(page.text("#panel tr[data-model=model-a]").contains("primary:judge-b"));
+    let on_rows =
+        page.eval("[...document.querySelectorAll('#item .row-panel')].map(t => t.textContent)");
+    assert_eq!(on_rows, serde_json::json!([b, b]), "the verdict beside each judge's row");
+    let file = std::fs::read_to_string(run.join("panel/benchmark-0.jsonl")).unwrap();
+    let unit: Value = file
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["item"] == q.to_string().as_str() && v["model"] == "model-a")
+        .expect("the unit in the panel file");
+    assert_eq!(unit["verdict"], b.as_str());
+    assert_eq!(page.text("#human td:nth-child(2)"), human(q));
+    page.eval("document.getElementById('panel').scrollIntoView()");
+    page.screenshot("view-panel");
+
+    // The poisoned answer: its job links to its dead letter.
+    let job =
+        rows.iter().find(|r| r["question_id"] == poison).expect("the poisoned question's row")
+            ["answer_job"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    page.goto(&format!("{}/run/paneled?item={poison}", view.base));
+    page.wait("document.body.dataset.item !== undefined", "the poisoned item opened");
+    let report = read_json(&run.join("report.json"));
+    let d = report["dead_letters"].as_array().unwrap();
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0]["job"], job.as_str());
+    assert_eq!(page.eval("document.querySelectorAll('#dead tr.dead-letter').length"), 1);
+    assert_eq!(page.text("#dead tr.dead-letter code"), job);
+    let href = page.eval(
+        "[...document.querySelectorAll('#item a.dead-link')].map(a => a.getAttribute('href'))",
+    );
+    assert!(
+        href.as_array().unwrap().iter().all(|h| *h == format!("#dead-{job}").as_str())
+            && !href.as_array().unwrap().is_empty(),
+        "{href}"
+    );
+    page.click("#item a.dead-link");
+    page.wait(
+        &format!("decodeURIComponent(location.hash) === '#dead-{job}'"),
+        "the dead letter's anchor",
+    );
+    assert_eq!(page.eval("document.querySelector('#dead tr.dead-letter:target') !== null"), true);
+    page.assert_local(&view.base);
+}
+
 /// `halyard view` refuses a directory that is not there, naming it.
 #[test]
 fn view_refuses_a_missing_directory() {

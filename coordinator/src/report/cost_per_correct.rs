@@ -1,17 +1,33 @@
 //! Cost per correct answer (issue 53): what one non-hallucinated answer of a model cost,
-//! per HypoTermQA result (model under test × judge), with a 95% interval.
+//! per result (model under test × judge) of the pipelines where a model under test
+//! answers and each answer is found hallucinated or not, with a 95% interval.
 //!
-//! - **cost**: the model's own calls, its `answer` stage in the run's cost table (what
-//!   using the model costs; judging is the evaluation's cost and is left out);
-//! - **correct**: answers labelled `valid` (neither hallucinated nor irrelevant), over
-//!   every question of the benchmark;
-//! - **cost per correct** = cost / correct; its interval takes the cost as known and the
-//!   share of correct answers as the uncertain part: with the Wilson 95% interval
-//!   (low, high) of correct / answers, it is cost / (answers · high) to
-//!   cost / (answers · low) (no upper bound when low is 0).
+//! What "correct" and "cost" are, per pipeline ([`Rule`]):
+//! - **HypoTermQA**: an answer labelled `valid` (neither hallucinated nor irrelevant),
+//!   over every question; cost: the model's `answer` stage.
+//! - **AutoHall**: a claim whose reference the model classified as the gold label says
+//!   (`factual`: not hallucinated, spec §2.1 step 3), over every claim (a refused,
+//!   unclassified or failed reference is not correct); cost: its `reference` and
+//!   `classify` stages (the detection's `sample`, `pair` and baseline calls are the
+//!   evaluation's).
+//! - **HVI** (judge mode): a sentence of the model's passages its judge (or the panel)
+//!   found not hallucinated, over the sentences judged (`U`); cost: the `passage` stage.
+//!   Sentences of one passage are not independent, so the interval is narrower than a
+//!   passage-level one would be (the book says so).
+//! - **ChainPoll** and **UHGEval**: none. ChainPoll's model is a detector scoring given
+//!   completions, it answers nothing of its own; UHGEval's discriminative forms are
+//!   detection questions, and its generative continuations are scored by overlap with the
+//!   reference (BLEU, ROUGE-L, kwPrec), never labelled hallucinated or not.
+//!   [`markdown`] says so when such a benchmark is in the run.
+//!
+//! Judging costs are left out everywhere: they are the evaluation's cost, not the
+//! model's. **cost per correct** = cost / correct; its interval takes the cost as known
+//! and the share of correct answers as the uncertain part: with the Wilson 95% interval
+//! (low, high) of correct / answers, it is cost / (answers · high) to cost /
+//! (answers · low) (no upper bound when low is 0).
 //!
 //! No figure where it would mislead: a model without a price (cost 0), no correct answer,
-//! or a model under test in two HypoTermQA benchmarks (its answer stage's cost covers
+//! or a model under test in two benchmarks of the same pipeline (its stages' cost covers
 //! both; the table says so).
 
 use halyard_pipelines::metrics::interval::wilson;
@@ -22,11 +38,14 @@ use serde_json::Value;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CostPerCorrect {
     pub benchmark: u64,
+    pub pipeline: String,
     pub model: String,
     pub judge: String,
+    /// What one answer is (`answer`, `claim`, `sentence`).
+    pub unit: String,
     /// USD spent on the model's answers.
     pub cost: f64,
-    /// Answers labelled valid, and answers (questions).
+    /// Answers that were correct, and answers.
     pub correct: u64,
     pub answers: u64,
     /// USD per correct answer, with its 95% interval; `None` with `note` saying why.
@@ -37,60 +56,160 @@ pub struct CostPerCorrect {
     pub note: Option<String>,
 }
 
+/// How one pipeline's result gives its correct answers.
+struct Rule {
+    pipeline: &'static str,
+    unit: &'static str,
+    /// The model's own stages (what using it costs).
+    stages: &'static [&'static str],
+    /// (model alias, judge, correct, answers) of a `report.json` entry; `None`: the entry
+    /// has no answers of the model to count (HVI from a labels file).
+    read: fn(&Value) -> Option<Counted>,
+}
+
+/// (model alias, judge, correct answers, answers) of one `report.json` entry.
+type Counted = (String, String, u64, u64);
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or("?").to_string()
+}
+
+const RULES: [Rule; 3] = [
+    Rule {
+        pipeline: "hypotermqa",
+        unit: "answer",
+        stages: &["answer"],
+        read: |e| {
+            let l = &e["answer_labels"];
+            let correct = u(&l["hypothetical"]["valid"]) + u(&l["valid"]["valid"]);
+            Some((text(&e["model"]), text(&e["judge"]), correct, u(&e["questions"])))
+        },
+    },
+    Rule {
+        pipeline: "autohall",
+        unit: "claim",
+        stages: &["reference", "classify"],
+        // The model classifies its own reference: no other judge.
+        read: |e| {
+            Some((
+                text(&e["model"]),
+                "(itself, against gold)".into(),
+                u(&e["factual"]),
+                u(&e["claims"]),
+            ))
+        },
+    },
+    Rule {
+        pipeline: "hvi",
+        unit: "sentence",
+        stages: &["passage"],
+        read: |e| {
+            if e["source"] != "judge" {
+                return None;
+            }
+            // With a panel, one entry per judge ("m (judge j)") and the panel's ("m (panel
+            // rule)"); with one judge, the model's alias alone.
+            let name = text(&e["model"]);
+            let (model, judge) = match name.split_once(" (") {
+                Some((m, rest)) => (m.to_string(), rest.trim_end_matches(')').to_string()),
+                None => (name, "judge".into()),
+            };
+            let c = &e["counts"];
+            let sentences = u(&c["sentences"]);
+            Some((model, judge, sentences.saturating_sub(u(&c["hallucinated"])), sentences))
+        },
+    },
+];
+
+/// Pipelines without a cost per correct answer, and why.
+const NONE: [(&str, &str); 2] = [
+    ("chainpoll", "its model is a detector scoring given completions and answers nothing of its own"),
+    ("uhgeval", "its discriminative forms are detection questions and its continuations are scored by overlap with the reference, never labelled hallucinated or not"),
+];
+
 /// The rows of a report's benchmark entries, given its cost table's `by_model_stage`.
 pub fn rows(benchmarks: &[Value], by_model_stage: &[Value]) -> Vec<CostPerCorrect> {
-    let hyp: Vec<&Value> = benchmarks.iter().filter(|e| e["pipeline"] == "hypotermqa").collect();
     let mut out = Vec::new();
-    for e in &hyp {
-        let model = e["model"].as_str().unwrap_or("?").to_string();
-        let bench = e["benchmark"].as_u64().unwrap_or(0);
-        let cost: f64 = by_model_stage
+    for rule in &RULES {
+        let mine: Vec<(u64, (String, String, u64, u64))> = benchmarks
             .iter()
-            .filter(|c| c["model"] == model.as_str() && c["stage"] == "answer")
-            .filter_map(|c| c["cost"].as_f64())
-            .sum();
-        let labels = &e["answer_labels"];
-        let correct = labels["hypothetical"]["valid"].as_u64().unwrap_or(0)
-            + labels["valid"]["valid"].as_u64().unwrap_or(0);
-        let answers = e["questions"].as_u64().unwrap_or(0);
-        let shared = hyp
-            .iter()
-            .any(|o| o["model"] == model.as_str() && o["benchmark"].as_u64() != Some(bench));
-        let mut row = CostPerCorrect {
-            benchmark: bench,
-            model,
-            judge: e["judge"].as_str().unwrap_or("?").to_string(),
-            cost,
-            correct,
-            answers,
-            per_correct: None,
-            low: None,
-            high: None,
-            note: None,
-        };
-        row.note = if shared {
-            Some("the model answers in more than one HypoTermQA benchmark: its answer cost is not per benchmark".into())
-        } else if cost <= 0.0 {
-            Some("no cost (the model has no price)".into())
-        } else if correct == 0 {
-            Some("no correct answer".into())
-        } else {
-            None
-        };
-        if row.note.is_none() {
-            row.per_correct = Some(cost / correct as f64);
-            if let Ok(w) = wilson(correct, answers.max(correct)) {
-                if let Some((lo, hi)) = w.bounds() {
-                    let n = answers.max(correct) as f64;
-                    row.low = (hi > 0.0).then(|| cost / (n * hi));
-                    row.high = (lo > 0.0).then(|| cost / (n * lo));
+            .filter(|e| e["pipeline"] == rule.pipeline)
+            .filter_map(|e| Some((e["benchmark"].as_u64().unwrap_or(0), (rule.read)(e)?)))
+            .collect();
+        for (bench, (model, judge, correct, answers)) in &mine {
+            let cost: f64 = by_model_stage
+                .iter()
+                .filter(|c| {
+                    c["model"] == model.as_str() && rule.stages.iter().any(|s| c["stage"] == *s)
+                })
+                .filter_map(|c| c["cost"].as_f64())
+                .sum();
+            let shared = mine.iter().any(|(b, o)| o.0 == *model && b != bench);
+            let mut row = CostPerCorrect {
+                benchmark: *bench,
+                pipeline: rule.pipeline.into(),
+                model: model.clone(),
+                judge: judge.clone(),
+                unit: rule.unit.into(),
+                cost,
+                correct: *correct,
+                answers: *answers,
+                per_correct: None,
+                low: None,
+                high: None,
+                note: None,
+            };
+            row.note = if shared {
+                Some(format!("the model answers in more than one {} benchmark: its cost is not per benchmark", rule.pipeline))
+            } else if cost <= 0.0 {
+                Some("no cost (the model has no price)".into())
+            } else if row.correct == 0 {
+                Some("no correct answer".into())
+            } else {
+                None
+            };
+            if row.note.is_none() {
+                row.per_correct = Some(cost / row.correct as f64);
+                let n = row.answers.max(row.correct);
+                if let Ok(w) = wilson(row.correct, n) {
+                    if let Some((lo, hi)) = w.bounds() {
+                        row.low = (hi > 0.0).then(|| cost / (n as f64 * hi));
+                        row.high = (lo > 0.0).then(|| cost / (n as f64 * lo));
+                    }
                 }
             }
+            out.push(row);
         }
-        out.push(row);
     }
+    // Say so for the results of pipelines without one.
+    for (p, why) in NONE {
+        for e in benchmarks.iter().filter(|e| e["pipeline"] == p) {
+            out.push(CostPerCorrect {
+                benchmark: e["benchmark"].as_u64().unwrap_or(0),
+                pipeline: p.into(),
+                model: text(&e["model"]),
+                judge: "–".into(),
+                unit: "–".into(),
+                cost: 0.0,
+                correct: 0,
+                answers: 0,
+                per_correct: None,
+                low: None,
+                high: None,
+                note: Some(format!("no cost per correct answer: {why}")),
+            });
+        }
+    }
+    out.sort_by_key(|r| r.benchmark);
     out
 }
+
+/// What a correct answer is, for the text above the tables.
+pub const MEANING: &str = "A correct answer: HypoTermQA, an answer labelled valid (neither hallucinated nor irrelevant), over every question (cost: the answer stage); AutoHall, a claim whose reference the model classified as its gold label says (factual), over every claim (cost: the reference and classify stages); HVI, a sentence of the model's passages judged not hallucinated, over the sentences judged (cost: the passage stage; sentences of one passage are not independent, so its interval is too narrow).";
 
 fn usd(x: Option<f64>) -> String {
     x.map_or("–".into(), |v| format!("${v:.6}"))
@@ -101,7 +220,7 @@ pub fn markdown(rows: &[CostPerCorrect]) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut md = String::from("## Cost per correct answer\n\nUSD of the model's answers per answer labelled valid (neither hallucinated nor irrelevant), with a 95% interval from the Wilson interval of the share correct (the cost taken as known). Judging costs are left out.\n\n| benchmark | model | judge | cost | correct / answers | per correct | 95% CI |\n|---|---|---|---|---|---|---|\n");
+    let mut md = format!("## Cost per correct answer\n\nUSD of the model's answers per correct answer, with a 95% interval from the Wilson interval of the share correct (the cost taken as known). Judging costs are left out. {MEANING}\n\n| benchmark | model | judge | cost | correct / answers | per correct | 95% CI | pipeline (unit) |\n|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let ci = match (r.low, r.high, &r.note) {
             (_, _, Some(n)) => n.clone(),
@@ -110,7 +229,7 @@ pub fn markdown(rows: &[CostPerCorrect]) -> String {
             _ => "–".into(),
         };
         md.push_str(&format!(
-            "| {} | {} | {} | ${:.6} | {} / {} | {} | {} |\n",
+            "| {} | {} | {} | ${:.6} | {} / {} | {} | {} | {} ({}) |\n",
             r.benchmark,
             r.model,
             r.judge,
@@ -118,7 +237,9 @@ pub fn markdown(rows: &[CostPerCorrect]) -> String {
             r.correct,
             r.answers,
             usd(r.per_correct),
-            ci
+            ci,
+            r.pipeline,
+            r.unit
         ));
     }
     md.push('\n');
@@ -134,7 +255,7 @@ pub fn html(rows: &Value) -> String {
     let Some(rows) = rows.as_array().filter(|r| !r.is_empty()) else {
         return String::new();
     };
-    let mut o = String::from("<h2 id=\"cost-per-correct\">Cost per correct answer</h2><p class=\"meta\">USD of the model's answers per answer labelled valid; the whisker is the 95% interval (the Wilson interval of the share correct, the cost taken as known). Judging costs are left out.</p>");
+    let mut o = format!("<h2 id=\"cost-per-correct\">Cost per correct answer</h2><p class=\"meta\">USD of the model's answers per correct answer; the whisker is the 95% interval (the Wilson interval of the share correct, the cost taken as known). Judging costs are left out. {}</p>", esc(MEANING));
     let mut benches: Vec<u64> = rows.iter().filter_map(|r| r["benchmark"].as_u64()).collect();
     benches.dedup();
     for b in benches {
@@ -156,7 +277,7 @@ pub fn html(rows: &Value) -> String {
         let y = |share: f64| top + h * (1.0 - share);
         let _ = write!(
             o,
-            "<figure class=\"price-performance\"><figcaption>Benchmark {b}: price/performance</figcaption><svg width=\"{}\" height=\"{}\" role=\"img\"><line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"#999\"/><text x=\"{}\" y=\"{}\" text-anchor=\"middle\">USD per correct answer (0 to ${:.6})</text><text x=\"12\" y=\"{}\" transform=\"rotate(-90 12 {})\" text-anchor=\"middle\">share correct</text>",
+            "<figure class=\"price-performance\" data-benchmark=\"{b}\"><figcaption>Benchmark {b}: price/performance</figcaption><svg width=\"{}\" height=\"{}\" role=\"img\"><line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"#999\"/><text x=\"{}\" y=\"{}\" text-anchor=\"middle\">USD per correct answer (0 to ${:.6})</text><text x=\"12\" y=\"{}\" transform=\"rotate(-90 12 {})\" text-anchor=\"middle\">share of {}s correct</text>",
             left + w + 140.0,
             top + h + 50.0,
             top + h,
@@ -167,7 +288,8 @@ pub fn html(rows: &Value) -> String {
             top + h + 36.0,
             xmax,
             top + h / 2.0,
-            top + h / 2.0
+            top + h / 2.0,
+            esc(pts[0]["unit"].as_str().unwrap_or("answer"))
         );
         for r in &pts {
             let share = r["correct"].as_f64().unwrap_or(0.0)
@@ -195,7 +317,7 @@ pub fn html(rows: &Value) -> String {
         }
         o.push_str("</svg></figure>");
     }
-    let _ = write!(o, "<table><tr><th>benchmark</th><th>model</th><th>judge</th><th>cost</th><th>correct / answers</th><th>per correct</th><th>95% CI</th></tr>");
+    let _ = write!(o, "<table><tr><th>benchmark</th><th>model</th><th>judge</th><th>cost</th><th>correct / answers</th><th>per correct</th><th>95% CI</th><th>pipeline (unit)</th></tr>");
     let usd = |v: &Value| v.as_f64().map_or("–".into(), |x| format!("${x:.6}"));
     for r in rows {
         let ci = match (r["note"].as_str(), r["high"].is_null()) {
@@ -205,7 +327,7 @@ pub fn html(rows: &Value) -> String {
         };
         let _ = write!(
             o,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} ({})</td></tr>",
             r["benchmark"].as_u64().unwrap_or(0),
             esc(r["model"].as_str().unwrap_or("?")),
             esc(r["judge"].as_str().unwrap_or("?")),
@@ -213,7 +335,9 @@ pub fn html(rows: &Value) -> String {
             r["correct"].as_u64().unwrap_or(0),
             r["answers"].as_u64().unwrap_or(0),
             usd(&r["per_correct"]),
-            esc(&ci)
+            esc(&ci),
+            esc(r["pipeline"].as_str().unwrap_or("hypotermqa")),
+            esc(r["unit"].as_str().unwrap_or("answer"))
         );
     }
     o.push_str("</table>");
@@ -261,5 +385,80 @@ mod tests {
         assert!(rs[1].note.as_deref().unwrap().contains("no correct answer"));
         let shared = rows(&[entry(0, "b", 3, 3, 10), entry(1, "b", 3, 3, 10)], &costs);
         assert!(shared.iter().all(|r| r.per_correct.is_none()));
+    }
+
+    /// Hand count, AutoHall: model-m's references ($0.10) and classifications ($0.02) for
+    /// 40 claims, 25 of them factual (classified as the gold label says); its detection
+    /// samples and pair checks ($5 and $1) are the evaluation's and left out: $0.12 / 25 =
+    /// $0.0048 per correct claim; the Wilson interval of 25/40 is 0.47032 to 0.75777 (R's
+    /// `prop.test(25, 40, correct = FALSE)`), so $0.12 / (40 · 0.75777) = $0.003959 to
+    /// $0.12 / (40 · 0.47032) = $0.006379.
+    #[test]
+    fn hand_count_autohall() {
+        let costs = vec![
+            json!({"model": "model-m", "stage": "reference", "cost": 0.10}),
+            json!({"model": "model-m", "stage": "classify", "cost": 0.02}),
+            json!({"model": "model-m", "stage": "sample", "cost": 5.0}),
+            json!({"model": "model-m", "stage": "pair", "cost": 1.0}),
+        ];
+        let e = json!({"pipeline": "autohall", "benchmark": 2, "model": "model-m",
+            "claims": 40, "classified": 36, "hallucinated": 11, "factual": 25});
+        let r = &rows(&[e], &costs)[0];
+        assert_eq!((r.pipeline.as_str(), r.unit.as_str()), ("autohall", "claim"));
+        assert_eq!((r.correct, r.answers), (25, 40));
+        assert!((r.cost - 0.12).abs() < 1e-12, "{r:?}");
+        assert!((r.per_correct.unwrap() - 0.0048).abs() < 1e-12, "{r:?}");
+        assert!((r.low.unwrap() - 0.003958984).abs() < 1e-7, "{r:?}");
+        assert!((r.high.unwrap() - 0.006378576).abs() < 1e-7, "{r:?}");
+    }
+
+    /// Hand count, HVI (judge mode, a panel of two): model-h's passages cost $0.20; the
+    /// judge j1 found 10 of its 50 sentences hallucinated, the panel 12 of 50: $0.20 / 40 =
+    /// $0.005 and $0.20 / 38 per correct sentence; the Wilson interval of 40/50 is 0.66963
+    /// to 0.88756, so $0.004507 to $0.005973. The judges' calls are left out; an HVI from a
+    /// labels file (no calls) has no row; ChainPoll and UHGEval say why they have none.
+    #[test]
+    fn hand_count_hvi_and_pipelines_without() {
+        let costs = vec![
+            json!({"model": "model-h", "stage": "passage", "cost": 0.20}),
+            json!({"model": "j1", "stage": "sentence_judge", "cost": 3.0}),
+        ];
+        let hvi = |name: &str, hallucinated: u64| {
+            json!({"pipeline": "hvi", "benchmark": 1, "model": name, "source": "judge",
+                "counts": {"sentences": 50, "hallucinated": hallucinated, "efm": 0, "esl": 0}})
+        };
+        let rs = rows(
+            &[
+                hvi("model-h (judge j1)", 10),
+                hvi("model-h (panel majority)", 12),
+                json!({"pipeline": "hvi", "benchmark": 3, "model": "x", "source": "labels",
+                    "counts": {"sentences": 9, "hallucinated": 1}}),
+                json!({"pipeline": "chainpoll", "benchmark": 4, "model": "det"}),
+                json!({"pipeline": "uhgeval", "benchmark": 5, "model": "u"}),
+            ],
+            &costs,
+        );
+        assert_eq!(rs.len(), 4, "{rs:?}");
+        let (a, p) = (&rs[0], &rs[1]);
+        assert_eq!(
+            (a.model.as_str(), a.judge.as_str(), a.unit.as_str()),
+            ("model-h", "judge j1", "sentence")
+        );
+        assert_eq!((a.correct, a.answers), (40, 50));
+        assert!((a.cost - 0.20).abs() < 1e-12);
+        assert!((a.per_correct.unwrap() - 0.005).abs() < 1e-12, "{a:?}");
+        assert!((a.low.unwrap() - 0.004506725).abs() < 1e-7, "{a:?}");
+        assert!((a.high.unwrap() - 0.005973457).abs() < 1e-7, "{a:?}");
+        assert_eq!((p.judge.as_str(), p.correct), ("panel majority", 38));
+        assert!((p.per_correct.unwrap() - 0.20 / 38.0).abs() < 1e-12, "{p:?}");
+        assert!(rs[2].note.as_deref().unwrap().contains("detector"), "{:?}", rs[2]);
+        assert!(
+            rs[3].note.as_deref().unwrap().contains("never labelled hallucinated"),
+            "{:?}",
+            rs[3]
+        );
+        let md = markdown(&rs);
+        assert!(md.contains("| 1 | model-h | judge j1 | $0.200000 | 40 / 50 | $0.005000 | $0.004507 to $0.005973 | hvi (sentence) |"), "{md}");
+        assert!(md.contains("AutoHall, a claim whose reference"), "{md}");
     }
 }

@@ -462,8 +462,8 @@ fn comparisons_markdown(lb: &Leaderboard) -> String {
 }
 
 /// The cells of a cost-per-correct row: run, benchmark, model, judge, correct / answers,
-/// cost, per correct, 95% CI (or why there is no figure).
-fn cost_per_correct_cells(run: &str, c: &Value) -> [String; 8] {
+/// cost, per correct, 95% CI (or why there is no figure), pipeline (unit).
+fn cost_per_correct_cells(run: &str, c: &Value) -> [String; 9] {
     let usd = |v: &Value| v.as_f64().map_or("–".into(), |x| format!("${x:.6}"));
     let ci = match (c["note"].as_str(), c["high"].is_null()) {
         (Some(n), _) => n.to_string(),
@@ -479,18 +479,34 @@ fn cost_per_correct_cells(run: &str, c: &Value) -> [String; 8] {
         usd(&c["cost"]),
         usd(&c["per_correct"]),
         ci,
+        // Reports before AutoHall and HVI had one (HypoTermQA, answers).
+        format!(
+            "{} ({})",
+            c["pipeline"].as_str().unwrap_or("hypotermqa"),
+            c["unit"].as_str().unwrap_or("answer")
+        ),
     ]
 }
 
-const COST_PER_CORRECT_HEADERS: [&str; 8] =
-    ["run", "benchmark", "model", "judge", "correct / answers", "cost", "per correct", "95% CI"];
+const COST_PER_CORRECT_HEADERS: [&str; 9] = [
+    "run",
+    "benchmark",
+    "model",
+    "judge",
+    "correct / answers",
+    "cost",
+    "per correct",
+    "95% CI",
+    "pipeline (unit)",
+];
 
 fn cost_per_correct_markdown(lb: &Leaderboard) -> String {
     if lb.cost_per_correct.is_empty() {
         return String::new();
     }
     let mut md = format!(
-        "\n## Cost per correct answer\n\nUSD of a model's answers per answer labelled valid, with a 95% interval (the Wilson interval of the share correct, the cost taken as known).\n\n| {} |\n|{}\n",
+        "\n## Cost per correct answer\n\nUSD of a model's answers per correct answer, with a 95% interval (the Wilson interval of the share correct, the cost taken as known). {}\n\n| {} |\n|{}\n",
+        super::cost_per_correct::MEANING,
         COST_PER_CORRECT_HEADERS.join(" | "),
         "---|".repeat(COST_PER_CORRECT_HEADERS.len())
     );
@@ -504,7 +520,7 @@ fn cost_per_correct_html(lb: &Leaderboard) -> String {
     if lb.cost_per_correct.is_empty() {
         return String::new();
     }
-    let mut o = String::from("<h2>Cost per correct answer</h2><p class=\"meta\">USD of a model's answers per answer labelled valid, with a 95% interval (the Wilson interval of the share correct, the cost taken as known).</p><table><tr>");
+    let mut o = format!("<h2>Cost per correct answer</h2><p class=\"meta\">USD of a model's answers per correct answer, with a 95% interval (the Wilson interval of the share correct, the cost taken as known). {}</p><table><tr>", esc(super::cost_per_correct::MEANING));
     for h in COST_PER_CORRECT_HEADERS {
         let _ = write!(o, "<th>{h}</th>");
     }

@@ -64,6 +64,9 @@ pub struct Index {
     human: HumanLabels,
     /// Benchmark index → pipeline.
     pipelines: BTreeMap<u32, String>,
+    /// (benchmark, item) → its rows in the benchmark's panel verdicts file (`panel/`,
+    /// written with the report by the judging module): (offset, length).
+    panel: PanelIndex,
 }
 
 /// The fields of a row the index needs; the rest is skipped unparsed.
@@ -223,7 +226,8 @@ impl Index {
                 }
             }
         }
-        Ok(Index { path, rows, names, by_item, human, pipelines })
+        let panel = index_panel(dir, &pipelines)?;
+        Ok(Index { path, rows, names, by_item, human, pipelines, panel })
     }
 
     pub fn len(&self) -> usize {
@@ -359,6 +363,25 @@ impl Index {
                 })
             })
             .collect();
+        let panel = match self.panel.get(&(r.bench, r.item.clone())) {
+            None => Vec::new(),
+            Some(at) => {
+                let p = halyard_plan::judging::verdict_file::path(self.dir(), r.bench as usize);
+                let mut f = std::fs::File::open(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let mut out = Vec::with_capacity(at.len());
+                for &(offset, len) in at {
+                    let mut buf = vec![0u8; len as usize];
+                    f.seek(SeekFrom::Start(offset))
+                        .and_then(|_| f.read_exact(&mut buf))
+                        .map_err(|e| format!("{}: {e}", p.display()))?;
+                    out.push(
+                        serde_json::from_slice(&buf)
+                            .map_err(|e| format!("{}: {e} (the file changed?)", p.display()))?,
+                    );
+                }
+                out
+            }
+        };
         let dead = dead_letters
             .iter()
             .filter(|d| d["job"].as_str().is_some_and(|j| jobs.iter().any(|x| x == j)))
@@ -370,8 +393,15 @@ impl Index {
             item: r.item.to_string(),
             rows,
             human,
+            panel,
+            panel_file: self.panel.keys().any(|(b, _)| *b == r.bench),
             dead_letters: dead,
         })
+    }
+
+    /// The run directory.
+    fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
     }
 
     /// The 1-based line of row `i` in `labels.jsonl`.
@@ -421,6 +451,46 @@ fn read_human(dir: &Path, pipelines: &BTreeMap<u32, String>) -> Result<HumanLabe
             out.entry((b, item, model.to_string()))
                 .or_default()
                 .push((label, v["annotator"].as_str().map(str::to_string)));
+        }
+    }
+    Ok(out)
+}
+
+/// Where each item's rows are in the run's panel verdicts files (`panel/benchmark-N.jsonl`,
+/// one per benchmark whose judges were measured): a line that is not a verdict row is an
+/// error naming the file and line.
+/// (benchmark, item) → its rows in the panel verdicts file: (offset, length).
+type PanelIndex = HashMap<(u32, Box<str>), Vec<(u64, u32)>>;
+
+fn index_panel(dir: &Path, pipelines: &BTreeMap<u32, String>) -> Result<PanelIndex, String> {
+    #[derive(Deserialize)]
+    struct Key {
+        item: Value,
+    }
+    let mut out: PanelIndex = HashMap::new();
+    for &b in pipelines.keys() {
+        let p = halyard_plan::judging::verdict_file::path(dir, b as usize);
+        let Ok(f) = std::fs::File::open(&p) else { continue };
+        let mut r = std::io::BufReader::new(f);
+        let (mut buf, mut offset, mut line) = (Vec::new(), 0u64, 0u64);
+        loop {
+            buf.clear();
+            let n = r.read_until(b'\n', &mut buf).map_err(|e| format!("{}: {e}", p.display()))?;
+            if n == 0 {
+                break;
+            }
+            line += 1;
+            let body = buf.strip_suffix(b"\n").unwrap_or(&buf);
+            if !body.iter().all(u8::is_ascii_whitespace) {
+                let k: Key = serde_json::from_slice(body).map_err(|e| {
+                    format!("{}, line {line}: not a panel verdict row: {e}", p.display())
+                })?;
+                let item = key_text(&k.item).ok_or_else(|| {
+                    format!("{}, line {line}: `item` is not a string or number", p.display())
+                })?;
+                out.entry((b, item.into())).or_default().push((offset, body.len() as u32));
+            }
+            offset += n as u64;
         }
     }
     Ok(out)
@@ -518,6 +588,12 @@ pub struct Item {
     pub item: String,
     pub rows: Vec<ItemRow>,
     pub human: Vec<HumanRow>,
+    /// The panel's verdict on each unit of the item (every model's answer, every part),
+    /// with each judge's vote, as `panel/benchmark-N.jsonl` has them.
+    pub panel: Vec<Value>,
+    /// Whether the benchmark has a panel verdicts file (else: one judge, no human labels,
+    /// its label is the verdict).
+    pub panel_file: bool,
     pub dead_letters: Vec<Value>,
 }
 
@@ -618,5 +694,31 @@ mod tests {
         std::fs::write(&p, text).unwrap();
         let e = Index::build(d.path()).err().unwrap();
         assert!(e.contains("labels.jsonl, line 2"), "{e}");
+    }
+
+    /// An item shows the panel's verdicts on its units from the run's panel file, only
+    /// its own (by benchmark and item); a bad line in that file is named.
+    #[test]
+    fn panel_verdicts_of_an_item() {
+        let d = run_dir(&[
+            row(1, "a", "j1", "valid"),
+            row(1, "a", "j2", "hallucination"),
+            row(2, "a", "j1", "valid"),
+        ]);
+        std::fs::create_dir(d.path().join("panel")).unwrap();
+        let v = |item: i64, verdict: &str| {
+            serde_json::json!({"item": item.to_string(), "model": "a", "verdict": verdict, "rule": "primary:j2",
+                "votes": [{"judge": "j1", "label": "valid"}, {"judge": "j2", "label": verdict}]})
+        };
+        let text = format!("{}\n{}\n", v(1, "hallucination"), v(2, "valid"));
+        std::fs::write(d.path().join("panel/benchmark-0.jsonl"), text).unwrap();
+        let ix = Index::build(d.path()).unwrap();
+        let it = ix.item(0, &[]).unwrap();
+        assert!(it.panel_file);
+        assert_eq!(it.panel, vec![v(1, "hallucination")]);
+        assert_eq!(ix.item(2, &[]).unwrap().panel, vec![v(2, "valid")]);
+        std::fs::write(d.path().join("panel/benchmark-0.jsonl"), "{\"item\": 1}\nnope\n").unwrap();
+        let e = Index::build(d.path()).err().unwrap();
+        assert!(e.contains("panel/benchmark-0.jsonl, line 2: not a panel verdict row"), "{e}");
     }
 }

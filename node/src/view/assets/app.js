@@ -237,10 +237,13 @@ function judgeCheck(name, c) {
     c.reasoning ? el("div", {}, "reasoning: ", pre(c.reasoning)) : null);
 }
 
-function rowView(r) {
+function rowView(r, panelOf) {
   const v = r.value;
+  const verdict = panelOf(r.model);
   const kids = [
     el("h3", {}, "Model " + r.model + " · judge " + r.judge + " · label ", el("span", { class: "label" }, r.label),
+      verdict === undefined ? null : " · panel verdict ",
+      verdict === undefined ? null : el("span", { class: "row-panel" }, verdict === null ? "none (tie or no judge)" : verdict),
       " ", ...r.flags.map((x) => el("span", { class: "flag" }, x.replace(/_/g, " ")))),
     el("div", { class: "muted" }, "labels.jsonl line " + r.line + (v.answer_job ? " · answer job " : ""), v.answer_job ? el("code", { class: "job" }, v.answer_job) : null),
   ];
@@ -265,18 +268,43 @@ async function showItem(key, row, detail) {
   const prompt = first.question || first.prompt || first.claim || first.input || first.text || "";
   const kids = [el("h2", {}, "Item " + it.item + " of benchmark " + it.benchmark + " (" + it.pipeline + ")"),
     el("div", {}, "prompt:"), pre(prompt, "prompt")];
-  kids.push(...it.rows.map(rowView));
+  // The panel's verdict on a model's whole answer (a unit without a part).
+  const panelOf = (model) => {
+    const u = it.panel.find((p) => p.model === model && (p.part === undefined || p.part === null));
+    return u === undefined ? undefined : u.verdict;
+  };
+  kids.push(...it.rows.map((r) => rowView(r, panelOf)));
+  const judges = it.panel.length ? it.panel[0].votes.map((v) => v.judge) : [];
+  kids.push(el("h3", {}, "Panel verdict"), it.panel.length
+    ? el("table", { id: "panel" },
+      el("tr", {}, el("th", {}, "model"), el("th", {}, "part"), ...judges.map((j) => el("th", {}, j)), el("th", {}, "verdict"), el("th", {}, "rule")),
+      ...it.panel.map((p) => el("tr", { "data-model": p.model },
+        el("td", {}, p.model), el("td", {}, p.part === undefined || p.part === null ? "–" : String(p.part)),
+        ...p.votes.map((v) => el("td", { class: "vote" }, v.label === null ? "none" : v.label)),
+        el("td", { class: "panel-verdict" }, p.verdict === null ? "none (tie or no judge)" : p.verdict),
+        el("td", {}, p.rule + (p.ruled ? " (labelled by a rule)" : "")))))
+    : el("p", { class: "muted", id: "panel-none" }, it.panel_file
+      ? "no unit of this item was judged (no answer, or labelled by a rule before any judge)"
+      : "one judge and no human labels: the judge's label is the verdict"));
   kids.push(el("h3", {}, "Human labels"), it.human.length
     ? el("table", { id: "human" }, el("tr", {}, el("th", {}, "model"), el("th", {}, "label"), el("th", {}, "annotator")),
       ...it.human.map((h) => el("tr", {}, el("td", {}, h.model), el("td", {}, h.label), el("td", {}, h.annotator || "–"))))
     : el("p", { class: "muted" }, "none imported for this item"));
   kids.push(el("h3", {}, "Dead letters of these jobs"), it.dead_letters.length
     ? el("table", { id: "dead" }, el("tr", {}, ...["job", "stage", "model", "kind", "error", "deliveries"].map((h) => el("th", {}, h))),
-      ...it.dead_letters.map((d) => el("tr", {}, el("td", {}, el("code", {}, d.job)), el("td", {}, d.stage || "?"), el("td", {}, d.model || "?"),
+      ...it.dead_letters.map((d) => el("tr", { id: "dead-" + d.job, class: "dead-letter" }, el("td", {}, el("code", {}, d.job)), el("td", {}, d.stage || "?"), el("td", {}, d.model || "?"),
         el("td", {}, d.kind), el("td", {}, d.error), el("td", {}, String(d.deliveries)))))
     : el("p", { class: "muted" }, "none"));
   detail.dataset.row = String(row);
   detail.replaceChildren(el("div", { class: "panel" }, ...kids));
+  // A job that became a dead letter links to its row in the table above.
+  const dead = new Set(it.dead_letters.map((d) => d.job));
+  for (const c of detail.querySelectorAll("code.job")) {
+    if (!dead.has(c.textContent)) continue;
+    const a = el("a", { class: "dead-link", href: "#dead-" + c.textContent, title: "this job is a dead letter" });
+    c.replaceWith(a);
+    a.append(c, " (dead letter)");
+  }
   document.body.dataset.item = String(row);
 }
 
