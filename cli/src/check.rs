@@ -82,9 +82,15 @@ pub async fn run(a: CheckArgs) -> anyhow::Result<u8> {
 /// `halyard run`'s check before anything starts (see the module docs): None when every
 /// API model passes, else the message (the caller exits with [`EXIT_CANNOT_SERVE`]).
 pub async fn preflight(sweep: &Sweep, insecure: bool) -> anyhow::Result<Option<String>> {
+    let targets = targets(sweep, insecure);
+    if targets.is_empty() {
+        // No API model: no HTTP client (building one loads the system's root certificates,
+        // a measurable share of a short run's start).
+        return Ok(None);
+    }
     let client = probe::client().map_err(anyhow::Error::msg)?;
     let mut problems = Vec::new();
-    for (t, names) in targets(sweep, insecure) {
+    for (t, names) in targets {
         let mut r = probe::probe(&client, &t, false).await;
         // The server lists its models and not this one: only a call tells whether it
         // answers under this name anyway (llama.cpp's server does).

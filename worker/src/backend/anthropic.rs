@@ -58,14 +58,21 @@ pub const KIND: BackendKind = BackendKind {
     name: "anthropic",
     http: true,
     load: |l| {
-        let client = Anthropic::new(l.policy.max_body_bytes).map_err(|e| e.message)?;
-        Ok(Box::new(AnthropicBackend { client, models: HttpModels::of(l.plan, "anthropic") }))
+        let models = HttpModels::of(l.plan, "anthropic");
+        // No Anthropic model in the plan: no client of its own (building one loads the
+        // system's root certificates); its jobs are refused like any other backend's.
+        let client = match models.is_empty() {
+            true => None,
+            false => Some(Anthropic::new(l.policy.max_body_bytes).map_err(|e| e.message)?),
+        };
+        Ok(Box::new(AnthropicBackend { client, models }))
     },
 };
 
 /// The loaded backend: a job goes to its pool's Anthropic model.
 struct AnthropicBackend {
-    client: Anthropic,
+    /// `None` when the plan has no Anthropic model.
+    client: Option<Anthropic>,
     models: HttpModels,
 }
 
@@ -80,10 +87,18 @@ impl Backend for AnthropicBackend {
     ) -> BoxFuture<'a, (Result<Completion, CallError>, RateHeaders)> {
         Box::pin(async move {
             match self.models.model(job) {
-                Ok(m) => {
-                    let (r, headers) = self.client.call_with_limits(job, m).await;
-                    (r.map(|c| super::clamped(job, c)), headers)
-                }
+                Ok(m) => match &self.client {
+                    Some(client) => {
+                        let (r, headers) = client.call_with_limits(job, m).await;
+                        (r.map(|c| super::clamped(job, c)), headers)
+                    }
+                    None => (
+                        Err(CallError::permanent(
+                            "this worker's plan has no Anthropic model".to_string(),
+                        )),
+                        RateHeaders::default(),
+                    ),
+                },
                 Err(e) => (Err(e), RateHeaders::default()),
             }
         })

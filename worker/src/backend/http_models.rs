@@ -29,6 +29,11 @@ impl HttpModels {
         HttpModels { by_pool }
     }
 
+    /// Whether the plan has no model of this backend.
+    pub fn is_empty(&self) -> bool {
+        self.by_pool.is_empty()
+    }
+
     /// The HTTP model of `job`'s pool that it calls. Jobs are admitted against the plan
     /// before they get here; a miss is refused all the same.
     pub fn model(&self, job: &Job) -> Result<&HttpModelSpec, CallError> {
