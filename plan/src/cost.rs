@@ -467,6 +467,25 @@ mod tests {
 
     use super::*;
 
+    /// A noop job of model `m` on the pool "paid" asking `prompt`.
+    fn noop_job(m: &halyard_pipelines::common::ModelSpec, prompt: &str) -> JobRequest {
+        let key = halyard_proto::JobKey {
+            pipeline: "noop".into(),
+            stage: "call".into(),
+            stage_version: 1,
+            model: m.model_ref.clone(),
+            messages: vec![halyard_proto::ChatMessage::user(prompt)],
+            sampling: halyard_proto::Sampling {
+                temperature: m.temperature,
+                max_tokens: m.max_tokens,
+                seed: m.seed,
+                ..Default::default()
+            },
+            sample_index: 0,
+        };
+        JobRequest { key, pool: "paid".into(), api_key_env: None, timeout_ms: 1000 }
+    }
+
     #[test]
     fn price_is_per_million_tokens() {
         let p = Price::new(2.5, 10.0);
@@ -505,21 +524,7 @@ mod tests {
         let mut meter = Meter::new(&sweep.models, Some(1.0));
         let m = &sweep.models[0].spec;
         let prompt = "What is 2 + 2?";
-        let key = halyard_proto::JobKey {
-            pipeline: "noop".into(),
-            stage: "call".into(),
-            stage_version: 1,
-            model: m.model_ref.clone(),
-            messages: vec![halyard_proto::ChatMessage::user(prompt)],
-            sampling: halyard_proto::Sampling {
-                temperature: m.temperature,
-                max_tokens: m.max_tokens,
-                seed: m.seed,
-                ..Default::default()
-            },
-            sample_index: 0,
-        };
-        let j = JobRequest { key, pool: "paid".into(), api_key_env: None, timeout_ms: 1000 };
+        let j = noop_job(m, prompt);
         let id = j.id();
         meter.published(&j, id);
         let forged = Usage {
@@ -575,21 +580,7 @@ mod tests {
             (AnswerSource::SharedCache, true),
         ];
         for (i, (source, cached)) in sources.into_iter().enumerate() {
-            let key = halyard_proto::JobKey {
-                pipeline: "noop".into(),
-                stage: "call".into(),
-                stage_version: 1,
-                model: m.model_ref.clone(),
-                messages: vec![halyard_proto::ChatMessage::user(format!("question {i}"))],
-                sampling: halyard_proto::Sampling {
-                    temperature: m.temperature,
-                    max_tokens: m.max_tokens,
-                    seed: m.seed,
-                    ..Default::default()
-                },
-                sample_index: 0,
-            };
-            let j = JobRequest { key, pool: "paid".into(), api_key_env: None, timeout_ms: 1000 };
+            let j = noop_job(m, &format!("question {i}"));
             let id = j.id();
             meter.published(&j, id);
             meter.record(&JobResult {
