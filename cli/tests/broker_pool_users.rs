@@ -331,3 +331,116 @@ async fn forged_records_of_its_own_pool_stay_within_the_bounds() {
     bkv.put(&key, record.into()).await.unwrap();
     assert_eq!(budget.excused(&key).await.unwrap(), MAX_EXCUSED);
 }
+
+/// Item 5, the pool-health record: during a whole run on the generated configuration
+/// with `outage_patience_s = 3`, a process holding pool alpha's worker credential
+/// rewrites alpha's health record as "paused" every 300 ms (`updated_ms` fresh,
+/// `since_ms` a day old). The coordinator sees the pause (the report lists it) but times
+/// it by its own clock and alpha's results keep being accepted, so the run, paced to last
+/// well past the patience, completes: every job done, no dead letter. Before, the pause
+/// counted from the coordinator's start and stopped the run as interrupted (exit 130)
+/// after 3 s.
+#[test]
+fn a_forged_paused_health_record_stops_no_run_that_progresses() {
+    use halyard_proto::health::{OutageReason, PoolHealthRecord};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = sweep(dir.path(), 30);
+    // 2 jobs a second per pool: about 15 s, past the patience with margin.
+    let text = std::fs::read_to_string(&sweep).unwrap().replace("rpm = 60000", "rpm = 120");
+    std::fs::write(&sweep, text + "\n[run]\noutage_patience_s = 3\n").unwrap();
+    let nats = generated_server(dir.path(), &sweep);
+
+    // The forger: alpha's credential, the bucket made as a coordinator makes it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let forger = {
+        let stop = stop.clone();
+        let url = nats.url();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let cfg = BrokerConfig::new(url.clone(), "halyard-coordinator")
+                    .with_auth(auth("halyard-coordinator", "HALYARD_COORDINATOR_PASSWORD"));
+                let coordinator = halyard_broker::connect(&cfg).await.unwrap();
+                halyard_broker::init(&coordinator, &Default::default()).await.unwrap();
+                let cfg = BrokerConfig::new(url, &worker_user("alpha"))
+                    .with_auth(auth(&worker_user("alpha"), &worker_password_var("alpha")));
+                let b = halyard_broker::connect(&cfg).await.unwrap();
+                let kv = b.js.get_key_value(subjects::POOL_HEALTH_BUCKET).await.unwrap();
+                let key = subjects::pool_token("alpha");
+                let mut writes = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis() as u64;
+                    let r = PoolHealthRecord {
+                        pool: "alpha".into(),
+                        paused: true,
+                        reason: OutageReason::Connection,
+                        error: "connection refused (forged)".into(),
+                        since_ms: now - 86_400_000,
+                        next_probe_ms: Some(now + 30_000),
+                        probes_failed: 9,
+                        resumed_ms: None,
+                        worker: "forger".into(),
+                        updated_ms: now,
+                    };
+                    kv.put(&key, serde_json::to_vec(&r).unwrap().into()).await.unwrap();
+                    writes += 1;
+                    if writes == 1 {
+                        ready_tx.send(()).unwrap();
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                writes
+            })
+        })
+    };
+    ready_rx.recv_timeout(Duration::from_secs(30)).expect("the forger wrote its record");
+
+    let mut workers = Vec::new();
+    for pool in POOLS {
+        let log = dir.path().join(format!("worker-{pool}.log"));
+        let mut w = halyard();
+        w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--only-pool", pool])
+            .args(["--nats", &nats.url(), "--nats-user", &worker_user(pool), "--metrics", "off"])
+            .arg("--state")
+            .arg(dir.path().join(format!("cp-{pool}")))
+            .env("HALYARD_NATS_PASSWORD", password(&worker_password_var(pool)))
+            .stderr(std::fs::File::create(&log).unwrap());
+        workers.push(ChildGuard::spawn(w));
+    }
+    let out = dir.path().join("runs");
+    let began = std::time::Instant::now();
+    let o = halyard()
+        .args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
+        .args(["--nats-user", "halyard-coordinator", "--out", out.to_str().unwrap()])
+        .env("HALYARD_NATS_PASSWORD", password("HALYARD_COORDINATOR_PASSWORD"))
+        .output()
+        .unwrap();
+    let took = began.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let writes = forger.join().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "the forged pause stopped the run: {:?}\n{stderr}", o.status);
+    // Long enough that the old count (from the coordinator's start) passed the patience
+    // at a reading (one every 2 s).
+    assert!(took >= Duration::from_secs(8), "the run took only {took:?}: no test of the patience");
+    assert!(writes >= 20, "{writes} forged writes");
+    let report = read_json(&out.join("pools/report.json"));
+    assert_eq!(report["jobs"]["completed"], 60, "{report}");
+    assert_eq!(report["jobs"]["dead_letters"], 0, "{report}");
+    let outages = report["outages"].as_array().expect("outages in the report");
+    assert!(
+        outages.iter().any(|o| o["pool"] == "alpha"),
+        "the coordinator never saw the forged pause: {report}"
+    );
+    for w in &mut workers {
+        w.signal(libc::SIGTERM);
+        w.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
+    }
+}

@@ -176,6 +176,8 @@ async fn start<'s>(
         sharer: crate::shared_cache::sharing()
             .then(|| crate::shared_cache::Sharer::start(broker.clone(), run, &cfg.sweep)),
     };
+    // The resumed run's results: progress at start, for the outages' pause clocks.
+    c.outages.note_results(&c.planner.progress().figures.costs, Instant::now());
     let p = c.planner.progress();
     info!(parent: span, items = p.figures.items_total, done = p.figures.items_done, window = cfg.sweep.run.window, "planning");
     // 3. Plan until the window is full, holding its publishes back; 4. note the jobs
@@ -426,6 +428,8 @@ impl Coordinator<'_> {
             None => Vec::new(),
         };
         self.step(Event::Results(arrived), now).await?;
+        // A pool whose results were accepted is not down, whatever its record says.
+        self.outages.note_results(&self.planner.progress().figures.costs, Instant::now());
         // Durable before acked.
         self.planner.store().flush().await?;
         if let Some(s) = &self.sharer {

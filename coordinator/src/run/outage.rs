@@ -9,9 +9,22 @@
 //! the pool of its key); anything else is ignored with a warning. A record counts only
 //! while it is fresh (written within [`FRESH`]): paused workers rewrite it after every
 //! probe, so a stale pause comes from workers that all stopped, and nothing is spending
-//! the run's deliveries then. A pause that began before this coordinator started counts
-//! from its start, so a record left over from an earlier night cannot stop a new run at
-//! once.
+//! the run's deliveries then.
+//!
+//! The coordinator times a pause by its own clock (issue 49, item 5): anyone holding the
+//! pool's worker credential can write its record, with any `since_ms` and a fresh
+//! `updated_ms`. So a pause counts from when this coordinator first saw the pool paused
+//! (one reading of the bucket, every [`EVERY`]), never from the record's `since_ms`
+//! (kept for the outage spans of the report only), and a pool from which results of its
+//! models were accepted after that is not down: its pause clock restarts at the last
+//! accepted result ([`Outages::note_results`], fed by the planner's totals, so only
+//! results the run took count). The bound: **a pool record, forged or not, stops the run
+//! only when no result of the pool's models has been accepted for `outage_patience_s`
+//! (by the coordinator's clock) while every reading saw it paused**; a pool answering at
+//! least once per `outage_patience_s` is never stopped by one. What a forger can still
+//! do: stop a run after `outage_patience_s` while a pool has nothing to answer (all its
+//! jobs done, another pool's stage still running), as a true outage of it would; and the
+//! first-contact rule below, for a pool with no result yet.
 //!
 //! First contact (issue 48): a pool that has no result yet in the run (a resumed run's
 //! earlier results count) and whose endpoint has been down for `[run] first_contact_s`
@@ -21,6 +34,9 @@
 //! never answered them for a refused key, a 404 and an answer that is not the API's
 //! shape as well as for the usual outages (`halyard_worker::health::first_contact`), so
 //! the coordinator learns all of them from the same records, whoever runs the workers.
+//! The first-contact clock is the same coordinator clock, so a forged record stops a run
+//! early only for a pool that truly has no accepted result in the run yet (a slow first
+//! answer, past `first_contact_s`, is the most it can cut short).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -86,6 +102,12 @@ pub(super) struct Outages {
     first_contact: Duration,
     /// The models of each pool, for the first-contact rule.
     endpoints: BTreeMap<String, Vec<Endpoint>>,
+    /// The pause of each pool seen paused at every reading since: when this coordinator
+    /// first saw it (its own clock; the record's `since_ms` is not trusted for this).
+    paused_seen: BTreeMap<String, Instant>,
+    /// Per pool: results of its models accepted so far (the planner's completed jobs,
+    /// all processes of the run), and when that count last grew.
+    accepted: BTreeMap<String, (u64, Instant)>,
 }
 
 /// A model of the sweep as the first-contact message names it.
@@ -146,7 +168,17 @@ impl Outages {
             changed: false,
             first_contact: Duration::from_secs(45),
             endpoints: BTreeMap::new(),
+            paused_seen: BTreeMap::new(),
+            accepted: BTreeMap::new(),
         }
+    }
+
+    /// The run's totals by model (`costs`) at `at`: a pool whose models' completed jobs
+    /// grew since the last call made progress at `at`, which restarts its pause clock
+    /// (see the module docs). Called once at start (the resumed run's totals: progress at
+    /// start) and after every batch of results the planner took.
+    pub fn note_results(&mut self, costs: &[ClassTotals], at: Instant) {
+        note_results(&self.endpoints, &mut self.accepted, costs, at);
     }
 
     /// Stop the run when a pool of `endpoints` that never answered is down for
@@ -195,30 +227,45 @@ impl Outages {
         }
         let store = self.store.as_ref()?;
         let now = now_ms();
+        let at = Instant::now();
         let mut down = Vec::new();
         for (pool, key) in &self.pools {
             let value = match store.get(key).await {
-                Ok(Some(v)) => v,
-                Ok(None) => continue,
+                Ok(Some(v)) => Some(v),
+                Ok(None) => None,
                 Err(e) => {
                     warn!(pool = %pool, error = %e, "could not read the pool's health record");
                     continue;
                 }
             };
-            match decode(pool, &value) {
-                Ok(r) => {
-                    // A stale pause is nobody's current outage (see the module docs).
-                    if !r.paused || fresh(&r, now) {
-                        self.changed |= note_span(&mut self.spans, &r, self.started_ms);
-                        down.extend(outage(self.started_ms, &r, now));
-                    }
-                }
-                Err(why) => {
+            let record = match value.map(|v| decode(pool, &v)) {
+                None => None,
+                Some(Ok(r)) => Some(r),
+                Some(Err(why)) => {
                     if self.warned.insert(key.clone()) {
                         warn!(pool = %pool, key = %key, "ignoring the pool's health record: {why}");
                     }
+                    None
                 }
+            };
+            // A stale pause is nobody's current outage (see the module docs).
+            let record = record.filter(|r| !r.paused || fresh(r, now));
+            if let Some(r) = &record {
+                self.changed |= note_span(&mut self.spans, r, self.started_ms);
             }
+            let clock = PauseClock {
+                seen: self.paused_seen.get(pool).copied(),
+                accepted: self.accepted.get(pool).map(|(_, t)| *t),
+            };
+            let (o, seen) = match record {
+                Some(r) => outage(&r, now, at, clock),
+                None => (None, None),
+            };
+            match seen {
+                Some(t) => self.paused_seen.insert(pool.clone(), t),
+                None => self.paused_seen.remove(pool),
+            };
+            down.extend(o);
         }
         Some(down)
     }
@@ -296,6 +343,27 @@ fn first_contact_message(o: &PoolOutage, models: &[Endpoint]) -> String {
     )
 }
 
+/// Per pool of `endpoints`: its models' completed jobs in `costs`, and `at` when that
+/// count grew since `accepted` last held it (see [`Outages::note_results`]).
+fn note_results(
+    endpoints: &BTreeMap<String, Vec<Endpoint>>,
+    accepted: &mut BTreeMap<String, (u64, Instant)>,
+    costs: &[ClassTotals],
+    at: Instant,
+) {
+    for (pool, models) in endpoints {
+        let n: u64 =
+            costs.iter().filter(|c| models.iter().any(|m| m.name == c.model)).map(|c| c.jobs).sum();
+        match accepted.get_mut(pool) {
+            Some((count, _)) if *count >= n => {}
+            Some(e) => *e = (n, at),
+            None => {
+                accepted.insert(pool.clone(), (n, at));
+            }
+        }
+    }
+}
+
 fn past_patience(patience: Duration, down: &[PoolOutage]) -> Option<&PoolOutage> {
     down.iter().find(|o| o.down_s > patience.as_secs())
 }
@@ -305,19 +373,39 @@ fn fresh(r: &PoolHealthRecord, now: u64) -> bool {
     now.saturating_sub(r.updated_ms) <= FRESH.as_millis() as u64
 }
 
-/// The outage a record describes at `now`, if it is current; a coordinator started at
-/// `started_ms` counts a pause from then at the earliest.
-fn outage(started_ms: u64, r: &PoolHealthRecord, now: u64) -> Option<PoolOutage> {
+/// What the coordinator's own clock knows of a pool: when it first saw the pool's current
+/// pause (None: not paused at the last reading), and when a result of the pool's models
+/// was last accepted.
+#[derive(Clone, Copy, Debug, Default)]
+struct PauseClock {
+    seen: Option<Instant>,
+    accepted: Option<Instant>,
+}
+
+/// The outage a record describes at `now` (wall clock, for the record's freshness and
+/// next probe) and `at` (the coordinator's clock), if it is current, and when the pause
+/// was first seen (to keep; None: the pool is not paused). The pause counts from when it
+/// was first seen or the last accepted result, whichever is later: never from the
+/// record's own `since_ms` (see the module docs).
+fn outage(
+    r: &PoolHealthRecord,
+    now: u64,
+    at: Instant,
+    clock: PauseClock,
+) -> (Option<PoolOutage>, Option<Instant>) {
     if !r.paused || !fresh(r, now) {
-        return None;
+        return (None, None);
     }
-    Some(PoolOutage {
+    let seen = clock.seen.unwrap_or(at);
+    let from = clock.accepted.map_or(seen, |a| a.max(seen));
+    let o = PoolOutage {
         pool: r.pool.clone(),
         reason: r.reason.to_string(),
         error: r.error.clone(),
-        down_s: now.saturating_sub(r.since_ms.max(started_ms)) / 1000,
+        down_s: at.saturating_duration_since(from).as_secs(),
         next_probe_s: r.next_probe_ms.map(|t| t.saturating_sub(now) / 1000),
-    })
+    };
+    (Some(o), Some(seen))
 }
 
 /// A record under the key of `pool`, checked as untrusted input.
@@ -358,31 +446,113 @@ mod tests {
         }
     }
 
-    /// Fresh pauses count from their start (or the coordinator's, if later); stale ones,
-    /// resumed pools and records of another pool or shape do not count.
+    /// Fresh pauses count from when the coordinator first saw them; stale ones, resumed
+    /// pools and records of another pool or shape do not count.
     #[test]
     fn records_are_checked_and_counted() {
+        let t0 = Instant::now();
         let started = 1_000_000;
         let now = started + 600_000;
-        let down =
-            outage(started, &record("p", true, started + 100_000, now - 5_000), now).unwrap();
+        let secs = Duration::from_secs;
+        let seen = PauseClock { seen: Some(t0), accepted: None };
+        let r = record("p", true, started + 100_000, now - 5_000);
+        let (down, kept) = outage(&r, now, t0 + secs(500), seen);
+        let down = down.unwrap();
+        assert_eq!(kept, Some(t0), "the first sight is kept");
         assert_eq!((down.down_s, down.next_probe_s), (500, Some(25)));
         assert_eq!(down.describe(), "p: endpoint down for 8m20s (connection), next probe in 25s");
-        let secs = Duration::from_secs;
         assert!(past_patience(secs(300), std::slice::from_ref(&down)).is_some());
         assert!(past_patience(secs(600), &[down]).is_none());
-        // Began before this coordinator: counted from its start.
-        let early = outage(started, &record("p", true, 0, now - 5_000), now).unwrap();
-        assert_eq!(early.down_s, 600);
-        // Stale (no worker probing) or resumed: not an outage.
-        assert!(outage(started, &record("p", true, started, now - 200_000), now).is_none());
-        assert!(outage(started, &record("p", false, started, now), now).is_none());
+        // Seen now for the first time: down for 0 s, and now is kept as its first sight.
+        let (first, kept) = outage(&r, now, t0, PauseClock::default());
+        assert_eq!((first.unwrap().down_s, kept), (0, Some(t0)));
+        // Stale (no worker probing) or resumed: not an outage, and the clock is dropped.
+        let stale = record("p", true, started, now - 200_000);
+        assert!(matches!(outage(&stale, now, t0, seen), (None, None)));
+        assert!(matches!(outage(&record("p", false, started, now), now, t0, seen), (None, None)));
         // Untrusted values.
         let good = serde_json::to_vec(&record("p", true, 1, 2)).unwrap();
         assert!(decode("p", &good).is_ok());
         assert!(decode("q", &good).unwrap_err().contains("names pool \"p\""));
         assert!(decode("p", b"{\"pool\":1}").unwrap_err().contains("not a health record"));
         assert!(decode("p", &vec![b' '; MAX_RECORD_BYTES + 1]).unwrap_err().contains("bytes"));
+    }
+
+    /// Issue 49, item 5: a forged "paused" record with an old `since_ms` and a fresh
+    /// `updated_ms` counts from the coordinator's first sight of it, not from `since_ms`
+    /// (a day ago here), and a pool whose results are accepted after that is not down:
+    /// every accepted result restarts its clock, so a pool answering at least once per
+    /// patience never passes it, however long the record says it is down.
+    #[test]
+    fn forged_pauses_count_by_the_coordinators_clock_and_results_restart_it() {
+        let t0 = Instant::now();
+        let secs = Duration::from_secs;
+        let patience = secs(300);
+        let now = 100_000_000_000u64;
+        let forged = record("p", true, now - 86_400_000, now);
+        // The old code's count: a day, past any patience at the first reading.
+        let (first, seen) = outage(&forged, now, t0, PauseClock::default());
+        assert_eq!(first.unwrap().down_s, 0, "since_ms is not the coordinator's clock");
+        let seen = seen.unwrap();
+        // A result accepted every 200 s for an hour: never down for the patience.
+        let mut accepted = None;
+        for step in 1..=18u64 {
+            let at = t0 + secs(step * 200);
+            let clock = PauseClock { seen: Some(seen), accepted };
+            // Rewritten by the forger just before each reading (fresh).
+            let wall = now + step * 200_000;
+            let forged = record("p", true, now - 86_400_000, wall - 1_000);
+            let (o, kept) = outage(&forged, wall, at, clock);
+            assert_eq!(kept, Some(seen));
+            let o = o.unwrap();
+            assert!(o.down_s <= 200, "step {step}: down {} s", o.down_s);
+            assert!(past_patience(patience, &[o]).is_none());
+            accepted = Some(at);
+        }
+        // Results stop: past the patience counted from the last one.
+        let last = accepted.unwrap();
+        let clock = PauseClock { seen: Some(seen), accepted };
+        let (o, _) = outage(&forged, now, last + secs(301), clock);
+        assert!(past_patience(patience, &[o.unwrap()]).is_some());
+        let (o, _) = outage(&forged, now, last + secs(299), clock);
+        assert!(past_patience(patience, &[o.unwrap()]).is_none());
+        // A result accepted before the pause was seen does not shorten its count.
+        let clock = PauseClock { seen: Some(seen), accepted: Some(t0) };
+        let (o, _) = outage(&forged, now, seen + secs(301), clock);
+        assert_eq!(o.unwrap().down_s, 301);
+    }
+
+    /// The totals the planner keeps say which pools made progress: a pool's count grows
+    /// only with its own models' completed jobs.
+    #[test]
+    fn accepted_results_are_noted_per_pool() {
+        let endpoint = |name: &str| Endpoint {
+            name: name.into(),
+            model: "m".into(),
+            base_url: "http://127.0.0.1:1/v1".into(),
+            api_key_env: None,
+        };
+        let endpoints = BTreeMap::from([
+            ("p".to_string(), vec![endpoint("a"), endpoint("b")]),
+            ("q".to_string(), vec![endpoint("judge")]),
+        ]);
+        let mut accepted = BTreeMap::new();
+        let totals = |a: u64, judge: u64| {
+            vec![
+                ClassTotals { model: "a".into(), jobs: a, ..Default::default() },
+                ClassTotals { model: "judge".into(), jobs: judge, ..Default::default() },
+            ]
+        };
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(10);
+        let t2 = t1 + Duration::from_secs(10);
+        note_results(&endpoints, &mut accepted, &totals(3, 0), t0);
+        assert_eq!(accepted["p"], (3, t0));
+        assert_eq!(accepted["q"], (0, t0));
+        note_results(&endpoints, &mut accepted, &totals(3, 1), t1);
+        assert_eq!((accepted["p"], accepted["q"]), ((3, t0), (1, t1)));
+        note_results(&endpoints, &mut accepted, &totals(5, 1), t2);
+        assert_eq!((accepted["p"], accepted["q"]), ((5, t2), (1, t1)));
     }
 
     /// Issue 48: a pool down for `first_contact_s` with no result in the run stops it,
