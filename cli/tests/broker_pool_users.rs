@@ -366,7 +366,7 @@ fn a_forged_paused_health_record_stops_no_run_that_progresses() {
                     .with_auth(auth("halyard-coordinator", "HALYARD_COORDINATOR_PASSWORD"));
                 let coordinator = halyard_broker::connect(&cfg).await.unwrap();
                 halyard_broker::init(&coordinator, &Default::default()).await.unwrap();
-                let cfg = BrokerConfig::new(url, &worker_user("alpha"))
+                let cfg = BrokerConfig::new(url, worker_user("alpha"))
                     .with_auth(auth(&worker_user("alpha"), &worker_password_var("alpha")));
                 let b = halyard_broker::connect(&cfg).await.unwrap();
                 let kv = b.js.get_key_value(subjects::POOL_HEALTH_BUCKET).await.unwrap();
