@@ -234,6 +234,23 @@ pub enum DeployCmd {
     /// ScaledObject per pool, the coordinator Job with its PVC, the datasets' PVC (see
     /// docs/src/operations/kubernetes.md, "An overlay per sweep").
     K8s(K8sArgs),
+    /// Write the broker's users for a sweep: nats-permissions.conf (nats-server
+    /// configuration) and nats-auth-values.yaml (Helm values for the NATS chart), the
+    /// coordinator and status users and one worker user per pool, as `halyard deploy k8s`
+    /// writes them beside its overlay (see docs/src/operations/broker-credentials.md).
+    NatsPermissions(NatsPermissionsArgs),
+}
+
+#[derive(Args)]
+pub struct NatsPermissionsArgs {
+    /// The sweep file (TOML); read and checked, its pools give the worker users.
+    pub sweep: PathBuf,
+    /// The directory to write the two files into (created if need be).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Replace the files if they are there already.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Args)]

@@ -254,6 +254,19 @@ async fn dispatch(cmd: Cmd) -> Result<u8> {
             );
             0
         }
+        Cmd::Deploy(DeployCmd::NatsPermissions(a)) => {
+            let files = halyard_node::deploy_k8s::write_permissions(&a.sweep, &a.out, a.force)?;
+            for f in &files {
+                println!("{}", a.out.join(f).display());
+            }
+            eprintln!(
+                "broker users for {} written to {} (one worker user per pool; a password \
+                 variable per user, see the files' header)",
+                a.sweep.display(),
+                a.out.display()
+            );
+            0
+        }
         Cmd::Gc(a) => {
             let gc = halyard_node::gc::run(&a.paths)?;
             for line in &gc.lines {

@@ -1094,6 +1094,45 @@ fn pool_line(p: &PoolDeploy) -> String {
     )
 }
 
+/// `halyard deploy nats-permissions SWEEP --out DIR`: the broker's users for a sweep, the
+/// same two files `halyard deploy k8s` writes beside its overlay ([`NATS_PERMISSIONS`],
+/// [`NATS_AUTH_VALUES`]), for a deployment that is not that overlay (a nats-server of
+/// one's own, compose, another orchestrator): the coordinator and status users as shipped
+/// and one worker user per pool of the sweep (`halyard_broker::permissions`). DIR is
+/// created if need be; files already there are refused unless `force`. Returns the files
+/// written (relative to DIR).
+pub fn write_permissions(sweep: &Path, out: &Path, force: bool) -> Result<Vec<String>, NodeError> {
+    let s = sweep::load(sweep)?;
+    let pools = s.pools();
+    let auth =
+        halyard_broker::permissions::Authorization::for_pools(pools.keys().map(String::as_str))
+            .map_err(|e| NodeError::Usage(format!("{}: {e}", sweep.display())))?;
+    let files = [
+        (NATS_PERMISSIONS, auth.conf(PERMISSIONS_GENERATOR)),
+        (NATS_AUTH_VALUES, auth.helm_values(PERMISSIONS_GENERATOR)),
+    ];
+    if !force {
+        if let Some((name, _)) = files.iter().find(|(f, _)| out.join(f).exists()) {
+            return Err(NodeError::Usage(format!(
+                "--out {}: {name} is there already (give --force to replace it)",
+                out.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(out)
+        .map_err(|e| NodeError::io(format!("--out {}: cannot create it", out.display()), e))?;
+    let mut written = Vec::new();
+    for (name, body) in files {
+        let path = out.join(name);
+        std::fs::write(&path, body)
+            .map_err(|e| NodeError::io(format!("cannot write {}", path.display()), e))?;
+        written.push(name.to_string());
+    }
+    Ok(written)
+}
+
+const PERMISSIONS_GENERATOR: &str = "`halyard deploy nats-permissions`";
+
 /// The broker's users for this sweep, as Helm values for the NATS chart (not part of the
 /// overlay: `helm upgrade … -f` reads it).
 pub const NATS_AUTH_VALUES: &str = "nats-auth-values.yaml";
