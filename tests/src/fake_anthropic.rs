@@ -47,11 +47,14 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
 use crate::fake_openai::{ChatCall, Reply};
+
+pub mod batches;
+pub use batches::{BatchInfo, BatchScript, Fate};
 
 /// Requests, input tokens and output tokens per minute (None: no such limit).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -77,6 +80,8 @@ pub struct Paid {
     pub call: ChatCall,
     pub usage: MessageUsage,
     pub stop_reason: String,
+    /// `<batch id>#<index>` for a batch request's `succeeded` result; None online.
+    pub batch: Option<String>,
 }
 
 /// What the rate limiter saw.
@@ -160,6 +165,12 @@ struct Shared {
     ledger: Mutex<Ledger>,
     /// Cache entries: (model, prefix) → expiry.
     cache: Mutex<HashMap<(String, String), Instant>>,
+    script: BatchScript,
+    batches: Mutex<batches::Batches>,
+    /// Requests to the batch API so far (for [`BatchScript::fault_every`]).
+    batch_seq: AtomicU64,
+    /// Results files served.
+    results_served: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -180,6 +191,14 @@ impl FakeAnthropic {
     where
         F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
     {
+        FakeAnthropic::start_with_batches(limits, BatchScript::default(), responder)
+    }
+
+    /// [`FakeAnthropic::start`] with its Message Batches behaving as `script` says.
+    pub fn start_with_batches<F>(limits: Limits, script: BatchScript, responder: F) -> FakeAnthropic
+    where
+        F: Fn(&ChatCall) -> Reply + Send + Sync + 'static,
+    {
         let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .unwrap_or_else(|e| panic!("fake Anthropic: bind: {e}"));
         listener.set_nonblocking(true).expect("fake Anthropic: set_nonblocking");
@@ -196,10 +215,18 @@ impl FakeAnthropic {
             }),
             ledger: Mutex::new(Ledger::default()),
             cache: Mutex::new(HashMap::new()),
+            script,
+            batches: Mutex::new(Default::default()),
+            batch_seq: AtomicU64::new(0),
+            results_served: AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/v1/messages", post(messages))
             .route("/messages", post(messages))
+            .route("/v1/messages/batches", post(batches::create).get(batches::list))
+            .route("/v1/messages/batches/{id}", get(batches::retrieve))
+            .route("/v1/messages/batches/{id}/cancel", post(batches::cancel))
+            .route("/v1/messages/batches/{id}/results", get(batches::results))
             .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
             .with_state(Arc::clone(&shared));
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -259,6 +286,16 @@ impl FakeAnthropic {
         lock(&self.shared.paid).clone()
     }
 
+    /// Every Message Batch created, oldest first, with its results once ended.
+    pub fn batches(&self) -> Vec<BatchInfo> {
+        lock(&self.shared.batches).infos()
+    }
+
+    /// How many times a results file was served.
+    pub fn results_served(&self) -> u64 {
+        self.shared.results_served.load(Ordering::SeqCst)
+    }
+
     /// What the rate limiter admitted and refused.
     pub fn ledger(&self) -> Ledger {
         lock(&self.shared.ledger).clone()
@@ -274,6 +311,14 @@ impl Drop for FakeAnthropic {
             let _ = t.join();
         }
     }
+}
+
+/// A request body as JSON, or the API's 400 for one that is not.
+#[allow(clippy::result_large_err)] // the refusal is the handler's answer
+fn json_body(body: &[u8]) -> Result<Value, Response> {
+    serde_json::from_slice(body).map_err(|e| {
+        error(StatusCode::BAD_REQUEST, "invalid_request_error", format!("body: invalid JSON: {e}"))
+    })
 }
 
 fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response {
@@ -381,6 +426,27 @@ fn check(body: &Value, key: Option<String>) -> Result<Request, String> {
     Ok(Request { call, max_tokens, cache })
 }
 
+/// The prompt cache for one request with `cache` (its prefix, lifetime and whether it
+/// is the 1-hour one): read when the prefix is held and alive, else written. Returns
+/// `(written, read, 1 hour)` tokens.
+fn cache_step(
+    shared: &Shared,
+    call: &ChatCall,
+    cache: &Option<(String, Duration, bool)>,
+) -> (u64, u64, bool) {
+    let Some((prefix, ttl, is_long)) = cache else { return (0, 0, false) };
+    let now = Instant::now();
+    let n = words(prefix);
+    let mut entries = lock(&shared.cache);
+    let k = (call.model.clone(), prefix.clone());
+    let (write, read) = match entries.get(&k) {
+        Some(until) if *until > now => (0, n),
+        _ => (n, 0),
+    };
+    entries.insert(k, now + *ttl);
+    (write, read, *is_long)
+}
+
 /// Ratelimit headers for the buckets as they stand.
 fn limit_headers(b: &Buckets, h: &mut HeaderMap) {
     for (name, bucket) in
@@ -430,15 +496,9 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
             "anthropic-version: header is required",
         );
     }
-    let value: Value = match serde_json::from_slice(&body) {
+    let value = match json_body(&body) {
         Ok(v) => v,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                format!("body: invalid JSON: {e}"),
-            )
-        }
+        Err(r) => return r,
     };
     let req = match check(&value, key) {
         Ok(r) => r,
@@ -447,21 +507,9 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     let mut call = req.call;
     call.seq = shared.next_seq.fetch_add(1, Ordering::SeqCst);
     lock(&shared.calls).push(call.clone());
-    // Cache: read when the prefix is held and alive, else written.
     let now = Instant::now();
-    let (mut write, mut read, mut long) = (0, 0, false);
+    let (write, read, long) = cache_step(&shared, &call, &req.cache);
     let prompt: u64 = call.messages.iter().map(|(_, c)| words(c)).sum();
-    if let Some((prefix, ttl, is_long)) = &req.cache {
-        let n = words(prefix);
-        let mut cache = lock(&shared.cache);
-        let k = (call.model.clone(), prefix.clone());
-        match cache.get(&k) {
-            Some(until) if *until > now => read = n,
-            _ => write = n,
-        }
-        cache.insert(k, now + *ttl);
-        long = *is_long;
-    }
     let input = prompt - write - read;
     // Admission: every bucket must hold the request (output: its max_tokens).
     let mut limits = HeaderMap::new();
@@ -623,7 +671,12 @@ fn error_type(code: u16) -> &'static str {
 }
 
 fn paid(shared: &Shared, call: &ChatCall, text: &str, u: MessageUsage, stop: &str) -> Response {
-    lock(&shared.paid).push(Paid { call: call.clone(), usage: u, stop_reason: stop.into() });
+    lock(&shared.paid).push(Paid {
+        call: call.clone(),
+        usage: u,
+        stop_reason: stop.into(),
+        batch: None,
+    });
     (StatusCode::OK, axum::Json(message_body(call, text, u, stop))).into_response()
 }
 

@@ -57,7 +57,7 @@ pub(crate) const BACKENDS: &[BackendRow] = &[
         model_from_name: false,
         local: false,
         structured_output: Some("output_config json_schema (Anthropic structured outputs)"),
-        batch_api: false,
+        batch_api: true,
         check: http_endpoint,
     },
     BackendRow {
@@ -282,6 +282,6 @@ mod tests {
             names_where(|_| true),
             "\"openai\", \"anthropic\", \"gguf\", \"server\", \"replay\", \"embed\" or \"noop\""
         );
-        assert_eq!(names_where(|r| r.batch_api), "\"openai\"");
+        assert_eq!(names_where(|r| r.batch_api), "\"openai\" or \"anthropic\"");
     }
 }

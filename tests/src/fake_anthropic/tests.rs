@@ -111,3 +111,137 @@ fn output_tokens_per_minute_are_enforced() {
     assert_eq!((l.rejected, l.admitted.len()), (1, 5));
     assert!(l.admitted.iter().all(|(_, n)| *n == 1500));
 }
+
+/// A request to the batch API: (status, body as text).
+fn call(
+    fake: &FakeAnthropic,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, String) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut req = reqwest::Client::new()
+            .request(method, format!("{}{path}", fake.base_url()))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01");
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let r = req.timeout(Duration::from_secs(30)).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    })
+}
+
+fn request(id: &str, q: &str) -> Value {
+    json!({"custom_id": id, "params": {"model": "claude", "max_tokens": 5,
+           "messages": [{"role": "user", "content": q}]}})
+}
+
+/// Issue 52: the Message Batches life cycle: create (checked), in progress, ended after
+/// the delay with a mix of the four result types, results streamed with their padding,
+/// listed newest first with paging, and cancelled; errors have the API's shapes.
+#[test]
+fn message_batches_life_cycle() {
+    let script = BatchScript {
+        delay: Duration::from_millis(300),
+        fate: std::sync::Arc::new(|c: &ChatCall, _: u32| {
+            match c.messages.last().unwrap().1.as_str() {
+                "late" => Fate::Expired,
+                "stop" => Fate::Canceled,
+                _ => Fate::Run,
+            }
+        }),
+        padding: 3 << 20,
+        fault_every: None,
+    };
+    let fake = FakeAnthropic::start_with_batches(Limits::default(), script, |c| {
+        match c.messages.last().unwrap().1.as_str() {
+            "busy" => overloaded(),
+            _ => Reply::Text("yes".into()),
+        }
+    });
+    use reqwest::Method as M;
+    let (s, v) = call(&fake, M::POST, "/messages/batches", Some(json!({"requests": []})));
+    assert_eq!(s, 400, "{v}");
+    let dup = json!({"requests": [request("a", "q"), request("a", "q")]});
+    let (s, v) = call(&fake, M::POST, "/messages/batches", Some(dup));
+    assert!(s == 400 && v.contains("requests.1.custom_id"), "{v}");
+    let bad_id = json!({"requests": [request("a b", "q")]});
+    assert_eq!(call(&fake, M::POST, "/messages/batches", Some(bad_id)).0, 400);
+
+    let reqs = json!({"requests": [request("ok", "q"), request("exp", "late"),
+        request("can", "stop"), request("err", "busy"),
+        {"custom_id": "bad", "params": {"model": "claude", "messages": [{"role": "user", "content": "q"}]}}]});
+    let (s, v) = call(&fake, M::POST, "/messages/batches", Some(reqs));
+    assert_eq!(s, 200, "{v}");
+    let b: Value = serde_json::from_str(&v).unwrap();
+    assert_eq!(
+        (b["processing_status"].as_str(), b["request_counts"]["processing"].as_u64()),
+        (Some("in_progress"), Some(5))
+    );
+    let id = b["id"].as_str().unwrap().to_string();
+    let (s, v) = call(&fake, M::GET, &format!("/messages/batches/{id}/results"), None);
+    assert!(s == 400 && v.contains("still processing"), "{v}");
+    std::thread::sleep(Duration::from_millis(400));
+    let (_, v) = call(&fake, M::GET, &format!("/messages/batches/{id}"), None);
+    let b: Value = serde_json::from_str(&v).unwrap();
+    assert_eq!(b["processing_status"], "ended");
+    assert_eq!(
+        b["request_counts"],
+        json!({"processing": 0, "succeeded": 1, "errored": 2, "canceled": 1, "expired": 1})
+    );
+    assert!(b["results_url"].as_str().unwrap().ends_with(&format!("{id}/results")));
+    let (s, text) = call(&fake, M::GET, &format!("/messages/batches/{id}/results"), None);
+    assert_eq!(s, 200);
+    assert!(text.len() > 3 << 20, "padding streamed");
+    let lines: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l["custom_id"].as_str().unwrap(), l["result"]["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("ok", "succeeded"),
+            ("exp", "expired"),
+            ("can", "canceled"),
+            ("err", "errored"),
+            ("bad", "errored")
+        ]
+    );
+    assert_eq!(lines[0]["result"]["message"]["content"][0]["text"], "yes");
+    assert_eq!(lines[3]["result"]["error"]["error"]["type"], "overloaded_error");
+    assert_eq!(lines[4]["result"]["error"]["error"]["type"], "invalid_request_error");
+    assert_eq!(fake.paid().len(), 1);
+    assert_eq!(fake.paid()[0].batch.as_deref(), Some(format!("{id}#0").as_str()));
+
+    // A second batch, cancelled at once: every request canceled; the list is newest
+    // first and pages with after_id.
+    let (_, v) =
+        call(&fake, M::POST, "/messages/batches", Some(json!({"requests": [request("x", "q")]})));
+    let id2 = serde_json::from_str::<Value>(&v).unwrap()["id"].as_str().unwrap().to_string();
+    let (_, v) = call(&fake, M::POST, &format!("/messages/batches/{id2}/cancel"), None);
+    assert_eq!(serde_json::from_str::<Value>(&v).unwrap()["processing_status"], "canceling");
+    let (_, v) = call(&fake, M::GET, "/messages/batches?limit=1", None);
+    let page: Value = serde_json::from_str(&v).unwrap();
+    assert_eq!(
+        (page["data"][0]["id"].as_str(), page["has_more"].as_bool()),
+        (Some(id2.as_str()), Some(true))
+    );
+    assert_eq!(page["data"][0]["request_counts"]["canceled"], 1);
+    let (_, v) = call(&fake, M::GET, &format!("/messages/batches?limit=1&after_id={id2}"), None);
+    let page: Value = serde_json::from_str(&v).unwrap();
+    assert_eq!(
+        (page["data"][0]["id"].as_str(), page["has_more"].as_bool()),
+        (Some(id.as_str()), Some(false))
+    );
+    assert_eq!(call(&fake, M::GET, "/messages/batches/msgbatch_nope", None).0, 404);
+    assert_eq!(fake.batches().len(), 2);
+    assert_eq!(fake.results_served(), 1);
+}

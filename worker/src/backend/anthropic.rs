@@ -20,9 +20,9 @@
 //! - **Answer.** The `text` blocks of `content`, joined; any other block type is a
 //!   permanent error naming it (`tool_use`, `thinking`: this backend asks for neither).
 //!   `stop_reason` `refusal` sets [`Completion::refusal`]; `max_tokens` gives the
-//!   finish reason `length` (truncated, counted in the cost table); others are kept as
-//!   they are. Usage: `input_tokens` + `cache_creation_input_tokens` +
-//!   `cache_read_input_tokens` are the prompt tokens, the cache writes (by lifetime,
+//!   finish reason `length` (truncated, counted in the cost table), `stop_sequence`
+//!   gives `stop`; others are kept as they are. Usage: `input_tokens` +
+//!   `cache_creation_input_tokens` + `cache_read_input_tokens` are the prompt tokens, the cache writes (by lifetime,
 //!   from `usage.cache_creation` when given, else the model's `prompt_cache`) and reads
 //!   are kept apart for their prices ([`halyard_proto::CacheUsage`]).
 //! - **Errors and limits.** Statuses map as for `openai` ([`classify_status`]): 429
@@ -219,7 +219,13 @@ fn decode_value(m: Message, ttl: Option<PromptCacheTtl>) -> Result<Decoded, Call
         }
     }
     let refusal = m.stop_reason.as_deref() == Some("refusal");
-    let finish_reason = m.stop_reason.map(|r| if r == "max_tokens" { "length".into() } else { r });
+    // The names every other backend uses: `length` for a cut answer, `stop` for one
+    // ended by a stop sequence.
+    let finish_reason = m.stop_reason.map(|r| match r.as_str() {
+        "max_tokens" => "length".into(),
+        "stop_sequence" => "stop".into(),
+        _ => r,
+    });
     Ok(Decoded { text, usage: usage_of(m.usage.unwrap_or_default(), ttl), finish_reason, refusal })
 }
 
@@ -595,5 +601,14 @@ mod tests {
         assert!(r > Duration::from_secs(25) && r <= Duration::from_secs(30), "{r:?}");
         assert!(h.reset_tokens.is_some());
         assert_eq!(rate_headers(|_| Some("soon")), RateHeaders::default());
+    }
+
+    /// A stop sequence's stop is the finish reason `stop`, as for the other backends.
+    #[test]
+    fn a_stop_sequence_is_a_stop() {
+        let body = br#"{"content":[{"type":"text","text":"A"}],"stop_reason":"stop_sequence",
+            "stop_sequence":"\n\n","usage":{"input_tokens":3,"output_tokens":1}}"#;
+        let d = decode_message(body, None).unwrap();
+        assert_eq!((d.text.as_str(), d.finish_reason.as_deref()), ("A", Some("stop")));
     }
 }

@@ -147,6 +147,39 @@ impl LineSplitter {
     }
 }
 
+/// Streams the body of `resp` (what `what` names: "GET <url>"; `noun`: "the file",
+/// "the results") a line at a time into `each`, lines over [`MAX_LINE_BYTES`] by their
+/// length only; never held whole, and a body over `limit` bytes is an error.
+pub async fn stream_lines(
+    mut resp: reqwest::Response,
+    what: &str,
+    noun: &str,
+    limit: u64,
+    mut each: impl FnMut(FileLine<'_>),
+) -> Result<(), CallError> {
+    let too_large = |n: u64| {
+        CallError::permanent(format!(
+            "{what}: {noun} is larger than the limit of {limit} bytes ({n} bytes or more)"
+        ))
+    };
+    if let Some(n) = resp.content_length().filter(|n| *n > limit) {
+        return Err(too_large(n));
+    }
+    let mut lines = LineSplitter::new(MAX_LINE_BYTES);
+    let mut read = 0u64;
+    while let Some(chunk) =
+        resp.chunk().await.map_err(|e| transport_error(what, "reading body: ", &e))?
+    {
+        read += chunk.len() as u64;
+        if read > limit {
+            return Err(too_large(read));
+        }
+        lines.push(&chunk, &mut each);
+    }
+    lines.finish(&mut each);
+    Ok(())
+}
+
 /// Per-request timeout of the batch endpoints (an upload of a large file included).
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -155,7 +188,7 @@ const FIND_PAGES: usize = 20;
 
 /// Ids from the provider's answers (or the broker's records) go into URL paths only when
 /// they are plain ids.
-fn plain_id(id: &str) -> Result<(), CallError> {
+pub(super) fn plain_id(id: &str) -> Result<(), CallError> {
     if !id.is_empty()
         && id.len() <= 200
         && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
@@ -314,34 +347,14 @@ impl BatchApi {
     pub async fn content_lines(
         &self,
         file: &str,
-        mut each: impl FnMut(FileLine<'_>),
+        each: impl FnMut(FileLine<'_>),
     ) -> Result<(), CallError> {
         plain_id(file)?;
         let url = self.url(&format!("files/{file}/content"));
         let what = format!("GET {}", redact::url(&url));
         let limit = self.max_file_bytes;
-        let mut resp = self.response(self.client.get(&url), &what, limit).await?;
-        let too_large = |n: u64| {
-            CallError::permanent(format!(
-                "{what}: the file is larger than the limit of {limit} bytes ({n} bytes or more)"
-            ))
-        };
-        if let Some(n) = resp.content_length().filter(|n| *n > limit) {
-            return Err(too_large(n));
-        }
-        let mut lines = LineSplitter::new(MAX_LINE_BYTES);
-        let mut read = 0u64;
-        while let Some(chunk) =
-            resp.chunk().await.map_err(|e| transport_error(&what, "reading body: ", &e))?
-        {
-            read += chunk.len() as u64;
-            if read > limit {
-                return Err(too_large(read));
-            }
-            lines.push(&chunk, &mut each);
-        }
-        lines.finish(&mut each);
-        Ok(())
+        let resp = self.response(self.client.get(&url), &what, limit).await?;
+        stream_lines(resp, &what, "the file", limit, each).await
     }
 }
 

@@ -35,6 +35,7 @@
 //!          Recording ─Fenced/Unknown→ Release → Dropped;   Gathering|Sealed ─Stop→ GiveUp
 //!  Owner:  uploading ─Upload→ uploaded ─Create→ submitted ─Poll(final)→ ended → Release
 //!          adopted: uploading → abandoned; uploaded ─Find→ submitted (found) | Create
+//!                   (inline requests: not found, or no single match → abandoned)
 //!          Upload/Create failed → ended(failed); Poll failed → Wait, after 48 h ended(failed)
 //!          any write or provider step Lost (fenced, hard stop) → Done
 //! ```
@@ -291,8 +292,10 @@ pub(crate) fn answer_of(
 ) -> Taken {
     // Only a batch that ran out of time (or was cancelled) leaves requests unrun
     // through no fault of theirs; a request missing from a completed batch, or
-    // unreadable there, is retried as a failure that counts.
+    // unreadable there, is retried as a failure that counts. An Anthropic batch ends
+    // `ended` whatever became of its requests: a result `expired` is not run.
     let not_run = matches!(status, "expired" | "cancelled");
+    let expired_result = not_run || status == "ended";
     let outcome = match answer {
         // The claim stays: a redelivery finds the ended record and this answer again.
         Some(Answer::Done(c)) => {
@@ -302,7 +305,8 @@ pub(crate) fn answer_of(
             BatchOutcome::NotRun(e.message.clone())
         }
         Some(Answer::Failed(e)) => BatchOutcome::Failed(e.clone(), 1),
-        Some(Answer::NotRun(why)) if not_run => BatchOutcome::NotRun(why.clone()),
+        Some(Answer::NotRun(why)) if expired_result => BatchOutcome::NotRun(why.clone()),
+        Some(Answer::Canceled(why)) => BatchOutcome::Failed(CallError::transient(why.clone()), 0),
         Some(Answer::NotRun(why)) => BatchOutcome::Failed(CallError::transient(why.clone()), 0),
         None if status == "failed" => BatchOutcome::Failed(
             CallError::transient(format!(
@@ -710,6 +714,9 @@ pub(crate) struct Owner {
     pub revision: u64,
     /// Taken over from a dead owner: the input file is gone, the batch may exist.
     adopted: bool,
+    /// The provider takes the requests with the create (Anthropic): a taker that finds
+    /// no batch cannot create one (the requests were its previous owner's, in memory).
+    inline: bool,
     awaits: Await,
     /// The command whose outcome is awaited (repeated on an event out of order).
     last: OwnerCommand,
@@ -723,11 +730,18 @@ impl Owner {
             record,
             revision,
             adopted,
+            inline: false,
             awaits: Await::Next,
             last: OwnerCommand::Next,
             polled: 0,
             poll,
         }
+    }
+
+    /// The provider takes requests inline with the create (see [`Owner::inline`]).
+    pub fn inline(mut self, inline: bool) -> Owner {
+        self.inline = inline;
+        self
     }
 
     pub fn polled(&self) -> u32 {
@@ -801,8 +815,22 @@ impl Owner {
             // batch, counted.
             (A::Upload | A::Create { .. }, E::Failed(e)) => self.write(failed_state("", &e)),
             (A::Find { file }, E::Found(Some(batch))) => self.submitted(file, batch, now_ms),
+            // Requests sent inline are gone with the owner that gathered them: not found,
+            // the create never reached the provider; its jobs are gathered again.
+            (A::Find { .. }, E::Found(None)) if self.inline => self.write(BatchState::Abandoned {
+                reason: "its owner stopped before the provider had its batch".into(),
+            }),
             (A::Find { file }, E::Found(None)) => {
                 (A::Create { file: file.clone() }, C::Create { file })
+            }
+            // The provider's list matches more than one batch (or none can be read as
+            // this record's): creating cannot be done here and waiting will not tell.
+            // Its jobs are gathered again; a batch of them the provider may hold runs
+            // and is paid once more (logged by the IO layer).
+            (A::Find { .. }, E::Failed(e)) if self.inline && e.is_permanent() => {
+                self.write(BatchState::Abandoned {
+                    reason: format!("cannot tell which batch is its: {}", e.message),
+                })
             }
             // Without the provider's list, whether the batch was created cannot be told:
             // creating it could submit every request twice. Wait and ask again.

@@ -42,9 +42,11 @@
 //! endpoint's failures while renewing the lease), and wakes the job tasks waiting for a
 //! record.
 
+pub mod anthropic;
 pub mod api;
 pub(crate) mod machine;
 pub mod output;
+pub mod provider;
 pub mod store;
 
 use std::collections::{HashMap, HashSet};
@@ -61,13 +63,13 @@ use tracing::{debug, info, warn};
 
 use crate::backend::CallError;
 use crate::failpoint::{Failpoints, Point};
-use api::BatchApi;
 pub(crate) use machine::BatchOutcome;
 use machine::{
     Gather, GatherCommand, GatherEvent, Join, JoinCommand, JoinEvent, Limits, Owner, OwnerCommand,
-    OwnerEvent, Polled, Settle,
+    OwnerEvent, Settle,
 };
 use output::Answer;
+use provider::{FindFor, Provider};
 use store::{Store, StoreError};
 
 /// Timing of batch pools; the defaults suit real providers, tests shorten them
@@ -141,7 +143,9 @@ impl Batches {
             let mut apis = Vec::new();
             for m in &p.models {
                 match m {
-                    WorkerModel::Http(h) => apis.push(BatchApi::new(h.clone()).map_err(|e| e.message)?),
+                    WorkerModel::Http(h) => {
+                        apis.push(Provider::new(h.clone()).map_err(|e| e.message)?)
+                    }
                     other => {
                         return Err(format!(
                             "pool {:?} is in batch mode, but its model of backend {:?} has no batch API",
@@ -188,6 +192,8 @@ struct Gathering {
     model: usize,
     started: Instant,
     lines: Vec<Vec<u8>>,
+    /// Bytes of `lines` (each with its separator).
+    bytes: u64,
 }
 
 /// An ended batch's answers, by job.
@@ -221,8 +227,8 @@ pub(crate) struct BatchPool {
     spec: BatchSpec,
     owner: String,
     store: Store,
-    /// The pool's models, each with its batch endpoints.
-    apis: Vec<BatchApi>,
+    /// The pool's models, each with its provider's batch API.
+    apis: Vec<Provider>,
     timing: BatchTiming,
     failpoints: Arc<Failpoints>,
     /// By model (index into `apis`).
@@ -269,7 +275,7 @@ impl BatchPool {
                 0,
             );
         };
-        let line = match request_line(job, self.apis[model].model()) {
+        let line = match self.apis[model].request_line(job) {
             Ok(l) => l,
             Err(e) => return BatchOutcome::Failed(e, 0),
         };
@@ -372,13 +378,14 @@ impl BatchPool {
                 },
                 JoinCommand::Take { claim_revision } => {
                     let mut gathering = self.gathering.lock().await;
-                    let g = self.gathering_for(&mut gathering, model, tokens).await?;
+                    let g = self.gathering_for(&mut gathering, model, tokens, line.len()).await?;
                     let id = g.machine.record.id.clone();
                     let claim = Claim { record: id.clone() };
                     let written =
                         self.store.put_claim(&self.name, &job, &claim, claim_revision).await?;
                     if written.is_some() {
                         g.machine.joined(job, tokens);
+                        g.bytes += line.len() as u64 + 1;
                         g.lines.push(std::mem::take(&mut line));
                         return Ok(id);
                     }
@@ -400,15 +407,23 @@ impl BatchPool {
         }
     }
 
-    /// The gathering record of `model` with room for `tokens` more (a full one is sealed
-    /// and submitted first).
+    /// The gathering record of `model` with room for `tokens` more and a request line of
+    /// `line` bytes (a full one is sealed and submitted first: `batch_size`,
+    /// `batch_queue_tokens`, and the provider's limits on requests and bytes per batch).
     async fn gathering_for<'a>(
         self: &Arc<Self>,
         gathering: &'a mut HashMap<usize, Gathering>,
         model: usize,
         tokens: u64,
+        line: usize,
     ) -> Result<&'a mut Gathering, StoreError> {
-        if gathering.get(&model).is_some_and(|g| g.machine.full_for(tokens)) {
+        let api = &self.apis[model];
+        let over_provider = |g: &Gathering| {
+            !g.lines.is_empty()
+                && (g.lines.len() >= api.max_requests()
+                    || api.max_body_bytes().is_some_and(|max| g.bytes + line as u64 + 64 > max))
+        };
+        if gathering.get(&model).is_some_and(|g| g.machine.full_for(tokens) || over_provider(g)) {
             if let Some(mut g) = gathering.remove(&model) {
                 if g.machine.step(GatherEvent::Full) == GatherCommand::Seal {
                     self.seal(g).await;
@@ -443,6 +458,7 @@ impl BatchPool {
                     model,
                     started: Instant::now(),
                     lines: Vec::new(),
+                    bytes: 0,
                 })
             }
         };
@@ -498,11 +514,8 @@ impl BatchPool {
                 return;
             }
             let Gathering { mut machine, lines, model, .. } = g;
-            let mut body = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
-            for l in &lines {
-                body.extend_from_slice(l);
-                body.push(b'\n');
-            }
+            let body = self.apis[model].body(&lines);
+            drop(lines);
             let put = self.store.put_record(&machine.record, machine.revision).await;
             let (written, revision) = match &put {
                 Ok(Some(rev)) => (Some(true), *rev),
@@ -732,7 +745,8 @@ impl BatchPool {
         mut body: Option<Vec<u8>>,
     ) {
         let api = self.apis[model].clone();
-        let mut m = Owner::new(record, revision, body.is_none(), self.timing.poll);
+        let mut m =
+            Owner::new(record, revision, body.is_none(), self.timing.poll).inline(api.inline());
         'owning: while !*self.hard_stop.borrow() {
             let mut cmd = m.next();
             loop {
@@ -755,7 +769,7 @@ impl BatchPool {
     async fn carry(
         &self,
         m: &mut Owner,
-        api: &BatchApi,
+        api: &Provider,
         body: &mut Option<Vec<u8>>,
         cmd: OwnerCommand,
     ) -> Option<OwnerEvent> {
@@ -766,53 +780,72 @@ impl BatchPool {
         let (record, revision) = (&mut m.record, &mut m.revision);
         let event = match cmd {
             C::Upload => {
-                let b = body.take()?;
+                let b = body.as_deref()?;
                 let name = format!("halyard-{id}.jsonl");
-                self.provider(record, revision, || api.upload(&name, b.clone())).await.event(
-                    |file| {
-                        self.failpoints.pass(Point::BatchUploaded);
-                        E::Uploaded { file }
-                    },
-                )
+                let step = self.provider(record, revision, || api.upload(&name, b, now_ms())).await;
+                if !api.inline() {
+                    // At the provider now (or failed for good): not needed again.
+                    *body = None;
+                }
+                step.event(|file| {
+                    self.failpoints.pass(Point::BatchUploaded);
+                    E::Uploaded { file }
+                })
             }
             C::Find { since_s } => {
-                let step = self.provider(record, revision, || api.find(&key, since_s)).await;
+                let BatchState::Uploaded { file } = &record.state else {
+                    return Some(E::Found(None));
+                };
+                let file = file.clone();
+                // Batches other records name are not this record's (Anthropic's have no
+                // metadata: a taker matches by count and time among the others).
+                let taken = match api.inline() {
+                    false => Ok(HashSet::new()),
+                    true => self.store.batch_ids(&self.name, &id).await,
+                };
+                let step = match taken {
+                    Ok(taken) => {
+                        let snapshot = record.clone();
+                        let find =
+                            FindFor { record: &snapshot, file: &file, since_s, taken: &taken };
+                        self.provider(record, revision, || api.find(&find)).await
+                    }
+                    Err(e) => Step::Failed(CallError::transient(format!(
+                        "cannot read the pool's other batch records: {e}"
+                    ))),
+                };
                 if let Step::Failed(e) = &step {
-                    warn!(pool = %pool, record = %id, error = %e.message, "cannot look for the batch at the provider (is GET /batches supported?); not creating it blindly, trying again in a minute");
+                    warn!(pool = %pool, record = %id, error = %e.message, "cannot find the batch at the provider; not creating it blindly");
                 }
                 step.event(|found| {
                     if let Some(b) = &found {
-                        info!(pool = %pool, record = %id, batch = %b.id, "found the batch its previous owner created");
+                        info!(pool = %pool, record = %id, batch = %b, "found the batch its previous owner created");
                     }
-                    E::Found(found.map(|b| b.id))
+                    E::Found(found)
                 })
             }
             C::Create { file } => {
-                self.provider(record, revision, || api.create(&file, &key)).await.event(|b| {
+                let b = body.as_deref();
+                let step = self.provider(record, revision, || api.create(&file, &key, b)).await;
+                *body = None;
+                step.event(|batch| {
                     self.failpoints.pass(Point::BatchCreated);
-                    E::Created { batch: b.id }
+                    E::Created { batch }
                 })
             }
             C::Poll { batch } => {
-                let step = self.provider(record, revision, || api.retrieve(&batch)).await;
+                let step = self.provider(record, revision, || api.poll(&batch)).await;
                 if let Step::Failed(e) = &step {
                     warn!(pool = %pool, record = %id, batch = %batch, error = %e.message, "cannot see the submitted batch; polling on unless it is unseen for too long");
                 }
-                step.event(|b| {
+                step.event(|p| {
                     self.failpoints.pass(Point::BatchPolling);
-                    if b.is_final() {
-                        info!(pool = %pool, record = %id, batch = %b.id, status = %b.status, "batch ended");
+                    if p.ended {
+                        info!(pool = %pool, record = %id, batch = %p.id, status = %p.status, reason = ?p.reason, "batch ended");
                     } else {
-                        debug!(pool = %pool, record = %id, status = %b.status, polled = m.polled() + 1, "batch still running");
+                        debug!(pool = %pool, record = %id, status = %p.status, polled = m.polled() + 1, "batch still running");
                     }
-                    E::Polled(Polled {
-                        ended: b.is_final(),
-                        reason: b.failure_reason(),
-                        id: b.id,
-                        status: b.status,
-                        output: b.output_file_id,
-                        error: b.error_file_id,
-                    })
+                    E::Polled(p)
                 })
             }
             C::Wait(delay) => match self.wait_renewing(record, revision, delay).await {
@@ -1170,11 +1203,13 @@ impl BatchPool {
                     (Some(a), Some(b)) => b.saturating_sub(a),
                     _ => 0,
                 };
-                let mut reader = output::Reader::new(batch, latency);
-                for f in [output, error].into_iter().flatten() {
-                    reader.next_file();
-                    api.content_lines(f, |l| reader.line(l)).await?;
-                }
+                let mut reader = match api {
+                    Provider::OpenAi(_) => output::Reader::new(batch, latency),
+                    Provider::Anthropic(a) => {
+                        output::Reader::anthropic(batch, latency, a.model().prompt_cache)
+                    }
+                };
+                api.read_answers(output, error, &mut reader).await?;
                 let answers = reader.finish(&r.jobs);
                 self.failpoints.pass(Point::BatchDownloaded);
                 info!(pool = %self.name, record = %r.id, batch, answers = answers.len(), "batch answers downloaded");

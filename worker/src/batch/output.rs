@@ -33,6 +33,20 @@ pub enum Answer {
     Failed(CallError),
     /// The request never ran (expired, cancelled): it goes into another batch.
     NotRun(String),
+    /// The request was canceled before it ran (Anthropic's `canceled` result: someone
+    /// canceled the batch): it goes into another batch, the delivery counted, so that a
+    /// batch canceled again and again ends its jobs as dead letters naming it.
+    Canceled(String),
+}
+
+/// Which API's lines a [`Reader`] reads.
+#[derive(Clone, Copy, Debug)]
+enum Format {
+    /// OpenAI's output and error files.
+    OpenAi,
+    /// Anthropic's results (`result.type` per `custom_id`); unsplit cache writes had
+    /// this lifetime.
+    Anthropic(Option<halyard_proto::pool::PromptCacheTtl>),
 }
 
 #[derive(Deserialize)]
@@ -63,6 +77,7 @@ struct LineError {
 /// The answers of batch `batch`, read a line at a time from its output and error files.
 pub struct Reader<'a> {
     batch: &'a str,
+    format: Format,
     /// What each answer reports as its latency (the batch's turnaround).
     latency_ms: u64,
     answers: HashMap<JobId, Answer>,
@@ -74,7 +89,24 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub fn new(batch: &'a str, latency_ms: u64) -> Reader<'a> {
-        Reader { batch, latency_ms, answers: HashMap::new(), line: 0, oversized: 0 }
+        Reader {
+            batch,
+            format: Format::OpenAi,
+            latency_ms,
+            answers: HashMap::new(),
+            line: 0,
+            oversized: 0,
+        }
+    }
+
+    /// A reader of an Anthropic Message Batch's results (`ttl`: the model's prompt cache
+    /// lifetime, for cache writes the usage does not split).
+    pub fn anthropic(
+        batch: &'a str,
+        latency_ms: u64,
+        ttl: Option<halyard_proto::pool::PromptCacheTtl>,
+    ) -> Reader<'a> {
+        Reader { format: Format::Anthropic(ttl), ..Reader::new(batch, latency_ms) }
     }
 
     /// The next file begins.
@@ -103,7 +135,11 @@ impl<'a> Reader<'a> {
         if raw.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        match line(batch, raw, self.latency_ms) {
+        let read = match self.format {
+            Format::OpenAi => line(batch, raw, self.latency_ms),
+            Format::Anthropic(ttl) => anthropic_line(batch, raw, self.latency_ms, ttl),
+        };
+        match read {
             Ok((id, a)) => {
                 // An answer beats an error for the same job (never expected).
                 if !matches!(self.answers.get(&id), Some(Answer::Done(_))) {
@@ -148,21 +184,130 @@ pub fn read(batch: &str, files: &[&[u8]], latency_ms: u64) -> HashMap<JobId, Ans
     r.finish(&[])
 }
 
-fn line(batch: &str, raw: &[u8], latency_ms: u64) -> Result<(JobId, Answer), String> {
-    let l: Line = serde_json::from_slice(raw).map_err(|e| {
+/// A result line of kind `kind` ("batch output", "Message Batch result") parsed, and the
+/// job its `custom_id` names.
+fn parse_line<T: serde::de::DeserializeOwned>(
+    raw: &[u8],
+    kind: &str,
+    custom_id: impl FnOnce(&T) -> &str,
+) -> Result<(T, JobId), String> {
+    let l: T = serde_json::from_slice(raw).map_err(|e| {
         let start = redact::secrets(&String::from_utf8_lossy(&raw[..raw.len().min(120)]));
-        format!("not a batch output line ({e}): {start:?}")
+        format!("not a {kind} line ({e}): {start:?}")
     })?;
-    let id: JobId = l
-        .custom_id
-        .parse()
-        .map_err(|_| format!("custom_id {:?} is not a job id", redact::secrets(&l.custom_id)))?;
+    let c = custom_id(&l);
+    let id: JobId =
+        c.parse().map_err(|_| format!("custom_id {:?} is not a job id", redact::secrets(c)))?;
+    Ok((l, id))
+}
+
+/// A decoded answer as a completion, or its decoding error as the request's failure.
+fn done(what: &str, decoded: Result<Completion, CallError>) -> Answer {
+    match decoded {
+        Ok(c) => Answer::Done(c),
+        Err(mut e) => {
+            e.status = Some(200);
+            e.message = format!("{what}: {}", e.message);
+            Answer::Failed(e)
+        }
+    }
+}
+
+/// One line of an Anthropic Message Batch's results: `{"custom_id", "result": {"type":
+/// "succeeded", "message"} | {"type": "errored", "error": {"type": "error", "error":
+/// {"type", "message"}}} | {"type": "canceled"} | {"type": "expired"}}`. An errored
+/// request is classified by its error type as the online call's status would be
+/// (`invalid_request_error` permanent, `rate_limit_error` not run, `overloaded_error`
+/// and `api_error` transient).
+fn anthropic_line(
+    batch: &str,
+    raw: &[u8],
+    latency_ms: u64,
+    ttl: Option<halyard_proto::pool::PromptCacheTtl>,
+) -> Result<(JobId, Answer), String> {
+    #[derive(Deserialize)]
+    struct ResultLine {
+        custom_id: String,
+        result: serde_json::Value,
+    }
+    let (l, id) = parse_line(raw, "Message Batch result", |l: &ResultLine| l.custom_id.as_str())?;
+    let what = format!("batch {batch}, request {id}");
+    let mut result = l.result;
+    let kind = result.get("type").and_then(|t| t.as_str()).unwrap_or("").to_string();
+    let answer = match kind.as_str() {
+        "succeeded" => {
+            let message = result.get_mut("message").map(serde_json::Value::take);
+            let Some(message) = message else {
+                return Err(format!("{what}: a succeeded result without a message"));
+            };
+            let decoded = crate::backend::anthropic::decode_message_value(message, ttl);
+            done(
+                &what,
+                decoded.map(|d| Completion {
+                    text: d.text,
+                    usage: d.usage,
+                    latency_ms,
+                    finish_reason: d.finish_reason,
+                    calls: 1,
+                    logprobs: None,
+                    refusal: d.refusal,
+                    source: Default::default(),
+                }),
+            )
+        }
+        "errored" => {
+            // `error` is the API's error body: `{"type": "error", "error": {…}}`.
+            let outer = result.get("error");
+            let inner = outer.and_then(|e| e.get("error")).or(outer);
+            let etype = inner.and_then(|e| e.get("type")).and_then(|t| t.as_str()).unwrap_or("");
+            let msg = inner.and_then(|e| e.get("message")).and_then(|t| t.as_str()).unwrap_or("");
+            let status = match etype {
+                "invalid_request_error" => 400,
+                "authentication_error" => 401,
+                "billing_error" => 402,
+                "permission_error" => 403,
+                "not_found_error" => 404,
+                "request_too_large" => 413,
+                "rate_limit_error" => 429,
+                "overloaded_error" => 529,
+                _ => 500,
+            };
+            let text =
+                redact::secrets(&format!("{etype}: {msg}").chars().take(300).collect::<String>());
+            // An overloaded batch request is not an outage of the endpoint now: a later
+            // batch, counted, not a paused pool.
+            let class = match classify_status(status) {
+                crate::backend::ErrorClass::Unavailable(_) => crate::backend::ErrorClass::Transient,
+                c => c,
+            };
+            Answer::Failed(CallError {
+                class,
+                status: Some(status),
+                message: format!("{what}: errored: {text}"),
+                retry_after: None,
+            })
+        }
+        "canceled" => Answer::Canceled(format!("{what}: canceled before it ran")),
+        "expired" => Answer::NotRun(format!("{what}: expired (the batch's 24 hours ran out)")),
+        other => {
+            return Err(format!(
+                "{what}: result type {:?} is none of succeeded, errored, canceled, expired",
+                redact::secrets(other)
+            ))
+        }
+    };
+    Ok((id, answer))
+}
+
+fn line(batch: &str, raw: &[u8], latency_ms: u64) -> Result<(JobId, Answer), String> {
+    let (l, id) = parse_line(raw, "batch output", |l: &Line| l.custom_id.as_str())?;
     let what = format!("batch {batch}, request {id}");
     let answer = match (l.response, l.error) {
         (Some(r), _) if r.status_code == 200 => {
             let body = r.body.as_deref().map_or("null", |b| b.get());
-            match decode_completion(body.as_bytes()) {
-                Ok(d) => Answer::Done(Completion {
+            done(
+                &what,
+                decode_completion(body.as_bytes()).map(|d| Completion {
                     text: d.text,
                     usage: d.usage,
                     latency_ms,
@@ -172,12 +317,7 @@ fn line(batch: &str, raw: &[u8], latency_ms: u64) -> Result<(JobId, Answer), Str
                     refusal: d.refusal,
                     source: Default::default(),
                 }),
-                Err(mut e) => {
-                    e.status = Some(200);
-                    e.message = format!("{what}: {}", e.message);
-                    Answer::Failed(e)
-                }
-            }
+            )
         }
         (Some(r), _) => {
             let body = r.body.as_deref().map_or("null", |b| b.get());
@@ -262,5 +402,43 @@ mod tests {
         let mut r = Reader::new("batch_y", 1);
         r.line(FileLine::Whole(ok.as_bytes()));
         assert!(!r.finish(&[a.to_string(), b.to_string()]).contains_key(&b));
+    }
+
+    /// Issue 52: Anthropic's result lines, each type to what it means; the errored
+    /// request classified by its error type; lines that cannot be read skipped.
+    #[test]
+    fn anthropic_result_lines() {
+        let [a, b, c, d, e, f] = [1u8, 2, 3, 4, 5, 6].map(|n| JobId([n; 16]));
+        let text = format!(
+            "{{\"custom_id\":\"{a}\",\"result\":{{\"type\":\"succeeded\",\"message\":{{\"content\":[{{\"type\":\"text\",\"text\":\"yes\"}}],\"stop_reason\":\"end_turn\",\"usage\":{{\"input_tokens\":4,\"output_tokens\":1,\"cache_read_input_tokens\":6}}}}}}}}\n\
+             {{\"custom_id\":\"{b}\",\"result\":{{\"type\":\"errored\",\"error\":{{\"type\":\"error\",\"error\":{{\"type\":\"invalid_request_error\",\"message\":\"bad\"}}}}}}}}\n\
+             {{\"custom_id\":\"{c}\",\"result\":{{\"type\":\"errored\",\"error\":{{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"busy\"}}}}}}}}\n\
+             {{\"custom_id\":\"{d}\",\"result\":{{\"type\":\"canceled\"}}}}\n\
+             {{\"custom_id\":\"{e}\",\"result\":{{\"type\":\"expired\"}}}}\n\
+             {{\"custom_id\":\"{f}\",\"result\":{{\"type\":\"mystery\"}}}}\n\
+             not json\n"
+        );
+        let mut r = Reader::anthropic("msgbatch_1", 7, None);
+        r.next_file();
+        let mut lines = super::super::api::LineSplitter::new(MAX_LINE_BYTES);
+        lines.push(text.as_bytes(), |l| r.line(l));
+        lines.finish(|l| r.line(l));
+        let m = r.finish(&[]);
+        assert_eq!(m.len(), 5, "{m:?}");
+        match &m[&a] {
+            Answer::Done(c) => {
+                assert_eq!((c.text.as_str(), c.usage.prompt_tokens, c.latency_ms), ("yes", 10, 7))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(&m[&b], Answer::Failed(e) if e.class == ErrorClass::Permanent && e.message.contains("invalid_request_error"))
+        );
+        assert!(
+            matches!(&m[&c], Answer::Failed(e) if e.class != ErrorClass::Permanent && e.status == Some(529))
+        );
+        assert!(matches!(&m[&d], Answer::Canceled(_)));
+        assert!(matches!(&m[&e], Answer::NotRun(w) if w.contains("expired")));
+        assert!(!m.contains_key(&f));
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use halyard_broker::{Broker, BrokerError};
 use halyard_proto::provider_batch::{
-    claim_key, ledger_key, record_key, BatchRecord, Claim, QueueLedger,
+    claim_key, ledger_key, record_key, BatchRecord, BatchState, Claim, QueueLedger,
 };
 use halyard_proto::JobId;
 use serde::de::DeserializeOwned;
@@ -151,6 +151,38 @@ impl Store {
                 Err(err(&key, e))
             }
         }
+    }
+
+    /// The provider batch ids the records of `pool` other than `except` name (submitted
+    /// or ended), for a taker matching a batch that carries no metadata. Values that are
+    /// not records are skipped.
+    pub async fn batch_ids(
+        &self,
+        pool: &str,
+        except: &str,
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        use futures::StreamExt;
+        let prefix = record_key(pool, "");
+        let mut keys = self.kv.keys().await.map_err(|e| err(&prefix, e))?;
+        let mut ids = std::collections::HashSet::new();
+        while let Some(k) = keys.next().await {
+            let k = k.map_err(|e| err(&prefix, e))?;
+            let Some(id) = k.strip_prefix(&prefix) else { continue };
+            if id == except {
+                continue;
+            }
+            let Ok(v) = self.record(pool, id).await else { continue };
+            match v.value.map(|r| r.state) {
+                Some(BatchState::Submitted { batch, .. })
+                | Some(BatchState::Ended { batch, .. })
+                    if !batch.is_empty() =>
+                {
+                    ids.insert(batch);
+                }
+                _ => {}
+            }
+        }
+        Ok(ids)
     }
 
     pub async fn ledger(&self, pool: &str) -> Result<Versioned<QueueLedger>, StoreError> {

@@ -803,3 +803,56 @@ fn owner_ignores_events_out_of_order() {
     assert_eq!(o.step(E::Waited, 1), C::Next);
     assert_eq!(o.record.state, submitted());
 }
+
+/// Issue 52: a taker of an Anthropic record (requests sent inline with the create, gone
+/// with their owner) adopts the batch it finds, and otherwise gives the record up (its
+/// jobs gathered again) instead of creating anything: not found, or no single match. A
+/// list it cannot read now is asked again, as for OpenAI.
+#[test]
+fn inline_taker_adopts_or_gives_up_never_creates() {
+    use OwnerCommand as C;
+    use OwnerEvent as E;
+    let uploaded = BatchState::Uploaded { file: "inline-9000000".into() };
+    let inline = |state: BatchState| owner(state, true).inline(true);
+    let mut o = inline(uploaded.clone());
+    assert!(matches!(o.next(), C::Find { .. }));
+    let want = BatchState::Submitted { file: "inline-9000000".into(), batch: "msgbatch_1".into() };
+    assert_eq!(o.step(E::Found(Some("msgbatch_1".into())), 5), C::Write(want));
+
+    let mut o = inline(uploaded.clone());
+    o.next();
+    let C::Write(BatchState::Abandoned { reason }) = o.step(E::Found(None), 5) else {
+        panic!("not found: the record is to be given up")
+    };
+    assert!(reason.contains("before the provider had its batch"), "{reason}");
+    assert_eq!(o.step(E::Written, 6), C::Release);
+
+    let mut o = inline(uploaded.clone());
+    o.next();
+    let two = CallError::permanent("2 batches (a, b) match");
+    let C::Write(BatchState::Abandoned { reason }) = o.step(E::Failed(two), 5) else {
+        panic!("ambiguous: the record is to be given up")
+    };
+    assert!(reason.contains("cannot tell which batch is its: 2 batches"), "{reason}");
+
+    let mut o = inline(uploaded);
+    o.next();
+    assert_eq!(o.step(E::Failed(CallError::transient("529")), 5), C::Wait(FIND_RETRY));
+}
+
+/// Issue 52: an Anthropic batch ends `ended` whatever became of its requests: an
+/// `expired` result is not run (budget kept), a `canceled` one goes into another batch
+/// with the delivery counted, an `errored` one by its class.
+#[test]
+fn anthropic_results_of_an_ended_batch() {
+    let expired = Answer::NotRun("expired".into());
+    assert_eq!(outcome(&answer_of("m", "ended", None, Some(&expired))), "not run: expired");
+    let canceled = Answer::Canceled("canceled".into());
+    let t = answer_of("m", "ended", None, Some(&canceled));
+    assert_eq!((outcome(&t), t.release_claim), ("failed Transient 0: canceled".into(), true));
+    let overloaded = Answer::Failed(CallError::transient("overloaded_error"));
+    assert_eq!(
+        outcome(&answer_of("m", "ended", None, Some(&overloaded))),
+        "failed Transient 1: overloaded_error"
+    );
+}
