@@ -272,8 +272,9 @@ const BATCH_MODE: &str = "mode = \"batch\"\nbatch_size = 1000\nbatch_wait_s = 0.
 /// A fake whose batches end after 300 ms with a mix of results: of the requests seen for
 /// the first time, by a hash of the request, one in 9 expires, one in 11 is canceled and
 /// one in 13 errors with `overloaded_error` (each answered in a later batch); results
-/// files carry `padding` bytes of blank lines first; every 7th batch-API request is a 529.
-fn batch_fake(qs: &[Question], padding: u64) -> FakeAnthropic {
+/// files carry `padding` bytes of blank lines first; every 7th batch-API request is a 529;
+/// the first `cut_creates` creates make their batch but their answers break off.
+fn batch_fake(qs: &[Question], padding: u64, cut_creates: u64) -> FakeAnthropic {
     fn hash(c: &halyard_tests::ChatCall) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -293,6 +294,7 @@ fn batch_fake(qs: &[Question], padding: u64) -> FakeAnthropic {
         }),
         padding,
         fault_every: Some(7),
+        cut_create_replies: cut_creates,
     };
     FakeAnthropic::start_with_batches(Limits::default(), script, move |c| {
         if hash(c) % 13 == 3 && overloaded.lock().unwrap().insert(halyard_tests::request_key(c)) {
@@ -412,10 +414,17 @@ fn claude_batch_across_two_kills_equals_the_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();
 
     // The uninterrupted run, on a fake of its own (fates depend on what a fake saw).
-    let fake_ref = batch_fake(&qs, 0);
+    // Its first create's answer breaks off after the batch was made: the run looks for
+    // the batch and polls it instead of creating it again (checked below: no request
+    // runs in two batches).
+    let fake_ref = batch_fake(&qs, 0, 1);
     let sweep_ref = sweep_in(dir.path(), "claude", &fake_ref.base_url(), 120, BATCH_MODE);
     let out_ref = dir.path().join("ref");
-    run_batch(&sweep_ref, &out_ref, None);
+    let first = run_batch(&sweep_ref, &out_ref, None);
+    assert!(
+        first.contains("found the batch created before its id was recorded"),
+        "the batch whose create answer broke off was not found:\n{first}"
+    );
     let a = read_json(&out_ref.join("claude/report.json"));
     assert_eq!(a["jobs"]["dead_letters"], 0, "{}", a["jobs"]);
     let answered_ref = assert_no_request_submitted_again(&fake_ref);
@@ -433,7 +442,7 @@ fn claude_batch_across_two_kills_equals_the_uninterrupted_run() {
 
     // The same sweep on a fresh fake, results padded by 40 MiB each, killed twice by
     // failpoint aborts (the process dies at once, as with SIGKILL).
-    let fake = batch_fake(&qs, 40 << 20);
+    let fake = batch_fake(&qs, 40 << 20, 0);
     let sweep = sweep_in(dir.path(), "claude", &fake.base_url(), 120, BATCH_MODE);
     let out = dir.path().join("killed");
     run_batch(&sweep, &out, Some("batch-created:1"));
@@ -442,7 +451,7 @@ fn claude_batch_across_two_kills_equals_the_uninterrupted_run() {
     let second = run_batch(&sweep, &out, Some("batch-downloaded:1"));
     // The batch the first run created before it died was found, not created again.
     assert!(
-        second.contains("found the batch its previous owner created"),
+        second.contains("found the batch created before its id was recorded"),
         "the second run did not adopt the first run's batch:\n{second}"
     );
     run_batch(&sweep, &out, None);

@@ -313,6 +313,14 @@ impl Drop for FakeAnthropic {
     }
 }
 
+/// A 200 whose JSON body (`body`, already cut short) ends in a connection reset.
+fn cut_body(body: Vec<u8>) -> Response {
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        vec![Ok(body), Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fake reset"))];
+    let stream = axum::body::Body::from_stream(futures::stream::iter(chunks));
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], stream).into_response()
+}
+
 /// A request body as JSON, or the API's 400 for one that is not.
 #[allow(clippy::result_large_err)] // the refusal is the handler's answer
 fn json_body(body: &[u8]) -> Result<Value, Response> {
@@ -641,16 +649,7 @@ async fn respond(
                 let mut body =
                     message_body(call, &text, usage(0), "end_turn").to_string().into_bytes();
                 body.truncate(body.len() / 2);
-                let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![
-                    Ok(body),
-                    Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fake reset")),
-                ];
-                let stream = axum::body::Body::from_stream(futures::stream::iter(chunks));
-                return (
-                    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], stream)
-                        .into_response(),
-                    0,
-                );
+                return (cut_body(body), 0);
             }
         }
     }

@@ -64,6 +64,9 @@ pub struct BatchScript {
     pub padding: u64,
     /// Every Nth request to the batch API (any endpoint) is answered 529.
     pub fault_every: Option<u64>,
+    /// The first this many creates make their batch, but the connection breaks in the
+    /// middle of the answer (the client cannot tell whether the batch exists).
+    pub cut_create_replies: u64,
 }
 
 impl Default for BatchScript {
@@ -73,6 +76,7 @@ impl Default for BatchScript {
             fate: Arc::new(|_: &ChatCall, _: u32| Fate::Run),
             padding: 0,
             fault_every: None,
+            cut_create_replies: 0,
         }
     }
 }
@@ -263,6 +267,11 @@ pub(super) async fn create(
     };
     let out = batch_json(&b);
     batches.list.push(b);
+    if batches.next <= shared.script.cut_create_replies {
+        let mut body = out.to_string().into_bytes();
+        body.truncate(body.len() / 2);
+        return super::cut_body(body);
+    }
     (StatusCode::OK, axum::Json(out)).into_response()
 }
 
@@ -293,7 +302,6 @@ fn batch_json(b: &FakeBatch) -> Value {
     })
 }
 
-/// End the batches whose time has come (their results decided once).
 /// The batches after the request's key was checked ([`gate`]), those due ended first.
 #[allow(clippy::result_large_err)]
 fn open<'a>(
@@ -306,6 +314,7 @@ fn open<'a>(
     Ok(batches)
 }
 
+/// End the batches whose time has come (their results decided once).
 fn end_due(shared: &Shared, batches: &mut Batches) {
     let delay = shared.script.delay;
     let Batches { list, seen, .. } = batches;

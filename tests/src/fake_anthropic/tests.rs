@@ -155,6 +155,7 @@ fn message_batches_life_cycle() {
         }),
         padding: 3 << 20,
         fault_every: None,
+        cut_create_replies: 0,
     };
     let fake = FakeAnthropic::start_with_batches(Limits::default(), script, |c| {
         match c.messages.last().unwrap().1.as_str() {

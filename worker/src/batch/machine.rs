@@ -36,6 +36,8 @@
 //!  Owner:  uploading ─Upload→ uploaded ─Create→ submitted ─Poll(final)→ ended → Release
 //!          adopted: uploading → abandoned; uploaded ─Find→ submitted (found) | Create
 //!                   (inline requests: not found, or no single match → abandoned)
+//!          Create unsure (the connection failed after the request may have reached the
+//!          provider) → Find → submitted (found) | Create (not found: it never arrived)
 //!          Upload/Create failed → ended(failed); Poll failed → Wait, after 48 h ended(failed)
 //!          any write or provider step Lost (fenced, hard stop) → Done
 //! ```
@@ -681,6 +683,10 @@ pub(crate) enum OwnerEvent {
     Created {
         batch: String,
     },
+    /// The create failed in a way that does not say whether the provider made the batch
+    /// (the connection broke or timed out after the request was sent): looked for
+    /// before it is created again.
+    CreateUnsure,
     Polled(Polled),
     /// The provider request failed for good (retries of the endpoint's failures are the
     /// IO layer's).
@@ -717,6 +723,10 @@ pub(crate) struct Owner {
     /// The provider takes the requests with the create (Anthropic): a taker that finds
     /// no batch cannot create one (the requests were its previous owner's, in memory).
     inline: bool,
+    /// A create of this owner's may have made the batch (see
+    /// [`OwnerEvent::CreateUnsure`]): look for it before creating again. The requests
+    /// are still in this owner's hands.
+    unsure: bool,
     awaits: Await,
     /// The command whose outcome is awaited (repeated on an event out of order).
     last: OwnerCommand,
@@ -731,6 +741,7 @@ impl Owner {
             revision,
             adopted,
             inline: false,
+            unsure: false,
             awaits: Await::Next,
             last: OwnerCommand::Next,
             polled: 0,
@@ -765,7 +776,7 @@ impl Owner {
                 (Await::Write(state.clone()), C::Write(state))
             }
             BatchState::Uploading => (Await::Upload, C::Upload),
-            BatchState::Uploaded { file } if self.adopted => (
+            BatchState::Uploaded { file } if self.adopted || self.unsure => (
                 Await::Find { file: file.clone() },
                 C::Find { since_s: (self.record.created_ms / 1000).saturating_sub(3600) },
             ),
@@ -817,9 +828,11 @@ impl Owner {
             (A::Find { file }, E::Found(Some(batch))) => self.submitted(file, batch, now_ms),
             // Requests sent inline are gone with the owner that gathered them: not found,
             // the create never reached the provider; its jobs are gathered again.
-            (A::Find { .. }, E::Found(None)) if self.inline => self.write(BatchState::Abandoned {
-                reason: "its owner stopped before the provider had its batch".into(),
-            }),
+            (A::Find { .. }, E::Found(None)) if self.inline && !self.unsure => {
+                self.write(BatchState::Abandoned {
+                    reason: "its owner stopped before the provider had its batch".into(),
+                })
+            }
             (A::Find { file }, E::Found(None)) => {
                 (A::Create { file: file.clone() }, C::Create { file })
             }
@@ -836,6 +849,13 @@ impl Owner {
             // creating it could submit every request twice. Wait and ask again.
             (A::Find { .. }, E::Failed(_)) => (A::Wait, C::Wait(FIND_RETRY)),
             (A::Create { file }, E::Created { batch }) => self.submitted(file, batch, now_ms),
+            // The batch may exist: never create blindly (the requests would run and be
+            // paid twice); found, it is polled; not found, the create never arrived.
+            (A::Create { file }, E::CreateUnsure) => {
+                self.unsure = true;
+                let since_s = (self.record.created_ms / 1000).saturating_sub(3600);
+                (A::Find { file }, C::Find { since_s })
+            }
             (A::Poll { .. }, E::Polled(p)) => {
                 self.polled += 1;
                 if p.ended {

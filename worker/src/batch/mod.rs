@@ -819,18 +819,37 @@ impl BatchPool {
                 }
                 step.event(|found| {
                     if let Some(b) = &found {
-                        info!(pool = %pool, record = %id, batch = %b, "found the batch its previous owner created");
+                        info!(pool = %pool, record = %id, batch = %b, "found the batch created before its id was recorded");
                     }
                     E::Found(found)
                 })
             }
             C::Create { file } => {
                 let b = body.as_deref();
-                let step = self.provider(record, revision, || api.create(&file, &key, b)).await;
-                *body = None;
-                step.event(|batch| {
-                    self.failpoints.pass(Point::BatchCreated);
-                    E::Created { batch }
+                // A transient failure with no answer from the provider (the connection
+                // broke or timed out once the request was out) may have made the batch:
+                // the machine looks for it before creating again, so it is not retried
+                // here. Other failures are retried as every provider step's are.
+                let step = {
+                    let create = || async {
+                        match api.create(&file, &key, b).await {
+                            Ok(batch) => Ok(Ok(batch)),
+                            Err(e) if e.status.is_none() && !e.is_permanent() => Ok(Err(e)),
+                            Err(e) => Err(e),
+                        }
+                    };
+                    self.provider(record, revision, create).await
+                };
+                step.event(|created| match created {
+                    Ok(batch) => {
+                        *body = None;
+                        self.failpoints.pass(Point::BatchCreated);
+                        E::Created { batch }
+                    }
+                    Err(e) => {
+                        warn!(pool = %pool, record = %id, error = %e.message, "the create may have reached the provider; looking for the batch before creating it again");
+                        E::CreateUnsure
+                    }
                 })
             }
             C::Poll { batch } => {

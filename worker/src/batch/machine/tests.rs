@@ -856,3 +856,34 @@ fn anthropic_results_of_an_ended_batch() {
         "failed Transient 1: overloaded_error"
     );
 }
+
+/// A create whose connection broke after it was sent may have made the batch: the owner
+/// looks for it (found: polled; not found: created again, the requests still in hand),
+/// and a wait while it cannot look leads back to looking, never to a blind create. For
+/// both providers (inline or not).
+#[test]
+fn an_unsure_create_looks_before_creating_again() {
+    use OwnerCommand as C;
+    use OwnerEvent as E;
+    let file = "inline-9000000".to_string();
+    let uploaded = BatchState::Uploaded { file: file.clone() };
+    for inline in [false, true] {
+        let mut o = owner(uploaded.clone(), false).inline(inline);
+        assert_eq!(o.next(), C::Create { file: file.clone() });
+        assert!(matches!(o.step(E::CreateUnsure, 5), C::Find { .. }), "inline {inline}");
+        // Cannot look now: wait, then look again.
+        assert_eq!(o.step(E::Failed(CallError::transient("529")), 6), C::Wait(FIND_RETRY));
+        assert_eq!(o.step(E::Waited, 7), C::Next);
+        assert!(matches!(o.next(), C::Find { .. }), "after the wait, inline {inline}");
+        // Not there: the create never arrived; this owner holds the requests.
+        assert_eq!(o.step(E::Found(None), 8), C::Create { file: file.clone() });
+        let want = BatchState::Submitted { file: file.clone(), batch: "b1".into() };
+        assert_eq!(o.step(E::Created { batch: "b1".into() }, 9), C::Write(want));
+
+        let mut o = owner(uploaded.clone(), false).inline(inline);
+        o.next();
+        o.step(E::CreateUnsure, 5);
+        let want = BatchState::Submitted { file: file.clone(), batch: "b2".into() };
+        assert_eq!(o.step(E::Found(Some("b2".into())), 6), C::Write(want), "inline {inline}");
+    }
+}
