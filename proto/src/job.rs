@@ -76,6 +76,12 @@ pub struct Sampling {
     /// grammar, HTTP backends send it as `response_format`; `None`: free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json_schema: Option<Box<OutputSchema>>,
+    /// Stop sequences: generation ends before the first of them (it is not part of the
+    /// answer), with the finish reason `stop`. OpenAI's `stop`, Anthropic's
+    /// `stop_sequences`, cut by `gguf` as it generates; empty: none (nothing sent, the id
+    /// unchanged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
 }
 
 /// A JSON schema a completion must follow (see [`Sampling::json_schema`]).
@@ -97,6 +103,7 @@ impl Default for Sampling {
             top_k: None,
             logprobs: None,
             json_schema: None,
+            stop: Vec::new(),
         }
     }
 }
@@ -160,6 +167,12 @@ impl JobKey {
         }
         if let Some(s) = &self.sampling.json_schema {
             h.str("json_schema").str(&s.name).str(&s.schema);
+        }
+        if !self.sampling.stop.is_empty() {
+            h.str("stop").u64(self.sampling.stop.len() as u64);
+            for s in &self.sampling.stop {
+                h.str(s);
+            }
         }
         h.finish()
     }
@@ -241,6 +254,10 @@ mod tests {
             Box::new(|k| {
                 k.sampling.json_schema = Some(schema("j", "{\"type\":\"object\"}").into())
             }),
+            Box::new(|k| k.sampling.stop = vec!["\n\n".into()]),
+            Box::new(|k| k.sampling.stop = vec!["\n".into(), "\n".into()]),
+            Box::new(|k| k.sampling.stop = vec!["ab".into()]),
+            Box::new(|k| k.sampling.stop = vec!["a".into(), "b".into()]),
         ];
         let mut seen = std::collections::HashSet::new();
         seen.insert(a.id());

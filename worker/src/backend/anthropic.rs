@@ -8,8 +8,8 @@
 //!   `anthropic-version: 2023-06-01`. The job's system messages go into the `system`
 //!   field (joined by a blank line), its user and assistant messages into `messages`.
 //!   `max_tokens` is required by the API: the sweep refuses an Anthropic model without
-//!   one, and a job without one is a permanent error here. `temperature`, `top_p` and
-//!   `top_k` are sent when set; the job's `seed` is not (the API has none), and a job
+//!   one, and a job without one is a permanent error here. `temperature`, `top_p`,
+//!   `top_k` and the stop sequences (`stop_sequences`) are sent when set; the job's `seed` is not (the API has none), and a job
 //!   asking for log-probabilities is refused (the API gives none). A structured-output
 //!   job sends its schema as `output_config.format` (`{"type": "json_schema",
 //!   "schema"}`), keys in the job's order, length bounds left off the wire as for
@@ -304,6 +304,9 @@ pub fn request_body(job: &Job, model: &HttpModelSpec) -> Result<Value, CallError
     if let Some(k) = key.sampling.top_k {
         body["top_k"] = k.into();
     }
+    if !key.sampling.stop.is_empty() {
+        body["stop_sequences"] = key.sampling.stop.clone().into();
+    }
     Ok(body)
 }
 
@@ -479,6 +482,7 @@ mod tests {
             seed: Some(7),
             top_p: Some(0.9),
             top_k: Some(40),
+            stop: vec!["\n\nQ:".into()],
             ..Sampling::default()
         };
         let b = request_body(&job(s.clone()), &model(None)).unwrap();
@@ -486,6 +490,7 @@ mod tests {
             b,
             json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "temperature": 0.5,
                    "system": "You are a linguistic expert.", "top_p": 0.9f32, "top_k": 40,
+                   "stop_sequences": ["\n\nQ:"],
                    "messages": [{"role": "user", "content": "Is it real?"}]})
         );
         let b = request_body(&job(s), &model(Some(PromptCacheTtl::OneHour))).unwrap();

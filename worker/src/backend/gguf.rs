@@ -17,7 +17,8 @@
 //! (chunked prefill), so a long prompt never stalls the others for long. Decoding is
 //! greedy at temperature 0 and seeded sampling otherwise (seed from the request, or from
 //! the job id, so a sample is reproducible); a sequence ends at an end-of-generation
-//! token, at `max_tokens`, or at the slot's context size. A caller that gave up (worker
+//! token, at a stop sequence of the job's (cut off the answer, finish reason `stop`), at
+//! `max_tokens`, or at the slot's context size. A caller that gave up (worker
 //! shutdown) frees its slot at the next step.
 //!
 //! ## Sampling options and log-probabilities (issue 16)
@@ -440,20 +441,23 @@ fn engine_thread(
                 Some(g) => constrained(ctx.get_logits_ith(at), &mut s.sampler, g),
             };
             let eog = vocab.is_eog(token);
+            let mut stopped = false;
             if !eog {
-                s.out.extend_from_slice(&vocab.token_to_piece(token, false, None));
+                let piece = vocab.token_to_piece(token, false, None);
+                s.out.extend_from_slice(&piece);
                 s.generated += 1;
                 if let Some(want) = s.want {
                     s.logprobs.extend(logprob_of(&vocab, ctx.get_logits_ith(at), token, want.top));
                 }
+                stopped = cut_at_stop(&mut s.out, piece.len(), &s.req.sampling.stop);
             }
             let full = s.pos as u32 + 1 >= spec.ctx_size;
-            let done = eog || s.generated >= s.max_tokens || full;
+            let done = eog || stopped || s.generated >= s.max_tokens || full;
             if done {
                 let s = active.swap_remove(i);
                 let _ = ctx.clear_kv_cache_seq(Some(s.id as u32), None, None);
                 free_ids.push(s.id);
-                let finish = if eog { "stop" } else { "length" };
+                let finish = if eog || stopped { "stop" } else { "length" };
                 let text = String::from_utf8_lossy(&s.out).into_owned();
                 let logprobs = s.want.map(|_| s.logprobs);
                 let c = completion(text, s.prompt.len(), s.generated, s.started, finish, logprobs);
@@ -524,6 +528,28 @@ fn structured_output(
     LlamaSampler::grammar(model, &gbnf, "root").map(Some).map_err(|e| {
         format!("structured output {:?}: llama.cpp refused its grammar ({e}): {gbnf}", schema.name)
     })
+}
+
+/// A stop sequence ended in the `added` bytes just appended to `out`: `out` is cut
+/// before the earliest one (it is not part of the answer) and true is returned. Only
+/// occurrences that end in the new bytes are looked for; earlier ones were seen before.
+fn cut_at_stop(out: &mut Vec<u8>, added: usize, stops: &[String]) -> bool {
+    let mut cut: Option<usize> = None;
+    for stop in stops.iter().map(String::as_bytes).filter(|s| !s.is_empty()) {
+        // The first position at which an occurrence ending in the new bytes can start.
+        let from = out.len().saturating_sub(added + stop.len() - 1);
+        if let Some(p) = out[from..].windows(stop.len()).position(|w| w == stop) {
+            let at = from + p;
+            cut = Some(cut.map_or(at, |c| c.min(at)));
+        }
+    }
+    match cut {
+        Some(at) => {
+            out.truncate(at);
+            true
+        }
+        None => false,
+    }
 }
 
 fn completion(
@@ -642,5 +668,31 @@ impl super::Backend for GgufBackend {
             });
             model.generate_with(key.messages.clone(), key.sampling.clone(), seed).await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_at_stop;
+
+    /// A stop sequence is cut off, wherever it began (in earlier pieces too), only once
+    /// it ended in the newest piece, at the earliest of several; none, nothing cut.
+    #[test]
+    fn stop_sequences_cut_the_answer() {
+        let stops = vec!["\n\nQ:".to_string(), "END".to_string()];
+        let mut out = b"The answer.\n".to_vec();
+        assert!(!cut_at_stop(&mut out, 1, &stops));
+        out.extend_from_slice(b"\nQ");
+        assert!(!cut_at_stop(&mut out, 2, &stops));
+        out.extend_from_slice(b": next");
+        assert!(cut_at_stop(&mut out, 6, &stops));
+        assert_eq!(out, b"The answer.");
+        let mut out = b"xx ENDQ and END".to_vec();
+        assert!(cut_at_stop(&mut out, 15, &stops));
+        assert_eq!(out, b"xx ");
+        let mut out = b"no stop here".to_vec();
+        assert!(!cut_at_stop(&mut out, 12, &stops));
+        assert!(!cut_at_stop(&mut out, 4, &[String::new()]));
+        assert_eq!(out, b"no stop here");
     }
 }

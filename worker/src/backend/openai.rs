@@ -371,7 +371,7 @@ pub fn api_key(model: &HttpModelSpec) -> Result<Option<String>, CallError> {
     }
 }
 
-/// The optional sampling fields in the request body (issue 16): `top_p`; `logprobs: true`
+/// The optional sampling fields in the request body (issue 16): `top_p`; `stop`; `logprobs: true`
 /// and `top_logprobs` when the job wants token log-probabilities. `top_k` is not sent (the
 /// OpenAI chat API has no such parameter and rejects unknown ones); scoring a given text
 /// (`score_last`) is impossible here: the chat API gives log-probabilities only of tokens
@@ -382,6 +382,9 @@ pub fn apply_optional_sampling(
 ) -> Result<(), CallError> {
     if let Some(p) = sampling.top_p {
         body["top_p"] = p.into();
+    }
+    if !sampling.stop.is_empty() {
+        body["stop"] = sampling.stop.clone().into();
     }
     if let Some(l) = sampling.logprobs {
         if l.score_last {
@@ -614,7 +617,8 @@ mod tests {
             .is_none());
     }
 
-    /// Issue 16: top_p and the log-probability request go into the body only when set;
+    /// Issue 16: top_p, stop sequences and the log-probability request go into the body
+    /// only when set;
     /// top_k never does; scoring a given text is refused.
     #[test]
     fn optional_sampling_in_the_body() {
@@ -626,10 +630,15 @@ mod tests {
             top_p: Some(0.5),
             top_k: Some(5),
             logprobs: Some(LogprobsRequest { top: 5, score_last: false }),
+            stop: vec!["\n".into(), "END".into()],
             ..Sampling::default()
         };
         apply_optional_sampling(&mut body, &s).unwrap();
-        assert_eq!(body, serde_json::json!({"top_p": 0.5, "logprobs": true, "top_logprobs": 5}));
+        assert_eq!(
+            body,
+            serde_json::json!({"top_p": 0.5, "logprobs": true, "top_logprobs": 5,
+                               "stop": ["\n", "END"]})
+        );
         let score = Sampling {
             logprobs: Some(LogprobsRequest { top: 5, score_last: true }),
             ..Sampling::default()
