@@ -28,15 +28,16 @@ pub enum Effect {
     /// Store the refusals counted so far.
     Intake(Intake),
     /// Publish a job; `round` is a message-id suffix for a re-publication (which goes
-    /// alone, never in a batch).
-    Publish { job: Job, round: Option<u32> },
+    /// alone, never in a batch). Boxed: a job is the largest effect by far (one
+    /// allocation per publication, against the encoding and the broker's round trip).
+    Publish { job: Box<Job>, round: Option<u32> },
 }
 
 /// The jobs to publish among `effects`, in order, with their rounds (the store effects
 /// are carried out by [`crate::store::RunStore::commit`]).
 pub fn publishes(effects: Vec<Effect>) -> impl Iterator<Item = (Job, Option<u32>)> {
     effects.into_iter().filter_map(|e| match e {
-        Effect::Publish { job, round } => Some((job, round)),
+        Effect::Publish { job, round } => Some((*job, round)),
         _ => None,
     })
 }

@@ -473,7 +473,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
                 self.meter.published(&j, id);
                 let job = job_of(self.run, id, j);
                 let round = self.retried.get(&job.id).map(|r| MSG_ID_ROUND_BASE + r);
-                fx.push(Effect::Publish { job, round });
+                fx.push(Effect::Publish { job: Box::new(job), round });
                 self.progress.figures.published += 1;
             }
         }
