@@ -1,7 +1,8 @@
 //! `halyard check SWEEP.toml` and the check `halyard run` makes first (issue 48).
 //!
 //! The sweep is validated as `run` validates it; then every model is checked as a worker
-//! on this machine would use it: API models (`openai`) with one minimal request each
+//! on this machine would use it: API models (`openai`, `anthropic`, each in its own
+//! dialect) with one minimal request each
 //! ([`halyard_worker::health::probe`]: reachable, key accepted, model known, answer
 //! shape, latency; the cost of the probe calls at the models' prices), or only their
 //! model list with `--no-calls`; `gguf` models by their file, `embed` models by their
@@ -22,7 +23,7 @@ use std::time::Duration;
 use clap::Args;
 use halyard_node::coordinator::EXIT_CANNOT_SERVE;
 use halyard_plan::sweep::{Model, Sweep};
-use halyard_worker::health::probe::{self, Target};
+use halyard_worker::health::probe::{self, Dialect, Target};
 
 #[derive(Args)]
 pub struct CheckArgs {
@@ -135,6 +136,7 @@ fn targets(sweep: &Sweep, insecure: bool) -> Vec<(Target, Vec<String>)> {
                 api_key_env: s.api_key_env.clone(),
                 timeout: Duration::from_millis(s.timeout_ms.max(1000)),
                 allow_insecure_http: insecure,
+                dialect: Dialect::of_backend(&s.model_ref.backend).unwrap_or(Dialect::OpenAi),
             };
             (t, Vec::new())
         });
@@ -144,7 +146,7 @@ fn targets(sweep: &Sweep, insecure: bool) -> Vec<(Target, Vec<String>)> {
 }
 
 fn is_api(m: &Model) -> bool {
-    m.spec.model_ref.backend == "openai"
+    Dialect::of_backend(&m.spec.model_ref.backend).is_some()
 }
 
 fn url(t: &Target) -> String {

@@ -481,3 +481,43 @@ fn claude_batch_across_two_kills_equals_the_uninterrupted_run() {
         fake_ref.batches().len(),
     );
 }
+
+/// Issue 52 with issue 48: `halyard check` probes Claude models in their own dialect
+/// (`x-api-key` and `anthropic-version`, which the fake requires, `GET /v1/models`, one
+/// minimal message to `/v1/messages`): both models reachable, key accepted, known to the
+/// list, answer of the API's shape; the probe's usage priced. A key variable that is not
+/// set is named, nothing called; `halyard run`'s own check refuses the same sweep.
+#[test]
+fn check_probes_claude_models() {
+    let fake = FakeAnthropic::start(Limits::default(), |_| Reply::Text("OK".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = sweep(dir.path(), "claude", &fake.base_url(), 4);
+    let o = halyard_anthropic().args(["check", sweep.to_str().unwrap()]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&o.stderr));
+    for model in ["claude-under-test", "claude-judge"] {
+        let row = stdout.lines().find(|l| l.starts_with(model)).unwrap_or_default();
+        let cells: Vec<&str> = row.split("  ").filter(|c| !c.is_empty()).map(str::trim).collect();
+        assert_eq!(cells.get(2..6), Some(&["yes", "yes", "yes", "yes"][..]), "{stdout}");
+        assert!(cells.get(6).is_some_and(|l| l.ends_with(" ms")), "{stdout}");
+    }
+    assert!(stdout.contains("probe calls: 2 chat completion(s)"), "{stdout}");
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2, "one probe per model");
+    assert!(calls.iter().all(|c| c.max_tokens == Some(5)), "{calls:?}");
+
+    // The key variable unset: named, by check and by run's check, and nothing called.
+    for args in [vec!["check"], vec!["run"]] {
+        let mut c = halyard();
+        c.env_remove("CLAUDE_TEST_API_KEY").args(&args).arg(&sweep);
+        if args == ["run"] {
+            c.args(["--out", dir.path().join("out").to_str().unwrap()]);
+        }
+        let o = c.output().unwrap();
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert_eq!(o.status.code(), Some(5), "{args:?}: {text}");
+        assert!(text.contains("`$CLAUDE_TEST_API_KEY`"), "{args:?}: {text}");
+    }
+    assert_eq!(fake.calls().len(), 2, "a probe without a key made a call");
+}

@@ -3,7 +3,10 @@
 //! caching".
 //!
 //! [`FakeAnthropic`] binds `127.0.0.1:0` and serves `POST /v1/messages` (and
-//! `/messages`). It checks what the API checks: the `x-api-key` header (401
+//! `/messages`), and `GET /v1/models` (the "Models" page: `data` of `{"type": "model",
+//! "id", "display_name", "created_at"}`, `has_more`, `first_id`, `last_id`) listing
+//! [`MODELS`] (the fake answers under any name, as a proxy may; the list is what a
+//! client can check a name against). It checks what the API checks: the `x-api-key` header (401
 //! `authentication_error` without one), `anthropic-version` (400), and the body: `model`,
 //! `max_tokens` (an integer ≥ 1: required), `messages` (user and assistant turns, text
 //! content only), `system` (a string or text blocks), `temperature` in 0..=1; anything
@@ -223,6 +226,7 @@ impl FakeAnthropic {
         let app = Router::new()
             .route("/v1/messages", post(messages))
             .route("/messages", post(messages))
+            .route("/v1/models", get(models))
             .route("/v1/messages/batches", post(batches::create).get(batches::list))
             .route("/v1/messages/batches/{id}", get(batches::retrieve))
             .route("/v1/messages/batches/{id}/cancel", post(batches::cancel))
@@ -319,6 +323,25 @@ fn cut_body(body: Vec<u8>) -> Response {
         vec![Ok(body), Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fake reset"))];
     let stream = axum::body::Body::from_stream(futures::stream::iter(chunks));
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], stream).into_response()
+}
+
+/// The models `GET /v1/models` lists.
+pub const MODELS: [&str; 3] = ["claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-1"];
+
+async fn models(headers: HeaderMap) -> Response {
+    if let Err(r) = key_and_version(&headers) {
+        return r;
+    }
+    let data: Vec<Value> = MODELS
+        .iter()
+        .map(|id| {
+            json!({"type": "model", "id": id, "display_name": id,
+                   "created_at": "2025-09-29T00:00:00Z"})
+        })
+        .collect();
+    let body = json!({"data": data, "has_more": false, "first_id": MODELS[0],
+                      "last_id": MODELS[MODELS.len() - 1]});
+    (StatusCode::OK, axum::Json(body)).into_response()
 }
 
 /// A request body as JSON, or the API's 400 for one that is not.
@@ -488,22 +511,32 @@ fn limit_headers(b: &Buckets, h: &mut HeaderMap) {
     }
 }
 
-async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+/// The request's key, checked as every endpoint checks it, with `anthropic-version`.
+#[allow(clippy::result_large_err)] // the refusal is the handler's answer
+fn key_and_version(headers: &HeaderMap) -> Result<String, Response> {
     let key = headers.get("x-api-key").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    if key.as_deref().is_none_or(str::is_empty) {
-        return error(
+    let Some(key) = key.filter(|k| !k.is_empty()) else {
+        return Err(error(
             StatusCode::UNAUTHORIZED,
             "authentication_error",
             "x-api-key header is required",
-        );
-    }
+        ));
+    };
     if headers.get("anthropic-version").is_none() {
-        return error(
+        return Err(error(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             "anthropic-version: header is required",
-        );
+        ));
     }
+    Ok(key)
+}
+
+async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let key = match key_and_version(&headers) {
+        Ok(k) => Some(k),
+        Err(r) => return r,
+    };
     let value = match json_body(&body) {
         Ok(v) => v,
         Err(r) => return r,

@@ -170,21 +170,7 @@ fn custom_id_ok(id: &str) -> bool {
 // The refusal is the handler's answer, as it is; a fake's handler is no hot path.
 #[allow(clippy::result_large_err)]
 fn gate(shared: &Shared, headers: &HeaderMap) -> Result<Option<String>, Response> {
-    let key = headers.get("x-api-key").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    if key.as_deref().is_none_or(str::is_empty) {
-        return Err(error(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "x-api-key header is required",
-        ));
-    }
-    if headers.get("anthropic-version").is_none() {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "anthropic-version: header is required",
-        ));
-    }
+    let key = super::key_and_version(headers)?;
     let n = shared.batch_seq.fetch_add(1, Ordering::SeqCst) + 1;
     if shared.script.fault_every.is_some_and(|every| every > 0 && n.is_multiple_of(every)) {
         return Err(error(
@@ -193,7 +179,7 @@ fn gate(shared: &Shared, headers: &HeaderMap) -> Result<Option<String>, Response
             "Overloaded (fake)",
         ));
     }
-    Ok(key)
+    Ok(Some(key))
 }
 
 pub(super) async fn create(

@@ -1,5 +1,8 @@
-//! The first-contact probe of one OpenAI-compatible model (issue 48): what `halyard
-//! check` prints and what `halyard run` checks before anything starts.
+//! The first-contact probe of one API model (issue 48): what `halyard check` prints and
+//! what `halyard run` checks before anything starts. It speaks the model's dialect
+//! ([`Dialect`]): an OpenAI-compatible API (bearer key, `/chat/completions`) or
+//! Anthropic's Messages API (`x-api-key` and `anthropic-version`, `/messages`, issue 52);
+//! both list their models at `GET {base_url}/models` in the same shape.
 //!
 //! With this machine's keys, as a worker here would send them:
 //!
@@ -9,7 +12,8 @@
 //!    refused connection, DNS, TLS), whether the key is accepted (401/403), and the
 //!    server's model list when it has one; a 200 that is not JSON means `base_url`
 //!    points at something else (a web page);
-//! 3. with `calls`, one minimal chat completion (`max_tokens` = [`PROBE_MAX_TOKENS`]):
+//! 3. with `calls`, one minimal chat completion or message (`max_tokens` =
+//!    [`PROBE_MAX_TOKENS`]):
 //!    the route (404), whether the server knows the model name, and whether the answer
 //!    has the API's shape; its latency and token usage (the probe's cost) are kept.
 //!
@@ -22,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use halyard_proto::{redact, OutageReason, Usage};
 
+use crate::backend::anthropic::{decode_message, ANTHROPIC_VERSION};
 use crate::backend::http_guard::{check_url, read_body, HttpPolicy, KeyHosts};
 use crate::backend::openai::{classify_transport, decode_completion};
 use crate::call_error::ErrorClass;
@@ -49,6 +54,43 @@ pub struct Target {
     /// `--allow-insecure-http`: a key may go over plain http:// to a host that is not
     /// loopback (as the workers' check at start allows it).
     pub allow_insecure_http: bool,
+    pub dialect: Dialect,
+}
+
+/// The API a model speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// `backend = "openai"`: any OpenAI-compatible server.
+    OpenAi,
+    /// `backend = "anthropic"`: the Messages API.
+    Anthropic,
+}
+
+impl Dialect {
+    /// The dialect of a sweep backend that speaks HTTP to an API, if it is one.
+    pub fn of_backend(backend: &str) -> Option<Dialect> {
+        match backend {
+            "openai" => Some(Dialect::OpenAi),
+            "anthropic" => Some(Dialect::Anthropic),
+            _ => None,
+        }
+    }
+
+    /// The route of a completion under `base_url`.
+    fn route(self) -> &'static str {
+        match self {
+            Dialect::OpenAi => "/chat/completions",
+            Dialect::Anthropic => "/messages",
+        }
+    }
+
+    /// What its answer is called in messages.
+    fn answer(self) -> &'static str {
+        match self {
+            Dialect::OpenAi => "an OpenAI chat completion",
+            Dialect::Anthropic => "an Anthropic message",
+        }
+    }
 }
 
 /// One column of the probe's table.
@@ -220,8 +262,9 @@ async fn chat(
         "max_tokens": PROBE_MAX_TOKENS,
         "temperature": 0.0,
     });
+    let route = t.dialect.route();
     let req = client
-        .post(format!("{}/chat/completions", t.base_url.trim_end_matches('/')))
+        .post(format!("{}{route}", t.base_url.trim_end_matches('/')))
         .json(&body)
         .timeout(t.timeout.max(Duration::from_secs(1)));
     let started = Instant::now();
@@ -240,7 +283,7 @@ async fn chat(
         }
         s if s >= 500 => {
             r.notes.push(format!(
-                "{url}/chat/completions answers HTTP {s} now (the server is up but not serving: loading, overloaded, or a proxy without its backend): {:?}",
+                "{url}{route} answers HTTP {s} now (the server is up but not serving: loading, overloaded, or a proxy without its backend): {:?}",
                 snippet(&bytes)
             ));
             return r;
@@ -248,10 +291,7 @@ async fn chat(
         s => {
             return r.fail(
                 None,
-                format!(
-                    "{url}/chat/completions refused the probe with HTTP {s}: {:?}",
-                    snippet(&bytes)
-                ),
+                format!("{url}{route} refused the probe with HTTP {s}: {:?}", snippet(&bytes)),
             )
         }
     }
@@ -260,10 +300,14 @@ async fn chat(
         r.key_accepted = Check::Yes;
     }
     r.model_known = Check::Yes;
-    match decode_completion(&bytes) {
-        Ok(d) => {
+    let decoded = match t.dialect {
+        Dialect::OpenAi => decode_completion(&bytes).map(|d| d.usage),
+        Dialect::Anthropic => decode_message(&bytes, None).map(|d| d.usage),
+    };
+    match decoded {
+        Ok(usage) => {
             r.answer_shape = Check::Yes;
-            r.usage = Some(d.usage);
+            r.usage = Some(usage);
             r
         }
         // A completion without text (the token limit hit before any): the API's shape.
@@ -276,8 +320,9 @@ async fn chat(
             r.fail(
                 Some(OutageReason::NotApi),
                 format!(
-                    "{url}/chat/completions answered 200 with something that is not an OpenAI chat completion (starts {:?}): \
-                     `base_url` points at another service; an OpenAI-compatible API's usually ends in /v1",
+                    "{url}{route} answered 200 with something that is not {} (starts {:?}): \
+                     `base_url` points at another service; an API's usually ends in /v1",
+                    t.dialect.answer(),
                     snippet(&bytes)
                 ),
             )
@@ -297,7 +342,13 @@ async fn send(
     r: &mut Report,
 ) -> Result<(u16, Vec<u8>), ()> {
     if let Some(k) = key {
-        req = req.bearer_auth(k);
+        req = match t.dialect {
+            Dialect::OpenAi => req.bearer_auth(k),
+            Dialect::Anthropic => req.header("x-api-key", k),
+        };
+    }
+    if t.dialect == Dialect::Anthropic {
+        req = req.header("anthropic-version", ANTHROPIC_VERSION);
     }
     let resp = match req.send().await {
         Ok(resp) => resp,
@@ -369,8 +420,9 @@ fn not_found(mut r: Report, t: &Target, url: &str, body: &[u8]) -> Report {
         )
     } else {
         format!(
-            "nothing serves {url}/chat/completions (HTTP 404): a wrong route in `base_url` \
-             (an OpenAI-compatible API's usually ends in /v1)"
+            "nothing serves {url}{} (HTTP 404): a wrong route in `base_url` (an API's \
+             usually ends in /v1)",
+            t.dialect.route()
         )
     };
     r.fail(Some(OutageReason::NotFound), text)
