@@ -119,9 +119,19 @@ pub(super) struct Endpoint {
     pub model: String,
     pub base_url: String,
     pub api_key_env: Option<String>,
+    /// Its backend (`anthropic` speaks the Messages API; the others the OpenAI dialect).
+    pub backend: String,
 }
 
 impl Endpoint {
+    /// The completion route under `base_url` and what its answer is called.
+    fn dialect(&self) -> (&'static str, &'static str) {
+        match self.backend.as_str() {
+            "anthropic" => ("/messages", "an Anthropic message"),
+            _ => ("/chat/completions", "an OpenAI chat completion"),
+        }
+    }
+
     /// Every model of `sweep`, by pool.
     pub fn of(sweep: &Sweep) -> BTreeMap<String, Vec<Endpoint>> {
         let mut by_pool: BTreeMap<String, Vec<Endpoint>> = BTreeMap::new();
@@ -131,6 +141,7 @@ impl Endpoint {
                 model: m.spec.model_ref.model.clone(),
                 base_url: m.spec.model_ref.endpoint.clone(),
                 api_key_env: m.spec.api_key_env.clone(),
+                backend: m.spec.model_ref.backend.clone(),
             });
         }
         by_pool
@@ -323,14 +334,16 @@ fn first_contact_message(o: &PoolOutage, models: &[Endpoint]) -> String {
             ),
         },
         Some(OutageReason::NotFound) => format!(
-            "{url}/chat/completions answered 404: a wrong route (`base_url` usually ends in \
-             /v1) or a model name the server does not know (`model = {:?}`; `halyard check` \
-             lists the server's models)",
+            "{url}{} answered 404: a wrong route (`base_url` usually ends in /v1) or a model \
+             name the server does not know (`model = {:?}`; `halyard check` lists the \
+             server's models)",
+            m.dialect().0,
             m.model
         ),
         Some(OutageReason::NotApi) => format!(
-            "{url} answered with something that is not an OpenAI chat completion; `base_url` \
-             points at another service (it usually ends in /v1)"
+            "{url} answered with something that is not {}; `base_url` points at another \
+             service (it usually ends in /v1)",
+            m.dialect().1
         ),
         _ => format!("{url} answers {} (the server is up but not serving)", o.reason),
     };
@@ -531,6 +544,7 @@ mod tests {
             model: "m".into(),
             base_url: "http://127.0.0.1:1/v1".into(),
             api_key_env: None,
+            backend: "openai".into(),
         };
         let endpoints = BTreeMap::from([
             ("p".to_string(), vec![endpoint("a"), endpoint("b")]),
@@ -565,6 +579,7 @@ mod tests {
             model: "gpt-x".into(),
             base_url: "https://api.example.com/v1".into(),
             api_key_env: var.map(str::to_string),
+            backend: "openai".into(),
         };
         let endpoints = BTreeMap::from([
             ("p".to_string(), vec![endpoint("model-a", Some("TEAM_API_KEY"))]),
@@ -626,5 +641,30 @@ mod tests {
         let old = PoolHealthRecord { since_ms: 1_000, resumed_ms: Some(5_000), ..resumed };
         assert!(!note_span(&mut spans, &old, started));
         assert_eq!(spans.len(), 1);
+    }
+
+    /// The first-contact message names the route and the answer of the model's dialect.
+    #[test]
+    fn first_contact_names_the_dialects_route() {
+        let down = |reason: OutageReason| PoolOutage {
+            pool: "p".into(),
+            reason: reason.as_str().into(),
+            error: "e".into(),
+            down_s: 60,
+            next_probe_s: None,
+        };
+        let m = |backend: &str| Endpoint {
+            name: "claude".into(),
+            model: "claude-haiku-4-5".into(),
+            base_url: "http://127.0.0.1:1/v1".into(),
+            api_key_env: None,
+            backend: backend.into(),
+        };
+        let msg = first_contact_message(&down(OutageReason::NotFound), &[m("anthropic")]);
+        assert!(msg.contains("http://127.0.0.1:1/v1/messages answered 404"), "{msg}");
+        let msg = first_contact_message(&down(OutageReason::NotApi), &[m("anthropic")]);
+        assert!(msg.contains("not an Anthropic message"), "{msg}");
+        let msg = first_contact_message(&down(OutageReason::NotFound), &[m("openai")]);
+        assert!(msg.contains("/v1/chat/completions answered 404"), "{msg}");
     }
 }
