@@ -3,7 +3,7 @@
 //! The sweep is validated as `run` validates it; then every model is checked as a worker
 //! on this machine would use it: API models (`openai`, `anthropic`, each in its own
 //! dialect) with one minimal request each
-//! ([`halyard_worker::health::probe`]: reachable, key accepted, model known, answer
+//! ([`halyard_worker::backend::probe`]: reachable, key accepted, model known, answer
 //! shape, latency; the cost of the probe calls at the models' prices), or only their
 //! model list with `--no-calls`; `gguf` models by their file, `embed` models by their
 //! folder, `server` models by their command's program. A table goes to stdout; the exit
@@ -23,7 +23,7 @@ use std::time::Duration;
 use clap::Args;
 use halyard_node::coordinator::EXIT_CANNOT_SERVE;
 use halyard_plan::sweep::{Model, Sweep};
-use halyard_worker::health::probe::{self, Dialect, Target};
+use halyard_worker::backend::probe::{self, Dialect, Target};
 
 #[derive(Args)]
 pub struct CheckArgs {

@@ -6,8 +6,8 @@
 //! [`Backend`] (one attempt at one job's call) and a `KIND` ([`BackendKind`]: its name,
 //! and how it is built from the worker's plan), listed once in [`registry::REGISTRY`].
 //! Nothing else in the worker names a backend (see the book's "Adding a backend"); this
-//! file names none of them but the shared HTTP client ([`openai::OpenAi`]) and the
-//! managed servers' slot that [`Load`] hands them.
+//! file names none of them: [`Load`] hands them the plan, the HTTP policy and the shared
+//! HTTP client ([`http_client::HttpClient`], below them all).
 
 pub mod anthropic;
 #[cfg(feature = "embed")]
@@ -15,6 +15,7 @@ pub mod embed;
 #[cfg(feature = "gguf")]
 pub mod gguf;
 pub mod grammar;
+pub mod http_client;
 pub mod http_error;
 pub mod http_guard;
 pub mod http_models;
@@ -22,13 +23,12 @@ pub mod http_models;
 pub mod logits;
 pub mod noop;
 pub mod openai;
+pub mod probe;
 pub mod registry;
 pub mod replay;
 pub mod server;
 #[cfg(not(all(feature = "gguf", feature = "embed")))]
 mod unbuilt;
-
-use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
 use halyard_proto::pool::{PoolSpec, WorkerModel, WorkerPlan};
@@ -69,18 +69,13 @@ pub struct BackendKind {
     pub load: fn(&Load<'_>) -> Result<Box<dyn Backend>, String>,
 }
 
-/// The managed servers, set once they have started (after the backends are loaded).
-pub type ServerSlot = Arc<OnceLock<Arc<server::Servers>>>;
-
 /// What a backend is built from.
 pub struct Load<'a> {
     pub plan: &'a WorkerPlan,
     /// The HTTP policy (URL checks, body limit) of the worker's configuration.
     pub policy: http_guard::HttpPolicy,
-    /// The HTTP client the OpenAI-compatible backends share (one connection pool).
-    pub http: &'a openai::OpenAi,
-    /// The managed servers, once started.
-    pub servers: &'a ServerSlot,
+    /// The HTTP client the HTTP backends share (one connection pool).
+    pub http: &'a http_client::HttpClient,
 }
 
 impl Load<'_> {

@@ -14,6 +14,7 @@ use halyard_proto::redact;
 use halyard_proto::{Completion, Job, TokenLogprob, TopLogprob, Usage};
 use serde::Deserialize;
 
+use super::http_client::HttpClient;
 pub use super::http_error::{
     classify_status, classify_transport, parse_retry_after, retry_after_of, status_error,
     transport_error,
@@ -162,15 +163,14 @@ pub fn decode_completion(body: &[u8]) -> Result<Decoded, CallError> {
 }
 
 impl OpenAi {
+    /// The OpenAI dialect over the shared client `http`.
+    pub fn on(http: &HttpClient) -> OpenAi {
+        OpenAi { client: http.client.clone(), max_body_bytes: http.max_body_bytes }
+    }
+
+    /// Over a client of its own (tests, tools).
     pub fn new(max_body_bytes: u64) -> Result<OpenAi, CallError> {
-        // reqwest is built without a default TLS provider; use ring (already linked by async-nats).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| CallError::permanent(format!("cannot build HTTP client: {e}")))?;
-        Ok(OpenAi { client, max_body_bytes })
+        Ok(OpenAi::on(&HttpClient::new(max_body_bytes)?))
     }
 
     pub async fn call(&self, job: &Job, model: &HttpModelSpec) -> Result<Completion, CallError> {
@@ -407,7 +407,7 @@ pub const KIND: super::BackendKind = super::BackendKind {
     http: true,
     load: |l| {
         Ok(Box::new(OpenAiBackend {
-            http: l.http.clone(),
+            http: OpenAi::on(l.http),
             models: super::HttpModels::of(l.plan, "openai"),
         }))
     },

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use super::embed;
 #[cfg(feature = "gguf")]
 use super::gguf;
+use super::http_client::HttpClient;
 #[cfg(not(all(feature = "gguf", feature = "embed")))]
 use super::unbuilt;
 use super::{anthropic, http_guard, noop, openai, replay, server};
-use super::{Backend, BackendKind, CallError, Load, ServerSlot};
+use super::{Backend, BackendKind, CallError, Load};
 use crate::quota::RateHeaders;
 
 /// Every backend this worker can run, one line each: a job naming `backend = "x"` is
@@ -40,8 +41,8 @@ pub const REGISTRY: &[BackendKind] = &[
 pub struct Backends {
     /// By name, in [`REGISTRY`]'s order.
     loaded: Vec<(&'static str, Box<dyn Backend>)>,
-    /// The managed servers (`backend = "server"`), once started.
-    servers: ServerSlot,
+    /// The shared client, for the `server` backend once its servers have started.
+    http: HttpClient,
 }
 
 impl Backends {
@@ -50,20 +51,20 @@ impl Backends {
     /// loaded once.
     pub fn new(plan: &WorkerPlan, policy: http_guard::HttpPolicy) -> Result<Backends, String> {
         http_guard::check_plan(plan, policy)?;
-        let http = openai::OpenAi::new(policy.max_body_bytes).map_err(|e| e.message)?;
-        let servers = ServerSlot::default();
-        let load = Load { plan, policy, http: &http, servers: &servers };
+        let http = HttpClient::new(policy.max_body_bytes).map_err(|e| e.message)?;
+        let load = Load { plan, policy, http: &http };
         let mut loaded = Vec::with_capacity(REGISTRY.len());
         for kind in REGISTRY {
             loaded.push((kind.name, (kind.load)(&load)?));
         }
-        Ok(Backends { loaded, servers })
+        Ok(Backends { loaded, http })
     }
 
-    /// Calls of `backend = "server"` models go to these servers.
+    /// Calls of `backend = "server"` models go to these servers from now on (the
+    /// `server` backend loaded before they started is replaced by one that calls them).
     pub fn set_servers(&mut self, servers: Arc<server::Servers>) {
-        if self.servers.set(servers).is_err() {
-            tracing::warn!("the managed servers were set twice: the first are kept");
+        if let Some((_, b)) = self.loaded.iter_mut().find(|(n, _)| *n == server::KIND.name) {
+            *b = server::serving(&self.http, servers);
         }
     }
 

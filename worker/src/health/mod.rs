@@ -19,12 +19,11 @@
 //!   (`halyard_pool_paused{pool,reason}`, outage seconds).
 //! - Before the endpoint first answered this worker, a refused key, a 404 or an answer
 //!   not of the API's shape pauses the pool too ([`first_contact`]), so that the
-//!   coordinator can stop a run whose endpoint never answered; [`probe`] is the same
+//!   coordinator can stop a run whose endpoint never answered; [`crate::backend::probe`] is the same
 //!   check made once, up front, by `halyard check` and `halyard run`.
 
 pub mod first_contact;
 pub mod machine;
-pub mod probe;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

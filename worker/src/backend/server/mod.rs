@@ -59,6 +59,7 @@ use tracing::{error, info, warn};
 
 pub use stats::{ServerStat, ServerState, ServerStats};
 
+use super::http_client::HttpClient;
 use super::openai::OpenAi;
 use crate::call_error::CallError;
 use crate::health::{Failure, PoolHealth};
@@ -665,18 +666,24 @@ async fn fetch_version(
     }
 }
 
-/// `backend = "server"`: calls go to the managed servers, once they have started
-/// ([`super::registry::Backends::set_servers`]), through the shared HTTP client.
+/// `backend = "server"`: calls go to the managed servers once they have started
+/// ([`super::registry::Backends::set_servers`] puts [`serving`] in its place), through
+/// the shared HTTP client; before that, none.
 pub const KIND: super::BackendKind = super::BackendKind {
     name: "server",
     http: false,
-    load: |l| Ok(Box::new(ServerBackend { http: l.http.clone(), servers: l.servers.clone() })),
+    load: |l| Ok(Box::new(ServerBackend { http: OpenAi::on(l.http), servers: None })),
 };
+
+/// The `server` backend calling `servers`.
+pub fn serving(http: &HttpClient, servers: Arc<Servers>) -> Box<dyn super::Backend> {
+    Box::new(ServerBackend { http: OpenAi::on(http), servers: Some(servers) })
+}
 
 /// The `server` backend.
 struct ServerBackend {
     http: OpenAi,
-    servers: super::ServerSlot,
+    servers: Option<Arc<Servers>>,
 }
 
 impl super::Backend for ServerBackend {
@@ -685,7 +692,7 @@ impl super::Backend for ServerBackend {
         job: &'a Job,
     ) -> futures::future::BoxFuture<'a, Result<Completion, CallError>> {
         Box::pin(async move {
-            match self.servers.get() {
+            match &self.servers {
                 Some(s) => s.call(&self.http, job).await.map(|c| super::clamped(job, c)),
                 None => Err(CallError::permanent(format!(
                     "this worker runs no managed server (pool {}); start a worker with the sweep that names it",
