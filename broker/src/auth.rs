@@ -209,13 +209,27 @@ impl NatsAuth {
                     path.display()
                 )));
             }
-            opts = opts.nkey(seed);
+            // Its replies on `_INBOX_<its public key>` (as a named user's on its name),
+            // so that its permissions can keep it to its own replies.
+            let inbox = inbox_prefix(&public_key(&seed)?);
+            opts = opts.nkey(seed).custom_inbox_prefix(inbox);
         }
 
         if let Some(path) = &self.creds_file {
             opts = opts.credentials_file(path).await.map_err(|e| {
                 BrokerError::Config(format!("credentials file {}: {e}", path.display()))
             })?;
+            // The user's public key is the JWT's subject: replies on its own inbox too.
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                BrokerError::Config(format!("credentials file {}: {e}", path.display()))
+            })?;
+            let seed = creds_seed(&text).ok_or_else(|| {
+                BrokerError::Config(format!(
+                    "credentials file {}: no user nkey seed in it",
+                    path.display()
+                ))
+            })?;
+            opts = opts.custom_inbox_prefix(inbox_prefix(&public_key(seed)?));
         }
         if let Some(ca) = &self.ca_file {
             opts = opts.add_root_certificates(ca.clone());
@@ -230,11 +244,6 @@ impl NatsAuth {
     }
 }
 
-/// The reply-subject prefix of a process connecting as `user`: `_INBOX_<user>` (other
-/// characters than letters, digits, `-` and `_` become `_`). Per user, so that broker
-/// permissions can let each role subscribe to its own replies only
-/// (`deploy/nats/permissions.conf`): a worker cannot read the coordinator's pulled
-/// results or API answers.
 /// A secret left as an example file has it (`REPLACE-ME`, `changeme`, `...`): never a real
 /// one, so a process refuses to start with it rather than fail later, or worse, connect to
 /// a broker configured with the same placeholder.
@@ -243,12 +252,34 @@ pub fn is_placeholder(s: &str) -> bool {
     t.contains("REPLACE-ME") || ["changeme", "..."].iter().any(|p| t.eq_ignore_ascii_case(p))
 }
 
+/// The reply-subject prefix of a process connecting as `user`: `_INBOX_<user>` (other
+/// characters than letters, digits, `-` and `_` become `_`). Per user, so that broker
+/// permissions can let each role subscribe to its own replies only
+/// (`deploy/nats/permissions.conf`): a worker cannot read the coordinator's pulled
+/// results or API answers.
+///
+/// An nkey or `.creds` user has no name: its public key (`U…`) stands for it, so its
+/// permissions allow `_INBOX_<public key>.>`.
 pub fn inbox_prefix(user: &str) -> String {
     let clean: String = user
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
         .collect();
     format!("_INBOX_{clean}")
+}
+
+/// The public key of an nkey seed.
+fn public_key(seed: &str) -> Result<String, BrokerError> {
+    nkeys::KeyPair::from_seed(seed.trim())
+        .map(|k| k.public_key())
+        .map_err(|e| BrokerError::Config(format!("not an nkey seed: {e}")))
+}
+
+/// The user seed of a `.creds` file: the line after `-----BEGIN USER NKEY SEED-----`.
+fn creds_seed(text: &str) -> Option<&str> {
+    let mut lines = text.lines().map(str::trim);
+    lines.by_ref().find(|l| l.contains("BEGIN USER NKEY SEED"))?;
+    lines.find(|l| !l.is_empty()).filter(|l| l.starts_with("SU"))
 }
 
 /// True for `localhost` (and `*.localhost`), 127.0.0.0/8 and ::1 (IPv6 with or without
@@ -326,6 +357,21 @@ mod tests {
     fn inbox_prefixes() {
         assert_eq!(inbox_prefix("halyard-worker"), "_INBOX_halyard-worker");
         assert_eq!(inbox_prefix("a.b c>*"), "_INBOX_a_b_c__");
+    }
+
+    /// The seed of a `.creds` file (the format `nsc` writes) and its public key.
+    #[test]
+    fn creds_files_give_their_user_key() {
+        let k = nkeys::KeyPair::new_user();
+        let seed = k.seed().unwrap();
+        let text = format!(
+            "-----BEGIN NATS USER JWT-----\neyJ0eXAi.e30.sig\n------END NATS USER JWT------\n\n\
+             ************************* IMPORTANT *************************\n\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+        );
+        assert_eq!(creds_seed(&text), Some(seed.as_str()));
+        assert_eq!(public_key(creds_seed(&text).unwrap()).unwrap(), k.public_key());
+        assert_eq!(creds_seed("no seed here"), None);
     }
 
     /// Loopback names and addresses, and nothing else.

@@ -320,3 +320,37 @@ fn token_authentication_and_bad_settings() {
     );
     assert!(!dbg.contains("hunter2") && !dbg.contains("tok\""), "{dbg}");
 }
+
+/// Issue 49 (one inbox for all workers): an nkey user takes its replies on
+/// `_INBOX_<its public key>.>`, so its permissions can keep it to its own replies. A real
+/// nats-server lets the user subscribe to nothing else; JetStream (whose API answers on
+/// the client's inbox) works. With the library's default `_INBOX.>` it could not.
+#[test]
+fn nkey_users_take_their_replies_on_their_own_inbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let nkey = nkeys::KeyPair::new_user();
+    let public = nkey.public_key();
+    let conf = write(
+        dir.path(),
+        "nkey.conf",
+        &format!(
+            "authorization {{ users = [ {{ nkey: \"{public}\", permissions: {{ publish: {{ \
+             allow: [\">\"] }}, subscribe: {{ allow: [\"_INBOX_{public}.>\"] }} }} }} ] }}\n"
+        ),
+    );
+    let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
+    let seed = write(dir.path(), "user.nk", &nkey.seed().unwrap());
+    let auth = NatsAuth { nkey_seed_file: Some(seed), ..Default::default() };
+    rt().block_on(async {
+        let b = halyard_broker::connect(&BrokerConfig::new(nats.url(), "nk").with_auth(auth))
+            .await
+            .expect("the nkey user connects");
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            halyard_broker::init(&b, &Default::default()),
+        )
+        .await
+        .expect("JetStream answers within 20 s")
+        .expect("JetStream answers on the user's own inbox");
+    });
+}
