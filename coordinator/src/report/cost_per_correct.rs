@@ -21,7 +21,9 @@
 //!   [`markdown`] says so when such a benchmark is in the run.
 //!
 //! Judging costs are left out everywhere: they are the evaluation's cost, not the
-//! model's. **cost per correct** = cost / correct; its interval takes the cost as known
+//! model's. The cost is the answers at the model's prices whether this run paid for them
+//! or the result cache answered them (paid in an earlier run: its `saved`): what using
+//! the model costs does not fall to nothing on a rerun. **cost per correct** = cost / correct; its interval takes the cost as known
 //! and the share of correct answers as the uncertain part: with the Wilson 95% interval
 //! (low, high) of correct / answers, it is cost / (answers · high) to cost /
 //! (answers · low) (no upper bound when low is 0).
@@ -43,8 +45,11 @@ pub struct CostPerCorrect {
     pub judge: String,
     /// What one answer is (`answer`, `claim`, `sentence`).
     pub unit: String,
-    /// USD spent on the model's answers.
+    /// USD of the model's answers at its prices: paid in this run plus answered from the
+    /// result cache (`saved`, paid before).
     pub cost: f64,
+    /// Of `cost`, what the result cache answered.
+    pub from_cache: f64,
     /// Answers that were correct, and answers.
     pub correct: u64,
     pub answers: u64,
@@ -141,13 +146,12 @@ pub fn rows(benchmarks: &[Value], by_model_stage: &[Value]) -> Vec<CostPerCorrec
             .filter_map(|e| Some((e["benchmark"].as_u64().unwrap_or(0), (rule.read)(e)?)))
             .collect();
         for (bench, (model, judge, correct, answers)) in &mine {
-            let cost: f64 = by_model_stage
-                .iter()
-                .filter(|c| {
-                    c["model"] == model.as_str() && rule.stages.iter().any(|s| c["stage"] == *s)
-                })
-                .filter_map(|c| c["cost"].as_f64())
-                .sum();
+            let stages = by_model_stage.iter().filter(|c| {
+                c["model"] == model.as_str() && rule.stages.iter().any(|s| c["stage"] == *s)
+            });
+            let sum = |field: &str| stages.clone().filter_map(|c| c[field].as_f64()).sum::<f64>();
+            let from_cache = sum("saved");
+            let cost = sum("cost") + from_cache;
             let shared = mine.iter().any(|(b, o)| o.0 == *model && b != bench);
             let mut row = CostPerCorrect {
                 benchmark: *bench,
@@ -156,6 +160,7 @@ pub fn rows(benchmarks: &[Value], by_model_stage: &[Value]) -> Vec<CostPerCorrec
                 judge: judge.clone(),
                 unit: rule.unit.into(),
                 cost,
+                from_cache,
                 correct: *correct,
                 answers: *answers,
                 per_correct: None,
@@ -195,6 +200,7 @@ pub fn rows(benchmarks: &[Value], by_model_stage: &[Value]) -> Vec<CostPerCorrec
                 judge: "–".into(),
                 unit: "–".into(),
                 cost: 0.0,
+                from_cache: 0.0,
                 correct: 0,
                 answers: 0,
                 per_correct: None,
@@ -215,12 +221,21 @@ fn usd(x: Option<f64>) -> String {
     x.map_or("–".into(), |v| format!("${v:.6}"))
 }
 
+/// " (of which $x from the result cache)" when any.
+fn cached(from_cache: f64) -> String {
+    if from_cache > 0.0 {
+        format!(" (of which ${from_cache:.6} from the result cache)")
+    } else {
+        String::new()
+    }
+}
+
 /// The Markdown table (nothing when there is no HypoTermQA result).
 pub fn markdown(rows: &[CostPerCorrect]) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut md = format!("## Cost per correct answer\n\nUSD of the model's answers per correct answer, with a 95% interval from the Wilson interval of the share correct (the cost taken as known). Judging costs are left out. {MEANING}\n\n| benchmark | model | judge | cost | correct / answers | per correct | 95% CI | pipeline (unit) |\n|---|---|---|---|---|---|---|---|\n");
+    let mut md = format!("## Cost per correct answer\n\nUSD of the model's answers per correct answer, with a 95% interval from the Wilson interval of the share correct (the cost taken as known). Judging costs are left out; answers from the result cache count at the model's prices (paid in an earlier run). {MEANING}\n\n| benchmark | model | judge | cost | correct / answers | per correct | 95% CI | pipeline (unit) |\n|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let ci = match (r.low, r.high, &r.note) {
             (_, _, Some(n)) => n.clone(),
@@ -229,11 +244,12 @@ pub fn markdown(rows: &[CostPerCorrect]) -> String {
             _ => "–".into(),
         };
         md.push_str(&format!(
-            "| {} | {} | {} | ${:.6} | {} / {} | {} | {} | {} ({}) |\n",
+            "| {} | {} | {} | ${:.6}{} | {} / {} | {} | {} | {} ({}) |\n",
             r.benchmark,
             r.model,
             r.judge,
             r.cost,
+            cached(r.from_cache),
             r.correct,
             r.answers,
             usd(r.per_correct),
@@ -255,7 +271,7 @@ pub fn html(rows: &Value) -> String {
     let Some(rows) = rows.as_array().filter(|r| !r.is_empty()) else {
         return String::new();
     };
-    let mut o = format!("<h2 id=\"cost-per-correct\">Cost per correct answer</h2><p class=\"meta\">USD of the model's answers per correct answer; the whisker is the 95% interval (the Wilson interval of the share correct, the cost taken as known). Judging costs are left out. {}</p>", esc(MEANING));
+    let mut o = format!("<h2 id=\"cost-per-correct\">Cost per correct answer</h2><p class=\"meta\">USD of the model's answers per correct answer; the whisker is the 95% interval (the Wilson interval of the share correct, the cost taken as known). Judging costs are left out; answers from the result cache count at the model's prices (paid in an earlier run). {}</p>", esc(MEANING));
     let mut benches: Vec<u64> = rows.iter().filter_map(|r| r["benchmark"].as_u64()).collect();
     benches.dedup();
     for b in benches {
@@ -327,11 +343,12 @@ pub fn html(rows: &Value) -> String {
         };
         let _ = write!(
             o,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} ({})</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} ({})</td></tr>",
             r["benchmark"].as_u64().unwrap_or(0),
             esc(r["model"].as_str().unwrap_or("?")),
             esc(r["judge"].as_str().unwrap_or("?")),
             usd(&r["cost"]),
+            esc(&cached(r["from_cache"].as_f64().unwrap_or(0.0))),
             r["correct"].as_u64().unwrap_or(0),
             r["answers"].as_u64().unwrap_or(0),
             usd(&r["per_correct"]),
@@ -376,6 +393,22 @@ mod tests {
     }
 
     /// No figure where it would mislead, each with its reason.
+    /// Issue 51: a rerun answered from the result cache costs what the answers cost at
+    /// the model's prices (the cache's `saved`), not nothing; the table says how much
+    /// came from the cache.
+    #[test]
+    fn answers_from_the_cache_count_at_their_price() {
+        let costs = vec![
+            json!({"model": "model-a", "stage": "answer", "cost": 0.0, "saved": 0.30}),
+            json!({"model": "j", "stage": "acceptance", "cost": 0.0, "saved": 9.0}),
+        ];
+        let rs = rows(&[entry(0, "model-a", 5, 7, 20)], &costs);
+        let r = &rs[0];
+        assert!((r.cost - 0.30).abs() < 1e-12 && (r.from_cache - 0.30).abs() < 1e-12, "{r:?}");
+        assert!((r.per_correct.unwrap() - 0.30 / 12.0).abs() < 1e-12);
+        assert!(markdown(&rs).contains("$0.300000 (of which $0.300000 from the result cache)"));
+    }
+
     #[test]
     fn no_figure_without_price_or_correct_answers() {
         let costs = vec![json!({"model": "b", "stage": "answer", "cost": 0.1})];
