@@ -346,14 +346,8 @@ fn until_rfc3339(v: &str) -> Option<Duration> {
 
 impl Anthropic {
     pub fn new(max_body_bytes: u64) -> Result<Anthropic, CallError> {
-        // reqwest is built without a default TLS provider; use ring (as `openai` does).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| CallError::permanent(format!("cannot build HTTP client: {e}")))?;
-        Ok(Anthropic { client, max_body_bytes })
+        let http = super::http_client::HttpClient::new(max_body_bytes)?;
+        Ok(Anthropic { client: http.client, max_body_bytes })
     }
 
     /// A request to `{base_url}{path}` with the key and version headers.

@@ -98,7 +98,7 @@ fn broken_connection(e: &reqwest::Error) -> bool {
 
 /// The error and its sources, `: `-separated (reqwest's own message names only the
 /// outermost layer).
-fn error_chain(e: &reqwest::Error) -> String {
+pub fn error_chain(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use halyard_proto::{redact, OutageReason, Usage};
 
 use crate::backend::anthropic::{decode_message, ANTHROPIC_VERSION};
+use crate::backend::http_error::error_chain;
 use crate::backend::http_guard::{check_url, read_body, HttpPolicy, KeyHosts};
 use crate::backend::openai::{classify_transport, decode_completion};
 use crate::call_error::ErrorClass;
@@ -370,7 +371,7 @@ fn transport(mut r: Report, t: &Target, url: &str, e: &reqwest::Error) -> Report
         _ => OutageReason::Connection,
     };
     r.reachable = Check::No;
-    let detail = redact::secrets(&chain(e).replace(t.base_url.as_str(), url));
+    let detail = redact::secrets(&error_chain(e).replace(t.base_url.as_str(), url));
     let text = match reason {
         OutageReason::Dns => {
             format!("the host name of {url} does not resolve (DNS); fix `base_url` ({detail})")
@@ -443,15 +444,4 @@ fn shown(ids: &[String]) -> String {
 fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(120)]);
     redact::secrets(text.trim())
-}
-
-fn chain(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
