@@ -2,10 +2,11 @@
 //! (`compose.local.yaml`), a HypoTermQA sweep of the 180 public questions against the
 //! fake API container, and during the run:
 //!
-//! 1. workers scaled 1 → 4 (`up --scale worker=4`);
+//! 1. workers scaled 2 → 4 (one per pool to two per pool: `up --scale worker-fake-model=2
+//!    --scale worker-fake-judge=2`);
 //! 2. one worker that holds jobs cut off the network (`docker network disconnect`) for
 //!    longer than `ack_wait`, then reconnected;
-//! 3. workers scaled 4 → 2 (compose stops two: SIGTERM, graceful);
+//! 3. workers scaled 4 → 2 (compose stops one of each pool: SIGTERM, graceful);
 //! 4. the NATS node leading the job stream stopped (SIGTERM), then started again;
 //! 5. a NATS node killed with SIGKILL while it leads the job stream and every pool's
 //!    consumer (moved there first by leader step-downs), then started again;
@@ -24,13 +25,20 @@
 //! process is given `--nats-replicas`: every stream and bucket must still get 3 replicas,
 //! from what JetStream can place (Halyard's memory probe stream).
 //!
+//! Each pool's workers are a service of their own (`worker-<pool>`, `--only-pool`) and log
+//! in as that pool's broker user (issue 49): the nodes' users are what `halyard deploy
+//! nats-permissions` writes for the sweep, the same bytes as the committed
+//! deploy/compose/nats/nats-permissions.conf, so a worker's credential reaches only its
+//! pool's jobs, results, records and replies, through every fault.
+//!
 //! It checks: the coordinator completes (exit 0); report figures and labels equal an
 //! uninterrupted run's (the same sweep, `halyard run` on this host against a second
 //! fake-api process); every job counted once; paid calls beyond the uninterrupted run's
 //! at most the in-flight bound of the workers each fault touched; every stream and
 //! bucket with 3 replicas; Prometheus scraped the coordinator and every worker; every
 //! metric of the Grafana dashboard was scraped; every worker that ever ran (scaled-down
-//! ones included) exited 0; no panic in any log. It prints a table.
+//! ones included) exited 0; no panic in any log, no permission violation in the nodes'.
+//! It prints a table.
 //!
 //! Ignored in `cargo test` (it builds images and needs a Docker daemon); `.ci/run` runs it
 //! through `deploy/check`, after the test suite has built the debug binaries:
@@ -54,9 +62,10 @@ use halyard_tests::compose::{
 use halyard_tests::{cargo_bin, free_port, ChildGuard};
 use serde_json::Value;
 
-/// Calls in flight per pool and worker; two pools (model under test, judge).
+/// Calls in flight per worker (each serves one pool).
 const CONCURRENCY: u64 = 2;
-const POOLS: u64 = 2;
+/// The worker services of compose.yaml, one per pool of the sweep (model under test, judge).
+const WORKERS: [&str; 2] = ["worker-fake-model", "worker-fake-judge"];
 /// Seconds per fake API call in the cluster run (0 in the reference run).
 const LATENCY_MS: u64 = 1000;
 const ACK_WAIT_S: u64 = 5;
@@ -165,19 +174,20 @@ impl Cluster {
         self.stats()["calls"].as_u64().unwrap()
     }
 
+    /// The workers of every pool.
     fn workers(&self) -> Vec<String> {
-        self.compose.containers("worker").unwrap()
+        WORKERS.iter().flat_map(|w| self.compose.containers(w).unwrap()).collect()
     }
 
     /// Keeps every container's log on disk, scaled-down ones included.
     fn follow_new(&mut self) {
-        for service in ["coordinator", "worker", "nats1", "nats2", "nats3"] {
+        for service in ["coordinator", "nats1", "nats2", "nats3"].iter().chain(&WORKERS) {
             for id in self.compose.containers(service).unwrap() {
                 if self.followed.insert(id.clone()) {
                     let file = self.logs.join(format!("{service}-{}.log", &id[..12]));
                     self.compose.follow_logs(&id, &file).unwrap();
                     self.compose.own_volumes(&id).unwrap();
-                    if service == "worker" {
+                    if WORKERS.contains(service) {
                         let out = std::fs::File::create(self.exit_file(&id)).unwrap();
                         let mut c = Command::new("docker");
                         c.args(["wait", &id]).stdout(out).stdin(std::process::Stdio::null());
@@ -282,10 +292,14 @@ impl Cluster {
         }
     }
 
+    /// `n` workers per pool.
     fn scale(&mut self, n: usize) {
-        self.compose
-            .run(&["up", "-d", "--no-deps", "--scale", &format!("worker={n}"), "worker"])
-            .unwrap();
+        let mut args = vec!["up".to_string(), "-d".into(), "--no-deps".into()];
+        for w in WORKERS {
+            args.extend(["--scale".into(), format!("{w}={n}")]);
+        }
+        args.extend(WORKERS.map(String::from));
+        self.compose.run(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
         self.follow_new();
     }
 
@@ -352,10 +366,12 @@ fn start(dir: &Path) -> Cluster {
         ("HALYARD_SWEEP", dir.join("sweep.toml").display().to_string()),
         ("FAKE_API_LATENCY_MS", LATENCY_MS.to_string()),
         ("WORKER_GRACE_S", "20".into()),
-        // The role users of deploy/nats/permissions.conf, fresh for every run.
+        // The users of nats/nats-permissions.conf, fresh for every run: the roles, and a
+        // worker user per pool.
         ("HALYARD_COORDINATOR_PASSWORD", format!("coord-{id}")),
-        ("HALYARD_WORKER_PASSWORD", format!("worker-{id}")),
         ("HALYARD_STATUS_PASSWORD", format!("status-{id}")),
+        ("HALYARD_WORKER_FAKE_MODEL_PASSWORD", format!("model-{id}")),
+        ("HALYARD_WORKER_FAKE_JUDGE_PASSWORD", format!("judge-{id}")),
         // The routes between the nodes (nats/cluster.conf), fresh for every run too.
         ("HALYARD_ROUTE_PASSWORD", format!("route-{id}")),
     ] {
@@ -378,16 +394,31 @@ fn start(dir: &Path) -> Cluster {
         "/usr/share/halyard/datasets/hypotermqa/HypoTermQA_180.jsonl",
     );
     std::fs::write(dir.join("sweep.toml"), sweep_text).unwrap();
-    // The shipped roles plus one user of the test's own (all rights), mounted over
-    // deploy/nats on every node: the leader step-downs of the SIGKILL fault.
+    // The sweep's users as `halyard deploy nats-permissions` writes them (from the host's
+    // copy of the sweep, reference.toml: the same pools), which must be the committed
+    // nats/nats-permissions.conf, plus one user of the test's own (all rights), mounted
+    // over it on every node: the leader step-downs of the SIGKILL fault.
     let admin = ("fault-test".to_string(), format!("admin-{id}"));
     let roles = dir.join("roles");
-    std::fs::create_dir_all(&roles).unwrap();
-    let conf = std::fs::read_to_string(repo_root().join("deploy/nats/permissions.conf")).unwrap();
-    let user = format!("  users = [\n    {{ user: \"{}\", password: \"{}\" }}\n", admin.0, admin.1);
-    assert!(conf.contains("  users = [\n"), "permissions.conf has no users list");
-    std::fs::write(roles.join("permissions.conf"), conf.replacen("  users = [\n", &user, 1))
+    let out = Command::new(cargo_bin("halyard"))
+        .args(["deploy", "nats-permissions", dir.join("reference.toml").to_str().unwrap()])
+        .args(["--out", roles.to_str().unwrap()])
+        .output()
         .unwrap();
+    assert!(out.status.success(), "nats-permissions: {}", String::from_utf8_lossy(&out.stderr));
+    let conf = std::fs::read_to_string(roles.join("nats-permissions.conf")).unwrap();
+    let committed = "deploy/compose/nats/nats-permissions.conf";
+    let shipped = std::fs::read_to_string(repo_root().join(committed)).unwrap();
+    assert!(conf == shipped, "{committed} is not what `halyard deploy nats-permissions` writes");
+    for (pool, var) in [("fake-model", "FAKE_MODEL"), ("fake-judge", "FAKE_JUDGE")] {
+        let user = format!("\"user\": \"halyard-worker-{pool}\"");
+        assert!(conf.contains(&user), "no user of pool {pool}");
+        assert!(conf.contains(&format!("$HALYARD_WORKER_{var}_PASSWORD,")));
+    }
+    let list = "  \"users\": [\n";
+    let user = format!("{list}    {{ user: \"{}\", password: \"{}\" }},\n", admin.0, admin.1);
+    assert!(conf.contains(list), "nats-permissions.conf has no users list");
+    std::fs::write(roles.join("permissions.conf"), conf.replacen(list, &user, 1)).unwrap();
     // nats2 and nats3 publish their monitoring port too (on a free host port): /connz of
     // every node tells which one the coordinator is connected to (fault 6).
     let mounts: String = (1..=3)
@@ -395,8 +426,8 @@ fn start(dir: &Path) -> Cluster {
             let ports =
                 if n == 1 { String::new() } else { "    ports: [\"127.0.0.1::8222\"]\n".into() };
             format!(
-                "  nats{n}:\n    volumes: [\"{}:/etc/nats/roles:ro\"]\n{ports}",
-                roles.display()
+                "  nats{n}:\n    volumes: [\"{}:/etc/nats/roles/permissions.conf:ro\"]\n{ports}",
+                roles.join("permissions.conf").display()
             )
         })
         .collect();
@@ -521,7 +552,7 @@ fn run_faults(cluster: &mut Cluster, reference_calls: u64) -> (Events, String) {
     let coordinator = c.containers("coordinator").unwrap().remove(0);
     cluster.scale(1);
     let mut ev = Events::default();
-    let per_worker = POOLS * CONCURRENCY;
+    let per_worker = CONCURRENCY;
     let r = reference_calls;
 
     cluster.wait_calls(r * 8 / 100, &coordinator);
@@ -534,8 +565,9 @@ fn run_faults(cluster: &mut Cluster, reference_calls: u64) -> (Events, String) {
         "HALYARD_JOBS is not R3 on nats1 ({early:?}): did the replica probe find no memory store?"
     );
     let at = cluster.calls();
-    cluster.scale(4);
-    ev.add(at, "scale 1 -> 4", 4, "compose up --scale worker=4".into(), 0);
+    cluster.scale(2);
+    let detail = format!("compose up --scale {}=2 --scale {}=2", WORKERS[0], WORKERS[1]);
+    ev.add(at, "scale 2 -> 4", 4, detail, 0);
     // Prometheus finds new workers by DNS: all four scraped before anything else happens.
     let prometheus = cluster.compose.service_port("prometheus", 9090).unwrap();
     let t = Instant::now();
@@ -560,18 +592,22 @@ fn run_faults(cluster: &mut Cluster, reference_calls: u64) -> (Events, String) {
     };
     let net = cluster.compose.network("halyard");
     let at = cluster.calls();
+    // Its service's name, the alias Prometheus finds it by, for the reconnect.
+    let label = "{{index .Config.Labels \"com.docker.compose.service\"}}";
+    let service = Compose::inspect(&victim, label).unwrap();
     run("docker", &["network", "disconnect", &net, &victim]).unwrap();
-    let detail = format!("worker {} held {held} jobs; cut for {} s", &victim[..12], ACK_WAIT_S + 8);
+    let detail =
+        format!("{service} {} held {held} jobs; cut for {} s", &victim[..12], ACK_WAIT_S + 8);
     // Each call in flight may be paid again twice: by the worker the job is redelivered
     // to after ack_wait, and by the cut worker's own retry once it is back.
     ev.add(at, "network disconnect", 4, detail, 2 * per_worker);
     std::thread::sleep(Duration::from_secs(ACK_WAIT_S + 8));
-    run("docker", &["network", "connect", "--alias", "worker", &net, &victim]).unwrap();
-    ev.add(cluster.calls(), "network connect", 4, format!("worker {}", &victim[..12]), 0);
+    run("docker", &["network", "connect", "--alias", &service, &net, &victim]).unwrap();
+    ev.add(cluster.calls(), "network connect", 4, format!("{service} {}", &victim[..12]), 0);
 
     cluster.wait_calls(r * 55 / 100, &coordinator);
     let at = cluster.calls();
-    cluster.scale(2);
+    cluster.scale(1);
     // Stopped gracefully; calls that outlast --grace are naked and paid again elsewhere.
     ev.add(at, "scale 4 -> 2", 2, "SIGTERM, --grace 20".into(), 2 * per_worker);
 
@@ -684,6 +720,9 @@ struct Compared {
     lost: usize,
     double_counted: usize,
     panics: usize,
+    /// Permission violations the nodes logged: every process's user, each pool's workers'
+    /// included, must be enough for its work through every fault.
+    violations: usize,
 }
 
 fn compare(cluster: &Cluster, coordinator: &str, dir: &Path, ref_dir: &Path) -> Compared {
@@ -698,8 +737,10 @@ fn compare(cluster: &Cluster, coordinator: &str, dir: &Path, ref_dir: &Path) -> 
     let ref_labels = normalized_labels(&ref_dir.join("labels.jsonl"));
     let distinct: BTreeSet<&String> = labels.iter().collect();
     let ref_set: BTreeSet<&String> = ref_labels.iter().collect();
-    let logs = std::fs::read_dir(&cluster.logs).unwrap().flatten();
-    let text = |e: std::fs::DirEntry| std::fs::read_to_string(e.path()).unwrap_or_default();
+    let logs: Vec<std::fs::DirEntry> =
+        std::fs::read_dir(&cluster.logs).unwrap().flatten().collect();
+    let text = |e: &std::fs::DirEntry| std::fs::read_to_string(e.path()).unwrap_or_default();
+    let nodes = logs.iter().filter(|e| e.file_name().to_string_lossy().starts_with("nats"));
     let jobs = |r: &Value| r["jobs"]["done"].as_u64().unwrap_or(0);
     Compared {
         jobs: (jobs(&report), jobs(&reference)),
@@ -708,7 +749,9 @@ fn compare(cluster: &Cluster, coordinator: &str, dir: &Path, ref_dir: &Path) -> 
         labels_equal: labels == ref_labels,
         lost: ref_set.difference(&distinct).count(),
         double_counted: labels.len() - distinct.len(),
-        panics: logs.map(|e| text(e).matches("panicked at").count()).sum(),
+        panics: logs.iter().map(|e| text(e).matches("panicked at").count()).sum(),
+        // nats-server logs "Publish Violation - User ..." and "Subscription Violation - ...".
+        violations: nodes.map(|e| text(e).matches(" Violation - User ").count()).sum(),
     }
 }
 
@@ -719,7 +762,7 @@ fn equal(yes: bool) -> String {
 fn print_table(ev: &Events, rows: &[(&str, String, String)]) {
     println!(
         "\ncompose fault test: HypoTermQA, 180 questions, fake API {LATENCY_MS} ms per call, \
-         {CONCURRENCY} calls per pool and worker, ack_wait {ACK_WAIT_S} s\n"
+         a worker service per pool, {CONCURRENCY} calls per worker, ack_wait {ACK_WAIT_S} s\n"
     );
     println!("| at call | event | workers | detail | repeat bound |\n|---:|---|---:|---|---:|");
     for r in &ev.rows {
@@ -760,7 +803,7 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
     let under: Vec<String> =
         replicas.iter().filter(|(_, r)| *r != 3).map(|(s, r)| format!("{s} R{r}")).collect();
     let seen = scraped(&cluster, started);
-    cluster.compose.run(&["stop", "-t", "30", "worker"]).unwrap();
+    cluster.compose.run(&[&["stop", "-t", "30"][..], &WORKERS[..]].concat()).unwrap();
     let exits = cluster.worker_exit_codes();
     let c = compare(&cluster, &coordinator, dir, &ref_dir);
     let repeated = calls as i64 - reference_calls as i64;
@@ -795,6 +838,7 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
         ("dashboard metrics not scraped", format!("{:?}", seen.missing), "[]".into()),
         ("exit codes of every worker that ran", exits.join(","), "all 0 (4 workers)".into()),
         ("panics in logs", c.panics.to_string(), "0".into()),
+        ("permission violations in the nodes' logs", c.violations.to_string(), "0".into()),
         ("a nats-server joining as a route without the password", rogue, "refused by 3".into()),
         ("wall", format!("{:.0} s", started.elapsed().as_secs_f64()), String::new()),
     ];
@@ -803,6 +847,8 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
     assert_eq!(c.jobs.0, c.jobs.1, "job count differs from the uninterrupted run");
     assert!(c.report_equal && c.labels_equal, "report or labels differ from the reference");
     assert_eq!((c.lost, c.double_counted, c.panics), (0, 0, 0));
+    let logs = cluster.logs.display();
+    assert_eq!(c.violations, 0, "permission violations in the nodes' logs: see {logs}");
     let bound = ev.bound as i64;
     assert!((0..=bound).contains(&repeated), "{repeated} repeated calls, bound {bound}");
     assert!(replicas.len() >= 6, "streams and buckets in /jsz: {replicas:?}");
