@@ -300,6 +300,10 @@ impl Coordinator<'_> {
                 self.on_max_deliveries(&adv.payload).await?;
             }
             self.dispatcher.reap_ready();
+            if self.outages.poll_due() {
+                // The latest results first: a pool that answered is not down.
+                self.outages.note_results(&self.planner.progress().figures.costs, Instant::now());
+            }
             if let Some(down) = self.outages.poll().await {
                 if self.outages.take_changed() {
                     self.planner.store().put_outages(&self.outages.spans)?;
@@ -429,7 +433,10 @@ impl Coordinator<'_> {
         };
         self.step(Event::Results(arrived), now).await?;
         // A pool whose results were accepted is not down, whatever its record says.
-        self.outages.note_results(&self.planner.progress().figures.costs, Instant::now());
+        let now = Instant::now();
+        if self.outages.results_due(now) {
+            self.outages.note_results(&self.planner.progress().figures.costs, now);
+        }
         // Durable before acked.
         self.planner.store().flush().await?;
         if let Some(s) = &self.sharer {

@@ -108,6 +108,8 @@ pub(super) struct Outages {
     /// Per pool: results of its models accepted so far (the planner's completed jobs,
     /// all processes of the run), and when that count last grew.
     accepted: BTreeMap<String, (u64, Instant)>,
+    /// When [`Outages::note_results`] last ran.
+    noted: Option<Instant>,
 }
 
 /// A model of the sweep as the first-contact message names it.
@@ -181,15 +183,30 @@ impl Outages {
             endpoints: BTreeMap::new(),
             paused_seen: BTreeMap::new(),
             accepted: BTreeMap::new(),
+            noted: None,
         }
     }
 
     /// The run's totals by model (`costs`) at `at`: a pool whose models' completed jobs
     /// grew since the last call made progress at `at`, which restarts its pause clock
     /// (see the module docs). Called once at start (the resumed run's totals: progress at
-    /// start) and after every batch of results the planner took.
+    /// start), before the records are read, and after a batch of results the planner took
+    /// when [`Outages::results_due`] says so.
     pub fn note_results(&mut self, costs: &[ClassTotals], at: Instant) {
         note_results(&self.endpoints, &mut self.accepted, costs, at);
+        self.noted = Some(at);
+    }
+
+    /// Whether a batch of results is to be noted at `now`: at most once a second (the
+    /// totals are copied to be read; a pause clock restarted up to a second late is
+    /// nothing beside a patience of minutes), always before the records are read.
+    pub fn results_due(&self, now: Instant) -> bool {
+        self.noted.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+    }
+
+    /// Whether [`Outages::poll`] will read the records now.
+    pub fn poll_due(&self) -> bool {
+        self.last.is_none_or(|t| t.elapsed() >= EVERY)
     }
 
     /// Stop the run when a pool of `endpoints` that never answered is down for
