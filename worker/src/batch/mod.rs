@@ -55,7 +55,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::{self, AckKind};
 use halyard_broker::Broker;
-use halyard_proto::pool::{BatchSpec, HttpModelSpec, WorkerModel, WorkerPlan};
+use halyard_proto::pool::{BatchSpec, WorkerModel, WorkerPlan};
 use halyard_proto::provider_batch::{BatchRecord, BatchState, Claim};
 use halyard_proto::{Job, JobId};
 use tokio::sync::{watch, OnceCell};
@@ -929,28 +929,6 @@ impl<T> Step<T> {
             Step::Stop => OwnerEvent::Lost,
         }
     }
-}
-
-/// One line of a batch's input file: `custom_id` = job id, the request as online.
-fn request_line(job: &Job, model: &HttpModelSpec) -> Result<Vec<u8>, CallError> {
-    // The body as sent online (a structured-output job's schema with its keys in order);
-    // the fields in the order `json!` wrote them before (sorted), so lines are unchanged.
-    #[derive(serde::Serialize)]
-    struct Line<'a> {
-        body: &'a serde_json::value::RawValue,
-        custom_id: String,
-        method: &'static str,
-        url: &'static str,
-    }
-    let body = crate::backend::openai::request_json(job, model)?;
-    let line = Line {
-        body: &body,
-        custom_id: job.id.to_string(),
-        method: "POST",
-        url: "/v1/chat/completions",
-    };
-    serde_json::to_vec(&line)
-        .map_err(|e| CallError::permanent(format!("cannot encode the request: {e}")))
 }
 
 /// How long a failed download of a batch's answers stands before it is tried again.

@@ -90,7 +90,7 @@ impl Provider {
     /// One request of the batch: `custom_id` = job id, the request as sent online.
     pub fn request_line(&self, job: &Job) -> Result<Vec<u8>, CallError> {
         match self {
-            Provider::OpenAi(a) => super::request_line(job, a.model()),
+            Provider::OpenAi(a) => request_line(job, a.model()),
             Provider::Anthropic(a) => {
                 let params = crate::backend::anthropic::request_json(job, a.model())?;
                 let mut line = Vec::with_capacity(params.len() + 64);
@@ -226,4 +226,26 @@ impl Provider {
         }
         Ok(())
     }
+}
+
+/// One line of a batch's input file: `custom_id` = job id, the request as online.
+fn request_line(job: &Job, model: &HttpModelSpec) -> Result<Vec<u8>, CallError> {
+    // The body as sent online (a structured-output job's schema with its keys in order);
+    // the fields in the order `json!` wrote them before (sorted), so lines are unchanged.
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        body: &'a serde_json::value::RawValue,
+        custom_id: String,
+        method: &'static str,
+        url: &'static str,
+    }
+    let body = crate::backend::openai::request_json(job, model)?;
+    let line = Line {
+        body: &body,
+        custom_id: job.id.to_string(),
+        method: "POST",
+        url: "/v1/chat/completions",
+    };
+    serde_json::to_vec(&line)
+        .map_err(|e| CallError::permanent(format!("cannot encode the request: {e}")))
 }

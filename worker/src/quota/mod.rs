@@ -36,58 +36,10 @@ use tracing::{debug, info, warn};
 
 use crate::call_error::{CallError, ErrorClass};
 use crate::stats::Stats;
-pub use limiter::PoolLimiter;
+pub use limiter::{PoolLimiter, PoolQuota, DEFAULT_HEADROOM};
 use membership::{Announcement, Membership};
 
 pub use halyard_proto::pool::TpmCounts;
-
-/// The quota of one pool.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PoolQuota {
-    /// Requests per minute for the whole pool.
-    pub rpm: Option<u32>,
-    /// Tokens (prompt + completion) per minute for the whole pool.
-    pub tpm: Option<u64>,
-    /// Largest burst of requests one member sends at once (default 1: evenly spaced).
-    pub burst: u32,
-    /// Fraction of the quota left unused as a safety margin (default 0.005).
-    pub headroom: f64,
-    /// How the API counts tokens (default: `max_tokens` at admission, no refund).
-    pub tpm_counts: TpmCounts,
-    /// Input tokens per minute for the whole pool.
-    pub itpm: Option<u64>,
-    /// Output tokens per minute for the whole pool.
-    pub otpm: Option<u64>,
-}
-
-impl PoolQuota {
-    pub fn new(rpm: Option<u32>, tpm: Option<u64>) -> PoolQuota {
-        PoolQuota {
-            rpm,
-            tpm,
-            burst: 1,
-            headroom: DEFAULT_HEADROOM,
-            tpm_counts: TpmCounts::default(),
-            itpm: None,
-            otpm: None,
-        }
-    }
-}
-
-/// The runtime quota of a pool of the worker's plan.
-impl From<&halyard_proto::pool::QuotaSpec> for PoolQuota {
-    fn from(q: &halyard_proto::pool::QuotaSpec) -> PoolQuota {
-        PoolQuota {
-            burst: q.burst,
-            tpm_counts: q.tpm_counts,
-            itpm: q.itpm,
-            otpm: q.otpm,
-            ..PoolQuota::new(q.rpm, q.tpm)
-        }
-    }
-}
-
-pub const DEFAULT_HEADROOM: f64 = 0.005;
 
 /// How members find each other and recover from cool-downs.
 #[derive(Clone, Copy, Debug)]
