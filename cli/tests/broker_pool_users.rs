@@ -64,6 +64,25 @@ fn generated_server(dir: &Path, sweep: &Path) -> NatsServer {
     NatsServer::start_with_args(&["-c", conf.to_str().unwrap()])
 }
 
+/// A worker per pool of `sweep`, each with `--only-pool` and its pool's generated user,
+/// its stderr in `dir/worker-<pool>.log` (returned beside it).
+fn pool_workers(dir: &Path, sweep: &Path, nats: &NatsServer) -> Vec<(ChildGuard, PathBuf)> {
+    POOLS
+        .iter()
+        .map(|pool| {
+            let log = dir.join(format!("worker-{pool}.log"));
+            let mut w = halyard();
+            w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--only-pool", pool])
+                .args(["--nats", &nats.url(), "--nats-user", &worker_user(pool)])
+                .args(["--metrics", "off", "--state"])
+                .arg(dir.join(format!("cp-{pool}")))
+                .env("HALYARD_NATS_PASSWORD", password(&worker_password_var(pool)))
+                .stderr(std::fs::File::create(&log).unwrap());
+            (ChildGuard::spawn(w), log)
+        })
+        .collect()
+}
+
 fn auth(user: &str, var: &str) -> NatsAuth {
     NatsAuth { user: Some(user.into()), password: Some(password(var)), ..Default::default() }
 }
@@ -102,18 +121,7 @@ fn a_pool_credential_reaches_only_its_own_pool() {
     let nats = generated_server(dir.path(), &sweep);
 
     // The whole sweep: a worker per pool, each with `--only-pool` and its pool's user.
-    let mut workers = Vec::new();
-    for pool in POOLS {
-        let log = dir.path().join(format!("worker-{pool}.log"));
-        let mut w = halyard();
-        w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--only-pool", pool])
-            .args(["--nats", &nats.url(), "--nats-user", &worker_user(pool), "--metrics", "off"])
-            .arg("--state")
-            .arg(dir.path().join(format!("cp-{pool}")))
-            .env("HALYARD_NATS_PASSWORD", password(&worker_password_var(pool)))
-            .stderr(std::fs::File::create(&log).unwrap());
-        workers.push((ChildGuard::spawn(w), log));
-    }
+    let mut workers = pool_workers(dir.path(), &sweep, &nats);
     let out = dir.path().join("runs");
     let o = halyard()
         .args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
@@ -402,18 +410,7 @@ fn a_forged_paused_health_record_stops_no_run_that_progresses() {
     };
     ready_rx.recv_timeout(Duration::from_secs(30)).expect("the forger wrote its record");
 
-    let mut workers = Vec::new();
-    for pool in POOLS {
-        let log = dir.path().join(format!("worker-{pool}.log"));
-        let mut w = halyard();
-        w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--only-pool", pool])
-            .args(["--nats", &nats.url(), "--nats-user", &worker_user(pool), "--metrics", "off"])
-            .arg("--state")
-            .arg(dir.path().join(format!("cp-{pool}")))
-            .env("HALYARD_NATS_PASSWORD", password(&worker_password_var(pool)))
-            .stderr(std::fs::File::create(&log).unwrap());
-        workers.push(ChildGuard::spawn(w));
-    }
+    let mut workers = pool_workers(dir.path(), &sweep, &nats);
     let out = dir.path().join("runs");
     let began = std::time::Instant::now();
     let o = halyard()
@@ -439,7 +436,7 @@ fn a_forged_paused_health_record_stops_no_run_that_progresses() {
         outages.iter().any(|o| o["pool"] == "alpha"),
         "the coordinator never saw the forged pause: {report}"
     );
-    for w in &mut workers {
+    for (w, _) in &mut workers {
         w.signal(libc::SIGTERM);
         w.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
     }
