@@ -123,8 +123,9 @@ struct Group {
 }
 
 impl Group {
-    fn any_ready(&self) -> bool {
-        self.replicas.iter().any(|r| r.live().state == ServerState::Ready)
+    /// Whether a server of the model other than `this` is ready.
+    fn any_other_ready(&self, this: &Arc<Replica>) -> bool {
+        self.replicas.iter().any(|r| !Arc::ptr_eq(r, this) && r.live().state == ServerState::Ready)
     }
 
     /// A ready server, round robin.
@@ -520,10 +521,11 @@ async fn supervise(
                 // What the server started (tensor-parallel workers) goes with it.
                 proc.signal_group(libc::SIGKILL);
                 let uptime = up.elapsed();
-                set_state(&r, &sh.stats, ServerState::Restarting, None);
                 let how = process::describe(status);
-                sh.stats.servers.update(&r.label, |s| s.last_exit = Some(how.clone()));
-                if !g.any_ready() {
+                // The pools pause before the state says the server is gone: a call that
+                // failed on it waits for that state (see `Servers::call`) and must then
+                // find its pool paused, so that its failure costs the job nothing.
+                if !g.any_other_ready(&r) {
                     for h in &g.pools {
                         h.failed(Failure {
                             started: Instant::now(),
@@ -534,6 +536,8 @@ async fn supervise(
                         });
                     }
                 }
+                set_state(&r, &sh.stats, ServerState::Restarting, None);
+                sh.stats.servers.update(&r.label, |s| s.last_exit = Some(how.clone()));
                 if uptime >= Duration::from_millis(spec.stable_ms) {
                     in_row = 0;
                     delays = backoff();
@@ -733,6 +737,79 @@ mod tests {
             }
         });
         port
+    }
+
+    /// A server killed while ready: its pools are paused before its state leaves
+    /// `Ready`, never after. A call that failed on the dead server waits for that state
+    /// and then reports its failure; found the other way round, the failure would begin
+    /// the pause and cost its job a delivery (the CI flake of stop 57). A thread spins on
+    /// both while the supervisor sees the exit, and must never see the state gone with
+    /// the pool still running.
+    #[test]
+    fn a_crashed_server_pauses_its_pools_before_its_state_changes() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let spec = ServerSpec {
+            endpoint: "server:custom:web:r:-:0".into(),
+            name: "web".into(),
+            kind: "python3".into(),
+            command: ["python3", "-m", "http.server", "{port}", "--bind", "127.0.0.1"]
+                .map(String::from)
+                .to_vec(),
+            model_path: "-".into(),
+            served_name: "web".into(),
+            gpus: 0,
+            ready_path: "/".into(),
+            version_path: None,
+            version_field: "version".into(),
+            version: None,
+            start_timeout_ms: 30_000,
+            max_restarts: 5,
+            restart_backoff_ms: 60_000,
+            stable_ms: 1000,
+            gpu_sets: Vec::new(),
+        };
+        let mut plan = WorkerPlan::default();
+        plan.add(
+            halyard_proto::pool::PoolPlan::new("web", 1).with_model(WorkerModel::Server(spec)),
+        )
+        .unwrap();
+        let stats = Arc::new(Stats::default());
+        let health = PoolHealth::local("web", "w", stats.clone());
+        let healths = HashMap::from([("web".to_string(), health.clone())]);
+        rt.block_on(async {
+            let servers = Servers::launch(&plan, dir.path(), &healths, stats.clone()).unwrap();
+            servers.ready().await.unwrap();
+            let replica = servers.groups.values().next().unwrap().replicas[0].clone();
+            assert_eq!(replica.live().state, ServerState::Ready);
+            assert!(!health.is_paused());
+            let watcher = {
+                let (replica, health) = (replica.clone(), health.clone());
+                std::thread::spawn(move || {
+                    let mut bad = 0u64;
+                    loop {
+                        let gone = replica.live().state != ServerState::Ready;
+                        let paused = health.is_paused();
+                        if gone && !paused {
+                            bad += 1;
+                        }
+                        if gone && paused {
+                            return bad;
+                        }
+                    }
+                })
+            };
+            let pid = stats.servers.snapshot()[0].pid.unwrap();
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            let bad = tokio::task::spawn_blocking(move || watcher.join().unwrap()).await.unwrap();
+            assert_eq!(bad, 0, "the state left Ready while the pool still ran");
+            servers.stop().await;
+        });
     }
 
     /// Issue 49: a server's version answer is read up to VERSION_BODY_LIMIT, never whole:
