@@ -33,7 +33,35 @@
 //! JetStream's count less the deliveries handed back (see [`crate::budget`]), read by
 //! [`Effect::ReadBudget`] on a redelivery only.
 //!
-//! Inside a call, the in-place retries (`delivery/retrying.rs`) ask
+//! The call of a direct pool's job (a batch pool's is its turn in a provider batch, one
+//! [`Effect::CallBackend`] that ends in the call's event) is a loop of decisions, each a
+//! transition here, around the pool's pause and its probe (see [`crate::health`]):
+//!
+//! - [`Effect::CallBackend`] reads the pool's health ([`Event::PoolRead`]). Up: one
+//!   round ([`Effect::CallRound`], the call with its in-place retries) as an ordinary
+//!   job, letting go of a probe the delivery held.
+//! - Paused: a delivery that holds the probe (the pool loop fetched it to probe with, or
+//!   it claimed it) waits for the probe's turn ([`Effect::AwaitProbeTurn`]); one that
+//!   does not tries to claim it ([`Effect::ClaimProbe`]: [`Event::ProbeClaimed`], or
+//!   [`Event::PoolPaused`] when another job holds it: handed back, budget kept).
+//! - The turn: due ([`Event::ProbeDue`]) → a round as the probe; the pool resumed
+//!   meanwhile ([`Event::PoolResumed`]) → a round as an ordinary job, the probe let go;
+//!   a stop while waiting ([`Event::StoppedWaiting`]) → handed back at once; the hard
+//!   stop ([`Event::Shutdown`]) → abandoned.
+//! - A round that found the pool paused without its own failure beginning the pause
+//!   (a failed probe, an outage another call began, a pause while the job waited
+//!   outside an HTTP request: [`Event::PausedDuringCall`]) decides again: another
+//!   [`Effect::CallBackend`]. A round whose failure began the pause counts
+//!   ([`Event::CallError`] with `opened`), so a job that brings the endpoint down each
+//!   time it is sent spends its budget.
+//!
+//! The probe is held, in the executor, exactly while [`Lifecycle::holds_probe`] says so:
+//! from the start when the pool loop fetched the job to probe with, from
+//! [`Event::ProbeClaimed`] otherwise, until a round as an ordinary job or the end of the
+//! call (a delivery answered without a call holds it to its end). The calls of every round of one delivery are counted together, and its
+//! in-progress acks keep one pace across its rounds and waits (the executor's).
+//!
+//! Inside a round, the in-place retries (`delivery/retrying.rs`) ask
 //! [`retries_in_place`] and [`in_place_delay`] whether and when to try again.
 //!
 //! An ack is only ever emitted after the result is durable in the checkpoint *and* in the results
@@ -49,7 +77,10 @@ pub enum State {
     Received,
     /// Looking for the job's answer where it may already be (see [`Lookup`]).
     Looking(Lookup),
+    /// The call: reading the pool's health, claiming the probe, or a round.
     Calling,
+    /// Holding the probe of a paused pool, waiting for its turn.
+    AwaitingProbe,
     Persisting,
     Publishing {
         dead_letter: bool,
@@ -130,11 +161,26 @@ pub enum Event {
         retry_after: Option<Duration>,
         opened: bool,
     },
-    /// The pool is paused and this job holds no probe: it did not call.
+    /// The pool is paused and this job holds no probe and could not claim it (another
+    /// job holds it): it does not call (again).
     PoolPaused,
     /// The worker stops while the job waited outside an HTTP request (its quota share,
     /// a backoff, a probe's turn).
     StoppedWaiting,
+    /// The pool's health, read before a round of the call: `paused` or up.
+    PoolRead {
+        paused: bool,
+    },
+    /// This delivery took the paused pool's probe.
+    ProbeClaimed,
+    /// The probe's turn came: call as the probe.
+    ProbeDue,
+    /// The pool resumed while the probe waited: call as an ordinary job.
+    PoolResumed,
+    /// A round of the call found the pool paused, its own failure not having begun the
+    /// pause (an outage another call began, a failed probe, a pause while the job waited
+    /// outside an HTTP request): decide again.
+    PausedDuringCall,
     Persisted,
     PersistFailed,
     Published,
@@ -179,7 +225,20 @@ pub enum Effect {
     ExcuseDelivery,
     /// Read the message's excused deliveries.
     ReadBudget,
+    /// The job's call: a batch pool's job takes its turn in a provider batch (its
+    /// outcome is the call's event); a direct pool's job reads its pool's health
+    /// ([`Event::PoolRead`]) before each round.
     CallBackend,
+    /// Take the paused pool's probe, if no other job holds it.
+    ClaimProbe,
+    /// Wait for the probe's turn (or the pool's resumption), keeping the job with
+    /// in-progress acks.
+    AwaitProbeTurn,
+    /// One round of the call: the call with its in-place retries, as the pool's probe
+    /// or (`probe` false, letting go of a probe held) as an ordinary job.
+    CallRound {
+        probe: bool,
+    },
     /// Write the completion to the checkpoint and flush it.
     Persist,
     /// Publish the completion (from the call or the checkpoint) and await the broker's ack.
@@ -202,6 +261,8 @@ pub struct Lifecycle {
     /// This delivery's number, 1-based: JetStream's `delivered`, then the effective one.
     delivery: u64,
     max_deliver: u64,
+    /// This delivery holds its pool's probe (see the module docs).
+    probe: bool,
 }
 
 /// Delay before a nak'd job is redelivered: exponential in the delivery count, capped,
@@ -255,7 +316,21 @@ impl Lifecycle {
             state: State::Received,
             delivery: delivery.max(1),
             max_deliver: max_deliver.max(1),
+            probe: false,
         }
+    }
+
+    /// The delivery of a job the pool loop fetched to hold its paused pool's probe
+    /// (`held`): it keeps the probe until its call decides otherwise.
+    pub fn holding_probe(mut self, held: bool) -> Self {
+        self.probe = held;
+        self
+    }
+
+    /// Whether this delivery holds its pool's probe (the executor keeps the claim
+    /// exactly while this says so).
+    pub fn holds_probe(&self) -> bool {
+        self.probe
     }
 
     pub fn state(&self) -> State {
@@ -351,10 +426,32 @@ impl Lifecycle {
                 self.call_failed(permanent, retry_after, dead_letter)
             }
             (S::Calling, E::HandBack { retry_after }) => self.hand_back(retry_after),
-            (S::Calling, E::PoolPaused | E::StoppedWaiting) => self.hand_back(None),
-            (S::Calling, E::Shutdown) => {
+            (S::Calling, E::PoolPaused) | (S::Calling | S::AwaitingProbe, E::StoppedWaiting) => {
+                self.hand_back(None)
+            }
+            (S::Calling | S::AwaitingProbe, E::Shutdown) => {
                 (S::Finished(Disposition::HandedBack), F::HandBack(SHUTDOWN_NAK))
             }
+            // A direct pool's call: the pool's pause and its probe.
+            (S::Calling, E::PoolRead { paused: false }) => {
+                self.probe = false;
+                (S::Calling, F::CallRound { probe: false })
+            }
+            (S::Calling, E::PoolRead { paused: true }) if self.probe => {
+                (S::AwaitingProbe, F::AwaitProbeTurn)
+            }
+            (S::Calling, E::PoolRead { paused: true }) => (S::Calling, F::ClaimProbe),
+            (S::Calling, E::ProbeClaimed) => {
+                self.probe = true;
+                (S::AwaitingProbe, F::AwaitProbeTurn)
+            }
+            (S::AwaitingProbe, E::ProbeDue) => (S::Calling, F::CallRound { probe: true }),
+            (S::AwaitingProbe, E::PoolResumed) => {
+                self.probe = false;
+                (S::Calling, F::CallRound { probe: false })
+            }
+            // Not this round's failure, nor the job's: look at the pool again.
+            (S::Calling, E::PausedDuringCall) => (S::Calling, F::CallBackend),
             // Durability.
             (S::Persisting, E::Persisted) => {
                 (S::Publishing { dead_letter: false, replay: false }, F::PublishResult)
@@ -387,6 +484,11 @@ impl Lifecycle {
             }
             _ => return None,
         };
+        // The end of the call lets go of the probe.
+        let calling = |s: State| matches!(s, S::Calling | S::AwaitingProbe);
+        if calling(self.state) && !calling(next) {
+            self.probe = false;
+        }
         self.state = next;
         Some(effect)
     }
@@ -852,5 +954,169 @@ mod tests {
             assert_eq!(lc.step(ev), Some(fx));
             assert_eq!(lc.state(), State::Finished(d));
         }
+    }
+
+    /// A direct pool's call as its executor drives it: the pool read, then `events`.
+    fn read_pool(lc: &mut Lifecycle, paused: bool, events: &[Event]) -> Vec<Effect> {
+        let mut fx: Vec<Effect> = lc.step(E::PoolRead { paused }).into_iter().collect();
+        fx.extend(drive(lc, events));
+        fx
+    }
+
+    /// Pool up: one round as an ordinary job.
+    #[test]
+    fn pool_up_calls_one_round() {
+        let mut lc = called(1);
+        let fx = read_pool(&mut lc, false, &[E::CallSucceeded]);
+        assert_eq!(fx, vec![F::CallRound { probe: false }, F::Persist]);
+        assert_eq!(lc.state(), State::Persisting);
+    }
+
+    /// Outage: the pool is paused and another job holds the probe: the job goes back
+    /// with its budget kept, on its last delivery too, without a round.
+    #[test]
+    fn paused_without_the_probe_hands_back() {
+        for d in [1, 5] {
+            let mut lc = called(d);
+            let fx = read_pool(&mut lc, true, &[E::PoolPaused]);
+            assert_eq!(fx, vec![F::ClaimProbe, F::HandBack(HANDBACK_NAK)]);
+            assert_eq!(lc.state(), State::Finished(Disposition::HandedBack));
+            assert!(!lc.holds_probe());
+        }
+    }
+
+    /// The pool is paused and the job claims the probe: it waits for the probe's turn,
+    /// holding it, and calls as the probe when the turn comes.
+    #[test]
+    fn paused_claims_the_probe_then_awaits_its_turn() {
+        let mut lc = called(1);
+        let fx = read_pool(&mut lc, true, &[E::ProbeClaimed]);
+        assert_eq!(fx, vec![F::ClaimProbe, F::AwaitProbeTurn]);
+        assert_eq!(lc.state(), State::AwaitingProbe);
+        assert!(lc.holds_probe());
+        assert_eq!(lc.step(E::ProbeDue), Some(F::CallRound { probe: true }));
+        assert!(lc.holds_probe());
+    }
+
+    /// A job the pool loop fetched to probe with holds the probe from the start: paused,
+    /// it awaits its turn without a claim, calls as the probe (Go), and lets go of the
+    /// probe when the call ends.
+    #[test]
+    fn paused_with_the_probe_awaits_its_turn_then_calls() {
+        let mut lc = Lifecycle::new(1, 5).holding_probe(true);
+        assert_eq!(lc.step(E::Start { checkpoint_hit: false }), Some(F::CallBackend));
+        assert!(lc.holds_probe());
+        let fx = read_pool(&mut lc, true, &[E::ProbeDue, E::CallSucceeded]);
+        assert_eq!(fx, vec![F::AwaitProbeTurn, F::CallRound { probe: true }, F::Persist]);
+        assert!(!fx.contains(&F::ClaimProbe));
+        assert_eq!(lc.state(), State::Persisting);
+        assert!(!lc.holds_probe(), "the probe is let go when the call ends");
+    }
+
+    /// The pool resumed while the probe waited: one round as an ordinary job, the probe
+    /// let go.
+    #[test]
+    fn resumed_while_awaiting_the_probe_calls_without_it() {
+        let mut lc = Lifecycle::new(1, 5).holding_probe(true);
+        lc.step(E::Start { checkpoint_hit: false });
+        let fx = read_pool(&mut lc, true, &[E::PoolResumed]);
+        assert_eq!(fx, vec![F::AwaitProbeTurn, F::CallRound { probe: false }]);
+        assert_eq!(lc.state(), State::Calling);
+        assert!(!lc.holds_probe());
+    }
+
+    /// The pool up when the call begins lets go of a probe the job was fetched to hold.
+    #[test]
+    fn pool_up_lets_go_of_the_probe() {
+        let mut lc = Lifecycle::new(1, 5).holding_probe(true);
+        lc.step(E::Start { checkpoint_hit: false });
+        assert_eq!(read_pool(&mut lc, false, &[]), vec![F::CallRound { probe: false }]);
+        assert!(!lc.holds_probe());
+    }
+
+    /// Graceful stop while the probe waits for its turn: handed back at once, budget
+    /// kept (the StoppedWaiting disposition); the hard stop abandons it (graceful_stop).
+    #[test]
+    fn stop_while_awaiting_the_probe_hands_back() {
+        let mut lc = called(5);
+        let fx = read_pool(&mut lc, true, &[E::ProbeClaimed, E::StoppedWaiting]);
+        assert_eq!(fx, vec![F::ClaimProbe, F::AwaitProbeTurn, F::HandBack(HANDBACK_NAK)]);
+        assert_eq!(lc.state(), State::Finished(Disposition::HandedBack));
+        assert!(!lc.holds_probe());
+        let mut lc = called(5);
+        let fx = read_pool(&mut lc, true, &[E::ProbeClaimed, E::Shutdown]);
+        assert_eq!(fx.last(), Some(&F::HandBack(SHUTDOWN_NAK)));
+        assert_eq!(lc.state(), State::Finished(Disposition::HandedBack));
+        assert!(!lc.holds_probe());
+    }
+
+    /// Outage: a round that found the pool paused (another call began the pause, or it
+    /// paused while the job waited for its quota share) decides again: it reads the pool
+    /// and, paused, claims the probe or goes back; nothing counts.
+    #[test]
+    fn outage_while_paused_decides_again() {
+        let mut lc = called(5);
+        let fx = read_pool(&mut lc, false, &[E::PausedDuringCall]);
+        assert_eq!(fx, vec![F::CallRound { probe: false }, F::CallBackend]);
+        assert_eq!(lc.state(), State::Calling);
+        let fx = read_pool(&mut lc, true, &[E::PoolPaused]);
+        assert_eq!(fx, vec![F::ClaimProbe, F::HandBack(HANDBACK_NAK)]);
+        assert_eq!(lc.state(), State::Finished(Disposition::HandedBack));
+    }
+
+    /// A failed probe (the pool stays paused) decides again: the job keeps the probe and
+    /// waits for the next turn, then calls again as the probe.
+    #[test]
+    fn failed_probe_awaits_the_next_turn() {
+        let mut lc = Lifecycle::new(1, 5).holding_probe(true);
+        lc.step(E::Start { checkpoint_hit: false });
+        let mut fx = read_pool(&mut lc, true, &[E::ProbeDue, E::PausedDuringCall]);
+        fx.extend(read_pool(&mut lc, true, &[E::ProbeDue]));
+        assert_eq!(
+            fx,
+            vec![
+                F::AwaitProbeTurn,
+                F::CallRound { probe: true },
+                F::CallBackend,
+                F::AwaitProbeTurn,
+                F::CallRound { probe: true },
+            ]
+        );
+        assert!(lc.holds_probe());
+    }
+
+    /// Outage: a round whose failure began the pool's pause counts (a nak, a dead
+    /// letter on the last delivery), after any number of rounds.
+    #[test]
+    fn opened_outage_counts() {
+        let conn = ErrorClass::Unavailable(halyard_proto::OutageReason::Connection);
+        let opened = E::CallError { class: conn, retry_after: None, opened: true };
+        let mut lc = called(2);
+        let fx = read_pool(&mut lc, false, &[E::PausedDuringCall]);
+        assert_eq!(fx.last(), Some(&F::CallBackend));
+        let fx = read_pool(&mut lc, false, std::slice::from_ref(&opened));
+        assert_eq!(fx, vec![F::CallRound { probe: false }, F::Nak(nak_delay(2, None))]);
+        assert_eq!(lc.state(), State::Finished(Disposition::Retried));
+        let mut lc = called(5);
+        let fx = read_pool(&mut lc, false, &[opened]);
+        assert_eq!(fx.last(), Some(&F::PublishDeadLetter));
+    }
+
+    /// The probe's events make sense only while it waits, and a call's outcome only
+    /// after a round: out of turn they are ignored.
+    #[test]
+    fn probe_events_out_of_turn_are_ignored() {
+        let mut lc = called(1);
+        assert_eq!(lc.step(E::ProbeDue), None);
+        assert_eq!(lc.step(E::PoolResumed), None);
+        assert_eq!(lc.state(), State::Calling);
+        let mut lc = called(1);
+        read_pool(&mut lc, true, &[E::ProbeClaimed]);
+        assert_eq!(lc.step(E::CallSucceeded), None);
+        assert_eq!(lc.step(E::PausedDuringCall), None);
+        assert_eq!(lc.state(), State::AwaitingProbe);
+        let mut lc = Lifecycle::new(1, 5);
+        assert_eq!(lc.step(E::PoolRead { paused: false }), None);
+        assert_eq!(lc.state(), State::Received);
     }
 }

@@ -1,15 +1,25 @@
-//! One job's model call inside its delivery: the call with its in-place retries, the
-//! in-progress acks that keep the job while it runs, and what a pool pause does to it.
+//! The IO of one job's model call inside its delivery: the rounds of the call (each the
+//! call with its in-place retries), the in-progress acks that keep the job while it
+//! runs, and the probe's wait. What happens next after each is the machine's
+//! ([`crate::lifecycle`]: the pool's pause and its probe, see its module docs); this
+//! file only carries out its effects and says how they went:
 //!
-//! - Pool up: call (with retries, see [`crate::retry`]); an endpoint-wide failure that
-//!   begins a pause ends the delivery as a counted failure ([`CallOutcome::Opened`]):
-//!   a job that brings the endpoint down each time it is sent spends its budget.
-//! - Pool paused: a job that is not inside an HTTP request is handed back
-//!   ([`CallOutcome::Paused`], budget kept), unless it takes the probe: then it stays
-//!   in hand, sending in-progress acks, and calls when its turn comes; a failed probe
-//!   waits for the next turn, an answer resumes the pool and finishes the job.
-//! - Hard stop (shutdown grace over): the call is abandoned; soft stop ends a probe's
-//!   wait at once.
+//! - [`Calling::read_pool`] ([`Effect::CallBackend`] of a direct pool): whether the
+//!   pool is paused.
+//! - [`Calling::claim_probe`] ([`Effect::ClaimProbe`]): the probe, or the pool paused
+//!   with the probe held by another job ([`CallOutcome::Paused`], budget kept).
+//! - [`Calling::await_turn`] ([`Effect::AwaitProbeTurn`]): the probe's turn, the pool's
+//!   resumption, a soft stop (which ends a probe's wait at once) or the hard stop.
+//! - [`Calling::round`] ([`Effect::CallRound`]): one call with its retries; an
+//!   endpoint-wide failure that begins a pause ends the delivery as a counted failure
+//!   ([`CallOutcome::Opened`]); one that found the pool paused, or a pause while the job
+//!   waited outside an HTTP request, is [`Event::PausedDuringCall`]; the hard stop
+//!   abandons the call.
+//!
+//! [`Effect::CallBackend`]: crate::lifecycle::Effect::CallBackend
+//! [`Effect::ClaimProbe`]: crate::lifecycle::Effect::ClaimProbe
+//! [`Effect::AwaitProbeTurn`]: crate::lifecycle::Effect::AwaitProbeTurn
+//! [`Effect::CallRound`]: crate::lifecycle::Effect::CallRound
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +53,13 @@ pub(crate) enum CallOutcome {
     Abandoned,
 }
 
+/// How one effect of a direct pool's call went: an event while the call goes on, or
+/// the call's outcome (its event is [`call_event`]'s).
+pub(crate) enum Step {
+    Next(Event),
+    Ended(CallOutcome),
+}
+
 /// How one round (a call with its retries) ended.
 enum Round {
     Done(Result<Completion, CallError>),
@@ -54,73 +71,114 @@ enum Round {
     Abandoned,
 }
 
-/// How a probe's wait ended.
-enum Turn {
-    Go,
-    Resumed,
-    Stop,
-    Abandoned,
+/// What a direct pool's call keeps across its effects: the in-progress acks' pace,
+/// shared by its rounds and its probe's waits, and the calls of its rounds so far.
+#[derive(Default)]
+pub(crate) struct Calling {
+    progress: Option<tokio::time::Interval>,
+    calls: u32,
 }
 
-/// The job's call; see the module docs. `probe` is the probe the pool loop fetched
-/// this job to hold.
-pub(crate) async fn call(
-    ctx: &PoolCtx,
-    health: &Arc<PoolHealth>,
-    msg: &jetstream::Message,
-    job: &Job,
-    mut probe: Option<ProbeClaim>,
-) -> CallOutcome {
-    let period = (ctx.ack_wait() / 3).max(Duration::from_millis(200));
-    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let mut calls = 0u32;
-    loop {
-        if health.is_paused() {
-            if probe.is_none() {
-                probe = health.claim_probe();
-            }
-            if probe.is_none() {
-                return CallOutcome::Paused(calls);
-            }
-            match wait_turn(ctx, health, msg, &mut progress).await {
-                Turn::Go => {}
-                Turn::Resumed => probe = None,
-                Turn::Stop => return CallOutcome::Stopped(calls),
-                Turn::Abandoned => return CallOutcome::Abandoned,
-            }
-        } else {
-            probe = None;
+impl Calling {
+    /// The in-progress acks' pace: a third of `ack_wait` (at least 200 ms), from the
+    /// call's first effect.
+    fn progress(&mut self, ctx: &PoolCtx) -> &mut tokio::time::Interval {
+        self.progress.get_or_insert_with(|| {
+            let period = (ctx.ack_wait() / 3).max(Duration::from_millis(200));
+            tokio::time::interval_at(tokio::time::Instant::now() + period, period)
+        })
+    }
+
+    /// Whether the pool is paused, before a round.
+    pub(crate) fn read_pool(&mut self, ctx: &PoolCtx, health: &PoolHealth) -> Event {
+        self.progress(ctx);
+        Event::PoolRead { paused: health.is_paused() }
+    }
+
+    /// Take the paused pool's probe into `probe`.
+    pub(crate) fn claim_probe(
+        &self,
+        health: &Arc<PoolHealth>,
+        probe: &mut Option<ProbeClaim>,
+    ) -> Step {
+        *probe = health.claim_probe();
+        match probe {
+            Some(_) => Step::Next(Event::ProbeClaimed),
+            None => Step::Ended(CallOutcome::Paused(self.calls)),
         }
+    }
+
+    /// The probe's wait for its turn, keeping the job with in-progress acks.
+    pub(crate) async fn await_turn(
+        &mut self,
+        ctx: &PoolCtx,
+        health: &PoolHealth,
+        msg: &jetstream::Message,
+    ) -> Step {
+        let calls = self.calls;
+        let progress = self.progress(ctx);
+        let turn = health.probe_turn();
+        tokio::pin!(turn);
+        let mut hard_stop = ctx.hard_stop.clone();
+        let mut stop = ctx.stop.clone();
+        loop {
+            tokio::select! {
+                t = &mut turn => return Step::Next(match t {
+                    ProbeTurn::Go => Event::ProbeDue,
+                    ProbeTurn::Resumed => Event::PoolResumed,
+                }),
+                _ = progress.tick() => send_progress(msg).await,
+                // A sender gone (false) disables its branch.
+                true = async { stop.wait_for(|s| *s).await.is_ok() } => {
+                    return Step::Ended(CallOutcome::Stopped(calls));
+                }
+                true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => {
+                    return Step::Ended(CallOutcome::Abandoned);
+                }
+            }
+        }
+    }
+
+    /// One round of the call: as the pool's probe, or as an ordinary job.
+    pub(crate) async fn round(
+        &mut self,
+        ctx: &PoolCtx,
+        health: &Arc<PoolHealth>,
+        msg: &jetstream::Message,
+        job: &Job,
+        probe: bool,
+    ) -> Step {
         let attempts = Attempts::default();
         let call = Call {
             backends: &ctx.backends,
             gate: ctx.quotas.get(&job.pool).map(|g| &**g),
             health: Some(health),
-            probe: probe.is_some(),
+            probe,
             stats: &ctx.stats,
             job,
             policy: ctx.retry,
             attempts: &attempts,
         };
-        let round = run_round(ctx, health, msg, &call, &mut progress).await;
-        calls += attempts.count();
-        match round {
+        let round = run_round(ctx, health, msg, &call, self.progress(ctx)).await;
+        self.calls += attempts.count();
+        let calls = self.calls;
+        Step::Ended(match round {
             Round::Done(Ok(mut c)) => {
                 c.calls = calls;
-                return CallOutcome::Done(c);
+                CallOutcome::Done(c)
             }
             Round::Done(Err(e)) if e.outage().is_some() && attempts.opened() => {
-                return CallOutcome::Opened(e, calls)
+                CallOutcome::Opened(e, calls)
             }
-            // Paused meanwhile: take the probe and wait, or go back to the queue.
             Round::Done(Err(e)) if e.outage().is_some() => {
                 debug!(job = %job.id, error = %e.message, "call failed while the pool is paused");
+                return Step::Next(Event::PausedDuringCall);
             }
-            Round::Done(Err(e)) => return CallOutcome::Failed(e, calls),
-            Round::Paused => {}
-            Round::Stopping => return CallOutcome::Stopped(calls),
-            Round::Abandoned => return CallOutcome::Abandoned,
-        }
+            Round::Done(Err(e)) => CallOutcome::Failed(e, calls),
+            Round::Paused => return Step::Next(Event::PausedDuringCall),
+            Round::Stopping => CallOutcome::Stopped(calls),
+            Round::Abandoned => CallOutcome::Abandoned,
+        })
     }
 }
 
@@ -168,28 +226,6 @@ async fn run_round(
                 // The sender is gone: no hard stop can come any more; keep calling.
                 return Round::Done((&mut fut).await);
             }
-        }
-    }
-}
-
-/// The probe's wait for its turn, keeping the job with in-progress acks.
-async fn wait_turn(
-    ctx: &PoolCtx,
-    health: &PoolHealth,
-    msg: &jetstream::Message,
-    progress: &mut tokio::time::Interval,
-) -> Turn {
-    let turn = health.probe_turn();
-    tokio::pin!(turn);
-    let mut hard_stop = ctx.hard_stop.clone();
-    let mut stop = ctx.stop.clone();
-    loop {
-        tokio::select! {
-            t = &mut turn => return match t { ProbeTurn::Go => Turn::Go, ProbeTurn::Resumed => Turn::Resumed },
-            _ = progress.tick() => send_progress(msg).await,
-            // A sender gone (false) disables its branch.
-            true = async { stop.wait_for(|s| *s).await.is_ok() } => return Turn::Stop,
-            true = async { hard_stop.wait_for(|s| *s).await.is_ok() } => return Turn::Abandoned,
         }
     }
 }

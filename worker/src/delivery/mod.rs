@@ -25,7 +25,7 @@ use crate::health::{PoolHealth, ProbeClaim};
 use crate::lifecycle::{Disposition, Effect, Event, Lifecycle, State, OTHER_VERSION_DELAY};
 use crate::message::{Fate, JobMsg};
 use admit::Refused;
-use calling::{call, call_event, dead_letter, CallOutcome};
+use calling::{call_event, dead_letter, CallOutcome, Calling, Step};
 use ctx::publish;
 
 /// Read a job message: its delivery count and its items, each decoded and checked
@@ -119,7 +119,7 @@ async fn run_job_locked(
     job: &Job,
     probe: Option<ProbeClaim>,
 ) {
-    let mut lc = Lifecycle::new(shared.delivered, ctx.max_deliver);
+    let mut lc = Lifecycle::new(shared.delivered, ctx.max_deliver).holding_probe(probe.is_some());
     let mut io = Io::new(ctx, shared);
     io.job = Some(job);
     io.health = Some(health);
@@ -170,7 +170,11 @@ struct Io<'a> {
     /// decoded); an effect that needs it ends the delivery without it.
     job: Option<&'a Job>,
     health: Option<&'a Arc<PoolHealth>>,
+    /// The pool's probe, held exactly while the machine says so
+    /// ([`Lifecycle::holds_probe`]).
     probe: Option<ProbeClaim>,
+    /// A direct pool's call across its effects (rounds, the probe's waits).
+    calling: Calling,
     /// The job's cache policy (its model's).
     policy: Option<halyard_proto::CachePolicy>,
     /// Why the worker's plan refused the job.
@@ -189,6 +193,7 @@ impl<'a> Io<'a> {
             job: None,
             health: None,
             probe: None,
+            calling: Calling::default(),
             policy: None,
             refusal: None,
             completion: None,
@@ -200,14 +205,33 @@ impl<'a> Io<'a> {
     /// Run the machine from `first` until it asks for nothing more; a job that has not
     /// settled its share of the message then leaves it to be redelivered.
     async fn drive(&mut self, lc: &mut Lifecycle, first: Event) {
-        let mut next = lc.step(first);
+        let mut next = self.step(lc, first);
         while let Some(effect) = next {
             let Some(event) = self.carry(lc, effect).await else { break };
-            next = lc.step(event);
+            next = self.step(lc, event);
         }
         if !self.settled {
             if let Err(e) = self.shared.finish(Fate::Leave, &self.ctx.budget).await {
                 debug!(job = %self.job_id(), error = %e, "job message not settled");
+            }
+        }
+    }
+
+    /// Step the machine, letting go of the probe when it no longer holds it.
+    fn step(&mut self, lc: &mut Lifecycle, event: Event) -> Option<Effect> {
+        let effect = lc.step(event);
+        if !lc.holds_probe() {
+            self.probe = None;
+        }
+        effect
+    }
+
+    /// The event of a direct pool's call effect: the call's own when it ended.
+    fn call_step(&mut self, lc: &Lifecycle, job: &Job, step: Step) -> Event {
+        match step {
+            Step::Next(event) => event,
+            Step::Ended(outcome) => {
+                call_event(self.ctx, job, lc, outcome, &mut self.completion, &mut self.last_error)
             }
         }
     }
@@ -252,11 +276,28 @@ impl<'a> Io<'a> {
             Effect::ReadBudget => Event::BudgetRead { excused: shared.excused(&ctx.budget).await },
             Effect::CallBackend => {
                 let job = self.job?;
-                let outcome = match ctx.batches.pool(&job.pool) {
-                    Some(b) => batch_call(ctx, b, &shared.msg, job).await,
-                    None => call(ctx, self.health?, &shared.msg, job, self.probe.take()).await,
-                };
-                call_event(ctx, job, lc, outcome, &mut self.completion, &mut self.last_error)
+                match ctx.batches.pool(&job.pool) {
+                    Some(b) => {
+                        let outcome = batch_call(ctx, b, &shared.msg, job).await;
+                        self.call_step(lc, job, Step::Ended(outcome))
+                    }
+                    None => self.calling.read_pool(ctx, self.health?),
+                }
+            }
+            Effect::ClaimProbe => {
+                let (job, health) = (self.job?, self.health?);
+                let step = self.calling.claim_probe(health, &mut self.probe);
+                self.call_step(lc, job, step)
+            }
+            Effect::AwaitProbeTurn => {
+                let (job, health) = (self.job?, self.health?);
+                let step = self.calling.await_turn(ctx, health, &shared.msg).await;
+                self.call_step(lc, job, step)
+            }
+            Effect::CallRound { probe } => {
+                let (job, health) = (self.job?, self.health?);
+                let step = self.calling.round(ctx, health, &shared.msg, job, probe).await;
+                self.call_step(lc, job, step)
             }
             Effect::Persist => {
                 let (job, c) = (self.job?, self.completion.as_ref()?);
