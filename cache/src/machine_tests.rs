@@ -210,3 +210,82 @@ async fn export_and_import_round_trip_and_check_ids() {
     // Importing again adds nothing.
     assert_eq!(crate::exchange::import(&d, &file).unwrap().new, 0);
 }
+
+/// A cache written by the previous release (schema 1: the rows in `id` order, `WITHOUT
+/// ROWID`) is moved to schema 2 by the first open: its entries are still answered, new
+/// ones are added, and a second opener finds the move done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_1_cache_is_moved_and_keeps_its_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let conn = Connection::open(dir.path().join(FILE)).unwrap();
+        conn.execute_batch(
+            "PRAGMA auto_vacuum = INCREMENTAL;
+             PRAGMA journal_mode = WAL;
+             CREATE TABLE entries (
+                id BLOB PRIMARY KEY NOT NULL,
+                key BLOB NOT NULL,
+                completion BLOB NOT NULL,
+                model TEXT NOT NULL,
+                stage TEXT NOT NULL,
+                written INTEGER NOT NULL,
+                used INTEGER NOT NULL
+             ) WITHOUT ROWID;
+             CREATE INDEX entries_used ON entries(used);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        for i in 0..3 {
+            let k = key(i);
+            let c = completion(&format!("old {i}"));
+            conn.execute(
+                INSERT,
+                params![
+                    &k.id().as_bytes()[..],
+                    halyard_proto::encode(&k).unwrap(),
+                    halyard_proto::stored::encode_completion(&c).unwrap(),
+                    model_label(&k),
+                    "noop/answer",
+                    100 + i as i64
+                ],
+            )
+            .unwrap();
+        }
+    }
+    let a = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let b = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    for i in 0..3 {
+        assert_eq!(b.get(&key(i).id()).unwrap().unwrap().text, format!("old {i}"));
+    }
+    a.put(&key(7), &completion("new"));
+    a.put(&key(1), &completion("not kept: the entry is there"));
+    a.flush().await;
+    assert_eq!(b.get(&key(7).id()).unwrap().unwrap().text, "new");
+    assert_eq!(b.get(&key(1).id()).unwrap().unwrap().text, "old 1");
+    assert_eq!(a.stats().unwrap().entries, 4);
+    a.close().await;
+    b.close().await;
+    let conn = Connection::open(dir.path().join(FILE)).unwrap();
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA);
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(tables, ["entries"]);
+}
+
+/// A file of a later schema is refused with the directory named, and left as it is.
+#[test]
+fn a_later_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    Connection::open(dir.path().join(FILE))
+        .unwrap()
+        .execute_batch("CREATE TABLE entries (id BLOB); PRAGMA user_version = 9;")
+        .unwrap();
+    let e = MachineCache::open(dir.path(), Limits::default()).err().unwrap().to_string();
+    assert!(e.contains("schema 9") && e.contains(FILE), "{e}");
+}
