@@ -38,8 +38,10 @@ pub const FILE: &str = "results.sqlite";
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// A read updates an entry's "used" time at most this often.
 const TOUCH_EVERY: u64 = 60;
-/// Largest number of writes in one transaction.
-const MAX_GROUP: usize = 4096;
+/// Largest number of writes in one transaction: a writer that falls behind commits what
+/// queued meanwhile in one go (each commit touches pages of the id index all over, so
+/// fewer, larger commits write fewer pages per row; at most about 16 MB held).
+const MAX_GROUP: usize = 32 * 1024;
 /// How long the writer gathers writes after the first of a group before it commits them
 /// in one transaction (unless the group is full or a flush waits): a run's results arrive
 /// one by one, and a transaction per handful of rows cost more than the rows. Each commit
