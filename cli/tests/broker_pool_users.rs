@@ -105,7 +105,7 @@ async fn log_holding(nats: &NatsServer, needles: &[String]) -> String {
     }
 }
 
-fn hex(s: &str) -> String {
+pub(crate) fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
 

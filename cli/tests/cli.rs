@@ -30,6 +30,7 @@ mod gc;
 mod graceful_stop;
 mod health;
 mod hostile;
+mod hostile_combined;
 mod intake;
 mod judges;
 mod leaderboard;

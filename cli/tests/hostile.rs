@@ -56,7 +56,7 @@ fn base64_url(bytes: &[u8]) -> String {
 
 /// Publish `metadata` as the metadata of object `name` (what a worker credential may do:
 /// `$O.halyard_objects.>`), acknowledged by the stream.
-async fn write_metadata(b: &Broker, name: &str, metadata: &[u8]) {
+pub(crate) async fn write_metadata(b: &Broker, name: &str, metadata: &[u8]) {
     let subject = format!("$O.{}.M.{}", objects::BUCKET, base64_url(name.as_bytes()));
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Nats-Rollup", "sub");

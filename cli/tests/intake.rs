@@ -20,7 +20,7 @@ const JOBS: u64 = 200;
 const JUNK: usize = 1000;
 
 /// The run id a coordinator wrote into `status`, once it is there.
-fn run_id(status: &std::path::Path) -> uuid::Uuid {
+pub(crate) fn run_id(status: &std::path::Path) -> uuid::Uuid {
     let t = std::time::Instant::now();
     loop {
         if let Some(r) = std::fs::read_to_string(status)
@@ -47,7 +47,7 @@ fn worker(sweep: &std::path::Path, nats: &NatsServer, dir: &std::path::Path) -> 
 }
 
 /// The peak resident memory (`VmHWM`) of process `pid`, in bytes.
-fn peak_rss(pid: u32) -> Option<u64> {
+pub(crate) fn peak_rss(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -139,7 +139,11 @@ fn a_junk_flood_on_the_results_subject_is_refused_in_bounded_memory() {
 
 /// Every job of run `run` in the job stream (single jobs and batches), once `want` are
 /// there.
-async fn planned_jobs(broker: &halyard_broker::Broker, run: uuid::Uuid, want: usize) -> Vec<Job> {
+pub(crate) async fn planned_jobs(
+    broker: &halyard_broker::Broker,
+    run: uuid::Uuid,
+    want: usize,
+) -> Vec<Job> {
     let t = std::time::Instant::now();
     loop {
         let mut stream = broker.js.get_stream(subjects::JOBS_STREAM).await.unwrap();
