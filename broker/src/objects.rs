@@ -167,9 +167,9 @@ async fn open(b: &Broker) -> Result<(ObjectStore, Stream), BrokerError> {
 }
 
 /// How long a reader waits for the next chunk of an object before giving it up
-/// ([`ObjectError::Broker`]): its metadata may name chunks that were never stored (a
-/// worker credential may write any object's metadata), and nothing may wait without a
-/// deadline. The whole read is bounded by this per chunk and by [`MAX_OBJECT_BYTES`].
+/// ([`ObjectError::Broker`]): nothing may wait without a deadline. (Metadata naming
+/// chunks that were never stored, which a worker credential may write, is refused before
+/// any wait: see [`read_chunks`].) The whole read is bounded by this per chunk and by [`MAX_OBJECT_BYTES`].
 pub const CHUNK_WAIT: Duration = Duration::from_secs(20);
 
 /// An object's metadata, read with the object store's own call and judged as input: one
@@ -237,6 +237,19 @@ async fn read_chunks(
         })
         .await
         .map_err(|e| broker_err(format!("read: {e}")))?;
+    // An object's chunks are stored (and acknowledged) before its metadata is published,
+    // so a reader that found the metadata finds every chunk already in the stream: none
+    // there means none is coming (metadata anyone may write named chunks never stored),
+    // and waiting for them would only hold up the reader. Given up at once, for good.
+    if consumer.cached_info().num_pending == 0 {
+        return Err(ObjectError::Invalid {
+            name: name.to_string(),
+            reason: format!(
+                "its metadata names {} chunks ({:?}) that are not stored",
+                info.chunks, info.nuid
+            ),
+        });
+    }
     let mut chunks = consumer.messages().await.map_err(|e| broker_err(format!("read: {e}")))?;
     loop {
         let chunk = match tokio::time::timeout(CHUNK_WAIT, chunks.next()).await {
