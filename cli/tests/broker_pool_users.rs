@@ -64,18 +64,26 @@ fn generated_server(dir: &Path, sweep: &Path) -> NatsServer {
     NatsServer::start_with_args(&["-c", conf.to_str().unwrap()])
 }
 
-/// A worker per pool of `sweep`, each with `--only-pool` and its pool's generated user,
-/// its stderr in `dir/worker-<pool>.log` (returned beside it).
-fn pool_workers(dir: &Path, sweep: &Path, nats: &NatsServer) -> Vec<(ChildGuard, PathBuf)> {
-    POOLS
+/// A worker for each of `pools` of `sweep`, each with `--only-pool` and its pool's
+/// generated user (`password` of its variable), its checkpoint in `dir/<tag>cp-<pool>`
+/// and its stderr in `dir/<tag>worker-<pool>.log` (returned beside it).
+pub(crate) fn pool_workers(
+    dir: &Path,
+    sweep: &Path,
+    nats: &NatsServer,
+    tag: &str,
+    pools: &[&str],
+    password: fn(&str) -> String,
+) -> Vec<(ChildGuard, PathBuf)> {
+    pools
         .iter()
         .map(|pool| {
-            let log = dir.join(format!("worker-{pool}.log"));
+            let log = dir.join(format!("{tag}worker-{pool}.log"));
             let mut w = halyard();
             w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--only-pool", pool])
                 .args(["--nats", &nats.url(), "--nats-user", &worker_user(pool)])
                 .args(["--metrics", "off", "--state"])
-                .arg(dir.join(format!("cp-{pool}")))
+                .arg(dir.join(format!("{tag}cp-{pool}")))
                 .env("HALYARD_NATS_PASSWORD", password(&worker_password_var(pool)))
                 .stderr(std::fs::File::create(&log).unwrap());
             (ChildGuard::spawn(w), log)
@@ -121,7 +129,7 @@ fn a_pool_credential_reaches_only_its_own_pool() {
     let nats = generated_server(dir.path(), &sweep);
 
     // The whole sweep: a worker per pool, each with `--only-pool` and its pool's user.
-    let mut workers = pool_workers(dir.path(), &sweep, &nats);
+    let mut workers = pool_workers(dir.path(), &sweep, &nats, "", &POOLS, password);
     let out = dir.path().join("runs");
     let o = halyard()
         .args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
@@ -410,7 +418,7 @@ fn a_forged_paused_health_record_stops_no_run_that_progresses() {
     };
     ready_rx.recv_timeout(Duration::from_secs(30)).expect("the forger wrote its record");
 
-    let mut workers = pool_workers(dir.path(), &sweep, &nats);
+    let mut workers = pool_workers(dir.path(), &sweep, &nats, "", &POOLS, password);
     let out = dir.path().join("runs");
     let began = std::time::Instant::now();
     let o = halyard()

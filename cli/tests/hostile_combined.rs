@@ -23,7 +23,7 @@
 //! ([`results_naming_objects_whose_chunks_never_come_stall_no_run`], ignored).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -37,10 +37,10 @@ use halyard_proto::{subjects, Completion, JobId, JobResult, Outcome, Usage};
 use halyard_tests::{ChildGuard, FakeOpenAi, NatsServer};
 use halyard_worker::quota::membership::{self, Announcement};
 
-use crate::broker_pool_users::hex;
+use crate::broker_pool_users::{hex, pool_workers};
 use crate::common::*;
 use crate::hostile::write_metadata;
-use crate::intake::{peak_rss, planned_jobs, run_id};
+use crate::intake::{planned_jobs, run_id, Peak};
 
 /// The sweep's name (its output is `<out>/combined/`).
 const NAME: &str = "combined";
@@ -158,31 +158,6 @@ fn broker_conf(dir: &Path, sweep: &Path) -> PathBuf {
     path
 }
 
-/// A worker for each of `pools`, each with `--only-pool` and its pool's generated user;
-/// its checkpoint and log under `dir`, named by `tag`.
-fn workers(
-    dir: &Path,
-    sweep: &Path,
-    nats: &NatsServer,
-    tag: &str,
-    pools: &[&str],
-) -> Vec<(ChildGuard, PathBuf)> {
-    pools
-        .iter()
-        .map(|pool| {
-            let log = dir.join(format!("{tag}-worker-{pool}.log"));
-            let mut w = halyard();
-            w.args(["worker", "--sweep", sweep.to_str().unwrap(), "--only-pool", pool])
-                .args(["--nats", &nats.url(), "--nats-user", &worker_user(pool)])
-                .args(["--metrics", "off", "--state"])
-                .arg(dir.join(format!("{tag}-cp-{pool}")))
-                .env("HALYARD_NATS_PASSWORD", password(&worker_password_var(pool)))
-                .stderr(std::fs::File::create(&log).unwrap());
-            (ChildGuard::spawn(w), log)
-        })
-        .collect()
-}
-
 fn coordinator(sweep: &Path, nats: &NatsServer, out: &Path, log: &Path) -> ChildGuard {
     let mut c = halyard();
     c.args(["coordinator", sweep.to_str().unwrap(), "--nats", &nats.url(), "--metrics", "off"])
@@ -215,37 +190,6 @@ fn stop_workers(ws: &mut [(ChildGuard, PathBuf)]) {
     for (w, log) in ws.iter_mut() {
         let status = w.wait_timeout(Duration::from_secs(60)).expect("a worker did not stop");
         assert!(status.success(), "worker: {status:?}\n{}", read(log));
-    }
-}
-
-/// The peak resident memory of a process, read every 20 ms until stopped.
-struct Peak {
-    peak: Arc<AtomicU64>,
-    done: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Peak {
-    fn watch(pid: u32) -> Peak {
-        let (peak, done) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
-        let thread = {
-            let (peak, done) = (peak.clone(), done.clone());
-            std::thread::spawn(move || {
-                while !done.load(Ordering::Relaxed) {
-                    if let Some(rss) = peak_rss(pid) {
-                        peak.fetch_max(rss, Ordering::Relaxed);
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            })
-        };
-        Peak { peak, done, thread }
-    }
-
-    fn stop(self) -> u64 {
-        self.done.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap();
-        self.peak.load(Ordering::Relaxed)
     }
 }
 
@@ -695,7 +639,14 @@ fn run_sweep(
             match rx.recv_timeout(Duration::from_secs(600)) {
                 Ok(pool) => {
                     note(&format!("{tag}: starting the worker of {pool}"));
-                    ws.extend(workers(dir, sweep, &nats, tag, &[pool]))
+                    ws.extend(pool_workers(
+                        dir,
+                        sweep,
+                        &nats,
+                        &format!("{tag}-"),
+                        &[pool],
+                        password,
+                    ))
                 }
                 Err(_) => {
                     stop.store(true, Ordering::Relaxed);
@@ -713,7 +664,7 @@ fn run_sweep(
         }
         Some(h)
     } else {
-        ws = workers(dir, sweep, &nats, tag, &POOLS);
+        ws = pool_workers(dir, sweep, &nats, &format!("{tag}-"), &POOLS, password);
         None
     };
     let exit = c.wait_timeout(Duration::from_secs(900));

@@ -54,6 +54,37 @@ pub(crate) fn peak_rss(pid: u32) -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// The peak resident memory of a process, read every 20 ms until stopped.
+pub(crate) struct Peak {
+    peak: Arc<AtomicU64>,
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Peak {
+    pub(crate) fn watch(pid: u32) -> Peak {
+        let (peak, done) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let thread = {
+            let (peak, done) = (peak.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    if let Some(rss) = peak_rss(pid) {
+                        peak.fetch_max(rss, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        Peak { peak, done, thread }
+    }
+
+    pub(crate) fn stop(self) -> u64 {
+        self.done.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
 #[test]
 fn a_junk_flood_on_the_results_subject_is_refused_in_bounded_memory() {
     let nats = NatsServer::start();
@@ -98,29 +129,15 @@ fn a_junk_flood_on_the_results_subject_is_refused_in_bounded_memory() {
 
     // The restarted coordinator, watched for its peak memory, and a worker.
     let mut second = coordinator();
-    let pid = second.pid();
-    let (peak, done) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
-    let watcher = {
-        let (peak, done) = (peak.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                if let Some(rss) = peak_rss(pid) {
-                    peak.fetch_max(rss, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let peak = Peak::watch(second.pid());
     let mut worker = worker(&sweep, &nats, dir.path());
     let exit = second.wait_timeout(Duration::from_secs(180)).expect("run did not finish");
-    done.store(true, Ordering::Relaxed);
-    watcher.join().unwrap();
+    let peak = peak.stop();
     worker.signal(libc::SIGTERM);
     worker.wait_timeout(Duration::from_secs(30)).expect("worker did not stop");
     let log = std::fs::read_to_string(dir.path().join("coordinator.log")).unwrap_or_default();
     assert!(exit.success(), "coordinator: {exit:?}\n{log}");
 
-    let peak = peak.load(Ordering::Relaxed);
     let flood = (JUNK * junk.len()) as u64;
     eprintln!("flood of {} MiB: coordinator peak RSS {} MiB", flood >> 20, peak >> 20);
     assert!(peak > 0, "no memory reading of the coordinator");
