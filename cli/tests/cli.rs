@@ -11,6 +11,7 @@ mod common;
 
 mod anthropic;
 mod batch_mode;
+mod bench_scripts;
 mod broker_permissions;
 mod broker_pool_users;
 mod broker_security;
