@@ -35,6 +35,7 @@
 //!
 //! Per model ([`Policy`]): `read-write` (default), `read`, `write`, `off`.
 
+pub mod claims;
 pub mod exchange;
 pub mod machine;
 pub mod shared;
@@ -83,6 +84,37 @@ pub(crate) fn as_entry(c: &Completion) -> std::borrow::Cow<'_, Completion> {
 pub enum Tier {
     Machine,
     Shared,
+}
+
+/// What [`Cache::lookup`] found.
+#[derive(Debug)]
+pub enum Found {
+    /// An answer, and the tier it came from.
+    Answer(Completion, Tier),
+    /// No answer: call the model, holding the job's claim if one was taken.
+    Call(Option<ClaimGuard>),
+    /// Another process of this machine has been calling the job for `for_s` seconds:
+    /// come back for its answer later instead of paying for it too.
+    Held { for_s: u64 },
+}
+
+/// A claim on a job this process calls ([`claims`]): given back when the answer is
+/// remembered ([`Cache::remember`], once committed), else when dropped.
+pub struct ClaimGuard {
+    machine: Arc<MachineCache>,
+    id: JobId,
+}
+
+impl std::fmt::Debug for ClaimGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClaimGuard({})", self.id)
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        self.machine.release(&self.id);
+    }
 }
 
 /// The machine tier's directory: `flag` (`--cache DIR`), else `HALYARD_CACHE`, else
@@ -155,19 +187,16 @@ impl Cache {
 
     /// The answer to `job`, machine tier first, then the shared tier, if `policy` reads.
     /// A shared answer is copied to the machine tier (if `policy` writes). Errors are
-    /// misses (said once).
-    pub async fn lookup(
-        &self,
-        job: &JobKey,
-        id: &JobId,
-        policy: Policy,
-    ) -> Option<(Completion, Tier)> {
+    /// misses (said once). On a miss of a `read-write` model that costs (not `noop` or
+    /// `replay`), the job is claimed on the machine tier first ([`claims`]): when another
+    /// process of the machine is calling it now, [`Found::Held`].
+    pub async fn lookup(&self, job: &JobKey, id: &JobId, policy: Policy) -> Found {
         if !policy.reads() {
-            return None;
+            return Found::Call(None);
         }
         if let Some(m) = &self.machine {
             match m.get(id) {
-                Ok(Some(c)) => return Some((c, Tier::Machine)),
+                Ok(Some(c)) => return Found::Answer(c, Tier::Machine),
                 Ok(None) => {}
                 Err(e) => self.warn_once(&e),
             }
@@ -180,13 +209,31 @@ impl Cache {
                             m.put(job, &c);
                         }
                     }
-                    return Some((c, Tier::Shared));
+                    return Found::Answer(c, Tier::Shared);
                 }
                 Ok(None) => {}
                 Err(e) => self.warn_once(&e),
             }
         }
-        None
+        let claims = policy == Policy::ReadWrite
+            && Policy::default_for(&job.model.backend) == Policy::ReadWrite;
+        let (Some(m), true) = (&self.machine, claims) else { return Found::Call(None) };
+        match m.claim(id) {
+            Ok(claims::Taken::Held { for_s }) => Found::Held { for_s },
+            Ok(claims::Taken::Mine) => {
+                let guard = ClaimGuard { machine: m.clone(), id: *id };
+                // The last holder may have committed its answer and given back its claim
+                // between the read above and this claim.
+                match m.get(id) {
+                    Ok(Some(c)) => Found::Answer(c, Tier::Machine),
+                    _ => Found::Call(Some(guard)),
+                }
+            }
+            Err(e) => {
+                self.warn_once(&e);
+                Found::Call(None)
+            }
+        }
     }
 
     /// Remember what this process paid for (machine tier), if `policy` writes.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::claims::Taken;
 use halyard_proto::{ChatMessage, ModelRef, Sampling, Usage};
 
 fn key(i: u32) -> JobKey {
@@ -101,6 +102,7 @@ async fn a_row_under_another_jobs_id_is_refused() {
     conn.execute(
         INSERT,
         params![
+            h(&forged),
             &forged.as_bytes()[..],
             halyard_proto::encode(&key(1)).unwrap(),
             halyard_proto::stored::encode_completion(&completion("wrong")).unwrap(),
@@ -211,35 +213,50 @@ async fn export_and_import_round_trip_and_check_ids() {
     assert_eq!(crate::exchange::import(&d, &file).unwrap().new, 0);
 }
 
-/// A cache written by the previous release (schema 1: the rows in `id` order, `WITHOUT
-/// ROWID`) is moved to schema 2 by the first open: its entries are still answered, new
-/// ones are added, and a second opener finds the move done.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_schema_1_cache_is_moved_and_keeps_its_entries() {
+/// Schema 1 (the rows in `id` order, `WITHOUT ROWID`).
+const SCHEMA_1: &str = "CREATE TABLE entries (
+        id BLOB PRIMARY KEY NOT NULL,
+        key BLOB NOT NULL,
+        completion BLOB NOT NULL,
+        model TEXT NOT NULL,
+        stage TEXT NOT NULL,
+        written INTEGER NOT NULL,
+        used INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX entries_used ON entries(used);";
+
+/// Schema 2 (rows appended, a unique index on the 16-byte id).
+const SCHEMA_2: &str = "CREATE TABLE entries (
+        id BLOB NOT NULL UNIQUE,
+        key BLOB NOT NULL,
+        completion BLOB NOT NULL,
+        model TEXT NOT NULL,
+        stage TEXT NOT NULL,
+        written INTEGER NOT NULL,
+        used INTEGER NOT NULL
+    );
+    CREATE INDEX entries_used ON entries(used);";
+
+/// A cache written by an earlier release (schema `version`, created by `ddl`) is moved
+/// to the current schema by the first open: its entries are still answered, new ones
+/// are added, an entry already there is kept, and a second opener finds the move done.
+async fn an_earlier_schema_is_moved(version: i64, ddl: &str) {
     let dir = tempfile::tempdir().unwrap();
     {
         let conn = Connection::open(dir.path().join(FILE)).unwrap();
-        conn.execute_batch(
+        conn.execute_batch(&format!(
             "PRAGMA auto_vacuum = INCREMENTAL;
              PRAGMA journal_mode = WAL;
-             CREATE TABLE entries (
-                id BLOB PRIMARY KEY NOT NULL,
-                key BLOB NOT NULL,
-                completion BLOB NOT NULL,
-                model TEXT NOT NULL,
-                stage TEXT NOT NULL,
-                written INTEGER NOT NULL,
-                used INTEGER NOT NULL
-             ) WITHOUT ROWID;
-             CREATE INDEX entries_used ON entries(used);
-             PRAGMA user_version = 1;",
-        )
+             {ddl}
+             PRAGMA user_version = {version};"
+        ))
         .unwrap();
         for i in 0..3 {
             let k = key(i);
             let c = completion(&format!("old {i}"));
             conn.execute(
-                INSERT,
+                "INSERT INTO entries (id, key, completion, model, stage, written, used)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
                 params![
                     &k.id().as_bytes()[..],
                     halyard_proto::encode(&k).unwrap(),
@@ -266,8 +283,8 @@ async fn a_schema_1_cache_is_moved_and_keeps_its_entries() {
     a.close().await;
     b.close().await;
     let conn = Connection::open(dir.path().join(FILE)).unwrap();
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
-    assert_eq!(version, SCHEMA);
+    let now: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+    assert_eq!(now, SCHEMA);
     let tables: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
         .unwrap()
@@ -276,6 +293,34 @@ async fn a_schema_1_cache_is_moved_and_keeps_its_entries() {
         .map(|r| r.unwrap())
         .collect();
     assert_eq!(tables, ["entries"]);
+    // The old entries kept the order they were written in (oldest first).
+    let written: Vec<i64> = conn
+        .prepare("SELECT written FROM entries ORDER BY rowid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(&written[..3], [100, 101, 102]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_1_cache_is_moved_and_keeps_its_entries() {
+    an_earlier_schema_is_moved(1, SCHEMA_1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_2_cache_is_moved_and_keeps_its_entries() {
+    an_earlier_schema_is_moved(2, SCHEMA_2).await;
+}
+
+/// The writer gathers at least 100 ms, longer after slow commits, never more than 2 s.
+#[test]
+fn the_writer_gathers_longer_after_slow_commits() {
+    assert_eq!(gather_for(Duration::ZERO), GROUP_WAIT);
+    assert_eq!(gather_for(Duration::from_millis(20)), GROUP_WAIT);
+    assert_eq!(gather_for(Duration::from_millis(200)), Duration::from_millis(600));
+    assert_eq!(gather_for(Duration::from_secs(5)), MAX_GATHER);
 }
 
 /// A file of a later schema is refused with the directory named, and left as it is.
@@ -288,4 +333,107 @@ fn a_later_schema_is_refused() {
         .unwrap();
     let e = MachineCache::open(dir.path(), Limits::default()).err().unwrap().to_string();
     assert!(e.contains("schema 9") && e.contains(FILE), "{e}");
+}
+
+/// Rows are found by the id's first 8 bytes, and a read compares the whole id: an id
+/// that shares its first 8 bytes with a cached job's is a miss, not that job's answer.
+#[tokio::test]
+async fn an_id_sharing_the_index_key_is_a_miss() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    c.put(&key(1), &completion("one"));
+    c.flush().await;
+    let cached = key(1).id();
+    let mut bytes = *cached.as_bytes();
+    bytes[15] ^= 0xff;
+    let other = JobId::from_slice(&bytes).unwrap();
+    assert_eq!(h(&other), h(&cached));
+    assert_eq!(c.get(&cached).unwrap().unwrap().text, "one");
+    assert!(c.get(&other).unwrap().is_none(), "another id's read was answered");
+}
+
+/// Claims (two openers are two processes): a job one process claimed is held for the
+/// other until the first's answer is committed, which gives the claim back; a claim
+/// given back without an answer (a failed call) frees the job at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_job_is_held_for_other_processes_until_its_answer_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let b = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let (one, two) = (key(1), key(2));
+    assert_eq!(a.claim(&one.id()).unwrap(), Taken::Mine);
+    assert_eq!(a.claim(&one.id()).unwrap(), Taken::Mine, "a holder may claim again");
+    assert!(matches!(b.claim(&one.id()).unwrap(), Taken::Held { .. }));
+    a.put(&one, &completion("paid by a"));
+    a.flush().await;
+    assert_eq!(b.get(&one.id()).unwrap().unwrap().text, "paid by a");
+    assert_eq!(b.claim(&one.id()).unwrap(), Taken::Mine, "given back once written");
+
+    assert_eq!(a.claim(&two.id()).unwrap(), Taken::Mine);
+    assert!(matches!(b.claim(&two.id()).unwrap(), Taken::Held { .. }));
+    a.release(&two.id());
+    assert_eq!(b.claim(&two.id()).unwrap(), Taken::Mine, "given back without an answer");
+    assert!(matches!(a.claim(&two.id()).unwrap(), Taken::Held { .. }));
+    // Closing gives back what is still held.
+    b.close().await;
+    assert_eq!(a.claim(&two.id()).unwrap(), Taken::Mine);
+}
+
+/// A claim whose holder stopped renewing it (killed) expires after the lease, and
+/// another process takes the job over; one still within its lease is held.
+#[test]
+fn an_expired_claim_is_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let conn = Connection::open(dir.path().join(crate::claims::FILE)).unwrap();
+    let now = now_s() as i64;
+    let lease = crate::claims::LEASE.as_secs() as i64;
+    for (i, until) in [(1u32, now - 1), (2, now + lease)] {
+        let id = key(i).id();
+        conn.execute(
+            "INSERT INTO claims (h, id, holder, taken, until) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![h(&id), &id.as_bytes()[..], &[7u8; 16][..], until - lease, until],
+        )
+        .unwrap();
+    }
+    assert_eq!(c.claim(&key(1).id()).unwrap(), Taken::Mine, "expired: taken over");
+    assert_eq!(c.claim(&key(2).id()).unwrap(), Taken::Held { for_s: 0 }, "live: held");
+}
+
+/// Through the two-tier interface: a paid model's miss is claimed, and a second process
+/// is told the job is held; a model that costs nothing (`noop`) is never claimed; a
+/// `read` or `write` model claims nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_paid_read_write_misses_are_claimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = crate::Cache::open_machine(Some(dir.path()), Limits::default());
+    let b = crate::Cache::open_machine(Some(dir.path()), Limits::default());
+    let paid = key(1);
+    let crate::Found::Call(Some(guard)) =
+        a.lookup(&paid, &paid.id(), crate::Policy::ReadWrite).await
+    else {
+        panic!("a paid miss is claimed")
+    };
+    assert!(matches!(
+        b.lookup(&paid, &paid.id(), crate::Policy::ReadWrite).await,
+        crate::Found::Held { .. }
+    ));
+    for policy in [crate::Policy::Read, crate::Policy::Write] {
+        assert!(matches!(b.lookup(&paid, &paid.id(), policy).await, crate::Found::Call(None)));
+    }
+    a.remember(&paid, &completion("paid"), crate::Policy::ReadWrite);
+    a.close().await;
+    drop(guard);
+    match b.lookup(&paid, &paid.id(), crate::Policy::ReadWrite).await {
+        crate::Found::Answer(c, crate::Tier::Machine) => assert_eq!(c.text, "paid"),
+        other => panic!("{other:?}"),
+    }
+    let mut free = key(2);
+    free.model.backend = "noop".into();
+    for cache in [&a, &b] {
+        assert!(matches!(
+            cache.lookup(&free, &free.id(), crate::Policy::ReadWrite).await,
+            crate::Found::Call(None)
+        ));
+    }
 }

@@ -405,6 +405,11 @@ pub fn worker_metrics(e: &mut Exposition, worker: &str, s: &Stats) {
             s.cache_shared.get(),
         ),
         (
+            "halyard_worker_cache_held_total",
+            "Jobs handed back because another process of this machine was calling them (its result cache claim).",
+            s.cache_held.get(),
+        ),
+        (
             "halyard_worker_rate_limited_total",
             "HTTP 429 responses received by the worker, retried ones included.",
             s.rate_limited.get(),

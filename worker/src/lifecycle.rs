@@ -139,6 +139,12 @@ pub enum Event {
     CacheRead {
         hit: bool,
     },
+    /// The result cache has no answer, and another process of the machine is calling
+    /// the job now (its claim): hand it back after `retry_after`, when the answer is
+    /// likely in the cache, instead of paying for it a second time.
+    CacheHeld {
+        retry_after: Duration,
+    },
     /// Whether a live provider batch holds the job (false outside batch pools).
     BatchHolds {
         held: bool,
@@ -384,6 +390,9 @@ impl Lifecycle {
             (S::Looking(L::Cache), E::CacheRead { hit: false }) => {
                 (S::Looking(L::Batch), F::AskBatch)
             }
+            (S::Looking(L::Cache), E::CacheHeld { retry_after }) => {
+                self.hand_back(Some(retry_after))
+            }
             (S::Looking(L::Checkpoint), E::CheckpointRead { hit: true })
             | (S::Looking(L::Cache), E::CacheRead { hit: true }) => {
                 // Answered: no budget read, nothing counts.
@@ -532,6 +541,27 @@ mod tests {
 
     fn drive(lc: &mut Lifecycle, events: &[Event]) -> Vec<Effect> {
         events.iter().flat_map(|e| lc.step(e.clone())).collect()
+    }
+
+    /// A job another process of the machine is calling is handed back (its delivery
+    /// excused) after the delay the cache asks, at least the hand-back's own; no call.
+    #[test]
+    fn a_job_another_process_calls_is_handed_back_without_a_call() {
+        for (asked, nak) in
+            [(Duration::from_secs(7), Duration::from_secs(7)), (Duration::ZERO, HANDBACK_NAK)]
+        {
+            let mut lc = Lifecycle::new(3, 5);
+            let fx = drive(
+                &mut lc,
+                &[
+                    E::Arrived,
+                    E::CheckpointRead { hit: false },
+                    E::CacheHeld { retry_after: asked },
+                ],
+            );
+            assert_eq!(fx, vec![F::ReadCheckpoint, F::AskCache, F::HandBack(nak)]);
+            assert_eq!(lc.state(), State::Finished(Disposition::HandedBack));
+        }
     }
 
     /// The normal path persists, then publishes, then acks — in that order only.

@@ -11,6 +11,7 @@ mod ctx;
 mod retrying;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::jetstream;
 use halyard_proto::{Completion, Failure, FailureKind, Job, Outcome};
@@ -181,6 +182,9 @@ struct Io<'a> {
     refusal: Option<&'a halyard_proto::pool::Refusal>,
     completion: Option<Completion>,
     last_error: Option<CallError>,
+    /// The job's claim on the machine's result cache while this delivery calls it
+    /// (given back when the answer is remembered, else when the delivery ends).
+    claim: Option<halyard_cache::ClaimGuard>,
     /// Whether this job has told its message how it ended (see `JobMsg`).
     settled: bool,
 }
@@ -198,6 +202,7 @@ impl<'a> Io<'a> {
             refusal: None,
             completion: None,
             last_error: None,
+            claim: None,
             settled: false,
         }
     }
@@ -258,8 +263,20 @@ impl<'a> Io<'a> {
             }
             Effect::AskCache => {
                 let (job, policy) = (self.job?, self.policy?);
-                self.completion = from_cache(ctx, job, policy).await;
-                Event::CacheRead { hit: self.completion.is_some() }
+                match ctx.cache.lookup(&job.key, &job.id, policy).await {
+                    halyard_cache::Found::Answer(c, tier) => {
+                        self.completion = from_cache(ctx, job, c, tier).await;
+                        Event::CacheRead { hit: self.completion.is_some() }
+                    }
+                    halyard_cache::Found::Call(claim) => {
+                        self.claim = claim;
+                        Event::CacheRead { hit: false }
+                    }
+                    halyard_cache::Found::Held { for_s } => {
+                        ctx.stats.cache_held.inc();
+                        Event::CacheHeld { retry_after: held_retry(for_s) }
+                    }
+                }
             }
             Effect::AskBatch => {
                 let job = self.job?;
@@ -375,15 +392,23 @@ impl<'a> Io<'a> {
     }
 }
 
-/// The result cache's answer to `job` (checkpoint missed), written to the checkpoint
+/// How long a job another process of the machine is calling (for `for_s` seconds) waits
+/// before it looks again: about half as long as the call has taken so far, between 1 s
+/// and 30 s, so that a long call is not asked after every second (each hand-back is a
+/// redelivery, excused from the job's budget).
+fn held_retry(for_s: u64) -> Duration {
+    Duration::from_secs((for_s / 2).clamp(1, 30))
+}
+
+/// The result cache's answer `c` to `job` (checkpoint missed), written to the checkpoint
 /// first: a run keeps what it read even if the cache is pruned, and it is then a
 /// checkpoint hit like any other. A checkpoint that cannot take it: no answer (called).
 async fn from_cache(
     ctx: &PoolCtx,
     job: &Job,
-    policy: halyard_proto::CachePolicy,
+    mut c: halyard_proto::Completion,
+    tier: halyard_cache::Tier,
 ) -> Option<halyard_proto::Completion> {
-    let (mut c, tier) = ctx.cache.lookup(&job.key, &job.id, policy).await?;
     // Said in the checkpoint too: a redelivery replays it as a cache answer, which the
     // coordinator counts as money saved, never as paid (issue 51).
     c.source = match tier {

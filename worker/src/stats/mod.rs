@@ -33,6 +33,9 @@ pub struct Stats {
     /// Jobs answered from the result cache (issue 51): the machine's, the broker's.
     pub cache_machine: Counter,
     pub cache_shared: Counter,
+    /// Jobs handed back because another process of the machine was calling them (the
+    /// result cache's claims, issue 51).
+    pub cache_held: Counter,
     pub dead_letters: Counter,
     pub retried: Counter,
     /// Pull requests sent, and jobs they brought (their ratio is the mean pull size).
