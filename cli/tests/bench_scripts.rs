@@ -64,3 +64,20 @@ fn bytes_per_job_runs_and_prints_a_row_per_size() {
         assert!(after > 0.0, "{out}");
     }
 }
+
+/// `cache-cost` with `SHARED=1` runs each policy on a broker of its own (the shared tier
+/// written by the coordinator, read by the worker) and adds the broker's CPU time.
+#[test]
+fn cache_cost_measures_the_shared_tier() {
+    let out = script("cache-cost", &["300", "1"], &[("POLICIES", "off shared"), ("SHARED", "1")]);
+    for policy in ["off", "shared"] {
+        let row: Vec<&str> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|r| r.first() == Some(&"1") && r.get(1) == Some(&policy))
+            .unwrap_or_else(|| panic!("no {policy} row:\n{out}"));
+        let cpu: f64 = row[3].parse().unwrap_or_else(|_| panic!("cpu of {policy}: {out}"));
+        assert!(cpu > 0.0, "{out}");
+    }
+    assert!(out.contains("median cpu: off "), "{out}");
+}
