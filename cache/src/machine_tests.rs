@@ -285,23 +285,19 @@ async fn an_earlier_schema_is_moved(version: i64, ddl: &str) {
     let conn = Connection::open(dir.path().join(FILE)).unwrap();
     let now: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
     assert_eq!(now, SCHEMA);
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
+    let tables: Vec<String> =
+        column(&conn, "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name");
     assert_eq!(tables, ["entries"]);
     // The old entries kept the order they were written in (oldest first).
-    let written: Vec<i64> = conn
-        .prepare("SELECT written FROM entries ORDER BY rowid")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
+    let written: Vec<i64> = column(&conn, "SELECT written FROM entries ORDER BY rowid");
     assert_eq!(&written[..3], [100, 101, 102]);
+}
+
+/// The first column of every row `sql` selects.
+fn column<T: rusqlite::types::FromSql>(conn: &Connection, sql: &str) -> Vec<T> {
+    let mut st = conn.prepare(sql).unwrap();
+    let rows = st.query_map([], |r| r.get(0)).unwrap();
+    rows.map(|r| r.unwrap()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
