@@ -147,6 +147,25 @@ impl Compose {
         Ok(())
     }
 
+    /// Writes the whole log of `container` into `file`: every start of it, which
+    /// `docker logs -f` does not follow past the first stop (a container that a restart
+    /// policy or `compose start` started again).
+    pub fn save_logs(container: &str, file: &Path) -> Result<(), String> {
+        let out = std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let status = Command::new("docker")
+            .args(["logs", container])
+            .stdout(out)
+            .stderr(err)
+            .stdin(Stdio::null())
+            .status()
+            .map_err(|e| format!("docker logs: {e}"))?;
+        if !status.success() {
+            return Err(format!("docker logs {container}: {status}"));
+        }
+        Ok(())
+    }
+
     /// Remembers a container's volumes, to remove them on drop.
     pub fn own_volumes(&mut self, container: &str) -> Result<(), String> {
         let f = "{{range .Mounts}}{{if eq .Type \"volume\"}}{{.Name}} {{end}}{{end}}";
