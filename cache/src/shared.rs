@@ -34,6 +34,9 @@ pub const MAX_AGE: Duration = Duration::from_secs(180 * 24 * 3600);
 pub const MAX_BYTES: i64 = 8 << 30;
 /// Version of [`Entry`].
 pub const ENTRY_VERSION: u16 = 1;
+/// How long a write the broker refuses is tried again (a bucket without a leader, while
+/// another node takes over: 4 to 7 s in the compose fault test).
+const RETRY_FOR: Duration = Duration::from_secs(30);
 /// How long a reader that found no bucket waits before it looks again.
 const LOOK_AGAIN: Duration = Duration::from_secs(30);
 
@@ -153,6 +156,9 @@ impl SharedReader {
 pub struct SharedWriter {
     store: kv::Store,
     full_warned: Arc<AtomicBool>,
+    /// A write was refused for all of [`RETRY_FOR`]: later ones are tried once until
+    /// one succeeds (a full bucket does not hold up every entry for that long).
+    failing: Arc<AtomicBool>,
 }
 
 impl SharedWriter {
@@ -173,12 +179,17 @@ impl SharedWriter {
             halyard_broker::retry_js("open the shared result cache", || b.js.get_key_value(BUCKET))
                 .await
                 .map_err(|e| CacheError::Broker(e.to_string()))?;
-        Ok(SharedWriter { store, full_warned: Arc::new(AtomicBool::new(false)) })
+        Ok(SharedWriter {
+            store,
+            full_warned: Arc::new(AtomicBool::new(false)),
+            failing: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// Put the accepted `completion` of job `id` (planned by run `run`) unless the bucket
-    /// holds an answer for it already. A refusal (a full bucket, a broker away) is said
-    /// once and otherwise ignored: the run goes on.
+    /// holds an answer for it already. A refusal (the bucket without a leader while a
+    /// node is lost, a broker away, a full bucket) is tried again for up to
+    /// [`RETRY_FOR`], then said once and otherwise ignored: the run goes on.
     pub async fn put(&self, run: uuid::Uuid, id: JobId, completion: &Completion) {
         let completion = crate::as_entry(completion).into_owned();
         let entry = Entry { v: ENTRY_VERSION, job: id, completion, run };
@@ -189,10 +200,25 @@ impl SharedWriter {
                 return;
             }
         };
-        match self.store.create(kv_key(&id), bytes.into()).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+        let bytes: bytes::Bytes = bytes.into();
+        let create = || self.store.create(kv_key(&id), bytes.clone());
+        let retry = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(250))
+            .with_max_delay(Duration::from_secs(4))
+            .with_total_delay(Some(RETRY_FOR))
+            .without_max_times()
+            .with_jitter();
+        let failing = self.failing.load(Ordering::Relaxed);
+        let created = backon::Retryable::retry(create, retry)
+            .when(|e: &kv::CreateError| !failing && e.kind() != kv::CreateErrorKind::AlreadyExists)
+            .await;
+        match created {
+            Ok(_) => self.failing.store(false, Ordering::Relaxed),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                self.failing.store(false, Ordering::Relaxed)
+            }
             Err(e) => {
+                self.failing.store(true, Ordering::Relaxed);
                 if !self.full_warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(job = %id, error = %e, "the shared result cache refused a write (full, or the broker is away); results are not shared from now on (said once), the run goes on");
                 }

@@ -204,6 +204,32 @@ mod forged {
         halyard_broker::connect(&BrokerConfig::new(nats.url(), user).with_auth(auth)).await.unwrap()
     }
 
+    /// Issue 51: a write the broker refuses while the bucket has no leader (two of a
+    /// 3-node cluster's nodes killed: no quorum) is made again once the nodes are back,
+    /// within the writer's retry window: the accepted answer is shared, not lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shared_write_refused_without_a_leader_is_made_again() {
+        let mut cluster = halyard_tests::NatsCluster::start(3);
+        let b = halyard_broker::connect(&BrokerConfig::new(cluster.node(0).url(), "coordinator"))
+            .await
+            .unwrap();
+        let writer = SharedWriter::open(&b).await.unwrap();
+        cluster.node_mut(1).stop(); // SIGKILL
+        cluster.node_mut(2).stop();
+        let job = JobId([9; 16]);
+        let put = tokio::spawn(async move {
+            writer.put(uuid::Uuid::now_v7(), job, &completion("paid without a leader")).await
+        });
+        // Longer than a JetStream request's timeout (5 s): the first create fails.
+        tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+        cluster.node_mut(1).restart();
+        cluster.node_mut(2).restart();
+        tokio::time::timeout(std::time::Duration::from_secs(60), put).await.unwrap().unwrap();
+        let reader = SharedReader::new(b);
+        let got = reader.get(&job).await.unwrap().expect("the refused write was made again");
+        assert_eq!(got.text, "paid without a leader");
+    }
+
     /// Issue 51: on a broker with the shipped permissions, worker credentials cannot put
     /// an entry into the shared result cache (new or over an accepted one), and a value
     /// stored under another job's name is refused by readers: only what the coordinator
