@@ -49,28 +49,28 @@
 //! new ones: a second benchmark of the first [`NEW_QUESTIONS`] questions judged by phase
 //! 1's judge with a seed (`judge-seeded`, a new job id for each check). During it:
 //!
-//! 7. the NATS node leading the bucket's stream (`KV_halyard_cache`) killed with SIGKILL
-//!    once the coordinator has written a quarter of the new jobs' answers to it (its keys
-//!    grew in the second before), as the workers read phase 1's answers from it; started
-//!    again 8 s later;
-//! 8. the coordinator killed with SIGKILL once it has written half of them, as it writes
-//!    the bucket, then started again (Docker applies no restart policy to a container it
-//!    killed itself; the test starts it as the policy starts a coordinator that crashed):
-//!    it resumes the run.
+//! 7. the coordinator killed with SIGKILL a quarter into the new jobs' calls, as it
+//!    accepts results (its own /metrics: more in the 5 s before), each of which it
+//!    writes to the bucket; then started again (Docker applies no restart policy to a
+//!    container it killed itself; the test starts it as the policy starts a coordinator
+//!    that crashed): it resumes;
+//! 8. the NATS node leading the bucket's stream (`KV_halyard_cache`) killed with SIGKILL
+//!    once the coordinator accepts results again, as the workers read phase 1's answers
+//!    from it and the coordinator writes it; started again 8 s later.
 //!
-//! It checks: the coordinator completes after one restart; report figures and labels
-//! equal an uninterrupted run of that sweep without a result cache (`halyard run` on this
-//! host, as phase 1's reference; its report gives the number of new jobs); phase 1's
-//! jobs, per the report's `costs.by_model_stage`, none answered from a machine cache
-//! and all from the shared cache but at most the faults' in-flight bound paid again;
+//! It checks: the coordinator completes, killed and started once; report figures and
+//! labels equal an uninterrupted run of that sweep without a result cache (`halyard run`
+//! on this host, as phase 1's reference; its report gives the number of new jobs);
+//! phase 1's jobs, per the report's `costs.by_model_stage`, none answered from a machine
+//! cache and all from the shared cache but at most the faults' in-flight bound paid again;
 //! the new jobs all paid; paid calls (the fake API's count) at least the new jobs and
 //! at most the new jobs plus that bound; every entry of the bucket (read with the test's
 //! own user) names the job of its key and a run of one of the two coordinators, each
 //! run's entries jobs it paid for; the phase's workers exited 0; no panic, no permission
 //! violation. Phase 1's jobs missing from the bucket widen the bounds by as many: a
-//! write the coordinator makes while the bucket has no leader is refused and not made
-//! again, so jobs accepted but not shared are printed (a known gap), not asserted. It
-//! prints a second table.
+//! write the broker refuses for longer than the coordinator tries it again is lost, so
+//! jobs accepted but not shared are printed, not asserted (yet). It prints a second
+//! table.
 //!
 //! Ignored in `cargo test` (it builds images and needs a Docker daemon); `.ci/run` runs it
 //! through `deploy/check`, after the test suite has built the debug binaries:
@@ -516,25 +516,14 @@ impl Cluster {
         (leader, s["config"]["num_replicas"].as_u64().unwrap_or(0))
     }
 
-    /// Keys in the shared cache's bucket (messages of its stream), from the /jsz of nats1,
-    /// or of another node while nats1 is down.
+    /// Keys in the shared cache's bucket (messages of its stream): the most any running
+    /// node's /jsz shows (a replica catching up shows fewer).
     fn cache_keys(&self) -> u64 {
-        let s = ["nats1", "nats2", "nats3"]
-            .iter()
-            .find_map(|n| self.stream_detail_on(n, CACHE_STREAM).ok());
-        s.map_or(0, |s| s["state"]["messages"].as_u64().unwrap_or(0))
-    }
-
-    /// Waits until the shared cache's bucket holds `n` keys while the coordinator runs: it
-    /// writes one for each job it accepts that no run shared before.
-    fn wait_cache_keys(&self, n: u64, coordinator: &str) {
-        let t = Instant::now();
-        while self.cache_keys() < n {
-            let state = Compose::inspect(coordinator, "{{.State.Status}}").unwrap();
-            assert_eq!(state, "running", "the coordinator stopped before the bucket held {n}");
-            assert!(t.elapsed() < DEADLINE, "the bucket held fewer than {n} after {DEADLINE:?}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        let keys = ["nats1", "nats2", "nats3"].iter().filter_map(|n| {
+            let s = self.stream_detail_on(n, CACHE_STREAM).ok()?;
+            s["state"]["messages"].as_u64()
+        });
+        keys.max().unwrap_or(0)
     }
 
     /// Every entry of the shared result cache's bucket, read with the test's own user:
@@ -647,8 +636,11 @@ fn start(dir: &Path) -> Cluster {
             )
         })
         .collect();
+    // The coordinator's metrics on a free host port: phase 2 kills it as it accepts
+    // results (and so writes them to the shared cache).
+    let coordinator = "  coordinator:\n    ports: [\"127.0.0.1::9464\"]\n";
     let override_file = dir.join("fault-test.yaml");
-    std::fs::write(&override_file, format!("services:\n{mounts}")).unwrap();
+    std::fs::write(&override_file, format!("services:\n{mounts}{coordinator}")).unwrap();
     let mut compose = Compose::new(
         &id,
         &repo_root().join("deploy/compose"),
@@ -743,7 +735,9 @@ fn a_rogue_route_is_refused(cluster: &Cluster) -> String {
         std::thread::sleep(Duration::from_millis(250));
     };
     let routes = route_ips();
-    let _ = run("docker", &["rm", "-f", &name]);
+    // With its anonymous volume (the image's /data): `--rm` removes it only when the
+    // container exits by itself.
+    let _ = run("docker", &["rm", "-f", "-v", &name]);
     assert_eq!(refused, 3, "nodes that logged the rogue route's authentication failure");
     assert!(
         !routes.contains(&rogue_ip),
@@ -1008,26 +1002,18 @@ fn cache_counts(report: &Value, pick: impl Fn(&str) -> bool) -> (u64, u64, u64, 
 }
 
 impl Cluster {
-    /// Waits (at most 60 s) until the shared cache's bucket gained entries within the last
-    /// second, i.e. the coordinator is writing it; returns how many (0: none seen).
-    fn cache_growing(&self) -> u64 {
-        let t = Instant::now();
-        let mut seen = std::collections::VecDeque::new();
-        loop {
-            let now = (Instant::now(), self.cache_keys());
-            seen.retain(|(at, _): &(Instant, u64)| {
-                now.0.duration_since(*at) <= Duration::from_secs(1)
-            });
-            let oldest = seen.front().map_or(now.1, |(_, n)| *n);
-            seen.push_back(now);
-            if now.1 > oldest {
-                return now.1 - oldest;
-            }
-            if t.elapsed() > Duration::from_secs(60) {
-                return 0;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+    /// Results the coordinator accepted (`halyard_jobs_total{state="completed"}` on its
+    /// /metrics, this process's count), if it answers.
+    fn accepted(coordinator: &str) -> Option<u64> {
+        let addr = Compose::host_port(coordinator, 9464).ok()?;
+        let (_, text) = http_get(addr, "/metrics").ok()?;
+        let s = halyard_tests::prometheus::parse(&text).ok()?;
+        Some(s.sum("halyard_jobs_total", &[("state", "completed")]) as u64)
+    }
+
+    /// Whether `container` is running.
+    fn running(container: &str) -> bool {
+        Compose::inspect(container, "{{.State.Status}}").is_ok_and(|s| s == "running")
     }
 
     /// Waits until `container` exited; its `{{.State.Status}} {{.State.ExitCode}}`.
@@ -1044,13 +1030,38 @@ impl Cluster {
     }
 }
 
+/// Waits (at most `within`) until the counter `read` grew within the last 5 s (a
+/// coordinator's /metrics may take a second to answer on a busy machine); returns by how
+/// much (0: it did not).
+fn growing(within: Duration, read: impl Fn() -> Option<u64>) -> u64 {
+    let t = Instant::now();
+    let mut seen = std::collections::VecDeque::new();
+    loop {
+        if let Some(n) = read() {
+            let now = (Instant::now(), n);
+            seen.retain(|(at, _): &(Instant, u64)| {
+                now.0.duration_since(*at) <= Duration::from_secs(5)
+            });
+            let oldest = seen.front().map_or(now.1, |(_, n)| *n);
+            seen.push_back(now);
+            if now.1 > oldest {
+                return now.1 - oldest;
+            }
+        }
+        if t.elapsed() > within {
+            return 0;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Phase 2 (issue 51): the shared result cache across hosts. A second sweep under
 /// another name ([`shared_sweep`]), a new run of the cluster's coordinator, on fresh
 /// worker containers (removed with their volumes and created again: empty machine
 /// caches, other hosts): every job it shares with phase 1 must come from the broker's
-/// bucket, what phase 1's coordinator accepted, while the NATS node leading the bucket
-/// is killed with SIGKILL and started again, and then the coordinator is killed with
-/// SIGKILL as it writes the bucket and started again (it resumes). Prints its table and
+/// bucket, what phase 1's coordinator accepted, while the coordinator is killed with
+/// SIGKILL as it writes the bucket and started again (it resumes), and then the NATS node
+/// leading the bucket is killed with SIGKILL and started again. Prints its table and
 /// asserts.
 fn shared_cache_across_hosts(
     cluster: &mut Cluster,
@@ -1091,14 +1102,46 @@ fn shared_cache_across_hosts(
     let detail = format!("{} runs {SHARED_NAME}, a new run", &coordinator[..12]);
     ev.add(cluster.calls(), "coordinator recreated", 2, detail, 0);
 
-    // The NATS node leading the shared cache's bucket, SIGKILL, early: workers read the
-    // bucket (phase 1's jobs) and the coordinator writes it (the new jobs it accepts).
-    cluster.wait_cache_keys(keys_before + new_jobs / 4, &coordinator);
-    let grew = cluster.cache_growing();
+    // The coordinator, SIGKILL while it writes the shared cache: a quarter into the new
+    // calls, as it accepts results. It offers each result it accepts to the bucket, those
+    // the workers read from it too (a write that finds the key there), one write at a
+    // time: its writes may run well behind, so the bucket's keys are no clock for this.
+    cluster.wait_calls(paid_before + new_jobs / 4, &coordinator);
+    // Up to 3 minutes: a new run's intake may stall that long at its start (the book's
+    // compose page, nats-server 2.9.10's "stream store EOF").
+    let accepting = growing(Duration::from_secs(180), || Cluster::accepted(&coordinator));
+    let (at, hits, keys) = (cluster.calls(), read(), cluster.cache_keys() - keys_before);
+    let killed = run("docker", &["kill", "-s", "KILL", &coordinator]);
+    killed.unwrap_or_else(|e| panic!("the coordinator could not be killed as it wrote: {e}"));
+    // Docker applies no restart policy to a container it was told to kill: started again
+    // here, as the policy (`on-failure`) starts a coordinator that crashed.
+    let status = Compose::inspect(&coordinator, "{{.State.Status}} {{.State.ExitCode}}").unwrap();
+    assert_eq!(status, "exited 137", "the coordinator after its SIGKILL");
+    run("docker", &["start", &coordinator]).unwrap();
+    let detail = format!(
+        "as it accepts results (+{accepting} in the 5 s before) and writes them to \
+         {CACHE_STREAM} ({keys} of {new_jobs} new answers there), workers had read {hits} of \
+         {old_jobs}; started again"
+    );
+    // Jobs it publishes again as it resumes may reach a worker still calling them.
+    ev.add(at, "coordinator SIGKILL", 2, detail, 2 * per_worker);
+
+    // The NATS node leading the shared cache's bucket, SIGKILL, once the coordinator
+    // accepts results again: workers read the bucket (phase 1's jobs), the coordinator
+    // writes it.
+    let grew = growing(Duration::from_secs(60), || Cluster::accepted(&coordinator));
     let (leader, _) = cluster.stream_leader(CACHE_STREAM);
     let node = format!("nats{}", leader.trim_start_matches('n'));
     let container = cluster.compose.containers(&node).unwrap().remove(0);
     let (at, hits, keys) = (cluster.calls(), read(), cluster.cache_keys() - keys_before);
+    let writing = if Cluster::running(&coordinator) {
+        format!(
+            "the coordinator, started again, accepting results (+{grew} in the 5 s before), \
+             {keys} of {new_jobs} new answers in the bucket"
+        )
+    } else {
+        format!("after the run completed ({keys} of {new_jobs} new ones written)")
+    };
     let t = Instant::now();
     run("docker", &["kill", "-s", "KILL", &container]).unwrap();
     let others: Vec<String> = (1..=3).map(|n| format!("nats{n}")).filter(|n| *n != node).collect();
@@ -1116,33 +1159,13 @@ fn shared_cache_across_hosts(
     };
     let detail = format!(
         "{node}, leader of {CACHE_STREAM}, SIGKILL: workers had read {hits} of its {old_jobs} \
-         answers, the coordinator written {keys} of {new_jobs} new ones (+{grew} in the \
-         second before); {elected}; down 8 s"
+         answers, {writing}; {elected}; down 8 s"
     );
     // Acks and bucket reads lost with the node: every running worker's calls.
     ev.add(at, "NATS node SIGKILL (cache leader)", 2, detail, 2 * per_worker);
     std::thread::sleep(Duration::from_secs(8).saturating_sub(t.elapsed()));
     cluster.compose.run(&["start", &node]).unwrap();
     ev.add(cluster.calls(), "NATS node start", 2, node, 0);
-    let grew_at_leader = grew;
-
-    // The coordinator, SIGKILL while it writes the shared cache, half-way through the new
-    // jobs (writes the node's kill refused are never made: not the last third).
-    cluster.wait_cache_keys(keys_before + new_jobs / 2, &coordinator);
-    let grew_at_kill = cluster.cache_growing();
-    let (at, hits, keys) = (cluster.calls(), read(), cluster.cache_keys() - keys_before);
-    run("docker", &["kill", "-s", "KILL", &coordinator]).unwrap();
-    // Docker applies no restart policy to a container it was told to kill: started again
-    // here, as the policy (`on-failure`) starts a coordinator that crashed.
-    let status = Compose::inspect(&coordinator, "{{.State.Status}} {{.State.ExitCode}}").unwrap();
-    assert_eq!(status, "exited 137", "the coordinator after its SIGKILL");
-    run("docker", &["start", &coordinator]).unwrap();
-    let detail = format!(
-        "while writing {CACHE_STREAM}: {keys} of {new_jobs} new answers written (+{grew_at_kill} \
-         in the second before), workers had read {hits} of {old_jobs}; started again"
-    );
-    // Jobs it publishes again as it resumes may reach a worker still calling them.
-    ev.add(at, "coordinator SIGKILL", 2, detail, 2 * per_worker);
 
     let status = Cluster::exited(&coordinator);
     // The fresh workers' own counters, before they stop.
@@ -1175,8 +1198,8 @@ fn shared_cache_across_hosts(
     let others = entries.len() as u64 - of_first - of_second;
     let first_jobs = first["jobs"]["done"].as_u64().unwrap();
     // Phase 1's jobs not in the bucket: their writes were refused (a fault left the bucket
-    // without a leader for a while) and a refused write is not made again. Phase 2 pays
-    // for them again, and its own entries are the jobs it paid for, less those refused.
+    // without a leader) for longer than the coordinator tried them again. Phase 2 pays
+    // for them again, and its own entries are the jobs it paid for, less those lost.
     let unshared = first_jobs.saturating_sub(of_first);
 
     let (shared_jobs, shared_paid, shared_machine, shared_hit) =
@@ -1220,9 +1243,9 @@ fn shared_cache_across_hosts(
             format!("<= {first_jobs} (its jobs) / <= {paid_jobs} (jobs it paid for) / 0"),
         ),
         (
-            "jobs accepted but not shared: run 1 / run 2 (writes refused, not made again)",
+            "jobs accepted but not shared: run 1 / run 2 (writes lost)",
             format!("{unshared} / {}", paid_jobs.saturating_sub(of_second)),
-            "0 / 0 (not asserted: a known gap, see the book)".into(),
+            "0 / 0 (not asserted yet, see the book)".into(),
         ),
         ("bucket entries that do not check out", format!("{bad:?}"), "[]".into()),
         ("exit codes of the phase's workers", exits.join(","), "0,0".into()),
@@ -1238,7 +1261,7 @@ fn shared_cache_across_hosts(
     print_table(&title, &ev, &rows);
     let logs = cluster.logs.display();
     assert_eq!(status, "exited 0", "coordinator: see {logs}");
-    assert!(grew_at_kill > 0 && grew_at_leader > 0, "a kill landed while nothing was shared");
+    assert!(accepting > 0, "the coordinator was killed while it accepted nothing");
     assert_eq!(c.jobs.0, c.jobs.1, "job count differs from the uninterrupted run");
     assert_eq!(shared_jobs, old_jobs, "phase 1's jobs in phase 2 differ from the reference's");
     assert!(c.report_equal && c.labels_equal, "report or labels differ from the reference");
