@@ -173,6 +173,7 @@ impl Claims {
     pub(crate) fn close(&self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.renewer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            t.thread().unpark();
             let _ = t.join();
         }
         let ids: Vec<JobId> = self.held.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
@@ -185,6 +186,9 @@ impl Claims {
 impl Drop for Claims {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.renewer.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            t.thread().unpark();
+        }
     }
 }
 
@@ -195,16 +199,13 @@ fn renew_loop(
     held: &Mutex<HashSet<JobId>>,
     stop: &AtomicBool,
 ) {
-    let step = Duration::from_millis(100);
-    let mut waited = Duration::ZERO;
     let mut warned = false;
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(step);
-        waited += step;
-        if waited < RENEW_EVERY {
-            continue;
+    loop {
+        // Woken early by `close` (unpark), which sets `stop` first.
+        std::thread::park_timeout(RENEW_EVERY);
+        if stop.load(Ordering::Relaxed) {
+            return;
         }
-        waited = Duration::ZERO;
         let now = now_s() as i64;
         let any = !held.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
         let renewed = (|| -> rusqlite::Result<()> {
