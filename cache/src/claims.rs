@@ -5,13 +5,19 @@
 //!   is one short transaction on the job's path, and must not wait behind the entries
 //!   writer's large commits. `synchronous = OFF`: a claim lost in a power cut costs at
 //!   most a call paid twice, never an answer.
-//! - **A claim** names its holder (a random id per open cache, so per process) and
-//!   expires [`LEASE`] after it was taken or last renewed. The holder renews all it holds
-//!   every [`RENEW_EVERY`] from a thread of its own, so a claim outlives a slow call but
-//!   not a process killed with SIGKILL (the others take the job over within [`LEASE`]).
+//! - **A claim** names its holder (a random id per open cache, so per process) and the
+//!   holder's process ([`Process`]: pid namespace, pid and start time), and expires
+//!   [`LEASE`] after it was taken or last renewed. The holder renews all it holds every
+//!   [`RENEW_EVERY`] from a thread of its own, so a claim outlives a slow call but not a
+//!   process killed with SIGKILL (the others take the job over within [`LEASE`]).
 //! - **Taking** ([`Claims::take`]): in one `BEGIN IMMEDIATE` transaction, a job with no
-//!   claim, an expired one or one of this holder's becomes this holder's; a live claim
-//!   of another holder is [`Taken::Held`].
+//!   claim, an expired one, one of this holder's or one whose process is gone becomes
+//!   this holder's; a live claim of another holder is [`Taken::Held`]. A process is gone
+//!   when it is in this process's pid namespace and `/proc` has no process of its pid
+//!   started at its start time: a worker restarted after SIGKILL takes its own jobs back
+//!   at once instead of waiting out the lease. A holder in another pid namespace (another
+//!   container sharing the cache directory) cannot be looked at: its claims live their
+//!   lease.
 //! - **Giving back**: after the holder's answer is committed to the entries (so that a
 //!   process that finds the claim gone finds the answer), or when its call ends without
 //!   one ([`Claims::release`]).
@@ -53,6 +59,8 @@ pub(crate) struct Claims {
     dir: PathBuf,
     conn: Mutex<Connection>,
     holder: [u8; 16],
+    /// This process, as its claims name it.
+    process: Option<Process>,
     /// The jobs this holder claimed and has not given back.
     held: Arc<Mutex<HashSet<JobId>>>,
     stop: Arc<AtomicBool>,
@@ -75,10 +83,71 @@ fn connect(dir: &Path) -> rusqlite::Result<Connection> {
             id BLOB NOT NULL,
             holder BLOB NOT NULL,
             taken INTEGER NOT NULL,
-            until INTEGER NOT NULL
+            until INTEGER NOT NULL,
+            proc TEXT
         );",
     )?;
+    // A claims file of stop 59's Halyard: the holder's process was not recorded (its
+    // claims live their lease). Adding a nullable column keeps the rows.
+    let has_proc =
+        conn.prepare("SELECT 1 FROM pragma_table_info('claims') WHERE name = 'proc'")?.exists([])?;
+    if !has_proc {
+        match conn.execute_batch("ALTER TABLE claims ADD COLUMN proc TEXT") {
+            Ok(()) => {}
+            // Another process added it first.
+            Err(e) if e.to_string().contains("duplicate column") => {}
+            Err(e) => return Err(e),
+        }
+    }
     Ok(conn)
+}
+
+/// A process as a claim names it: `<pid namespace> <pid> <start time>` (the start time
+/// in clock ticks since boot, `/proc/<pid>/stat` field 22, so that a pid reused by a
+/// later process is not taken for the holder). `None` where `/proc` cannot tell
+/// (not Linux).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Process {
+    ns: String,
+    pid: u32,
+    started: u64,
+}
+
+impl Process {
+    pub(crate) fn this() -> Option<Process> {
+        let ns = std::fs::read_link("/proc/self/ns/pid").ok()?.to_string_lossy().into_owned();
+        let pid = std::process::id();
+        Some(Process { ns, pid, started: start_time(pid)? })
+    }
+
+    fn parse(s: &str) -> Option<Process> {
+        let mut parts = s.rsplitn(3, ' ');
+        let started = parts.next()?.parse().ok()?;
+        let pid = parts.next()?.parse().ok()?;
+        Some(Process { ns: parts.next()?.to_string(), pid, started })
+    }
+
+    pub(crate) fn to_column(&self) -> String {
+        format!("{} {} {}", self.ns, self.pid, self.started)
+    }
+
+    /// Whether the process named `column` is known to be gone, as seen from `me`: only
+    /// a process of `me`'s pid namespace can be looked up.
+    fn gone(column: Option<&str>, me: Option<&Process>) -> bool {
+        let (Some(column), Some(me)) = (column, me) else { return false };
+        let Some(p) = Process::parse(column) else { return false };
+        p.ns == me.ns && start_time(p.pid) != Some(p.started)
+    }
+}
+
+/// The start time of process `pid` (`/proc/<pid>/stat` field 22), `None` when there is
+/// no such process. The command name (field 2) may hold spaces and parentheses: the
+/// fields are counted after its last `)`.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    // Field 3 (state) is the first after the name: field 22 is the 20th.
+    after.split_whitespace().nth(19)?.parse().ok()
 }
 
 fn err(dir: &Path, e: rusqlite::Error) -> CacheError {
@@ -104,6 +173,7 @@ impl Claims {
             dir: dir.to_path_buf(),
             conn: Mutex::new(conn),
             holder,
+            process: Process::this(),
             held,
             stop,
             renewer: Mutex::new(Some(renewer)),
@@ -117,17 +187,20 @@ impl Claims {
         let e = |e| err(&self.dir, e);
         let tx =
             conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(e)?;
-        let found: Option<(Vec<u8>, Vec<u8>, i64, i64)> = tx
+        type Row = (Vec<u8>, Vec<u8>, i64, i64, Option<String>);
+        let found: Option<Row> = tx
             .query_row(
-                "SELECT id, holder, taken, until FROM claims WHERE h = ?1",
+                "SELECT id, holder, taken, until, proc FROM claims WHERE h = ?1",
                 params![h(id)],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
             .optional()
             .map_err(e)?;
-        if let Some((claimed, holder, taken, until)) = found {
+        if let Some((claimed, holder, taken, until, process)) = found {
             // The same index key for another id: a job never claimed (called unclaimed).
-            let live = until >= now && holder != self.holder;
+            let live = until >= now
+                && holder != self.holder
+                && !Process::gone(process.as_deref(), self.process.as_ref());
             if live && claimed == id.as_bytes() {
                 return Ok(Taken::Held { for_s: (now - taken).max(0) as u64 });
             }
@@ -136,8 +209,16 @@ impl Claims {
             }
         }
         tx.execute(
-            "INSERT OR REPLACE INTO claims (h, id, holder, taken, until) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![h(id), &id.as_bytes()[..], &self.holder[..], now, now + LEASE.as_secs() as i64],
+            "INSERT OR REPLACE INTO claims (h, id, holder, taken, until, proc)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                h(id),
+                &id.as_bytes()[..],
+                &self.holder[..],
+                now,
+                now + LEASE.as_secs() as i64,
+                self.process.as_ref().map(Process::to_column)
+            ],
         )
         .map_err(e)?;
         tx.commit().map_err(e)?;

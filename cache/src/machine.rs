@@ -701,6 +701,12 @@ fn writer_loop(
             }
         }
         if !writes.is_empty() {
+            // In index order: consecutive inserts land on the same or neighbouring pages
+            // of the id index instead of one at random among all of them.
+            writes.sort_by_key(|w| match w {
+                Write::Put { id, .. } | Write::Touch(id) => h(id),
+                Write::Flush(_) => 0,
+            });
             let started = std::time::Instant::now();
             let result = commit(&mut conn, &writes);
             last_commit = started.elapsed();

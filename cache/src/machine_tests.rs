@@ -396,6 +396,111 @@ fn an_expired_claim_is_taken_over() {
     assert_eq!(c.claim(&key(2).id()).unwrap(), Taken::Held { for_s: 0 }, "live: held");
 }
 
+/// A claim whose process is gone (killed with SIGKILL, say, and so never gave it back) is
+/// taken over at once, within its lease: a dead pid, or a live pid started at another
+/// time (reused). A claim of a live process, or of a process in another pid namespace
+/// (which this process cannot look up), lives its lease.
+#[test]
+fn a_claim_of_a_process_that_is_gone_is_taken_over_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let me = crate::claims::Process::this().expect("/proc names this process");
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let mine = me.to_column();
+    let (ns, pid, started) = {
+        let mut p = mine.rsplitn(3, ' ');
+        let (s, pid, ns) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
+        (ns.to_string(), pid.to_string(), s.parse::<u64>().unwrap())
+    };
+    let conn = Connection::open(dir.path().join(crate::claims::FILE)).unwrap();
+    let now = now_s() as i64;
+    let lease = crate::claims::LEASE.as_secs() as i64;
+    let rows = [
+        (1u32, format!("{ns} {dead} {started}")),
+        (2, format!("{ns} {pid} {}", started + 1)),
+        (3, mine.clone()),
+        (4, format!("pid:[1] {dead} {started}")),
+        (5, "not a process".to_string()),
+    ];
+    for (i, process) in &rows {
+        let id = key(*i).id();
+        conn.execute(
+            "INSERT INTO claims (h, id, holder, taken, until, proc) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![h(&id), &id.as_bytes()[..], &[7u8; 16][..], now, now + lease, process],
+        )
+        .unwrap();
+    }
+    assert_eq!(c.claim(&key(1).id()).unwrap(), Taken::Mine, "a dead pid: taken over");
+    assert_eq!(c.claim(&key(2).id()).unwrap(), Taken::Mine, "a reused pid: taken over");
+    assert!(matches!(c.claim(&key(3).id()).unwrap(), Taken::Held { .. }), "a live process");
+    assert!(matches!(c.claim(&key(4).id()).unwrap(), Taken::Held { .. }), "another namespace");
+    assert!(matches!(c.claim(&key(5).id()).unwrap(), Taken::Held { .. }), "unreadable: lease");
+    let taken: String = conn
+        .query_row("SELECT proc FROM claims WHERE h = ?1", params![h(&key(1).id())], |r| r.get(0))
+        .unwrap();
+    assert_eq!(taken, mine, "the new claim names this process");
+}
+
+/// The holder process of `a_worker_killed_with_sigkill_leaves_no_claim_behind`: claims
+/// job 1 in `HALYARD_TEST_CLAIMS_DIR`, says so, and waits to be killed.
+#[test]
+#[ignore = "run by a_worker_killed_with_sigkill_leaves_no_claim_behind as its child"]
+fn claim_holder_child() {
+    let Some(dir) = std::env::var_os("HALYARD_TEST_CLAIMS_DIR") else { return };
+    let c = MachineCache::open(std::path::Path::new(&dir), Limits::default()).unwrap();
+    assert_eq!(c.claim(&key(1).id()).unwrap(), Taken::Mine);
+    println!("claimed");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// A real process claims a job and is killed with SIGKILL (its claim is neither given
+/// back nor expired): while it lives the job is held; once it is gone, another process
+/// takes the job over at once instead of after the lease.
+#[test]
+fn a_worker_killed_with_sigkill_leaves_no_claim_behind() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "machine::tests::claim_holder_child", "--ignored", "--nocapture"])
+        .env("HALYARD_TEST_CLAIMS_DIR", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let claimed = out.lines().map_while(Result::ok).any(|l| l.contains("claimed"));
+    assert!(claimed, "the child claimed its job");
+    let c = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    assert!(matches!(c.claim(&key(1).id()).unwrap(), Taken::Held { .. }), "held while it lives");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(c.claim(&key(1).id()).unwrap(), Taken::Mine, "taken over once it is gone");
+}
+
+/// A claims file written before claims named their process (no `proc` column) is opened
+/// with its claims kept; they live their lease.
+#[test]
+fn a_claims_file_without_processes_is_kept_and_extended() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = Connection::open(dir.path().join(crate::claims::FILE)).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE claims (h INTEGER PRIMARY KEY, id BLOB NOT NULL, holder BLOB NOT NULL,
+                              taken INTEGER NOT NULL, until INTEGER NOT NULL);",
+    )
+    .unwrap();
+    let id = key(1).id();
+    let now = now_s() as i64;
+    conn.execute(
+        "INSERT INTO claims (h, id, holder, taken, until) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![h(&id), &id.as_bytes()[..], &[7u8; 16][..], now, now + 30],
+    )
+    .unwrap();
+    let c = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    assert!(matches!(c.claim(&id).unwrap(), Taken::Held { .. }), "the old claim is kept");
+    assert_eq!(c.claim(&key(2).id()).unwrap(), Taken::Mine);
+}
+
 /// Through the two-tier interface: a paid model's miss is claimed, and a second process
 /// is told the job is held; a model that costs nothing (`noop`) is never claimed; a
 /// `read` or `write` model claims nothing.
