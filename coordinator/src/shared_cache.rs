@@ -4,11 +4,17 @@
 //! writes that bucket; workers read it.
 //!
 //! Offers go through a bounded channel to one task ([`Sharer`]), which opens the bucket
-//! (creating it if missing) and puts each entry; a full channel drops the offer (the
-//! entry is only not shared), so the run's results path never waits on the cache.
+//! (creating it if missing) and puts the entries, up to [`IN_FLIGHT`] at once (each put
+//! is a broker round trip; one at a time, a fast sweep's results outran them). A full
+//! channel drops the offer (the entry is only not shared; said once, and counted when
+//! the run ends), so the run's results path never waits on the cache. A result a worker
+//! read from the shared cache is not offered again: the bucket has it.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures::StreamExt;
 
 use halyard_broker::Broker;
 use halyard_plan::sweep::Sweep;
@@ -18,6 +24,8 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 const QUEUE: usize = 8192;
+/// Puts awaiting the broker's answer at once.
+const IN_FLIGHT: usize = 32;
 
 /// Whether this process's coordinators share their results (off unless the process says
 /// so: `halyard coordinator`, and `halyard run --nats`, whose broker other runs share; a
@@ -40,6 +48,8 @@ pub(crate) struct Sharer {
     /// The pools whose every model writes to the cache.
     pools: HashSet<String>,
     task: JoinHandle<()>,
+    /// Offers dropped because the queue was full.
+    dropped: Arc<AtomicU64>,
 }
 
 impl Sharer {
@@ -60,11 +70,22 @@ impl Sharer {
                     return;
                 }
             };
-            while let Some((job, c)) = rx.recv().await {
-                writer.put(run, job, &c).await;
+            let mut puts = futures::stream::FuturesUnordered::new();
+            let mut open = true;
+            while open || !puts.is_empty() {
+                tokio::select! {
+                    offer = rx.recv(), if open && puts.len() < IN_FLIGHT => match offer {
+                        Some((job, c)) => {
+                            let w = writer.clone();
+                            puts.push(async move { w.put(run, job, &c).await });
+                        }
+                        None => open = false,
+                    },
+                    Some(()) = puts.next(), if !puts.is_empty() => {}
+                }
             }
         });
-        Sharer { tx, pools, task }
+        Sharer { tx, pools, task, dropped: Arc::default() }
     }
 
     /// Whether results of `pool` are shared.
@@ -72,11 +93,17 @@ impl Sharer {
         self.pools.contains(pool)
     }
 
-    /// Offer the accepted outcome of `job` (a completion is shared; a dead letter is not).
+    /// Offer the accepted outcome of `job` (a completion is shared; a dead letter is not,
+    /// nor a completion the worker read from the shared cache).
     pub(crate) fn offer(&self, job: JobId, outcome: Outcome) {
-        if let Outcome::Done(c) = outcome {
-            // Full: not shared, never waited for.
-            let _ = self.tx.try_send((job, c));
+        let Outcome::Done(c) = outcome else { return };
+        if c.source == halyard_proto::AnswerSource::SharedCache {
+            return;
+        }
+        // Full: not shared, never waited for.
+        if self.tx.try_send((job, c)).is_err() && self.dropped.fetch_add(1, Ordering::Relaxed) == 0
+        {
+            tracing::warn!("results arrive faster than the shared result cache takes them: some accepted results are not shared (the run keeps them; said once, counted at the end)");
         }
     }
 }
@@ -84,8 +111,12 @@ impl Sharer {
 impl Sharer {
     /// Share what is queued (at most `within`), then stop.
     pub(crate) async fn close(self, within: std::time::Duration) {
-        let Sharer { tx, task, .. } = self;
+        let Sharer { tx, task, dropped, .. } = self;
         drop(tx);
+        let dropped = dropped.load(Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::warn!(dropped, "accepted results not shared: they came faster than the shared result cache took them");
+        }
         let abort = task.abort_handle();
         if tokio::time::timeout(within, task).await.is_err() {
             abort.abort();
