@@ -206,7 +206,7 @@ impl Cache {
                 Ok(Some(c)) => {
                     if policy.writes() {
                         if let Some(m) = &self.machine {
-                            m.put(job, &c);
+                            m.put_as(job, *id, &c);
                         }
                     }
                     return Found::Answer(c, Tier::Shared);
@@ -236,11 +236,12 @@ impl Cache {
         }
     }
 
-    /// Remember what this process paid for (machine tier), if `policy` writes.
-    pub fn remember(&self, job: &JobKey, completion: &Completion, policy: Policy) {
+    /// Remember what this process paid for (machine tier), if `policy` writes. `id` is
+    /// the job's id (`job.id()`).
+    pub fn remember(&self, job: &JobKey, id: &JobId, completion: &Completion, policy: Policy) {
         if policy.writes() {
             if let Some(m) = &self.machine {
-                m.put(job, completion);
+                m.put_as(job, *id, completion);
             }
         }
     }

@@ -404,12 +404,17 @@ impl MachineCache {
     /// Queue `completion` of the job `key` for writing (returns at once; see
     /// [`MachineCache::flush`]).
     pub fn put(&self, key: &JobKey, completion: &Completion) {
+        self.put_as(key, key.id(), completion)
+    }
+
+    /// [`MachineCache::put`] of a job whose id the caller has (hashing the key again
+    /// costs the job's path; a row whose key does not hash to its id is refused on read).
+    pub(crate) fn put_as(&self, key: &JobKey, id: JobId, completion: &Completion) {
         let encoded = halyard_proto::encode(key).and_then(|k| {
             halyard_proto::stored::encode_completion(&crate::as_entry(completion)).map(|c| (k, c))
         });
         match encoded {
             Ok((k, c)) => {
-                let id = key.id();
                 let release = self.claims.as_ref().is_some_and(|c| c.forget(&id));
                 self.send(Write::Put {
                     id,
@@ -421,8 +426,8 @@ impl MachineCache {
                 })
             }
             Err(e) => {
-                tracing::warn!(job = %key.id(), error = %e, "cannot encode a cache entry; not cached");
-                self.release(&key.id());
+                tracing::warn!(job = %id, error = %e, "cannot encode a cache entry; not cached");
+                self.release(&id);
             }
         }
     }

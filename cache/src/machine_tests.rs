@@ -522,7 +522,7 @@ async fn only_paid_read_write_misses_are_claimed() {
     for policy in [crate::Policy::Read, crate::Policy::Write] {
         assert!(matches!(b.lookup(&paid, &paid.id(), policy).await, crate::Found::Call(None)));
     }
-    a.remember(&paid, &completion("paid"), crate::Policy::ReadWrite);
+    a.remember(&paid, &paid.id(), &completion("paid"), crate::Policy::ReadWrite);
     a.close().await;
     drop(guard);
     match b.lookup(&paid, &paid.id(), crate::Policy::ReadWrite).await {

@@ -322,7 +322,7 @@ impl<'a> Io<'a> {
                     Ok(()) => {
                         // Paid for by this worker and durable here: shared with the
                         // machine's other runs (off the job's path).
-                        ctx.cache.remember(&job.key, c, self.policy?);
+                        ctx.cache.remember(&job.key, &job.id, c, self.policy?);
                         ctx.failpoints.pass(Point::FlushPublish);
                         Event::Persisted
                     }
