@@ -16,8 +16,8 @@
 //!   when it is in this process's pid namespace and `/proc` has no process of its pid
 //!   started at its start time: a worker restarted after SIGKILL takes its own jobs back
 //!   at once instead of waiting out the lease. A holder in another pid namespace (another
-//!   container sharing the cache directory) cannot be looked at: its claims live their
-//!   lease.
+//!   container sharing the cache directory, or a container started again) cannot be
+//!   looked at: its claims live their lease.
 //! - **Giving back**: after the holder's answer is committed to the entries (so that a
 //!   process that finds the claim gone finds the answer), or when its call ends without
 //!   one ([`Claims::release`]).

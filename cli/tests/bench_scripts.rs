@@ -66,7 +66,8 @@ fn bytes_per_job_runs_and_prints_a_row_per_size() {
 }
 
 /// `cache-cost` with `SHARED=1` runs each policy on a broker of its own (the shared tier
-/// written by the coordinator, read by the worker) and adds the broker's CPU time.
+/// written by the coordinator, read by the worker), adds the broker's CPU time and counts
+/// the bucket's entries.
 #[test]
 fn cache_cost_measures_the_shared_tier() {
     let out = script("cache-cost", &["300", "1"], &[("POLICIES", "off shared"), ("SHARED", "1")]);
@@ -78,6 +79,9 @@ fn cache_cost_measures_the_shared_tier() {
             .unwrap_or_else(|| panic!("no {policy} row:\n{out}"));
         let cpu: f64 = row[3].parse().unwrap_or_else(|_| panic!("cpu of {policy}: {out}"));
         assert!(cpu > 0.0, "{out}");
+        // The bucket's entries: none without the cache, every result shared with it.
+        let want = if policy == "off" { "0" } else { "300" };
+        assert_eq!(row.last(), Some(&want), "{policy}: bucket entries:\n{out}");
     }
     assert!(out.contains("median cpu: off "), "{out}");
 }
