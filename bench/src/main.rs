@@ -42,7 +42,7 @@ use halyard_broker::{BrokerConfig, Delivery};
 use halyard_pipelines::noop;
 use halyard_plan::benchmarks::noop::Noop;
 use halyard_plan::sweep;
-use halyard_proto::{subjects, Completion, Job, JobResult, Outcome, Usage};
+use halyard_proto::{subjects, Job, JobResult, Outcome};
 
 /// The allocator the `halyard` binary uses, so that the roles pay what users pay.
 #[global_allocator]
@@ -173,16 +173,7 @@ fn messages(sweep_path: &Path) -> anyhow::Result<Messages> {
         v: halyard_proto::WIRE_VERSION,
         job: config.request(0).id(),
         run,
-        outcome: Outcome::Done(Completion {
-            text: String::new(),
-            usage: Usage::default(),
-            latency_ms: 0,
-            finish_reason: Some("stop".into()),
-            calls: 1,
-            logprobs: None,
-            refusal: false,
-            source: Default::default(),
-        }),
+        outcome: Outcome::Done(halyard_worker::backend::noop::answer()),
         deliveries: 1,
         worker: halyard_worker::default_worker_id(),
         cached: false,

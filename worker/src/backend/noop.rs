@@ -13,17 +13,22 @@ pub const KIND: BackendKind =
 /// The backend that calls nothing.
 pub struct Noop;
 
+/// The noop backend's answer: empty text, one call, nothing used.
+pub fn answer() -> Completion {
+    Completion {
+        text: String::new(),
+        usage: Usage::default(),
+        latency_ms: 0,
+        finish_reason: Some("stop".into()),
+        calls: 1,
+        logprobs: None,
+        refusal: false,
+        source: Default::default(),
+    }
+}
+
 impl Backend for Noop {
     fn call<'a>(&'a self, _job: &'a Job) -> BoxFuture<'a, Result<Completion, CallError>> {
-        Box::pin(std::future::ready(Ok(Completion {
-            text: String::new(),
-            usage: Usage::default(),
-            latency_ms: 0,
-            finish_reason: Some("stop".into()),
-            calls: 1,
-            logprobs: None,
-            refusal: false,
-            source: Default::default(),
-        })))
+        Box::pin(std::future::ready(Ok(answer())))
     }
 }
