@@ -979,6 +979,42 @@ fn equal(yes: bool) -> String {
     if yes { "equal" } else { "DIFFER" }.to_string()
 }
 
+impl Compared {
+    /// The rows every comparison prints: jobs, figures and labels against the reference.
+    fn rows(&self) -> [(&'static str, String, String); 4] {
+        [
+            ("jobs done", self.jobs.0.to_string(), format!("{} (uninterrupted)", self.jobs.1)),
+            ("report figures", equal(self.report_equal), "equal".into()),
+            ("labels", equal(self.labels_equal), "equal".into()),
+            (
+                "lost / double-counted items",
+                format!("{} / {}", self.lost, self.double_counted),
+                "0 / 0".into(),
+            ),
+        ]
+    }
+
+    /// The rows of what the logs say.
+    fn log_rows(&self) -> [(&'static str, String, String); 2] {
+        [
+            ("panics in logs", self.panics.to_string(), "0".into()),
+            ("permission violations in the nodes' logs", self.violations.to_string(), "0".into()),
+        ]
+    }
+
+    /// What [`Compared::rows`] and [`Compared::log_rows`] expect.
+    fn assert_as_reference(&self, logs: &Path) {
+        let logs = logs.display();
+        assert_eq!(self.jobs.0, self.jobs.1, "job count differs from the uninterrupted run");
+        assert!(
+            self.report_equal && self.labels_equal,
+            "report or labels differ from the reference"
+        );
+        assert_eq!((self.lost, self.double_counted, self.panics), (0, 0, 0), "see {logs}");
+        assert_eq!(self.violations, 0, "permission violations in the nodes' logs: see {logs}");
+    }
+}
+
 fn print_table(title: &str, ev: &Events, rows: &[(&str, String, String)]) {
     println!("\n{title}\n");
     println!("| at call | event | workers | detail | repeat bound |\n|---:|---|---:|---|---:|");
@@ -1207,16 +1243,8 @@ fn shared_cache_across_hosts(
     let (new_done, new_paid, new_machine, new_shared) = cache_counts(&c.report, |m| m == NEW_JUDGE);
     let bound = ev.bound;
     let paid_jobs = shared_paid + new_paid;
-    let rows = [
-        ("run (a new run, killed once)", status.clone(), "exited 0".to_string()),
-        ("jobs done", c.jobs.0.to_string(), format!("{} (uninterrupted)", c.jobs.1)),
-        ("report figures", equal(c.report_equal), "equal".into()),
-        ("labels", equal(c.labels_equal), "equal".into()),
-        (
-            "lost / double-counted items",
-            format!("{} / {}", c.lost, c.double_counted),
-            "0 / 0".into(),
-        ),
+    let head = [("run (a new run, killed once)", status.clone(), "exited 0".to_string())];
+    let rest = [
         (
             "phase 1's jobs: done / paid / machine cache / shared cache",
             format!("{shared_jobs} / {shared_paid} / {shared_machine} / {shared_hit}"),
@@ -1249,10 +1277,10 @@ fn shared_cache_across_hosts(
         ),
         ("bucket entries that do not check out", format!("{bad:?}"), "[]".into()),
         ("exit codes of the phase's workers", exits.join(","), "0,0".into()),
-        ("panics in logs", c.panics.to_string(), "0".into()),
-        ("permission violations in the nodes' logs", c.violations.to_string(), "0".into()),
-        ("wall (phase 2)", format!("{:.0} s", started.elapsed().as_secs_f64()), String::new()),
     ];
+    let wall =
+        [("wall (phase 2)", format!("{:.0} s", started.elapsed().as_secs_f64()), String::new())];
+    let rows = [&head[..], &c.rows(), &rest, &c.log_rows(), &wall].concat();
     let title = format!(
         "compose fault test, phase 2: the shared result cache across hosts. Sweep {SHARED_NAME} \
          (a new run): {old_jobs} jobs of phase 1's and {new_jobs} new ({NEW_JUDGE}, \
@@ -1262,10 +1290,8 @@ fn shared_cache_across_hosts(
     let logs = cluster.logs.display();
     assert_eq!(status, "exited 0", "coordinator: see {logs}");
     assert!(accepting > 0, "the coordinator was killed while it accepted nothing");
-    assert_eq!(c.jobs.0, c.jobs.1, "job count differs from the uninterrupted run");
+    c.assert_as_reference(&cluster.logs);
     assert_eq!(shared_jobs, old_jobs, "phase 1's jobs in phase 2 differ from the reference's");
-    assert!(c.report_equal && c.labels_equal, "report or labels differ from the reference");
-    assert_eq!((c.lost, c.double_counted, c.panics, c.violations), (0, 0, 0, 0), "see {logs}");
     assert!(bad.is_empty() && others == 0, "bucket entries not written by either run: {bad:?}");
     assert!(of_first <= first_jobs && of_second <= paid_jobs, "entries of jobs not paid for");
     assert_eq!((new_done, new_paid, new_machine, new_shared), (new_jobs, new_jobs, 0, 0));
@@ -1312,16 +1338,8 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
     cluster.save_logs().unwrap();
     let c = compare(&cluster, &coordinator, (dir, "cluster"), "compose-faults", &first.dir);
     let repeated = calls as i64 - reference_calls as i64;
-    let rows = [
-        ("run", status.clone(), "exited 0".to_string()),
-        ("jobs done", c.jobs.0.to_string(), format!("{} (uninterrupted)", c.jobs.1)),
-        ("report figures", equal(c.report_equal), "equal".into()),
-        ("labels", equal(c.labels_equal), "equal".into()),
-        (
-            "lost / double-counted items",
-            format!("{} / {}", c.lost, c.double_counted),
-            "0 / 0".into(),
-        ),
+    let head = [("run", status.clone(), "exited 0".to_string())];
+    let rest = [
         ("duplicate results absorbed", seen.duplicates.to_string(), "any (counted once)".into()),
         ("paid calls", calls.to_string(), format!("{reference_calls} + repeats")),
         ("repeated paid calls", repeated.to_string(), format!("0 ..= {}", ev.bound)),
@@ -1342,8 +1360,8 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
         ),
         ("dashboard metrics not scraped", format!("{:?}", seen.missing), "[]".into()),
         ("exit codes of every worker that ran", exits.join(","), "all 0 (4 workers)".into()),
-        ("panics in logs", c.panics.to_string(), "0".into()),
-        ("permission violations in the nodes' logs", c.violations.to_string(), "0".into()),
+    ];
+    let tail = [
         ("a nats-server joining as a route without the password", rogue, "refused by 3".into()),
         (
             "wall (reference runs)",
@@ -1351,17 +1369,14 @@ fn compose_cluster_survives_scaling_partition_and_node_loss() {
             String::new(),
         ),
     ];
+    let rows = [&head[..], &c.rows(), &rest, &c.log_rows(), &tail].concat();
     let title = format!(
         "compose fault test: HypoTermQA, 180 questions, fake API {LATENCY_MS} ms per call, \
          a worker service per pool, {CONCURRENCY} calls per worker, ack_wait {ACK_WAIT_S} s"
     );
     print_table(&title, &ev, &rows);
     assert_eq!(status, "exited 0", "coordinator: see {}", cluster.logs.display());
-    assert_eq!(c.jobs.0, c.jobs.1, "job count differs from the uninterrupted run");
-    assert!(c.report_equal && c.labels_equal, "report or labels differ from the reference");
-    assert_eq!((c.lost, c.double_counted, c.panics), (0, 0, 0));
-    let logs = cluster.logs.display();
-    assert_eq!(c.violations, 0, "permission violations in the nodes' logs: see {logs}");
+    c.assert_as_reference(&cluster.logs);
     let bound = ev.bound as i64;
     assert!((0..=bound).contains(&repeated), "{repeated} repeated calls, bound {bound}");
     assert!(replicas.len() >= 6, "streams and buckets in /jsz: {replicas:?}");
