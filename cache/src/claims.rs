@@ -108,9 +108,9 @@ fn connect(dir: &Path) -> rusqlite::Result<Connection> {
 /// (not Linux).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Process {
-    ns: String,
-    pid: u32,
-    started: u64,
+    pub(crate) ns: String,
+    pub(crate) pid: u32,
+    pub(crate) started: u64,
 }
 
 impl Process {

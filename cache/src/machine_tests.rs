@@ -409,19 +409,17 @@ fn a_claim_of_a_process_that_is_gone_is_taken_over_at_once() {
     let dead = child.id();
     child.wait().unwrap();
     let mine = me.to_column();
-    let (ns, pid, started) = {
-        let mut p = mine.rsplitn(3, ' ');
-        let (s, pid, ns) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
-        (ns.to_string(), pid.to_string(), s.parse::<u64>().unwrap())
+    let like_me = |ns: &str, pid: u32, started: u64| {
+        crate::claims::Process { ns: ns.into(), pid, started }.to_column()
     };
     let conn = Connection::open(dir.path().join(crate::claims::FILE)).unwrap();
     let now = now_s() as i64;
     let lease = crate::claims::LEASE.as_secs() as i64;
     let rows = [
-        (1u32, format!("{ns} {dead} {started}")),
-        (2, format!("{ns} {pid} {}", started + 1)),
+        (1u32, like_me(&me.ns, dead, me.started)),
+        (2, like_me(&me.ns, me.pid, me.started + 1)),
         (3, mine.clone()),
-        (4, format!("pid:[1] {dead} {started}")),
+        (4, like_me("pid:[1]", dead, me.started)),
         (5, "not a process".to_string()),
     ];
     for (i, process) in &rows {
@@ -443,8 +441,9 @@ fn a_claim_of_a_process_that_is_gone_is_taken_over_at_once() {
     assert_eq!(taken, mine, "the new claim names this process");
 }
 
-/// The holder process of `a_worker_killed_with_sigkill_leaves_no_claim_behind`: claims
-/// job 1 in `HALYARD_TEST_CLAIMS_DIR`, says so, and waits to be killed.
+/// The holder process of `a_worker_killed_with_sigkill_leaves_no_claim_behind` (which
+/// runs it; ignored on its own): claims job 1 in `HALYARD_TEST_CLAIMS_DIR`, says so, and
+/// holds it until killed (or until its parent is gone: its stdin closes).
 #[test]
 #[ignore = "run by a_worker_killed_with_sigkill_leaves_no_claim_behind as its child"]
 fn claim_holder_child() {
@@ -452,7 +451,7 @@ fn claim_holder_child() {
     let c = MachineCache::open(std::path::Path::new(&dir), Limits::default()).unwrap();
     assert_eq!(c.claim(&key(1).id()).unwrap(), Taken::Mine);
     println!("claimed");
-    std::thread::sleep(Duration::from_secs(60));
+    let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
 }
 
 /// A real process claims a job and is killed with SIGKILL (its claim is neither given
@@ -465,6 +464,7 @@ fn a_worker_killed_with_sigkill_leaves_no_claim_behind() {
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "machine::tests::claim_holder_child", "--ignored", "--nocapture"])
         .env("HALYARD_TEST_CLAIMS_DIR", dir.path())
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -12,7 +12,6 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 
 use futures::StreamExt;
 
@@ -50,7 +49,7 @@ pub(crate) struct Sharer {
     pools: HashSet<String>,
     task: JoinHandle<()>,
     /// Offers dropped because the queue was full.
-    dropped: Arc<AtomicU64>,
+    dropped: AtomicU64,
 }
 
 impl Sharer {
@@ -86,7 +85,7 @@ impl Sharer {
                 }
             }
         });
-        Sharer { tx, pools, task, dropped: Arc::default() }
+        Sharer { tx, pools, task, dropped: AtomicU64::new(0) }
     }
 
     /// Whether results of `pool` are shared.
@@ -114,7 +113,7 @@ impl Sharer {
     pub(crate) async fn close(self, within: std::time::Duration) {
         let Sharer { tx, task, dropped, .. } = self;
         drop(tx);
-        let dropped = dropped.load(Ordering::Relaxed);
+        let dropped = dropped.into_inner();
         if dropped > 0 {
             tracing::warn!(dropped, "accepted results not shared: they came faster than the shared result cache took them");
         }
