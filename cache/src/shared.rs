@@ -220,7 +220,7 @@ impl SharedWriter {
             Err(e) => {
                 self.failing.store(true, Ordering::Relaxed);
                 if !self.full_warned.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(job = %id, error = %e, "the shared result cache refused a write (full, or the broker is away); results are not shared from now on (said once), the run goes on");
+                    tracing::warn!(job = %id, error = %e, "the shared result cache refused a write (full, or the broker is away); this result is not shared, and later ones are tried once each until one lands (said once); the run goes on");
                 }
             }
         }
