@@ -31,7 +31,7 @@ use std::time::Duration;
 use halyard_proto::JobId;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
-use crate::machine::{h, now_s};
+use crate::rows::{h, now_s};
 use crate::CacheError;
 
 /// The claims file in the cache directory.

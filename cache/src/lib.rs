@@ -38,6 +38,7 @@
 pub mod claims;
 pub mod exchange;
 pub mod machine;
+mod rows;
 pub mod shared;
 
 use std::path::{Path, PathBuf};

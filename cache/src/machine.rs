@@ -26,13 +26,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use halyard_proto::{Completion, JobId, JobKey};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::claims::{Claims, Taken};
+use crate::rows::{h, now_s};
 use crate::CacheError;
 
 /// The database file in the cache directory.
@@ -148,10 +149,6 @@ struct Shared {
     dropped: AtomicU64,
 }
 
-pub(crate) fn now_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
 fn db_err(dir: &Path, e: rusqlite::Error) -> CacheError {
     CacheError::Db { path: dir.join(FILE).display().to_string(), reason: e.to_string() }
 }
@@ -213,12 +210,6 @@ const TABLE: &str = "CREATE TABLE entries (
         used INTEGER NOT NULL
     );
     CREATE INDEX entries_used ON entries(used);";
-
-/// The index key of a job id: its first 8 bytes, little-endian, as a signed integer.
-pub(crate) fn h(id: &JobId) -> i64 {
-    let b = id.as_bytes();
-    i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
-}
 
 /// Bring the file to schema [`SCHEMA`] in one transaction (the first process to take the
 /// write lock does it; the others then find it done): create it in an empty file, or
