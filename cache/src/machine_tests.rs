@@ -393,7 +393,9 @@ fn an_expired_claim_is_taken_over() {
         .unwrap();
     }
     assert_eq!(c.claim(&key(1).id()).unwrap(), Taken::Mine, "expired: taken over");
-    assert_eq!(c.claim(&key(2).id()).unwrap(), Taken::Held { for_s: 0 }, "live: held");
+    // Taken this second: 0 s ago, or 1 if the clock's second turned since the insert.
+    let held = c.claim(&key(2).id()).unwrap();
+    assert!(matches!(held, Taken::Held { for_s: 0 | 1 }), "live: held, not {held:?}");
 }
 
 /// A claim whose process is gone (killed with SIGKILL, say, and so never gave it back) is
