@@ -190,14 +190,18 @@ impl SharedWriter {
     /// holds an answer for it already. A refusal (the bucket without a leader while a
     /// node is lost, a broker away, a full bucket) is tried again for up to
     /// [`RETRY_FOR`], then said once and otherwise ignored: the run goes on.
-    pub async fn put(&self, run: uuid::Uuid, id: JobId, completion: &Completion) {
+    ///
+    /// True when the bucket holds an answer for the job now (this one, or one put
+    /// before), or the entry can never be written (it does not encode); false when the
+    /// write may succeed if tried again.
+    pub async fn put(&self, run: uuid::Uuid, id: JobId, completion: &Completion) -> bool {
         let completion = crate::as_entry(completion).into_owned();
         let entry = Entry { v: ENTRY_VERSION, job: id, completion, run };
         let bytes = match halyard_proto::encode(&entry) {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(job = %id, error = %e, "cannot encode a shared cache entry");
-                return;
+                return true;
             }
         };
         let bytes: bytes::Bytes = bytes.into();
@@ -213,15 +217,20 @@ impl SharedWriter {
             .when(|e: &kv::CreateError| !failing && e.kind() != kv::CreateErrorKind::AlreadyExists)
             .await;
         match created {
-            Ok(_) => self.failing.store(false, Ordering::Relaxed),
+            Ok(_) => {
+                self.failing.store(false, Ordering::Relaxed);
+                true
+            }
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                self.failing.store(false, Ordering::Relaxed)
+                self.failing.store(false, Ordering::Relaxed);
+                true
             }
             Err(e) => {
                 self.failing.store(true, Ordering::Relaxed);
                 if !self.full_warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(job = %id, error = %e, "the shared result cache refused a write (full, or the broker is away); this result is not shared, and later ones are tried once each until one lands (said once); the run goes on");
                 }
+                false
             }
         }
     }

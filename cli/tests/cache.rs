@@ -171,6 +171,45 @@ fn a_run_on_another_machine_answers_from_the_shared_cache() {
     assert_eq!(a, b, "answers from the shared cache gave other labels");
 }
 
+/// Issue 51: a coordinator killed after it accepted (and acked) results but before it
+/// put them in the shared cache loses none of them: they are marked in the run state, and
+/// the run's next coordinator shares them. A second machine then pays for nothing.
+#[test]
+fn results_a_killed_coordinator_had_not_shared_are_shared_on_resume() {
+    const QUESTIONS: usize = 12;
+    let qs = load_questions(QUESTIONS);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let nats = halyard_tests::NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let run_on = |sweep: &Path, out: &str, cache: &str, failpoint: Option<&str>| {
+        let mut c = halyard();
+        c.env("HALYARD_CACHE", dir.path().join(cache))
+            .args(["run", sweep.to_str().unwrap(), "--out"])
+            .arg(dir.path().join(out))
+            .args(["--nats", &nats.url()]);
+        match failpoint {
+            Some(f) => c.env("HALYARD_COORDINATOR_FAILPOINT", f),
+            None => c.env_remove("HALYARD_COORDINATOR_FAILPOINT"),
+        };
+        c.output().unwrap()
+    };
+    let first = write_sweep(dir.path(), "first", &fake.base_url(), QUESTIONS, 4);
+    // The first put aborts the process: the results accepted by then are only marked.
+    let o = run_on(&first, "a", "machine-a", Some("share:1"));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the failpoint did not fire: {stderr}");
+    assert!(stderr.contains("HALYARD_COORDINATOR_FAILPOINT: aborting"), "{stderr}");
+    assert!(fake.call_count() > 0, "nothing was paid before the abort");
+    // The run resumed: its coordinator shares what the killed one left marked.
+    let o = run_on(&first, "a", "machine-a", None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    fake.reset_counters();
+    let second = write_sweep(dir.path(), "second", &fake.base_url(), QUESTIONS, 4);
+    let o = run_on(&second, "b", "machine-b", None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(fake.call_count(), 0, "results accepted before the kill were never shared");
+}
+
 mod forged {
     use halyard_broker::auth::NatsAuth;
     use halyard_broker::{Broker, BrokerConfig};
@@ -224,7 +263,9 @@ mod forged {
         tokio::time::sleep(std::time::Duration::from_secs(8)).await;
         cluster.node_mut(1).restart();
         cluster.node_mut(2).restart();
-        tokio::time::timeout(std::time::Duration::from_secs(60), put).await.unwrap().unwrap();
+        let landed =
+            tokio::time::timeout(std::time::Duration::from_secs(60), put).await.unwrap().unwrap();
+        assert!(landed, "the put did not report the entry in the bucket");
         let reader = SharedReader::new(b);
         let got = reader.get(&job).await.unwrap().expect("the refused write was made again");
         assert_eq!(got.text, "paid without a leader");

@@ -3,29 +3,41 @@
 //! the cache, is offered to the broker's `halyard_cache` bucket. Only the coordinator role
 //! writes that bucket; workers read it.
 //!
+//! What is still to share is on disk, not only in memory: the coordinator marks each such
+//! completion in the run state (`share`, [`crate::state::ShareMarks`]) before it acks the
+//! results that carried it, and the mark goes once the bucket holds an answer for the job.
+//! A coordinator killed with shares queued or in flight loses none of them: the next
+//! coordinator of the run shares what is still marked, as it starts.
+//!
 //! Offers go through a bounded channel to one task ([`Sharer`]), which opens the bucket
 //! (creating it if missing) and puts the entries, up to [`IN_FLIGHT`] at once (each put
 //! is a broker round trip; one at a time, a fast sweep's results outran them). A full
-//! channel drops the offer (the entry is only not shared; said once, and counted when
-//! the run ends), so the run's results path never waits on the cache. A result a worker
-//! read from the shared cache is not offered again: the bucket has it.
+//! channel does not hold the run's results path up: the offer is left to its mark, and the
+//! marks are read again when the run ends. A result a worker read from the shared cache is
+//! not offered again: the bucket has it.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures::StreamExt;
 
 use halyard_broker::Broker;
+use halyard_cache::shared::SharedWriter;
 use halyard_plan::sweep::Sweep;
-use halyard_proto::{Completion, JobId, Outcome};
+use halyard_proto::{Completion, JobId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
+
+use crate::state::ShareMarks;
 
 const QUEUE: usize = 8192;
 /// Puts awaiting the broker's answer at once: with 32, a million noop results (25,000 a
 /// second) still overflowed the queue (27% not shared); with 256, none did.
 const IN_FLIGHT: usize = 256;
+/// Marks read from the run state at a time, and marks removed in one batch.
+const CHUNK: usize = 256;
 
 /// Whether this process's coordinators share their results (off unless the process says
 /// so: `halyard coordinator`, and `halyard run --nats`, whose broker other runs share; a
@@ -48,44 +60,24 @@ pub(crate) struct Sharer {
     /// The pools whose every model writes to the cache.
     pools: HashSet<String>,
     task: JoinHandle<()>,
-    /// Offers dropped because the queue was full.
-    dropped: AtomicU64,
+    marks: ShareMarks,
+    /// Offers left to their marks because the queue was full.
+    deferred: AtomicU64,
 }
 
 impl Sharer {
-    /// Start sharing the accepted results of `run`'s pools that write to the cache.
-    pub(crate) fn start(broker: Broker, run: Uuid, sweep: &Sweep) -> Sharer {
+    /// Start sharing the accepted results of `run`'s pools that write to the cache: first
+    /// what an earlier coordinator of the run left marked, then what is offered.
+    pub(crate) fn start(broker: Broker, run: Uuid, sweep: &Sweep, marks: ShareMarks) -> Sharer {
         let mut pools: HashSet<String> = sweep.models.iter().map(|m| m.spec.pool.clone()).collect();
         for m in &sweep.models {
             if !m.cache.writes() {
                 pools.remove(&m.spec.pool);
             }
         }
-        let (tx, mut rx) = mpsc::channel::<(JobId, Completion)>(QUEUE);
-        let task = tokio::spawn(async move {
-            let writer = match halyard_cache::shared::SharedWriter::open(&broker).await {
-                Ok(w) => w,
-                Err(e) => {
-                    tracing::warn!(error = %e, "the shared result cache cannot be used; results are not shared");
-                    return;
-                }
-            };
-            let mut puts = futures::stream::FuturesUnordered::new();
-            let mut open = true;
-            while open || !puts.is_empty() {
-                tokio::select! {
-                    offer = rx.recv(), if open && puts.len() < IN_FLIGHT => match offer {
-                        Some((job, c)) => {
-                            let w = writer.clone();
-                            puts.push(async move { w.put(run, job, &c).await });
-                        }
-                        None => open = false,
-                    },
-                    Some(()) = puts.next(), if !puts.is_empty() => {}
-                }
-            }
-        });
-        Sharer { tx, pools, task, dropped: AtomicU64::new(0) }
+        let (tx, rx) = mpsc::channel::<(JobId, Completion)>(QUEUE);
+        let task = tokio::spawn(share(broker, run, rx, marks.clone()));
+        Sharer { tx, pools, task, marks, deferred: AtomicU64::new(0) }
     }
 
     /// Whether results of `pool` are shared.
@@ -93,34 +85,260 @@ impl Sharer {
         self.pools.contains(pool)
     }
 
-    /// Offer the accepted outcome of `job` (a completion is shared; a dead letter is not,
-    /// nor a completion the worker read from the shared cache).
-    pub(crate) fn offer(&self, job: JobId, outcome: Outcome) {
-        let Outcome::Done(c) = outcome else { return };
-        if c.source == halyard_proto::AnswerSource::SharedCache {
-            return;
-        }
-        // Full: not shared, never waited for.
-        if self.tx.try_send((job, c)).is_err() && self.dropped.fetch_add(1, Ordering::Relaxed) == 0
+    /// Offer the accepted completion of `job`, already marked in the run state
+    /// ([`crate::state::RunDb::mark_unshared`]).
+    pub(crate) fn offer(&self, job: JobId, completion: Completion) {
+        // Full: left to its mark, never waited for.
+        if self.tx.try_send((job, completion)).is_err()
+            && self.deferred.fetch_add(1, Ordering::Relaxed) == 0
         {
-            tracing::warn!("results arrive faster than the shared result cache takes them: some accepted results are not shared (the run keeps them; said once, counted at the end)");
+            tracing::info!("results arrive faster than the shared result cache takes them: the rest are shared from the run state when the run ends (said once)");
+        }
+    }
+
+    /// Share what is queued and what is still marked (for at most `within`), then stop.
+    /// What is left stays marked for the run's next coordinator.
+    pub(crate) async fn close(self, within: Duration) {
+        let Sharer { tx, task, marks, deferred, .. } = self;
+        drop(tx);
+        let deferred = deferred.into_inner();
+        if deferred > 0 {
+            tracing::info!(
+                deferred,
+                "accepted results the queue had no room for are shared from the run state now"
+            );
+        }
+        let abort = task.abort_handle();
+        let mut task = task;
+        if tokio::time::timeout(within, &mut task).await.is_err() {
+            abort.abort();
+            // Its removals end before the run state is compacted.
+            let _ = task.await;
+        }
+        match marks.count() {
+            Ok(0) => {}
+            Ok(left) => tracing::warn!(left, "accepted results not in the shared result cache yet: the run state keeps them, and the run's next coordinator shares them"),
+            Err(e) => tracing::warn!(error = %e, "cannot count the accepted results not yet shared"),
         }
     }
 }
 
-impl Sharer {
-    /// Share what is queued (at most `within`), then stop.
-    pub(crate) async fn close(self, within: std::time::Duration) {
-        let Sharer { tx, task, dropped, .. } = self;
+/// A test's crash point: `HALYARD_COORDINATOR_FAILPOINT=share:<n>` aborts the process as
+/// its n-th put to the shared cache begins (the result accepted, marked and acked, not
+/// yet shared). Read once.
+fn crash_point() {
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<u64>> = OnceLock::new();
+    static PUTS: AtomicU64 = AtomicU64::new(0);
+    let armed = ARMED.get_or_init(|| {
+        std::env::var("HALYARD_COORDINATOR_FAILPOINT").ok()?.strip_prefix("share:")?.parse().ok()
+    });
+    if let Some(n) = *armed {
+        if PUTS.fetch_add(1, Ordering::Relaxed) + 1 == n {
+            eprintln!("HALYARD_COORDINATOR_FAILPOINT: aborting as a shared cache put begins");
+            std::process::abort();
+        }
+    }
+}
+
+/// Marks read in chunks, from the first on: what an earlier coordinator left, or what
+/// the queue had no room for.
+struct Backlog {
+    marks: ShareMarks,
+    chunk: std::vec::IntoIter<JobId>,
+    cursor: Option<JobId>,
+    done: bool,
+}
+
+impl Backlog {
+    fn new(marks: ShareMarks) -> Backlog {
+        Backlog { marks, chunk: Vec::new().into_iter(), cursor: None, done: false }
+    }
+
+    /// The next marked job and its completion; `Err(job)` for a mark with nothing to
+    /// share (its result is not a completion, or came from the shared cache).
+    fn next(&mut self) -> Option<Result<(JobId, Completion), JobId>> {
+        loop {
+            if let Some(job) = self.chunk.next() {
+                return Some(match self.marks.completion(&job) {
+                    Ok(Some(c)) => Ok((job, c)),
+                    Ok(None) => Err(job),
+                    Err(e) => {
+                        tracing::warn!(job = %job, error = %e, "cannot read a result marked for the shared cache; not shared");
+                        Err(job)
+                    }
+                });
+            }
+            if self.done {
+                return None;
+            }
+            match self.marks.after(self.cursor, CHUNK) {
+                Ok(ids) => {
+                    self.done = ids.len() < CHUNK;
+                    self.cursor = ids.last().copied().or(self.cursor);
+                    self.chunk = ids.into_iter();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the results marked for the shared cache; they are shared later");
+                    self.done = true;
+                }
+            }
+        }
+    }
+}
+
+/// The sharing task: puts what earlier coordinators left marked and what is offered, up
+/// to [`IN_FLIGHT`] at once; once the offers end, what is still marked; removes the marks
+/// of what the bucket holds, [`CHUNK`] at a time.
+async fn share(
+    broker: Broker,
+    run: Uuid,
+    mut rx: mpsc::Receiver<(JobId, Completion)>,
+    marks: ShareMarks,
+) {
+    let writer = match SharedWriter::open(&broker).await {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "the shared result cache cannot be used; accepted results stay marked in the run state");
+            return;
+        }
+    };
+    let put = |job: JobId, c: Completion| {
+        let w = writer.clone();
+        async move {
+            crash_point();
+            (job, w.put(run, job, &c).await)
+        }
+    };
+    let mut settled: Vec<JobId> = Vec::new();
+    let unmark = |settled: &mut Vec<JobId>| {
+        if let Err(e) = marks.unmark(settled) {
+            tracing::warn!(error = %e, "cannot remove marks of shared results; they are offered again later");
+        }
+        settled.clear();
+    };
+    let mut puts = futures::stream::FuturesUnordered::new();
+    let mut backlog = Some(Backlog::new(marks.clone()));
+    let (mut open, mut rescanned) = (true, false);
+    loop {
+        // The marks first, while there is room.
+        while puts.len() < IN_FLIGHT {
+            match backlog.as_mut().and_then(Backlog::next) {
+                Some(Ok((job, c))) => puts.push(put(job, c)),
+                Some(Err(job)) => settled.push(job),
+                None => {
+                    backlog = None;
+                    break;
+                }
+            }
+        }
+        if settled.len() >= CHUNK {
+            unmark(&mut settled);
+        }
+        if !open && puts.is_empty() && backlog.is_none() {
+            if rescanned {
+                break;
+            }
+            // The offers have ended: what is still marked was deferred, or refused.
+            unmark(&mut settled);
+            rescanned = true;
+            backlog = Some(Backlog::new(marks.clone()));
+            continue;
+        }
+        tokio::select! {
+            offer = rx.recv(), if open && puts.len() < IN_FLIGHT => match offer {
+                Some((job, c)) => puts.push(put(job, c)),
+                None => open = false,
+            },
+            Some((job, landed)) = puts.next(), if !puts.is_empty() => {
+                if landed {
+                    settled.push(job);
+                }
+            }
+            else => break,
+        }
+    }
+    unmark(&mut settled);
+}
+
+#[cfg(test)]
+mod tests {
+    use halyard_broker::BrokerConfig;
+    use halyard_cache::shared::SharedReader;
+    use halyard_proto::{AnswerSource, Failure, FailureKind, JobResult, Outcome, Usage};
+
+    use super::*;
+    use crate::state::RunDb;
+
+    fn result(job: u8, outcome: Outcome) -> JobResult {
+        JobResult {
+            v: 1,
+            job: JobId([job; 16]),
+            run: Uuid::nil(),
+            outcome,
+            deliveries: 1,
+            worker: "w".into(),
+            cached: false,
+        }
+    }
+
+    fn done(text: &str, source: AnswerSource) -> Outcome {
+        Outcome::Done(Completion {
+            text: text.into(),
+            usage: Usage::default(),
+            latency_ms: 1,
+            finish_reason: None,
+            calls: 1,
+            logprobs: None,
+            refusal: false,
+            source,
+        })
+    }
+
+    /// Issue 51: completions a run state holds marked (left by a coordinator killed before
+    /// it shared them, or deferred by a full queue) are put in the bucket by the sharing
+    /// task with no offer at all, and their marks removed; a marked dead letter, or an
+    /// answer read from the shared cache, is unmarked without a put.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn marked_completions_are_shared_without_an_offer() {
+        let nats = halyard_tests::NatsServer::start();
+        let broker =
+            halyard_broker::connect(&BrokerConfig::new(nats.url(), "coordinator")).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::open(&dir.path().join("state")).unwrap();
+        let failed = Outcome::Failed(Failure {
+            kind: FailureKind::Permanent,
+            error: "refused".into(),
+            http_status: None,
+        });
+        let results = [
+            result(1, done("one", AnswerSource::default())),
+            result(2, done("two", AnswerSource::default())),
+            result(3, failed),
+            result(4, done("from the bucket", AnswerSource::SharedCache)),
+        ];
+        for r in &results {
+            db.insert_result(r).unwrap();
+        }
+        let jobs: Vec<JobId> = results.iter().map(|r| r.job).collect();
+        db.mark_unshared(&jobs).unwrap();
+        let marks = db.share_marks();
+        assert_eq!(marks.count().unwrap(), 4);
+
+        let (tx, rx) = mpsc::channel(1);
         drop(tx);
-        let dropped = dropped.into_inner();
-        if dropped > 0 {
-            tracing::warn!(dropped, "accepted results not shared: they came faster than the shared result cache took them");
-        }
-        let abort = task.abort_handle();
-        if tokio::time::timeout(within, task).await.is_err() {
-            abort.abort();
-            tracing::info!("results still queued for the shared result cache were not shared");
-        }
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            share(broker.clone(), Uuid::now_v7(), rx, marks.clone()),
+        )
+        .await
+        .expect("the sharing task ended");
+
+        assert_eq!(marks.count().unwrap(), 0, "marks left behind");
+        let reader = SharedReader::new(broker);
+        assert_eq!(reader.get(&jobs[0]).await.unwrap().unwrap().text, "one");
+        assert_eq!(reader.get(&jobs[1]).await.unwrap().unwrap().text, "two");
+        assert_eq!(reader.get(&jobs[2]).await.unwrap(), None, "a dead letter was shared");
+        assert_eq!(reader.get(&jobs[3]).await.unwrap(), None, "a shared answer was put again");
     }
 }

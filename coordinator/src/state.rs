@@ -17,6 +17,10 @@
 //!   (bounded, `halyard_plan::planner::HELD_MAX_RESULTS`): the pool token of its subject
 //!   (one length byte, then the token) and its wire form. Removed when its job is planned
 //!   (it answers the job) or the result is refused.
+//! - `share`: job id → nothing: an accepted completion not yet in the shared result cache
+//!   (issue 51, [`ShareMarks`]). Marked before the results that carried it are acked,
+//!   removed once the bucket holds an answer for the job; a coordinator that starts on
+//!   the run shares what is still marked, so a kill does not lose the share.
 //!
 //! Every update is one atomic write batch, committed without an fsync (it survives the
 //! process, not a power loss); [`RunDb::flush`] makes everything committed so far durable
@@ -72,7 +76,8 @@ pub const OPTIONS: halyard_store::Options =
     halyard_store::Options { cache_bytes: 32 << 20, memtable_bytes: 8 << 20 };
 
 /// The keyspaces, in [`Spaces`]' order.
-const SPACES: [&str; 7] = ["meta", "results", "done", "jobs", "retried", "dead_history", "held"];
+const SPACES: [&str; 8] =
+    ["meta", "results", "done", "jobs", "retried", "dead_history", "held", "share"];
 
 /// The keyspaces of a run state.
 #[derive(Clone)]
@@ -84,6 +89,7 @@ pub(crate) struct Spaces {
     pub(crate) retried: Keyspace,
     pub(crate) history: Keyspace,
     pub(crate) held: Keyspace,
+    pub(crate) share: Keyspace,
 }
 
 /// A scan of one keyspace, in a snapshot of its own.
@@ -152,6 +158,7 @@ impl RunDb {
             retried: ks("retried")?,
             history: ks("dead_history")?,
             held: ks("held")?,
+            share: ks("share")?,
         };
         let stored = JobIdFilter::new();
         let mut results_at_open = 0;
@@ -212,6 +219,7 @@ impl RunDb {
             Space::Done => &self.spaces.done,
             Space::Jobs => &self.spaces.jobs,
             Space::Held => &self.spaces.held,
+            Space::Share => &self.spaces.share,
         }
     }
 
@@ -507,6 +515,90 @@ impl RunDb {
     }
 }
 
+impl RunDb {
+    /// Mark `jobs`' accepted completions as not yet in the shared result cache (`share`,
+    /// one batch; durable with the next [`RunDb::flush`], which comes before the results
+    /// that carried them are acked).
+    pub(crate) fn mark_unshared(&self, jobs: &[JobId]) -> Result<(), StateError> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        self.write(|batch| {
+            for job in jobs {
+                batch.put(Space::Share, job.as_bytes(), Vec::new());
+            }
+            Ok(())
+        })
+    }
+
+    /// The marks of completions not yet shared, for the task that shares them.
+    pub(crate) fn share_marks(&self) -> ShareMarks {
+        ShareMarks {
+            store: self.store.clone(),
+            share: self.spaces.share.clone(),
+            results: self.spaces.results.clone(),
+        }
+    }
+}
+
+/// The `share` keyspace as the sharing task sees it (`crate::shared_cache`): it reads
+/// the marks and their results and removes the marks of what the bucket holds. Its
+/// removals are batches of their own, outside the coordinator's writer: they touch no
+/// key the coordinator reads, and one lost in a crash only makes the next coordinator
+/// offer that result again (the bucket then says it has it).
+#[derive(Clone)]
+pub(crate) struct ShareMarks {
+    store: Arc<Store>,
+    share: Keyspace,
+    results: Keyspace,
+}
+
+impl ShareMarks {
+    /// Up to `n` marked jobs after `after` (from the first if `None`), in key order.
+    pub(crate) fn after(&self, after: Option<JobId>, n: usize) -> Result<Vec<JobId>, StateError> {
+        use std::ops::Bound;
+        let lo = match &after {
+            Some(j) => Bound::Excluded(j.as_bytes().to_vec()),
+            None => Bound::Included(halyard_store::FIRST_KEY.to_vec()),
+        };
+        let mut out = Vec::new();
+        for kv in self.share.range((lo, Bound::Unbounded)).take(n) {
+            out.push(job_key(&kv.key()?, "share")?);
+        }
+        Ok(out)
+    }
+
+    /// How many completions are marked.
+    pub(crate) fn count(&self) -> Result<usize, StateError> {
+        Ok(halyard_store::count(&self.share)?)
+    }
+
+    /// The completion to share for the marked `job`: its accepted result, if that is a
+    /// completion not read from the shared cache (else nothing is shared for it).
+    pub(crate) fn completion(
+        &self,
+        job: &JobId,
+    ) -> Result<Option<halyard_proto::Completion>, StateError> {
+        let Some(b) = self.results.get(job.as_bytes())? else { return Ok(None) };
+        Ok(match decode_stored(job, &b)?.outcome {
+            Outcome::Done(c) if c.source != halyard_proto::AnswerSource::SharedCache => Some(c),
+            _ => None,
+        })
+    }
+
+    /// Remove the marks of `jobs` (one batch, not flushed).
+    pub(crate) fn unmark(&self, jobs: &[JobId]) -> Result<(), StateError> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let mut b = self.store.db().batch();
+        for job in jobs {
+            b.remove(&self.share, job.as_bytes().to_vec());
+        }
+        Ok(self.store.commit(b)?)
+    }
+}
+
 /// The run state's compacted copy, begun while the report is written
 /// ([`RunDb::begin_compaction`]).
 pub struct PendingCompaction {
@@ -606,6 +698,7 @@ pub(crate) enum Space {
     Done,
     Jobs,
     Held,
+    Share,
 }
 
 /// The writes of one commit, each key's last: a value, or `None` to remove it.

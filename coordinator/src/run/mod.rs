@@ -173,9 +173,12 @@ async fn start<'s>(
         provider_batches: ProviderBatches::new(broker.clone(), &cfg.sweep),
         compact_when_complete: false,
         compaction: None,
-        sharer: crate::shared_cache::sharing()
-            .then(|| crate::shared_cache::Sharer::start(broker.clone(), run, &cfg.sweep)),
+        sharer: None,
     };
+    if crate::shared_cache::sharing() {
+        let marks = c.planner.store().share_marks();
+        c.sharer = Some(crate::shared_cache::Sharer::start(broker.clone(), run, &cfg.sweep, marks));
+    }
     // The resumed run's results: progress at start, for the outages' pause clocks.
     c.outages.note_results(&c.planner.progress().figures.costs, Instant::now());
     let p = c.planner.progress();
@@ -398,14 +401,15 @@ impl Coordinator<'_> {
         self.publish_progress();
         // Nothing more is written to the run state: its compacted copy is made (on
         // another thread) while the report reads it too.
+        // The sharing task writes to the run state (its marks): done before the copy.
+        if let Some(s) = self.sharer.take() {
+            s.close(Duration::from_secs(10)).await;
+        }
         if self.compact_when_complete {
             self.compaction = Some(self.planner.store().begin_compaction());
         }
         let w = crate::report::write(self.cfg, self.planner.store(), run)?;
         self.collector.delete_objects().await;
-        if let Some(s) = self.sharer.take() {
-            s.close(Duration::from_secs(10)).await;
-        }
         info!(run = %run, report = %w.dir.display(), dead_letters = w.dead_letters, "run complete");
         Ok(RunOutcome::Complete { run, report_dir: w.dir, dead_letters: w.dead_letters })
     }
@@ -432,6 +436,23 @@ impl Coordinator<'_> {
             None => Vec::new(),
         };
         self.step(Event::Results(arrived), now).await?;
+        // The result the run holds for a job it planned: the accepted one, whatever else
+        // arrived for it; marked as not yet shared, durably with the results.
+        let mut shares = Vec::with_capacity(offered.len());
+        for job in offered {
+            if let Some(r) = self.planner.store().result(&job)? {
+                match r.outcome {
+                    halyard_proto::Outcome::Done(c)
+                        if c.source != halyard_proto::AnswerSource::SharedCache =>
+                    {
+                        shares.push((job, c))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let marked: Vec<halyard_proto::JobId> = shares.iter().map(|(j, _)| *j).collect();
+        self.planner.store().mark_unshared(&marked)?;
         // A pool whose results were accepted is not down, whatever its record says.
         let now = Instant::now();
         if self.outages.results_due(now) {
@@ -440,12 +461,8 @@ impl Coordinator<'_> {
         // Durable before acked.
         self.planner.store().flush().await?;
         if let Some(s) = &self.sharer {
-            // The result the run holds for a job it planned: the accepted one, whatever
-            // else arrived for it.
-            for job in offered {
-                if let Ok(Some(r)) = self.planner.store().result(&job) {
-                    s.offer(job, r.outcome);
-                }
+            for (job, c) in shares {
+                s.offer(job, c);
             }
         }
         Collector::ack(msgs, &opened).await;
