@@ -54,12 +54,13 @@ pub fn sharing() -> bool {
     SHARING.load(Ordering::Relaxed)
 }
 
-/// Handle to the sharing task; the task ends when the handle is dropped.
+/// Handle to the sharing task. Dropped without [`Sharer::close`] (a run stopped or
+/// failed), it stops the task at once: what the task had not shared stays marked.
 pub(crate) struct Sharer {
-    tx: mpsc::Sender<(JobId, Completion)>,
+    tx: Option<mpsc::Sender<(JobId, Completion)>>,
     /// The pools whose every model writes to the cache.
     pools: HashSet<String>,
-    task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
     marks: ShareMarks,
     /// Offers left to their marks because the queue was full.
     deferred: AtomicU64,
@@ -77,7 +78,7 @@ impl Sharer {
         }
         let (tx, rx) = mpsc::channel::<(JobId, Completion)>(QUEUE);
         let task = tokio::spawn(share(broker, run, rx, marks.clone()));
-        Sharer { tx, pools, task, marks, deferred: AtomicU64::new(0) }
+        Sharer { tx: Some(tx), pools, task: Some(task), marks, deferred: AtomicU64::new(0) }
     }
 
     /// Whether results of `pool` are shared.
@@ -89,7 +90,8 @@ impl Sharer {
     /// ([`crate::state::RunDb::mark_unshared`]).
     pub(crate) fn offer(&self, job: JobId, completion: Completion) {
         // Full: left to its mark, never waited for.
-        if self.tx.try_send((job, completion)).is_err()
+        let Some(tx) = &self.tx else { return };
+        if tx.try_send((job, completion)).is_err()
             && self.deferred.fetch_add(1, Ordering::Relaxed) == 0
         {
             tracing::info!("results arrive faster than the shared result cache takes them: the rest are shared from the run state when the run ends (said once)");
@@ -98,10 +100,10 @@ impl Sharer {
 
     /// Share what is queued and what is still marked (for at most `within`), then stop.
     /// What is left stays marked for the run's next coordinator.
-    pub(crate) async fn close(self, within: Duration) {
-        let Sharer { tx, task, marks, deferred, .. } = self;
-        drop(tx);
-        let deferred = deferred.into_inner();
+    pub(crate) async fn close(mut self, within: Duration) {
+        drop(self.tx.take());
+        let Some(mut task) = self.task.take() else { return };
+        let deferred = self.deferred.load(Ordering::Relaxed);
         if deferred > 0 {
             tracing::info!(
                 deferred,
@@ -109,16 +111,23 @@ impl Sharer {
             );
         }
         let abort = task.abort_handle();
-        let mut task = task;
         if tokio::time::timeout(within, &mut task).await.is_err() {
             abort.abort();
             // Its removals end before the run state is compacted.
             let _ = task.await;
         }
-        match marks.count() {
+        match self.marks.count() {
             Ok(0) => {}
             Ok(left) => tracing::warn!(left, "accepted results not in the shared result cache yet: the run state keeps them, and the run's next coordinator shares them"),
             Err(e) => tracing::warn!(error = %e, "cannot count the accepted results not yet shared"),
+        }
+    }
+}
+
+impl Drop for Sharer {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
         }
     }
 }
