@@ -44,7 +44,9 @@ impl RunStore for RunDb {
         let writes: Vec<Write<'_>> = effects
             .iter()
             .filter_map(|e| match e {
-                Effect::StoreResult { job, encoded } => Some(Write::Result(job, encoded)),
+                Effect::StoreResult { job, pool, encoded, shareable } => {
+                    Some(Write::Result(job, encoded, *shareable && self.shares(pool)))
+                }
                 Effect::MarkDone { item, label } => Some(Write::Label(*item, label)),
                 Effect::NoteJob { job, meta } => Some(Write::JobNote(job, meta)),
                 Effect::Costs(totals) => Some(Write::Costs(totals)),
@@ -133,7 +135,12 @@ mod tests {
     fn effect(r: &mut Rng) -> Effect {
         let j = job(r.below(JOBS));
         match r.below(8) {
-            0 | 1 => Effect::StoreResult { job: j, encoded: encoded(r) },
+            0 | 1 => Effect::StoreResult {
+                job: j,
+                pool: "p".into(),
+                encoded: encoded(r),
+                shareable: r.below(2) == 0,
+            },
             2 => Effect::MarkDone {
                 item: item(r.below(ITEMS as u64) as u32),
                 label: format!("label {}", r.below(5)).into_bytes(),

@@ -3,9 +3,10 @@
 //! the cache, is offered to the broker's `halyard_cache` bucket. Only the coordinator role
 //! writes that bucket; workers read it.
 //!
-//! What is still to share is on disk, not only in memory: the coordinator marks each such
-//! completion in the run state (`share`, [`crate::state::ShareMarks`]) before it acks the
-//! results that carried it, and the mark goes once the bucket holds an answer for the job.
+//! What is still to share is on disk, not only in memory: the run state marks each such
+//! completion (`share`, [`crate::state::ShareMarks`]) in the batch that stores it, so
+//! before the results that carried it are acked, and the mark goes once the bucket holds
+//! an answer for the job.
 //! A coordinator killed with shares queued or in flight loses none of them: the next
 //! coordinator of the run shares what is still marked, as it starts.
 //!
@@ -58,48 +59,63 @@ pub fn sharing() -> bool {
 /// failed), it stops the task at once: what the task had not shared stays marked.
 pub(crate) struct Sharer {
     tx: Option<mpsc::Sender<(JobId, Completion)>>,
-    /// The pools whose every model writes to the cache.
-    pools: HashSet<String>,
     task: Option<JoinHandle<()>>,
     marks: ShareMarks,
     /// Offers left to their marks because the queue was full.
     deferred: AtomicU64,
 }
 
-impl Sharer {
-    /// Start sharing the accepted results of `run`'s pools that write to the cache: first
-    /// what an earlier coordinator of the run left marked, then what is offered.
-    pub(crate) fn start(broker: Broker, run: Uuid, sweep: &Sweep, marks: ShareMarks) -> Sharer {
-        let mut pools: HashSet<String> = sweep.models.iter().map(|m| m.spec.pool.clone()).collect();
-        for m in &sweep.models {
-            if !m.cache.writes() {
-                pools.remove(&m.spec.pool);
-            }
+/// The pools of `sweep` whose results are shared: those whose every model writes to the
+/// cache.
+pub(crate) fn pools(sweep: &Sweep) -> HashSet<String> {
+    let mut pools: HashSet<String> = sweep.models.iter().map(|m| m.spec.pool.clone()).collect();
+    for m in &sweep.models {
+        if !m.cache.writes() {
+            pools.remove(&m.spec.pool);
         }
+    }
+    pools
+}
+
+impl Sharer {
+    /// Start sharing `run`'s marked completions: first what an earlier coordinator of the
+    /// run left marked, then what is offered.
+    pub(crate) fn start(broker: Broker, run: Uuid, marks: ShareMarks) -> Sharer {
         let (tx, rx) = mpsc::channel::<(JobId, Completion)>(QUEUE);
         let task = tokio::spawn(share(broker, run, rx, marks.clone()));
-        Sharer { tx: Some(tx), pools, task: Some(task), marks, deferred: AtomicU64::new(0) }
+        Sharer { tx: Some(tx), task: Some(task), marks, deferred: AtomicU64::new(0) }
     }
 
-    /// Whether results of `pool` are shared.
-    pub(crate) fn shares(&self, pool: &str) -> bool {
-        self.pools.contains(pool)
-    }
-
-    /// Offer the accepted completion of `job`, already marked in the run state
-    /// ([`crate::state::RunDb::mark_unshared`]).
-    pub(crate) fn offer(&self, job: JobId, completion: Completion) {
-        // Full: left to its mark, never waited for.
+    /// Offer the accepted completions of `jobs`, marked in the run state as they were
+    /// stored ([`crate::state::RunDb::share_pools`]). A full queue leaves them to their
+    /// marks, never waited for.
+    pub(crate) fn offer(&self, jobs: Vec<JobId>) {
         let Some(tx) = &self.tx else { return };
-        if tx.try_send((job, completion)).is_err()
-            && self.deferred.fetch_add(1, Ordering::Relaxed) == 0
-        {
-            tracing::info!("results arrive faster than the shared result cache takes them: the rest are shared from the run state when the run ends (said once)");
+        for job in jobs {
+            let completion = match self.marks.completion(&job) {
+                Ok(Some(c)) => c,
+                // Nothing to share: unmarked by the task's next reading of the marks.
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(job = %job, error = %e, "cannot read a result marked for the shared cache; it stays marked");
+                    continue;
+                }
+            };
+            match tx.try_send((job, completion)) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    if self.deferred.fetch_add(1, Ordering::Relaxed) == 0 {
+                        tracing::info!("results arrive faster than the shared result cache takes them: the rest are shared from the run state when the run ends (said once)");
+                    }
+                }
+                // The task could not open the bucket (said then): the marks stay.
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
         }
     }
 
     /// Share what is queued and what is still marked (for at most `within`), then stop.
-    /// What is left stays marked for the run's next coordinator.
+    /// What is left stays marked, for a coordinator started on the run again.
     pub(crate) async fn close(mut self, within: Duration) {
         drop(self.tx.take());
         let Some(mut task) = self.task.take() else { return };
@@ -118,7 +134,7 @@ impl Sharer {
         }
         match self.marks.count() {
             Ok(0) => {}
-            Ok(left) => tracing::warn!(left, "accepted results not in the shared result cache yet: the run state keeps them, and the run's next coordinator shares them"),
+            Ok(left) => tracing::warn!(left, "accepted results not in the shared result cache yet: the run state keeps them marked, and a coordinator started on this run again (`halyard run` of the sweep) shares them"),
             Err(e) => tracing::warn!(error = %e, "cannot count the accepted results not yet shared"),
         }
     }
@@ -132,20 +148,37 @@ impl Drop for Sharer {
     }
 }
 
-/// A test's crash point: `HALYARD_COORDINATOR_FAILPOINT=share:<n>` aborts the process as
-/// its n-th put to the shared cache begins (the result accepted, marked and acked, not
-/// yet shared). Read once.
-fn crash_point() {
+/// A test's crash point: with `HALYARD_COORDINATOR_FAILPOINT=share:<n>`, no put to the
+/// shared cache ever begins, and the process aborts once the n-th batch of results is
+/// acked (accepted, marked and acked, not shared). Read once.
+pub(crate) mod failpoint {
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
-    static ARMED: OnceLock<Option<u64>> = OnceLock::new();
-    static PUTS: AtomicU64 = AtomicU64::new(0);
-    let armed = ARMED.get_or_init(|| {
-        std::env::var("HALYARD_COORDINATOR_FAILPOINT").ok()?.strip_prefix("share:")?.parse().ok()
-    });
-    if let Some(n) = *armed {
-        if PUTS.fetch_add(1, Ordering::Relaxed) + 1 == n {
-            eprintln!("HALYARD_COORDINATOR_FAILPOINT: aborting as a shared cache put begins");
-            std::process::abort();
+
+    fn armed() -> Option<u64> {
+        static ARMED: OnceLock<Option<u64>> = OnceLock::new();
+        *ARMED.get_or_init(|| {
+            std::env::var("HALYARD_COORDINATOR_FAILPOINT")
+                .ok()?
+                .strip_prefix("share:")?
+                .parse()
+                .ok()
+        })
+    }
+
+    /// Whether puts wait for ever.
+    pub(super) fn stalls() -> bool {
+        armed().is_some()
+    }
+
+    /// A batch of results was acked.
+    pub(crate) fn acked() {
+        static BATCHES: AtomicU64 = AtomicU64::new(0);
+        if let Some(n) = armed() {
+            if BATCHES.fetch_add(1, Ordering::Relaxed) + 1 == n {
+                eprintln!("HALYARD_COORDINATOR_FAILPOINT: aborting with acked results not shared");
+                std::process::abort();
+            }
         }
     }
 }
@@ -215,7 +248,9 @@ async fn share(
     let put = |job: JobId, c: Completion| {
         let w = writer.clone();
         async move {
-            crash_point();
+            if failpoint::stalls() {
+                std::future::pending::<()>().await;
+            }
             (job, w.put(run, job, &c).await)
         }
     };
@@ -274,10 +309,13 @@ async fn share(
 mod tests {
     use halyard_broker::BrokerConfig;
     use halyard_cache::shared::SharedReader;
-    use halyard_proto::{AnswerSource, Failure, FailureKind, JobResult, Outcome, Usage};
+    use halyard_proto::stored::encode_result;
+    use halyard_proto::{
+        AnswerSource, Failure, FailureKind, JobResult, Outcome, StoredResult, Usage,
+    };
 
     use super::*;
-    use crate::state::RunDb;
+    use crate::state::{RunDb, Write};
 
     fn result(job: u8, outcome: Outcome) -> JobResult {
         JobResult {
@@ -326,11 +364,15 @@ mod tests {
             result(3, failed),
             result(4, done("from the bucket", AnswerSource::SharedCache)),
         ];
-        for r in &results {
-            db.insert_result(r).unwrap();
-        }
+        // Stored and marked as the coordinator stores them (one batch), each marked
+        // (`RunStore::commit` marks only shareable completions of sharing pools).
+        let encoded: Vec<Vec<u8>> =
+            results.iter().map(|r| encode_result(&StoredResult::from(r)).unwrap()).collect();
+        let writes: Vec<Write<'_>> =
+            results.iter().zip(&encoded).map(|(r, e)| Write::Result(&r.job, e, true)).collect();
+        db.commit_writes(&writes).unwrap();
         let jobs: Vec<JobId> = results.iter().map(|r| r.job).collect();
-        db.mark_unshared(&jobs).unwrap();
+        assert_eq!(db.take_marked(), jobs);
         let marks = db.share_marks();
         assert_eq!(marks.count().unwrap(), 4);
 

@@ -18,9 +18,10 @@
 //!   (one length byte, then the token) and its wire form. Removed when its job is planned
 //!   (it answers the job) or the result is refused.
 //! - `share`: job id → nothing: an accepted completion not yet in the shared result cache
-//!   (issue 51, [`ShareMarks`]). Marked before the results that carried it are acked,
-//!   removed once the bucket holds an answer for the job; a coordinator that starts on
-//!   the run shares what is still marked, so a kill does not lose the share.
+//!   (issue 51, [`ShareMarks`]), when the run shares ([`RunDb::share_pools`]). Marked in
+//!   the batch that stores the result, whatever path accepted it; removed once the bucket
+//!   holds an answer for the job; a coordinator that starts on the run shares what is
+//!   still marked, so a kill does not lose the share.
 //!
 //! Every update is one atomic write batch, committed without an fsync (it survives the
 //! process, not a power loss); [`RunDb::flush`] makes everything committed so far durable
@@ -34,7 +35,7 @@
 //!
 //! Memory: the block cache and memtables are bounded ([`OPTIONS`]); the rest stays on disk.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -111,6 +112,11 @@ pub struct RunDb {
     dirty: AtomicBool,
     /// Batches committed since the store was opened (see [`RunDb::begin_compaction`]).
     commits: AtomicU64,
+    /// The pools whose completions go to the shared result cache (none: the run does not
+    /// share).
+    sharing: HashSet<String>,
+    /// Jobs marked for the shared cache since [`RunDb::take_marked`] last took them.
+    marked: Mutex<Vec<JobId>>,
 }
 
 /// Totals over the results of a run.
@@ -175,6 +181,8 @@ impl RunDb {
             results_at_open,
             dirty: AtomicBool::new(false),
             commits: AtomicU64::new(0),
+            sharing: HashSet::new(),
+            marked: Mutex::new(Vec::new()),
         })
     }
 
@@ -263,13 +271,14 @@ impl RunDb {
     /// likewise. Not durable until [`RunDb::flush`].
     pub fn commit_writes(&self, writes: &[Write<'_>]) -> Result<(), StateError> {
         let trip = failpoint::mid_commit(writes.len());
+        let mut marked = Vec::new();
         self.write(|batch| {
             for (i, w) in writes.iter().enumerate() {
                 if trip == Some(i) {
                     failpoint::crash();
                 }
                 match w {
-                    Write::Result(job, bytes) => {
+                    Write::Result(job, bytes, share) => {
                         // The filter has no false negatives: a job it has never seen has
                         // no result, unless this batch holds it twice.
                         let stored = self.stored.may_contain(job)
@@ -277,6 +286,10 @@ impl RunDb {
                         let absent = !stored && !batch.has(Space::Results, job.as_bytes());
                         if absent {
                             batch.put(Space::Results, job.as_bytes(), bytes.to_vec());
+                            if *share {
+                                batch.put(Space::Share, job.as_bytes(), Vec::new());
+                                marked.push(**job);
+                            }
                         }
                     }
                     Write::Label(item, label) => {
@@ -306,9 +319,12 @@ impl RunDb {
             Ok(())
         })?;
         for w in writes {
-            if let Write::Result(job, _) = w {
+            if let Write::Result(job, ..) = w {
                 self.stored.insert(job);
             }
+        }
+        if !marked.is_empty() {
+            self.marked.lock().unwrap_or_else(|p| p.into_inner()).extend(marked);
         }
         Ok(())
     }
@@ -516,19 +532,22 @@ impl RunDb {
 }
 
 impl RunDb {
-    /// Mark `jobs`' accepted completions as not yet in the shared result cache (`share`,
-    /// one batch; durable with the next [`RunDb::flush`], which comes before the results
-    /// that carried them are acked).
-    pub(crate) fn mark_unshared(&self, jobs: &[JobId]) -> Result<(), StateError> {
-        if jobs.is_empty() {
-            return Ok(());
-        }
-        self.write(|batch| {
-            for job in jobs {
-                batch.put(Space::Share, job.as_bytes(), Vec::new());
-            }
-            Ok(())
-        })
+    /// Share the completions of `pools` from now on: each one stored is marked as not yet
+    /// in the shared result cache in the batch that stores it (`share`), so whatever path
+    /// accepts a result (results pulled, the backlog read at start, a held result that
+    /// answers a job, the drain as the run ends), its mark is durable with it.
+    pub(crate) fn share_pools(&mut self, pools: HashSet<String>) {
+        self.sharing = pools;
+    }
+
+    /// Whether completions of `pool` are marked for the shared cache.
+    pub(crate) fn shares(&self, pool: &str) -> bool {
+        self.sharing.contains(pool)
+    }
+
+    /// The jobs marked since the last call, to offer to the sharing task.
+    pub(crate) fn take_marked(&self) -> Vec<JobId> {
+        std::mem::take(&mut *self.marked.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The marks of completions not yet shared, for the task that shares them.
@@ -752,8 +771,8 @@ pub(crate) fn job_key(key: &[u8], table: &str) -> Result<JobId, StateError> {
 #[derive(Clone, Copy, Debug)]
 pub enum Write<'a> {
     /// A result in its stored form ([`halyard_proto::stored::encode_result`]), stored if
-    /// its job has none.
-    Result(&'a JobId, &'a [u8]),
+    /// its job has none; `true`: marked for the shared cache too (`share`), if stored.
+    Result(&'a JobId, &'a [u8], bool),
     /// An item is finished with this label.
     Label(ItemKey, &'a [u8]),
     /// The note of a dead-lettered job, stored if it has none.
@@ -914,9 +933,9 @@ mod tests {
         let item = ItemKey { bench: 0, model: 0, item: 7 };
         let totals = vec![halyard_plan::cost::ClassTotals { jobs: 2, ..Default::default() }];
         st.commit_writes(&[
-            Write::Result(&j1, &r1),
-            Write::Result(&j2, &r2a),
-            Write::Result(&j2, &r2b),
+            Write::Result(&j1, &r1, false),
+            Write::Result(&j2, &r2a, false),
+            Write::Result(&j2, &r2b, false),
             Write::Label(item, b"label"),
             Write::JobNote(&j2, &first),
             Write::JobNote(&j2, &later),

@@ -12,8 +12,10 @@ use crate::record::{Intake, ItemKey, JobMeta};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     /// Store this result (the first for its job; see [`crate::store::RunStore::commit`]), encoded in
-    /// the store's compact form ([`halyard_proto::stored`]).
-    StoreResult { job: JobId, encoded: Vec<u8> },
+    /// the store's compact form ([`halyard_proto::stored`]). `pool` is its job's pool;
+    /// `shareable`: the result is a completion not read from the shared result cache
+    /// (what that cache may take, if the pool's models write to it).
+    StoreResult { job: JobId, pool: String, encoded: Vec<u8>, shareable: bool },
     /// Item `item` is finished with this label.
     MarkDone { item: ItemKey, label: Vec<u8> },
     /// Describe a dead-lettered job in the report.

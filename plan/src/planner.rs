@@ -247,7 +247,14 @@ impl<'s, S: RunStore> Planner<'s, S> {
         }
         match self.window.pool_of(&job) {
             Some(pool) if pool == a.pool => {
-                fx.push(Effect::StoreResult { job, encoded: stored_form(&a.result)? });
+                let shareable = matches!(&a.result.outcome,
+                    halyard_proto::Outcome::Done(c) if c.source != halyard_proto::AnswerSource::SharedCache);
+                fx.push(Effect::StoreResult {
+                    job,
+                    pool: pool.to_string(),
+                    encoded: stored_form(&a.result)?,
+                    shareable,
+                });
                 self.account(a.result, true, now, batch);
             }
             Some(pool) => {
@@ -366,7 +373,12 @@ impl<'s, S: RunStore> Planner<'s, S> {
             }
             fx.push(Effect::NoteJob { job: job.id, meta: job_meta_of(&job) });
             let r = self.own_dead_letter(job.id, error.to_string(), deliveries);
-            fx.push(Effect::StoreResult { job: job.id, encoded: stored_form(&r)? });
+            fx.push(Effect::StoreResult {
+                job: job.id,
+                pool: job.pool.clone(),
+                encoded: stored_form(&r)?,
+                shareable: false,
+            });
             self.account(r, true, now, &mut batch);
         }
         self.replan(batch, now, fx)

@@ -134,7 +134,7 @@ impl RunStore for MemStore {
     fn commit(&mut self, effects: &[Effect]) -> Result<(), StoreError> {
         for e in effects {
             match e {
-                Effect::StoreResult { job, encoded } => {
+                Effect::StoreResult { job, encoded, .. } => {
                     self.results.entry(*job).or_insert_with(|| encoded.clone());
                 }
                 Effect::MarkDone { item, label } => {

@@ -238,7 +238,7 @@ fn write_halyard(args: &Args, dir: &Path, r: &Records) -> anyhow::Result<()> {
             }
             let mut writes = Vec::with_capacity(chunk.len() * 2 + 1);
             for (k, id) in chunk.iter().enumerate() {
-                writes.push(Write::Result(id, &r.results[start + k]));
+                writes.push(Write::Result(id, &r.results[start + k], false));
                 writes.push(Write::Label(Records::item(start + k), &r.labels[start + k]));
             }
             writes.push(Write::Costs(&r.costs));

@@ -176,8 +176,9 @@ async fn start<'s>(
         sharer: None,
     };
     if crate::shared_cache::sharing() {
+        c.planner.store_mut().share_pools(crate::shared_cache::pools(&cfg.sweep));
         let marks = c.planner.store().share_marks();
-        c.sharer = Some(crate::shared_cache::Sharer::start(broker.clone(), run, &cfg.sweep, marks));
+        c.sharer = Some(crate::shared_cache::Sharer::start(broker.clone(), run, marks));
     }
     // The resumed run's results: progress at start, for the outages' pause clocks.
     c.outages.note_results(&c.planner.progress().figures.costs, Instant::now());
@@ -403,7 +404,8 @@ impl Coordinator<'_> {
         // another thread) while the report reads it too.
         // The sharing task writes to the run state (its marks): done before the copy.
         if let Some(s) = self.sharer.take() {
-            s.close(Duration::from_secs(10)).await;
+            // As long as a refused write is tried again (`halyard_cache::shared`).
+            s.close(Duration::from_secs(30)).await;
         }
         if self.compact_when_complete {
             self.compaction = Some(self.planner.store().begin_compaction());
@@ -425,34 +427,7 @@ impl Coordinator<'_> {
             }
         }
         self.planner.set_refused(self.collector.refused);
-        // Completions of pools that share them: offered once accepted (below).
-        let offered: Vec<halyard_proto::JobId> = match &self.sharer {
-            Some(s) => arrived
-                .iter()
-                .filter(|a| matches!(a.result.outcome, halyard_proto::Outcome::Done(_)))
-                .filter(|a| s.shares(&a.pool))
-                .map(|a| a.result.job)
-                .collect(),
-            None => Vec::new(),
-        };
         self.step(Event::Results(arrived), now).await?;
-        // The result the run holds for a job it planned: the accepted one, whatever else
-        // arrived for it; marked as not yet shared, durably with the results.
-        let mut shares = Vec::with_capacity(offered.len());
-        for job in offered {
-            if let Some(r) = self.planner.store().result(&job)? {
-                match r.outcome {
-                    halyard_proto::Outcome::Done(c)
-                        if c.source != halyard_proto::AnswerSource::SharedCache =>
-                    {
-                        shares.push((job, c))
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let marked: Vec<halyard_proto::JobId> = shares.iter().map(|(j, _)| *j).collect();
-        self.planner.store().mark_unshared(&marked)?;
         // A pool whose results were accepted is not down, whatever its record says.
         let now = Instant::now();
         if self.outages.results_due(now) {
@@ -461,11 +436,14 @@ impl Coordinator<'_> {
         // Durable before acked.
         self.planner.store().flush().await?;
         if let Some(s) = &self.sharer {
-            for (job, c) in shares {
-                s.offer(job, c);
-            }
+            // Completions accepted since the last batch (marked in the run state with
+            // them): this batch's, and any the backlog read at start.
+            s.offer(self.planner.store().take_marked());
         }
         Collector::ack(msgs, &opened).await;
+        if self.sharer.is_some() {
+            crate::shared_cache::failpoint::acked();
+        }
         self.publish_progress();
         Ok(())
     }
