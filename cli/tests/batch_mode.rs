@@ -311,11 +311,19 @@ fn errors_expiry_and_status() {
         shown.contains("fake-key: 1 submitted batch, ") && shown.contains(" requests, oldest "),
         "{shown}"
     );
-    // And /metrics, by pool and state.
-    let (_, body) = halyard_tests::prometheus::scrape(port).expect("/metrics answers");
-    let m = halyard_tests::prometheus::parse(&body)
-        .unwrap_or_else(|e| panic!("bad exposition: {e}\n{body}"));
+    // And /metrics, by pool and state, once the coordinator has read the batches again
+    // (every 5 s; `halyard status` reads them itself, so it may see the batch first).
     let labels = [("pool", "fake-key"), ("state", "submitted")];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (m, body) = loop {
+        let (_, body) = halyard_tests::prometheus::scrape(port).expect("/metrics answers");
+        let m = halyard_tests::prometheus::parse(&body)
+            .unwrap_or_else(|e| panic!("bad exposition: {e}\n{body}"));
+        if m.sum("halyard_provider_batches", &labels) > 0.0 || Instant::now() >= deadline {
+            break (m, body);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
     assert_eq!(m.sum("halyard_provider_batches", &labels), 1.0, "{body}");
     assert!(m.sum("halyard_provider_batch_requests", &labels) >= 1.0, "{body}");
     assert!(m.sum("halyard_provider_batch_oldest_seconds", &labels) > 0.0, "{body}");
