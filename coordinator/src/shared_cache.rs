@@ -58,7 +58,7 @@ pub fn sharing() -> bool {
 /// Handle to the sharing task. Dropped without [`Sharer::close`] (a run stopped or
 /// failed), it stops the task at once: what the task had not shared stays marked.
 pub(crate) struct Sharer {
-    tx: Option<mpsc::Sender<(JobId, Completion)>>,
+    tx: Option<mpsc::Sender<JobId>>,
     task: Option<JoinHandle<()>>,
     marks: ShareMarks,
     /// Offers left to their marks because the queue was full.
@@ -81,27 +81,18 @@ impl Sharer {
     /// Start sharing `run`'s marked completions: first what an earlier coordinator of the
     /// run left marked, then what is offered.
     pub(crate) fn start(broker: Broker, run: Uuid, marks: ShareMarks) -> Sharer {
-        let (tx, rx) = mpsc::channel::<(JobId, Completion)>(QUEUE);
+        let (tx, rx) = mpsc::channel::<JobId>(QUEUE);
         let task = tokio::spawn(share(broker, run, rx, marks.clone()));
         Sharer { tx: Some(tx), task: Some(task), marks, deferred: AtomicU64::new(0) }
     }
 
     /// Offer the accepted completions of `jobs`, marked in the run state as they were
-    /// stored ([`crate::state::RunDb::share_pools`]). A full queue leaves them to their
-    /// marks, never waited for.
+    /// stored ([`crate::state::RunDb::share_pools`]); the task reads them back. A full
+    /// queue leaves them to their marks, never waited for.
     pub(crate) fn offer(&self, jobs: Vec<JobId>) {
         let Some(tx) = &self.tx else { return };
         for job in jobs {
-            let completion = match self.marks.completion(&job) {
-                Ok(Some(c)) => c,
-                // Nothing to share: unmarked by the task's next reading of the marks.
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::warn!(job = %job, error = %e, "cannot read a result marked for the shared cache; it stays marked");
-                    continue;
-                }
-            };
-            match tx.try_send((job, completion)) {
+            match tx.try_send(job) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     if self.deferred.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -183,6 +174,20 @@ pub(crate) mod failpoint {
     }
 }
 
+/// The completion to put for the marked `job`; `Err(job)` for a mark with nothing to
+/// share (its result is not a completion, or came from the shared cache, or cannot be
+/// read).
+fn to_share(marks: &ShareMarks, job: JobId) -> Result<(JobId, Completion), JobId> {
+    match marks.completion(&job) {
+        Ok(Some(c)) => Ok((job, c)),
+        Ok(None) => Err(job),
+        Err(e) => {
+            tracing::warn!(job = %job, error = %e, "cannot read a result marked for the shared cache; not shared");
+            Err(job)
+        }
+    }
+}
+
 /// Marks read in chunks, from the first on: what an earlier coordinator left, or what
 /// the queue had no room for.
 struct Backlog {
@@ -197,19 +202,11 @@ impl Backlog {
         Backlog { marks, chunk: Vec::new().into_iter(), cursor: None, done: false }
     }
 
-    /// The next marked job and its completion; `Err(job)` for a mark with nothing to
-    /// share (its result is not a completion, or came from the shared cache).
+    /// The next marked job and its completion ([`to_share`]).
     fn next(&mut self) -> Option<Result<(JobId, Completion), JobId>> {
         loop {
             if let Some(job) = self.chunk.next() {
-                return Some(match self.marks.completion(&job) {
-                    Ok(Some(c)) => Ok((job, c)),
-                    Ok(None) => Err(job),
-                    Err(e) => {
-                        tracing::warn!(job = %job, error = %e, "cannot read a result marked for the shared cache; not shared");
-                        Err(job)
-                    }
-                });
+                return Some(to_share(&self.marks, job));
             }
             if self.done {
                 return None;
@@ -232,12 +229,7 @@ impl Backlog {
 /// The sharing task: puts what earlier coordinators left marked and what is offered, up
 /// to [`IN_FLIGHT`] at once; once the offers end, what is still marked; removes the marks
 /// of what the bucket holds, [`CHUNK`] at a time.
-async fn share(
-    broker: Broker,
-    run: Uuid,
-    mut rx: mpsc::Receiver<(JobId, Completion)>,
-    marks: ShareMarks,
-) {
+async fn share(broker: Broker, run: Uuid, mut rx: mpsc::Receiver<JobId>, marks: ShareMarks) {
     let writer = match SharedWriter::open(&broker).await {
         Ok(w) => w,
         Err(e) => {
@@ -291,7 +283,10 @@ async fn share(
         }
         tokio::select! {
             offer = rx.recv(), if open && puts.len() < IN_FLIGHT => match offer {
-                Some((job, c)) => puts.push(put(job, c)),
+                Some(job) => match to_share(&marks, job) {
+                    Ok((job, c)) => puts.push(put(job, c)),
+                    Err(job) => settled.push(job),
+                },
                 None => open = false,
             },
             Some((job, landed)) = puts.next(), if !puts.is_empty() => {
