@@ -38,6 +38,7 @@
 pub mod claims;
 pub mod exchange;
 pub mod machine;
+mod reader;
 mod rows;
 pub mod shared;
 
@@ -225,7 +226,7 @@ impl Cache {
                 let guard = ClaimGuard { machine: m.clone(), id: *id };
                 // The last holder may have committed its answer and given back its claim
                 // between the read above and this claim.
-                match m.get(id) {
+                match m.get_latest(id) {
                     Ok(Some(c)) => Found::Answer(c, Tier::Machine),
                     _ => Found::Call(Some(guard)),
                 }

@@ -33,6 +33,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::claims::{Claims, Taken};
+use crate::reader;
 use crate::rows::{h, now_s};
 use crate::CacheError;
 
@@ -131,7 +132,8 @@ enum Write {
 /// The machine tier, open in this process. Cheap to share (`Arc`).
 pub struct MachineCache {
     dir: PathBuf,
-    read: Mutex<Connection>,
+    /// The read connection (a snapshot lookups share for milliseconds: [`reader`]).
+    read: Arc<reader::Shared>,
     tx: Mutex<Option<mpsc::Sender<Write>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     shared: Arc<Shared>,
@@ -301,7 +303,10 @@ impl MachineCache {
         })?;
         let write = connect(dir, &limits)?;
         write.pragma_update(None, "cache_size", -WRITER_CACHE_KIB).map_err(|e| db_err(dir, e))?;
-        let read = connect(dir, &limits)?;
+        let read = reader::Shared::start(connect(dir, &limits)?).map_err(|e| CacheError::Db {
+            path: dir.display().to_string(),
+            reason: format!("cannot start the cache's reader thread: {e}"),
+        })?;
         let shared = Arc::new(Shared {
             full_warned: AtomicBool::new(false),
             write_failed_warned: AtomicBool::new(false),
@@ -326,7 +331,7 @@ impl MachineCache {
             })?;
         Ok(MachineCache {
             dir: dir.to_path_buf(),
-            read: Mutex::new(read),
+            read,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
             shared,
@@ -362,26 +367,44 @@ impl MachineCache {
         &self.dir
     }
 
-    /// The entry for `id`, if the cache holds one whose key hashes to `id`. A row that
-    /// does not check out is an error naming the job (the caller calls the model).
+    /// The entry for `id`, if the cache holds one whose key hashes to `id`, as of a
+    /// snapshot at most [`reader::SNAPSHOT_FOR`] old. A row that does not check out is an
+    /// error naming the job (the caller calls the model).
     pub fn get(&self, id: &JobId) -> Result<Option<Completion>, CacheError> {
-        Ok(self.get_entry(id)?.map(|(_, c)| c))
+        Ok(self.get_entry(id, false)?.map(|(_, c)| c))
     }
 
-    /// [`MachineCache::get`] with the job key stored beside the completion.
-    pub fn get_entry(&self, id: &JobId) -> Result<Option<(JobKey, Completion)>, CacheError> {
+    /// [`MachineCache::get`] as of the latest commit of any process (after taking the
+    /// job's claim: its last holder may have committed the answer just now).
+    pub fn get_latest(&self, id: &JobId) -> Result<Option<Completion>, CacheError> {
+        Ok(self.get_entry(id, true)?.map(|(_, c)| c))
+    }
+
+    /// The entry for `id` with the job key stored beside the completion; `fresh`: in a
+    /// new snapshot.
+    fn get_entry(
+        &self,
+        id: &JobId,
+        fresh: bool,
+    ) -> Result<Option<(JobKey, Completion)>, CacheError> {
         let row = {
-            let conn = self.read.lock().unwrap_or_else(|p| p.into_inner());
-            let mut st = conn
-                .prepare_cached(
+            let mut r = self.read.lock();
+            let read = |r: &mut reader::Reader| {
+                if r.snapshot(fresh)? {
+                    self.read.opened();
+                }
+                let mut st = r.conn().prepare_cached(
                     "SELECT key, completion, used FROM entries WHERE h = ?1 AND id = ?2",
-                )
-                .map_err(|e| db_err(&self.dir, e))?;
-            st.query_row(params![h(id), &id.as_bytes()[..]], |r| {
-                Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, i64>(2)?))
-            })
-            .optional()
-            .map_err(|e| db_err(&self.dir, e))?
+                )?;
+                st.query_row(params![h(id), &id.as_bytes()[..]], |r| {
+                    Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, i64>(2)?))
+                })
+                .optional()
+            };
+            read(&mut r).map_err(|e| {
+                r.end();
+                db_err(&self.dir, e)
+            })?
         };
         let Some((key, completion, used)) = row else { return Ok(None) };
         let entry = decode_row(id, &key, &completion)
@@ -481,7 +504,8 @@ impl MachineCache {
 
     /// Count what the cache holds.
     pub fn stats(&self) -> Result<Stats, CacheError> {
-        let conn = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = self.read.lock();
+        let conn = r.latest();
         let err = |e| db_err(&self.dir, e);
         let entries: u64 =
             conn.query_row("SELECT count(*) FROM entries", [], |r| r.get(0)).map_err(err)?;
@@ -517,7 +541,8 @@ impl MachineCache {
     /// SQLite's own check of the whole file (`PRAGMA integrity_check`): `Ok(())`, or the
     /// problems it lists.
     pub fn integrity(&self) -> Result<(), CacheError> {
-        let conn = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = self.read.lock();
+        let conn = r.latest();
         let mut st = conn.prepare("PRAGMA integrity_check").map_err(|e| db_err(&self.dir, e))?;
         let lines = st
             .query_map([], |r| r.get::<_, String>(0))
@@ -544,7 +569,8 @@ impl MachineCache {
     /// Every entry, for an export: (id, key, completion), rows that do not check out
     /// skipped with a warning.
     pub fn entries(&self) -> Result<Vec<(JobId, JobKey, Completion)>, CacheError> {
-        let conn = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = self.read.lock();
+        let conn = r.latest();
         let err = |e| db_err(&self.dir, e);
         let mut st = conn.prepare("SELECT id, key, completion FROM entries").map_err(err)?;
         let rows = st
@@ -614,6 +640,7 @@ impl Drop for MachineCache {
     fn drop(&mut self) {
         // The writer ends once its channel closes; queued writes are still committed.
         self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.read.stop();
     }
 }
 

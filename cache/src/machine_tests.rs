@@ -540,3 +540,56 @@ async fn only_paid_read_write_misses_are_claimed() {
         ));
     }
 }
+
+/// Lookups share a read snapshot for at most `SNAPSHOT_FOR`: a row another process
+/// commits meanwhile is seen at once by `get_latest`, and by `get` once the snapshot is
+/// renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_snapshot_sees_other_processes_commits_within_its_lifetime() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let b = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let id = key(1).id();
+    assert_eq!(b.get(&id).unwrap(), None);
+    a.put(&key(1), &completion("one"));
+    a.flush().await;
+    assert_eq!(b.get_latest(&id).unwrap().unwrap().text, "one");
+    let c = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let id2 = key(2).id();
+    assert_eq!(c.get(&id2).unwrap(), None);
+    a.put(&key(2), &completion("two"));
+    a.flush().await;
+    tokio::time::sleep(crate::reader::SNAPSHOT_FOR * 2).await;
+    assert_eq!(c.get(&id2).unwrap().unwrap().text, "two");
+    for m in [a, b, c] {
+        m.close().await;
+    }
+}
+
+/// A snapshot is ended when lookups stop: another process can then checkpoint the whole
+/// write-ahead log and restart it (an open read transaction would keep it from that, and
+/// the log would grow for as long as the process lives).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_reader_holds_no_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    let b = MachineCache::open(dir.path(), Limits::default()).unwrap();
+    for i in 0..50 {
+        a.put(&key(i), &completion("x"));
+    }
+    a.flush().await;
+    assert!(b.get(&key(3).id()).unwrap().is_some());
+    a.put(&key(100), &completion("y"));
+    a.flush().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let conn = Connection::open(dir.path().join(FILE)).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    let (busy, log, done): (i64, i64, i64) = conn
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap();
+    assert_eq!((busy, log, done), (0, 0, 0), "the checkpoint was blocked by a reader");
+    let wal = std::fs::metadata(dir.path().join(format!("{FILE}-wal"))).unwrap().len();
+    assert_eq!(wal, 0, "the write-ahead log was not restarted");
+    a.close().await;
+    b.close().await;
+}
