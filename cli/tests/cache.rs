@@ -171,6 +171,28 @@ fn a_run_on_another_machine_answers_from_the_shared_cache() {
     assert_eq!(a, b, "answers from the shared cache gave other labels");
 }
 
+/// `halyard run SWEEP --out DIR/OUT --nats NATS` with the machine cache in `DIR/CACHE`
+/// and the coordinator failpoint `failpoint` (`halyard_coordinator`'s `shared_cache`).
+fn run_shared(
+    dir: &Path,
+    nats: &halyard_tests::NatsServer,
+    sweep: &Path,
+    out: &str,
+    cache: &str,
+    failpoint: Option<&str>,
+) -> Output {
+    let mut c = halyard();
+    c.env("HALYARD_CACHE", dir.join(cache))
+        .args(["run", sweep.to_str().unwrap(), "--out"])
+        .arg(dir.join(out))
+        .args(["--nats", &nats.url()]);
+    match failpoint {
+        Some(f) => c.env("HALYARD_COORDINATOR_FAILPOINT", f),
+        None => c.env_remove("HALYARD_COORDINATOR_FAILPOINT"),
+    };
+    c.output().unwrap()
+}
+
 /// Issue 51: a coordinator killed after it accepted (and acked) results but before it
 /// put them in the shared cache loses none of them: they are marked in the run state, and
 /// the run's next coordinator shares them. A second machine then pays for nothing.
@@ -181,33 +203,61 @@ fn results_a_killed_coordinator_had_not_shared_are_shared_on_resume() {
     let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
     let nats = halyard_tests::NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let run_on = |sweep: &Path, out: &str, cache: &str, failpoint: Option<&str>| {
-        let mut c = halyard();
-        c.env("HALYARD_CACHE", dir.path().join(cache))
-            .args(["run", sweep.to_str().unwrap(), "--out"])
-            .arg(dir.path().join(out))
-            .args(["--nats", &nats.url()]);
-        match failpoint {
-            Some(f) => c.env("HALYARD_COORDINATOR_FAILPOINT", f),
-            None => c.env_remove("HALYARD_COORDINATOR_FAILPOINT"),
-        };
-        c.output().unwrap()
-    };
     let first = write_sweep(dir.path(), "first", &fake.base_url(), QUESTIONS, 4);
     // The first put aborts the process: the results accepted by then are only marked.
-    let o = run_on(&first, "a", "machine-a", Some("share:1"));
+    let o = run_shared(dir.path(), &nats, &first, "a", "machine-a", Some("share:1"));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "the failpoint did not fire: {stderr}");
     assert!(stderr.contains("HALYARD_COORDINATOR_FAILPOINT: aborting"), "{stderr}");
     assert!(fake.call_count() > 0, "nothing was paid before the abort");
     // The run resumed: its coordinator shares what the killed one left marked.
-    let o = run_on(&first, "a", "machine-a", None);
+    let o = run_shared(dir.path(), &nats, &first, "a", "machine-a", None);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     fake.reset_counters();
     let second = write_sweep(dir.path(), "second", &fake.base_url(), QUESTIONS, 4);
-    let o = run_on(&second, "b", "machine-b", None);
+    let o = run_shared(dir.path(), &nats, &second, "b", "machine-b", None);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(fake.call_count(), 0, "results accepted before the kill were never shared");
+}
+
+/// Issue 51: a run that completes while the shared bucket takes no write (every put
+/// stalls: `share:0`) says in `halyard status` how many accepted results it could not
+/// share; `halyard run` of the sweep again shares them (and then says none), and a
+/// second machine pays for nothing.
+#[test]
+fn a_run_that_completes_unshared_says_so_and_shares_when_run_again() {
+    const QUESTIONS: usize = 6;
+    let qs = load_questions(QUESTIONS);
+    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
+    let nats = halyard_tests::NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let first = write_sweep(dir.path(), "first", &fake.base_url(), QUESTIONS, 4);
+    let unshared = |out: &str| {
+        let run = dir.path().join(out).join("first");
+        let o = halyard().args(["status", run.to_str().unwrap()]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        let o = halyard().args(["status", "--json", run.to_str().unwrap()]).output().unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (json["unshared"].as_u64().unwrap_or(0), text)
+    };
+    let o = run_shared(dir.path(), &nats, &first, "a", "machine-a", Some("share:0"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let paid = fake.call_count();
+    let (left, text) = unshared("a");
+    // Every completion of the run: 6 answers and their 6 judgements.
+    assert_eq!(left as usize, paid, "{text}");
+    assert!(text.contains(&format!("{left} accepted results not shared yet")), "{text}");
+    let o = run_shared(dir.path(), &nats, &first, "a", "machine-a", None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (left, text) = unshared("a");
+    assert_eq!(left, 0, "{text}");
+    assert!(!text.contains("not shared yet"), "{text}");
+    fake.reset_counters();
+    let second = write_sweep(dir.path(), "second", &fake.base_url(), QUESTIONS, 4);
+    let o = run_shared(dir.path(), &nats, &second, "b", "machine-b", None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(fake.call_count(), 0, "the results left unshared were never shared");
 }
 
 mod forged {

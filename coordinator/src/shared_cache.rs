@@ -106,10 +106,28 @@ impl Sharer {
     }
 
     /// Share what is queued and what is still marked (for at most `within`), then stop.
-    /// What is left stays marked, for a coordinator started on the run again.
-    pub(crate) async fn close(mut self, within: Duration) {
+    /// What is left stays marked, for a coordinator started on the run again: how many
+    /// (`None` if they cannot be counted).
+    pub(crate) async fn close(mut self, within: Duration) -> Option<u64> {
         drop(self.tx.take());
-        let Some(mut task) = self.task.take() else { return };
+        if let Some(task) = self.task.take() {
+            self.finish(task, within).await;
+        }
+        match self.marks.count() {
+            Ok(0) => Some(0),
+            Ok(left) => {
+                tracing::warn!(left, "accepted results not in the shared result cache yet: the run state keeps them marked, and a coordinator started on this run again (`halyard run` of the sweep) shares them");
+                Some(left as u64)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot count the accepted results not yet shared");
+                None
+            }
+        }
+    }
+
+    /// Let the sharing task end by itself for at most `within`, then stop it.
+    async fn finish(&self, mut task: tokio::task::JoinHandle<()>, within: Duration) {
         let deferred = self.deferred.load(Ordering::Relaxed);
         if deferred > 0 {
             tracing::info!(
@@ -117,16 +135,13 @@ impl Sharer {
                 "accepted results the queue had no room for are shared from the run state now"
             );
         }
+        // Puts that stall for a test (the failpoint) are not waited for long.
+        let within = if failpoint::stalls() { within.min(Duration::from_secs(2)) } else { within };
         let abort = task.abort_handle();
         if tokio::time::timeout(within, &mut task).await.is_err() {
             abort.abort();
             // Its removals end before the run state is compacted.
             let _ = task.await;
-        }
-        match self.marks.count() {
-            Ok(0) => {}
-            Ok(left) => tracing::warn!(left, "accepted results not in the shared result cache yet: the run state keeps them marked, and a coordinator started on this run again (`halyard run` of the sweep) shares them"),
-            Err(e) => tracing::warn!(error = %e, "cannot count the accepted results not yet shared"),
         }
     }
 }
@@ -157,7 +172,8 @@ pub(crate) mod failpoint {
         })
     }
 
-    /// Whether puts wait for ever.
+    /// Whether puts wait for ever (`share:<n>`; `share:0` never aborts: the run
+    /// completes with its results unshared).
     pub(super) fn stalls() -> bool {
         armed().is_some()
     }

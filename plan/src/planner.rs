@@ -620,6 +620,11 @@ impl<'s, S: RunStore> Planner<'s, S> {
         changed
     }
 
+    /// Accepted results left unshared (see [`crate::progress::Figures::unshared`]).
+    pub fn set_unshared(&mut self, n: u64) {
+        self.progress.figures.unshared = n;
+    }
+
     pub fn progress(&mut self) -> &Progress {
         self.progress.figures.costs = self.meter.totals().to_vec();
         self.progress.figures.max_cost = self.meter.max_cost();

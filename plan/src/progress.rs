@@ -61,6 +61,11 @@ pub struct Figures {
     /// the run is waiting for them. (`batches` in the status files of earlier builds.)
     #[serde(default, alias = "batches")]
     pub provider_batches: Vec<halyard_proto::provider_batch::BatchGroup>,
+    /// Accepted results not in the shared result cache when the coordinator stopped
+    /// sharing (the bucket was away or full): marked in the run state, and shared by the
+    /// run's next coordinator (issue 51).
+    #[serde(default)]
+    pub unshared: u64,
 }
 
 /// Items of one benchmark and model under test.

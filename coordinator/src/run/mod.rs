@@ -405,7 +405,10 @@ impl Coordinator<'_> {
         // The sharing task writes to the run state (its marks): done before the copy.
         if let Some(s) = self.sharer.take() {
             // As long as a refused write is tried again (`halyard_cache::shared`).
-            s.close(Duration::from_secs(30)).await;
+            if let Some(left) = s.close(Duration::from_secs(30)).await {
+                self.planner.set_unshared(left);
+                self.publish_progress();
+            }
         }
         if self.compact_when_complete {
             self.compaction = Some(self.planner.store().begin_compaction());

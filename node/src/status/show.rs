@@ -236,6 +236,12 @@ pub fn render(s: &Status) -> String {
         }
         o.push('\n');
     }
+    if s.figures.unshared > 0 {
+        o.push_str(&format!(
+            "  shared result cache: {} accepted results not shared yet (the bucket was away or full); kept in the run state, shared when this run's coordinator starts again (`halyard run` of the sweep)\n",
+            s.figures.unshared
+        ));
+    }
     for d in &s.figures.outages {
         o.push_str(&format!("  outage: {} — {}\n", terminal(&d.describe()), terminal(&d.error)));
     }
