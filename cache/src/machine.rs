@@ -57,6 +57,16 @@ const GROUP_WAIT: Duration = Duration::from_millis(100);
 const MAX_GATHER: Duration = Duration::from_secs(2);
 /// The writer's page cache (KiB): the pages its inserts touch stay in memory.
 const WRITER_CACHE_KIB: i64 = 32 * 1024;
+/// The writer checkpoints the write-ahead log into the database once it holds this many
+/// pages (SQLite's default is 1,000). A noop run's commits of thousands of rows rewrite
+/// most pages of the id index each time; checkpointing every ten commits instead of after
+/// each copies each such page once instead of ten times, and syncs the file a tenth as
+/// often: 1,000,000 rows took 8.4 µs a row of the writer's CPU instead of 9.2 and 17.5 s
+/// instead of 20.3 (`halyard-bench --bin cache`, two rounds each).
+const WAL_CHECKPOINT_PAGES: i64 = 10_000;
+/// After a checkpoint the write-ahead log file is cut back to this size (SQLite keeps it
+/// at its largest otherwise).
+const WAL_KEEP_BYTES: i64 = 64 << 20;
 /// The schema's version, in `PRAGMA user_version`.
 const SCHEMA: i64 = 3;
 
@@ -303,6 +313,10 @@ impl MachineCache {
         })?;
         let write = connect(dir, &limits)?;
         write.pragma_update(None, "cache_size", -WRITER_CACHE_KIB).map_err(|e| db_err(dir, e))?;
+        write
+            .pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)
+            .and_then(|()| write.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES))
+            .map_err(|e| db_err(dir, e))?;
         let read = reader::Shared::start(connect(dir, &limits)?).map_err(|e| CacheError::Db {
             path: dir.display().to_string(),
             reason: format!("cannot start the cache's reader thread: {e}"),

@@ -277,8 +277,8 @@ async fn an_earlier_schema_is_moved(version: i64, ddl: &str) {
     a.put(&key(7), &completion("new"));
     a.put(&key(1), &completion("not kept: the entry is there"));
     a.flush().await;
-    assert_eq!(b.get(&key(7).id()).unwrap().unwrap().text, "new");
-    assert_eq!(b.get(&key(1).id()).unwrap().unwrap().text, "old 1");
+    assert_eq!(b.get_latest(&key(7).id()).unwrap().unwrap().text, "new");
+    assert_eq!(b.get_latest(&key(1).id()).unwrap().unwrap().text, "old 1");
     assert_eq!(a.stats().unwrap().entries, 4);
     a.close().await;
     b.close().await;
