@@ -1,7 +1,7 @@
 //! The result cache on one machine (issue 51): runs of differently named sweeps share
 //! their paid answers through `--cache DIR`, and an export replays.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use halyard_tests::FakeOpenAi;
@@ -171,26 +171,56 @@ fn a_run_on_another_machine_answers_from_the_shared_cache() {
     assert_eq!(a, b, "answers from the shared cache gave other labels");
 }
 
-/// `halyard run SWEEP --out DIR/OUT --nats NATS` with the machine cache in `DIR/CACHE`
-/// and the coordinator failpoint `failpoint` (`halyard_coordinator`'s `shared_cache`).
-fn run_shared(
-    dir: &Path,
-    nats: &halyard_tests::NatsServer,
-    sweep: &Path,
-    out: &str,
-    cache: &str,
-    failpoint: Option<&str>,
-) -> Output {
-    let mut c = halyard();
-    c.env("HALYARD_CACHE", dir.join(cache))
-        .args(["run", sweep.to_str().unwrap(), "--out"])
-        .arg(dir.join(out))
-        .args(["--nats", &nats.url()]);
-    match failpoint {
-        Some(f) => c.env("HALYARD_COORDINATOR_FAILPOINT", f),
-        None => c.env_remove("HALYARD_COORDINATOR_FAILPOINT"),
-    };
-    c.output().unwrap()
+/// Runs of sweeps over `QUESTIONS` questions on one broker, paid to one fake API, each
+/// run with a machine cache of its own choosing (issue 51's shared tier).
+struct SharedRuns {
+    fake: FakeOpenAi,
+    nats: halyard_tests::NatsServer,
+    dir: tempfile::TempDir,
+    questions: usize,
+}
+
+impl SharedRuns {
+    fn start(questions: usize) -> SharedRuns {
+        let qs = load_questions(questions);
+        SharedRuns {
+            fake: FakeOpenAi::start_blocking(responder(question_index(&qs), None)),
+            nats: halyard_tests::NatsServer::start(),
+            dir: tempfile::tempdir().unwrap(),
+            questions,
+        }
+    }
+
+    fn sweep(&self, name: &str) -> PathBuf {
+        write_sweep(self.dir.path(), name, &self.fake.base_url(), self.questions, 4)
+    }
+
+    /// `halyard run` of sweep `name` with `--out DIR/OUT`, the machine cache in
+    /// `DIR/CACHE` and the coordinator failpoint `failpoint` (`share:<n>`).
+    fn run(&self, name: &str, out: &str, cache: &str, failpoint: Option<&str>) -> Output {
+        let mut c = halyard();
+        c.env("HALYARD_CACHE", self.dir.path().join(cache))
+            .args(["run", self.sweep(name).to_str().unwrap(), "--out"])
+            .arg(self.dir.path().join(out))
+            .args(["--nats", &self.nats.url()]);
+        match failpoint {
+            Some(f) => c.env("HALYARD_COORDINATOR_FAILPOINT", f),
+            None => c.env_remove("HALYARD_COORDINATOR_FAILPOINT"),
+        };
+        c.output().unwrap()
+    }
+
+    fn run_ok(&self, name: &str, out: &str, cache: &str) {
+        let o = self.run(name, out, cache, None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    /// A sweep under another name, on another machine cache, pays for nothing.
+    fn another_machine_pays_nothing(&self, why: &str) {
+        self.fake.reset_counters();
+        self.run_ok("second", "b", "machine-b");
+        assert_eq!(self.fake.call_count(), 0, "{why}");
+    }
 }
 
 /// Issue 51: a coordinator killed after it accepted (and acked) results but before it
@@ -198,26 +228,16 @@ fn run_shared(
 /// the run's next coordinator shares them. A second machine then pays for nothing.
 #[test]
 fn results_a_killed_coordinator_had_not_shared_are_shared_on_resume() {
-    const QUESTIONS: usize = 12;
-    let qs = load_questions(QUESTIONS);
-    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
-    let nats = halyard_tests::NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let first = write_sweep(dir.path(), "first", &fake.base_url(), QUESTIONS, 4);
+    let runs = SharedRuns::start(12);
     // The first put aborts the process: the results accepted by then are only marked.
-    let o = run_shared(dir.path(), &nats, &first, "a", "machine-a", Some("share:1"));
+    let o = runs.run("first", "a", "machine-a", Some("share:1"));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "the failpoint did not fire: {stderr}");
     assert!(stderr.contains("HALYARD_COORDINATOR_FAILPOINT: aborting"), "{stderr}");
-    assert!(fake.call_count() > 0, "nothing was paid before the abort");
+    assert!(runs.fake.call_count() > 0, "nothing was paid before the abort");
     // The run resumed: its coordinator shares what the killed one left marked.
-    let o = run_shared(dir.path(), &nats, &first, "a", "machine-a", None);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    fake.reset_counters();
-    let second = write_sweep(dir.path(), "second", &fake.base_url(), QUESTIONS, 4);
-    let o = run_shared(dir.path(), &nats, &second, "b", "machine-b", None);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(fake.call_count(), 0, "results accepted before the kill were never shared");
+    runs.run_ok("first", "a", "machine-a");
+    runs.another_machine_pays_nothing("results accepted before the kill were never shared");
 }
 
 /// Issue 51: a run that completes while the shared bucket takes no write (every put
@@ -226,14 +246,9 @@ fn results_a_killed_coordinator_had_not_shared_are_shared_on_resume() {
 /// second machine pays for nothing.
 #[test]
 fn a_run_that_completes_unshared_says_so_and_shares_when_run_again() {
-    const QUESTIONS: usize = 6;
-    let qs = load_questions(QUESTIONS);
-    let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
-    let nats = halyard_tests::NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let first = write_sweep(dir.path(), "first", &fake.base_url(), QUESTIONS, 4);
-    let unshared = |out: &str| {
-        let run = dir.path().join(out).join("first");
+    let runs = SharedRuns::start(6);
+    let unshared = || {
+        let run = runs.dir.path().join("a").join("first");
         let o = halyard().args(["status", run.to_str().unwrap()]).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let text = String::from_utf8_lossy(&o.stdout).to_string();
@@ -241,23 +256,17 @@ fn a_run_that_completes_unshared_says_so_and_shares_when_run_again() {
         let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         (json["unshared"].as_u64().unwrap_or(0), text)
     };
-    let o = run_shared(dir.path(), &nats, &first, "a", "machine-a", Some("share:0"));
+    let o = runs.run("first", "a", "machine-a", Some("share:0"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let paid = fake.call_count();
-    let (left, text) = unshared("a");
-    // Every completion of the run: 6 answers and their 6 judgements.
-    assert_eq!(left as usize, paid, "{text}");
+    let (left, text) = unshared();
+    // Every completion of the run: the answers and their judgements, each paid once.
+    assert_eq!(left as usize, runs.fake.call_count(), "{text}");
     assert!(text.contains(&format!("{left} accepted results not shared yet")), "{text}");
-    let o = run_shared(dir.path(), &nats, &first, "a", "machine-a", None);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let (left, text) = unshared("a");
+    runs.run_ok("first", "a", "machine-a");
+    let (left, text) = unshared();
     assert_eq!(left, 0, "{text}");
     assert!(!text.contains("not shared yet"), "{text}");
-    fake.reset_counters();
-    let second = write_sweep(dir.path(), "second", &fake.base_url(), QUESTIONS, 4);
-    let o = run_shared(dir.path(), &nats, &second, "b", "machine-b", None);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(fake.call_count(), 0, "the results left unshared were never shared");
+    runs.another_machine_pays_nothing("the results left unshared were never shared");
 }
 
 mod forged {
