@@ -544,7 +544,7 @@ impl MachineCache {
         Ok(Stats {
             dir: self.dir.display().to_string(),
             entries,
-            live_bytes: live_bytes(&conn).map_err(err)?,
+            live_bytes: live_bytes(conn).map_err(err)?,
             file_bytes,
             by_model,
             oldest_use,
