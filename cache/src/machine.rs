@@ -57,16 +57,21 @@ const GROUP_WAIT: Duration = Duration::from_millis(100);
 const MAX_GATHER: Duration = Duration::from_secs(2);
 /// The writer's page cache (KiB): the pages its inserts touch stay in memory.
 const WRITER_CACHE_KIB: i64 = 32 * 1024;
-/// The writer checkpoints the write-ahead log into the database once it holds this many
-/// pages (SQLite's default is 1,000). A noop run's commits of thousands of rows rewrite
-/// most pages of the id index each time; checkpointing every ten commits instead of after
-/// each copies each such page once instead of ten times, and syncs the file a tenth as
-/// often: 1,000,000 rows took 8.4 µs a row of the writer's CPU instead of 9.2 and 17.5 s
-/// instead of 20.3 (`halyard-bench --bin cache`, two rounds each).
-const WAL_CHECKPOINT_PAGES: i64 = 10_000;
-/// After a checkpoint the write-ahead log file is cut back to this size (SQLite keeps it
-/// at its largest otherwise).
-const WAL_KEEP_BYTES: i64 = 64 << 20;
+/// The largest the write-ahead log grows before the writer checkpoints it and truncates
+/// it ([`checkpoint_if_large`]); a smaller cache's log is at most an eighth of its size
+/// limit (1 MiB at the least). SQLite's automatic checkpoint (every 1,000 pages) is off on
+/// the writer's connection: a noop run's commits of thousands of rows rewrite most pages
+/// of the id index each time, and a checkpoint after each commit copied each such page
+/// into the file (and synced it) every time. And a passive checkpoint can only copy what
+/// no reader's snapshot still needs: with lookups that share a snapshot for milliseconds
+/// ([`reader`]) there is nearly always one from before the last commit, the log is never
+/// wholly copied back, so never started over, and it grew without bound for as long as
+/// lookups went on.
+const WAL_LIMIT_BYTES: u64 = 40 << 20;
+/// How long the writer's checkpoint waits for readers still on an older snapshot (they
+/// move on within [`reader::SNAPSHOT_FOR`]); one that times out is tried after the next
+/// commit.
+const CHECKPOINT_WAIT: Duration = Duration::from_millis(250);
 /// The schema's version, in `PRAGMA user_version`.
 const SCHEMA: i64 = 3;
 
@@ -313,10 +318,8 @@ impl MachineCache {
         })?;
         let write = connect(dir, &limits)?;
         write.pragma_update(None, "cache_size", -WRITER_CACHE_KIB).map_err(|e| db_err(dir, e))?;
-        write
-            .pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)
-            .and_then(|()| write.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES))
-            .map_err(|e| db_err(dir, e))?;
+        write.pragma_update(None, "wal_autocheckpoint", 0).map_err(|e| db_err(dir, e))?;
+        let wal_limit = (limits.max_bytes / 8).clamp(1 << 20, WAL_LIMIT_BYTES);
         let read = reader::Shared::start(connect(dir, &limits)?).map_err(|e| CacheError::Db {
             path: dir.display().to_string(),
             reason: format!("cannot start the cache's reader thread: {e}"),
@@ -338,10 +341,13 @@ impl MachineCache {
         let (d, s, c) = (dir.to_path_buf(), shared.clone(), claims.clone());
         let writer = std::thread::Builder::new()
             .name("halyard-cache-writer".into())
-            .spawn(move || writer_loop(&d, write, rx, &s, c.as_deref()))
-            .map_err(|e| CacheError::Db {
-                path: dir.display().to_string(),
-                reason: format!("cannot start the cache's writer thread: {e}"),
+            .spawn(move || writer_loop(&d, write, wal_limit, rx, &s, c.as_deref()))
+            .map_err(|e| {
+                read.stop();
+                CacheError::Db {
+                    path: dir.display().to_string(),
+                    reason: format!("cannot start the cache's writer thread: {e}"),
+                }
             })?;
         Ok(MachineCache {
             dir: dir.to_path_buf(),
@@ -704,6 +710,7 @@ pub(crate) fn prune(conn: &Connection, limits: Limits, now: u64) -> rusqlite::Re
 fn writer_loop(
     dir: &Path,
     mut conn: Connection,
+    wal_limit: u64,
     mut rx: mpsc::Receiver<Write>,
     shared: &Shared,
     claims: Option<&Claims>,
@@ -746,6 +753,7 @@ fn writer_loop(
             });
             let started = std::time::Instant::now();
             let result = commit(&mut conn, &writes);
+            checkpoint_if_large(&conn, dir, wal_limit);
             last_commit = started.elapsed();
             match result {
                 Ok(n) => {
@@ -782,6 +790,27 @@ fn writer_loop(
         for done in flushes {
             let _ = done.send(());
         }
+    }
+}
+
+/// Checkpoint the write-ahead log into the database and truncate it once it is over
+/// `limit` bytes (see [`WAL_LIMIT_BYTES`]), waiting up to [`CHECKPOINT_WAIT`] for readers
+/// on an older snapshot. Once truncated, the log file's size is its length (it only grows
+/// by the commits appended to it). A checkpoint kept from finishing (a long read of
+/// another process, such as an export, or another process's write) is tried again after
+/// the next commit.
+fn checkpoint_if_large(conn: &Connection, dir: &Path, limit: u64) {
+    let wal = dir.join(format!("{FILE}-wal"));
+    if std::fs::metadata(wal).map_or(true, |m| m.len() <= limit) {
+        return;
+    }
+    let _ = conn.busy_timeout(CHECKPOINT_WAIT);
+    let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
+    let _ = conn.busy_timeout(BUSY_TIMEOUT);
+    match done {
+        Ok(0) => {}
+        Ok(_) => tracing::debug!("readers kept the result cache's write-ahead log from being truncated; tried after the next commit"),
+        Err(e) => tracing::debug!(error = %e, "the result cache's write-ahead log could not be truncated now; tried after the next commit"),
     }
 }
 

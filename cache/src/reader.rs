@@ -25,7 +25,7 @@ pub(crate) struct Reader {
     conn: Connection,
     /// When the open read transaction began; `None`: none is open.
     since: Option<Instant>,
-    /// The cache was closed or dropped: the closer thread ends.
+    /// The cache was dropped (or could not be opened): the closer thread ends.
     stop: bool,
 }
 
@@ -41,6 +41,8 @@ impl Reader {
         if self.since.is_some() {
             return Ok(false);
         }
+        // A transaction whose end failed before is ended first: BEGIN inside it would fail.
+        self.end();
         self.conn.execute_batch("BEGIN DEFERRED")?;
         self.since = Some(now);
         Ok(true)
@@ -57,9 +59,11 @@ impl Reader {
         &self.conn
     }
 
-    /// End the open read transaction, if any (also after a failed read in it).
+    /// End the open read transaction, if any (also after a failed read in it, or a
+    /// failed end before).
     pub(crate) fn end(&mut self) {
-        if self.since.take().is_some() && !self.conn.is_autocommit() {
+        self.since = None;
+        if !self.conn.is_autocommit() {
             // A read transaction has nothing to commit; if even that fails the
             // connection rolls it back.
             if self.conn.execute_batch("COMMIT").is_err() {
