@@ -58,7 +58,7 @@ const MAX_GATHER: Duration = Duration::from_secs(2);
 /// The writer's page cache (KiB): the pages its inserts touch stay in memory.
 const WRITER_CACHE_KIB: i64 = 32 * 1024;
 /// The largest the write-ahead log grows before the writer checkpoints it and truncates
-/// it ([`checkpoint_if_large`]); a smaller cache's log is at most an eighth of its size
+/// it ([`WalCheck`]); a smaller cache's log is at most an eighth of its size
 /// limit (1 MiB at the least). SQLite's automatic checkpoint (every 1,000 pages) is off on
 /// the writer's connection: a noop run's commits of thousands of rows rewrite most pages
 /// of the id index each time, and a checkpoint after each commit copied each such page
@@ -147,6 +147,7 @@ enum Write {
 /// The machine tier, open in this process. Cheap to share (`Arc`).
 pub struct MachineCache {
     dir: PathBuf,
+    limits: Limits,
     /// The read connection (a snapshot lookups share for milliseconds: [`reader`]).
     read: Arc<reader::Shared>,
     tx: Mutex<Option<mpsc::Sender<Write>>>,
@@ -319,7 +320,7 @@ impl MachineCache {
         let write = connect(dir, &limits)?;
         write.pragma_update(None, "cache_size", -WRITER_CACHE_KIB).map_err(|e| db_err(dir, e))?;
         write.pragma_update(None, "wal_autocheckpoint", 0).map_err(|e| db_err(dir, e))?;
-        let wal_limit = (limits.max_bytes / 8).clamp(1 << 20, WAL_LIMIT_BYTES);
+        let wal = WalCheck::new(&limits);
         let read = reader::Shared::start(connect(dir, &limits)?).map_err(|e| CacheError::Db {
             path: dir.display().to_string(),
             reason: format!("cannot start the cache's reader thread: {e}"),
@@ -341,7 +342,7 @@ impl MachineCache {
         let (d, s, c) = (dir.to_path_buf(), shared.clone(), claims.clone());
         let writer = std::thread::Builder::new()
             .name("halyard-cache-writer".into())
-            .spawn(move || writer_loop(&d, write, wal_limit, rx, &s, c.as_deref()))
+            .spawn(move || writer_loop(&d, write, wal, rx, &s, c.as_deref()))
             .map_err(|e| {
                 read.stop();
                 CacheError::Db {
@@ -351,6 +352,7 @@ impl MachineCache {
             })?;
         Ok(MachineCache {
             dir: dir.to_path_buf(),
+            limits,
             read,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
@@ -583,7 +585,9 @@ impl MachineCache {
     /// Runs on its own connection (any process may prune while others read and write).
     pub fn prune(&self, limits: Limits) -> Result<Pruned, CacheError> {
         let conn = connect(&self.dir, &limits)?;
-        prune(&conn, limits, now_s()).map_err(|e| db_err(&self.dir, e))
+        let pruned = prune(&conn, limits, now_s()).map_err(|e| db_err(&self.dir, e))?;
+        WalCheck::new(&limits).after_commit(&conn, &self.dir);
+        Ok(pruned)
     }
 
     /// Every entry, for an export: (id, key, completion), rows that do not check out
@@ -652,6 +656,8 @@ impl MachineCache {
             }
         }
         tx.commit().map_err(err)?;
+        // A process that only imports has no writer thread to keep the log bounded.
+        WalCheck::new(&self.limits).after_commit(&conn, &self.dir);
         Ok(new)
     }
 }
@@ -710,7 +716,7 @@ pub(crate) fn prune(conn: &Connection, limits: Limits, now: u64) -> rusqlite::Re
 fn writer_loop(
     dir: &Path,
     mut conn: Connection,
-    wal_limit: u64,
+    mut wal: WalCheck,
     mut rx: mpsc::Receiver<Write>,
     shared: &Shared,
     claims: Option<&Claims>,
@@ -753,7 +759,6 @@ fn writer_loop(
             });
             let started = std::time::Instant::now();
             let result = commit(&mut conn, &writes);
-            checkpoint_if_large(&conn, dir, wal_limit);
             last_commit = started.elapsed();
             match result {
                 Ok(n) => {
@@ -790,27 +795,54 @@ fn writer_loop(
         for done in flushes {
             let _ = done.send(());
         }
+        // After the claims are given back and the flushes answered: neither waits for it.
+        if !writes.is_empty() {
+            wal.after_commit(&conn, dir);
+        }
     }
 }
 
-/// Checkpoint the write-ahead log into the database and truncate it once it is over
-/// `limit` bytes (see [`WAL_LIMIT_BYTES`]), waiting up to [`CHECKPOINT_WAIT`] for readers
-/// on an older snapshot. Once truncated, the log file's size is its length (it only grows
-/// by the commits appended to it). A checkpoint kept from finishing (a long read of
-/// another process, such as an export, or another process's write) is tried again after
-/// the next commit.
-fn checkpoint_if_large(conn: &Connection, dir: &Path, limit: u64) {
-    let wal = dir.join(format!("{FILE}-wal"));
-    if std::fs::metadata(wal).map_or(true, |m| m.len() <= limit) {
-        return;
+/// When to checkpoint the write-ahead log ([`WalCheck::after_commit`]).
+struct WalCheck {
+    limit: u64,
+    /// The log file's size above which the next checkpoint is tried: `limit`, or more
+    /// after one that readers kept from finishing.
+    at: u64,
+}
+
+impl WalCheck {
+    fn new(limits: &Limits) -> WalCheck {
+        let limit = (limits.max_bytes / 8).clamp(1 << 20, WAL_LIMIT_BYTES);
+        WalCheck { limit, at: limit }
     }
-    let _ = conn.busy_timeout(CHECKPOINT_WAIT);
-    let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
-    let _ = conn.busy_timeout(BUSY_TIMEOUT);
-    match done {
-        Ok(0) => {}
-        Ok(_) => tracing::debug!("readers kept the result cache's write-ahead log from being truncated; tried after the next commit"),
-        Err(e) => tracing::debug!(error = %e, "the result cache's write-ahead log could not be truncated now; tried after the next commit"),
+
+    /// After a commit on `conn`: checkpoint the write-ahead log into the database and
+    /// truncate it once it is over the limit (see [`WAL_LIMIT_BYTES`]), waiting up to
+    /// [`CHECKPOINT_WAIT`] for readers on an older snapshot. Once truncated, the log
+    /// file's size is its length (it only grows by the commits appended to it). One that
+    /// readers keep from finishing (a long read of another process, such as an export)
+    /// is tried again once the log has grown by another quarter of the limit, so that
+    /// such a reader does not cost every commit the wait.
+    fn after_commit(&mut self, conn: &Connection, dir: &Path) {
+        let wal = dir.join(format!("{FILE}-wal"));
+        let len = std::fs::metadata(wal).map_or(0, |m| m.len());
+        if len <= self.at {
+            return;
+        }
+        let _ = conn.busy_timeout(CHECKPOINT_WAIT);
+        let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
+        let _ = conn.busy_timeout(BUSY_TIMEOUT);
+        self.at = match done {
+            Ok(0) => self.limit,
+            Ok(_) => {
+                tracing::debug!(len, "readers kept the result cache's write-ahead log from being truncated; tried again later");
+                len + self.limit / 4
+            }
+            Err(e) => {
+                tracing::debug!(len, error = %e, "the result cache's write-ahead log could not be truncated; tried again later");
+                len + self.limit / 4
+            }
+        };
     }
 }
 

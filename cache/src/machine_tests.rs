@@ -634,3 +634,35 @@ async fn the_write_ahead_log_stays_bounded_while_lookups_never_pause() {
     assert_eq!(a.stats().unwrap().entries, 3000);
     a.close().await;
 }
+
+/// The same for a process that only imports (no writer thread of its own commits): each
+/// import's commit keeps the log bounded while another process looks entries up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imports_keep_the_write_ahead_log_bounded_while_lookups_never_pause() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits { max_bytes: 8 << 20, ..Limits::default() };
+    let a = MachineCache::open(dir.path(), limits).unwrap();
+    let b = Arc::new(MachineCache::open(dir.path(), limits).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                b.get(&key(7).id()).unwrap();
+            }
+        })
+    };
+    let wal = dir.path().join(format!("{FILE}-wal"));
+    let mut largest = 0;
+    for batch in 0..30 {
+        let entries: Vec<_> = (batch * 100..batch * 100 + 100)
+            .map(|i| (key(i), completion(&noise(i, 2000))))
+            .collect();
+        assert_eq!(a.insert_now(&entries).unwrap(), 100);
+        largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+    }
+    stop.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+    assert!(largest < 2 << 20, "the write-ahead log grew to {largest} bytes");
+    a.close().await;
+}
