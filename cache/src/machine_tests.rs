@@ -594,75 +594,81 @@ async fn an_idle_reader_holds_no_snapshot() {
     b.close().await;
 }
 
-/// While another process looks entries up without a pause (its snapshots nearly always
-/// older than the last commit, which a passive checkpoint cannot copy past), the writer
-/// still keeps the write-ahead log near its limit: an eighth of the size limit here,
-/// 1 MiB. Without the writer's truncating checkpoint the log held every page written.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_write_ahead_log_stays_bounded_while_lookups_never_pause() {
-    let dir = tempfile::tempdir().unwrap();
-    let limits = Limits { max_bytes: 8 << 20, ..Limits::default() };
-    let a = MachineCache::open(dir.path(), limits).unwrap();
-    let b = Arc::new(MachineCache::open(dir.path(), limits).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (b, stop) = (b.clone(), stop.clone());
-        std::thread::spawn(move || {
+/// A cache in a new directory with a size limit of 8 MiB (so a write-ahead log limit of
+/// 1 MiB), and another opener (another process) looking entries up without a pause until
+/// [`Looked::finish`].
+struct Looked {
+    dir: tempfile::TempDir,
+    cache: MachineCache,
+    stop: Arc<AtomicBool>,
+    looker: std::thread::JoinHandle<u32>,
+}
+
+impl Looked {
+    fn start() -> Looked {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits { max_bytes: 8 << 20, ..Limits::default() };
+        let cache = MachineCache::open(dir.path(), limits).unwrap();
+        let other = MachineCache::open(dir.path(), limits).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let looker = std::thread::spawn(move || {
             let mut i = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                b.get(&key(i % 4000).id()).unwrap();
+            while !s.load(Ordering::Relaxed) {
+                other.get(&key(i % 4000).id()).unwrap();
                 i = i.wrapping_add(1);
             }
             i
-        })
-    };
-    let wal = dir.path().join(format!("{FILE}-wal"));
+        });
+        Looked { dir, cache, stop, looker }
+    }
+
+    fn wal_len(&self) -> u64 {
+        std::fs::metadata(self.dir.path().join(format!("{FILE}-wal"))).map_or(0, |m| m.len())
+    }
+
+    /// Stop looking; the log may pass its limit by a commit (100 rows, about 300 KB of
+    /// table and index pages) before it is truncated.
+    async fn finish(self, largest: u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let lookups = self.looker.join().unwrap();
+        assert!(lookups > 1000, "the other process made only {lookups} lookups");
+        assert!(largest < 2 << 20, "the write-ahead log grew to {largest} bytes");
+        assert_eq!(self.cache.stats().unwrap().entries, 3000);
+        self.cache.close().await;
+    }
+}
+
+/// While another process looks entries up without a pause (its snapshots nearly always
+/// older than the last commit, which a passive checkpoint cannot copy past), the writer
+/// still keeps the write-ahead log near its limit. Without the writer's truncating
+/// checkpoint the log held every page written (6 MB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_ahead_log_stays_bounded_while_lookups_never_pause() {
+    let t = Looked::start();
     let mut largest = 0;
     for i in 0..3000 {
-        a.put(&key(i), &completion(&noise(i, 2000)));
+        t.cache.put(&key(i), &completion(&noise(i, 2000)));
         if i % 100 == 99 {
-            a.flush().await;
-            largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+            t.cache.flush().await;
+            largest = largest.max(t.wal_len());
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let lookups = reader.join().unwrap();
-    assert!(lookups > 1000, "the reader made only {lookups} lookups");
-    // 6 MB written; the log may pass the limit by a commit (100 rows, about 300 KB of
-    // table and index pages) before it is truncated.
-    assert!(largest < 2 << 20, "the write-ahead log grew to {largest} bytes");
-    assert_eq!(a.stats().unwrap().entries, 3000);
-    a.close().await;
+    t.finish(largest).await;
 }
 
 /// The same for a process that only imports (no writer thread of its own commits): each
 /// import's commit keeps the log bounded while another process looks entries up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imports_keep_the_write_ahead_log_bounded_while_lookups_never_pause() {
-    let dir = tempfile::tempdir().unwrap();
-    let limits = Limits { max_bytes: 8 << 20, ..Limits::default() };
-    let a = MachineCache::open(dir.path(), limits).unwrap();
-    let b = Arc::new(MachineCache::open(dir.path(), limits).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (b, stop) = (b.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                b.get(&key(7).id()).unwrap();
-            }
-        })
-    };
-    let wal = dir.path().join(format!("{FILE}-wal"));
+    let t = Looked::start();
     let mut largest = 0;
     for batch in 0..30 {
         let entries: Vec<_> = (batch * 100..batch * 100 + 100)
             .map(|i| (key(i), completion(&noise(i, 2000))))
             .collect();
-        assert_eq!(a.insert_now(&entries).unwrap(), 100);
-        largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        assert_eq!(t.cache.insert_now(&entries).unwrap(), 100);
+        largest = largest.max(t.wal_len());
     }
-    stop.store(true, Ordering::Relaxed);
-    reader.join().unwrap();
-    assert!(largest < 2 << 20, "the write-ahead log grew to {largest} bytes");
-    a.close().await;
+    t.finish(largest).await;
 }
