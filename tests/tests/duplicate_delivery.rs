@@ -74,8 +74,8 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
         .await
     });
 
-    // The replayed result carries the same message id, so the results stream keeps one.
-    let results = collect_results(&broker, run, 1).await;
+    // The replay is a message of its own (the coordinator counts a job's result once).
+    let results = collect_results(&broker, run, 2).await;
     wait_jobs_acked(&broker).await;
     stop_tx.send(true).unwrap();
     let stats = worker.await.unwrap().unwrap();
@@ -101,6 +101,63 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
     let stats = worker.await.unwrap().unwrap();
     assert_eq!((stats.completed.get(), stats.replayed.get(), stats.calls.get()), (0, 1, 0));
     assert_eq!(fake.call_count(), 1);
+}
+
+/// A result taken from the broker and dropped there (the coordinator drops a message
+/// whose object it cannot read; a results stream may be purged; nats-server before 2.11
+/// can keep a message's id when a leader change drops the message) is published again
+/// when its job is: the job published again (as the coordinator's stall check does)
+/// is answered from the checkpoint, and the replay reaches the results stream as a new
+/// message. Under the first message's id it was dropped as a duplicate for the
+/// de-duplication window, the worker acked the job, and the stall check recorded it a
+/// dead letter after three rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_lost_after_its_publish_is_published_again_with_its_job() {
+    let nats = NatsServer::start();
+    let fake = FakeOpenAi::start(|_| Reply::Text("an answer".into())).await;
+    let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
+    halyard_broker::init(&broker, &Default::default()).await.unwrap();
+    let delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
+    halyard_broker::pool_consumer(&broker, "pool-a", delivery).await.unwrap();
+    let run = uuid::Uuid::now_v7();
+    let j = job(&fake.base_url(), run, "What is a flux capacitor?");
+    publish(&broker.js, &j, &subjects::job_msg_id(run, &j.id)).await;
+
+    let state = tempfile::tempdir().unwrap();
+    let mut cfg = WorkerConfig::new(
+        WorkerPlan {
+            pools: vec![PoolPlan::new("pool-a", 4).with_model(WorkerModel::openai(
+                &fake.base_url(),
+                "m",
+                None,
+            ))],
+        },
+        state.path().to_path_buf(),
+    );
+    cfg.delivery = delivery;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let b = broker.clone();
+    let worker = tokio::spawn(async move {
+        halyard_worker::run(b, cfg, async move {
+            let _ = stop_rx.wait_for(|v| *v).await;
+        })
+        .await
+    });
+    // Taken and acked without being used: the message is gone, its id stays in the
+    // stream's de-duplication window.
+    let first = collect_results(&broker, run, 1).await;
+    wait_jobs_acked(&broker).await;
+    // Published again under a fresh id, as the stall check does (":r<round>").
+    publish(&broker.js, &j, &format!("{}:r1", subjects::job_msg_id(run, &j.id))).await;
+    let again = collect_results(&broker, run, 1).await;
+    wait_jobs_acked(&broker).await;
+    stop_tx.send(true).unwrap();
+    let stats = worker.await.unwrap().unwrap();
+    assert_eq!(fake.call_count(), 1, "the job published again was paid again");
+    assert_eq!((stats.completed.get(), stats.replayed.get()), (1, 1), "one call, one replay");
+    for r in first.iter().chain(&again) {
+        assert!(r.job == j.id && matches!(&r.outcome, Outcome::Done(c) if c.text == "an answer"));
+    }
 }
 
 /// Wait until the work queue holds no job (every delivery acked).

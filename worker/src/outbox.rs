@@ -8,7 +8,7 @@
 //! arrive together), groups them by run and pool and publishes each group as one message
 //! ([`halyard_proto::batch`]) on the subject of its run and pool
 //! ([`halyard_proto::subjects::result_subject`]), with a `Nats-Msg-Id` derived from its job
-//! ids and this process's secret (below). At most
+//! ids, this process's secret and the batch's number in this process (below). At most
 //! [`IN_FLIGHT`] batches await their broker ack at a time; results arriving meanwhile
 //! make the next batch larger. Per result, the broker then stores, delivers and has
 //! acked one message per batch instead of one per job, and the coordinator decodes and
@@ -21,6 +21,17 @@
 //! outbox adds a random value of its own, never sent anywhere else, to its ids: the
 //! retries of one publish still share an id (the broker keeps one copy), and a result
 //! published again by a restarted worker is a duplicate the coordinator counts once.
+//!
+//! The batch's number: every batch this process publishes has an id of its own, so a
+//! result published again (its job was delivered again and is answered from the
+//! checkpoint) is a new message, never a duplicate of an earlier one. With the same id,
+//! the broker would drop it for its whole de-duplication window (two minutes) whenever it
+//! keeps the earlier id without the coordinator ever taking that message. nats-server
+//! does that when a leader change drops a proposed message whose id it had already
+//! recorded: fixed only in 2.11 (nats-server pull requests 6415 and 6486). The coordinator's
+//! stall check would then publish the job again three times, get the same dropped
+//! replay each time, and record the job as a dead letter although its result was paid
+//! and kept. A replay that does arrive twice is a duplicate the coordinator counts once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,8 +56,6 @@ struct Entry {
     pool: Arc<str>,
     job: JobId,
     encoded: Vec<u8>,
-    /// A dead letter: its message must not be de-duplicated against a later retry's.
-    dead_letter: bool,
     reply: oneshot::Sender<bool>,
 }
 
@@ -71,16 +80,9 @@ impl Outbox {
 
     /// Publish one encoded result of `job` in `run`, published to `pool`; true once the
     /// broker holds it.
-    pub async fn publish(
-        &self,
-        run: Uuid,
-        pool: Arc<str>,
-        job: JobId,
-        encoded: Vec<u8>,
-        dead_letter: bool,
-    ) -> bool {
+    pub async fn publish(&self, run: Uuid, pool: Arc<str>, job: JobId, encoded: Vec<u8>) -> bool {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Entry { run, pool, job, encoded, dead_letter, reply }).await.is_err() {
+        if self.tx.send(Entry { run, pool, job, encoded, reply }).await.is_err() {
             return false;
         }
         rx.await.unwrap_or(false)
@@ -96,6 +98,8 @@ async fn run(
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let secret: Arc<str> = secret.into();
     let mut subjects: HashMap<(Uuid, Arc<str>), async_nats::Subject> = HashMap::new();
+    // The number of the next batch this process publishes (see the module's text).
+    let mut number: u64 = 0;
     loop {
         // Wait for a free publish slot first: while every slot is busy, results queue up
         // and go out together.
@@ -132,9 +136,11 @@ async fn run(
                 .entry((run, pool.clone()))
                 .or_insert_with(|| subjects::result_subject(run, &pool).into())
                 .clone();
-            let (broker, failpoints, secret) = (broker.clone(), failpoints.clone(), secret.clone());
+            let msg_id = msg_id(run, &entries, &secret, number);
+            number += 1;
+            let (broker, failpoints) = (broker.clone(), failpoints.clone());
             tokio::spawn(async move {
-                publish_batch(&broker, &failpoints, subject, run, &secret, entries).await;
+                publish_batch(&broker, &failpoints, subject, run, msg_id, entries).await;
                 drop(p);
             });
         }
@@ -164,26 +170,25 @@ fn by_size(entries: Vec<Entry>, limit: usize) -> impl Iterator<Item = Vec<Entry>
     out.into_iter()
 }
 
-/// Publish one batch and answer its writers; retry a few times on broker trouble.
+/// The `Nats-Msg-Id` of the batch numbered `number` in this process: its run and jobs,
+/// this process's secret and the number, so that it is never the id of another message
+/// (see the module's text). A dead letter's message so differs from the message of the
+/// result of its retry (`halyard retry-failed`) too.
+fn msg_id(run: Uuid, entries: &[Entry], secret: &str, number: u64) -> String {
+    let jobs = halyard_proto::batch_msg_id(run, entries.iter().map(|e| &e.job));
+    format!("{jobs}:{secret}:{number}")
+}
+
+/// Publish one batch and answer its writers; retry a few times on broker trouble (the
+/// retries share `msg_id`: the broker keeps one copy).
 async fn publish_batch(
     broker: &Broker,
     failpoints: &Failpoints,
     subject: async_nats::Subject,
     run: Uuid,
-    secret: &str,
+    msg_id: String,
     entries: Vec<Entry>,
 ) {
-    let mut msg_id = halyard_proto::batch_msg_id(run, entries.iter().map(|e| &e.job));
-    msg_id.push(':');
-    msg_id.push_str(secret);
-    if entries.iter().any(|e| e.dead_letter) {
-        // Unique per batch (retries of this publish below reuse it): a dead letter may be
-        // re-queued by `halyard retry-failed`, and the retry's result must not be dropped
-        // as a duplicate of this message within the stream's de-duplication window.
-        let t =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        msg_id.push_str(&format!(":dead:{}", t.as_nanos()));
-    }
     let payload = bytes::Bytes::from(halyard_proto::encode_batch(
         &entries.iter().map(|e| &e.encoded[..]).collect::<Vec<_>>(),
     ));
@@ -238,7 +243,6 @@ mod tests {
             pool: "p".into(),
             job: JobId([n as u8; 16]),
             encoded: vec![0; n],
-            dead_letter: false,
             reply: oneshot::channel().0,
         };
         let sizes = [400, 400, 400, 2000, 10, 585];

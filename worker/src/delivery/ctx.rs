@@ -110,9 +110,6 @@ pub(crate) async fn publish(
     deliveries: u64,
     cached: bool,
 ) -> Event {
-    // A dead letter can be re-queued (`halyard retry-failed`): the message holding it
-    // gets a unique id, so the broker does not drop the retry's result as a duplicate.
-    let dead_letter = matches!(outcome, Outcome::Failed(_));
     let result = JobResult {
         v: halyard_proto::WIRE_VERSION,
         job: job.id,
@@ -129,7 +126,7 @@ pub(crate) async fn publish(
             return Event::PublishFailed;
         }
     };
-    if ctx.outbox.publish(job.run, job.pool.as_str().into(), job.id, encoded, dead_letter).await {
+    if ctx.outbox.publish(job.run, job.pool.as_str().into(), job.id, encoded).await {
         Event::Published
     } else {
         Event::PublishFailed
