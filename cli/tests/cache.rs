@@ -240,10 +240,11 @@ fn results_a_killed_coordinator_had_not_shared_are_shared_on_resume() {
     runs.another_machine_pays_nothing("results accepted before the kill were never shared");
 }
 
-/// Issue 51: a run that completes while the shared bucket takes no write (every put
-/// stalls: `share:0`) says in `halyard status` how many accepted results it could not
-/// share; `halyard run` of the sweep again shares them (and then says none), and a
-/// second machine pays for nothing.
+/// Issue 51: a run that completes while the shared bucket takes no more writes (the
+/// first LANDED puts land, every later one stalls: `share:0:LANDED`) says in `halyard
+/// status` how many accepted results it could not share, not counting those that landed
+/// (their marks are removed when the coordinator stops waiting); `halyard run` of the
+/// sweep again shares them (and then says none), and a second machine pays for nothing.
 #[test]
 fn a_run_that_completes_unshared_says_so_and_shares_when_run_again() {
     let runs = SharedRuns::start(6);
@@ -256,11 +257,13 @@ fn a_run_that_completes_unshared_says_so_and_shares_when_run_again() {
         let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         (json["unshared"].as_u64().unwrap_or(0), text)
     };
-    let o = runs.run("first", "a", "machine-a", Some("share:0"));
+    const LANDED: usize = 5;
+    let o = runs.run("first", "a", "machine-a", Some(&format!("share:0:{LANDED}")));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (left, text) = unshared();
-    // Every completion of the run: the answers and their judgements, each paid once.
-    assert_eq!(left as usize, runs.fake.call_count(), "{text}");
+    // Every completion of the run (the answers and their judgements, each paid once) but
+    // those that landed.
+    assert_eq!(left as usize, runs.fake.call_count() - LANDED, "{text}");
     assert!(text.contains(&format!("{left} accepted results not shared yet")), "{text}");
     runs.run_ok("first", "a", "machine-a");
     let (left, text) = unshared();
@@ -641,18 +644,23 @@ fn the_shared_cache_outlives_its_leader_killed() {
     let fake = FakeOpenAi::start_blocking(responder(question_index(&qs), None));
     let mut cluster = halyard_tests::NatsCluster::start(3);
     let dir = tempfile::tempdir().unwrap();
-    let run_on = |sweep: &Path, out: &str, cache: &str, nats: &str| {
+    let run_on = |sweep: &Path, out: &str, cache: &str, cluster: &halyard_tests::NatsCluster| {
         let o = halyard()
             .env("HALYARD_CACHE", dir.path().join(cache))
             .args(["run", sweep.to_str().unwrap(), "--out"])
             .arg(dir.path().join(out))
-            .args(["--nats", nats])
+            .args(["--nats", &cluster.urls()])
             .output()
             .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{}\nthe nodes' logs:\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            cluster.logs(80)
+        );
     };
     let first = write_sweep(dir.path(), "first", &fake.base_url(), QUESTIONS, 4);
-    run_on(&first, "a", "machine-a", &cluster.urls());
+    run_on(&first, "a", "machine-a", &cluster);
     let paid_first = fake.call_count();
     assert!(paid_first > QUESTIONS);
 
@@ -674,7 +682,7 @@ fn the_shared_cache_outlives_its_leader_killed() {
 
     fake.reset_counters();
     let second = write_sweep(dir.path(), "second", &fake.base_url(), QUESTIONS, 4);
-    run_on(&second, "b", "machine-b", &cluster.urls());
+    run_on(&second, "b", "machine-b", &cluster);
     assert_eq!(
         fake.call_count(),
         0,

@@ -27,7 +27,7 @@ use halyard_broker::Broker;
 use halyard_cache::shared::SharedWriter;
 use halyard_plan::sweep::Sweep;
 use halyard_proto::{Completion, JobId};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
@@ -39,6 +39,8 @@ const QUEUE: usize = 8192;
 const IN_FLIGHT: usize = 256;
 /// Marks read from the run state at a time, and marks removed in one batch.
 const CHUNK: usize = 256;
+/// How long a task told to stop may take to remove the marks of what landed.
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether this process's coordinators share their results (off unless the process says
 /// so: `halyard coordinator`, and `halyard run --nats`, whose broker other runs share; a
@@ -60,6 +62,9 @@ pub fn sharing() -> bool {
 pub(crate) struct Sharer {
     tx: Option<mpsc::Sender<JobId>>,
     task: Option<JoinHandle<()>>,
+    /// Tells the task to stop waiting for its puts in flight: it then removes the marks
+    /// of those that landed, and ends.
+    stop: Option<oneshot::Sender<()>>,
     marks: ShareMarks,
     /// Offers left to their marks because the queue was full.
     deferred: AtomicU64,
@@ -82,8 +87,15 @@ impl Sharer {
     /// run left marked, then what is offered.
     pub(crate) fn start(broker: Broker, run: Uuid, marks: ShareMarks) -> Sharer {
         let (tx, rx) = mpsc::channel::<JobId>(QUEUE);
-        let task = tokio::spawn(share(broker, run, rx, marks.clone()));
-        Sharer { tx: Some(tx), task: Some(task), marks, deferred: AtomicU64::new(0) }
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(share(broker, run, rx, stopped, marks.clone()));
+        Sharer {
+            tx: Some(tx),
+            task: Some(task),
+            stop: Some(stop),
+            marks,
+            deferred: AtomicU64::new(0),
+        }
     }
 
     /// Offer the accepted completions of `jobs`, marked in the run state as they were
@@ -107,7 +119,9 @@ impl Sharer {
 
     /// Share what is queued and what is still marked (for at most `within`), then stop.
     /// What is left stays marked, for a coordinator started on the run again: how many
-    /// (`None` if they cannot be counted).
+    /// (`None` if they cannot be counted). Puts still in flight then are counted (they may
+    /// land later: the next coordinator's put of the same entry changes nothing); those
+    /// that landed are not.
     pub(crate) async fn close(mut self, within: Duration) -> Option<u64> {
         drop(self.tx.take());
         if let Some(task) = self.task.take() {
@@ -126,8 +140,9 @@ impl Sharer {
         }
     }
 
-    /// Let the sharing task end by itself for at most `within`, then stop it.
-    async fn finish(&self, mut task: tokio::task::JoinHandle<()>, within: Duration) {
+    /// Let the sharing task end by itself for at most `within`, then tell it to stop (it
+    /// removes the marks of what landed), and end it if it has not within [`STOP_WAIT`].
+    async fn finish(&mut self, mut task: tokio::task::JoinHandle<()>, within: Duration) {
         let deferred = self.deferred.load(Ordering::Relaxed);
         if deferred > 0 {
             tracing::info!(
@@ -137,9 +152,14 @@ impl Sharer {
         }
         // Puts that stall for a test (the failpoint) are not waited for long.
         let within = if failpoint::stalls() { within.min(Duration::from_secs(2)) } else { within };
-        let abort = task.abort_handle();
-        if tokio::time::timeout(within, &mut task).await.is_err() {
-            abort.abort();
+        if tokio::time::timeout(within, &mut task).await.is_ok() {
+            return;
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(STOP_WAIT, &mut task).await.is_err() {
+            task.abort();
             // Its removals end before the run state is compacted.
             let _ = task.await;
         }
@@ -155,33 +175,41 @@ impl Drop for Sharer {
 }
 
 /// A test's crash point: with `HALYARD_COORDINATOR_FAILPOINT=share:<n>`, no put to the
-/// shared cache ever begins, and the process aborts once the n-th batch of results is
-/// acked (accepted, marked and acked, not shared). Read once.
+/// shared cache ever ends, and the process aborts once the n-th batch of results is
+/// acked (accepted, marked and acked, not shared); with `share:<n>:<k>`, the first k puts
+/// land and the others never end. Read once.
 pub(crate) mod failpoint {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
 
-    fn armed() -> Option<u64> {
-        static ARMED: OnceLock<Option<u64>> = OnceLock::new();
+    /// The batch to abort at, and how many puts land.
+    fn armed() -> Option<(u64, u64)> {
+        static ARMED: OnceLock<Option<(u64, u64)>> = OnceLock::new();
         *ARMED.get_or_init(|| {
-            std::env::var("HALYARD_COORDINATOR_FAILPOINT")
-                .ok()?
-                .strip_prefix("share:")?
-                .parse()
-                .ok()
+            let v = std::env::var("HALYARD_COORDINATOR_FAILPOINT").ok()?;
+            let mut fields = v.strip_prefix("share:")?.split(':');
+            let n = fields.next()?.parse().ok()?;
+            let k = fields.next().map_or(Some(0), |k| k.parse().ok())?;
+            Some((n, k))
         })
     }
 
-    /// Whether puts wait for ever (`share:<n>`; `share:0` never aborts: the run
+    /// Whether puts may wait for ever (`share:<n>`; `share:0` never aborts: the run
     /// completes with its results unshared).
     pub(super) fn stalls() -> bool {
         armed().is_some()
     }
 
+    /// Whether this put waits for ever: all but the first k.
+    pub(super) fn stalls_put() -> bool {
+        static PUTS: AtomicU64 = AtomicU64::new(0);
+        armed().is_some_and(|(_, k)| PUTS.fetch_add(1, Ordering::Relaxed) >= k)
+    }
+
     /// A batch of results was acked.
     pub(crate) fn acked() {
         static BATCHES: AtomicU64 = AtomicU64::new(0);
-        if let Some(n) = armed() {
+        if let Some((n, _)) = armed() {
             if BATCHES.fetch_add(1, Ordering::Relaxed) + 1 == n {
                 eprintln!("HALYARD_COORDINATOR_FAILPOINT: aborting with acked results not shared");
                 std::process::abort();
@@ -244,8 +272,15 @@ impl Backlog {
 
 /// The sharing task: puts what earlier coordinators left marked and what is offered, up
 /// to [`IN_FLIGHT`] at once; once the offers end, what is still marked; removes the marks
-/// of what the bucket holds, [`CHUNK`] at a time.
-async fn share(broker: Broker, run: Uuid, mut rx: mpsc::Receiver<JobId>, marks: ShareMarks) {
+/// of what the bucket holds, [`CHUNK`] at a time, and all it has not removed yet when it
+/// ends, also when told to `stop` (or when its [`Sharer`] is gone) with puts in flight.
+async fn share(
+    broker: Broker,
+    run: Uuid,
+    mut rx: mpsc::Receiver<JobId>,
+    mut stop: oneshot::Receiver<()>,
+    marks: ShareMarks,
+) {
     let writer = match SharedWriter::open(&broker).await {
         Ok(w) => w,
         Err(e) => {
@@ -256,7 +291,7 @@ async fn share(broker: Broker, run: Uuid, mut rx: mpsc::Receiver<JobId>, marks: 
     let put = |job: JobId, c: Completion| {
         let w = writer.clone();
         async move {
-            if failpoint::stalls() {
+            if failpoint::stalls_put() {
                 std::future::pending::<()>().await;
             }
             (job, w.put(run, job, &c).await)
@@ -298,6 +333,8 @@ async fn share(broker: Broker, run: Uuid, mut rx: mpsc::Receiver<JobId>, marks: 
             continue;
         }
         tokio::select! {
+            // Told to stop, or the Sharer is gone: the puts in flight are left to their marks.
+            _ = &mut stop => break,
             offer = rx.recv(), if open && puts.len() < IN_FLIGHT => match offer {
                 Some(job) => match to_share(&marks, job) {
                     Ok((job, c)) => puts.push(put(job, c)),
@@ -389,9 +426,11 @@ mod tests {
 
         let (tx, rx) = mpsc::channel(1);
         drop(tx);
+        // Held: a dropped sender tells the task to stop.
+        let (_stop, stopped) = oneshot::channel();
         tokio::time::timeout(
             Duration::from_secs(60),
-            share(broker.clone(), Uuid::now_v7(), rx, marks.clone()),
+            share(broker.clone(), Uuid::now_v7(), rx, stopped, marks.clone()),
         )
         .await
         .expect("the sharing task ended");

@@ -72,6 +72,18 @@ impl NatsCluster {
         self.nodes.is_empty()
     }
 
+    /// The last `lines` lines of every node's log, each under its node's name: what a
+    /// failing test prints, so that a fault in the cluster (an election, a catch-up) can
+    /// be told from one in Halyard.
+    pub fn logs(&self, lines: usize) -> String {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("----- halyard-n{} -----\n{}", i + 1, n.log_tail(lines)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Waits until every node logged a route to each other node and JetStream's
     /// meta group has a leader (a node logged the election).
     fn wait_for_routes(&self, limit: Duration) {
