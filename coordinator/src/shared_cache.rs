@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use halyard_broker::Broker;
 use halyard_cache::shared::SharedWriter;
@@ -348,6 +348,12 @@ async fn share(
                 }
             }
             else => break,
+        }
+    }
+    // Puts that ended while the task was told to stop.
+    while let Some(Some((job, landed))) = puts.next().now_or_never() {
+        if landed {
+            settled.push(job);
         }
     }
     unmark(&mut settled);

@@ -25,13 +25,21 @@
 //! The batch's number: every batch this process publishes has an id of its own, so a
 //! result published again (its job was delivered again and is answered from the
 //! checkpoint) is a new message, never a duplicate of an earlier one. With the same id,
-//! the broker would drop it for its whole de-duplication window (two minutes) whenever it
-//! keeps the earlier id without the coordinator ever taking that message. nats-server
-//! does that when a leader change drops a proposed message whose id it had already
-//! recorded: fixed only in 2.11 (nats-server pull requests 6415 and 6486). The coordinator's
+//! the broker would drop it for its whole de-duplication window (20 minutes by default)
+//! whenever it keeps the earlier id without the coordinator ever taking that message: the
+//! coordinator dropped it (an object it could not read), the stream was purged, or
+//! nats-server lost it at a leader change after recording its id (fixed in 2.11,
+//! nats-server pull requests 6485 and 6486). The coordinator's
 //! stall check would then publish the job again three times, get the same dropped
 //! replay each time, and record the job as a dead letter although its result was paid
 //! and kept. A replay that does arrive twice is a duplicate the coordinator counts once.
+//!
+//! One answer is not taken as the broker holding the batch: a duplicate at sequence 0.
+//! nats-server 2.10 answers so for an id it recorded for a message still being proposed
+//! to its stream's replicas, or one a leader change lost (it records the id before the
+//! message is stored). The batch is then published again under another id (its id with
+//! the attempt's number): a second copy is a duplicate the coordinator counts once; no
+//! copy would be a result lost until the stall check publishes its job again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -180,7 +188,8 @@ fn msg_id(run: Uuid, entries: &[Entry], secret: &str, number: u64) -> String {
 }
 
 /// Publish one batch and answer its writers; retry a few times on broker trouble (the
-/// retries share `msg_id`: the broker keeps one copy).
+/// retries share `msg_id`, so the broker keeps one copy, except after a duplicate at
+/// sequence 0: see the module's text).
 async fn publish_batch(
     broker: &Broker,
     failpoints: &Failpoints,
@@ -194,12 +203,13 @@ async fn publish_batch(
     ));
     let pass = |point| entries.iter().for_each(|_| failpoints.pass(point));
     let mut ok = false;
+    let mut id = msg_id.clone();
     // A single result too large for one message goes through the object store (see
     // `halyard_broker::objects`): stored once, then the message naming it.
     let mut object: Option<String> = None;
     for attempt in 0..ATTEMPTS {
         let m = match halyard_broker::objects::message(broker, run, &payload, &mut object).await {
-            Ok(m) => m.message_id(&msg_id),
+            Ok(m) => m.message_id(&id),
             Err(e) => {
                 warn!(bytes = payload.len(), attempt, error = %e, "cannot store an oversized result as an object");
                 tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
@@ -210,6 +220,10 @@ async fn publish_batch(
             Ok(ack) => {
                 pass(Point::PublishConfirm);
                 match ack.await {
+                    Ok(a) if a.duplicate && a.sequence == 0 => {
+                        warn!(results = entries.len(), attempt, "the broker answered a result publish as a duplicate of a message it may not hold; publishing it again under another id");
+                        id = format!("{msg_id}:{}", attempt + 1);
+                    }
                     Ok(_) => {
                         pass(Point::ConfirmAck);
                         ok = true;
@@ -233,6 +247,7 @@ async fn publish_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
 
     /// Batches keep their order and stay within the limit, framing counted; a result
     /// larger than the limit goes alone.
@@ -255,5 +270,42 @@ mod tests {
                 halyard_proto::encode_batch(&b.iter().map(|n| vec![0; *n]).collect::<Vec<_>>());
             assert!(b.len() == 1 || encoded.len() <= 1000, "{b:?}: {} bytes", encoded.len());
         }
+    }
+
+    /// A duplicate at sequence 0 (what nats-server 2.10 answers for an id whose message
+    /// it may not hold) is not taken as stored: the batch goes again under another id,
+    /// and is taken as stored once the broker acknowledges a message at a sequence. The
+    /// broker here is a plain subscriber answering as JetStream does (no stream holds
+    /// the subject).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_duplicate_at_sequence_zero_is_published_again_under_another_id() {
+        let nats = halyard_tests::NatsServer::start();
+        let cfg = halyard_broker::BrokerConfig::new(nats.url(), "outbox-test");
+        let broker = halyard_broker::connect(&cfg).await.unwrap();
+        let run = Uuid::now_v7();
+        let mut sub = broker.client.subscribe(subjects::result_subject(run, "p")).await.unwrap();
+        broker.client.flush().await.unwrap();
+        let client = broker.client.clone();
+        let answering = tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for answer in
+                [r#"{"stream":"S","seq":0,"duplicate":true}"#, r#"{"stream":"S","seq":7}"#]
+            {
+                let m = sub.next().await.unwrap();
+                let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).unwrap();
+                ids.push(id.to_string());
+                client.publish(m.reply.unwrap(), answer.into()).await.unwrap();
+            }
+            ids
+        });
+        let outbox = Outbox::start(broker, Arc::new(Failpoints::none()));
+        let stored = outbox.publish(run, "p".into(), JobId([1; 16]), vec![0x90]).await;
+        let ids = tokio::time::timeout(Duration::from_secs(20), answering)
+            .await
+            .expect("the batch was not published again after a duplicate at sequence 0")
+            .unwrap();
+        assert!(stored, "the acknowledgement at sequence 7 was not taken");
+        assert_ne!(ids[0], ids[1], "published again under the id the broker called a duplicate");
+        assert!(ids[1].starts_with(&ids[0]), "{ids:?}");
     }
 }
