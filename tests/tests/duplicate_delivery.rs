@@ -2,6 +2,7 @@
 //! second delivery is answered from the checkpoint. Real nats-server, real stores on disk,
 //! real HTTP.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -10,7 +11,7 @@ use halyard_broker::{BrokerConfig, Delivery};
 use halyard_proto::pool::{PoolPlan, WorkerModel, WorkerPlan};
 use halyard_proto::{subjects, ChatMessage, Job, JobKey, JobResult, ModelRef, Outcome, Sampling};
 use halyard_tests::{FakeOpenAi, NatsServer, Reply};
-use halyard_worker::WorkerConfig;
+use halyard_worker::{Stats, WorkerConfig, WorkerError};
 
 fn job(base_url: &str, run: uuid::Uuid, text: &str) -> Job {
     let key = JobKey {
@@ -31,6 +32,51 @@ async fn publish(js: &jetstream::Context, job: &Job, msg_id: &str) {
     js.send_publish(subjects::job_subject(&job.pool), m).await.unwrap().await.unwrap();
 }
 
+const DELIVERY: Delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
+
+/// A broker with Halyard's streams, and pool-a planned as a coordinator plans it (it
+/// alone makes pool consumers).
+async fn planned(nats: &NatsServer) -> halyard_broker::Broker {
+    let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
+    halyard_broker::init(&broker, &Default::default()).await.unwrap();
+    halyard_broker::pool_consumer(&broker, "pool-a", DELIVERY).await.unwrap();
+    broker
+}
+
+/// A worker of pool-a (4 slots) calling `base_url`, its checkpoint in `state`.
+fn config(base_url: &str, state: &std::path::Path) -> WorkerConfig {
+    let model = WorkerModel::openai(base_url, "m", None);
+    let plan = WorkerPlan { pools: vec![PoolPlan::new("pool-a", 4).with_model(model)] };
+    let mut cfg = WorkerConfig::new(plan, state.to_path_buf());
+    cfg.delivery = DELIVERY;
+    cfg
+}
+
+/// A worker run in this process until [`Worker::stop`].
+struct Worker {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<Arc<Stats>, WorkerError>>,
+}
+
+impl Worker {
+    fn start(broker: &halyard_broker::Broker, cfg: WorkerConfig) -> Worker {
+        let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
+        let b = broker.clone();
+        let task = tokio::spawn(async move {
+            halyard_worker::run(b, cfg, async move {
+                let _ = stop_rx.wait_for(|v| *v).await;
+            })
+            .await
+        });
+        Worker { stop, task }
+    }
+
+    async fn stop(self) -> Arc<Stats> {
+        self.stop.send(true).unwrap();
+        self.task.await.unwrap().unwrap()
+    }
+}
+
 /// Two deliveries of one job: one model call, two results, the second from the checkpoint;
 /// and a checkpoint hit survives a worker restart on the same store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,11 +87,7 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
         Reply::Delayed(Duration::from_millis(300), Box::new(Reply::Text("an answer".into())))
     })
     .await;
-    let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
-    halyard_broker::init(&broker, &Default::default()).await.unwrap();
-    // The pool planned, as a coordinator plans it (it alone makes pool consumers).
-    let delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
-    halyard_broker::pool_consumer(&broker, "pool-a", delivery).await.unwrap();
+    let broker = planned(&nats).await;
     let run = uuid::Uuid::now_v7();
     let j = job(&fake.base_url(), run, "What is a flux capacitor?");
     // Two copies under different message ids, so JetStream's de-duplication keeps both.
@@ -53,32 +95,13 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
     publish(&broker.js, &j, "copy-2").await;
 
     let state = tempfile::tempdir().unwrap();
-    let mut cfg = WorkerConfig::new(
-        WorkerPlan {
-            pools: vec![PoolPlan::new("pool-a", 4).with_model(WorkerModel::openai(
-                &fake.base_url(),
-                "m",
-                None,
-            ))],
-        },
-        state.path().to_path_buf(),
-    );
-    cfg.delivery = delivery;
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let b = broker.clone();
-    let c = cfg.clone();
-    let worker = tokio::spawn(async move {
-        halyard_worker::run(b, c, async move {
-            let _ = stop_rx.wait_for(|v| *v).await;
-        })
-        .await
-    });
+    let mut cfg = config(&fake.base_url(), state.path());
+    let worker = Worker::start(&broker, cfg.clone());
 
     // The replay is a message of its own (the coordinator counts a job's result once).
     let results = collect_results(&broker, run, 2).await;
     wait_jobs_acked(&broker).await;
-    stop_tx.send(true).unwrap();
-    let stats = worker.await.unwrap().unwrap();
+    let stats = worker.stop().await;
     assert_eq!(fake.call_count(), 1, "the model was called for a duplicate delivery");
     assert!(results
         .iter()
@@ -88,17 +111,9 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
     // A new worker process on the same checkpoint answers a third copy without calling.
     cfg.stats = Default::default();
     publish(&broker.js, &j, "copy-3").await;
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let b = broker.clone();
-    let worker = tokio::spawn(async move {
-        halyard_worker::run(b, cfg, async move {
-            let _ = stop_rx.wait_for(|v| *v).await;
-        })
-        .await
-    });
+    let worker = Worker::start(&broker, cfg);
     wait_jobs_acked(&broker).await;
-    stop_tx.send(true).unwrap();
-    let stats = worker.await.unwrap().unwrap();
+    let stats = worker.stop().await;
     assert_eq!((stats.completed.get(), stats.replayed.get(), stats.calls.get()), (0, 1, 0));
     assert_eq!(fake.call_count(), 1);
 }
@@ -115,34 +130,13 @@ async fn duplicate_delivery_calls_model_once_per_worker() {
 async fn a_result_lost_after_its_publish_is_published_again_with_its_job() {
     let nats = NatsServer::start();
     let fake = FakeOpenAi::start(|_| Reply::Text("an answer".into())).await;
-    let broker = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
-    halyard_broker::init(&broker, &Default::default()).await.unwrap();
-    let delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
-    halyard_broker::pool_consumer(&broker, "pool-a", delivery).await.unwrap();
+    let broker = planned(&nats).await;
     let run = uuid::Uuid::now_v7();
     let j = job(&fake.base_url(), run, "What is a flux capacitor?");
     publish(&broker.js, &j, &subjects::job_msg_id(run, &j.id)).await;
 
     let state = tempfile::tempdir().unwrap();
-    let mut cfg = WorkerConfig::new(
-        WorkerPlan {
-            pools: vec![PoolPlan::new("pool-a", 4).with_model(WorkerModel::openai(
-                &fake.base_url(),
-                "m",
-                None,
-            ))],
-        },
-        state.path().to_path_buf(),
-    );
-    cfg.delivery = delivery;
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let b = broker.clone();
-    let worker = tokio::spawn(async move {
-        halyard_worker::run(b, cfg, async move {
-            let _ = stop_rx.wait_for(|v| *v).await;
-        })
-        .await
-    });
+    let worker = Worker::start(&broker, config(&fake.base_url(), state.path()));
     // Taken and acked without being used: the message is gone, its id stays in the
     // stream's de-duplication window.
     let first = collect_results(&broker, run, 1).await;
@@ -151,8 +145,7 @@ async fn a_result_lost_after_its_publish_is_published_again_with_its_job() {
     publish(&broker.js, &j, &format!("{}:r1", subjects::job_msg_id(run, &j.id))).await;
     let again = collect_results(&broker, run, 1).await;
     wait_jobs_acked(&broker).await;
-    stop_tx.send(true).unwrap();
-    let stats = worker.await.unwrap().unwrap();
+    let stats = worker.stop().await;
     assert_eq!(fake.call_count(), 1, "the job published again was paid again");
     assert_eq!((stats.completed.get(), stats.replayed.get()), (1, 1), "one call, one replay");
     for r in first.iter().chain(&again) {
