@@ -24,11 +24,9 @@
 //!   pool.
 //! - Both streams de-duplicate on `Nats-Msg-Id` within `duplicate_window`. Job messages
 //!   carry `<run>:<job id>` so that two runs sharing a job each get it executed (the
-//!   second one from the worker's checkpoint); results messages carry a secret of the
-//!   publishing process and the message's number in it, so that nobody can have an
-//!   honest result dropped as a duplicate by publishing first under its id, and a
-//!   replayed result is never dropped as a duplicate of an earlier message
-//!   (`halyard_worker::outbox`).
+//!   second one from the worker's checkpoint); results messages add a secret of the
+//!   publishing process, so that nobody can have an honest result dropped as a duplicate
+//!   by publishing first under its id (`halyard_worker::outbox`).
 //!
 //! async-nats is built without its `server_2_10+` features so that the requests it sends
 //! are understood by nats-server 2.9 (Debian's package) as well as newer servers.

@@ -9,12 +9,11 @@
 //! Job messages use the same framing: with `[run] job_batch` > 1 the coordinator sends
 //! the jobs it plans together as one message ([`decode_jobs`] reads both forms).
 //!
-//! A job batch's `Nats-Msg-Id` is [`batch_msg_id`], a hash of its run and job ids: a
-//! publish retried with the same batch is de-duplicated by the stream. A results batch's
-//! is its run, its worker process's secret and the batch's number in that process
-//! (`halyard_worker::outbox`), so a replay (after a crash, or a job delivered again) is
-//! always a new message; the coordinator keeps the first result of each job and counts
-//! the rest as duplicates.
+//! A batch's `Nats-Msg-Id` begins with [`batch_msg_id`], a hash of its run and job ids: a
+//! publish retried with the same batch is de-duplicated by the stream. A worker adds its
+//! process's secret and the batch's number (`halyard_worker::outbox`), so a replay (after
+//! a crash, or a job delivered again) is always a new message; the coordinator keeps the
+//! first result of each job and counts the rest as duplicates.
 
 use uuid::Uuid;
 

@@ -7,9 +7,8 @@
 //! waiting in its channel (a checkpoint group commit wakes all its writers at once, so they
 //! arrive together), groups them by run and pool and publishes each group as one message
 //! ([`halyard_proto::batch`]) on the subject of its run and pool
-//! ([`halyard_proto::subjects::result_subject`]), with the `Nats-Msg-Id`
-//! `<run>:<secret>:<number>`: this process's secret and the batch's number in this process
-//! (below). At most
+//! ([`halyard_proto::subjects::result_subject`]), with a `Nats-Msg-Id` derived from its job
+//! ids, this process's secret and the batch's number in this process (below). At most
 //! [`IN_FLIGHT`] batches await their broker ack at a time; results arriving meanwhile
 //! make the next batch larger. Per result, the broker then stores, delivers and has
 //! acked one message per batch instead of one per job, and the coordinator decodes and
@@ -19,7 +18,7 @@
 //! de-duplication window, whatever its subject. An id made of the run and job ids alone can
 //! be computed by anyone who knows a job (its id hashes a public dataset prompt), so a
 //! forger publishing first under it would make the broker drop the honest result. Each
-//! outbox puts a random value of its own, never sent anywhere else, in its ids: the
+//! outbox adds a random value of its own, never sent anywhere else, to its ids: the
 //! retries of one publish still share an id (the broker keeps one copy), and a result
 //! published again by a restarted worker is a duplicate the coordinator counts once.
 //!
@@ -47,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use halyard_broker::Broker;
-use halyard_proto::subjects;
+use halyard_proto::{subjects, JobId};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::warn;
 use uuid::Uuid;
@@ -63,6 +62,7 @@ struct Entry {
     run: Uuid,
     /// The pool the job was published to: the results subject names it.
     pool: Arc<str>,
+    job: JobId,
     encoded: Vec<u8>,
     reply: oneshot::Sender<bool>,
 }
@@ -86,11 +86,11 @@ impl Outbox {
         Outbox { tx }
     }
 
-    /// Publish one encoded result of a job of `run`, published to `pool`; true once the
+    /// Publish one encoded result of `job` in `run`, published to `pool`; true once the
     /// broker holds it.
-    pub async fn publish(&self, run: Uuid, pool: Arc<str>, encoded: Vec<u8>) -> bool {
+    pub async fn publish(&self, run: Uuid, pool: Arc<str>, job: JobId, encoded: Vec<u8>) -> bool {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Entry { run, pool, encoded, reply }).await.is_err() {
+        if self.tx.send(Entry { run, pool, job, encoded, reply }).await.is_err() {
             return false;
         }
         rx.await.unwrap_or(false)
@@ -144,7 +144,7 @@ async fn run(
                 .entry((run, pool.clone()))
                 .or_insert_with(|| subjects::result_subject(run, &pool).into())
                 .clone();
-            let msg_id = msg_id(run, &secret, number);
+            let msg_id = msg_id(run, &entries, &secret, number);
             number += 1;
             let (broker, failpoints) = (broker.clone(), failpoints.clone());
             tokio::spawn(async move {
@@ -178,12 +178,13 @@ fn by_size(entries: Vec<Entry>, limit: usize) -> impl Iterator<Item = Vec<Entry>
     out.into_iter()
 }
 
-/// The `Nats-Msg-Id` of the batch numbered `number` in this process: its run, this
-/// process's secret and the number, so that it is never the id of another message (see
-/// the module's text). A dead letter's message so differs from the message of the result
-/// of its retry (`halyard retry-failed`) too.
-fn msg_id(run: Uuid, secret: &str, number: u64) -> String {
-    format!("{}:{secret}:{number}", run.simple())
+/// The `Nats-Msg-Id` of the batch numbered `number` in this process: its run and jobs,
+/// this process's secret and the number, so that it is never the id of another message
+/// (see the module's text). A dead letter's message so differs from the message of the
+/// result of its retry (`halyard retry-failed`) too.
+fn msg_id(run: Uuid, entries: &[Entry], secret: &str, number: u64) -> String {
+    let jobs = halyard_proto::batch_msg_id(run, entries.iter().map(|e| &e.job));
+    format!("{jobs}:{secret}:{number}")
 }
 
 /// Publish one batch and answer its writers; retry a few times on broker trouble (the
@@ -255,6 +256,7 @@ mod tests {
         let entry = |n: usize| Entry {
             run: Uuid::nil(),
             pool: "p".into(),
+            job: JobId([n as u8; 16]),
             encoded: vec![0; n],
             reply: oneshot::channel().0,
         };
@@ -297,7 +299,7 @@ mod tests {
             ids
         });
         let outbox = Outbox::start(broker, Arc::new(Failpoints::none()));
-        let stored = outbox.publish(run, "p".into(), vec![0x90]).await;
+        let stored = outbox.publish(run, "p".into(), JobId([1; 16]), vec![0x90]).await;
         let ids = tokio::time::timeout(Duration::from_secs(20), answering)
             .await
             .expect("the batch was not published again after a duplicate at sequence 0")

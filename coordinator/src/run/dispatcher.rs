@@ -215,7 +215,7 @@ impl Dispatcher {
     }
 
     /// One job message holding `buf`'s jobs (a lone job is sent as itself). Its
-    /// `Nats-Msg-Id` is a hash of the run and the job ids ([`halyard_proto::batch_msg_id`]).
+    /// `Nats-Msg-Id` is a hash of the run and the job ids, as for result batches.
     async fn publish_jobs(&mut self, pool: &str, buf: JobBuf) {
         if buf.ids.is_empty() {
             return;

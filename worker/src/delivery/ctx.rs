@@ -126,7 +126,7 @@ pub(crate) async fn publish(
             return Event::PublishFailed;
         }
     };
-    if ctx.outbox.publish(job.run, job.pool.as_str().into(), encoded).await {
+    if ctx.outbox.publish(job.run, job.pool.as_str().into(), job.id, encoded).await {
         Event::Published
     } else {
         Event::PublishFailed
