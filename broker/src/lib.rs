@@ -348,7 +348,8 @@ pub use layout::{init, RESULTS_MAX_BYTES};
 ///   (unfinished jobs and results expire), none where Halyard sets one (a bucket's keys,
 ///   a dead worker's heartbeat or a forged quota membership, never expire), a limit per
 ///   subject or on the number of messages where Halyard sets none, discard `old` where
-///   Halyard's is `new` (the oldest messages dropped when full);
+///   Halyard's is `new` (the oldest messages dropped when full; `new` where Halyard's is
+///   `old`, the result cache's bucket, only stalls, and is kept);
 /// - `no_ack` (a publisher cannot know its message was stored), deletes or purges denied
 ///   where Halyard deletes or purges (or allowed where it denies them), rollups not
 ///   allowed where Halyard rolls up, a limit on consumers where Halyard sets none, and a
@@ -410,7 +411,14 @@ pub fn check_shape(have: &stream::Config, want: &stream::Config) -> Result<(), B
             have.max_messages
         ));
     }
-    if have.discard != want.discard {
+    // A bounded stream that refuses new messages when full where Halyard's drops the
+    // oldest (the shared result cache's bucket as an earlier build made it) loses
+    // nothing: it is kept, and the role that may brings it to Halyard's policy
+    // (`halyard_cache::shared::SharedWriter::open`).
+    let refuses_where_halyard_drops = want.max_bytes > 0
+        && have.discard == stream::DiscardPolicy::New
+        && want.discard == stream::DiscardPolicy::Old;
+    if have.discard != want.discard && !refuses_where_halyard_drops {
         wrong.push(format!(
             "it discards {:?} messages when full (Halyard's discard {:?}: a full stream must \
              refuse new messages, never drop stored ones)",
@@ -887,6 +895,24 @@ mod shape_tests {
             c.duplicate_window = Duration::from_secs(120);
         }
         c
+    }
+
+    /// Issue 51: the shared result cache's bucket drops its oldest entries when full
+    /// (`discard = old`); one made by an earlier build refuses new entries instead, which
+    /// loses nothing: it is kept (its coordinator changes it), while `old` where Halyard's
+    /// is `new` is still refused (`every_losing_stream_setting_is_refused`).
+    #[test]
+    fn a_bucket_that_refuses_where_halyard_drops_is_kept() {
+        let mut want = layout::STATUS.config(1);
+        want.discard = stream::DiscardPolicy::Old;
+        want.max_bytes = 8 << 30;
+        let mut have = as_served(&want);
+        have.discard = stream::DiscardPolicy::New;
+        check_shape(&have, &want).unwrap();
+        want.discard = stream::DiscardPolicy::New;
+        have.discard = stream::DiscardPolicy::Old;
+        let refused = check_shape(&have, &want).unwrap_err().to_string();
+        assert!(refused.contains("discards Old"), "{refused}");
     }
 
     /// Issue 49, item 6: every setting that loses, stalls or misroutes what Halyard puts

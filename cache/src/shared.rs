@@ -10,9 +10,15 @@
 //!   than the key it is stored under: a value copied under another job's name answers
 //!   nothing. The first accepted answer of a job stays: a write never replaces an entry
 //!   (`create`), so a later run drawing fresh samples (`cache = "off"`) changes nothing.
-//! - **Bounded**: the bucket holds at most [`MAX_BYTES`] and discards new writes when
-//!   full (a full bucket refuses the coordinator's put, said once: the run goes on);
-//!   entries not rewritten for [`MAX_AGE`] expire.
+//! - **Bounded, pruned by age and use**: the bucket holds at most [`MAX_BYTES`]; when
+//!   full, the entries written longest ago make way for new ones (`discard = old`: the
+//!   broker drops the oldest message, and each key holds one), so a full bucket never
+//!   refuses what a run accepted. An entry a run used is written again, unchanged, when it
+//!   was written more than [`REFRESH_AFTER`] ago ([`SharedWriter::refresh`]): entries in
+//!   use move to the end of that order, and an entry expires once nobody has used it for
+//!   [`MAX_AGE`]. A bucket made by an earlier build (`discard = new`: a full bucket refused
+//!   every new entry until old ones expired) is brought to this policy by the first
+//!   coordinator that opens it ([`SharedWriter::open`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,10 +34,15 @@ use crate::CacheError;
 
 /// The bucket's name.
 pub const BUCKET: &str = "halyard_cache";
-/// Entries not rewritten for this long expire.
+/// Entries not written (nor used, [`REFRESH_AFTER`]) for this long expire.
 pub const MAX_AGE: Duration = Duration::from_secs(180 * 24 * 3600);
 /// The bucket's size limit.
 pub const MAX_BYTES: i64 = 8 << 30;
+/// An entry a run used is written again when it was written longer ago than this
+/// ([`SharedWriter::refresh`]): often enough that entries in use are the last a full
+/// bucket drops, rarely enough that a run answered from the bucket costs one read per
+/// entry, not a write.
+pub const REFRESH_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// Version of [`Entry`].
 pub const ENTRY_VERSION: u16 = 1;
 /// How long a write the broker refuses is tried again (a bucket without a leader, while
@@ -62,7 +73,7 @@ pub fn config(replicas: usize) -> stream::Config {
         allow_rollup: true,
         deny_delete: true,
         allow_direct: true,
-        discard: stream::DiscardPolicy::New,
+        discard: stream::DiscardPolicy::Old,
         num_replicas: replicas,
         ..Default::default()
     }
@@ -155,9 +166,9 @@ impl SharedReader {
 #[derive(Clone)]
 pub struct SharedWriter {
     store: kv::Store,
-    full_warned: Arc<AtomicBool>,
+    refused_warned: Arc<AtomicBool>,
     /// A write was refused for all of [`RETRY_FOR`]: later ones are tried once until
-    /// one succeeds (a full bucket does not hold up every entry for that long).
+    /// one succeeds (a broker away does not hold up every entry for that long).
     failing: Arc<AtomicBool>,
 }
 
@@ -166,29 +177,34 @@ impl SharedWriter {
     pub async fn open(b: &Broker) -> Result<SharedWriter, CacheError> {
         let replicas = halyard_broker::stream_replicas(b).await;
         let want = config(replicas);
-        halyard_broker::retry_js("create the shared result cache", || async {
-            if halyard_broker::layout::lookup(b, &want).await.map_err(|e| e.to_string())?.is_some()
+        let info = halyard_broker::retry_js("create the shared result cache", || async {
+            if let Some(s) =
+                halyard_broker::layout::lookup(b, &want).await.map_err(|e| e.to_string())?
             {
-                return Ok(());
+                return Ok(s.cached_info().clone());
             }
-            b.js.get_or_create_stream(want.clone()).await.map(|_| ()).map_err(|e| e.to_string())
+            b.js.get_or_create_stream(want.clone())
+                .await
+                .map(|s| s.cached_info().clone())
+                .map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| CacheError::Broker(e.to_string()))?;
+        make_room_when_full(b, &info).await;
         let store =
             halyard_broker::retry_js("open the shared result cache", || b.js.get_key_value(BUCKET))
                 .await
                 .map_err(|e| CacheError::Broker(e.to_string()))?;
         Ok(SharedWriter {
             store,
-            full_warned: Arc::new(AtomicBool::new(false)),
+            refused_warned: Arc::new(AtomicBool::new(false)),
             failing: Arc::new(AtomicBool::new(false)),
         })
     }
 
     /// Put the accepted `completion` of job `id` (planned by run `run`) unless the bucket
     /// holds an answer for it already. A refusal (the bucket without a leader while a
-    /// node is lost, a broker away, a full bucket) is tried again for up to
+    /// node is lost, a broker away; a bucket of an earlier build when full) is tried again for up to
     /// [`RETRY_FOR`], then said once and otherwise ignored: the run goes on.
     ///
     /// True when the bucket holds an answer for the job now (this one, or one put
@@ -227,11 +243,75 @@ impl SharedWriter {
             }
             Err(e) => {
                 self.failing.store(true, Ordering::Relaxed);
-                if !self.full_warned.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(job = %id, error = %e, "the shared result cache refused a write (full, or the broker is away); this result is not shared, and later ones are tried once each until one lands (said once); the run goes on");
+                if !self.refused_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(job = %id, error = %e, "the shared result cache refused a write (the broker is away, or the bucket has no leader); this result is not shared, and later ones are tried once each until one lands (said once); the run goes on");
                 }
                 false
             }
         }
+    }
+
+    /// A run used the entry of job `id` (a worker answered from it): write it again,
+    /// unchanged, if it was written more than `after` ago ([`REFRESH_AFTER`]), so that a
+    /// full bucket drops entries nobody uses first and an entry in use does not expire.
+    /// What is written is the entry as read from the bucket, only if it checks out, and
+    /// only over the revision read (a compare-and-set): never a worker's bytes, and never
+    /// over another coordinator's write. Best effort: an entry gone, another writer first,
+    /// or a broker away leave it as it is. True when it was written again.
+    pub async fn refresh(&self, id: JobId, after: Duration) -> bool {
+        let key = kv_key(&id);
+        let entry = match self.store.entry(key.as_str()).await {
+            Ok(Some(e)) if e.operation == kv::Operation::Put => e,
+            Ok(_) => return false,
+            Err(e) => {
+                tracing::debug!(job = %id, error = %e, "cannot read a shared cache entry to refresh it");
+                return false;
+            }
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let age = now.saturating_sub(entry.created.unix_timestamp());
+        if age < after.as_secs() as i64 || check(&id, &entry.value).is_err() {
+            return false;
+        }
+        match self.store.update(key.as_str(), entry.value, entry.revision).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(job = %id, error = %e, "a shared cache entry was not refreshed");
+                false
+            }
+        }
+    }
+}
+
+/// The bucket's stream `info` as the coordinator found or made it: one made by an earlier
+/// build refuses new entries when full (`discard = new`), so it is changed to drop the
+/// entries written longest ago instead; a broker user without the right to change it
+/// (permissions of an earlier build) leaves it so, said with the fix. A bucket at its
+/// limit is said too: from now on, old entries make way for new ones.
+async fn make_room_when_full(b: &Broker, info: &stream::Info) {
+    if info.config.discard != stream::DiscardPolicy::Old {
+        let mut cfg = info.config.clone();
+        cfg.discard = stream::DiscardPolicy::Old;
+        match b.js.update_stream(&cfg).await {
+            Ok(_) => tracing::info!(
+                "the shared result cache's bucket, made by an earlier build, refused new entries when full; it now drops the entries written longest ago instead"
+            ),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the shared result cache's bucket refuses new entries when full, and this coordinator may not change that (its broker user lacks $JS.API.STREAM.UPDATE.{}): give it that right (deploy/nats/permissions.conf), or run `nats stream edit {} --discard old`",
+                info.config.name,
+                info.config.name
+            ),
+        }
+    }
+    let limit = info.config.max_bytes;
+    if limit > 0 && info.state.bytes >= limit as u64 / 10 * 9 {
+        tracing::info!(
+            bytes = info.state.bytes,
+            limit,
+            "the shared result cache is full: the entries written (or used) longest ago make way for new ones"
+        );
     }
 }

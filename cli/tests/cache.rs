@@ -336,7 +336,8 @@ mod forged {
     /// Issue 51: on a broker with the shipped permissions, worker credentials cannot put
     /// an entry into the shared result cache (new or over an accepted one), and a value
     /// stored under another job's name is refused by readers: only what the coordinator
-    /// accepted is served.
+    /// accepted is served. The bucket an earlier build made (it refused new entries when
+    /// full) is changed by the coordinator's rights alone, to drop its oldest instead.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_forged_shared_entry_is_never_served() {
         // The same passwords as broker_permissions.rs: both set the process's variables.
@@ -348,9 +349,21 @@ mod forged {
         let coord = connect(&nats, "halyard-coordinator", "coord-pw-81f2").await;
         let worker = connect(&nats, "halyard-worker", "worker-pw-37c9").await;
 
+        // The bucket as an earlier build made it (full, it refused new entries): with the
+        // shipped rights the coordinator changes that as it opens it, and a worker may not.
+        use async_nats::jetstream::stream::DiscardPolicy;
+        let mut earlier = shared::config(1);
+        earlier.discard = DiscardPolicy::New;
+        coord.js.create_stream(earlier.clone()).await.unwrap();
+        let mut old_policy = earlier.clone();
+        old_policy.discard = DiscardPolicy::Old;
+        assert!(worker.js.update_stream(&old_policy).await.is_err(), "a worker changed the bucket");
+
         let run = uuid::Uuid::now_v7();
         let (accepted, forged) = (JobId([1; 16]), JobId([2; 16]));
         let writer = SharedWriter::open(&coord).await.unwrap();
+        let mut bucket = coord.js.get_stream(&earlier.name).await.unwrap();
+        assert_eq!(bucket.info().await.unwrap().config.discard, DiscardPolicy::Old);
         writer.put(run, accepted, &completion("accepted")).await;
 
         // Worker credentials: every put is refused, new key or accepted one.

@@ -3,7 +3,7 @@
 //! `halyard-plan`).
 
 use halyard_plan::cost::ClassTotals;
-use halyard_plan::planner::Effect;
+use halyard_plan::planner::{Effect, Share};
 use halyard_plan::store::{Held, Intake, ItemKey, LabelIter, LabelStore, RunStore, StoreError};
 use halyard_proto::{JobId, StoredResult};
 
@@ -44,8 +44,9 @@ impl RunStore for RunDb {
         let writes: Vec<Write<'_>> = effects
             .iter()
             .filter_map(|e| match e {
-                Effect::StoreResult { job, pool, encoded, shareable } => {
-                    Some(Write::Result(job, encoded, *shareable && self.shares(pool)))
+                Effect::StoreResult { job, pool, encoded, share } => {
+                    let share = if self.shares(pool) { *share } else { Share::No };
+                    Some(Write::Result(job, encoded, share))
                 }
                 Effect::MarkDone { item, label } => Some(Write::Label(*item, label)),
                 Effect::NoteJob { job, meta } => Some(Write::JobNote(job, meta)),
@@ -72,7 +73,7 @@ impl LabelStore for RunDb {
 #[cfg(test)]
 mod tests {
     use halyard_plan::cost::ClassTotals;
-    use halyard_plan::planner::Effect;
+    use halyard_plan::planner::{Effect, Share};
     use halyard_plan::store::{Intake, ItemKey, JobMeta, LabelStore, MemStore, RunStore};
     use halyard_proto::stored::encode_result;
     use halyard_proto::{Completion, Failure, FailureKind, JobId, Outcome, StoredResult, Usage};
@@ -139,7 +140,7 @@ mod tests {
                 job: j,
                 pool: "p".into(),
                 encoded: encoded(r),
-                shareable: r.below(2) == 0,
+                share: [Share::No, Share::Put, Share::Used][r.below(3) as usize],
             },
             2 => Effect::MarkDone {
                 item: item(r.below(ITEMS as u64) as u32),
@@ -195,6 +196,38 @@ mod tests {
             out += &format!("at open: {} {:?}\n", s.results_at_open(), s.held_at_open().unwrap());
         }
         out
+    }
+
+    /// Issue 51: what the planner says the shared cache makes of a stored result reaches
+    /// the sharing task by the right road, for pools that share only, and once per job:
+    /// a paid completion is marked (durable, offered), an answer read from the bucket is
+    /// not marked but listed as used (its entry's use is counted), anything else neither.
+    #[test]
+    fn stored_results_reach_the_shared_cache_as_the_planner_says() {
+        let run = tempfile::tempdir().unwrap();
+        let mut db = RunDb::open(&run.path().join("state")).unwrap();
+        db.share_pools(["shared".to_string()].into());
+        let mut r = Rng(7);
+        let store = |i: u64, pool: &str, share: Share, r: &mut Rng| Effect::StoreResult {
+            job: job(i),
+            pool: pool.into(),
+            encoded: encoded(r),
+            share,
+        };
+        let effects = [
+            store(1, "shared", Share::Put, &mut r),
+            store(2, "shared", Share::Used, &mut r),
+            store(3, "shared", Share::No, &mut r),
+            store(4, "private", Share::Put, &mut r),
+            store(5, "private", Share::Used, &mut r),
+            // A second result for a job stored already: neither marked nor used again.
+            store(2, "shared", Share::Used, &mut r),
+        ];
+        RunStore::commit(&mut db, &effects).unwrap();
+        RunStore::commit(&mut db, &[store(1, "shared", Share::Put, &mut r)]).unwrap();
+        assert_eq!(db.take_marked(), (vec![job(1)], vec![job(2)]));
+        assert_eq!(db.share_marks().count().unwrap(), 1);
+        assert_eq!(db.take_marked(), (vec![], vec![]), "taken twice");
     }
 
     /// Issue 32: the run state on disk behaves as its in-memory twin, which the planner's

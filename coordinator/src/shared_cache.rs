@@ -15,7 +15,9 @@
 //! is a broker round trip; one at a time, a fast sweep's results outran them). A full
 //! channel does not hold the run's results path up: the offer is left to its mark, and the
 //! marks are read again when the run ends. A result a worker read from the shared cache is
-//! not offered again: the bucket has it.
+//! not offered again: the bucket has it; its use is counted instead (the entry is written
+//! again, unchanged, when it is older than [`halyard_cache::shared::REFRESH_AFTER`], so
+//! that a full bucket drops unused entries first), best effort, without a mark.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,7 +62,7 @@ pub fn sharing() -> bool {
 /// Handle to the sharing task. Dropped without [`Sharer::close`] (a run stopped or
 /// failed), it stops the task at once: what the task had not shared stays marked.
 pub(crate) struct Sharer {
-    tx: Option<mpsc::Sender<JobId>>,
+    tx: Option<mpsc::Sender<Offer>>,
     task: Option<JoinHandle<()>>,
     /// Tells the task to stop waiting for its puts in flight: it then removes the marks
     /// of those that landed, and ends.
@@ -82,13 +84,24 @@ pub(crate) fn pools(sweep: &Sweep) -> HashSet<String> {
     pools
 }
 
+/// What the sharing task is given.
+#[derive(Clone, Copy, Debug)]
+enum Offer {
+    /// A marked completion, to put.
+    Marked(JobId),
+    /// A job answered from the bucket: its entry's use is counted
+    /// ([`SharedWriter::refresh`]).
+    Used(JobId),
+}
+
 impl Sharer {
     /// Start sharing `run`'s marked completions: first what an earlier coordinator of the
     /// run left marked, then what is offered.
     pub(crate) fn start(broker: Broker, run: Uuid, marks: ShareMarks) -> Sharer {
-        let (tx, rx) = mpsc::channel::<JobId>(QUEUE);
+        let (tx, rx) = mpsc::channel::<Offer>(QUEUE);
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(share(broker, run, rx, stopped, marks.clone()));
+        let refresh_after = halyard_cache::shared::REFRESH_AFTER;
+        let task = tokio::spawn(share(broker, run, rx, stopped, marks.clone(), refresh_after));
         Sharer {
             tx: Some(tx),
             task: Some(task),
@@ -104,7 +117,7 @@ impl Sharer {
     pub(crate) fn offer(&self, jobs: Vec<JobId>) {
         let Some(tx) = &self.tx else { return };
         for job in jobs {
-            match tx.try_send(job) {
+            match tx.try_send(Offer::Marked(job)) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     if self.deferred.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -113,6 +126,17 @@ impl Sharer {
                 }
                 // The task could not open the bucket (said then): the marks stay.
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+        }
+    }
+
+    /// Count the use of the bucket's entries for `jobs`, answered from it. Best effort: a
+    /// full queue skips them.
+    pub(crate) fn used(&self, jobs: Vec<JobId>) {
+        let Some(tx) = &self.tx else { return };
+        for job in jobs {
+            if tx.try_send(Offer::Used(job)).is_err() {
+                return;
             }
         }
     }
@@ -274,12 +298,14 @@ impl Backlog {
 /// to [`IN_FLIGHT`] at once; once the offers end, what is still marked; removes the marks
 /// of what the bucket holds, [`CHUNK`] at a time, and all it has not removed yet when it
 /// ends, also when told to `stop` (or when its [`Sharer`] is gone) with puts in flight.
+/// Entries used by the run are refreshed when older than `refresh_after`.
 async fn share(
     broker: Broker,
     run: Uuid,
-    mut rx: mpsc::Receiver<JobId>,
+    mut rx: mpsc::Receiver<Offer>,
     mut stop: oneshot::Receiver<()>,
     marks: ShareMarks,
+    refresh_after: Duration,
 ) {
     let writer = match SharedWriter::open(&broker).await {
         Ok(w) => w,
@@ -288,9 +314,15 @@ async fn share(
             return;
         }
     };
-    let put = |job: JobId, c: Completion| {
+    // A put, or (no completion) the refresh of a used entry; `(job, whether its mark
+    // goes)`: a put that landed; a refresh has no mark.
+    let put = |job: JobId, c: Option<Completion>| {
         let w = writer.clone();
         async move {
+            let Some(c) = c else {
+                w.refresh(job, refresh_after).await;
+                return (job, false);
+            };
             if failpoint::stalls_put() {
                 std::future::pending::<()>().await;
             }
@@ -311,7 +343,7 @@ async fn share(
         // The marks first, while there is room.
         while puts.len() < IN_FLIGHT {
             match backlog.as_mut().and_then(Backlog::next) {
-                Some(Ok((job, c))) => puts.push(put(job, c)),
+                Some(Ok((job, c))) => puts.push(put(job, Some(c))),
                 Some(Err(job)) => settled.push(job),
                 None => {
                     backlog = None;
@@ -336,10 +368,11 @@ async fn share(
             // Told to stop, or the Sharer is gone: the puts in flight are left to their marks.
             _ = &mut stop => break,
             offer = rx.recv(), if open && puts.len() < IN_FLIGHT => match offer {
-                Some(job) => match to_share(&marks, job) {
-                    Ok((job, c)) => puts.push(put(job, c)),
+                Some(Offer::Marked(job)) => match to_share(&marks, job) {
+                    Ok((job, c)) => puts.push(put(job, Some(c))),
                     Err(job) => settled.push(job),
                 },
+                Some(Offer::Used(job)) => puts.push(put(job, None)),
                 None => open = false,
             },
             Some((job, landed)) = puts.next(), if !puts.is_empty() => {
@@ -370,6 +403,7 @@ mod tests {
 
     use super::*;
     use crate::state::{RunDb, Write};
+    use halyard_plan::planner::Share;
 
     fn result(job: u8, outcome: Outcome) -> JobResult {
         JobResult {
@@ -422,11 +456,14 @@ mod tests {
         // (`RunStore::commit` marks only shareable completions of sharing pools).
         let encoded: Vec<Vec<u8>> =
             results.iter().map(|r| encode_result(&StoredResult::from(r)).unwrap()).collect();
-        let writes: Vec<Write<'_>> =
-            results.iter().zip(&encoded).map(|(r, e)| Write::Result(&r.job, e, true)).collect();
+        let writes: Vec<Write<'_>> = results
+            .iter()
+            .zip(&encoded)
+            .map(|(r, e)| Write::Result(&r.job, e, Share::Put))
+            .collect();
         db.commit_writes(&writes).unwrap();
         let jobs: Vec<JobId> = results.iter().map(|r| r.job).collect();
-        assert_eq!(db.take_marked(), jobs);
+        assert_eq!(db.take_marked(), (jobs.clone(), vec![]));
         let marks = db.share_marks();
         assert_eq!(marks.count().unwrap(), 4);
 
@@ -436,7 +473,7 @@ mod tests {
         let (_stop, stopped) = oneshot::channel();
         tokio::time::timeout(
             Duration::from_secs(60),
-            share(broker.clone(), Uuid::now_v7(), rx, stopped, marks.clone()),
+            share(broker.clone(), Uuid::now_v7(), rx, stopped, marks.clone(), Duration::ZERO),
         )
         .await
         .expect("the sharing task ended");
@@ -447,5 +484,135 @@ mod tests {
         assert_eq!(reader.get(&jobs[1]).await.unwrap().unwrap().text, "two");
         assert_eq!(reader.get(&jobs[2]).await.unwrap(), None, "a dead letter was shared");
         assert_eq!(reader.get(&jobs[3]).await.unwrap(), None, "a shared answer was put again");
+    }
+
+    /// The entry of `job` in the bucket: its bytes and revision.
+    async fn entry(broker: &Broker, job: &JobId) -> Option<(bytes::Bytes, u64)> {
+        let kv = broker.js.get_key_value(halyard_cache::shared::BUCKET).await.unwrap();
+        let key = halyard_cache::shared::kv_key(job);
+        kv.entry(key.as_str()).await.unwrap().map(|e| (e.value, e.revision))
+    }
+
+    /// Issue 51, "pruning by age and use": a job a worker answered from the bucket is not
+    /// marked (the bucket has its answer) but its use is counted: the sharing task writes
+    /// its entry again, unchanged (the bytes read from the bucket, over the revision read),
+    /// once it is older than the refresh age; an entry that is gone is not put back (a
+    /// worker's bytes never reach the bucket that way), and a recent one is left alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_read_from_the_bucket_keep_their_entries_in_use() {
+        let nats = halyard_tests::NatsServer::start();
+        let broker =
+            halyard_broker::connect(&BrokerConfig::new(nats.url(), "coordinator")).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::open(&dir.path().join("state")).unwrap();
+        let writer = SharedWriter::open(&broker).await.unwrap();
+        let first_run = Uuid::now_v7();
+        let (kept, gone) = (JobId([5; 16]), JobId([6; 16]));
+        let paid = done("paid by an earlier run", AnswerSource::default());
+        let Outcome::Done(c) = &paid else { unreachable!() };
+        assert!(writer.put(first_run, kept, c).await);
+        let (bytes, revision) = entry(&broker, &kept).await.unwrap();
+
+        // As the planner stores answers read from the bucket: `Share::Used`, no mark.
+        let results = [
+            result(5, done("paid by an earlier run", AnswerSource::SharedCache)),
+            result(6, done("a worker's bytes", AnswerSource::SharedCache)),
+        ];
+        let encoded: Vec<Vec<u8>> =
+            results.iter().map(|r| encode_result(&StoredResult::from(r)).unwrap()).collect();
+        let writes: Vec<Write<'_>> = results
+            .iter()
+            .zip(&encoded)
+            .map(|(r, e)| Write::Result(&r.job, e, Share::Used))
+            .collect();
+        db.commit_writes(&writes).unwrap();
+        let (marked, used) = db.take_marked();
+        assert_eq!((marked, used.clone()), (vec![], vec![kept, gone]));
+        let marks = db.share_marks();
+        assert_eq!(marks.count().unwrap(), 0, "an answer from the bucket was marked");
+
+        let run_task = |refresh_after: Duration| {
+            let (broker, marks, used) = (broker.clone(), marks.clone(), used.clone());
+            async move {
+                let (tx, rx) = mpsc::channel(8);
+                for job in used {
+                    tx.send(Offer::Used(job)).await.unwrap();
+                }
+                drop(tx);
+                let (_stop, stopped) = oneshot::channel();
+                let task = share(broker, Uuid::now_v7(), rx, stopped, marks, refresh_after);
+                tokio::time::timeout(Duration::from_secs(60), task)
+                    .await
+                    .expect("the sharing task ended");
+            }
+        };
+        // Written less than a day ago: left alone.
+        run_task(halyard_cache::shared::REFRESH_AFTER).await;
+        assert_eq!(entry(&broker, &kept).await, Some((bytes.clone(), revision)));
+        // Older than the refresh age (zero here): written again, the same bytes.
+        run_task(Duration::ZERO).await;
+        let (again, later) = entry(&broker, &kept).await.unwrap();
+        assert_eq!(again, bytes, "the refreshed entry changed");
+        assert!(later > revision, "the entry was not written again ({later} <= {revision})");
+        assert_eq!(entry(&broker, &gone).await, None, "a used answer with no entry was put");
+        assert_eq!(marks.count().unwrap(), 0);
+    }
+
+    /// Issue 51, "bounded ... a full bucket never fails a run": a full bucket drops the
+    /// entries written (or used) longest ago, never a new one. The bucket here is one an
+    /// earlier build made (`discard = new`: full, it refused every new entry), at a few
+    /// kilobytes: the coordinator's writer brings it to `discard = old` as it opens it;
+    /// every put lands; and an entry refreshed after a second one was written outlives it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_bucket_drops_its_oldest_entries_not_new_ones() {
+        use async_nats::jetstream::stream::DiscardPolicy;
+        let nats = halyard_tests::NatsServer::start();
+        let broker =
+            halyard_broker::connect(&BrokerConfig::new(nats.url(), "coordinator")).await.unwrap();
+        let mut earlier = halyard_cache::shared::config(1);
+        earlier.discard = DiscardPolicy::New;
+        earlier.max_bytes = 8 << 10;
+        broker.js.create_stream(earlier.clone()).await.unwrap();
+
+        let writer = SharedWriter::open(&broker).await.unwrap();
+        let mut stream = broker.js.get_stream(&earlier.name).await.unwrap();
+        assert_eq!(stream.info().await.unwrap().config.discard, DiscardPolicy::Old);
+
+        let run = Uuid::now_v7();
+        let answer = |i: u32| {
+            let Outcome::Done(c) =
+                done(&format!("answer {i} {}", "x".repeat(120)), AnswerSource::Paid)
+            else {
+                unreachable!()
+            };
+            c
+        };
+        let job = |i: u32| JobId(*blake3::hash(&i.to_le_bytes()).as_bytes().first_chunk().unwrap());
+        let reader = SharedReader::new(broker.clone());
+        assert!(writer.put(run, job(0), &answer(0)).await);
+        assert!(writer.put(run, job(1), &answer(1)).await);
+        // Job 0's entry is used (and old enough): it is now the later of the two.
+        assert!(writer.refresh(job(0), Duration::ZERO).await);
+        let mut i = 2;
+        while reader.get(&job(1)).await.unwrap().is_some() {
+            assert!(i < 1000, "the bucket never dropped an entry");
+            assert!(
+                writer.put(run, job(i), &answer(i)).await,
+                "put {i} refused: the bucket is full"
+            );
+            i += 1;
+        }
+        assert!(i > 3, "the bucket held too few entries to tell the order ({i})");
+        assert_eq!(
+            reader.get(&job(0)).await.unwrap().map(|c| c.text),
+            Some(answer(0).text),
+            "the entry in use was dropped before an older unused one"
+        );
+        assert_eq!(
+            reader.get(&job(i - 1)).await.unwrap().map(|c| c.text),
+            Some(answer(i - 1).text)
+        );
+        let bytes = stream.info().await.unwrap().state.bytes;
+        assert!(bytes <= earlier.max_bytes as u64, "{bytes} bytes");
     }
 }

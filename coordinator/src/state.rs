@@ -40,6 +40,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use halyard_plan::planner::Share;
 use halyard_proto::stored::encode_result;
 use halyard_proto::{JobId, JobIdFilter, JobResult, Outcome, StoredResult};
 use halyard_store::fjall::{self, Keyspace};
@@ -115,8 +116,9 @@ pub struct RunDb {
     /// The pools whose completions go to the shared result cache (none: the run does not
     /// share).
     sharing: HashSet<String>,
-    /// Jobs marked for the shared cache since [`RunDb::take_marked`] last took them.
-    marked: Mutex<Vec<JobId>>,
+    /// Jobs marked for the shared cache since [`RunDb::take_marked`] last took them, and
+    /// jobs answered from it (`Share::Used`, not marked: its entries' use is best effort).
+    marked: Mutex<(Vec<JobId>, Vec<JobId>)>,
 }
 
 /// Totals over the results of a run.
@@ -182,7 +184,7 @@ impl RunDb {
             dirty: AtomicBool::new(false),
             commits: AtomicU64::new(0),
             sharing: HashSet::new(),
-            marked: Mutex::new(Vec::new()),
+            marked: Mutex::new((Vec::new(), Vec::new())),
         })
     }
 
@@ -271,7 +273,7 @@ impl RunDb {
     /// likewise. Not durable until [`RunDb::flush`].
     pub fn commit_writes(&self, writes: &[Write<'_>]) -> Result<(), StateError> {
         let trip = failpoint::mid_commit(writes.len());
-        let mut marked = Vec::new();
+        let (mut marked, mut used) = (Vec::new(), Vec::new());
         self.write(|batch| {
             for (i, w) in writes.iter().enumerate() {
                 if trip == Some(i) {
@@ -286,9 +288,13 @@ impl RunDb {
                         let absent = !stored && !batch.has(Space::Results, job.as_bytes());
                         if absent {
                             batch.put(Space::Results, job.as_bytes(), bytes.to_vec());
-                            if *share {
-                                batch.put(Space::Share, job.as_bytes(), Vec::new());
-                                marked.push(**job);
+                            match share {
+                                Share::Put => {
+                                    batch.put(Space::Share, job.as_bytes(), Vec::new());
+                                    marked.push(**job);
+                                }
+                                Share::Used => used.push(**job),
+                                Share::No => {}
                             }
                         }
                     }
@@ -323,8 +329,10 @@ impl RunDb {
                 self.stored.insert(job);
             }
         }
-        if !marked.is_empty() {
-            self.marked.lock().unwrap_or_else(|p| p.into_inner()).extend(marked);
+        if !marked.is_empty() || !used.is_empty() {
+            let mut m = self.marked.lock().unwrap_or_else(|p| p.into_inner());
+            m.0.extend(marked);
+            m.1.extend(used);
         }
         Ok(())
     }
@@ -545,8 +553,9 @@ impl RunDb {
         self.sharing.contains(pool)
     }
 
-    /// The jobs marked since the last call, to offer to the sharing task.
-    pub(crate) fn take_marked(&self) -> Vec<JobId> {
+    /// The jobs marked since the last call, to offer to the sharing task, and those
+    /// answered from the shared cache since then (their entries' use is counted).
+    pub(crate) fn take_marked(&self) -> (Vec<JobId>, Vec<JobId>) {
         std::mem::take(&mut *self.marked.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -771,8 +780,10 @@ pub(crate) fn job_key(key: &[u8], table: &str) -> Result<JobId, StateError> {
 #[derive(Clone, Copy, Debug)]
 pub enum Write<'a> {
     /// A result in its stored form ([`halyard_proto::stored::encode_result`]), stored if
-    /// its job has none; `true`: marked for the shared cache too (`share`), if stored.
-    Result(&'a JobId, &'a [u8], bool),
+    /// its job has none; [`Share::Put`]: marked for the shared cache too (`share`), if
+    /// stored; [`Share::Used`]: its answer came from that cache, whose entry's use is
+    /// counted ([`RunDb::take_marked`]), if stored.
+    Result(&'a JobId, &'a [u8], Share),
     /// An item is finished with this label.
     Label(ItemKey, &'a [u8]),
     /// The note of a dead-lettered job, stored if it has none.
@@ -933,9 +944,9 @@ mod tests {
         let item = ItemKey { bench: 0, model: 0, item: 7 };
         let totals = vec![halyard_plan::cost::ClassTotals { jobs: 2, ..Default::default() }];
         st.commit_writes(&[
-            Write::Result(&j1, &r1, false),
-            Write::Result(&j2, &r2a, false),
-            Write::Result(&j2, &r2b, false),
+            Write::Result(&j1, &r1, Share::No),
+            Write::Result(&j2, &r2a, Share::No),
+            Write::Result(&j2, &r2b, Share::No),
             Write::Label(item, b"label"),
             Write::JobNote(&j2, &first),
             Write::JobNote(&j2, &later),

@@ -36,7 +36,7 @@ use uuid::Uuid;
 
 use crate::benchmarks::Benchmark;
 use crate::cost::Meter;
-pub use crate::effect::{publishes, Effect};
+pub use crate::effect::{publishes, Effect, Share};
 use crate::progress::{Figures, Progress};
 use crate::record::{ItemKey, JobMeta, StoreError};
 use crate::store::RunStore;
@@ -247,13 +247,11 @@ impl<'s, S: RunStore> Planner<'s, S> {
         }
         match self.window.pool_of(&job) {
             Some(pool) if pool == a.pool => {
-                let shareable = matches!(&a.result.outcome,
-                    halyard_proto::Outcome::Done(c) if c.source != halyard_proto::AnswerSource::SharedCache);
                 fx.push(Effect::StoreResult {
                     job,
                     pool: pool.to_string(),
                     encoded: stored_form(&a.result)?,
-                    shareable,
+                    share: Share::of(&a.result.outcome),
                 });
                 self.account(a.result, true, now, batch);
             }
@@ -377,7 +375,7 @@ impl<'s, S: RunStore> Planner<'s, S> {
                 job: job.id,
                 pool: job.pool.clone(),
                 encoded: stored_form(&r)?,
-                shareable: false,
+                share: Share::No,
             });
             self.account(r, true, now, &mut batch);
         }

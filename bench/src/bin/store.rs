@@ -21,7 +21,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use clap::Parser;
-use halyard_coordinator::state::{ItemKey, RunDb, Write};
+use halyard_coordinator::state::{ItemKey, RunDb, Share, Write};
 use halyard_plan::cost::ClassTotals;
 use halyard_proto::stored::encode_result;
 use halyard_proto::{Completion, JobId, Outcome, StoredResult, Usage};
@@ -238,7 +238,7 @@ fn write_halyard(args: &Args, dir: &Path, r: &Records) -> anyhow::Result<()> {
             }
             let mut writes = Vec::with_capacity(chunk.len() * 2 + 1);
             for (k, id) in chunk.iter().enumerate() {
-                writes.push(Write::Result(id, &r.results[start + k], false));
+                writes.push(Write::Result(id, &r.results[start + k], Share::No));
                 writes.push(Write::Label(Records::item(start + k), &r.labels[start + k]));
             }
             writes.push(Write::Costs(&r.costs));

@@ -440,8 +440,11 @@ impl Coordinator<'_> {
         self.planner.store().flush().await?;
         if let Some(s) = &self.sharer {
             // Completions accepted since the last batch (marked in the run state with
-            // them): this batch's, and any the backlog read at start.
-            s.offer(self.planner.store().take_marked());
+            // them): this batch's, and any the backlog read at start; and answers read
+            // from the shared cache, whose entries' use is counted.
+            let (marked, used) = self.planner.store().take_marked();
+            s.offer(marked);
+            s.used(used);
         }
         Collector::ack(msgs, &opened).await;
         if self.sharer.is_some() {
