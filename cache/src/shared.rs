@@ -96,6 +96,74 @@ pub fn check(id: &JobId, bytes: &[u8]) -> Result<Completion, String> {
     Ok(e.completion)
 }
 
+/// Set stream `name` to `discard = old`, every other setting as the server holds it: its
+/// configuration is read and sent back as the server's JSON, not through async-nats's
+/// `Config`, which (built for nats-server 2.9) would drop the fields of later servers.
+async fn set_discard_old(b: &Broker, name: &str) -> Result<(), String> {
+    let empty = serde_json::json!({});
+    let info: serde_json::Value =
+        b.js.request(format!("STREAM.INFO.{name}"), &empty).await.map_err(|e| e.to_string())?;
+    if let Some(e) = info.get("error") {
+        return Err(e.to_string());
+    }
+    let mut cfg =
+        info.get("config").cloned().ok_or("the stream's information has no configuration")?;
+    cfg["discard"] = serde_json::json!("old");
+    let answer: serde_json::Value =
+        b.js.request(format!("STREAM.UPDATE.{name}"), &cfg).await.map_err(|e| e.to_string())?;
+    match answer.get("error") {
+        Some(e) => Err(e.to_string()),
+        None => Ok(()),
+    }
+}
+
+/// The shared bucket as `halyard cache stats --nats` shows it (its stream's figures:
+/// nothing of what an entry holds).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SharedStats {
+    pub bucket: String,
+    pub entries: u64,
+    pub bytes: u64,
+    /// The size limit (bytes).
+    pub max_bytes: i64,
+    /// Seconds since the entry written (or used) longest ago was written: the next to go
+    /// when the bucket is full. `None` when it is empty.
+    pub oldest_s: Option<u64>,
+    /// What a full bucket does: `drops the oldest` (`discard = old`), or `refuses new
+    /// entries` (a bucket an earlier build made, until a coordinator of this build
+    /// opens it).
+    pub when_full: String,
+    pub replicas: usize,
+}
+
+/// The shared bucket's figures on broker `b`; `None` when no coordinator made it there.
+pub async fn stats(b: &Broker) -> Result<Option<SharedStats>, CacheError> {
+    let Some(stream) = halyard_broker::layout::lookup(b, &config(1))
+        .await
+        .map_err(|e| CacheError::Broker(e.to_string()))?
+    else {
+        return Ok(None);
+    };
+    let info = stream.cached_info();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let oldest_s = (info.state.messages > 0)
+        .then(|| now.saturating_sub(info.state.first_timestamp.unix_timestamp()).max(0) as u64);
+    Ok(Some(SharedStats {
+        bucket: BUCKET.to_string(),
+        entries: info.state.messages,
+        bytes: info.state.bytes,
+        max_bytes: info.config.max_bytes,
+        oldest_s,
+        when_full: match info.config.discard {
+            stream::DiscardPolicy::Old => "drops the oldest".to_string(),
+            _ => "refuses new entries".to_string(),
+        },
+        replicas: info.config.num_replicas,
+    }))
+}
+
 /// A worker's read side. Opens the bucket when first needed; a broker without it (no
 /// coordinator of this build made it yet) is looked at again every [`LOOK_AGAIN`].
 #[derive(Clone)]
@@ -170,6 +238,8 @@ pub struct SharedWriter {
     /// A write was refused for all of [`RETRY_FOR`]: later ones are tried once until
     /// one succeeds (a broker away does not hold up every entry for that long).
     failing: Arc<AtomicBool>,
+    /// [`REFRESH_AFTER`], unless a test says otherwise ([`SharedWriter::refresh_after`]).
+    refresh_after: Duration,
 }
 
 impl SharedWriter {
@@ -199,13 +269,25 @@ impl SharedWriter {
             store,
             refused_warned: Arc::new(AtomicBool::new(false)),
             failing: Arc::new(AtomicBool::new(false)),
+            refresh_after: REFRESH_AFTER,
         })
+    }
+
+    /// Refresh used entries older than `after` instead of [`REFRESH_AFTER`] (tests).
+    pub fn refresh_after(mut self, after: Duration) -> SharedWriter {
+        self.refresh_after = after;
+        self
     }
 
     /// Put the accepted `completion` of job `id` (planned by run `run`) unless the bucket
     /// holds an answer for it already. A refusal (the bucket without a leader while a
-    /// node is lost, a broker away; a bucket of an earlier build when full) is tried again for up to
+    /// node is lost, a broker away; a full bucket of an earlier build that could not be
+    /// changed, [`SharedWriter::open`]) is tried again for up to
     /// [`RETRY_FOR`], then said once and otherwise ignored: the run goes on.
+    ///
+    /// An answer the bucket holds already (a machine cache's copy of it answered the job,
+    /// or another coordinator put it first) is a use of that entry: refreshed as
+    /// [`SharedWriter::refresh`] says.
     ///
     /// True when the bucket holds an answer for the job now (this one, or one put
     /// before), or the entry can never be written (it does not encode); false when the
@@ -239,6 +321,7 @@ impl SharedWriter {
             }
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
                 self.failing.store(false, Ordering::Relaxed);
+                self.refresh(id, self.refresh_after).await;
                 true
             }
             Err(e) => {
@@ -287,22 +370,19 @@ impl SharedWriter {
 
 /// The bucket's stream `info` as the coordinator found or made it: one made by an earlier
 /// build refuses new entries when full (`discard = new`), so it is changed to drop the
-/// entries written longest ago instead; a broker user without the right to change it
-/// (permissions of an earlier build) leaves it so, said with the fix. A bucket at its
-/// limit is said too: from now on, old entries make way for new ones.
+/// entries written longest ago instead ([`set_discard_old`]); a broker user without the
+/// right to change it (permissions of an earlier build) leaves it so, said with the fix.
+/// A bucket at its limit is said too: from now on, old entries make way for new ones.
 async fn make_room_when_full(b: &Broker, info: &stream::Info) {
+    let name = &info.config.name;
     if info.config.discard != stream::DiscardPolicy::Old {
-        let mut cfg = info.config.clone();
-        cfg.discard = stream::DiscardPolicy::Old;
-        match b.js.update_stream(&cfg).await {
-            Ok(_) => tracing::info!(
+        match set_discard_old(b, name).await {
+            Ok(()) => tracing::info!(
                 "the shared result cache's bucket, made by an earlier build, refused new entries when full; it now drops the entries written longest ago instead"
             ),
             Err(e) => tracing::warn!(
                 error = %e,
-                "the shared result cache's bucket refuses new entries when full, and this coordinator may not change that (its broker user lacks $JS.API.STREAM.UPDATE.{}): give it that right (deploy/nats/permissions.conf), or run `nats stream edit {} --discard old`",
-                info.config.name,
-                info.config.name
+                "the shared result cache's bucket refuses new entries when full, and it could not be changed: if this coordinator's broker user lacks $JS.API.STREAM.UPDATE.{name} (a permission refused reads as a timeout), give it that right (deploy/nats/permissions.conf), or run `nats stream edit {name} --discard old`"
             ),
         }
     }

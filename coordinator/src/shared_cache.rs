@@ -130,12 +130,13 @@ impl Sharer {
         }
     }
 
-    /// Count the use of the bucket's entries for `jobs`, answered from it. Best effort: a
-    /// full queue skips them.
+    /// Count the use of the bucket's entries for `jobs`, answered from it. Best effort:
+    /// they take at most half the queue, so that a run answered mostly from the bucket
+    /// never defers the completions it has to share; the rest are skipped.
     pub(crate) fn used(&self, jobs: Vec<JobId>) {
         let Some(tx) = &self.tx else { return };
         for job in jobs {
-            if tx.try_send(Offer::Used(job)).is_err() {
+            if tx.capacity() <= QUEUE / 2 || tx.try_send(Offer::Used(job)).is_err() {
                 return;
             }
         }
@@ -308,7 +309,7 @@ async fn share(
     refresh_after: Duration,
 ) {
     let writer = match SharedWriter::open(&broker).await {
-        Ok(w) => w,
+        Ok(w) => w.refresh_after(refresh_after),
         Err(e) => {
             tracing::warn!(error = %e, "the shared result cache cannot be used; accepted results stay marked in the run state");
             return;
@@ -497,7 +498,9 @@ mod tests {
     /// marked (the bucket has its answer) but its use is counted: the sharing task writes
     /// its entry again, unchanged (the bytes read from the bucket, over the revision read),
     /// once it is older than the refresh age; an entry that is gone is not put back (a
-    /// worker's bytes never reach the bucket that way), and a recent one is left alone.
+    /// worker's bytes never reach the bucket that way), and a recent one is left alone. A
+    /// job answered from a machine's copy of an entry is put, finds the entry, and counts
+    /// as its use the same way.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn answers_read_from_the_bucket_keep_their_entries_in_use() {
         let nats = halyard_tests::NatsServer::start();
@@ -507,11 +510,13 @@ mod tests {
         let db = RunDb::open(&dir.path().join("state")).unwrap();
         let writer = SharedWriter::open(&broker).await.unwrap();
         let first_run = Uuid::now_v7();
-        let (kept, gone) = (JobId([5; 16]), JobId([6; 16]));
+        let (kept, gone, copied) = (JobId([5; 16]), JobId([6; 16]), JobId([7; 16]));
         let paid = done("paid by an earlier run", AnswerSource::default());
         let Outcome::Done(c) = &paid else { unreachable!() };
         assert!(writer.put(first_run, kept, c).await);
+        assert!(writer.put(first_run, copied, c).await);
         let (bytes, revision) = entry(&broker, &kept).await.unwrap();
+        let (copied_bytes, copied_revision) = entry(&broker, &copied).await.unwrap();
 
         // As the planner stores answers read from the bucket: `Share::Used`, no mark.
         let results = [
@@ -530,13 +535,22 @@ mod tests {
         assert_eq!((marked, used.clone()), (vec![], vec![kept, gone]));
         let marks = db.share_marks();
         assert_eq!(marks.count().unwrap(), 0, "an answer from the bucket was marked");
+        // A worker whose machine cache holds a copy of a bucket entry answers from that
+        // copy: a completion like any other, marked and offered; its put finds the entry.
+        let copy = result(7, done("a machine's copy", AnswerSource::MachineCache));
+        let copy_encoded = encode_result(&StoredResult::from(&copy)).unwrap();
+        db.commit_writes(&[Write::Result(&copy.job, &copy_encoded, Share::Put)]).unwrap();
+        let (copies, _) = db.take_marked();
 
-        let run_task = |refresh_after: Duration| {
+        let run_task = |refresh_after: Duration, copies: Vec<JobId>| {
             let (broker, marks, used) = (broker.clone(), marks.clone(), used.clone());
             async move {
                 let (tx, rx) = mpsc::channel(8);
                 for job in used {
                     tx.send(Offer::Used(job)).await.unwrap();
+                }
+                for job in copies {
+                    tx.send(Offer::Marked(job)).await.unwrap();
                 }
                 drop(tx);
                 let (_stop, stopped) = oneshot::channel();
@@ -547,14 +561,18 @@ mod tests {
             }
         };
         // Written less than a day ago: left alone.
-        run_task(halyard_cache::shared::REFRESH_AFTER).await;
+        run_task(halyard_cache::shared::REFRESH_AFTER, vec![]).await;
         assert_eq!(entry(&broker, &kept).await, Some((bytes.clone(), revision)));
         // Older than the refresh age (zero here): written again, the same bytes.
-        run_task(Duration::ZERO).await;
+        run_task(Duration::ZERO, copies).await;
         let (again, later) = entry(&broker, &kept).await.unwrap();
         assert_eq!(again, bytes, "the refreshed entry changed");
         assert!(later > revision, "the entry was not written again ({later} <= {revision})");
         assert_eq!(entry(&broker, &gone).await, None, "a used answer with no entry was put");
+        // The machine's copy: the bucket's entry written again as it was, not the copy.
+        let (copied_again, copied_later) = entry(&broker, &copied).await.unwrap();
+        assert_eq!(copied_again, copied_bytes, "the put of a copy changed the entry");
+        assert!(copied_later > copied_revision, "a put of a copy did not refresh the entry");
         assert_eq!(marks.count().unwrap(), 0);
     }
 
