@@ -5,15 +5,28 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use halyard_cache::shared::SharedStats;
 use halyard_cache::{exchange, Limits, MachineCache};
 
+use crate::nats_args::NatsAuthArgs;
+
+// Parsed once per process: the size of its largest variant (the broker flags) costs
+// nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(clap::Subcommand)]
 pub enum CacheCmd {
-    /// What the cache holds: entries, bytes, entries per model.
+    /// What the cache holds: entries, bytes, entries per model; with --nats, also the
+    /// shared bucket on that broker (entries, bytes of its limit, the oldest entry's age).
     Stats {
         /// As JSON.
         #[arg(long)]
         json: bool,
+        /// Also the shared result cache on this broker (as the `halyard-status` user
+        /// unless --nats-user says otherwise).
+        #[arg(long)]
+        nats: Option<String>,
+        #[command(flatten)]
+        nats_auth: NatsAuthArgs,
     },
     /// Remove entries unused for --max-age-days, then the least recently used down to
     /// --max-gb; never one used in the last --min-age-hours (a live run's).
@@ -45,13 +58,48 @@ fn secs(x: f64, unit: f64, flag: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(x * unit))
 }
 
+/// The shared bucket's figures on the broker at `url`; `None` when no coordinator made it.
+async fn shared_stats(url: &str, auth: &NatsAuthArgs) -> Result<Option<SharedStats>> {
+    let broker = halyard_broker::connect(
+        &halyard_broker::BrokerConfig::new(url.to_string(), "halyard-status")
+            .with_auth(auth.auth()),
+    )
+    .await
+    .with_context(|| format!("connecting to the broker at {url}"))?;
+    Ok(halyard_cache::shared::stats(&broker).await?)
+}
+
+fn print_shared(url: &str, s: Option<&SharedStats>) {
+    let Some(s) = s else {
+        println!("shared result cache on {url}: none yet (a coordinator makes it)");
+        return;
+    };
+    let pct = if s.max_bytes > 0 { s.bytes as f64 * 100.0 / s.max_bytes as f64 } else { 0.0 };
+    println!("shared result cache {} on {url}", s.bucket);
+    println!("  entries     {}", s.entries);
+    println!("  bytes       {} of {} ({pct:.1}%)", s.bytes, s.max_bytes);
+    if let Some(age) = s.oldest_s {
+        println!("  oldest      written or used {:.1} days ago", age as f64 / 86400.0);
+    }
+    println!("  when full   {}", s.when_full);
+    println!("  replicas    {}", s.replicas);
+}
+
 pub async fn run(cmd: CacheCmd) -> Result<u8> {
     let cache = open()?;
     match cmd {
-        CacheCmd::Stats { json } => {
+        CacheCmd::Stats { json, nats, nats_auth } => {
             let s = cache.stats()?;
+            let shared = match &nats {
+                Some(url) => Some(shared_stats(url, &nats_auth).await?),
+                None => None,
+            };
             if json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
+                let mut v = serde_json::to_value(&s)?;
+                if let Some(shared) = &shared {
+                    v["shared"] = serde_json::to_value(shared)?;
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!("result cache {}", s.dir);
                 println!("  entries     {}", s.entries);
@@ -59,6 +107,9 @@ pub async fn run(cmd: CacheCmd) -> Result<u8> {
                 println!("  file bytes  {}", s.file_bytes);
                 for (model, n) in &s.by_model {
                     println!("  {n:>10}  {model}");
+                }
+                if let (Some(url), Some(shared)) = (&nats, &shared) {
+                    print_shared(url, shared.as_ref());
                 }
             }
         }

@@ -337,7 +337,8 @@ mod forged {
     /// an entry into the shared result cache (new or over an accepted one), and a value
     /// stored under another job's name is refused by readers: only what the coordinator
     /// accepted is served. The bucket an earlier build made (it refused new entries when
-    /// full) is changed by the coordinator's rights alone, to drop its oldest instead.
+    /// full) is changed by the coordinator's rights alone, to drop its oldest instead;
+    /// the status user reads its figures (`halyard cache stats --nats`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_forged_shared_entry_is_never_served() {
         // The same passwords as broker_permissions.rs: both set the process's variables.
@@ -401,6 +402,32 @@ mod forged {
         assert_eq!(reader.get(&accepted).await.unwrap().unwrap().text, "accepted");
         assert_eq!(reader.get(&forged).await.unwrap(), None, "a forged entry was served");
         assert_eq!(reader.get(&misplaced).await.unwrap(), None, "a misplaced entry was served");
+
+        // `halyard cache stats --nats` as the status user (the shipped rights: the
+        // bucket's figures, not its entries): the two entries written above.
+        let machine = tempfile::tempdir().unwrap();
+        let stats = |json: bool| {
+            let mut c = crate::common::halyard();
+            c.env("HALYARD_CACHE", machine.path()).env("HALYARD_NATS_PASSWORD", "status-pw-a0d4");
+            c.args(["cache", "stats", "--nats", &nats.url(), "--nats-user", "halyard-status"]);
+            if json {
+                c.arg("--json");
+            }
+            let o = c.output().unwrap();
+            assert!(o.status.success(), "cache stats: {}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8(o.stdout).unwrap()
+        };
+        let v: serde_json::Value = serde_json::from_str(&stats(true)).unwrap();
+        let shared = &v["shared"];
+        assert_eq!(shared["entries"], 2, "{v}");
+        assert_eq!(shared["max_bytes"], shared::MAX_BYTES, "{v}");
+        assert_eq!(shared["when_full"], "drops the oldest", "{v}");
+        assert!(shared["bytes"].as_u64().unwrap() > 0, "{v}");
+        assert!(shared["oldest_s"].as_u64().unwrap() < 600, "{v}");
+        assert_eq!(v["entries"], 0, "the machine cache's figures: {v}");
+        let text = stats(false);
+        assert!(text.contains("shared result cache halyard_cache on"), "{text}");
+        assert!(text.contains("when full   drops the oldest"), "{text}");
     }
 }
 
