@@ -16,7 +16,8 @@ use crate::nats_args::NatsAuthArgs;
 #[derive(clap::Subcommand)]
 pub enum CacheCmd {
     /// What the cache holds: entries, bytes, entries per model; with --nats, also the
-    /// shared bucket on that broker (entries, bytes of its limit, the oldest entry's age).
+    /// shared bucket on that broker (entries, bytes of its limit, the oldest entry's age),
+    /// or only that bucket with `--cache off`.
     Stats {
         /// As JSON.
         #[arg(long)]
@@ -86,6 +87,21 @@ fn print_shared(url: &str, s: Option<&SharedStats>) {
 }
 
 pub async fn run(cmd: CacheCmd) -> Result<u8> {
+    if let CacheCmd::Stats { json, nats: Some(url), nats_auth } = &cmd {
+        if halyard_cache::machine_dir(None).is_none() {
+            // No cache on this machine (`--cache off`): the shared bucket alone.
+            let shared = shared_stats(url, nats_auth).await?;
+            if *json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "shared": shared }))?
+                );
+            } else {
+                print_shared(url, shared.as_ref());
+            }
+            return Ok(0);
+        }
+    }
     let cache = open()?;
     match cmd {
         CacheCmd::Stats { json, nats, nats_auth } => {

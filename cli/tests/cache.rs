@@ -428,6 +428,17 @@ mod forged {
         let text = stats(false);
         assert!(text.contains("shared result cache halyard_cache on"), "{text}");
         assert!(text.contains("when full   drops the oldest"), "{text}");
+        // With no cache on this machine, the shared bucket alone.
+        let o = crate::common::halyard()
+            .env("HALYARD_NATS_PASSWORD", "status-pw-a0d4")
+            .args(["cache", "stats", "--json", "--cache", "off", "--nats", &nats.url()])
+            .args(["--nats-user", "halyard-status"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "cache stats: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["shared"]["entries"], 2, "{v}");
+        assert!(v.get("entries").is_none(), "machine figures without a machine cache: {v}");
     }
 }
 
