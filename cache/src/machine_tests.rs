@@ -632,18 +632,24 @@ impl Looked {
         std::fs::metadata(self.dir.path().join(format!("{FILE}-wal"))).map_or(0, |m| m.len())
     }
 
-    /// Stop looking. The log (limit 2 MiB here: an eighth of the cache's 16 MiB, whose
-    /// hard cap, 20 MiB, is far above the 9.3 MB these rows take) may pass its limit by a
-    /// commit (100 rows, about 300 KB of table and index pages) before it is truncated,
-    /// and by a quarter of the limit more for each checkpoint the other process's
-    /// snapshots kept from finishing: 2.1 to 2.9 MB in 16 runs on this 2-core machine
-    /// while CI ran. Without the writer's checkpoint it grew to 14.6 MB (writes) and 5.0
-    /// to 5.1 MB (imports, whose connections keep SQLite's passive checkpoint).
-    async fn finish(self, largest: u64) {
+    /// Stop looking, given the log's sizes after each commit. The log (limit 2 MiB here:
+    /// an eighth of the cache's 16 MiB, whose hard cap, 20 MiB, is far above the 9.3 MB
+    /// these rows take) must have been truncated, its file cut back: SQLite's passive
+    /// checkpoint never does that, and without the writer's checkpoint the log grew to
+    /// 14.6 MB (writes) and 5.0 to 5.1 MB (imports, whose connections keep the passive
+    /// checkpoint), never cut back. How large it gets first depends on the load: each
+    /// checkpoint the other process's snapshots keep from finishing is tried again a
+    /// quarter of the limit later; 2.1 to 2.9 MB in 16 runs here, 5.7 MB once in a CI
+    /// run of the whole suite, so the bound on size is loose (it catches a log never
+    /// truncated before it held most of what was written).
+    async fn finish(self, sizes: &[u64]) {
         self.stop.store(true, Ordering::Relaxed);
         let lookups = self.looker.join().unwrap();
         assert!(lookups > 1000, "the other process made only {lookups} lookups");
-        assert!(largest < 4 << 20, "the write-ahead log grew to {largest} bytes");
+        let cut_back = sizes.windows(2).filter(|w| w[1] < w[0]).count();
+        assert!(cut_back > 0, "the write-ahead log was never truncated: {sizes:?}");
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        assert!(largest < 12 << 20, "the write-ahead log grew to {largest} bytes");
         assert_eq!(self.cache.stats().unwrap().entries, u64::from(LOOKED_ROWS));
         self.cache.close().await;
     }
@@ -651,20 +657,20 @@ impl Looked {
 
 /// While another process looks entries up without a pause (its snapshots nearly always
 /// older than the last commit, which a passive checkpoint cannot copy past), the writer
-/// still keeps the write-ahead log near its limit. Without the writer's truncating
-/// checkpoint the log held every page written (14.6 MB).
+/// still truncates the write-ahead log. Without the writer's truncating checkpoint the
+/// log held every page written (14.6 MB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_write_ahead_log_stays_bounded_while_lookups_never_pause() {
     let t = Looked::start();
-    let mut largest = 0;
+    let mut sizes = Vec::new();
     for i in 0..LOOKED_ROWS {
         t.cache.put(&key(i), &completion(&noise(i, 2000)));
         if i % 100 == 99 {
             t.cache.flush().await;
-            largest = largest.max(t.wal_len());
+            sizes.push(t.wal_len());
         }
     }
-    t.finish(largest).await;
+    t.finish(&sizes).await;
 }
 
 /// The same for a process that only imports (no writer thread of its own commits): each
@@ -672,13 +678,13 @@ async fn the_write_ahead_log_stays_bounded_while_lookups_never_pause() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imports_keep_the_write_ahead_log_bounded_while_lookups_never_pause() {
     let t = Looked::start();
-    let mut largest = 0;
+    let mut sizes = Vec::new();
     for batch in 0..LOOKED_ROWS / 100 {
         let entries: Vec<_> = (batch * 100..batch * 100 + 100)
             .map(|i| (key(i), completion(&noise(i, 2000))))
             .collect();
         assert_eq!(t.cache.insert_now(&entries).unwrap(), 100);
-        largest = largest.max(t.wal_len());
+        sizes.push(t.wal_len());
     }
-    t.finish(largest).await;
+    t.finish(&sizes).await;
 }
