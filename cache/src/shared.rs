@@ -117,6 +117,12 @@ async fn set_discard_old(b: &Broker, name: &str) -> Result<(), String> {
     }
 }
 
+/// Seconds from the Unix time `t` (the broker's timestamp of a message) to now; 0 for a
+/// time ahead of this machine's clock.
+fn seconds_since(t: i64) -> u64 {
+    u64::try_from(t).map_or(crate::rows::now_s(), |t| crate::rows::now_s().saturating_sub(t))
+}
+
 /// The shared bucket as `halyard cache stats --nats` shows it (its stream's figures:
 /// nothing of what an entry holds).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -145,11 +151,8 @@ pub async fn stats(b: &Broker) -> Result<Option<SharedStats>, CacheError> {
         return Ok(None);
     };
     let info = stream.cached_info();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
     let oldest_s = (info.state.messages > 0)
-        .then(|| now.saturating_sub(info.state.first_timestamp.unix_timestamp()).max(0) as u64);
+        .then(|| seconds_since(info.state.first_timestamp.unix_timestamp()));
     Ok(Some(SharedStats {
         bucket: BUCKET.to_string(),
         entries: info.state.messages,
@@ -351,11 +354,8 @@ impl SharedWriter {
                 return false;
             }
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let age = now.saturating_sub(entry.created.unix_timestamp());
-        if age < after.as_secs() as i64 || check(&id, &entry.value).is_err() {
+        let age = seconds_since(entry.created.unix_timestamp());
+        if age < after.as_secs() || check(&id, &entry.value).is_err() {
             return false;
         }
         match self.store.update(key.as_str(), entry.value, entry.revision).await {

@@ -418,6 +418,34 @@ mod tests {
         }
     }
 
+    /// A nats-server of the test's own and the coordinator's connection to it.
+    async fn broker() -> (halyard_tests::NatsServer, Broker) {
+        let nats = halyard_tests::NatsServer::start();
+        let broker =
+            halyard_broker::connect(&BrokerConfig::new(nats.url(), "coordinator")).await.unwrap();
+        (nats, broker)
+    }
+
+    /// A run state in a directory of its own.
+    fn run_state() -> (tempfile::TempDir, RunDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::open(&dir.path().join("state")).unwrap();
+        (dir, db)
+    }
+
+    /// Run the sharing task over `offers` (then no more) until it ends by itself.
+    async fn run_share(broker: &Broker, marks: &ShareMarks, offers: Vec<Offer>, refresh: Duration) {
+        let (tx, rx) = mpsc::channel(offers.len().max(1));
+        for offer in offers {
+            tx.send(offer).await.unwrap();
+        }
+        drop(tx);
+        // Held: a dropped sender tells the task to stop.
+        let (_stop, stopped) = oneshot::channel();
+        let task = share(broker.clone(), Uuid::now_v7(), rx, stopped, marks.clone(), refresh);
+        tokio::time::timeout(Duration::from_secs(60), task).await.expect("the sharing task ended");
+    }
+
     fn done(text: &str, source: AnswerSource) -> Outcome {
         Outcome::Done(Completion {
             text: text.into(),
@@ -437,11 +465,8 @@ mod tests {
     /// answer read from the shared cache, is unmarked without a put.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn marked_completions_are_shared_without_an_offer() {
-        let nats = halyard_tests::NatsServer::start();
-        let broker =
-            halyard_broker::connect(&BrokerConfig::new(nats.url(), "coordinator")).await.unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let db = RunDb::open(&dir.path().join("state")).unwrap();
+        let (_nats, broker) = broker().await;
+        let (_dir, db) = run_state();
         let failed = Outcome::Failed(Failure {
             kind: FailureKind::Permanent,
             error: "refused".into(),
@@ -468,16 +493,7 @@ mod tests {
         let marks = db.share_marks();
         assert_eq!(marks.count().unwrap(), 4);
 
-        let (tx, rx) = mpsc::channel(1);
-        drop(tx);
-        // Held: a dropped sender tells the task to stop.
-        let (_stop, stopped) = oneshot::channel();
-        tokio::time::timeout(
-            Duration::from_secs(60),
-            share(broker.clone(), Uuid::now_v7(), rx, stopped, marks.clone(), Duration::ZERO),
-        )
-        .await
-        .expect("the sharing task ended");
+        run_share(&broker, &marks, vec![], Duration::ZERO).await;
 
         assert_eq!(marks.count().unwrap(), 0, "marks left behind");
         let reader = SharedReader::new(broker);
@@ -503,11 +519,8 @@ mod tests {
     /// as its use the same way.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn answers_read_from_the_bucket_keep_their_entries_in_use() {
-        let nats = halyard_tests::NatsServer::start();
-        let broker =
-            halyard_broker::connect(&BrokerConfig::new(nats.url(), "coordinator")).await.unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let db = RunDb::open(&dir.path().join("state")).unwrap();
+        let (_nats, broker) = broker().await;
+        let (_dir, db) = run_state();
         let writer = SharedWriter::open(&broker).await.unwrap();
         let first_run = Uuid::now_v7();
         let (kept, gone, copied) = (JobId([5; 16]), JobId([6; 16]), JobId([7; 16]));
@@ -542,29 +555,15 @@ mod tests {
         db.commit_writes(&[Write::Result(&copy.job, &copy_encoded, Share::Put)]).unwrap();
         let (copies, _) = db.take_marked();
 
-        let run_task = |refresh_after: Duration, copies: Vec<JobId>| {
-            let (broker, marks, used) = (broker.clone(), marks.clone(), used.clone());
-            async move {
-                let (tx, rx) = mpsc::channel(8);
-                for job in used {
-                    tx.send(Offer::Used(job)).await.unwrap();
-                }
-                for job in copies {
-                    tx.send(Offer::Marked(job)).await.unwrap();
-                }
-                drop(tx);
-                let (_stop, stopped) = oneshot::channel();
-                let task = share(broker, Uuid::now_v7(), rx, stopped, marks, refresh_after);
-                tokio::time::timeout(Duration::from_secs(60), task)
-                    .await
-                    .expect("the sharing task ended");
-            }
+        let offers = |copies: &[JobId]| {
+            let used = used.iter().map(|j| Offer::Used(*j));
+            used.chain(copies.iter().map(|j| Offer::Marked(*j))).collect::<Vec<_>>()
         };
         // Written less than a day ago: left alone.
-        run_task(halyard_cache::shared::REFRESH_AFTER, vec![]).await;
+        run_share(&broker, &marks, offers(&[]), halyard_cache::shared::REFRESH_AFTER).await;
         assert_eq!(entry(&broker, &kept).await, Some((bytes.clone(), revision)));
         // Older than the refresh age (zero here): written again, the same bytes.
-        run_task(Duration::ZERO, copies).await;
+        run_share(&broker, &marks, offers(&copies), Duration::ZERO).await;
         let (again, later) = entry(&broker, &kept).await.unwrap();
         assert_eq!(again, bytes, "the refreshed entry changed");
         assert!(later > revision, "the entry was not written again ({later} <= {revision})");
@@ -584,9 +583,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_full_bucket_drops_its_oldest_entries_not_new_ones() {
         use async_nats::jetstream::stream::DiscardPolicy;
-        let nats = halyard_tests::NatsServer::start();
-        let broker =
-            halyard_broker::connect(&BrokerConfig::new(nats.url(), "coordinator")).await.unwrap();
+        let (_nats, broker) = broker().await;
         let mut earlier = halyard_cache::shared::config(1);
         earlier.discard = DiscardPolicy::New;
         earlier.max_bytes = 8 << 10;
