@@ -11,11 +11,21 @@
 //! stream is caught by the stall check. A publish the client refuses is retried with a
 //! growing delay (the broker may be restarting). A job message larger than the server's
 //! `max_payload` travels through the object store (`halyard_broker::objects`).
+//!
+//! One acknowledgement is not taken as stored: a duplicate at sequence 0. A clustered
+//! nats-server 2.10 answers so for an id whose first message is still being proposed, a
+//! proposal that may yet be lost (a leader change): the id is then held, at sequence 0,
+//! for the stream's duplicate window. So each publish keeps its message until its ack;
+//! after such an answer it is sent again under the same id ([`SAME_ID_RESENDS`] times,
+//! a growing delay apart: a first message that lands turns the answer into a duplicate
+//! at its sequence, and no job is sent twice), then under another id, as the stall
+//! check would send it 20 s or more later.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use halyard_broker::Broker;
@@ -33,7 +43,43 @@ const MAX_UNCONFIRMED: usize = 4096;
 const MAX_JOB_MESSAGE_BYTES: usize = 256 << 10;
 const FRAME: usize = halyard_proto::batch::BATCH_HEADER_MAX;
 
-type AckFuture = <jetstream::context::PublishAckFuture as std::future::IntoFuture>::IntoFuture;
+/// Sends under a job message's own id after a duplicate at sequence 0, before another id.
+const SAME_ID_RESENDS: u32 = 3;
+/// Sends under other ids after that; then the stall check has it.
+const OTHER_ID_RESENDS: u32 = 3;
+
+/// A job message whose broker ack is awaited, kept to be sent again.
+struct Sent {
+    pool: String,
+    payload: bytes::Bytes,
+    /// The message's own id (see [`Sent::id`]).
+    msg_id: String,
+    /// Sends after a duplicate at sequence 0 so far.
+    resends: u32,
+}
+
+impl Sent {
+    /// The id of send number `resends`: the message's own id, then other ids.
+    fn id(&self) -> String {
+        match self.resends.checked_sub(SAME_ID_RESENDS) {
+            None | Some(0) => self.msg_id.clone(),
+            Some(n) => format!("{}:d{n}", self.msg_id),
+        }
+    }
+
+    /// How long to wait before send number `resends`.
+    fn delay(&self) -> Duration {
+        Duration::from_millis(100 << self.resends.min(4))
+    }
+}
+
+/// What a pending publish ends in.
+enum Pending {
+    /// The broker's answer.
+    Acked(Result<jetstream::publish::PublishAck, jetstream::context::PublishError>, Sent),
+    /// The delay before sending it again is over.
+    Due(Sent),
+}
 
 /// The next job message of a pool: its jobs' encodings, ids and total size.
 #[derive(Default)]
@@ -119,7 +165,7 @@ pub struct Dispatcher {
     batching: HashMap<String, Batching>,
     /// Subject of each pool (computing it hashes odd pool names).
     subjects: HashMap<String, async_nats::Subject>,
-    acks: FuturesUnordered<AckFuture>,
+    acks: FuturesUnordered<BoxFuture<'static, Pending>>,
     /// Jobs planned per pool and not sent yet (batched pools).
     bufs: HashMap<String, JobBuf>,
 }
@@ -229,18 +275,24 @@ impl Dispatcher {
     }
 
     async fn publish(&mut self, pool: &str, payload: bytes::Bytes, msg_id: String) {
-        let subject = match self.subjects.get(pool) {
-            Some(s) => s.clone(),
-            None => {
-                let s = async_nats::Subject::from(subjects::job_subject(pool));
-                self.subjects.insert(pool.to_string(), s.clone());
-                s
-            }
-        };
         // Each unconfirmed publish holds one of async-nats's ack permits: keep below its limit.
         while self.acks.len() >= MAX_UNCONFIRMED {
             self.reap_one().await;
         }
+        self.send_message(Sent { pool: pool.to_string(), payload, msg_id, resends: 0 }).await;
+    }
+
+    /// Send `sent` under [`Sent::id`] and await its ack in the background.
+    async fn send_message(&mut self, sent: Sent) {
+        let subject = match self.subjects.get(&sent.pool) {
+            Some(s) => s.clone(),
+            None => {
+                let s = async_nats::Subject::from(subjects::job_subject(&sent.pool));
+                self.subjects.insert(sent.pool.clone(), s.clone());
+                s
+            }
+        };
+        let msg_id = sent.id();
         let mut delay = Duration::from_millis(100);
         // A job too large for one message (a judge prompt quoting a very long answer)
         // goes through the object store (`halyard_broker::objects`): stored once, then
@@ -250,14 +302,14 @@ impl Dispatcher {
             let m = match halyard_broker::objects::message(
                 &self.broker,
                 self.run,
-                &payload,
+                &sent.payload,
                 &mut object,
             )
             .await
             {
                 Ok(m) => m.message_id(&msg_id),
                 Err(err) => {
-                    warn!(msg_id, bytes = payload.len(), error = %err, "cannot store an oversized job as an object; retrying");
+                    warn!(msg_id, bytes = sent.payload.len(), error = %err, "cannot store an oversized job as an object; retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
                     continue;
@@ -265,7 +317,8 @@ impl Dispatcher {
             };
             match self.broker.js.send_publish(subject.clone(), m).await {
                 Ok(ack) => {
-                    self.acks.push(std::future::IntoFuture::into_future(ack));
+                    let ack = std::future::IntoFuture::into_future(ack);
+                    self.acks.push(ack.map(move |r| Pending::Acked(r, sent)).boxed());
                     return;
                 }
                 Err(err) => {
@@ -277,10 +330,32 @@ impl Dispatcher {
         }
     }
 
+    /// Take one publish's outcome: an ack is logged if it failed (the stall check
+    /// re-publishes jobs that never reached the stream); a duplicate at sequence 0 is
+    /// sent again after a delay (see the module docs).
     async fn reap_one(&mut self) {
-        if let Some(Err(err)) = self.acks.next().await {
-            // The stall check re-publishes jobs that never reached the stream.
-            warn!(error = %err, "job publish not acknowledged");
+        if let Some(p) = self.acks.next().await {
+            self.settle(p).await;
+        }
+    }
+
+    async fn settle(&mut self, p: Pending) {
+        match p {
+            Pending::Acked(Ok(a), mut sent) if a.duplicate && a.sequence == 0 => {
+                if sent.resends >= SAME_ID_RESENDS + OTHER_ID_RESENDS {
+                    warn!(msg_id = sent.id(), "the broker still answers this job message as a duplicate of a message it may not hold; the stall check will publish its jobs again");
+                    return;
+                }
+                sent.resends += 1;
+                warn!(msg_id = sent.id(), resend = sent.resends, "the broker answered a job publish as a duplicate of a message it may not hold; sending it again");
+                let delay = sent.delay();
+                self.acks.push(tokio::time::sleep(delay).map(move |()| Pending::Due(sent)).boxed());
+            }
+            Pending::Acked(Ok(_), _) => {}
+            Pending::Acked(Err(err), sent) => {
+                warn!(msg_id = sent.id(), error = %err, "job publish not acknowledged");
+            }
+            Pending::Due(sent) => self.send_message(sent).await,
         }
     }
 
@@ -291,14 +366,10 @@ impl Dispatcher {
         }
     }
 
-    /// Take the acks already in, without waiting.
-    pub fn reap_ready(&mut self) {
-        while !self.acks.is_empty() {
-            match self.acks.next().now_or_never() {
-                Some(Some(Err(err))) => warn!(error = %err, "job publish not acknowledged"),
-                Some(_) => {}
-                None => break,
-            }
+    /// Take the outcomes already in, without waiting for more.
+    pub async fn reap_ready(&mut self) {
+        while let Some(Some(p)) = self.acks.next().now_or_never() {
+            self.settle(p).await;
         }
     }
 }
@@ -347,5 +418,70 @@ mod tests {
             p.sent(t1 + Duration::from_millis(i * 100));
         }
         assert_eq!(p.batch(), 1);
+    }
+
+    /// Answers each message `sub` gets with the next of `answers`, then asks that
+    /// nothing more comes: the ids they were sent under.
+    async fn answer(
+        mut sub: async_nats::Subscriber,
+        client: async_nats::Client,
+        answers: Vec<&'static str>,
+    ) -> (Vec<String>, async_nats::Subscriber) {
+        let mut ids = Vec::new();
+        for a in answers {
+            let m = sub.next().await.unwrap();
+            let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).unwrap();
+            ids.push(id.to_string());
+            client.publish(m.reply.unwrap(), a.into()).await.unwrap();
+        }
+        let more = tokio::time::timeout(Duration::from_secs(3), sub.next()).await;
+        assert!(more.is_err(), "sent again after it was stored: {ids:?}");
+        (ids, sub)
+    }
+
+    /// A duplicate at sequence 0 is not taken as stored. The broker here is a plain
+    /// subscriber answering as a clustered nats-server 2.10 does (no stream holds the
+    /// subject). A first message that lands meanwhile: the same id again, answered at
+    /// its sequence, and nothing more is sent. One that was lost: the same id
+    /// [`SAME_ID_RESENDS`] more times, then another id, taken once it is stored.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_duplicate_at_sequence_zero_is_sent_again() {
+        const DUP0: &str = r#"{"stream":"S","seq":0,"duplicate":true}"#;
+        const DUP7: &str = r#"{"stream":"S","seq":7,"duplicate":true}"#;
+        const STORED: &str = r#"{"stream":"S","seq":8}"#;
+        let nats = halyard_tests::NatsServer::start();
+        let cfg = halyard_broker::BrokerConfig::new(nats.url(), "dispatcher-test");
+        let broker = halyard_broker::connect(&cfg).await.unwrap();
+        let text = "name = \"d\"\n[[model]]\nname = \"m\"\nbackend = \"noop\"\n\n\
+                    [[benchmark]]\npipeline = \"noop\"\njobs = 1\nmodels = [\"m\"]\n";
+        let sweep = halyard_plan::sweep::parse(std::path::Path::new("d.toml"), text).unwrap();
+        let pool = sweep.pools().into_keys().next().unwrap();
+        let sub = broker.client.subscribe(subjects::job_subject(&pool)).await.unwrap();
+        broker.client.flush().await.unwrap();
+        let mut d = Dispatcher::new(broker.clone(), Uuid::now_v7(), &sweep);
+        let payload = bytes::Bytes::from_static(b"job");
+        let client = broker.client.clone();
+        let answering = tokio::spawn(answer(sub, client.clone(), vec![DUP0, DUP7]));
+        d.publish(&pool, payload.clone(), "job-a".into()).await;
+        d.drain().await;
+        let (ids, sub) = tokio::time::timeout(Duration::from_secs(20), answering)
+            .await
+            .expect("a duplicate at sequence 0 was taken as stored: not sent again")
+            .unwrap();
+        assert_eq!(ids, ["job-a", "job-a"]);
+        let mut answers = vec![DUP0; 1 + SAME_ID_RESENDS as usize];
+        answers.push(STORED);
+        let answering = tokio::spawn(answer(sub, client, answers));
+        d.publish(&pool, payload, "job-b".into()).await;
+        tokio::time::timeout(Duration::from_secs(20), d.drain())
+            .await
+            .expect("the dispatcher kept waiting");
+        let (ids, _) = tokio::time::timeout(Duration::from_secs(20), answering)
+            .await
+            .expect("a duplicate at sequence 0 was taken as stored: not sent again")
+            .unwrap();
+        let same = 1 + SAME_ID_RESENDS as usize;
+        assert!(ids[..same].iter().all(|i| i == "job-b"), "{ids:?}");
+        assert_eq!(ids[same], "job-b:d1", "{ids:?}");
     }
 }

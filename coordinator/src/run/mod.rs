@@ -303,7 +303,7 @@ impl Coordinator<'_> {
             while let Some(adv) = self.collector.next_advisory() {
                 self.on_max_deliveries(&adv.payload).await?;
             }
-            self.dispatcher.reap_ready();
+            self.dispatcher.reap_ready().await;
             if self.outages.poll_due() {
                 // The latest results first: a pool that answered is not down.
                 self.outages.note_results(&self.planner.progress().figures.costs, Instant::now());
