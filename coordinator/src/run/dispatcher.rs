@@ -7,20 +7,24 @@
 //! last second or more, between 1 and [`AUTO_MAX_JOB_BATCH`].
 //!
 //! Publishes are pipelined: their broker acks are awaited in the background (at most
-//! [`MAX_UNCONFIRMED`] at a time) and only logged; a publish that never reached the
-//! stream is caught by the stall check. A publish the client refuses is retried with a
-//! growing delay (the broker may be restarting). A job message larger than the server's
-//! `max_payload` travels through the object store (`halyard_broker::objects`).
+//! [`MAX_UNCONFIRMED`] messages or [`MAX_HELD_BYTES`] at a time); a failed ack is only
+//! logged, and a publish that never reached the stream is caught by the stall check. A
+//! publish the client refuses is retried with a growing delay (the broker may be
+//! restarting). A job message larger than the server's `max_payload` travels through the
+//! object store (`halyard_broker::objects`).
 //!
-//! One acknowledgement is not taken as stored: a duplicate at sequence 0. A clustered
-//! nats-server 2.10 answers so for an id whose first message is still being proposed, a
-//! proposal that may yet be lost (a leader change): the id is then held, at sequence 0,
-//! for the stream's duplicate window. So each publish keeps its message until its ack;
-//! after such an answer it is sent again under the same id ([`SAME_ID_RESENDS`] times,
-//! a growing delay apart: a first message that lands turns the answer into a duplicate
-//! at its sequence, and no job is sent twice), then under another id, as the stall
-//! check would send it 20 s or more later.
-
+//! One answer is neither stored nor lost: an id "in process". A replicated stream on
+//! nats-server 2.10.14 to 2.10.x answers a duplicate at sequence 0 for an id whose first
+//! message is still being proposed, and 2.11 and later the error 10158 ("duplicate
+//! message id is in process"); that proposal may yet be lost (a leader change), and
+//! 2.10 then holds the id at sequence 0 for the stream's duplicate window. So each
+//! publish keeps its message until its ack, and after such an answer sends it again
+//! under the **same** id, a growing delay apart for about 20 s ([`RESEND_DELAYS`]): a
+//! first message that lands turns the answer into a duplicate at its sequence. It is
+//! never sent under another id here: a slow proposal can outlast any short wait, and
+//! both copies would then be stored, each a job a worker may pay for. What is still in
+//! process after that is the stall check's, which publishes jobs again only when nothing
+//! is queued or in flight for their pools.
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -43,42 +47,45 @@ const MAX_UNCONFIRMED: usize = 4096;
 const MAX_JOB_MESSAGE_BYTES: usize = 256 << 10;
 const FRAME: usize = halyard_proto::batch::BATCH_HEADER_MAX;
 
-/// Sends under a job message's own id after a duplicate at sequence 0, before another id.
-const SAME_ID_RESENDS: u32 = 3;
-/// Sends under other ids after that; then the stall check has it.
-const OTHER_ID_RESENDS: u32 = 3;
+/// Bytes of job messages kept until their ack (each is kept to be sent again).
+const MAX_HELD_BYTES: usize = 64 << 20;
+
+/// The waits before each send of a message again after an answer "in process" (see the
+/// module docs), in milliseconds: about 20 s in all, the stall check's own wait.
+const RESEND_DELAYS: [u64; 8] = [200, 400, 800, 1_600, 3_200, 5_000, 5_000, 5_000];
+
+/// The server's error code for an id "in process" (nats-server 2.11 and later).
+const IN_PROCESS: jetstream::ErrorCode = jetstream::ErrorCode(10158);
 
 /// A job message whose broker ack is awaited, kept to be sent again.
 struct Sent {
     pool: String,
     payload: bytes::Bytes,
-    /// The message's own id (see [`Sent::id`]).
     msg_id: String,
-    /// Sends after a duplicate at sequence 0 so far.
-    resends: u32,
+    /// The object holding the payload, once stored (a job too large for one message).
+    object: Option<String>,
+    /// Sends again so far.
+    resends: usize,
 }
 
-impl Sent {
-    /// The id of send number `resends`: the message's own id, then other ids.
-    fn id(&self) -> String {
-        match self.resends.checked_sub(SAME_ID_RESENDS) {
-            None | Some(0) => self.msg_id.clone(),
-            Some(n) => format!("{}:d{n}", self.msg_id),
-        }
-    }
-
-    /// How long to wait before send number `resends`.
-    fn delay(&self) -> Duration {
-        Duration::from_millis(100 << self.resends.min(4))
-    }
-}
+type Ack = Result<jetstream::publish::PublishAck, jetstream::context::PublishError>;
 
 /// What a pending publish ends in.
 enum Pending {
     /// The broker's answer.
-    Acked(Result<jetstream::publish::PublishAck, jetstream::context::PublishError>, Sent),
-    /// The delay before sending it again is over.
+    Acked(Ack, Sent),
+    /// The wait before sending it again is over.
     Due(Sent),
+}
+
+/// Whether `ack` says the message's id is in process: neither stored nor refused yet.
+fn in_process(ack: &Ack) -> bool {
+    match ack {
+        Ok(a) => a.duplicate && a.sequence == 0,
+        Err(e) => std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<jetstream::Error>())
+            .is_some_and(|e| e.error_code() == IN_PROCESS),
+    }
 }
 
 /// The next job message of a pool: its jobs' encodings, ids and total size.
@@ -166,6 +173,8 @@ pub struct Dispatcher {
     /// Subject of each pool (computing it hashes odd pool names).
     subjects: HashMap<String, async_nats::Subject>,
     acks: FuturesUnordered<BoxFuture<'static, Pending>>,
+    /// Bytes of the messages in `acks`.
+    held_bytes: usize,
     /// Jobs planned per pool and not sent yet (batched pools).
     bufs: HashMap<String, JobBuf>,
 }
@@ -189,6 +198,7 @@ impl Dispatcher {
             batching,
             subjects: HashMap::new(),
             acks: FuturesUnordered::new(),
+            held_bytes: 0,
             bufs: HashMap::new(),
         }
     }
@@ -275,15 +285,34 @@ impl Dispatcher {
     }
 
     async fn publish(&mut self, pool: &str, payload: bytes::Bytes, msg_id: String) {
-        // Each unconfirmed publish holds one of async-nats's ack permits: keep below its limit.
-        while self.acks.len() >= MAX_UNCONFIRMED {
+        // Each unconfirmed publish holds one of async-nats's ack permits: keep below its
+        // limit, and the messages kept for their acks within a bound.
+        while self.acks.len() >= MAX_UNCONFIRMED || self.held_bytes >= MAX_HELD_BYTES {
             self.reap_one().await;
         }
-        self.send_message(Sent { pool: pool.to_string(), payload, msg_id, resends: 0 }).await;
+        let mut sent = Sent { pool: pool.to_string(), payload, msg_id, object: None, resends: 0 };
+        self.held_bytes += sent.payload.len();
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.send_once(&mut sent).await {
+                Ok(ack) => {
+                    self.acks.push(ack.map(move |r| Pending::Acked(r, sent)).boxed());
+                    return;
+                }
+                Err(err) => {
+                    warn!(msg_id = sent.msg_id, error = %err, "job publish failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
     }
 
-    /// Send `sent` under [`Sent::id`] and await its ack in the background.
-    async fn send_message(&mut self, sent: Sent) {
+    /// One publish of `sent` (its object stored first if it needs one): the ack to await.
+    async fn send_once(
+        &mut self,
+        sent: &mut Sent,
+    ) -> Result<BoxFuture<'static, Ack>, Box<dyn std::error::Error + Send + Sync>> {
         let subject = match self.subjects.get(&sent.pool) {
             Some(s) => s.clone(),
             None => {
@@ -292,71 +321,66 @@ impl Dispatcher {
                 s
             }
         };
-        let msg_id = sent.id();
-        let mut delay = Duration::from_millis(100);
         // A job too large for one message (a judge prompt quoting a very long answer)
         // goes through the object store (`halyard_broker::objects`): stored once, then
         // the message naming it.
-        let mut object: Option<String> = None;
-        loop {
-            let m = match halyard_broker::objects::message(
-                &self.broker,
-                self.run,
-                &sent.payload,
-                &mut object,
-            )
-            .await
-            {
-                Ok(m) => m.message_id(&msg_id),
-                Err(err) => {
-                    warn!(msg_id, bytes = sent.payload.len(), error = %err, "cannot store an oversized job as an object; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                    continue;
-                }
-            };
-            match self.broker.js.send_publish(subject.clone(), m).await {
-                Ok(ack) => {
-                    let ack = std::future::IntoFuture::into_future(ack);
-                    self.acks.push(ack.map(move |r| Pending::Acked(r, sent)).boxed());
-                    return;
-                }
-                Err(err) => {
-                    warn!(msg_id, error = %err, "job publish failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
+        let m = halyard_broker::objects::message(
+            &self.broker,
+            self.run,
+            &sent.payload,
+            &mut sent.object,
+        )
+        .await
+        .map_err(|e| format!("cannot store an oversized job as an object: {e}"))?
+        .message_id(&sent.msg_id);
+        let ack = self.broker.js.send_publish(subject, m).await?;
+        Ok(std::future::IntoFuture::into_future(ack))
     }
 
-    /// Take one publish's outcome: an ack is logged if it failed (the stall check
-    /// re-publishes jobs that never reached the stream); a duplicate at sequence 0 is
-    /// sent again after a delay (see the module docs).
+    /// Take one publish's outcome (see [`Dispatcher::settle`]).
     async fn reap_one(&mut self) {
         if let Some(p) = self.acks.next().await {
             self.settle(p).await;
         }
     }
 
+    /// An ack: a failed one is logged (the stall check publishes again jobs that never
+    /// reached the stream); an id in process is sent again later. A due message is sent
+    /// again, once (a failure to send waits for the next turn).
     async fn settle(&mut self, p: Pending) {
         match p {
-            Pending::Acked(Ok(a), mut sent) if a.duplicate && a.sequence == 0 => {
-                if sent.resends >= SAME_ID_RESENDS + OTHER_ID_RESENDS {
-                    warn!(msg_id = sent.id(), "the broker still answers this job message as a duplicate of a message it may not hold; the stall check will publish its jobs again");
-                    return;
+            Pending::Acked(ack, sent) if in_process(&ack) => self.send_later(sent),
+            Pending::Acked(ack, sent) => {
+                if let Err(err) = ack {
+                    warn!(msg_id = sent.msg_id, error = %err, "job publish not acknowledged");
                 }
-                sent.resends += 1;
-                warn!(msg_id = sent.id(), resend = sent.resends, "the broker answered a job publish as a duplicate of a message it may not hold; sending it again");
-                let delay = sent.delay();
-                self.acks.push(tokio::time::sleep(delay).map(move |()| Pending::Due(sent)).boxed());
+                self.held_bytes -= sent.payload.len();
             }
-            Pending::Acked(Ok(_), _) => {}
-            Pending::Acked(Err(err), sent) => {
-                warn!(msg_id = sent.id(), error = %err, "job publish not acknowledged");
-            }
-            Pending::Due(sent) => self.send_message(sent).await,
+            Pending::Due(mut sent) => match self.send_once(&mut sent).await {
+                Ok(ack) => self.acks.push(ack.map(move |r| Pending::Acked(r, sent)).boxed()),
+                Err(err) => {
+                    warn!(msg_id = sent.msg_id, error = %err, "job publish failed");
+                    self.send_later(sent);
+                }
+            },
         }
+    }
+
+    /// Send `sent` again under its own id after its next wait, or leave it to the stall
+    /// check once the waits are over.
+    fn send_later(&mut self, mut sent: Sent) {
+        let Some(&ms) = RESEND_DELAYS.get(sent.resends) else {
+            warn!(
+                msg_id = sent.msg_id,
+                "the broker still has this job message's id in process; left to the stall check"
+            );
+            self.held_bytes -= sent.payload.len();
+            return;
+        };
+        sent.resends += 1;
+        warn!(msg_id = sent.msg_id, resend = sent.resends, "the broker has this job message's id in process (neither stored nor refused yet); sending it again under the same id");
+        let wait = tokio::time::sleep(Duration::from_millis(ms));
+        self.acks.push(wait.map(move |()| Pending::Due(sent)).boxed());
     }
 
     /// Wait for every publish's ack.
@@ -366,7 +390,8 @@ impl Dispatcher {
         }
     }
 
-    /// Take the outcomes already in, without waiting for more.
+    /// Take the outcomes already in, without waiting for acks (a message due to be sent
+    /// again is sent).
     pub async fn reap_ready(&mut self) {
         while let Some(Some(p)) = self.acks.next().now_or_never() {
             self.settle(p).await;
@@ -439,15 +464,17 @@ mod tests {
         (ids, sub)
     }
 
-    /// A duplicate at sequence 0 is not taken as stored. The broker here is a plain
-    /// subscriber answering as a clustered nats-server 2.10 does (no stream holds the
-    /// subject). A first message that lands meanwhile: the same id again, answered at
-    /// its sequence, and nothing more is sent. One that was lost: the same id
-    /// [`SAME_ID_RESENDS`] more times, then another id, taken once it is stored.
+    /// An id in process is not taken as stored, nor as refused. The broker here is a
+    /// plain subscriber answering as a replicated stream does (no stream holds the
+    /// subject). A first message that lands meanwhile: sent again once, answered as a
+    /// duplicate at its sequence, and nothing more is sent. One still in process: sent
+    /// again, always under its own id, after a duplicate at sequence 0 (nats-server
+    /// 2.10) or the error 10158 (2.11 and later), until it is stored.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_duplicate_at_sequence_zero_is_sent_again() {
+    async fn an_id_in_process_is_sent_again_under_the_same_id() {
         const DUP0: &str = r#"{"stream":"S","seq":0,"duplicate":true}"#;
         const DUP7: &str = r#"{"stream":"S","seq":7,"duplicate":true}"#;
+        const IN_PROCESS: &str = r#"{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}"#;
         const STORED: &str = r#"{"stream":"S","seq":8}"#;
         let nats = halyard_tests::NatsServer::start();
         let cfg = halyard_broker::BrokerConfig::new(nats.url(), "dispatcher-test");
@@ -461,27 +488,23 @@ mod tests {
         let mut d = Dispatcher::new(broker.clone(), Uuid::now_v7(), &sweep);
         let payload = bytes::Bytes::from_static(b"job");
         let client = broker.client.clone();
-        let answering = tokio::spawn(answer(sub, client.clone(), vec![DUP0, DUP7]));
-        d.publish(&pool, payload.clone(), "job-a".into()).await;
-        d.drain().await;
-        let (ids, sub) = tokio::time::timeout(Duration::from_secs(20), answering)
-            .await
-            .expect("a duplicate at sequence 0 was taken as stored: not sent again")
-            .unwrap();
-        assert_eq!(ids, ["job-a", "job-a"]);
-        let mut answers = vec![DUP0; 1 + SAME_ID_RESENDS as usize];
-        answers.push(STORED);
-        let answering = tokio::spawn(answer(sub, client, answers));
-        d.publish(&pool, payload, "job-b".into()).await;
-        tokio::time::timeout(Duration::from_secs(20), d.drain())
-            .await
-            .expect("the dispatcher kept waiting");
-        let (ids, _) = tokio::time::timeout(Duration::from_secs(20), answering)
-            .await
-            .expect("a duplicate at sequence 0 was taken as stored: not sent again")
-            .unwrap();
-        let same = 1 + SAME_ID_RESENDS as usize;
-        assert!(ids[..same].iter().all(|i| i == "job-b"), "{ids:?}");
-        assert_eq!(ids[same], "job-b:d1", "{ids:?}");
+        let mut sub = Some(sub);
+        for (id, answers) in
+            [("job-a", vec![DUP0, DUP7]), ("job-b", vec![DUP0, IN_PROCESS, DUP0, STORED])]
+        {
+            let n = answers.len();
+            let answering = tokio::spawn(answer(sub.take().unwrap(), client.clone(), answers));
+            d.publish(&pool, payload.clone(), id.into()).await;
+            tokio::time::timeout(Duration::from_secs(20), d.drain())
+                .await
+                .expect("the dispatcher kept waiting");
+            let (ids, back) = tokio::time::timeout(Duration::from_secs(20), answering)
+                .await
+                .expect("an id in process was taken as stored or refused: not sent again")
+                .unwrap();
+            assert_eq!(ids, vec![id; n]);
+            sub = Some(back);
+        }
+        assert_eq!(d.held_bytes, 0, "messages kept after their acks");
     }
 }

@@ -73,6 +73,9 @@ impl Stall {
         if planner.outstanding() == 0 {
             return Ok(None);
         }
+        // Publishes still waiting for an answer (an id the broker has in process is sent
+        // again for about 20 s): settled first, so that no job goes out both ways.
+        dispatcher.drain().await;
         self.make_results_room(planner.run()).await?;
         let (jobs, notes) = planner.outstanding_jobs()?;
         planner.store_mut().commit(&notes)?;
