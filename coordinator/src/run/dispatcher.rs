@@ -7,24 +7,34 @@
 //! last second or more, between 1 and [`AUTO_MAX_JOB_BATCH`].
 //!
 //! Publishes are pipelined: their broker acks are awaited in the background (at most
-//! [`MAX_UNCONFIRMED`] messages or [`MAX_HELD_BYTES`] at a time); a failed ack is only
-//! logged, and a publish that never reached the stream is caught by the stall check. A
-//! publish the client refuses is retried with a growing delay (the broker may be
-//! restarting). A job message larger than the server's `max_payload` travels through the
-//! object store (`halyard_broker::objects`).
+//! [`MAX_UNCONFIRMED`] messages and about [`MAX_HELD_BYTES`] at a time: one oversized
+//! job may take it past). A publish the client refuses is retried with a growing delay
+//! (the broker may be restarting). A job message larger than the server's `max_payload`
+//! travels through the object store (`halyard_broker::objects`).
 //!
-//! One answer is neither stored nor lost: an id "in process". A replicated stream on
-//! nats-server 2.10.14 to 2.10.x answers a duplicate at sequence 0 for an id whose first
-//! message is still being proposed, and 2.11 and later the error 10158 ("duplicate
-//! message id is in process"); that proposal may yet be lost (a leader change), and
-//! 2.10 then holds the id at sequence 0 for the stream's duplicate window. So each
-//! publish keeps its message until its ack, and after such an answer sends it again
-//! under the **same** id, a growing delay apart for about 20 s ([`RESEND_DELAYS`]): a
-//! first message that lands turns the answer into a duplicate at its sequence. It is
-//! never sent under another id here: a slow proposal can outlast any short wait, and
-//! both copies would then be stored, each a job a worker may pay for. What is still in
-//! process after that is the stall check's, which publishes jobs again only when nothing
-//! is queued or in flight for their pools.
+//! One answer says neither stored nor refused: an id "in process". A replicated stream
+//! on nats-server 2.10.14 to 2.10.x answers a duplicate at sequence 0 for an id whose
+//! first message is still being proposed, and 2.11 and later the error 10158
+//! ("duplicate message id is in process"); that proposal may yet be lost (a leader
+//! change), and 2.10 then holds the id at sequence 0 for the stream's duplicate window.
+//! So each publish keeps its message until its ack, and after such an answer sends it
+//! again under the **same** id, a growing delay apart for about 20 s
+//! ([`RESEND_DELAYS`]), well inside the stream's 20-minute duplicate window: a first
+//! message that lands turns the answer into a duplicate at its sequence. It is never
+//! sent under another id here: a slow proposal (a leader election takes 4–10 s) can
+//! outlast any short wait, and both copies would then be stored, each a job a worker may
+//! pay for. What is still in process after that is the stall check's, which publishes
+//! jobs again only when nothing is queued or in flight for their pools, and not while
+//! these resends go on or for its own wait after the last one gave up
+//! ([`Dispatcher::settling`]).
+//!
+//! Any other failed ack is logged, and a job it lost is caught by the stall check. That
+//! includes an ack that never came (a timeout, a broken connection): the message may
+//! be stored, and sending it again is safe only while the broker remembers its id,
+//! which a lone server does not across a restart for a job already taken and acked (its
+//! de-duplication memory is rebuilt from the messages it still holds). The stall check
+//! publishes only jobs without a result.
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -50,12 +60,9 @@ const FRAME: usize = halyard_proto::batch::BATCH_HEADER_MAX;
 /// Bytes of job messages kept until their ack (each is kept to be sent again).
 const MAX_HELD_BYTES: usize = 64 << 20;
 
-/// The waits before each send of a message again after an answer "in process" (see the
-/// module docs), in milliseconds: about 20 s in all, the stall check's own wait.
+/// The waits before each send of a message again after an answer that decides nothing
+/// (see the module docs), in milliseconds: about 20 s in all.
 const RESEND_DELAYS: [u64; 8] = [200, 400, 800, 1_600, 3_200, 5_000, 5_000, 5_000];
-
-/// The server's error code for an id "in process" (nats-server 2.11 and later).
-const IN_PROCESS: jetstream::ErrorCode = jetstream::ErrorCode(10158);
 
 /// A job message whose broker ack is awaited, kept to be sent again.
 struct Sent {
@@ -78,13 +85,17 @@ enum Pending {
     Due(Sent),
 }
 
-/// Whether `ack` says the message's id is in process: neither stored nor refused yet.
-fn in_process(ack: &Ack) -> bool {
+/// Why `ack` says neither stored nor refused (see the module docs), if it does.
+fn undecided(ack: &Ack) -> Option<&'static str> {
     match ack {
-        Ok(a) => a.duplicate && a.sequence == 0,
+        Ok(a) if a.duplicate && a.sequence == 0 => Some("the broker has its id in process"),
+        Ok(_) => None,
         Err(e) => std::error::Error::source(e)
             .and_then(|s| s.downcast_ref::<jetstream::Error>())
-            .is_some_and(|e| e.error_code() == IN_PROCESS),
+            .is_some_and(|e| {
+                e.error_code() == jetstream::ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT
+            })
+            .then_some("the broker has its id in process"),
     }
 }
 
@@ -175,6 +186,8 @@ pub struct Dispatcher {
     acks: FuturesUnordered<BoxFuture<'static, Pending>>,
     /// Bytes of the messages in `acks`.
     held_bytes: usize,
+    /// When a message still undecided was last left to the stall check.
+    gave_up: Option<Instant>,
     /// Jobs planned per pool and not sent yet (batched pools).
     bufs: HashMap<String, JobBuf>,
 }
@@ -199,6 +212,7 @@ impl Dispatcher {
             subjects: HashMap::new(),
             acks: FuturesUnordered::new(),
             held_bytes: 0,
+            gave_up: None,
             bufs: HashMap::new(),
         }
     }
@@ -287,7 +301,9 @@ impl Dispatcher {
     async fn publish(&mut self, pool: &str, payload: bytes::Bytes, msg_id: String) {
         // Each unconfirmed publish holds one of async-nats's ack permits: keep below its
         // limit, and the messages kept for their acks within a bound.
-        while self.acks.len() >= MAX_UNCONFIRMED || self.held_bytes >= MAX_HELD_BYTES {
+        while !self.acks.is_empty()
+            && (self.acks.len() >= MAX_UNCONFIRMED || self.held_bytes >= MAX_HELD_BYTES)
+        {
             self.reap_one().await;
         }
         let mut sent = Sent { pool: pool.to_string(), payload, msg_id, object: None, resends: 0 };
@@ -344,43 +360,66 @@ impl Dispatcher {
         }
     }
 
-    /// An ack: a failed one is logged (the stall check publishes again jobs that never
-    /// reached the stream); an id in process is sent again later. A due message is sent
-    /// again, once (a failure to send waits for the next turn).
+    /// An ack: an undecided one is sent again later, any other failed one is logged (the
+    /// stall check publishes again jobs that never reached the stream). A due message is
+    /// sent again, once (a failure to send waits for the next turn).
     async fn settle(&mut self, p: Pending) {
         match p {
-            Pending::Acked(ack, sent) if in_process(&ack) => self.send_later(sent),
-            Pending::Acked(ack, sent) => {
-                if let Err(err) = ack {
-                    warn!(msg_id = sent.msg_id, error = %err, "job publish not acknowledged");
+            Pending::Acked(ack, sent) => match undecided(&ack) {
+                Some(why) => self.send_later(sent, why),
+                None => {
+                    if let Err(err) = ack {
+                        warn!(msg_id = sent.msg_id, error = %err, "job publish not acknowledged");
+                    }
+                    self.held_bytes -= sent.payload.len();
                 }
-                self.held_bytes -= sent.payload.len();
-            }
+            },
             Pending::Due(mut sent) => match self.send_once(&mut sent).await {
                 Ok(ack) => self.acks.push(ack.map(move |r| Pending::Acked(r, sent)).boxed()),
                 Err(err) => {
                     warn!(msg_id = sent.msg_id, error = %err, "job publish failed");
-                    self.send_later(sent);
+                    self.send_later(sent, "it could not be sent");
                 }
             },
         }
     }
 
-    /// Send `sent` again under its own id after its next wait, or leave it to the stall
-    /// check once the waits are over.
-    fn send_later(&mut self, mut sent: Sent) {
+    /// Send `sent` again under its own id after its next wait (`why`: the last answer),
+    /// or leave it to the stall check once the waits are over.
+    fn send_later(&mut self, mut sent: Sent, why: &str) {
         let Some(&ms) = RESEND_DELAYS.get(sent.resends) else {
             warn!(
                 msg_id = sent.msg_id,
-                "the broker still has this job message's id in process; left to the stall check"
+                why, "job message still neither stored nor refused; left to the stall check"
             );
             self.held_bytes -= sent.payload.len();
+            self.gave_up = Some(Instant::now());
             return;
         };
         sent.resends += 1;
-        warn!(msg_id = sent.msg_id, resend = sent.resends, "the broker has this job message's id in process (neither stored nor refused yet); sending it again under the same id");
+        warn!(
+            msg_id = sent.msg_id,
+            resend = sent.resends,
+            why,
+            "job message neither stored nor refused; sending it again under the same id"
+        );
         let wait = tokio::time::sleep(Duration::from_millis(ms));
         self.acks.push(wait.map(move |()| Pending::Due(sent)).boxed());
+    }
+
+    /// Whether publishes are still being decided (see the module docs): messages waiting
+    /// for an answer or to be sent again, or one left undecided within `within`. The
+    /// stall check waits for neither, so that no job goes out under two ids.
+    pub fn settling(&self, within: Duration) -> bool {
+        !self.acks.is_empty() || self.gave_up.is_some_and(|t| t.elapsed() < within)
+    }
+
+    /// Wait for every publish's ack, for at most `limit` (a stop: the jobs of a message
+    /// not yet decided are published again, under the same id, when the run resumes).
+    pub async fn drain_for(&mut self, limit: Duration) {
+        if tokio::time::timeout(limit, self.drain()).await.is_err() {
+            warn!(messages = self.acks.len(), "job publishes not yet decided at the stop; the resumed run publishes their jobs again");
+        }
     }
 
     /// Wait for every publish's ack.
@@ -460,7 +499,7 @@ mod tests {
             client.publish(m.reply.unwrap(), a.into()).await.unwrap();
         }
         let more = tokio::time::timeout(Duration::from_secs(3), sub.next()).await;
-        assert!(more.is_err(), "sent again after it was stored: {ids:?}");
+        assert!(more.is_err(), "sent again after its final answer: {ids:?}");
         (ids, sub)
     }
 
@@ -469,12 +508,15 @@ mod tests {
     /// subject). A first message that lands meanwhile: sent again once, answered as a
     /// duplicate at its sequence, and nothing more is sent. One still in process: sent
     /// again, always under its own id, after a duplicate at sequence 0 (nats-server
-    /// 2.10) or the error 10158 (2.11 and later), until it is stored.
+    /// 2.10) or the error 10158 (2.11 and later), until it is stored. A message refused
+    /// for another reason is not sent again.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_id_in_process_is_sent_again_under_the_same_id() {
         const DUP0: &str = r#"{"stream":"S","seq":0,"duplicate":true}"#;
         const DUP7: &str = r#"{"stream":"S","seq":7,"duplicate":true}"#;
-        const IN_PROCESS: &str = r#"{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}"#;
+        const ERR_10158: &str = r#"{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}"#;
+        const ERR_10077: &str =
+            r#"{"error":{"code":503,"err_code":10077,"description":"error storing message"}}"#;
         const STORED: &str = r#"{"stream":"S","seq":8}"#;
         let nats = halyard_tests::NatsServer::start();
         let cfg = halyard_broker::BrokerConfig::new(nats.url(), "dispatcher-test");
@@ -489,9 +531,13 @@ mod tests {
         let payload = bytes::Bytes::from_static(b"job");
         let client = broker.client.clone();
         let mut sub = Some(sub);
-        for (id, answers) in
-            [("job-a", vec![DUP0, DUP7]), ("job-b", vec![DUP0, IN_PROCESS, DUP0, STORED])]
-        {
+        let cases = [
+            ("job-a", vec![DUP0, DUP7]),
+            ("job-b", vec![DUP0, ERR_10158, DUP0, STORED]),
+            // Refused for another reason: not sent again (the stall check has its jobs).
+            ("job-c", vec![ERR_10077]),
+        ];
+        for (id, answers) in cases {
             let n = answers.len();
             let answering = tokio::spawn(answer(sub.take().unwrap(), client.clone(), answers));
             d.publish(&pool, payload.clone(), id.into()).await;
@@ -506,5 +552,6 @@ mod tests {
             sub = Some(back);
         }
         assert_eq!(d.held_bytes, 0, "messages kept after their acks");
+        assert!(!d.settling(Duration::from_secs(60)), "nothing was left undecided");
     }
 }

@@ -297,7 +297,7 @@ impl Coordinator<'_> {
             // returns within PULL_WAIT, so they are seen soon enough).
             if (&mut shutdown).now_or_never().is_some() {
                 info!(run = %run, "coordinator stopping; run can be resumed");
-                self.dispatcher.drain().await;
+                self.dispatcher.drain_for(Duration::from_secs(5)).await;
                 return Ok(RunOutcome::Interrupted { run });
             }
             while let Some(adv) = self.collector.next_advisory() {

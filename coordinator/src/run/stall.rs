@@ -73,9 +73,13 @@ impl Stall {
         if planner.outstanding() == 0 {
             return Ok(None);
         }
-        // Publishes still waiting for an answer (an id the broker has in process is sent
-        // again for about 20 s): settled first, so that no job goes out both ways.
-        dispatcher.drain().await;
+        // Publishes not yet decided (sent again under their own ids for about 20 s), or
+        // one left undecided within this wait: not a stall yet, so that no job goes out
+        // under two ids. The next check is a wait later.
+        dispatcher.reap_ready().await;
+        if dispatcher.settling(self.after) {
+            return Ok(None);
+        }
         self.make_results_room(planner.run()).await?;
         let (jobs, notes) = planner.outstanding_jobs()?;
         planner.store_mut().commit(&notes)?;
