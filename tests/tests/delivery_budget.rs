@@ -79,3 +79,54 @@ async fn budget_records_excuse_each_delivery_once() {
     let again = Budget::open(&b).await.unwrap();
     assert_eq!(again.excused(&k8).await.unwrap(), 1);
 }
+
+/// An idle pool leaves no pull request waiting at the broker (`worker/src/pool.rs`). On
+/// nats-server 2.9.10 (Debian's), a redelivery that falls due while the consumer's only
+/// waiting request has expired, or its requester is gone, is counted and not sent, and
+/// the message goes out again as a first delivery: its next delivery then arrives two
+/// counts later and spends the job's budget as a crashed worker's would (fixed in
+/// nats-server 2.10.16). Sampled while a worker idles on an empty pool, and as it stops:
+/// never a waiting request. (Before, an idle pool always had one, renewed every 500 ms.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_pool_leaves_no_pull_request_waiting() {
+    use halyard_proto::pool::{PoolPlan, WorkerModel, WorkerPlan};
+    let nats = NatsServer::start();
+    let fake = halyard_tests::FakeOpenAi::start(|_| halyard_tests::Reply::Text("a".into())).await;
+    let b = halyard_broker::connect(&BrokerConfig::new(nats.url(), "test")).await.unwrap();
+    halyard_broker::init(&b, &Default::default()).await.unwrap();
+    let delivery = Delivery { ack_wait: Duration::from_secs(5), max_deliver: 3 };
+    halyard_broker::pool_consumer(&b, "pool-a", delivery).await.unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let model = WorkerModel::openai(&fake.base_url(), "m", None);
+    let plan = WorkerPlan { pools: vec![PoolPlan::new("pool-a", 4).with_model(model)] };
+    let mut cfg = halyard_worker::WorkerConfig::new(plan, state.path().to_path_buf());
+    cfg.delivery = delivery;
+    let stats = cfg.stats.clone();
+    let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(halyard_worker::run(b.clone(), cfg, async move {
+        let _ = stop_rx.wait_for(|v| *v).await;
+    }));
+    let stream = b.js.get_stream(subjects::JOBS_STREAM).await.unwrap();
+    let name = subjects::pool_consumer("pool-a");
+    let waiting = || async {
+        let mut seen = Vec::new();
+        for _ in 0..30 {
+            seen.push(stream.consumer_info(&name).await.unwrap().num_waiting);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        seen
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while stats.pulls.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the worker never pulled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = stats.pulls.get();
+    let idle = waiting().await;
+    assert!(stats.pulls.get() >= before + 3, "the worker stopped pulling while sampled");
+    assert!(idle.iter().all(|n| *n == 0), "pull requests waiting at the broker: {idle:?}");
+    stop.send(true).unwrap();
+    worker.await.unwrap().unwrap();
+    let after = waiting().await;
+    assert!(after.iter().all(|n| *n == 0), "pull requests left by the stop: {after:?}");
+}
