@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use futures::StreamExt;
 use halyard_broker::auth::NatsAuth;
 use halyard_broker::embedded::EmbeddedNats;
 use halyard_broker::{BrokerConfig, Delivery};
@@ -263,27 +264,27 @@ async fn shape_broker(url: &str, auth: NatsAuth, sweep_path: &Path) -> anyhow::R
     Ok(())
 }
 
-/// Wait until every worker of `logs` has started its pool loop (its log says so; a
-/// worker leaves no pull request waiting at the broker to be counted instead: see
-/// `worker/src/pool.rs`).
-fn workers_ready(logs: &[PathBuf]) -> anyhow::Result<()> {
+/// Wait until `n` workers have announced themselves: their heartbeats in the workers
+/// bucket, written as each starts its pools (a worker leaves no pull request waiting at
+/// the broker to be counted instead: see `worker/src/pool.rs`).
+async fn workers_ready(url: &str, auth: NatsAuth, n: usize) -> anyhow::Result<()> {
+    let broker =
+        halyard_broker::connect(&BrokerConfig::new(url, "halyard-bench probe").with_auth(auth))
+            .await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let started = logs
-            .iter()
-            .filter(|l| std::fs::read_to_string(l).is_ok_and(|t| t.contains("pool loop started")))
-            .count();
-        if started == logs.len() {
-            return Ok(());
+        if let Ok(kv) = broker.js.get_key_value(halyard_broker::layout::WORKERS_BUCKET).await {
+            if let Ok(keys) = kv.keys().await {
+                let keys: Vec<String> = keys.filter_map(|k| async move { k.ok() }).collect().await;
+                if keys.len() >= n {
+                    return Ok(());
+                }
+            }
         }
         if Instant::now() > deadline {
-            bail!(
-                "{} of {} workers did not start within a minute",
-                logs.len() - started,
-                logs.len()
-            );
+            bail!("{n} workers did not start within a minute");
         }
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -323,8 +324,7 @@ pub fn run(
         ];
         children.push((role(exe, &args, &log, &nats.auth())?, log));
     }
-    let logs: Vec<PathBuf> = children.iter().map(|(_, l)| l.clone()).collect();
-    workers_ready(&logs)?;
+    rt.block_on(workers_ready(&url, nats.auth(), workers))?;
     let nats_cpu_before = procs::cpu_seconds(nats.pid());
     let out = dir.join("runs");
     let clog = dir.join("coordinator.log");

@@ -78,13 +78,12 @@ pub(crate) async fn run_pool(
         let want = (slots.available_permits() + 1).div_ceil(per_msg).max(1);
         // Take what is there at once (a pull that does not wait at the broker); when
         // nothing is, look again a little later (IDLE_LOOK, doubling up to IDLE_LOOK_MAX).
-        // No pull request is left waiting at the broker: nats-server 2.9.10 counts
+        // No pull request is ever left waiting at the broker: nats-server 2.9.10 counts
         // a redelivery that falls due while its only waiting request has expired, or its
         // requester is gone (a pull dropped at a stop), without sending it, and sends the
         // message again as a first delivery; the next delivery then looks like a crashed
-        // worker's and spends the job's budget (fixed in nats-server 2.10.16; checked
-        // by `an_idle_pool_leaves_no_pull_request_waiting`; what is left of it: the book's
-        // Budget section). A waiting pull also had to ask
+        // worker's and spends the job's budget (fixed in nats-server 2.10.16; reproduced
+        // by `an_idle_pool_leaves_no_pull_request_waiting`). A waiting pull also had to ask
         // for one job only: 2.9 does not always end a partly filled one that expires.
         let batch = consumer.fetch().max_messages(want).messages().await;
         ctx.stats.pulls.inc();
