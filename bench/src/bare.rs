@@ -20,8 +20,8 @@ use halyard_broker::{Broker, PullConsumer};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-/// An empty pull is followed by another after this long (the worker's first idle wait).
-pub const IDLE_LOOK: Duration = Duration::from_millis(20);
+/// Open pull requests wait this long at the broker (as the worker's do).
+pub const PULL_WAIT: Duration = Duration::from_millis(500);
 
 /// Publish `jobs` (already encoded, with their message ids) to `subject`, pipelined.
 pub async fn preload(
@@ -63,17 +63,17 @@ pub async fn round_trip(
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
     let start = Instant::now();
     let mut pulled = 0u64;
-    let mut idle = false;
+    let mut idle = true;
     while pulled < n {
         let first = slots.clone().acquire_owned().await?;
         let want = (slots.available_permits() + 1).min((n - pulled) as usize);
-        // The worker's pulls (pool.rs): what is queued, at once; when nothing is, look
-        // again a little later (no pull request ever waits at the broker).
-        if idle {
-            tokio::time::sleep(IDLE_LOOK).await;
+        // The worker's pulls (pool.rs): a batch while jobs are queued, one waiting job when idle.
+        let mut batch = if idle {
+            consumer.batch().max_messages(1).expires(PULL_WAIT).messages().await
+        } else {
+            consumer.fetch().max_messages(want).messages().await
         }
-        let mut batch =
-            consumer.fetch().max_messages(want).messages().await.context("pull jobs")?;
+        .context("pull jobs")?;
         idle = true;
         let mut first = Some(first);
         while let Some(m) = batch.next().await {

@@ -12,7 +12,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use futures::StreamExt;
 use halyard_broker::auth::NatsAuth;
 use halyard_broker::embedded::EmbeddedNats;
 use halyard_broker::{BrokerConfig, Delivery};
@@ -20,6 +19,7 @@ use halyard_coordinator::{CoordinatorConfig, RunOutcome};
 use halyard_plan::progress::Progress;
 use halyard_plan::sweep;
 use halyard_plan::worker_plan::worker_plan;
+use halyard_proto::subjects;
 use halyard_worker::WorkerConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -264,22 +264,20 @@ async fn shape_broker(url: &str, auth: NatsAuth, sweep_path: &Path) -> anyhow::R
     Ok(())
 }
 
-/// Wait until `n` workers have announced themselves: their heartbeats in the workers
-/// bucket, written as each starts its pools (a worker leaves no pull request waiting at
-/// the broker to be counted instead: see `worker/src/pool.rs`).
+/// Wait until `n` workers have a pull request open on the pool's consumer.
 async fn workers_ready(url: &str, auth: NatsAuth, n: usize) -> anyhow::Result<()> {
     let broker =
         halyard_broker::connect(&BrokerConfig::new(url, "halyard-bench probe").with_auth(auth))
             .await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(kv) = broker.js.get_key_value(halyard_broker::layout::WORKERS_BUCKET).await {
-            if let Ok(keys) = kv.keys().await {
-                let keys: Vec<String> = keys.filter_map(|k| async move { k.ok() }).collect().await;
-                if keys.len() >= n {
+        if let Ok(mut stream) = broker.js.get_stream(subjects::JOBS_STREAM).await {
+            if let Ok(info) = stream.consumer_info(subjects::pool_consumer(POOL)).await {
+                if info.num_waiting >= n {
                     return Ok(());
                 }
             }
+            let _ = stream.info().await;
         }
         if Instant::now() > deadline {
             bail!("{n} workers did not start within a minute");

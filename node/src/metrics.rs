@@ -353,7 +353,7 @@ pub fn pool_metrics(e: &mut Exposition, pools: &[PoolStatus]) {
             ),
             (
                 "halyard_queue_waiting_pulls",
-                "Pull requests waiting for jobs at the broker, per pool (Halyard's workers leave none waiting).",
+                "Worker pull requests waiting for jobs, per pool.",
                 p.waiting_pulls,
             ),
         ] {

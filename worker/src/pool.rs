@@ -14,10 +14,8 @@ use crate::delivery::{open_message, refuse, run_job, PoolCtx, Received};
 use crate::health::{FetchTurn, PoolHealth, ProbeClaim};
 use crate::message::JobMsg;
 
-/// An idle pool looks for jobs again after this long, doubling up to [`IDLE_LOOK_MAX`].
-const IDLE_LOOK: Duration = Duration::from_millis(20);
-/// The longest wait of an idle pool between two looks for jobs.
-const IDLE_LOOK_MAX: Duration = Duration::from_millis(250);
+/// How long an open pull request waits for jobs before it is renewed.
+const PULL_WAIT: Duration = Duration::from_millis(500);
 
 /// Pull and run `pool`'s jobs until `shutdown` flips, then wait for in-flight jobs
 /// (they finish, or are nak'd once `hard_stop` flips).
@@ -39,8 +37,9 @@ pub(crate) async fn run_pool(
     ctx.pace_by(&pool, &consumer);
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut tasks = JoinSet::new();
-    // How long to wait before the next pull once one came back empty.
-    let mut idle_wait = IDLE_LOOK;
+    // Whether the last pull came back empty: then the queue is idle and the next pull
+    // waits at the broker instead of returning at once.
+    let mut idle = true;
     let mut per_msg = 1usize;
     info!(pool, concurrency, "pool loop started");
     'outer: loop {
@@ -63,7 +62,7 @@ pub(crate) async fn run_pool(
                     break;
                 }
             }
-            idle_wait = IDLE_LOOK;
+            idle = true;
             continue;
         }
         // Wait for at least one free slot, then ask for as many jobs as slots are free
@@ -76,18 +75,18 @@ pub(crate) async fn run_pool(
         // Jobs per message seen last (`[run] job_batch` of the sweep): ask for as many
         // messages as hold about one job per free slot.
         let want = (slots.available_permits() + 1).div_ceil(per_msg).max(1);
-        // Take what is there at once (a pull that does not wait at the broker); when
-        // nothing is, look again a little later (IDLE_LOOK, doubling up to IDLE_LOOK_MAX).
-        // No pull request is ever left waiting at the broker: nats-server 2.9.10 counts
-        // a redelivery that falls due while its only waiting request has expired, or its
-        // requester is gone (a pull dropped at a stop), without sending it, and sends the
-        // message again as a first delivery; the next delivery then looks like a crashed
-        // worker's and spends the job's budget (fixed in nats-server 2.10.16; reproduced
-        // by `an_idle_pool_leaves_no_pull_request_waiting`). A waiting pull also had to ask
-        // for one job only: 2.9 does not always end a partly filled one that expires.
-        let batch = consumer.fetch().max_messages(want).messages().await;
+        // While jobs are queued, take what is there at once (no_wait). When the queue is
+        // idle, wait at the broker (up to PULL_WAIT) for the first job rather than asking
+        // again in a tight loop; then go back to taking batches. The waiting pull asks
+        // for one job only: nats-server 2.9 does not always end a partly filled pull
+        // request that expires, and the client then waits 5 s more for its end.
+        let batch = if idle {
+            consumer.batch().max_messages(1).expires(PULL_WAIT).messages().await
+        } else {
+            consumer.fetch().max_messages(want).messages().await
+        };
         ctx.stats.pulls.inc();
-        let mut took = false;
+        idle = true;
         let mut batch = match batch {
             Ok(b) => b,
             Err(e) => {
@@ -106,7 +105,7 @@ pub(crate) async fn run_pool(
                 _ = shutdown.changed() => break 'outer,
             };
             let Some(msg) = next else { break };
-            took = true;
+            idle = false;
             let Some((shared, jobs)) = open_message(&ctx, &pool, msg).await else { continue };
             per_msg = jobs.len().max(1);
             let run = Spawn { ctx: &ctx, health: &health, slots: &slots };
@@ -114,16 +113,6 @@ pub(crate) async fn run_pool(
                 break 'outer;
             }
         }
-        if took {
-            idle_wait = IDLE_LOOK;
-            continue;
-        }
-        drop(first);
-        tokio::select! {
-            _ = tokio::time::sleep(idle_wait) => {}
-            _ = shutdown.changed() => break,
-        }
-        idle_wait = (idle_wait * 2).min(IDLE_LOOK_MAX);
     }
     while tasks.try_join_next().is_some() {}
     info!(pool, in_flight = tasks.len(), "pool loop stopping; waiting for in-flight jobs");

@@ -72,8 +72,7 @@ pub struct PoolStatus {
     pub pending: u64,
     /// Jobs delivered and not yet acked (in flight at workers).
     pub in_flight: u64,
-    /// Pull requests waiting at the broker: other clients' (Halyard's workers leave none
-    /// waiting: `worker/src/pool.rs`).
+    /// Pull requests waiting at the broker (idle worker slots asking for work).
     pub waiting_pulls: u64,
     /// Workers with a live heartbeat serving this pool.
     pub workers: Vec<String>,
