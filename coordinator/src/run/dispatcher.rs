@@ -312,7 +312,7 @@ impl Dispatcher {
         loop {
             match self.send_once(&mut sent).await {
                 Ok(ack) => {
-                    self.acks.push(ack.map(move |r| Pending::Acked(r, sent)).boxed());
+                    self.await_ack(ack, sent);
                     return;
                 }
                 Err(err) => {
@@ -353,6 +353,11 @@ impl Dispatcher {
         Ok(std::future::IntoFuture::into_future(ack))
     }
 
+    /// Keep `sent` until `ack` answers (taken by [`Dispatcher::settle`]).
+    fn await_ack(&mut self, ack: BoxFuture<'static, Ack>, sent: Sent) {
+        self.acks.push(ack.map(move |r| Pending::Acked(r, sent)).boxed());
+    }
+
     /// Take one publish's outcome (see [`Dispatcher::settle`]).
     async fn reap_one(&mut self) {
         if let Some(p) = self.acks.next().await {
@@ -375,7 +380,7 @@ impl Dispatcher {
                 }
             },
             Pending::Due(mut sent) => match self.send_once(&mut sent).await {
-                Ok(ack) => self.acks.push(ack.map(move |r| Pending::Acked(r, sent)).boxed()),
+                Ok(ack) => self.await_ack(ack, sent),
                 Err(err) => {
                     warn!(msg_id = sent.msg_id, error = %err, "job publish failed");
                     self.send_later(sent, "it could not be sent");
