@@ -201,3 +201,59 @@ async fn collect_results(
     }
     out
 }
+
+/// A stop hands back the job messages a worker pulled but had not started: nak'd at
+/// once with their delivery excused from the budget, never run, never left to wait out
+/// their ack wait and count as a crashed worker's delivery. With 4 slots: A (one job)
+/// runs, then a pull of three messages takes B (three jobs: the other 3 slots), C (waits
+/// for a slot) and D; the stop comes while C waits. Before, the pool loop dropped D half
+/// the time (a delivery counted with no excuse, the job stuck until its ack wait) and
+/// started it the other half.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_hands_back_pulled_jobs_it_had_not_started() {
+    let nats = NatsServer::start();
+    let fake = FakeOpenAi::start(|_| {
+        Reply::Delayed(Duration::from_millis(1500), Box::new(Reply::Text("an answer".into())))
+    })
+    .await;
+    let broker = planned(&nats).await;
+    let run = uuid::Uuid::now_v7();
+    let url = fake.base_url();
+    let a = job(&url, run, "job a");
+    publish(&broker.js, &a, "a").await;
+    let b: Vec<Job> = (1..=3).map(|i| job(&url, run, &format!("job b{i}"))).collect();
+    let encoded: Vec<Vec<u8>> = b.iter().map(|j| halyard_proto::encode(j).unwrap()).collect();
+    let m = jetstream::message::PublishMessage::build()
+        .payload(halyard_proto::encode_batch(&encoded).into())
+        .message_id("b");
+    broker.js.send_publish(subjects::job_subject("pool-a"), m).await.unwrap().await.unwrap();
+    publish(&broker.js, &job(&url, run, "job c"), "c").await;
+    publish(&broker.js, &job(&url, run, "job d"), "d").await;
+
+    let state = tempfile::tempdir().unwrap();
+    let worker = Worker::start(&broker, config(&url, state.path()));
+    let t0 = tokio::time::Instant::now();
+    while fake.in_flight() < 4 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "A and B's three jobs never ran together");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    worker.stop().await;
+
+    let texts: Vec<String> = fake.calls().iter().map(|c| c.messages[0].1.clone()).collect();
+    assert!(!texts.iter().any(|t| t == "job d"), "D was started after the stop: {texts:?}");
+    for t in ["job a", "job b1", "job b2", "job b3", "job c"] {
+        assert!(texts.iter().any(|x| x == t), "{t} was not run: {texts:?}");
+    }
+    let mut stream = broker.js.get_stream(subjects::JOBS_STREAM).await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 1, "only D is left");
+    let budget = halyard_worker::budget::Budget::open(&broker).await.unwrap();
+    let d_seq = 4;
+    let excused = budget.excused(&halyard_worker::budget::Budget::key("pool-a", d_seq)).await;
+    assert_eq!(excused.unwrap(), 1, "D's delivery was not excused");
+
+    // The next worker runs D: its second delivery, the first that counts.
+    let worker = Worker::start(&broker, config(&url, state.path()));
+    wait_jobs_acked(&broker).await;
+    worker.stop().await;
+    assert_eq!(fake.calls().iter().filter(|c| c.messages[0].1 == "job d").count(), 1);
+}

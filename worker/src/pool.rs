@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 
 use crate::delivery::{open_message, refuse, run_job, PoolCtx, Received};
 use crate::health::{FetchTurn, PoolHealth, ProbeClaim};
-use crate::message::JobMsg;
+use crate::message::{Fate, JobMsg};
 
 /// How long an open pull request waits for jobs before it is renewed.
 const PULL_WAIT: Duration = Duration::from_millis(500);
@@ -100,9 +100,14 @@ pub(crate) async fn run_pool(
         };
         let mut first = Some(first);
         loop {
+            // A stop first: the rest of this pull is handed back, not started.
             let next = tokio::select! {
+                biased;
+                _ = shutdown.changed() => {
+                    hand_back_unread(&ctx, &pool, &mut batch).await;
+                    break 'outer;
+                }
                 m = halyard_broker::next_pulled(&mut batch) => m,
-                _ = shutdown.changed() => break 'outer,
             };
             let Some(msg) = next else { break };
             idle = false;
@@ -117,6 +122,33 @@ pub(crate) async fn run_pool(
     while tasks.try_join_next().is_some() {}
     info!(pool, in_flight = tasks.len(), "pool loop stopping; waiting for in-flight jobs");
     while tasks.join_next().await.is_some() {}
+}
+
+/// At a stop, the messages of pull `batch` not read yet (delivered, or still on their
+/// way until the pull ends) are handed back: nak'd at once, their delivery excused from
+/// the budget ([`Fate::HandBack`]). Dropped, each would wait out its ack wait and then
+/// count as a delivery a worker crashed with.
+async fn hand_back_unread(
+    ctx: &PoolCtx,
+    pool: &str,
+    batch: &mut async_nats::jetstream::consumer::pull::Batch,
+) {
+    use futures::StreamExt;
+    // A pull waits at most PULL_WAIT at the broker; one that never ends is left after
+    // that and a margin (its messages then count, as before).
+    let until = tokio::time::Instant::now() + PULL_WAIT + Duration::from_secs(1);
+    let mut handed = 0usize;
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout_at(until, batch.next()).await {
+        let delivered = msg.info().map_or(1, |i| i.delivered.max(1) as u64);
+        let m = JobMsg::new(msg, delivered, 1);
+        if let Err(e) = m.finish(Fate::HandBack(Duration::ZERO), &ctx.budget).await {
+            warn!(pool, error = %e, "cannot hand back a job message at the stop; it is redelivered after its ack wait");
+        }
+        handed += 1;
+    }
+    if handed > 0 {
+        info!(pool, messages = handed, "stopping: handed back job messages not started");
+    }
 }
 
 /// How often a worker looks for a pool consumer that no coordinator has made yet: at
