@@ -19,14 +19,25 @@
 //!   [`MAX_AGE`]. A bucket made by an earlier build (`discard = new`: a full bucket refused
 //!   every new entry until old ones expired) is brought to this policy by the first
 //!   coordinator that opens it ([`SharedWriter::open`]).
+//! - **A miss costs no round trip**: each reader follows the bucket's keys with a
+//!   headers-only watch (an ordered consumer, the last message of each key, then every new
+//!   one) into a [`JobIdFilter`] of fixed size. Once the watch has caught up, a job the
+//!   filter has never seen is a miss without asking the broker; a job it may hold (or any
+//!   job while the watch is behind, broken, or was never made) is read from the bucket as
+//!   before. A put reaches the filter milliseconds after the broker stored it, so a run
+//!   answers from what another run accepted earlier; two runs that ask at the same moment
+//!   both call, as they would without the filter. A bucket of more than [`WATCH_MAX_KEYS`]
+//!   entries is not followed (its keys would cost every worker a long catch-up and the
+//!   filter many false positives): every lookup asks the broker.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use async_nats::jetstream::{kv, stream};
+use async_nats::jetstream::{consumer, kv, stream};
+use futures::StreamExt;
 use halyard_broker::Broker;
-use halyard_proto::{Completion, JobId};
+use halyard_proto::{Completion, JobId, JobIdFilter};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
@@ -48,8 +59,13 @@ pub const ENTRY_VERSION: u16 = 1;
 /// How long a write the broker refuses is tried again (a bucket without a leader, while
 /// another node takes over: 4 to 7 s in the compose fault test).
 const RETRY_FOR: Duration = Duration::from_secs(30);
-/// How long a reader that found no bucket waits before it looks again.
+/// How long a reader that found no bucket waits before it looks again (and a watch of
+/// its keys that failed, before it is made again).
 const LOOK_AGAIN: Duration = Duration::from_secs(30);
+/// A bucket holding more entries than this is not watched ([`SharedReader`]): about
+/// 0.07% false positives in the filter at this many, and a catch-up of about 200 MB of
+/// headers for each reader that starts.
+pub const WATCH_MAX_KEYS: u64 = 1_000_000;
 
 /// One shared entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -168,12 +184,37 @@ pub async fn stats(b: &Broker) -> Result<Option<SharedStats>, CacheError> {
 }
 
 /// A worker's read side. Opens the bucket when first needed; a broker without it (no
-/// coordinator of this build made it yet) is looked at again every [`LOOK_AGAIN`].
+/// coordinator of this build made it yet) is looked at again every [`LOOK_AGAIN`]. Once
+/// open, its keys are followed ([`Keys`]) so that a miss costs no round trip.
 #[derive(Clone)]
 pub struct SharedReader {
     broker: Broker,
     store: Arc<Mutex<(Option<kv::Store>, Option<tokio::time::Instant>)>>,
     refused_warned: Arc<AtomicBool>,
+    keys: Arc<Keys>,
+}
+
+/// What a reader knows of the bucket's keys, from its watch ([`follow_keys`]).
+struct Keys {
+    /// Every job whose key the watch has seen put.
+    seen: JobIdFilter,
+    /// The watch has caught up with the bucket (and has not failed since): a job not in
+    /// `seen` was not in the bucket when the watch last heard from the broker.
+    current: AtomicBool,
+    /// Lookups that asked the broker.
+    round_trips: AtomicU64,
+    /// The watch's task, ended with the last reader.
+    watch: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+    /// The watch could not be made or followed: said once.
+    failed_warned: AtomicBool,
+}
+
+impl Drop for Keys {
+    fn drop(&mut self) {
+        if let Some(h) = self.watch.get_mut().ok().and_then(|w| w.take()) {
+            h.abort();
+        }
+    }
 }
 
 impl SharedReader {
@@ -182,7 +223,25 @@ impl SharedReader {
             broker,
             store: Arc::new(Mutex::new((None, None))),
             refused_warned: Arc::new(AtomicBool::new(false)),
+            keys: Arc::new(Keys {
+                seen: JobIdFilter::new(),
+                current: AtomicBool::new(false),
+                round_trips: AtomicU64::new(0),
+                watch: std::sync::Mutex::new(None),
+                failed_warned: AtomicBool::new(false),
+            }),
         }
+    }
+
+    /// Lookups that asked the broker (the others were answered "no" by the watch).
+    pub fn round_trips(&self) -> u64 {
+        self.keys.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Whether the watch of the bucket's keys has caught up: from then on a miss costs no
+    /// round trip.
+    pub fn follows_keys(&self) -> bool {
+        self.keys.current.load(Ordering::Acquire)
     }
 
     async fn store(&self) -> Option<kv::Store> {
@@ -198,6 +257,14 @@ impl SharedReader {
             Ok(Some(_)) => match self.broker.js.get_key_value(BUCKET).await {
                 Ok(st) => {
                     s.0 = Some(st.clone());
+                    let task = tokio::spawn(follow_keys(
+                        self.broker.clone(),
+                        st.clone(),
+                        Arc::downgrade(&self.keys),
+                    ));
+                    if let Ok(mut w) = self.keys.watch.lock() {
+                        *w = Some(task.abort_handle());
+                    }
                     Some(st)
                 }
                 Err(e) => {
@@ -215,7 +282,11 @@ impl SharedReader {
 
     /// The accepted completion of job `id`, if the bucket holds one that checks out.
     pub async fn get(&self, id: &JobId) -> Result<Option<Completion>, CacheError> {
+        if self.keys.current.load(Ordering::Acquire) && !self.keys.seen.may_contain(id) {
+            return Ok(None);
+        }
         let Some(store) = self.store().await else { return Ok(None) };
+        self.keys.round_trips.fetch_add(1, Ordering::Relaxed);
         let Some(bytes) =
             store.get(kv_key(id)).await.map_err(|e| CacheError::Broker(e.to_string()))?
         else {
@@ -231,6 +302,77 @@ impl SharedReader {
             }
         }
     }
+}
+
+/// Follow the keys of bucket `store` into `keys` until the last reader is gone: a watch
+/// that fails (no right to make it, a gap in what it delivered) is made again after
+/// [`LOOK_AGAIN`]; meanwhile every lookup asks the broker.
+async fn follow_keys(broker: Broker, store: kv::Store, keys: Weak<Keys>) {
+    loop {
+        let why = match watch_keys(&broker, &store, &keys).await {
+            Ok(()) => return,
+            Err(why) => why,
+        };
+        let Some(k) = keys.upgrade() else { return };
+        k.current.store(false, Ordering::Release);
+        if !k.failed_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(reason = %why, "the shared result cache's keys are not followed, so each lookup asks the broker until a new watch has caught up (made again every 30 s; a worker's broker user needs $JS.API.CONSUMER.CREATE.KV_halyard_cache.> and $JS.FC.KV_halyard_cache.>, deploy/nats/permissions.conf; said once)");
+        }
+        drop(k);
+        tokio::time::sleep(LOOK_AGAIN).await;
+    }
+}
+
+/// One watch of the bucket's keys: the last message of each key, headers only, then each
+/// new one. Ok when the last reader is gone; the reason it cannot go on otherwise.
+async fn watch_keys(broker: &Broker, store: &kv::Store, keys: &Weak<Keys>) -> Result<(), String> {
+    let watch = store
+        .stream
+        .create_consumer(consumer::push::OrderedConfig {
+            deliver_subject: broker.client.new_inbox(),
+            description: Some("halyard: the shared result cache's keys".into()),
+            filter_subject: format!("{}>", store.prefix),
+            headers_only: true,
+            replay_policy: consumer::ReplayPolicy::Instant,
+            deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| format!("cannot make the watch: {e}"))?;
+    let pending = watch.cached_info().num_pending;
+    if pending > WATCH_MAX_KEYS {
+        tracing::info!(entries = pending, most = WATCH_MAX_KEYS, "the shared result cache holds too many entries to follow its keys; each lookup asks the broker");
+        return Ok(());
+    }
+    let mut messages =
+        watch.messages().await.map_err(|e| format!("cannot follow the watch: {e}"))?;
+    match keys.upgrade() {
+        Some(k) if pending == 0 => k.current.store(true, Ordering::Release),
+        Some(_) => {}
+        None => return Ok(()),
+    }
+    while let Some(m) = messages.next().await {
+        let Some(k) = keys.upgrade() else { return Ok(()) };
+        match m {
+            Ok(m) => {
+                // A key that is not a job id was put by no Halyard coordinator: nothing
+                // to remember (a lookup never asks for it).
+                if let Some(id) =
+                    m.subject.strip_prefix(store.prefix.as_str()).and_then(|k| k.parse().ok())
+                {
+                    k.seen.insert(&id);
+                }
+                if m.info().is_ok_and(|i| i.pending == 0) {
+                    k.current.store(true, Ordering::Release);
+                }
+            }
+            // A gap (a missed heartbeat, the connection lost): made again from the start,
+            // since the ordered consumer's own recovery says nothing once it has caught
+            // up; meanwhile lookups ask the broker.
+            Err(e) => return Err(format!("the watch failed: {e}")),
+        }
+    }
+    Err("the watch ended".into())
 }
 
 /// The coordinator's write side.

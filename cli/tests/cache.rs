@@ -402,6 +402,21 @@ mod forged {
         assert_eq!(reader.get(&accepted).await.unwrap().unwrap().text, "accepted");
         assert_eq!(reader.get(&forged).await.unwrap(), None, "a forged entry was served");
         assert_eq!(reader.get(&misplaced).await.unwrap(), None, "a misplaced entry was served");
+        // The shipped rights let a worker follow the bucket's keys (a headers-only watch):
+        // once it has caught up, a job nobody shared is a miss that asks the broker nothing.
+        let t0 = std::time::Instant::now();
+        while !reader.follows_keys() {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(20),
+                "a worker with the shipped rights cannot follow the shared cache's keys"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let asked = reader.round_trips();
+        assert_eq!(reader.get(&JobId([4; 16])).await.unwrap(), None);
+        assert_eq!(reader.get(&forged).await.unwrap(), None, "a forged entry was served");
+        assert_eq!(reader.round_trips(), asked, "a miss asked the broker");
+        assert_eq!(reader.get(&accepted).await.unwrap().unwrap().text, "accepted");
 
         // `halyard cache stats --nats` as the status user (the shipped rights: the
         // bucket's figures, not its entries): the two entries written above.

@@ -623,11 +623,64 @@ mod tests {
             Some(answer(0).text),
             "the entry in use was dropped before an older unused one"
         );
+        // A reader of its own: this one's watch may not have seen the last put yet.
         assert_eq!(
-            reader.get(&job(i - 1)).await.unwrap().map(|c| c.text),
+            SharedReader::new(broker.clone()).get(&job(i - 1)).await.unwrap().map(|c| c.text),
             Some(answer(i - 1).text)
         );
         let bytes = stream.info().await.unwrap().state.bytes;
         assert!(bytes <= earlier.max_bytes as u64, "{bytes} bytes");
+    }
+
+    /// Issue 51, the shared tier's cost on a job's path: once a reader's watch of the
+    /// bucket's keys has caught up, a job nobody shared is a miss without a round trip to
+    /// the broker; a shared one is read and served; an entry put later reaches the reader
+    /// through the watch (within milliseconds; the test allows 10 s).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_miss_asks_the_broker_nothing_once_the_keys_are_followed() {
+        let (nats, broker) = broker().await;
+        let writer = SharedWriter::open(&broker).await.unwrap();
+        let run = Uuid::now_v7();
+        let job = |i: u32| JobId(*blake3::hash(&i.to_le_bytes()).as_bytes().first_chunk().unwrap());
+        let answer = |i: u32| {
+            let Outcome::Done(c) = done(&format!("answer {i}"), AnswerSource::Paid) else {
+                unreachable!()
+            };
+            c
+        };
+        for i in 0..50 {
+            assert!(writer.put(run, job(i), &answer(i)).await);
+        }
+        // A worker's own connection, as a worker reads.
+        let worker =
+            halyard_broker::connect(&BrokerConfig::new(nats.url(), "worker")).await.unwrap();
+        let reader = SharedReader::new(worker);
+        // The first lookup opens the bucket, and with it the watch.
+        assert_eq!(reader.get(&job(7)).await.unwrap().unwrap().text, "answer 7");
+        let t0 = std::time::Instant::now();
+        while !reader.follows_keys() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "the watch never caught up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let asked = reader.round_trips();
+        for i in 1000..3000 {
+            assert_eq!(reader.get(&job(i)).await.unwrap(), None);
+        }
+        // 2,000 ids never put: at most a few false positives of the filter ask.
+        let misses_asked = reader.round_trips() - asked;
+        assert!(misses_asked <= 5, "{misses_asked} of 2000 misses asked the broker");
+        for i in 0..50 {
+            assert_eq!(reader.get(&job(i)).await.unwrap().unwrap().text, format!("answer {i}"));
+        }
+        assert_eq!(reader.round_trips() - asked - misses_asked, 50, "a hit asks the broker");
+
+        // Put after the watch caught up: served once the watch has delivered its key.
+        assert!(writer.put(run, job(5000), &answer(5000)).await);
+        let t0 = std::time::Instant::now();
+        while reader.get(&job(5000)).await.unwrap().is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "a later put never reached the reader");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(reader.follows_keys());
     }
 }
