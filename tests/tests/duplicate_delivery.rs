@@ -204,23 +204,21 @@ async fn collect_results(
 
 /// A stop hands back the job messages a worker pulled but had not started: nak'd at
 /// once with their delivery excused from the budget, never run, never left to wait out
-/// their ack wait and count as a crashed worker's delivery. With 4 slots: A (one job)
-/// runs, then a pull of three messages takes B (three jobs: the other 3 slots), C (waits
-/// for a slot) and D; the stop comes while C waits. Before, the pool loop dropped D half
-/// the time (a delivery counted with no excuse, the job stuck until its ack wait) and
-/// started it the other half.
+/// their ack wait and count as a crashed worker's delivery. With 4 slots and every call
+/// held: A (one job) runs, then a pull of three messages takes B (three jobs: the other
+/// 3 slots), C (waits for a slot) and D (not read yet). The stop hands back C and D at
+/// once, while A and B's calls are still held. Before, C started once a slot freed and D
+/// was dropped or started, whichever the pool loop's select picked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_hands_back_pulled_jobs_it_had_not_started() {
     let nats = NatsServer::start();
-    let fake = FakeOpenAi::start(|_| {
-        Reply::Delayed(Duration::from_millis(1500), Box::new(Reply::Text("an answer".into())))
-    })
-    .await;
+    let gate = halyard_tests::Gate::new();
+    let held = gate.clone();
+    let fake = FakeOpenAi::start(move |_| Reply::Text("an answer".into()).behind(&held)).await;
     let broker = planned(&nats).await;
     let run = uuid::Uuid::now_v7();
     let url = fake.base_url();
-    let a = job(&url, run, "job a");
-    publish(&broker.js, &a, "a").await;
+    publish(&broker.js, &job(&url, run, "job a"), "a").await;
     let b: Vec<Job> = (1..=3).map(|i| job(&url, run, &format!("job b{i}"))).collect();
     let encoded: Vec<Vec<u8>> = b.iter().map(|j| halyard_proto::encode(j).unwrap()).collect();
     let m = jetstream::message::PublishMessage::build()
@@ -237,23 +235,34 @@ async fn a_stop_hands_back_pulled_jobs_it_had_not_started() {
         assert!(t0.elapsed() < Duration::from_secs(20), "A and B's three jobs never ran together");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    worker.stop().await;
+    worker.stop.send(true).unwrap();
+    // C (stream sequence 3) and D (4) are handed back while every call is still held.
+    let budget = halyard_worker::budget::Budget::open(&broker).await.unwrap();
+    let excused = |seq: u64| {
+        let budget = &budget;
+        async move { budget.excused(&halyard_worker::budget::Budget::key("pool-a", seq)).await.unwrap() }
+    };
+    let t0 = tokio::time::Instant::now();
+    while excused(3).await == 0 || excused(4).await == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "C and D were not handed back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.open();
+    worker.task.await.unwrap().unwrap();
 
     let texts: Vec<String> = fake.calls().iter().map(|c| c.messages[0].1.clone()).collect();
-    assert!(!texts.iter().any(|t| t == "job d"), "D was started after the stop: {texts:?}");
-    for t in ["job a", "job b1", "job b2", "job b3", "job c"] {
-        assert!(texts.iter().any(|x| x == t), "{t} was not run: {texts:?}");
-    }
+    let mut sorted = texts.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["job a", "job b1", "job b2", "job b3"], "calls after the stop");
+    assert_eq!((excused(3).await, excused(4).await), (1, 1));
     let mut stream = broker.js.get_stream(subjects::JOBS_STREAM).await.unwrap();
-    assert_eq!(stream.info().await.unwrap().state.messages, 1, "only D is left");
-    let budget = halyard_worker::budget::Budget::open(&broker).await.unwrap();
-    let d_seq = 4;
-    let excused = budget.excused(&halyard_worker::budget::Budget::key("pool-a", d_seq)).await;
-    assert_eq!(excused.unwrap(), 1, "D's delivery was not excused");
+    assert_eq!(stream.info().await.unwrap().state.messages, 2, "C and D are left");
 
-    // The next worker runs D: its second delivery, the first that counts.
+    // The next worker runs C and D: their second delivery, the first that counts.
     let worker = Worker::start(&broker, config(&url, state.path()));
     wait_jobs_acked(&broker).await;
     worker.stop().await;
-    assert_eq!(fake.calls().iter().filter(|c| c.messages[0].1 == "job d").count(), 1);
+    for t in ["job c", "job d"] {
+        assert_eq!(fake.calls().iter().filter(|c| c.messages[0].1 == t).count(), 1, "{t}");
+    }
 }

@@ -52,15 +52,12 @@ pub(crate) async fn run_pool(
                 t = health.fetch_turn() => t,
                 _ = shutdown.changed() => break,
             };
-            if turn == FetchTurn::Probe {
-                let probe = fetch_probe(&ctx, &health, &consumer, &slots, &mut tasks);
-                let go_on = tokio::select! {
-                    g = probe => g,
-                    _ = shutdown.changed() => false,
-                };
-                if !go_on {
-                    break;
-                }
+            // Not raced with a stop: a probe message pulled is run or handed back, never
+            // dropped (the fetch asks without waiting; a slot's wait gives way to a stop).
+            if turn == FetchTurn::Probe
+                && !fetch_probe(&ctx, &health, &consumer, &slots, &shutdown, &mut tasks).await
+            {
+                break;
             }
             idle = true;
             continue;
@@ -113,8 +110,9 @@ pub(crate) async fn run_pool(
             idle = false;
             let Some((shared, jobs)) = open_message(&ctx, &pool, msg).await else { continue };
             per_msg = jobs.len().max(1);
-            let run = Spawn { ctx: &ctx, health: &health, slots: &slots };
+            let run = Spawn { ctx: &ctx, health: &health, slots: &slots, shutdown: &shutdown };
             if !run.jobs(&mut tasks, &mut first, shared, jobs, None).await {
+                hand_back_unread(&ctx, &pool, &mut batch).await;
                 break 'outer;
             }
         }
@@ -127,29 +125,42 @@ pub(crate) async fn run_pool(
 /// At a stop, the messages of pull `batch` not read yet (delivered, or still on their
 /// way until the pull ends) are handed back: nak'd at once, their delivery excused from
 /// the budget ([`Fate::HandBack`]). Dropped, each would wait out its ack wait and then
-/// count as a delivery a worker crashed with.
+/// count as a delivery a worker crashed with. Bounded: the pull is read for at most
+/// PULL_WAIT and a second, and the hand-backs (side by side) get [`HAND_BACK_WITHIN`].
 async fn hand_back_unread(
     ctx: &PoolCtx,
     pool: &str,
     batch: &mut async_nats::jetstream::consumer::pull::Batch,
 ) {
     use futures::StreamExt;
-    // A pull waits at most PULL_WAIT at the broker; one that never ends is left after
-    // that and a margin (its messages then count, as before).
     let until = tokio::time::Instant::now() + PULL_WAIT + Duration::from_secs(1);
-    let mut handed = 0usize;
+    let mut unread = Vec::new();
     while let Ok(Some(Ok(msg))) = tokio::time::timeout_at(until, batch.next()).await {
-        let delivered = msg.info().map_or(1, |i| i.delivered.max(1) as u64);
-        let m = JobMsg::new(msg, delivered, 1);
-        if let Err(e) = m.finish(Fate::HandBack(Duration::ZERO), &ctx.budget).await {
-            warn!(pool, error = %e, "cannot hand back a job message at the stop; it is redelivered after its ack wait");
-        }
-        handed += 1;
+        unread.push(msg);
     }
-    if handed > 0 {
-        info!(pool, messages = handed, "stopping: handed back job messages not started");
+    if unread.is_empty() {
+        return;
+    }
+    let n = unread.len();
+    let handing = futures::future::join_all(unread.into_iter().map(|msg| async move {
+        let delivered = msg.info().map_or(1, |i| i.delivered.max(1) as u64);
+        JobMsg::new(msg, delivered, 1).finish(Fate::HandBack(Duration::ZERO), &ctx.budget).await
+    }));
+    match tokio::time::timeout(HAND_BACK_WITHIN, handing).await {
+        Ok(done) => {
+            let failed = done.iter().filter(|r| r.is_err()).count();
+            info!(pool, messages = n, failed, "stopping: handed back job messages not started");
+        }
+        Err(_) => warn!(
+            pool,
+            messages = n,
+            "stopping: job messages not started were not all handed back in time; the rest are redelivered after their ack wait"
+        ),
     }
 }
+
+/// How long a stop waits for the hand-backs of messages it pulled but did not start.
+const HAND_BACK_WITHIN: Duration = Duration::from_secs(5);
 
 /// How often a worker looks for a pool consumer that no coordinator has made yet: at
 /// first soon (`halyard run` starts its workers as its coordinator plans), then every
@@ -196,12 +207,17 @@ struct Spawn<'a> {
     ctx: &'a Arc<PoolCtx>,
     health: &'a Arc<PoolHealth>,
     slots: &'a Arc<Semaphore>,
+    /// A stop while a job waits for its slot hands back the jobs not started.
+    shutdown: &'a watch::Receiver<bool>,
 }
 
 impl Spawn<'_> {
     /// Run the admitted jobs of message `shared` and settle its refused ones, the first
     /// on the slot in `first` if any; the first admitted job holds `probe` if given (a
-    /// message with none gives the probe up). False when the slots are closed.
+    /// message with none gives the probe up). False when the worker stops while a job
+    /// waits for its slot (the jobs not started are handed back: the message is nak'd,
+    /// its delivery excused, once those started have finished; their answers are in the
+    /// checkpoint) or when the slots are closed.
     async fn jobs(
         &self,
         tasks: &mut JoinSet<()>,
@@ -214,14 +230,31 @@ impl Spawn<'_> {
             drop(probe.take());
             self.health.defer_probe();
         }
-        for item in jobs {
+        let mut jobs = jobs.into_iter();
+        while let Some(item) = jobs.next() {
             // One slot per job; the jobs of a message beyond the free slots wait here.
             let permit = match first.take() {
                 Some(p) => p,
-                None => match self.slots.clone().acquire_owned().await {
-                    Ok(p) => p,
-                    Err(_) => return false,
-                },
+                None => {
+                    let mut stop = self.shutdown.clone();
+                    let permit = tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => None,
+                        p = self.slots.clone().acquire_owned() => p.ok(),
+                    };
+                    let Some(p) = permit else {
+                        for _ in std::iter::once(item).chain(jobs) {
+                            if let Err(e) = shared
+                                .finish(Fate::HandBack(Duration::ZERO), &self.ctx.budget)
+                                .await
+                            {
+                                warn!(error = %e, "cannot hand back a job message at the stop; it is redelivered after its ack wait");
+                            }
+                        }
+                        return false;
+                    };
+                    p
+                }
             };
             self.ctx.stats.pulled.inc();
             let (ctx, health, shared) = (self.ctx.clone(), self.health.clone(), shared.clone());
@@ -244,16 +277,23 @@ impl Spawn<'_> {
 
 /// While paused with a probe due and no job holding it: fetch one job message and let
 /// its first job probe. With nothing queued, try again an interval later. False when the
-/// slots are closed.
+/// worker stops (or the slots are closed).
 async fn fetch_probe(
     ctx: &Arc<PoolCtx>,
     health: &Arc<PoolHealth>,
     consumer: &PullConsumer,
     slots: &Arc<Semaphore>,
+    shutdown: &watch::Receiver<bool>,
     tasks: &mut JoinSet<()>,
 ) -> bool {
     let Some(claim) = health.claim_probe() else { return true };
-    let Ok(permit) = slots.clone().acquire_owned().await else { return false };
+    let mut stop = shutdown.clone();
+    let permit = tokio::select! {
+        biased;
+        _ = stop.wait_for(|s| *s) => return false,
+        p = slots.clone().acquire_owned() => p,
+    };
+    let Ok(permit) = permit else { return false };
     ctx.stats.pulls.inc();
     let msg = match consumer.fetch().max_messages(1).messages().await {
         Ok(mut batch) => halyard_broker::next_pulled(&mut batch).await,
@@ -271,6 +311,6 @@ async fn fetch_probe(
         health.defer_probe();
         return true;
     };
-    let run = Spawn { ctx, health, slots };
+    let run = Spawn { ctx, health, slots, shutdown };
     run.jobs(tasks, &mut Some(permit), shared, jobs, Some(claim)).await
 }
