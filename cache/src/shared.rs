@@ -26,9 +26,11 @@
 //!   job while the watch is behind, broken, or was never made) is read from the bucket as
 //!   before. A put reaches the filter milliseconds after the broker stored it, so a run
 //!   answers from what another run accepted earlier; two runs that ask at the same moment
-//!   both call, as they would without the filter. A bucket of more than [`WATCH_MAX_KEYS`]
-//!   entries is not followed (its keys would cost every worker a long catch-up and the
-//!   filter many false positives): every lookup asks the broker.
+//!   both call, as they would without the filter. A watch is trusted only while it has
+//!   delivered the bucket's newest message as last checked ([`watch_keys`]). A bucket of
+//!   more than [`WATCH_MAX_KEYS`] entries is not followed (its keys would cost every
+//!   worker a long catch-up and the filter many false positives): every lookup asks the
+//!   broker.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -98,6 +100,11 @@ pub fn config(replicas: usize) -> stream::Config {
 /// The key of job `id` in the bucket.
 pub fn kv_key(id: &JobId) -> String {
     id.to_string()
+}
+
+/// The job a key of the bucket names ([`kv_key`]'s inverse); `None` for any other key.
+pub fn parse_kv_key(key: &str) -> Option<JobId> {
+    key.parse().ok()
 }
 
 /// Decode and check the value stored under `id`'s key.
@@ -198,15 +205,13 @@ pub struct SharedReader {
 struct Keys {
     /// Every job whose key the watch has seen put.
     seen: JobIdFilter,
-    /// The watch has caught up with the bucket (and has not failed since): a job not in
-    /// `seen` was not in the bucket when the watch last heard from the broker.
+    /// The watch has delivered the bucket's newest message as last checked
+    /// ([`watch_keys`]): a job not in `seen` was not in the bucket then.
     current: AtomicBool,
     /// Lookups that asked the broker.
     round_trips: AtomicU64,
     /// The watch's task, ended with the last reader.
     watch: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
-    /// The watch could not be made or followed: said once.
-    failed_warned: AtomicBool,
 }
 
 impl Drop for Keys {
@@ -228,7 +233,6 @@ impl SharedReader {
                 current: AtomicBool::new(false),
                 round_trips: AtomicU64::new(0),
                 watch: std::sync::Mutex::new(None),
-                failed_warned: AtomicBool::new(false),
             }),
         }
     }
@@ -304,10 +308,21 @@ impl SharedReader {
     }
 }
 
-/// Follow the keys of bucket `store` into `keys` until the last reader is gone: a watch
-/// that fails (no right to make it, a gap in what it delivered) is made again after
-/// [`LOOK_AGAIN`]; meanwhile every lookup asks the broker.
+/// Why a watch of the bucket's keys is not (or no longer) followed.
+enum Unfollowed {
+    /// It could not be made (no right to make it, the broker away): said once.
+    Cannot(String),
+    /// It failed or stopped delivering (a gap, flow control stuck): said once.
+    Lost(String),
+    /// The bucket holds more than [`WATCH_MAX_KEYS`] entries: said once.
+    TooLarge(u64),
+}
+
+/// Follow the keys of bucket `store` into `keys` until the last reader is gone. A watch
+/// that cannot be made or is lost is made again after [`LOOK_AGAIN`] (a bucket too large
+/// to follow is looked at again then too); meanwhile every lookup asks the broker.
 async fn follow_keys(broker: Broker, store: kv::Store, keys: Weak<Keys>) {
+    let mut said = [false; 3];
     loop {
         let why = match watch_keys(&broker, &store, &keys).await {
             Ok(()) => return,
@@ -315,17 +330,70 @@ async fn follow_keys(broker: Broker, store: kv::Store, keys: Weak<Keys>) {
         };
         let Some(k) = keys.upgrade() else { return };
         k.current.store(false, Ordering::Release);
-        if !k.failed_warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(reason = %why, "the shared result cache's keys are not followed, so each lookup asks the broker until a new watch has caught up (made again every 30 s; a worker's broker user needs $JS.API.CONSUMER.CREATE.KV_halyard_cache.> and $JS.FC.KV_halyard_cache.>, deploy/nats/permissions.conf; said once)");
-        }
         drop(k);
+        match why {
+            Unfollowed::Cannot(why) if !std::mem::replace(&mut said[0], true) => tracing::warn!(
+                reason = %why,
+                "the shared result cache's keys cannot be followed, so each lookup asks the broker; tried again every 30 s (a worker's broker user needs $JS.API.CONSUMER.CREATE.KV_halyard_cache.> and $JS.FC.KV_halyard_cache.>, deploy/nats/permissions.conf; said once)"
+            ),
+            Unfollowed::Lost(why) if !std::mem::replace(&mut said[1], true) => tracing::info!(
+                reason = %why,
+                "the watch of the shared result cache's keys was lost; lookups ask the broker until a new one has caught up, in 30 s (said once)"
+            ),
+            Unfollowed::TooLarge(entries) if !std::mem::replace(&mut said[2], true) => tracing::info!(
+                entries,
+                most = WATCH_MAX_KEYS,
+                "the shared result cache holds too many entries to follow its keys; each lookup asks the broker (looked at again every 30 s; said once)"
+            ),
+            Unfollowed::Cannot(why) | Unfollowed::Lost(why) => {
+                tracing::debug!(reason = %why, "the shared result cache's keys are not followed")
+            }
+            Unfollowed::TooLarge(_) => {}
+        }
         tokio::time::sleep(LOOK_AGAIN).await;
     }
 }
 
+/// How often a watch's progress is checked against the bucket's newest message.
+const WATCH_CHECK: Duration = Duration::from_secs(2);
+/// Checks in a row that found a watch behind and not moving before it is made again.
+const WATCH_STALLED: u32 = 3;
+
+/// The bucket's newest message (0 when it holds none): a watch that has delivered it
+/// has delivered every key the bucket held then.
+fn newest(state: &stream::State) -> u64 {
+    if state.messages == 0 {
+        0
+    } else {
+        state.last_sequence
+    }
+}
+
 /// One watch of the bucket's keys: the last message of each key, headers only, then each
-/// new one. Ok when the last reader is gone; the reason it cannot go on otherwise.
-async fn watch_keys(broker: &Broker, store: &kv::Store, keys: &Weak<Keys>) -> Result<(), String> {
+/// new one. Ok when the last reader is gone.
+///
+/// A miss is trusted (`current`) only while the watch has delivered the bucket's newest
+/// message as the server's stream information gave it (answered by the stream's leader):
+/// at first the newest when the watch was made, then, every [`WATCH_CHECK`], the newest
+/// one check earlier. So it does not rest on the consumer's own count of pending
+/// messages (counted on the replica it was placed on, which may lag the leader), nor on
+/// the client library, which makes an ordered consumer again by itself after a gap and
+/// says nothing while it does, and never hears of flow control stuck. A watch found
+/// behind and not moving [`WATCH_STALLED`] times in a row is made again.
+async fn watch_keys(
+    broker: &Broker,
+    store: &kv::Store,
+    keys: &Weak<Keys>,
+) -> Result<(), Unfollowed> {
+    let info = store
+        .stream
+        .get_info()
+        .await
+        .map_err(|e| Unfollowed::Cannot(format!("cannot read the bucket's state: {e}")))?;
+    if info.state.messages > WATCH_MAX_KEYS {
+        return Err(Unfollowed::TooLarge(info.state.messages));
+    }
+    let mut goal = newest(&info.state);
     let watch = store
         .stream
         .create_consumer(consumer::push::OrderedConfig {
@@ -338,41 +406,63 @@ async fn watch_keys(broker: &Broker, store: &kv::Store, keys: &Weak<Keys>) -> Re
             ..Default::default()
         })
         .await
-        .map_err(|e| format!("cannot make the watch: {e}"))?;
-    let pending = watch.cached_info().num_pending;
-    if pending > WATCH_MAX_KEYS {
-        tracing::info!(entries = pending, most = WATCH_MAX_KEYS, "the shared result cache holds too many entries to follow its keys; each lookup asks the broker");
-        return Ok(());
-    }
+        .map_err(|e| Unfollowed::Cannot(format!("cannot make the watch: {e}")))?;
     let mut messages =
-        watch.messages().await.map_err(|e| format!("cannot follow the watch: {e}"))?;
+        watch.messages().await.map_err(|e| Unfollowed::Cannot(format!("cannot follow it: {e}")))?;
+    // The newest stream sequence delivered, and what it was at the last check.
+    let (mut delivered, mut at_check, mut stalled) = (0u64, 0u64, 0u32);
+    let mut check =
+        tokio::time::interval_at(tokio::time::Instant::now() + WATCH_CHECK, WATCH_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     match keys.upgrade() {
-        Some(k) if pending == 0 => k.current.store(true, Ordering::Release),
-        Some(_) => {}
+        Some(k) => k.current.store(goal == 0, Ordering::Release),
         None => return Ok(()),
     }
-    while let Some(m) = messages.next().await {
-        let Some(k) = keys.upgrade() else { return Ok(()) };
-        match m {
-            Ok(m) => {
+    loop {
+        tokio::select! {
+            m = messages.next() => {
+                let m = match m {
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => return Err(Unfollowed::Lost(format!("the watch failed: {e}"))),
+                    None => return Err(Unfollowed::Lost("the watch ended".into())),
+                };
+                let Some(k) = keys.upgrade() else { return Ok(()) };
                 // A key that is not a job id was put by no Halyard coordinator: nothing
                 // to remember (a lookup never asks for it).
-                if let Some(id) =
-                    m.subject.strip_prefix(store.prefix.as_str()).and_then(|k| k.parse().ok())
-                {
+                if let Some(id) = m.subject.strip_prefix(store.prefix.as_str()).and_then(parse_kv_key) {
                     k.seen.insert(&id);
                 }
-                if m.info().is_ok_and(|i| i.pending == 0) {
+                if let Ok(i) = m.info() {
+                    delivered = delivered.max(i.stream_sequence);
+                }
+                if delivered >= goal {
                     k.current.store(true, Ordering::Release);
                 }
             }
-            // A gap (a missed heartbeat, the connection lost): made again from the start,
-            // since the ordered consumer's own recovery says nothing once it has caught
-            // up; meanwhile lookups ask the broker.
-            Err(e) => return Err(format!("the watch failed: {e}")),
+            _ = check.tick() => {
+                if keys.strong_count() == 0 {
+                    return Ok(());
+                }
+                // The broker away: lookups fail the same way; the next check tells.
+                let Ok(info) = store.stream.get_info().await else { continue };
+                let Some(k) = keys.upgrade() else { return Ok(()) };
+                if delivered >= goal {
+                    stalled = 0;
+                    k.current.store(true, Ordering::Release);
+                } else {
+                    k.current.store(false, Ordering::Release);
+                    stalled = if delivered > at_check { 0 } else { stalled + 1 };
+                    if stalled >= WATCH_STALLED {
+                        return Err(Unfollowed::Lost(format!(
+                            "it stopped at message {delivered}, behind {goal}"
+                        )));
+                    }
+                }
+                at_check = delivered;
+                goal = newest(&info.state);
+            }
         }
     }
-    Err("the watch ended".into())
 }
 
 /// The coordinator's write side.
@@ -535,5 +625,26 @@ async fn make_room_when_full(b: &Broker, info: &stream::Info) {
             limit,
             "the shared result cache is full: the entries written (or used) longest ago make way for new ones"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The watch reads job ids back from keys: `parse_kv_key` is `kv_key`'s inverse, and
+    /// names no job for a key of another shape (a changed key format would otherwise
+    /// leave every lookup a miss).
+    #[test]
+    fn a_key_names_its_job_back() {
+        for b in [0u8, 7, 0xa5, 0xff] {
+            let id = JobId([b; 16]);
+            assert_eq!(parse_kv_key(&kv_key(&id)), Some(id));
+        }
+        let id = JobId(*blake3::hash(b"a job").as_bytes().first_chunk().unwrap());
+        assert_eq!(parse_kv_key(&kv_key(&id)), Some(id));
+        for other in ["", "job", "0123", &format!("{}x", kv_key(&id)), &kv_key(&id)[1..]] {
+            assert_eq!(parse_kv_key(other), None, "{other:?}");
+        }
     }
 }

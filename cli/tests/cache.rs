@@ -333,6 +333,85 @@ mod forged {
         assert_eq!(got.text, "paid without a leader");
     }
 
+    /// Job `i` of the bulk tests below.
+    fn bulk_job(i: u32) -> JobId {
+        JobId(*blake3::hash(&i.to_le_bytes()).as_bytes().first_chunk().unwrap())
+    }
+
+    /// Share jobs `from..from + n` as the coordinator does, 512 at a time.
+    async fn share_bulk(writer: &SharedWriter, from: u32, n: u32) {
+        let run = uuid::Uuid::now_v7();
+        let c = completion("bulk");
+        for chunk in (from..from + n).collect::<Vec<_>>().chunks(512) {
+            let puts = chunk.iter().map(|i| writer.put(run, bulk_job(*i), &c));
+            assert!(futures::future::join_all(puts).await.into_iter().all(|landed| landed));
+        }
+    }
+
+    /// Wait until `reader` follows the bucket's keys.
+    async fn until_followed(reader: &SharedReader, what: &str) {
+        let t0 = std::time::Instant::now();
+        while !reader.follows_keys() {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(60), "{what}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Issue 51, the shared tier's watch of its keys against the real server's flow
+    /// control (which pauses a push consumer after about 3 MiB until the client answers):
+    /// - with the shipped permissions a worker's watch catches up over 20,000 keys (about
+    ///   4 MB of headers, so past flow control) and a miss then asks the broker nothing;
+    /// - on a broker whose worker user may not answer flow control, the watch stops after
+    ///   its first few megabytes, and the reader finds that out and asks the broker again:
+    ///   an entry put after the stop is still served. Trusting the watch as caught up, it
+    ///   answered "not there" for good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_keys_are_followed_past_flow_control_and_a_stalled_watch_asks_again() {
+        std::env::set_var("HALYARD_COORDINATOR_PASSWORD", "coord-pw-81f2");
+        std::env::set_var("HALYARD_WORKER_PASSWORD", "worker-pw-37c9");
+        std::env::set_var("HALYARD_STATUS_PASSWORD", "status-pw-a0d4");
+        let shipped = repo_root().join("deploy/nats/permissions.conf");
+
+        let nats = NatsServer::start_with_args(&["-c", shipped.to_str().unwrap()]);
+        let coord = connect(&nats, "halyard-coordinator", "coord-pw-81f2").await;
+        let writer = SharedWriter::open(&coord).await.unwrap();
+        share_bulk(&writer, 0, 20_000).await;
+        let reader = SharedReader::new(connect(&nats, "halyard-worker", "worker-pw-37c9").await);
+        assert!(reader.get(&bulk_job(0)).await.unwrap().is_some());
+        until_followed(&reader, "the watch never caught up over 20,000 keys").await;
+        let asked = reader.round_trips();
+        assert_eq!(reader.get(&bulk_job(1_000_000)).await.unwrap(), None);
+        assert_eq!(reader.round_trips(), asked, "a miss asked the broker");
+        drop((reader, writer, coord, nats));
+
+        // The same rights, less the answers to flow control.
+        let dir = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(&shipped).unwrap();
+        let fc = "\"$JS.FC.KV_halyard_cache.>\"";
+        assert!(text.contains(fc));
+        let lines: Vec<&str> = text.lines().filter(|l| l.trim() != fc).collect();
+        let conf = dir.path().join("permissions.conf");
+        std::fs::write(&conf, lines.join("\n")).unwrap();
+        let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
+        let coord = connect(&nats, "halyard-coordinator", "coord-pw-81f2").await;
+        let writer = SharedWriter::open(&coord).await.unwrap();
+        share_bulk(&writer, 0, 3).await;
+        let reader = SharedReader::new(connect(&nats, "halyard-worker", "worker-pw-37c9").await);
+        assert!(reader.get(&bulk_job(0)).await.unwrap().is_some());
+        until_followed(&reader, "the watch never caught up over 3 keys").await;
+        // About 8 MB of headers: the watch stops part of the way through.
+        share_bulk(&writer, 3, 40_000).await;
+        let last = bulk_job(40_002);
+        let t0 = std::time::Instant::now();
+        while reader.get(&last).await.unwrap().is_none() {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(60),
+                "an entry put after the watch stopped was never served"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// Issue 51: on a broker with the shipped permissions, worker credentials cannot put
     /// an entry into the shared result cache (new or over an accepted one), and a value
     /// stored under another job's name is refused by readers: only what the coordinator

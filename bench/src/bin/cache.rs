@@ -18,6 +18,12 @@
 //! and the writer commits groups of that size, as it does at a noop run's rate.
 //!
 //! `cargo run --release -p halyard-bench --bin cache -- [--jobs 1000000] [--group 15000]`
+//!
+//! `--shared`: the shared tier instead, as a worker reads it, on a nats-server of its own
+//! (the `nats-server` on `PATH`): per lookup, the job path's CPU time and wall time of a
+//! miss once the reader follows the bucket's keys (no round trip), and of a lookup that
+//! asks the broker (a job the bucket holds: what every miss cost before the reader
+//! followed the keys).
 
 use std::time::{Duration, Instant};
 
@@ -37,6 +43,9 @@ struct Args {
     /// Jobs between flushes (the writer's group size); below the writer's queue (16,384).
     #[arg(long, default_value_t = 15_000)]
     group: u32,
+    /// Measure the shared tier's lookups instead (see the module's text).
+    #[arg(long)]
+    shared: bool,
 }
 
 /// A job as the noop pipeline makes them.
@@ -95,10 +104,72 @@ async fn pass(cache: &Cache, args: &Args) -> anyhow::Result<Pass> {
     })
 }
 
+/// `n` lookups of jobs `from..from + n` through `cache` (read only), each expected to
+/// be an answer (`hit`) or a miss: CPU of this thread and wall time per lookup, in µs.
+async fn lookups(cache: &Cache, from: u32, n: u32, hit: bool) -> anyhow::Result<(f64, f64)> {
+    let (t0, w0) = (cpu(libc::CLOCK_THREAD_CPUTIME_ID), Instant::now());
+    for i in from..from + n {
+        let k = key(i);
+        let found = cache.lookup(&k, &k.id(), Policy::Read).await;
+        anyhow::ensure!(
+            matches!(found, Found::Answer(..)) == hit,
+            "job {i}: {found:?}, expected {}",
+            if hit { "an answer" } else { "a miss" }
+        );
+    }
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(n);
+    Ok((per(cpu(libc::CLOCK_THREAD_CPUTIME_ID) - t0), per(w0.elapsed())))
+}
+
+/// The shared tier's lookups (`--shared`).
+async fn shared(args: &Args) -> anyhow::Result<()> {
+    use halyard_cache::shared::{SharedReader, SharedWriter};
+    let nats = halyard_tests::NatsServer::start();
+    let connect = |name: &'static str| {
+        let config = halyard_broker::BrokerConfig::new(nats.url(), name);
+        async move { halyard_broker::connect(&config).await }
+    };
+    let writer = SharedWriter::open(&connect("coordinator").await?).await?;
+    let held = args.jobs.min(20_000);
+    let c = halyard_worker::backend::noop::answer();
+    let run = uuid::Uuid::now_v7();
+    for i in 0..held {
+        anyhow::ensure!(writer.put(run, key(i).id(), &c).await, "put {i} refused");
+    }
+    let reader = SharedReader::new(connect("worker").await?);
+    let cache = Cache::off().with_shared(reader.clone());
+    // The first lookup opens the bucket and starts the watch of its keys.
+    lookups(&cache, 0, 1, true).await?;
+    let t0 = Instant::now();
+    while !reader.follows_keys() {
+        anyhow::ensure!(t0.elapsed() < Duration::from_secs(60), "the watch never caught up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let asked = reader.round_trips();
+    let (miss_cpu, miss_wall) = lookups(&cache, 10_000_000, args.jobs, false).await?;
+    let misses_asked = reader.round_trips() - asked;
+    let (hit_cpu, hit_wall) = lookups(&cache, 0, held, true).await?;
+    println!(
+        "shared result cache, {} lookups that miss, {held} that ask the broker (a bucket of {held} entries)",
+        args.jobs
+    );
+    println!("{:<46} {:>12} {:>12}", "per lookup, this thread", "CPU µs", "wall µs");
+    println!(
+        "{:<46} {:>12.2} {:>12.2}",
+        "miss, keys followed (no round trip)", miss_cpu, miss_wall
+    );
+    println!("{:<46} {:>12.2} {:>12.2}", "asks the broker (every miss before)", hit_cpu, hit_wall);
+    println!("misses that asked the broker (filter false positives): {misses_asked}");
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.group > 0 && args.group < 16_000, "--group must be 1..16000");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    if args.shared {
+        return rt.block_on(shared(&args));
+    }
     rt.block_on(async {
         let dir = tempfile::tempdir()?;
         let off = pass(&Cache::off(), &args).await?;
