@@ -333,6 +333,19 @@ mod forged {
         assert_eq!(got.text, "paid without a leader");
     }
 
+    /// A nats-server with the role users of `conf` (the passwords of
+    /// broker_permissions.rs: both set the process's variables), and the coordinator's
+    /// and a worker's connections to it.
+    async fn with_roles(conf: &std::path::Path) -> (NatsServer, Broker, Broker) {
+        std::env::set_var("HALYARD_COORDINATOR_PASSWORD", "coord-pw-81f2");
+        std::env::set_var("HALYARD_WORKER_PASSWORD", "worker-pw-37c9");
+        std::env::set_var("HALYARD_STATUS_PASSWORD", "status-pw-a0d4");
+        let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
+        let coord = connect(&nats, "halyard-coordinator", "coord-pw-81f2").await;
+        let worker = connect(&nats, "halyard-worker", "worker-pw-37c9").await;
+        (nats, coord, worker)
+    }
+
     /// Job `i` of the bulk tests below.
     fn bulk_job(i: u32) -> JobId {
         JobId(*blake3::hash(&i.to_le_bytes()).as_bytes().first_chunk().unwrap())
@@ -357,6 +370,18 @@ mod forged {
         }
     }
 
+    /// A broker with the role users of `conf` whose bucket holds `n` bulk jobs, the
+    /// coordinator's writer, and a worker's reader once its watch has caught up.
+    async fn followed(conf: &std::path::Path, n: u32) -> (NatsServer, SharedWriter, SharedReader) {
+        let (nats, coord, worker) = with_roles(conf).await;
+        let writer = SharedWriter::open(&coord).await.unwrap();
+        share_bulk(&writer, 0, n).await;
+        let reader = SharedReader::new(worker);
+        assert!(reader.get(&bulk_job(0)).await.unwrap().is_some());
+        until_followed(&reader, &format!("the watch never caught up over {n} keys")).await;
+        (nats, writer, reader)
+    }
+
     /// Issue 51, the shared tier's watch of its keys against the real server's flow
     /// control (which pauses a push consumer after about 3 MiB until the client answers):
     /// - with the shipped permissions a worker's watch catches up over 20,000 keys (about
@@ -367,22 +392,12 @@ mod forged {
     ///   answered "not there" for good.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_keys_are_followed_past_flow_control_and_a_stalled_watch_asks_again() {
-        std::env::set_var("HALYARD_COORDINATOR_PASSWORD", "coord-pw-81f2");
-        std::env::set_var("HALYARD_WORKER_PASSWORD", "worker-pw-37c9");
-        std::env::set_var("HALYARD_STATUS_PASSWORD", "status-pw-a0d4");
         let shipped = repo_root().join("deploy/nats/permissions.conf");
-
-        let nats = NatsServer::start_with_args(&["-c", shipped.to_str().unwrap()]);
-        let coord = connect(&nats, "halyard-coordinator", "coord-pw-81f2").await;
-        let writer = SharedWriter::open(&coord).await.unwrap();
-        share_bulk(&writer, 0, 20_000).await;
-        let reader = SharedReader::new(connect(&nats, "halyard-worker", "worker-pw-37c9").await);
-        assert!(reader.get(&bulk_job(0)).await.unwrap().is_some());
-        until_followed(&reader, "the watch never caught up over 20,000 keys").await;
+        let (nats, writer, reader) = followed(&shipped, 20_000).await;
         let asked = reader.round_trips();
         assert_eq!(reader.get(&bulk_job(1_000_000)).await.unwrap(), None);
         assert_eq!(reader.round_trips(), asked, "a miss asked the broker");
-        drop((reader, writer, coord, nats));
+        drop((reader, writer, nats));
 
         // The same rights, less the answers to flow control.
         let dir = tempfile::tempdir().unwrap();
@@ -392,13 +407,7 @@ mod forged {
         let lines: Vec<&str> = text.lines().filter(|l| l.trim() != fc).collect();
         let conf = dir.path().join("permissions.conf");
         std::fs::write(&conf, lines.join("\n")).unwrap();
-        let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
-        let coord = connect(&nats, "halyard-coordinator", "coord-pw-81f2").await;
-        let writer = SharedWriter::open(&coord).await.unwrap();
-        share_bulk(&writer, 0, 3).await;
-        let reader = SharedReader::new(connect(&nats, "halyard-worker", "worker-pw-37c9").await);
-        assert!(reader.get(&bulk_job(0)).await.unwrap().is_some());
-        until_followed(&reader, "the watch never caught up over 3 keys").await;
+        let (_nats, writer, reader) = followed(&conf, 3).await;
         // About 8 MB of headers: the watch stops part of the way through.
         share_bulk(&writer, 3, 40_000).await;
         let last = bulk_job(40_002);
@@ -420,14 +429,8 @@ mod forged {
     /// the status user reads its figures (`halyard cache stats --nats`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_forged_shared_entry_is_never_served() {
-        // The same passwords as broker_permissions.rs: both set the process's variables.
-        std::env::set_var("HALYARD_COORDINATOR_PASSWORD", "coord-pw-81f2");
-        std::env::set_var("HALYARD_WORKER_PASSWORD", "worker-pw-37c9");
-        std::env::set_var("HALYARD_STATUS_PASSWORD", "status-pw-a0d4");
-        let conf = repo_root().join("deploy/nats/permissions.conf");
-        let nats = NatsServer::start_with_args(&["-c", conf.to_str().unwrap()]);
-        let coord = connect(&nats, "halyard-coordinator", "coord-pw-81f2").await;
-        let worker = connect(&nats, "halyard-worker", "worker-pw-37c9").await;
+        let (nats, coord, worker) =
+            with_roles(&repo_root().join("deploy/nats/permissions.conf")).await;
 
         // The bucket as an earlier build made it (full, it refused new entries): with the
         // shipped rights the coordinator changes that as it opens it, and a worker may not.
@@ -483,14 +486,7 @@ mod forged {
         assert_eq!(reader.get(&misplaced).await.unwrap(), None, "a misplaced entry was served");
         // The shipped rights let a worker follow the bucket's keys (a headers-only watch):
         // once it has caught up, a job nobody shared is a miss that asks the broker nothing.
-        let t0 = std::time::Instant::now();
-        while !reader.follows_keys() {
-            assert!(
-                t0.elapsed() < std::time::Duration::from_secs(20),
-                "a worker with the shipped rights cannot follow the shared cache's keys"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        until_followed(&reader, "a worker with the shipped rights cannot follow the keys").await;
         let asked = reader.round_trips();
         assert_eq!(reader.get(&JobId([4; 16])).await.unwrap(), None);
         assert_eq!(reader.get(&forged).await.unwrap(), None, "a forged entry was served");
