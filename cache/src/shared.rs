@@ -26,8 +26,9 @@
 //!   job while the watch is behind, broken, or was never made) is read from the bucket as
 //!   before. A put reaches the filter milliseconds after the broker stored it, so a run
 //!   answers from what another run accepted earlier; two runs that ask at the same moment
-//!   both call, as they would without the filter. A watch is trusted only while it has
-//!   delivered the bucket's newest message as last checked ([`watch_keys`]). A bucket of
+//!   both call, as they would without the filter. A watch is trusted only for a few
+//!   seconds after it was found to have delivered the bucket's newest message
+//!   ([`watch_keys`]). A bucket of
 //!   more than [`WATCH_MAX_KEYS`] entries is not followed (its keys would cost every
 //!   worker a long catch-up and the filter many false positives): every lookup asks the
 //!   broker.
@@ -205,13 +206,34 @@ pub struct SharedReader {
 struct Keys {
     /// Every job whose key the watch has seen put.
     seen: JobIdFilter,
-    /// The watch has delivered the bucket's newest message as last checked
-    /// ([`watch_keys`]): a job not in `seen` was not in the bucket then.
-    current: AtomicBool,
+    /// Until when a job not in `seen` is trusted to be absent (milliseconds since
+    /// `base`; 0: not trusted): a little after the watch was last found to have
+    /// delivered every key the bucket held a moment before ([`watch_keys`]). It runs out
+    /// by itself when the checks stop (the broker away, the watch starved).
+    trusted_until: AtomicU64,
+    base: std::time::Instant,
     /// Lookups that asked the broker.
     round_trips: AtomicU64,
     /// The watch's task, ended with the last reader.
     watch: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Keys {
+    /// Whether a job not in `seen` is absent from the bucket, by the watch.
+    fn trusted(&self) -> bool {
+        let now = self.base.elapsed().as_millis() as u64;
+        now < self.trusted_until.load(Ordering::Acquire)
+    }
+
+    /// Trust the watch until `t` (never less than it already is).
+    fn trust_until(&self, t: std::time::Instant) {
+        let ms = t.saturating_duration_since(self.base).as_millis() as u64;
+        self.trusted_until.fetch_max(ms.max(1), Ordering::AcqRel);
+    }
+
+    fn distrust(&self) {
+        self.trusted_until.store(0, Ordering::Release);
+    }
 }
 
 impl Drop for Keys {
@@ -230,7 +252,8 @@ impl SharedReader {
             refused_warned: Arc::new(AtomicBool::new(false)),
             keys: Arc::new(Keys {
                 seen: JobIdFilter::new(),
-                current: AtomicBool::new(false),
+                trusted_until: AtomicU64::new(0),
+                base: std::time::Instant::now(),
                 round_trips: AtomicU64::new(0),
                 watch: std::sync::Mutex::new(None),
             }),
@@ -245,7 +268,7 @@ impl SharedReader {
     /// Whether the watch of the bucket's keys has caught up: from then on a miss costs no
     /// round trip.
     pub fn follows_keys(&self) -> bool {
-        self.keys.current.load(Ordering::Acquire)
+        self.keys.trusted()
     }
 
     async fn store(&self) -> Option<kv::Store> {
@@ -286,7 +309,7 @@ impl SharedReader {
 
     /// The accepted completion of job `id`, if the bucket holds one that checks out.
     pub async fn get(&self, id: &JobId) -> Result<Option<Completion>, CacheError> {
-        if self.keys.current.load(Ordering::Acquire) && !self.keys.seen.may_contain(id) {
+        if !self.keys.seen.may_contain(id) && self.keys.trusted() {
             return Ok(None);
         }
         let Some(store) = self.store().await else { return Ok(None) };
@@ -329,7 +352,7 @@ async fn follow_keys(broker: Broker, store: kv::Store, keys: Weak<Keys>) {
             Err(why) => why,
         };
         let Some(k) = keys.upgrade() else { return };
-        k.current.store(false, Ordering::Release);
+        k.distrust();
         drop(k);
         match why {
             Unfollowed::Cannot(why) if !std::mem::replace(&mut said[0], true) => tracing::warn!(
@@ -356,6 +379,9 @@ async fn follow_keys(broker: Broker, store: kv::Store, keys: Weak<Keys>) {
 
 /// How often a watch's progress is checked against the bucket's newest message.
 const WATCH_CHECK: Duration = Duration::from_secs(2);
+/// How long after the stream's newest message was read a watch that has delivered it is
+/// trusted: until the check after next, with a second to spare.
+const WATCH_TRUST: Duration = Duration::from_secs(5);
 /// Checks in a row that found a watch behind and not moving before it is made again.
 const WATCH_STALLED: u32 = 3;
 
@@ -372,19 +398,22 @@ fn newest(state: &stream::State) -> u64 {
 /// One watch of the bucket's keys: the last message of each key, headers only, then each
 /// new one. Ok when the last reader is gone.
 ///
-/// A miss is trusted (`current`) only while the watch has delivered the bucket's newest
-/// message as the server's stream information gave it (answered by the stream's leader):
-/// at first the newest when the watch was made, then, every [`WATCH_CHECK`], the newest
-/// one check earlier. So it does not rest on the consumer's own count of pending
-/// messages (counted on the replica it was placed on, which may lag the leader), nor on
-/// the client library, which makes an ordered consumer again by itself after a gap and
-/// says nothing while it does, and never hears of flow control stuck. A watch found
-/// behind and not moving [`WATCH_STALLED`] times in a row is made again.
+/// A miss is trusted ([`Keys::trusted`]) for [`WATCH_TRUST`] after the newest message of
+/// the bucket, as the server's stream information gave it (answered by the stream's
+/// leader), was read, once the watch has delivered it: at first the newest when the
+/// watch was made, then each [`WATCH_CHECK`] the newest one check earlier. So it rests
+/// neither on the consumer's own count of pending messages (counted on the replica it
+/// was placed on, which may lag the leader) nor on the client library (which makes an
+/// ordered consumer again by itself after a gap, saying nothing, and never hears of flow
+/// control stuck), and it runs out when the checks stop. A watch found behind and not
+/// moving [`WATCH_STALLED`] times in a row, while the bucket holds a message it has not
+/// delivered, is made again.
 async fn watch_keys(
     broker: &Broker,
     store: &kv::Store,
     keys: &Weak<Keys>,
 ) -> Result<(), Unfollowed> {
+    let mut goal_at = std::time::Instant::now();
     let info = store
         .stream
         .get_info()
@@ -413,9 +442,10 @@ async fn watch_keys(
     let (mut delivered, mut at_check, mut stalled) = (0u64, 0u64, 0u32);
     let mut check =
         tokio::time::interval_at(tokio::time::Instant::now() + WATCH_CHECK, WATCH_CHECK);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     match keys.upgrade() {
-        Some(k) => k.current.store(goal == 0, Ordering::Release),
+        Some(k) if goal == 0 => k.trust_until(goal_at + WATCH_TRUST),
+        Some(_) => {}
         None => return Ok(()),
     }
     loop {
@@ -436,30 +466,56 @@ async fn watch_keys(
                     delivered = delivered.max(i.stream_sequence);
                 }
                 if delivered >= goal {
-                    k.current.store(true, Ordering::Release);
+                    k.trust_until(goal_at + WATCH_TRUST);
                 }
             }
             _ = check.tick() => {
                 if keys.strong_count() == 0 {
                     return Ok(());
                 }
-                // The broker away: lookups fail the same way; the next check tells.
+                let asked = std::time::Instant::now();
+                // The broker away: no check, and the trust runs out by itself.
                 let Ok(info) = store.stream.get_info().await else { continue };
+                // Past the newest message there is: not the broker's delivery (anyone who
+                // learns the watch's inbox can publish to it).
+                if delivered > info.state.last_sequence {
+                    return Err(Unfollowed::Lost(format!(
+                        "it delivered message {delivered}, past the bucket's newest {}",
+                        info.state.last_sequence
+                    )));
+                }
+                if delivered < goal && delivered == at_check {
+                    // Behind and not moving: is there anything left to deliver up to the
+                    // goal? (Removing the newest message, as a purge of one key does,
+                    // leaves the stream's last sequence where it was.)
+                    let next = store.stream.get_first_raw_message_by_subject(format!("{}>", store.prefix), delivered + 1).await;
+                    match next {
+                        Ok(m) if m.sequence <= goal => {
+                            stalled += 1;
+                            if stalled >= WATCH_STALLED {
+                                return Err(Unfollowed::Lost(format!(
+                                    "it stopped at message {delivered}, behind {}", m.sequence
+                                )));
+                            }
+                        }
+                        Ok(_) => delivered = goal,
+                        Err(e) if e.kind() == stream::RawMessageErrorKind::NoMessageFound => delivered = goal,
+                        Err(_) => {}
+                    }
+                } else {
+                    stalled = 0;
+                }
                 let Some(k) = keys.upgrade() else { return Ok(()) };
                 if delivered >= goal {
-                    stalled = 0;
-                    k.current.store(true, Ordering::Release);
+                    k.trust_until(goal_at + WATCH_TRUST);
                 } else {
-                    k.current.store(false, Ordering::Release);
-                    stalled = if delivered > at_check { 0 } else { stalled + 1 };
-                    if stalled >= WATCH_STALLED {
-                        return Err(Unfollowed::Lost(format!(
-                            "it stopped at message {delivered}, behind {goal}"
-                        )));
-                    }
+                    k.distrust();
                 }
                 at_check = delivered;
-                goal = newest(&info.state);
+                (goal, goal_at) = (newest(&info.state), asked);
+                if delivered >= goal {
+                    k.trust_until(goal_at + WATCH_TRUST);
+                }
             }
         }
     }

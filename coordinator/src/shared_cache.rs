@@ -632,6 +632,38 @@ mod tests {
         assert!(bytes <= earlier.max_bytes as u64, "{bytes} bytes");
     }
 
+    /// A bucket whose newest entry was purged (as an operator removes one bad entry:
+    /// `nats stream purge --subject`): the stream's last sequence still names the purged
+    /// message, which no watch can deliver. The reader finds that nothing is left to
+    /// deliver and trusts its watch; before, it waited for that message for good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_watch_is_trusted_when_the_newest_entry_was_purged() {
+        let (_nats, broker) = broker().await;
+        let writer = SharedWriter::open(&broker).await.unwrap();
+        let run = Uuid::now_v7();
+        let Outcome::Done(c) = done("an answer", AnswerSource::Paid) else { unreachable!() };
+        for b in 1..=3u8 {
+            assert!(writer.put(run, JobId([b; 16]), &c).await);
+        }
+        let mut stream = broker.js.get_stream("KV_halyard_cache").await.unwrap();
+        let newest = halyard_cache::shared::kv_key(&JobId([3; 16]));
+        stream.purge().filter(format!("$KV.halyard_cache.{newest}")).await.unwrap();
+        let state = stream.info().await.unwrap().state.clone();
+        assert_eq!((state.messages, state.last_sequence), (2, 3), "{state:?}");
+
+        let reader = SharedReader::new(broker.clone());
+        assert!(reader.get(&JobId([1; 16])).await.unwrap().is_some());
+        let t0 = std::time::Instant::now();
+        while !reader.follows_keys() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "the watch was never trusted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let asked = reader.round_trips();
+        assert_eq!(reader.get(&JobId([3; 16])).await.unwrap(), None);
+        assert_eq!(reader.get(&JobId([9; 16])).await.unwrap(), None);
+        assert_eq!(reader.round_trips(), asked, "a miss asked the broker");
+    }
+
     /// Issue 51, the shared tier's cost on a job's path: once a reader's watch of the
     /// bucket's keys has caught up, a job nobody shared is a miss without a round trip to
     /// the broker; a shared one is read and served; an entry put later reaches the reader

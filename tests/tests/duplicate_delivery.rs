@@ -229,7 +229,10 @@ async fn a_stop_hands_back_pulled_jobs_it_had_not_started() {
     publish(&broker.js, &job(&url, run, "job d"), "d").await;
 
     let state = tempfile::tempdir().unwrap();
-    let worker = Worker::start(&broker, config(&url, state.path()));
+    let mut cfg = config(&url, state.path());
+    // A and B finish, not handed back, however long a loaded machine takes to get here.
+    cfg.shutdown_grace = Duration::from_secs(120);
+    let worker = Worker::start(&broker, cfg);
     let t0 = tokio::time::Instant::now();
     while fake.in_flight() < 4 {
         assert!(t0.elapsed() < Duration::from_secs(20), "A and B's three jobs never ran together");

@@ -232,29 +232,27 @@ impl Spawn<'_> {
         }
         let mut jobs = jobs.into_iter();
         while let Some(item) = jobs.next() {
-            // One slot per job; the jobs of a message beyond the free slots wait here.
-            let permit = match first.take() {
-                Some(p) => p,
-                None => {
-                    let mut stop = self.shutdown.clone();
-                    let permit = tokio::select! {
-                        biased;
-                        _ = stop.wait_for(|s| *s) => None,
-                        p = self.slots.clone().acquire_owned() => p.ok(),
-                    };
-                    let Some(p) = permit else {
-                        for _ in std::iter::once(item).chain(jobs) {
-                            if let Err(e) = shared
-                                .finish(Fate::HandBack(Duration::ZERO), &self.ctx.budget)
-                                .await
-                            {
-                                warn!(error = %e, "cannot hand back a job message at the stop; it is redelivered after its ack wait");
-                            }
-                        }
-                        return false;
-                    };
-                    p
+            // One slot per job; the jobs of a message beyond the free slots wait here. A
+            // stop comes first: before a job takes its slot, or while it waits for one.
+            let permit = if *self.shutdown.borrow() {
+                None
+            } else if let Some(p) = first.take() {
+                Some(p)
+            } else {
+                let mut stop = self.shutdown.clone();
+                tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|s| *s) => None,
+                    p = self.slots.clone().acquire_owned() => match p {
+                        Ok(p) => Some(p),
+                        Err(_) => return false,
+                    },
                 }
+            };
+            let Some(permit) = permit else {
+                drop(first.take());
+                self.hand_back(&shared, std::iter::once(item).chain(jobs)).await;
+                return false;
             };
             self.ctx.stats.pulled.inc();
             let (ctx, health, shared) = (self.ctx.clone(), self.health.clone(), shared.clone());
@@ -272,6 +270,27 @@ impl Spawn<'_> {
         // Reap finished tasks so the set does not grow.
         while tasks.try_join_next().is_some() {}
         true
+    }
+}
+
+impl Spawn<'_> {
+    /// At a stop, the jobs of message `shared` not started: each run job is handed back
+    /// (the message is nak'd, its delivery excused, once the jobs that did start have
+    /// finished; their answers are in the checkpoint); a refused one is settled as it
+    /// would have been (no call).
+    async fn hand_back(&self, shared: &Arc<JobMsg>, items: impl Iterator<Item = Received>) {
+        for item in items {
+            match item {
+                Received::Run(_) => {
+                    if let Err(e) =
+                        shared.finish(Fate::HandBack(Duration::ZERO), &self.ctx.budget).await
+                    {
+                        warn!(error = %e, "cannot hand back a job message at the stop; it is redelivered after its ack wait");
+                    }
+                }
+                Received::Refuse(r) => refuse(self.ctx, shared, r).await,
+            }
+        }
     }
 }
 
