@@ -423,12 +423,13 @@ async fn watch_keys(
         return Err(Unfollowed::TooLarge(info.state.messages));
     }
     let mut goal = newest(&info.state);
+    let every_key = format!("{}>", store.prefix);
     let watch = store
         .stream
         .create_consumer(consumer::push::OrderedConfig {
             deliver_subject: broker.client.new_inbox(),
             description: Some("halyard: the shared result cache's keys".into()),
-            filter_subject: format!("{}>", store.prefix),
+            filter_subject: every_key.clone(),
             headers_only: true,
             replay_policy: consumer::ReplayPolicy::Instant,
             deliver_policy: consumer::DeliverPolicy::LastPerSubject,
@@ -488,7 +489,7 @@ async fn watch_keys(
                     // Behind and not moving: is there anything left to deliver up to the
                     // goal? (Removing the newest message, as a purge of one key does,
                     // leaves the stream's last sequence where it was.)
-                    let next = store.stream.get_first_raw_message_by_subject(format!("{}>", store.prefix), delivered + 1).await;
+                    let next = store.stream.get_first_raw_message_by_subject(&every_key, delivered + 1).await;
                     match next {
                         Ok(m) if m.sequence <= goal => {
                             stalled += 1;

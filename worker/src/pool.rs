@@ -214,10 +214,10 @@ struct Spawn<'a> {
 impl Spawn<'_> {
     /// Run the admitted jobs of message `shared` and settle its refused ones, the first
     /// on the slot in `first` if any; the first admitted job holds `probe` if given (a
-    /// message with none gives the probe up). False when the worker stops while a job
-    /// waits for its slot (the jobs not started are handed back: the message is nak'd,
-    /// its delivery excused, once those started have finished; their answers are in the
-    /// checkpoint) or when the slots are closed.
+    /// message with none gives the probe up). False when the worker stops before a job
+    /// has its slot (the jobs not started are handed back: the message is nak'd, its
+    /// delivery excused, once those started have finished; their answers are in the
+    /// checkpoint).
     async fn jobs(
         &self,
         tasks: &mut JoinSet<()>,
@@ -234,20 +234,10 @@ impl Spawn<'_> {
         while let Some(item) = jobs.next() {
             // One slot per job; the jobs of a message beyond the free slots wait here. A
             // stop comes first: before a job takes its slot, or while it waits for one.
-            let permit = if *self.shutdown.borrow() {
-                None
-            } else if let Some(p) = first.take() {
-                Some(p)
-            } else {
-                let mut stop = self.shutdown.clone();
-                tokio::select! {
-                    biased;
-                    _ = stop.wait_for(|s| *s) => None,
-                    p = self.slots.clone().acquire_owned() => match p {
-                        Ok(p) => Some(p),
-                        Err(_) => return false,
-                    },
-                }
+            let permit = match first.take() {
+                Some(p) if !*self.shutdown.borrow() => Some(p),
+                Some(_) => None,
+                None => slot_unless_stopped(self.slots, self.shutdown).await,
             };
             let Some(permit) = permit else {
                 drop(first.take());
@@ -271,9 +261,7 @@ impl Spawn<'_> {
         while tasks.try_join_next().is_some() {}
         true
     }
-}
 
-impl Spawn<'_> {
     /// At a stop, the jobs of message `shared` not started: each run job is handed back
     /// (the message is nak'd, its delivery excused, once the jobs that did start have
     /// finished; their answers are in the checkpoint); a refused one is settled as it
@@ -294,6 +282,20 @@ impl Spawn<'_> {
     }
 }
 
+/// A free concurrency slot, waited for unless the worker stops first (`None`; also for
+/// closed slots, which nothing does).
+async fn slot_unless_stopped(
+    slots: &Arc<Semaphore>,
+    shutdown: &watch::Receiver<bool>,
+) -> Option<OwnedSemaphorePermit> {
+    let mut stop = shutdown.clone();
+    tokio::select! {
+        biased;
+        _ = stop.wait_for(|s| *s) => None,
+        p = slots.clone().acquire_owned() => p.ok(),
+    }
+}
+
 /// While paused with a probe due and no job holding it: fetch one job message and let
 /// its first job probe. With nothing queued, try again an interval later. False when the
 /// worker stops (or the slots are closed).
@@ -306,13 +308,7 @@ async fn fetch_probe(
     tasks: &mut JoinSet<()>,
 ) -> bool {
     let Some(claim) = health.claim_probe() else { return true };
-    let mut stop = shutdown.clone();
-    let permit = tokio::select! {
-        biased;
-        _ = stop.wait_for(|s| *s) => return false,
-        p = slots.clone().acquire_owned() => p,
-    };
-    let Ok(permit) = permit else { return false };
+    let Some(permit) = slot_unless_stopped(slots, shutdown).await else { return false };
     ctx.stats.pulls.inc();
     let msg = match consumer.fetch().max_messages(1).messages().await {
         Ok(mut batch) => halyard_broker::next_pulled(&mut batch).await,
